@@ -1,0 +1,72 @@
+/* attention.h — the attention forward template and its float64 reference.
+ *
+ * kn_attn_fwd_build() writes the FlashAttention-2 style forward kernel into a module from a
+ * descriptor (what to compute) and a config (how to tile it).  One program instance computes
+ * BLOCK_M query rows of one (batch, head): grid = (cdiv(seqlen_q, BLOCK_M), batch * heads, 1).
+ *
+ * Causal masking is aligned bottom-right, as FlashAttention 2 does when seqlen_q != seqlen_k:
+ * query row i may see key j iff j <= i + (seqlen_k - seqlen_q).  A query row that sees no key
+ * (possible when seqlen_q > seqlen_k) outputs zeros and lse = -inf.  The KV loop of a causal
+ * kernel stops at the last key any live row of its block may see, so it never visits a fully
+ * masked KV block.
+ *
+ * Kernel parameters, in order (strides in elements; the head dimension is contiguous):
+ *   q, k, v, o        ptr<dtype>   (B, H, Nq, D), (B, HK, Nk, D), (B, HK, Nk, D), (B, H, Nq, D)
+ *   lse               ptr<f32>     (B, H, Nq) natural-log sum of exp of the scaled scores;
+ *                                  ignored (may be null) unless desc.has_lse
+ *   sm_scale          f32          softmax scale
+ *   seqlen_q, seqlen_k, heads, kv_group   i32   (kv_group = H / HK; head h reads kv head h / kv_group)
+ *   q_sb, q_sh, q_sm, k_sb, k_sh, k_sn, v_sb, v_sh, v_sn, o_sb, o_sh, o_sm, lse_sb, lse_sh   i64
+ */
+#ifndef KILN_ATTENTION_H
+#define KILN_ATTENTION_H
+
+#include "ir.h"
+
+typedef struct kn_attn_desc {
+  kn_scalar dtype;  /* f16, bf16, f32 */
+  int head_dim;     /* 32..256, a multiple of 16 (or 32, 64, 128, 256 ...), see kn_attn_check() */
+  bool causal;
+  bool has_lse;     /* store the log-sum-exp */
+} kn_attn_desc;
+
+typedef struct kn_attn_config {
+  int block_m;      /* query rows per program: 16..256, a power of two */
+  int block_n;      /* keys per loop iteration: 16..256, a power of two */
+  int warps;        /* GPU targets: warps / waves per program (recorded as meta) */
+  int stages;       /* GPU targets: software pipeline depth (recorded as meta) */
+} kn_attn_config;
+
+enum { KN_ATTN_NPARAMS = 23 };
+
+/* the default config for a descriptor */
+kn_attn_config kn_attn_default_config(const kn_attn_desc *d);
+/* 0 when the descriptor and config are supported, else -1 with the reason in *diag */
+int kn_attn_check(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag);
+/* builds kernel "attn_fwd" into m; NULL with *diag filled when unsupported */
+kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
+                           kn_diag *diag);
+
+/* A problem instance: shapes, contiguous (B, H, N, D) buffers and the scale. */
+typedef struct kn_attn_problem {
+  int batch, heads, kv_heads, seqlen_q, seqlen_k;
+  double sm_scale;  /* 0 means 1/sqrt(head_dim) */
+} kn_attn_problem;
+
+/* Fills the KN_ATTN_NPARAMS kernel arguments for contiguous buffers (strides of (B,H,N,D) layouts)
+ * and the grid.  lse may be NULL. Pointers are stored in out[i].p, ints in .i, sm_scale in .f. */
+struct kn_argval;
+void kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_config *c, const kn_attn_problem *p,
+                       void *q, void *k, void *v, void *o, float *lse, struct kn_argval *out,
+                       int grid[3]);
+
+/* Naive float64 attention: the oracle.  q, k, v hold the (already rounded) inputs as doubles in
+ * contiguous (B, H, N, D) / (B, HK, N, D) layouts; o gets (B, H, Nq, D) and lse (B, H, Nq)
+ * (lse may be NULL).  Same masking rules as the kernel. */
+void kn_attn_reference(const kn_attn_problem *p, int head_dim, bool causal, const double *q,
+                       const double *k, const double *v, double *o, double *lse);
+
+/* Absolute tolerance for an output of this dtype (inputs ~ N(0,1)), as stated in docs/ir.md */
+double kn_attn_tolerance(kn_scalar dtype);
+
+#endif
