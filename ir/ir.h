@@ -172,9 +172,10 @@ struct kn_value {
 
 struct kn_op {
   kn_opcode opc;
-  kn_loc loc;
+  kn_loc loc;               /* the op name in the text (for ops without results too) */
   int nopnd;
   kn_value **opnd;
+  kn_loc *opnd_loc;         /* where each operand was written (parsed IR), or NULL (built IR) */
   int nres;
   kn_value **res;
   int64_t iattr[3];         /* meaning per op, see ops.def */
