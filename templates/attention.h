@@ -17,6 +17,12 @@
  *   sm_scale          f32          softmax scale
  *   seqlen_q, seqlen_k, heads, kv_group   i32   (kv_group = H / HK; head h reads kv head h / kv_group)
  *   q_sb, q_sh, q_sm, k_sb, k_sh, k_sn, v_sb, v_sh, v_sn, o_sb, o_sh, o_sm, lse_sb, lse_sh   i64
+ * That is 4 + 1 + 1 + 4 + 14 = 24 parameters (the lse row stride is 1: lse rows are contiguous).
+ *
+ * Supported (kn_attn_check): dtype f16, bf16 or f32; head_dim a multiple of 16 in 32..256 (16 is
+ * the k-step of the f16/bf16 matrix instructions of every target, and the whole head is one tile
+ * dimension, so it need not be a power of two); block_m and block_n powers of two in 16..256;
+ * warps a power of two in 1..16; stages in 1..8.
  */
 #ifndef KILN_ATTENTION_H
 #define KILN_ATTENTION_H
@@ -25,7 +31,7 @@
 
 typedef struct kn_attn_desc {
   kn_scalar dtype;  /* f16, bf16, f32 */
-  int head_dim;     /* 32..256, a multiple of 16 (or 32, 64, 128, 256 ...), see kn_attn_check() */
+  int head_dim;     /* 32..256, a multiple of 16, see kn_attn_check() */
   bool causal;
   bool has_lse;     /* store the log-sum-exp */
 } kn_attn_desc;
@@ -37,7 +43,7 @@ typedef struct kn_attn_config {
   int stages;       /* GPU targets: software pipeline depth (recorded as meta) */
 } kn_attn_config;
 
-enum { KN_ATTN_NPARAMS = 23 };
+enum { KN_ATTN_NPARAMS = 24 };
 
 /* the default config for a descriptor */
 kn_attn_config kn_attn_default_config(const kn_attn_desc *d);
@@ -66,7 +72,10 @@ void kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_config *c, const kn_
 void kn_attn_reference(const kn_attn_problem *p, int head_dim, bool causal, const double *q,
                        const double *k, const double *v, double *o, double *lse);
 
-/* Absolute tolerance for an output of this dtype (inputs ~ N(0,1)), as stated in docs/ir.md */
+/* Absolute tolerance for an output of this dtype (inputs ~ N(0,1), sm_scale ~ 1/sqrt(D)); the
+ * rationale is in attn_fwd.c */
 double kn_attn_tolerance(kn_scalar dtype);
+/* Absolute tolerance for the (f32, natural log) lse of a kernel of this dtype, same inputs */
+double kn_attn_lse_tolerance(kn_scalar dtype);
 
 #endif

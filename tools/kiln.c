@@ -1,2 +1,414 @@
-/* placeholder: being written */
-int main(void){return 0;}
+/* kiln.c — the `kiln` command line.
+ *
+ * The contract (ARCHITECTURE.md, docs/cli.md) that tests, benchmarks and users rely on:
+ *   kiln targets                          targets compiled in, devices present
+ *   kiln run   [--target T] [options]     random inputs, run, compare with the float64 reference
+ *   kiln dump  --stage ir [options]       print a stage of the compile
+ *   kiln check FILE.tile                  parse and verify a text IR file
+ * `kiln run` ends with one line `max_abs_err=<x> rel_err=<x> tol=<x> PASS|FAIL`.
+ * Exit codes: 0 success / PASS, 1 FAIL (a result outside tolerance), 2 bad usage or bad input
+ * (malformed IR, unsupported shape or dtype), 3 the target or device is not available.
+ *
+ * The tool only parses options and prints; building, running and checking live in the library.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attention.h"
+#include "interp.h"
+#include "ir.h"
+#include "numeric.h"
+
+enum { EXIT_PASS = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_NODEV = 3 };
+
+/* ---- options ------------------------------------------------------------------------------ */
+
+typedef struct options {
+  const char *target;
+  const char *stage;
+  const char *ir_file;
+  kn_attn_desc desc;
+  kn_attn_config cfg;
+  kn_attn_problem prob;
+  unsigned long long seed;
+  int repeats;
+} options;
+
+static void usage(FILE *f) {
+  fputs("usage: kiln <command> [options]\n"
+        "commands:\n"
+        "  targets                 list targets and devices\n"
+        "  run   [--target T]      run the attention kernel on random inputs and check it\n"
+        "  dump  --stage ir        print the kernel's IR\n"
+        "  check FILE.tile         parse and verify a text IR file\n"
+        "kernel options:\n"
+        "  --dtype f16|bf16|f32  --head-dim D  --batch B  --heads H  --kv-heads HK\n"
+        "  --seqlen-q N  --seqlen-k M  --causal  --block-m BM  --block-n BN\n"
+        "  --warps W  --stages S  --seed S  --repeats R  --ir FILE.tile\n"
+        "targets: interp, auto (the best present: interp until a compiled target lands)\n",
+        f);
+}
+
+static int parse_int(const char *opt, const char *s, long lo, long hi, int *out) {
+  char *end;
+  errno = 0;
+  long v = s ? strtol(s, &end, 10) : 0;
+  if (!s || errno || *end || end == s || v < lo || v > hi) {
+    fprintf(stderr, "kiln: error: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi,
+            s ? s : "");
+    return -1;
+  }
+  *out = (int)v;
+  return 0;
+}
+
+/* 0 ok, -1 bad usage (message printed) */
+static int parse_options(int argc, char **argv, int first, options *o) {
+  memset(o, 0, sizeof *o);
+  o->target = "auto";
+  o->desc = (kn_attn_desc){.dtype = KN_F16, .head_dim = 64, .causal = false, .has_lse = true};
+  o->prob = (kn_attn_problem){.batch = 1, .heads = 2, .kv_heads = 0, .seqlen_q = 128,
+                              .seqlen_k = 128};
+  o->seed = 1;
+  o->repeats = 1;
+  int bm = 0, bn = 0, warps = 0, stages = 0;
+  for (int i = first; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define INTOPT(name, lo, hi, dst)                                   \
+  if (!strcmp(a, name)) {                                           \
+    if (parse_int(name, v, lo, hi, &(dst))) return -1;              \
+    i++;                                                            \
+    continue;                                                       \
+  }
+    INTOPT("--head-dim", 1, 4096, o->desc.head_dim)
+    INTOPT("--batch", 1, 1 << 16, o->prob.batch)
+    INTOPT("--heads", 1, 1 << 12, o->prob.heads)
+    INTOPT("--kv-heads", 1, 1 << 12, o->prob.kv_heads)
+    INTOPT("--seqlen-q", 1, 1 << 24, o->prob.seqlen_q)
+    INTOPT("--seqlen-k", 1, 1 << 24, o->prob.seqlen_k)
+    INTOPT("--block-m", 1, 4096, bm)
+    INTOPT("--block-n", 1, 4096, bn)
+    INTOPT("--warps", 1, 64, warps)
+    INTOPT("--stages", 1, 16, stages)
+    INTOPT("--repeats", 1, 1000, o->repeats)
+#undef INTOPT
+    if (!strcmp(a, "--causal")) {
+      o->desc.causal = true;
+    } else if (!strcmp(a, "--seed") && v) {
+      o->seed = strtoull(v, NULL, 10);
+      i++;
+    } else if (!strcmp(a, "--target") && v) {
+      o->target = v;
+      i++;
+    } else if (!strcmp(a, "--stage") && v) {
+      o->stage = v;
+      i++;
+    } else if (!strcmp(a, "--ir") && v) {
+      o->ir_file = v;
+      i++;
+    } else if (!strcmp(a, "--dtype") && v) {
+      int s = kn_scalar_from_name(v, strlen(v));
+      if (s < 0) {
+        fprintf(stderr, "kiln: error: unknown dtype '%s' (expected f16, bf16 or f32)\n", v);
+        return -1;
+      }
+      o->desc.dtype = (kn_scalar)s;
+      i++;
+    } else {
+      fprintf(stderr, "kiln: error: unknown or incomplete option '%s'\n", a);
+      usage(stderr);
+      return -1;
+    }
+  }
+  if (!o->prob.kv_heads) o->prob.kv_heads = o->prob.heads;
+  o->cfg = kn_attn_default_config(&o->desc);
+  if (bm) o->cfg.block_m = bm;
+  if (bn) o->cfg.block_n = bn;
+  if (warps) o->cfg.warps = warps;
+  if (stages) o->cfg.stages = stages;
+  return 0;
+}
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
+    n += got;
+    if (n == cap) {
+      char *nb = realloc(buf, cap *= 2);
+      if (!nb) free(buf);
+      buf = nb;
+    }
+  }
+  if (ferror(f)) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  *len = n;
+  return buf;
+}
+
+/* parse + verify a file; NULL after printing the diagnostic */
+static kn_module *load_ir(const char *path) {
+  size_t len;
+  char *text = read_file(path, &len);
+  if (!text) {
+    fprintf(stderr, "kiln: error: cannot read '%s': %s\n", path, strerror(errno));
+    return NULL;
+  }
+  kn_diag d;
+  kn_module *m = kn_parse(path, text, len, &d);
+  free(text);
+  if (!m || kn_verify(m, &d)) {
+    fputs(d.rendered, stderr);
+    kn_module_free(m);
+    return NULL;
+  }
+  return m;
+}
+
+/* the kernel to run: the template, or the first kernel of --ir FILE (checked against the
+ * template's parameter list so the same arguments and reference apply) */
+static kn_func *get_kernel(options *o, kn_module **mout) {
+  kn_diag d;
+  *mout = NULL;
+  kn_module *m = NULL;
+  kn_func *k = NULL;
+  if (o->ir_file) {
+    if (!(m = load_ir(o->ir_file))) return NULL;
+    for (int i = 0; i < m->nfuncs && !k; i++)
+      if (m->funcs[i]->is_kernel) k = m->funcs[i];
+    if (!k) {
+      fprintf(stderr, "kiln: error: %s: no kernel in the file\n", o->ir_file);
+      kn_module_free(m);
+      return NULL;
+    }
+    /* a kernel written for the attention signature records its tiling as attrs: those decide
+     * the grid and the reference, whatever the command line said */
+    int64_t v;
+    if (kn_func_get_meta(k, "HEAD_DIM", &v)) o->desc.head_dim = (int)v;
+    if (kn_func_get_meta(k, "CAUSAL", &v)) o->desc.causal = v != 0;
+    if (kn_func_get_meta(k, "HAS_LSE", &v)) o->desc.has_lse = v != 0;
+    if (kn_func_get_meta(k, "BLOCK_M", &v)) o->cfg.block_m = (int)v;
+    if (kn_func_get_meta(k, "BLOCK_N", &v)) o->cfg.block_n = (int)v;
+  }
+  if (kn_attn_check(&o->desc, &o->cfg, &d)) {
+    fprintf(stderr, "kiln: error: unsupported attention request: %s\n", d.message);
+    kn_module_free(m);
+    return NULL;
+  }
+  if (o->ir_file) {
+    /* compare with the template's signature */
+    kn_module *ref = kn_module_new(NULL);
+    kn_func *t = kn_attn_fwd_build(ref, &o->desc, &o->cfg, &d);
+    bool same = t && kn_func_nparams(t) == kn_func_nparams(k);
+    for (int i = 0; same && i < kn_func_nparams(t); i++)
+      same = kn_ty_eq(kn_func_param(t, i)->type, kn_func_param(k, i)->type);
+    kn_module_free(ref);
+    if (!same) {
+      fprintf(stderr,
+              "kiln: error: %s: kernel @%s does not take the attention forward parameters "
+              "(see templates/attention.h) for dtype %s\n",
+              o->ir_file, k->name, kn_scalar_name(o->desc.dtype));
+      kn_module_free(m);
+      return NULL;
+    }
+  } else {
+    m = kn_module_new("<attn_fwd>");
+    k = kn_attn_fwd_build(m, &o->desc, &o->cfg, &d);
+    if (!k || kn_verify(m, &d)) {
+      fprintf(stderr, "kiln: internal error: the attention template is invalid:\n%s", d.rendered);
+      kn_module_free(m);
+      return NULL;
+    }
+  }
+  *mout = m;
+  return k;
+}
+
+/* splitmix64 + Box-Muller: reproducible N(0,1) from --seed */
+static unsigned long long rng_next(unsigned long long *s) {
+  unsigned long long z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static double rng_normal(unsigned long long *s) {
+  double u1 = ((double)(rng_next(s) >> 11) + 0.5) * 0x1p-53;
+  double u2 = (double)(rng_next(s) >> 11) * 0x1p-53;
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* fills a device-format buffer and its rounded float64 twin */
+static void fill_random(kn_scalar t, void *buf, double *twin, size_t n, unsigned long long *s) {
+  size_t es = kn_scalar_size(t);
+  for (size_t i = 0; i < n; i++) {
+    kn_store_elem(t, (char *)buf + i * es, rng_normal(s));
+    twin[i] = kn_load_elem(t, (char *)buf + i * es);
+  }
+}
+
+/* ---- commands ----------------------------------------------------------------------------- */
+
+static int cmd_targets(void) {
+  printf("targets compiled in:\n");
+  printf("  interp   reference interpreter (always present)\n");
+  printf("devices present:\n");
+  printf("  host     CPU (used through the interpreter until the host target lands)\n");
+  return EXIT_PASS;
+}
+
+static int cmd_check(int argc, char **argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: kiln check FILE.tile\n");
+    return EXIT_USAGE;
+  }
+  kn_module *m = load_ir(argv[2]);
+  if (!m) return EXIT_USAGE;
+  int kernels = 0;
+  for (int i = 0; i < m->nfuncs; i++) kernels += m->funcs[i]->is_kernel;
+  printf("%s: ok (%d functions, %d kernels)\n", argv[2], m->nfuncs, kernels);
+  kn_module_free(m);
+  return EXIT_PASS;
+}
+
+static int cmd_dump(options *o) {
+  if (!o->stage || strcmp(o->stage, "ir")) {
+    fprintf(stderr, "kiln: error: --stage %s is not available (stages: ir)\n",
+            o->stage ? o->stage : "(missing)");
+    return EXIT_USAGE;
+  }
+  kn_module *m;
+  if (!get_kernel(o, &m)) return EXIT_USAGE;
+  char *s = kn_print(m);
+  fputs(s, stdout);
+  free(s);
+  kn_module_free(m);
+  return EXIT_PASS;
+}
+
+static int cmd_run(options *o) {
+  const char *target = o->target;
+  if (!strcmp(target, "auto")) target = "interp";
+  if (strcmp(target, "interp")) {
+    fprintf(stderr, "kiln: error: target '%s' is not available in this build (run `kiln targets`)\n",
+            target);
+    return EXIT_NODEV;
+  }
+  const kn_attn_problem *p = &o->prob;
+  if (p->heads % p->kv_heads) {
+    fprintf(stderr, "kiln: error: --heads %d is not a multiple of --kv-heads %d\n", p->heads,
+            p->kv_heads);
+    return EXIT_USAGE;
+  }
+  kn_module *m;
+  double t0 = now_s();
+  kn_func *k = get_kernel(o, &m);
+  if (!k) return EXIT_USAGE;
+  double t_build = now_s() - t0;
+
+  const int D = o->desc.head_dim;
+  kn_scalar dt = o->desc.dtype;
+  size_t es = kn_scalar_size(dt);
+  size_t nq = (size_t)p->batch * p->heads * p->seqlen_q * D;     /* (B, H, Nq, D) */
+  size_t nk = (size_t)p->batch * p->kv_heads * p->seqlen_k * D;  /* (B, HK, Nk, D) */
+  size_t nl = (size_t)p->batch * p->heads * p->seqlen_q;         /* (B, H, Nq) */
+  void *q = malloc(nq * es), *kk = malloc(nk * es), *v = malloc(nk * es), *out = calloc(nq, es);
+  float *lse = calloc(nl, sizeof(float));
+  double *qd = malloc(nq * 8), *kd = malloc(nk * 8), *vd = malloc(nk * 8);
+  double *od = malloc(nq * 8), *lsed = malloc(nl * 8);
+  if (!q || !kk || !v || !out || !lse || !qd || !kd || !vd || !od || !lsed) {
+    fprintf(stderr, "kiln: error: out of host memory for this problem size\n");
+    return EXIT_USAGE;
+  }
+  unsigned long long s = o->seed;
+  fill_random(dt, q, qd, nq, &s);
+  fill_random(dt, kk, kd, nk, &s);
+  fill_random(dt, v, vd, nk, &s);
+
+  kn_argval args[KN_ATTN_NPARAMS];
+  int grid[3];
+  kn_attn_fill_args(&o->desc, &o->cfg, p, q, kk, v, out, lse, args, grid);
+  kn_region regions[] = {{q, nq * es}, {kk, nk * es}, {v, nk * es}, {out, nq * es},
+                         {lse, nl * sizeof(float)}};
+  printf("kiln run: target=%s kernel=%s dtype=%s B=%d H=%d HK=%d Nq=%d Nk=%d D=%d causal=%d "
+         "block=%dx%d seed=%llu\n",
+         target, k->name, kn_scalar_name(dt), p->batch, p->heads, p->kv_heads, p->seqlen_q,
+         p->seqlen_k, D, o->desc.causal, o->cfg.block_m, o->cfg.block_n, o->seed);
+
+  int rc = EXIT_PASS;
+  double best = INFINITY;
+  for (int r = 0; r < o->repeats; r++) {
+    kn_diag d;
+    double t1 = now_s();
+    if (kn_interp_run(k, args, grid, regions, 5, NULL, &d)) {
+      fprintf(stderr, "kiln: error: the kernel failed to run:\n%s", d.rendered);
+      rc = EXIT_USAGE;
+      goto done;
+    }
+    double t = now_s() - t1;
+    if (t < best) best = t;
+  }
+  double flops = 4.0 * p->batch * p->heads * (double)p->seqlen_q * p->seqlen_k * D;
+  if (o->desc.causal) flops *= 0.5;
+  printf("build: %.3f ms  run: %.3f ms (best of %d)  %.3f GFLOP/s\n", t_build * 1e3, best * 1e3,
+         o->repeats, flops / best * 1e-9);
+
+  kn_attn_reference(p, D, o->desc.causal, qd, kd, vd, od, lsed);
+  double max_err = 0, max_ref = 0, lse_err = 0;
+  for (size_t i = 0; i < nq; i++) {
+    double got = kn_load_elem(dt, (char *)out + i * es);
+    double e = fabs(got - od[i]);
+    if (!(e <= max_err)) max_err = e; /* NaN sticks */
+    if (fabs(od[i]) > max_ref) max_ref = fabs(od[i]);
+  }
+  for (size_t i = 0; o->desc.has_lse && i < nl; i++) {
+    double e = isinf(lsed[i]) && lse[i] == lsed[i] ? 0 : fabs(lse[i] - lsed[i]);
+    if (!(e <= lse_err)) lse_err = e;
+  }
+  double tol = kn_attn_tolerance(dt);
+  double lse_tol = 1e-3 * (1 + log((double)p->seqlen_k));
+  bool pass = max_err <= tol && lse_err <= lse_tol;
+  if (o->desc.has_lse) printf("lse: max_abs_err=%.3g tol=%.3g\n", lse_err, lse_tol);
+  printf("max_abs_err=%.3g rel_err=%.3g tol=%.3g %s\n", max_err,
+         max_ref > 0 ? max_err / max_ref : max_err, tol, pass ? "PASS" : "FAIL");
+  rc = pass ? EXIT_PASS : EXIT_FAIL;
+done:
+  free(q), free(kk), free(v), free(out), free(lse), free(qd), free(kd), free(vd), free(od),
+      free(lsed);
+  kn_module_free(m);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? EXIT_USAGE : EXIT_PASS;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "targets")) return cmd_targets();
+  if (!strcmp(cmd, "check")) return cmd_check(argc, argv);
+  options o;
+  if (!strcmp(cmd, "run") || !strcmp(cmd, "dump")) {
+    if (parse_options(argc, argv, 2, &o)) return EXIT_USAGE;
+    return !strcmp(cmd, "run") ? cmd_run(&o) : cmd_dump(&o);
+  }
+  fprintf(stderr, "kiln: error: unknown command '%s'\n", cmd);
+  usage(stderr);
+  return EXIT_USAGE;
+}

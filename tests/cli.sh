@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# cli.sh — the command-line contract: output lines and exit codes of `kiln`.
+# usage: cli.sh KILN_BINARY TESTS_DIR
+set -u
+kiln=$1 tests=$2
+fails=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect NAME WANT_RC REGEX -- CMD...: CMD exits WANT_RC and its output matches REGEX
+expect() {
+  local name=$1 want=$2 re=$3
+  shift 4
+  "$@" >"$tmp/out" 2>&1
+  local rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    echo "FAIL $name: exit $rc, wanted $want"; sed 's/^/  | /' "$tmp/out"; fails=$((fails + 1))
+  elif ! grep -Eq -- "$re" "$tmp/out"; then
+    echo "FAIL $name: output does not match /$re/"; sed 's/^/  | /' "$tmp/out"; fails=$((fails + 1))
+  else
+    echo "PASS $name"
+  fi
+}
+
+expect run-interp-causal 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
+  "$kiln" run --target interp --head-dim 64 --seqlen-q 200 --seqlen-k 200 --causal
+expect run-interp-ragged-bf16 0 ' PASS$' -- \
+  "$kiln" run --target interp --dtype bf16 --head-dim 128 --seqlen-q 33 --seqlen-k 77 --heads 4 --kv-heads 2
+# the last line is the contract line
+"$kiln" run --target interp --seqlen-q 20 --seqlen-k 20 >"$tmp/last" 2>&1
+if tail -n 1 "$tmp/last" | grep -Eq '^max_abs_err=.* (PASS|FAIL)$'; then echo "PASS run-last-line"
+else echo "FAIL run-last-line"; cat "$tmp/last"; fails=$((fails + 1)); fi
+
+expect unsupported-head-dim 2 'head dim' -- "$kiln" run --target interp --head-dim 300
+expect unsupported-dtype 2 "unknown dtype 'f64'" -- "$kiln" run --dtype f64
+expect unknown-target 3 "target 'gfx1234' is not available" -- "$kiln" run --target gfx1234
+expect bad-option 2 "unknown or incomplete option '--bogus'" -- "$kiln" run --bogus
+expect bad-int 2 "--seqlen-q expects an integer" -- "$kiln" run --seqlen-q 12x
+
+for f in "$tests"/malformed/*.tile; do
+  expect "check-$(basename "$f")" 2 "^$f:[0-9]+:[0-9]+: error: " -- "$kiln" check "$f"
+  break  # one is enough here; the golden runner checks every file's message and location
+done
+expect check-good 0 ': ok \(' -- "$kiln" check "$tests/golden/attn_fwd_default.tile"
+expect check-missing 2 "cannot read" -- "$kiln" check "$tmp/nope.tile"
+expect dump-ir 0 '^kernel @attn_fwd\(' -- "$kiln" dump --stage ir --head-dim 64
+expect run-ir-file 0 ' PASS$' -- \
+  "$kiln" run --target interp --ir "$tests/golden/attn_fwd_default.tile" --seqlen-q 70 --seqlen-k 90
+
+echo "cli: $fails failed"
+[ "$fails" -eq 0 ]
