@@ -13,7 +13,8 @@
  *  - a load's dead elements (outside bounds or mask) give `other` (0 when absent) and touch no
  *    memory; a live element outside every registered memory region is an error naming the op's
  *    location, the element and the address, never a crash;
- *  - integer division or remainder by zero is an error.
+ *  - integer division or remainder by zero, and shifts by an amount outside [0, width), are
+ *    errors; a for with step <= 0 is an error.
  */
 #ifndef KILN_INTERP_H
 #define KILN_INTERP_H
@@ -35,15 +36,21 @@ typedef struct kn_region {
   size_t bytes;
 } kn_region;
 
+/* filled (not added to) by kn_interp_run, also when it fails: counts up to the failure */
 typedef struct kn_interp_stats {
-  uint64_t ops[KN_OP_COUNT];   /* ops executed, by opcode (a for counts once per iteration run) */
+  uint64_t ops[KN_OP_COUNT];   /* ops executed, by opcode: a `for` counts once each time the loop
+                                  runs, its body's ops (and yield) once per iteration; yield and
+                                  return count too */
   uint64_t loop_iterations;    /* bodies of `for` executed */
   uint64_t programs;           /* program instances run */
 } kn_interp_stats;
 
 /* Runs kernel `k` (a kernel of a verified module) over grid[0] x grid[1] x grid[2] program
- * instances.  args has kn_func_nparams(k) entries.  stats may be NULL.  Returns 0, or -1 with the
- * first error in *d (execution stops at the first error). */
+ * instances, axis 0 fastest (a grid with a zero runs nothing).  args has kn_func_nparams(k)
+ * entries.  stats may be NULL.  Returns 0, or -1 with the first error in *d (execution stops at
+ * the first error; stores made before it stay in memory).  Numbers the values of every function
+ * of k's module (kn_func_number) and keeps no state after it returns; not thread-safe on one
+ * module (numbering writes to it), fine on different modules. */
 int kn_interp_run(kn_func *k, const kn_argval *args, const int grid[3], const kn_region *regions,
                   int nregions, kn_interp_stats *stats, kn_diag *d);
 

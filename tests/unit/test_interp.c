@@ -1,2 +1,825 @@
-/* placeholder: being written */
-int main(void){return 1;}
+/* test_interp.c — the reference interpreter (ir/interp.c), op by op.
+ *
+ * Each test builds a small kernel with the builder API, runs it on random inputs in host
+ * buffers and compares with values the test computes itself in plain C (not stored outputs).
+ * The IR is built well-typed by hand and is not passed through kn_verify(), so these tests do
+ * not depend on the verifier.  Assumes an IEEE host with FLT_EVAL_METHOD == 0.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "interp.h"
+#include "numeric.h"
+
+/* ---- helpers ---- */
+
+static uint64_t rng_state = 0x243F6A8885A308D3ull;
+static uint64_t rnd(void) {
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return rng_state * 2685821657736338717ull;
+}
+static double urand(double lo, double hi) { return lo + (hi - lo) * (double)(rnd() >> 11) * 0x1p-53; }
+
+typedef struct kb {
+  kn_module *m;
+  kn_func *k;
+  kn_builder b;
+} kb;
+
+static kb kb_new(int np, const kn_type *pt) {
+  kb r;
+  r.m = kn_module_new(NULL);
+  r.k = kn_func_new(r.m, "k", true, np, pt, NULL, 0, NULL);
+  r.b = kn_builder_at_end(r.m, r.k->body);
+  return r;
+}
+static kn_value *P(kb *k, int i) { return kn_func_param(k->k, i); }
+static kn_value *ci32(kn_builder *b, int64_t v) { return kn_b_const_i(b, kn_ty_scalar(KN_I32), v); }
+static kn_value *ci64(kn_builder *b, int64_t v) { return kn_b_const_i(b, kn_ty_scalar(KN_I64), v); }
+
+/* tile<n x t> from p[0..n) */
+static kn_value *load1(kn_builder *b, kn_value *p, kn_scalar t, int n) {
+  kn_value *z = ci32(b, 0), *one = ci32(b, 1);
+  return kn_b_load(b, kn_ty_tile1(t, n), p, &z, &one, NULL, NULL, NULL);
+}
+static void store1(kn_builder *b, kn_value *v, kn_value *p) {
+  kn_value *z = ci32(b, 0), *one = ci32(b, 1);
+  kn_b_store(b, v, p, &z, &one, NULL, NULL);
+}
+/* tile<m x n x t> from a row-major matrix with leading dimension ld */
+static kn_value *load2(kn_builder *b, kn_value *p, kn_scalar t, int m, int n, int ld) {
+  kn_value *off[2] = {ci32(b, 0), ci32(b, 0)}, *str[2] = {ci32(b, ld), ci32(b, 1)};
+  return kn_b_load(b, kn_ty_tile2(t, m, n), p, off, str, NULL, NULL, NULL);
+}
+static void store2(kn_builder *b, kn_value *v, kn_value *p, int ld) {
+  kn_value *off[2] = {ci32(b, 0), ci32(b, 0)}, *str[2] = {ci32(b, ld), ci32(b, 1)};
+  kn_b_store(b, v, p, off, str, NULL, NULL);
+}
+
+static int run_grid(kb *k, const kn_argval *args, int gx, int gy, int gz, const kn_region *r,
+                    int nr, kn_interp_stats *st, kn_diag *d) {
+  kn_b_return(&k->b, 0, NULL);
+  return kn_interp_run(k->k, args, (int[]){gx, gy, gz}, r, nr, st, d);
+}
+static void run_ok(kb *k, const kn_argval *args, const kn_region *r, int nr) {
+  kn_diag d;
+  if (run_grid(k, args, 1, 1, 1, r, nr, NULL, &d)) fail_msg("interp: %s", d.message);
+}
+
+static bool same(double a, double b) {
+  return (isnan(a) && isnan(b)) || (a == b && !signbit(a) == !signbit(b));
+}
+
+/* random values of a float type, written to memory of that type; vals gets the exact values */
+static void fill_float(kn_scalar t, void *mem, double *vals, int n, double lo, double hi) {
+  size_t es = kn_scalar_size(t);
+  for (int i = 0; i < n; i++) {
+    vals[i] = kn_round(t, urand(lo, hi));
+    kn_store_elem(t, (char *)mem + es * (size_t)i, vals[i]);
+  }
+}
+
+/* ---- tests ---- */
+
+/* out[i] = x[i] + y[i] over a grid of blocks, with bounds; stats */
+static void test_vadd(void **st) {
+  (void)st;
+  enum { BLK = 32, N = 70 };
+  float x[N], y[N], out[3 * BLK];
+  for (int i = 0; i < N; i++) x[i] = (float)urand(-10, 10), y[i] = (float)urand(-10, 10);
+  for (int i = 0; i < 3 * BLK; i++) out[i] = -99;
+  kn_type pt[] = {kn_ty_ptr(KN_F32), kn_ty_ptr(KN_F32), kn_ty_ptr(KN_F32), kn_ty_scalar(KN_I32)};
+  kb k = kb_new(4, pt);
+  kn_builder *b = &k.b;
+  kn_value *start = kn_b_binary(b, KN_OP_MUL, kn_b_program_id(b, 0), ci32(b, BLK));
+  kn_value *one = ci32(b, 1), *n = P(&k, 3);
+  kn_type tt = kn_ty_tile1(KN_F32, BLK);
+  kn_value *a = kn_b_load(b, tt, P(&k, 0), &start, &one, &n, NULL, NULL);
+  kn_value *c = kn_b_load(b, tt, P(&k, 1), &start, &one, &n, NULL, NULL);
+  kn_b_store(b, kn_b_binary(b, KN_OP_ADD, a, c), P(&k, 2), &start, &one, &n, NULL);
+  kn_argval args[4] = {{.p = x}, {.p = y}, {.p = out}, {.i = N}};
+  kn_region reg[] = {{x, sizeof x}, {y, sizeof y}, {out, sizeof out}};
+  kn_interp_stats s;
+  kn_diag d;
+  assert_int_equal(run_grid(&k, args, 3, 1, 1, reg, 3, &s, &d), 0);
+  for (int i = 0; i < 3 * BLK; i++) {
+    if (i < N) assert_true(out[i] == x[i] + y[i]);
+    else assert_true(out[i] == -99); /* beyond the bound: not written */
+  }
+  assert_int_equal(s.programs, 3);
+  assert_int_equal(s.ops[KN_OP_LOAD], 6);
+  assert_int_equal(s.ops[KN_OP_STORE], 3);
+  assert_int_equal(s.ops[KN_OP_ADD], 3);
+  assert_int_equal(s.ops[KN_OP_RETURN], 3);
+  assert_int_equal(s.loop_iterations, 0);
+  kn_module_free(k.m);
+}
+
+static double fmax_ref(double a, double b) {
+  if (isnan(a) || isnan(b)) return NAN;
+  return a > b ? a : b;
+}
+static double fmin_ref(double a, double b) {
+  if (isnan(a) || isnan(b)) return NAN;
+  return a < b ? a : b;
+}
+
+/* every float binary op in f32 (checked against C float arithmetic) and f16 */
+static void test_float_binary(void **st) {
+  (void)st;
+  enum { N = 64 };
+  const kn_opcode ops[] = {KN_OP_ADD, KN_OP_SUB, KN_OP_MUL, KN_OP_DIV,
+                           KN_OP_REM, KN_OP_MAX, KN_OP_MIN};
+  for (int ti = 0; ti < 2; ti++) {
+    kn_scalar t = ti ? KN_F16 : KN_F32;
+    for (size_t o = 0; o < sizeof ops / sizeof *ops; o++) {
+      double xa[N], ya[N];
+      uint8_t xm[4 * N], ym[4 * N], om[4 * N];
+      fill_float(t, xm, xa, N, -100, 100);
+      fill_float(t, ym, ya, N, -100, 100);
+      xa[3] = NAN, kn_store_elem(t, xm + 3 * kn_scalar_size(t), NAN);
+      kn_type pt[] = {kn_ty_ptr(t), kn_ty_ptr(t), kn_ty_ptr(t)};
+      kb k = kb_new(3, pt);
+      kn_value *r = kn_b_binary(&k.b, ops[o], load1(&k.b, P(&k, 0), t, N), load1(&k.b, P(&k, 1), t, N));
+      store1(&k.b, r, P(&k, 2));
+      kn_region reg[] = {{xm, sizeof xm}, {ym, sizeof ym}, {om, sizeof om}};
+      run_ok(&k, (kn_argval[]){{.p = xm}, {.p = ym}, {.p = om}}, reg, 3);
+      for (int i = 0; i < N; i++) {
+        double a = xa[i], c = ya[i], e;
+        if (t == KN_F32) { /* the host's own float arithmetic is the reference */
+          float fa = (float)a, fc = (float)c;
+          switch (ops[o]) {
+          case KN_OP_ADD: e = fa + fc; break;
+          case KN_OP_SUB: e = fa - fc; break;
+          case KN_OP_MUL: e = fa * fc; break;
+          case KN_OP_DIV: e = fa / fc; break;
+          case KN_OP_REM: e = fmodf(fa, fc); break;
+          case KN_OP_MAX: e = fmax_ref(fa, fc); break;
+          default: e = fmin_ref(fa, fc); break;
+          }
+        } else { /* one rounding of the exact result to f16 */
+          switch (ops[o]) {
+          case KN_OP_ADD: e = a + c; break;
+          case KN_OP_SUB: e = a - c; break;
+          case KN_OP_MUL: e = a * c; break;
+          case KN_OP_DIV: e = a / c; break;
+          case KN_OP_REM: e = fmod(a, c); break;
+          case KN_OP_MAX: e = fmax_ref(a, c); break;
+          default: e = fmin_ref(a, c); break;
+          }
+          e = kn_round(t, e);
+        }
+        double got = kn_load_elem(t, om + kn_scalar_size(t) * (size_t)i);
+        if (!same(got, e))
+          fail_msg("%s %s [%d]: %a op %a = %a, want %a", kn_scalar_name(t),
+                   kn_opinfo_table[ops[o]].name, i, a, c, got, e);
+      }
+      kn_module_free(k.m);
+    }
+  }
+}
+
+static void test_float_unary(void **st) {
+  (void)st;
+  enum { N = 64 };
+  const kn_opcode ops[] = {KN_OP_NEG,  KN_OP_ABS,  KN_OP_EXP,   KN_OP_EXP2, KN_OP_LOG,
+                           KN_OP_LOG2, KN_OP_SQRT, KN_OP_RSQRT, KN_OP_TANH};
+  for (int ti = 0; ti < 2; ti++) {
+    kn_scalar t = ti ? KN_BF16 : KN_F32;
+    for (size_t o = 0; o < sizeof ops / sizeof *ops; o++) {
+      double xa[N];
+      uint8_t xm[4 * N], om[4 * N];
+      fill_float(t, xm, xa, N, -8, 8);
+      kn_type pt[] = {kn_ty_ptr(t), kn_ty_ptr(t)};
+      kb k = kb_new(2, pt);
+      store1(&k.b, kn_b_unary(&k.b, ops[o], load1(&k.b, P(&k, 0), t, N)), P(&k, 1));
+      kn_region reg[] = {{xm, sizeof xm}, {om, sizeof om}};
+      run_ok(&k, (kn_argval[]){{.p = xm}, {.p = om}}, reg, 2);
+      for (int i = 0; i < N; i++) {
+        double a = xa[i], e;
+        switch (ops[o]) {
+        case KN_OP_NEG: e = -a; break;
+        case KN_OP_ABS: e = fabs(a); break;
+        case KN_OP_EXP: e = exp(a); break;
+        case KN_OP_EXP2: e = exp2(a); break;
+        case KN_OP_LOG: e = log(a); break;
+        case KN_OP_LOG2: e = log2(a); break;
+        case KN_OP_SQRT: e = sqrt(a); break;
+        case KN_OP_RSQRT: e = 1 / sqrt(a); break;
+        default: e = tanh(a); break;
+        }
+        e = t == KN_F32 ? (double)(float)e : kn_round(t, e);
+        double got = kn_load_elem(t, om + kn_scalar_size(t) * (size_t)i);
+        if (!same(got, e))
+          fail_msg("%s(%a) = %a, want %a", kn_opinfo_table[ops[o]].name, a, got, e);
+      }
+      kn_module_free(k.m);
+    }
+  }
+}
+
+static void test_int_ops(void **st) {
+  (void)st;
+  enum { N = 64 };
+  const kn_opcode ops[] = {KN_OP_ADD, KN_OP_SUB, KN_OP_MUL, KN_OP_DIV, KN_OP_REM, KN_OP_MAX,
+                           KN_OP_MIN, KN_OP_AND, KN_OP_OR,  KN_OP_XOR, KN_OP_SHL, KN_OP_SHR,
+                           KN_OP_NEG, KN_OP_ABS, KN_OP_NOT};
+  int32_t x[N], y[N], out[N];
+  for (size_t o = 0; o < sizeof ops / sizeof *ops; o++) {
+    bool shift = ops[o] == KN_OP_SHL || ops[o] == KN_OP_SHR;
+    for (int i = 0; i < N; i++) {
+      x[i] = (int32_t)rnd();
+      if (i < 4) x[i] = i == 0 ? INT32_MIN : i == 1 ? INT32_MAX : i == 2 ? -1 : 0;
+      y[i] = shift ? (int32_t)(rnd() % 32) : (int32_t)rnd() >> (rnd() % 31);
+      if (y[i] == 0) y[i] = 3;
+      if (i == 5) y[i] = -1, x[i] = INT32_MIN; /* INT_MIN / -1 wraps */
+      if (shift && i == 5) y[i] = 31;
+    }
+    kn_type pt[] = {kn_ty_ptr(KN_I32), kn_ty_ptr(KN_I32), kn_ty_ptr(KN_I32)};
+    kb k = kb_new(3, pt);
+    kn_value *a = load1(&k.b, P(&k, 0), KN_I32, N), *c = load1(&k.b, P(&k, 1), KN_I32, N), *r;
+    r = kn_op_is_unary(ops[o]) ? kn_b_unary(&k.b, ops[o], a) : kn_b_binary(&k.b, ops[o], a, c);
+    store1(&k.b, r, P(&k, 2));
+    kn_region reg[] = {{x, sizeof x}, {y, sizeof y}, {out, sizeof out}};
+    run_ok(&k, (kn_argval[]){{.p = x}, {.p = y}, {.p = out}}, reg, 3);
+    for (int i = 0; i < N; i++) {
+      int64_t a64 = x[i], c64 = y[i];
+      uint32_t ua = (uint32_t)x[i], uc = (uint32_t)y[i];
+      int32_t e;
+      switch (ops[o]) {
+      case KN_OP_ADD: e = (int32_t)(ua + uc); break;
+      case KN_OP_SUB: e = (int32_t)(ua - uc); break;
+      case KN_OP_MUL: e = (int32_t)(ua * uc); break;
+      case KN_OP_DIV: e = (int32_t)(uint32_t)(a64 / c64); break;
+      case KN_OP_REM: e = (int32_t)(a64 % c64); break;
+      case KN_OP_MAX: e = x[i] > y[i] ? x[i] : y[i]; break;
+      case KN_OP_MIN: e = x[i] < y[i] ? x[i] : y[i]; break;
+      case KN_OP_AND: e = x[i] & y[i]; break;
+      case KN_OP_OR: e = x[i] | y[i]; break;
+      case KN_OP_XOR: e = x[i] ^ y[i]; break;
+      case KN_OP_SHL: e = (int32_t)(ua << y[i]); break;
+      case KN_OP_SHR: e = (int32_t)(a64 >> y[i]); break;
+      case KN_OP_NEG: e = (int32_t)(0u - ua); break;
+      case KN_OP_ABS: e = x[i] < 0 ? (int32_t)(0u - ua) : x[i]; break;
+      default: e = ~x[i]; break;
+      }
+      if (out[i] != e)
+        fail_msg("%s [%d]: %d, %d -> %d, want %d", kn_opinfo_table[ops[o]].name, i, x[i], y[i],
+                 out[i], e);
+    }
+    kn_module_free(k.m);
+  }
+}
+
+/* cmp with every predicate (floats with NaN, and ints), then select */
+static void test_cmp_select(void **st) {
+  (void)st;
+  enum { N = 64 };
+  float x[N], y[N], out[N];
+  int32_t xi[N], yi[N], outi[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = (float)(int)urand(-3, 3), y[i] = (float)(int)urand(-3, 3);
+    xi[i] = (int32_t)x[i], yi[i] = (int32_t)y[i];
+  }
+  x[0] = NAN, y[1] = NAN;
+  for (int p = 0; p < KN_PRED_COUNT; p++) {
+    kn_type pt[] = {kn_ty_ptr(KN_F32), kn_ty_ptr(KN_F32), kn_ty_ptr(KN_F32),
+                    kn_ty_ptr(KN_I32), kn_ty_ptr(KN_I32), kn_ty_ptr(KN_I32)};
+    kb k = kb_new(6, pt);
+    kn_builder *b = &k.b;
+    kn_value *a = load1(b, P(&k, 0), KN_F32, N), *c = load1(b, P(&k, 1), KN_F32, N);
+    store1(b, kn_b_select(b, kn_b_cmp(b, (kn_pred)p, a, c), a, c), P(&k, 2));
+    kn_value *ai = load1(b, P(&k, 3), KN_I32, N), *bi = load1(b, P(&k, 4), KN_I32, N);
+    kn_value *m = kn_b_cmp(b, (kn_pred)p, ai, bi);
+    store1(b, kn_b_select(b, m, kn_b_const_i(b, kn_ty_tile1(KN_I32, N), 1), kn_b_const_i(b, kn_ty_tile1(KN_I32, N), 0)), P(&k, 5));
+    kn_region reg[] = {{x, sizeof x}, {y, sizeof y}, {out, sizeof out},
+                       {xi, sizeof xi}, {yi, sizeof yi}, {outi, sizeof outi}};
+    run_ok(&k, (kn_argval[]){{.p = x}, {.p = y}, {.p = out}, {.p = xi}, {.p = yi}, {.p = outi}}, reg, 6);
+    for (int i = 0; i < N; i++) {
+      float u = x[i], v = y[i];
+      bool cf = p == KN_PRED_EQ ? u == v : p == KN_PRED_NE ? u != v : p == KN_PRED_LT ? u < v
+              : p == KN_PRED_LE ? u <= v : p == KN_PRED_GT ? u > v : u >= v;
+      int32_t s = xi[i], t = yi[i];
+      bool ci = p == KN_PRED_EQ ? s == t : p == KN_PRED_NE ? s != t : p == KN_PRED_LT ? s < t
+              : p == KN_PRED_LE ? s <= t : p == KN_PRED_GT ? s > t : s >= t;
+      assert_true(same(out[i], cf ? u : v));
+      assert_int_equal(outi[i], ci);
+    }
+    kn_module_free(k.m);
+  }
+}
+
+/* f32 -> every float type, f32 -> i32, i32 -> f32 / f16 / i1 */
+static void test_casts(void **st) {
+  (void)st;
+  enum { N = 64 };
+  const kn_scalar to[] = {KN_F16, KN_BF16, KN_F8E4M3, KN_F8E5M2, KN_F8E4M3FNUZ, KN_F8E5M2FNUZ};
+  float x[N];
+  for (int i = 0; i < N; i++) x[i] = (float)urand(-600, 600) / (float)(1 << (rnd() % 12));
+  x[0] = NAN, x[1] = INFINITY, x[2] = -0.0f, x[3] = 1e30f;
+  for (size_t t = 0; t < sizeof to / sizeof *to; t++) {
+    uint8_t om[2 * N];
+    kn_type pt[] = {kn_ty_ptr(KN_F32), kn_ty_ptr(to[t])};
+    kb k = kb_new(2, pt);
+    store1(&k.b, kn_b_cast(&k.b, load1(&k.b, P(&k, 0), KN_F32, N), to[t]), P(&k, 1));
+    kn_region reg[] = {{x, sizeof x}, {om, sizeof om}};
+    run_ok(&k, (kn_argval[]){{.p = x}, {.p = om}}, reg, 2);
+    size_t es = kn_scalar_size(to[t]);
+    for (int i = 0; i < N; i++) {
+      uint64_t bits = 0;
+      memcpy(&bits, om + es * (size_t)i, es);
+      if (bits != kn_encode(to[t], x[i]))
+        fail_msg("cast %a to %s: 0x%llx", (double)x[i], kn_scalar_name(to[t]), (unsigned long long)bits);
+    }
+    kn_module_free(k.m);
+  }
+  /* float -> int truncates toward zero, saturates, NaN -> 0; int -> float rounds; int -> i1 */
+  int32_t oi[N], xi[N];
+  float of[N];
+  uint16_t oh[N];
+  uint8_t ob[N];
+  for (int i = 0; i < N; i++) xi[i] = (int32_t)rnd() >> (rnd() % 31);
+  kn_type pt[] = {kn_ty_ptr(KN_F32), kn_ty_ptr(KN_I32), kn_ty_ptr(KN_I32), kn_ty_ptr(KN_F32),
+                  kn_ty_ptr(KN_F16), kn_ty_ptr(KN_I1)};
+  kb k = kb_new(6, pt);
+  kn_builder *b = &k.b;
+  store1(b, kn_b_cast(b, load1(b, P(&k, 0), KN_F32, N), KN_I32), P(&k, 1));
+  kn_value *li = load1(b, P(&k, 2), KN_I32, N);
+  store1(b, kn_b_cast(b, li, KN_F32), P(&k, 3));
+  store1(b, kn_b_cast(b, li, KN_F16), P(&k, 4));
+  store1(b, kn_b_cast(b, li, KN_I1), P(&k, 5));
+  kn_region reg[] = {{x, sizeof x}, {oi, sizeof oi}, {xi, sizeof xi}, {of, sizeof of}, {oh, sizeof oh}, {ob, sizeof ob}};
+  run_ok(&k, (kn_argval[]){{.p = x}, {.p = oi}, {.p = xi}, {.p = of}, {.p = oh}, {.p = ob}}, reg, 6);
+  for (int i = 0; i < N; i++) {
+    int32_t e = isnan(x[i]) ? 0 : x[i] >= 2147483648.0f ? INT32_MAX : x[i] <= -2147483648.0f ? INT32_MIN : (int32_t)x[i];
+    assert_int_equal(oi[i], e);
+    assert_true(of[i] == (float)xi[i]);
+    assert_true(kn_decode(KN_F16, oh[i]) == kn_round(KN_F16, (double)xi[i]));
+    assert_int_equal(ob[i], xi[i] != 0);
+  }
+  kn_module_free(k.m);
+}
+
+/* arange, splat, broadcast, expand_dims, reshape, transpose */
+static void test_shapes(void **st) {
+  (void)st;
+  enum { M = 8, N = 16 };
+  int32_t idx[M * N], rs[M * N], tr[N * M], sp[M * N];
+  kn_type pt[] = {kn_ty_ptr(KN_I32), kn_ty_ptr(KN_I32), kn_ty_ptr(KN_I32), kn_ty_ptr(KN_I32)};
+  kb k = kb_new(4, pt);
+  kn_builder *b = &k.b;
+  int32_t shp[2] = {M, N};
+  kn_value *rows = kn_b_broadcast(b, kn_b_expand_dims(b, kn_b_arange(b, 0, M), 1), 2, shp);
+  kn_value *cols = kn_b_broadcast(b, kn_b_expand_dims(b, kn_b_arange(b, 5, 5 + N), 0), 2, shp);
+  kn_value *nn = kn_b_splat(b, ci32(b, N), 2, shp);
+  kn_value *id = kn_b_binary(b, KN_OP_ADD, kn_b_binary(b, KN_OP_MUL, rows, nn), cols);
+  store2(b, id, P(&k, 0), N);
+  /* reshape to N x M keeps the row-major order; transpose swaps */
+  store2(b, kn_b_reshape(b, id, 2, (int32_t[]){N, M}), P(&k, 1), M);
+  store2(b, kn_b_transpose(b, id), P(&k, 2), M);
+  store2(b, kn_b_splat(b, ci32(b, -7), 2, shp), P(&k, 3), N);
+  kn_region reg[] = {{idx, sizeof idx}, {rs, sizeof rs}, {tr, sizeof tr}, {sp, sizeof sp}};
+  run_ok(&k, (kn_argval[]){{.p = idx}, {.p = rs}, {.p = tr}, {.p = sp}}, reg, 4);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      int32_t e = i * N + j + 5;
+      assert_int_equal(idx[i * N + j], e);
+      assert_int_equal(rs[i * N + j], e);
+      assert_int_equal(tr[j * M + i], e);
+      assert_int_equal(sp[i * N + j], -7);
+    }
+  kn_module_free(k.m);
+}
+
+/* a 2-D block at (r0, c0) of an R x C matrix with leading dimension LD: bounds clip it, a mask
+ * drops odd columns, `other` fills the dead elements; and a masked store */
+static void test_load2d_mask_other(void **st) {
+  (void)st;
+  enum { R = 13, C = 11, LD = 17, BM = 8, BN = 8 };
+  float a[R * LD], out[BM * BN], st_out[R * LD];
+  for (int i = 0; i < R * LD; i++) a[i] = (float)urand(-1, 1), st_out[i] = 5;
+  for (int r0 = -3; r0 <= 9; r0 += 4)
+    for (int c0 = 0; c0 <= 6; c0 += 3) {
+      kn_type pt[] = {kn_ty_ptr(KN_F32), kn_ty_ptr(KN_F32), kn_ty_ptr(KN_F32), kn_ty_scalar(KN_I32),
+                      kn_ty_scalar(KN_I32)};
+      kb k = kb_new(5, pt);
+      kn_builder *b = &k.b;
+      int32_t shp[2] = {BM, BN};
+      kn_value *cols = kn_b_broadcast(b, kn_b_expand_dims(b, kn_b_arange(b, 0, BN), 0), 2, shp);
+      kn_value *odd = kn_b_binary(b, KN_OP_AND, cols, kn_b_splat(b, ci32(b, 1), 2, shp));
+      kn_value *mask = kn_b_cmp(b, KN_PRED_EQ, odd, kn_b_splat(b, ci32(b, 0), 2, shp));
+      kn_value *off[2] = {P(&k, 3), P(&k, 4)}, *str[2] = {ci64(b, LD), ci64(b, 1)};
+      kn_value *bnd[2] = {ci32(b, R), ci32(b, C)};
+      kn_value *other = kn_b_const_f(b, kn_ty_scalar(KN_F32), -1.5);
+      kn_value *t = kn_b_load(b, kn_ty_tile2(KN_F32, BM, BN), P(&k, 0), off, str, bnd, mask, other);
+      store2(b, t, P(&k, 1), BN);
+      kn_value *neg = kn_b_unary(b, KN_OP_NEG, t);
+      kn_b_store(b, neg, P(&k, 2), off, str, bnd, mask);
+      kn_region reg[] = {{a, sizeof a}, {out, sizeof out}, {st_out, sizeof st_out}};
+      run_ok(&k, (kn_argval[]){{.p = a}, {.p = out}, {.p = st_out}, {.i = r0}, {.i = c0}}, reg, 3);
+      for (int i = 0; i < BM; i++)
+        for (int j = 0; j < BN; j++) {
+          int r = r0 + i, c = c0 + j;
+          bool live = r >= 0 && r < R && c >= 0 && c < C && j % 2 == 0;
+          assert_true(out[i * BN + j] == (live ? a[r * LD + c] : -1.5f));
+          if (live) assert_true(st_out[r * LD + c] == -a[r * LD + c]);
+        }
+      kn_module_free(k.m);
+    }
+  for (int r = 0; r < R; r++) /* columns beyond the bound were never stored */
+    for (int c = C; c < LD; c++) assert_true(st_out[r * LD + c] == 5);
+}
+
+static kn_module *oob_kernel(bool store, int n, kn_func **kf) {
+  kn_type pt[] = {kn_ty_ptr(KN_F16)};
+  kb k = kb_new(1, pt);
+  kn_value *off[2] = {ci32(&k.b, 0), ci32(&k.b, 0)}, *str[2] = {ci32(&k.b, n), ci32(&k.b, 1)};
+  if (store)
+    kn_b_store(&k.b, kn_b_const_f(&k.b, kn_ty_tile2(KN_F16, 4, n), 1.0), P(&k, 0), off, str, NULL, NULL);
+  else
+    store2(&k.b, kn_b_load(&k.b, kn_ty_tile2(KN_F16, 4, n), P(&k, 0), off, str, NULL, NULL, NULL), P(&k, 0), n);
+  kn_b_return(&k.b, 0, NULL);
+  *kf = k.k;
+  return k.m;
+}
+
+/* accesses outside every region are errors with a message, not crashes */
+static void test_oob(void **st) {
+  (void)st;
+  uint16_t buf[4 * 8 - 1]; /* one element short of the 4 x 8 tile */
+  memset(buf, 0, sizeof buf);
+  for (int s = 0; s < 2; s++) {
+    kn_func *kf;
+    kn_module *m = oob_kernel(s, 8, &kf);
+    kn_region reg = {buf, sizeof buf};
+    kn_diag d;
+    assert_int_equal(kn_interp_run(kf, (kn_argval[]){{.p = buf}}, (int[]){1, 2, 1}, &reg, 1, NULL, &d), -1);
+    assert_non_null(strstr(d.message, "out of bounds"));
+    assert_non_null(strstr(d.message, s ? "store" : "load"));
+    assert_non_null(strstr(d.message, "element [3, 7]"));
+    assert_non_null(strstr(d.message, "program (0,0,0)"));
+    /* no regions at all: the first element is already outside */
+    assert_int_equal(kn_interp_run(kf, (kn_argval[]){{.p = buf}}, (int[]){1, 1, 1}, NULL, 0, NULL, &d), -1);
+    assert_non_null(strstr(d.message, "element [0, 0]"));
+    /* a wild pointer */
+    assert_int_equal(kn_interp_run(kf, (kn_argval[]){{.p = (void *)(uintptr_t)16}}, (int[]){1, 1, 1}, &reg, 1, NULL, &d), -1);
+    assert_non_null(strstr(d.message, "out of bounds"));
+    kn_module_free(m);
+  }
+  /* an element straddling the end of a region is outside */
+  {
+    kn_type pt[] = {kn_ty_ptr(KN_F32)};
+    kb k = kb_new(1, pt);
+    kn_value *z = ci32(&k.b, 0), *one = ci32(&k.b, 1);
+    kn_b_load(&k.b, kn_ty_tile1(KN_F32, 2), P(&k, 0), &z, &one, NULL, NULL, NULL);
+    char bytes[7];
+    kn_region reg = {bytes, sizeof bytes};
+    kn_diag d;
+    assert_int_equal(run_grid(&k, (kn_argval[]){{.p = bytes}}, 1, 1, 1, &reg, 1, NULL, &d), -1);
+    assert_non_null(strstr(d.message, "load out of bounds: element [1]"));
+    kn_module_free(k.m);
+  }
+}
+
+static void test_int_errors(void **st) {
+  (void)st;
+  const kn_opcode ops[] = {KN_OP_DIV, KN_OP_REM, KN_OP_SHL, KN_OP_SHR};
+  for (int o = 0; o < 4; o++) {
+    kn_type pt[] = {kn_ty_scalar(KN_I32), kn_ty_scalar(KN_I32)};
+    kb k = kb_new(2, pt);
+    kn_b_binary(&k.b, ops[o], P(&k, 0), P(&k, 1));
+    kn_diag d;
+    int64_t bad = o < 2 ? 0 : 32;
+    assert_int_equal(run_grid(&k, (kn_argval[]){{.i = 7}, {.i = bad}}, 1, 1, 1, NULL, 0, NULL, &d), -1);
+    assert_non_null(strstr(d.message, o < 2 ? "by zero" : "out of range"));
+    kn_module_free(k.m);
+  }
+}
+
+/* dot on random f16 against a plain C f32-accumulation loop, bit for bit; and its speed */
+static void test_dot(void **st) {
+  (void)st;
+  enum { M = 64, K = 128, N = 64 };
+  static uint16_t am[M * K], bm[K * N];
+  static double av[M * K], bv[K * N];
+  static float c0[M * N], out[M * N];
+  fill_float(KN_F16, am, av, M * K, -2, 2);
+  fill_float(KN_F16, bm, bv, K * N, -2, 2);
+  for (int i = 0; i < M * N; i++) c0[i] = (float)urand(-1, 1);
+  for (int reps = 1; reps <= 101; reps += 100) {
+    kn_type pt[] = {kn_ty_ptr(KN_F16), kn_ty_ptr(KN_F16), kn_ty_ptr(KN_F32), kn_ty_ptr(KN_F32)};
+    kb k = kb_new(4, pt);
+    kn_builder *b = &k.b, body;
+    kn_value *a = load2(b, P(&k, 0), KN_F16, M, K, K), *bb = load2(b, P(&k, 1), KN_F16, K, N, N);
+    kn_value *acc = load2(b, P(&k, 2), KN_F32, M, N, N);
+    /* reps dots in a loop; the result of the last one is stored (each starts from acc) */
+    kn_op *loop = kn_b_for(b, ci32(b, 0), ci32(b, reps), ci32(b, 1), 1, &acc, &body);
+    kn_value *r = kn_b_dot(&body, a, bb, acc);
+    kn_b_yield(&body, 1, &r);
+    store2(b, loop->res[0], P(&k, 3), N);
+    kn_region reg[] = {{am, sizeof am}, {bm, sizeof bm}, {c0, sizeof c0}, {out, sizeof out}};
+    kn_interp_stats s;
+    kn_diag d;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kn_b_return(b, 0, NULL);
+    if (kn_interp_run(k.k, (kn_argval[]){{.p = am}, {.p = bm}, {.p = c0}, {.p = out}}, (int[]){1, 1, 1}, reg, 4, &s, &d))
+      fail_msg("%s", d.message);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_int_equal(s.ops[KN_OP_DOT], reps);
+    assert_int_equal(s.loop_iterations, reps);
+    if (reps > 1) {
+      double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 1e3 / reps;
+      printf("dot %dx%dx%d f16 -> f32: %.1f us per dot\n", M, N, K, us);
+    }
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) {
+        float e = c0[i * N + j];
+        for (int kk = 0; kk < K; kk++) e += (float)av[i * K + kk] * (float)bv[kk * N + j];
+        if (out[i * N + j] != e) fail_msg("dot[%d][%d] = %a, want %a", i, j, (double)out[i * N + j], (double)e);
+      }
+    kn_module_free(k.m);
+  }
+}
+
+/* dot on f32 operands (products not exact in f32): each product is rounded before the add */
+static void test_dot_f32(void **st) {
+  (void)st;
+  enum { M = 16, K = 48, N = 24 };
+  float a[M * K], b[K * N], out[M * N];
+  for (int i = 0; i < M * K; i++) a[i] = (float)urand(-3, 3);
+  for (int i = 0; i < K * N; i++) b[i] = (float)urand(-3, 3);
+  kn_type pt[] = {kn_ty_ptr(KN_F32), kn_ty_ptr(KN_F32), kn_ty_ptr(KN_F32)};
+  kb k = kb_new(3, pt);
+  kn_builder *b_ = &k.b;
+  kn_value *acc = kn_b_const_f(b_, kn_ty_tile2(KN_F32, M, N), 0.0);
+  kn_value *r = kn_b_dot(b_, load2(b_, P(&k, 0), KN_F32, M, K, K), load2(b_, P(&k, 1), KN_F32, K, N, N), acc);
+  store2(b_, r, P(&k, 2), N);
+  kn_region reg[] = {{a, sizeof a}, {b, sizeof b}, {out, sizeof out}};
+  run_ok(&k, (kn_argval[]){{.p = a}, {.p = b}, {.p = out}}, reg, 3);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      float e = 0;
+      for (int kk = 0; kk < K; kk++) {
+        volatile float p = a[i * K + kk] * b[kk * N + j]; /* volatile: no FMA contraction */
+        e = e + p;
+      }
+      assert_true(out[i * N + j] == e);
+    }
+  kn_module_free(k.m);
+}
+
+/* reduce_sum / reduce_max on both axes and on rank 1, f32 and f16 */
+static void test_reduce(void **st) {
+  (void)st;
+  enum { M = 8, N = 24 };
+  for (int ti = 0; ti < 2; ti++) {
+    kn_scalar t = ti ? KN_F16 : KN_F32;
+    double xa[M * N];
+    uint8_t xm[4 * M * N], s0[4 * N], s1[4 * M], m0[4 * N], m1[4 * M], s2[4];
+    fill_float(t, xm, xa, M * N, -50, 50);
+    if (ti) xa[7] = NAN, kn_store_elem(t, xm + 2 * 7, NAN); /* row 0, column 7 */
+    kn_type pt[] = {kn_ty_ptr(t), kn_ty_ptr(t), kn_ty_ptr(t), kn_ty_ptr(t), kn_ty_ptr(t), kn_ty_ptr(t)};
+    kb k = kb_new(6, pt);
+    kn_builder *b = &k.b;
+    kn_value *x = load2(b, P(&k, 0), t, M, N, N);
+    store1(b, kn_b_reduce(b, KN_OP_REDUCE_SUM, x, 0), P(&k, 1));
+    store1(b, kn_b_reduce(b, KN_OP_REDUCE_SUM, x, 1), P(&k, 2));
+    store1(b, kn_b_reduce(b, KN_OP_REDUCE_MAX, x, 0), P(&k, 3));
+    kn_value *rm = kn_b_reduce(b, KN_OP_REDUCE_MAX, x, 1);
+    store1(b, rm, P(&k, 4));
+    kn_value *tot = kn_b_reduce(b, KN_OP_REDUCE_SUM, rm, 0); /* rank 1 -> scalar */
+    kn_value *z = ci32(b, 0), *one = ci32(b, 1);
+    kn_b_store(b, tot, P(&k, 5), &z, &one, NULL, NULL);
+    kn_region reg[] = {{xm, sizeof xm}, {s0, sizeof s0}, {s1, sizeof s1}, {m0, sizeof m0}, {m1, sizeof m1}, {s2, sizeof s2}};
+    run_ok(&k, (kn_argval[]){{.p = xm}, {.p = s0}, {.p = s1}, {.p = m0}, {.p = m1}, {.p = s2}}, reg, 6);
+    size_t es = kn_scalar_size(t);
+    double rowmax[M], total = 0;
+    for (int j = 0; j < N; j++) {
+      double s = xa[j], mx = xa[j];
+      for (int i = 1; i < M; i++) s = kn_round(t, s + xa[i * N + j]), mx = fmax_ref(mx, xa[i * N + j]);
+      if (t == KN_F32) { /* the same sum in plain float */
+        float fs = (float)xa[j];
+        for (int i = 1; i < M; i++) fs += (float)xa[i * N + j];
+        assert_true(same(s, fs));
+      }
+      assert_true(same(kn_load_elem(t, s0 + es * (size_t)j), s));
+      assert_true(same(kn_load_elem(t, m0 + es * (size_t)j), mx));
+    }
+    for (int i = 0; i < M; i++) {
+      double s = xa[i * N], mx = xa[i * N];
+      for (int j = 1; j < N; j++) s = kn_round(t, s + xa[i * N + j]), mx = fmax_ref(mx, xa[i * N + j]);
+      assert_true(same(kn_load_elem(t, s1 + es * (size_t)i), s));
+      assert_true(same(kn_load_elem(t, m1 + es * (size_t)i), mx));
+      rowmax[i] = mx;
+      total = i ? kn_round(t, total + rowmax[i]) : rowmax[0];
+    }
+    assert_true(same(kn_load_elem(t, s2), total));
+    kn_module_free(k.m);
+  }
+}
+
+/* for with carried values (a scalar and a tile), step > 1, an empty loop, step <= 0 */
+static void test_for(void **st) {
+  (void)st;
+  enum { N = 16 };
+  const int cases[][3] = {{2, 31, 3}, {5, 5, 1}, {7, 3, 2}, {-4, 4, 1}};
+  for (int c = 0; c < 4; c++) {
+    int lo = cases[c][0], hi = cases[c][1], step = cases[c][2];
+    int32_t res[N + 2];
+    float x[N], outf[N];
+    for (int i = 0; i < N; i++) x[i] = (float)urand(-1, 1);
+    kn_type pt[] = {kn_ty_ptr(KN_F32), kn_ty_ptr(KN_F32), kn_ty_ptr(KN_I32)};
+    kb k = kb_new(3, pt);
+    kn_builder *b = &k.b, body;
+    kn_value *t0 = load1(b, P(&k, 0), KN_F32, N);
+    kn_value *init[3] = {ci32(b, 100), t0, ci32(b, 0)};
+    kn_op *loop = kn_b_for(b, ci32(b, lo), ci32(b, hi), ci32(b, step), 3, init, &body);
+    kn_value *iv = loop->region[0]->args[0], *s = loop->region[0]->args[1],
+             *t = loop->region[0]->args[2], *cnt = loop->region[0]->args[3];
+    /* s += iv; t = t * 0.5 + 1 (rounded each op); cnt yields swapped with s to check ordering */
+    kn_value *s2 = kn_b_binary(&body, KN_OP_ADD, s, iv);
+    kn_value *half = kn_b_const_f(&body, kn_ty_tile1(KN_F32, N), 0.5);
+    kn_value *onet = kn_b_const_f(&body, kn_ty_tile1(KN_F32, N), 1.0);
+    kn_value *t2 = kn_b_binary(&body, KN_OP_ADD, kn_b_binary(&body, KN_OP_MUL, t, half), onet);
+    kn_value *c2 = kn_b_binary(&body, KN_OP_ADD, cnt, ci32(&body, 1));
+    kn_b_yield(&body, 3, (kn_value *[]){s2, t2, c2});
+    kn_value *z = ci32(b, 0), *o1 = ci32(b, 1), *two = ci32(b, N + 1);
+    kn_b_store(b, loop->res[0], P(&k, 2), &z, &o1, NULL, NULL);
+    kn_b_store(b, loop->res[2], P(&k, 2), &two, &o1, NULL, NULL);
+    store1(b, loop->res[1], P(&k, 1));
+    kn_region reg[] = {{x, sizeof x}, {outf, sizeof outf}, {res, sizeof res}};
+    kn_interp_stats sts;
+    kn_diag d;
+    if (run_grid(&k, (kn_argval[]){{.p = x}, {.p = outf}, {.p = res}}, 1, 1, 1, reg, 3, &sts, &d))
+      fail_msg("%s", d.message);
+    int32_t es = 100, n = 0;
+    float et[N];
+    memcpy(et, x, sizeof et);
+    for (int i = lo; i < hi; i += step) {
+      es += i, n++;
+      for (int j = 0; j < N; j++) et[j] = et[j] * 0.5f + 1.0f;
+    }
+    assert_int_equal(res[0], es);
+    assert_int_equal(res[N + 1], n);
+    for (int j = 0; j < N; j++) assert_true(outf[j] == et[j]);
+    assert_int_equal(sts.loop_iterations, n);
+    assert_int_equal(sts.ops[KN_OP_FOR], 1);
+    assert_int_equal(sts.ops[KN_OP_YIELD], n);
+    assert_int_equal(sts.ops[KN_OP_MUL], n);
+    kn_module_free(k.m);
+  }
+  /* step 0 is a runtime error */
+  kn_type pt[] = {kn_ty_scalar(KN_I32)};
+  kb k = kb_new(1, pt);
+  kn_builder body;
+  kn_b_for(&k.b, ci32(&k.b, 0), ci32(&k.b, 10), P(&k, 0), 0, NULL, &body);
+  kn_b_yield(&body, 0, NULL);
+  kn_diag d;
+  assert_int_equal(run_grid(&k, (kn_argval[]){{.i = 0}}, 1, 1, 1, NULL, 0, NULL, &d), -1);
+  assert_non_null(strstr(d.message, "step"));
+  kn_module_free(k.m);
+}
+
+/* if on program_id: even programs store pid*10, odd ones -pid; grid ids on all axes */
+static void test_if_grid(void **st) {
+  (void)st;
+  enum { GX = 3, GY = 2, GZ = 2, NP = GX * GY * GZ };
+  int32_t out[NP * 4];
+  kn_type pt[] = {kn_ty_ptr(KN_I32)};
+  kb k = kb_new(1, pt);
+  kn_builder *b = &k.b, tb, eb;
+  kn_value *x = kn_b_program_id(b, 0), *y = kn_b_program_id(b, 1), *z = kn_b_program_id(b, 2);
+  kn_value *lin = kn_b_binary(b, KN_OP_ADD, x, kn_b_binary(b, KN_OP_MUL, kn_b_num_programs(b, 0),
+                              kn_b_binary(b, KN_OP_ADD, y, kn_b_binary(b, KN_OP_MUL, kn_b_num_programs(b, 1), z))));
+  kn_value *even = kn_b_cmp(b, KN_PRED_EQ, kn_b_binary(b, KN_OP_REM, lin, ci32(b, 2)), ci32(b, 0));
+  kn_type it = kn_ty_scalar(KN_I32);
+  kn_op *ifo = kn_b_if(b, even, 1, &it, &tb, &eb);
+  kn_value *tv = kn_b_binary(&tb, KN_OP_MUL, lin, ci32(&tb, 10));
+  kn_b_yield(&tb, 1, &tv);
+  kn_value *ev = kn_b_unary(&eb, KN_OP_NEG, lin);
+  kn_b_yield(&eb, 1, &ev);
+  kn_value *base = kn_b_binary(b, KN_OP_MUL, lin, ci32(b, 4)), *one = ci32(b, 1);
+  kn_value *vals[4] = {ifo->res[0], x, y, z};
+  for (int i = 0; i < 4; i++) {
+    kn_value *o = kn_b_binary(b, KN_OP_ADD, base, ci32(b, i));
+    kn_b_store(b, vals[i], P(&k, 0), &o, &one, NULL, NULL);
+  }
+  kn_region reg = {out, sizeof out};
+  kn_interp_stats s;
+  kn_diag d;
+  if (run_grid(&k, (kn_argval[]){{.p = out}}, GX, GY, GZ, &reg, 1, &s, &d)) fail_msg("%s", d.message);
+  for (int pz = 0; pz < GZ; pz++)
+    for (int py = 0; py < GY; py++)
+      for (int px = 0; px < GX; px++) {
+        int l = px + GX * (py + GY * pz);
+        assert_int_equal(out[4 * l], l % 2 == 0 ? l * 10 : -l);
+        assert_int_equal(out[4 * l + 1], px);
+        assert_int_equal(out[4 * l + 2], py);
+        assert_int_equal(out[4 * l + 3], pz);
+      }
+  assert_int_equal(s.programs, NP);
+  assert_int_equal(s.ops[KN_OP_IF], NP);
+  assert_int_equal(s.ops[KN_OP_MUL], NP * 3 + NP / 2); /* three in every program, one per then */
+  assert_int_equal(s.ops[KN_OP_NEG], NP / 2);
+  kn_module_free(k.m);
+}
+
+/* call of a function with two results; recursion is reported */
+static void test_call(void **st) {
+  (void)st;
+  enum { N = 32 };
+  kn_module *m = kn_module_new(NULL);
+  kn_type tt = kn_ty_tile1(KN_F32, N), sc = kn_ty_scalar(KN_F32);
+  kn_func *f = kn_func_new(m, "fma_like", false, 2, (kn_type[]){tt, sc}, NULL, 2, (kn_type[]){tt, sc});
+  kn_builder fb = kn_builder_at_end(m, f->body);
+  kn_value *sq = kn_b_binary(&fb, KN_OP_MUL, kn_func_param(f, 0), kn_func_param(f, 0));
+  kn_value *r0 = kn_b_binary(&fb, KN_OP_ADD, sq, kn_b_splat(&fb, kn_func_param(f, 1), 1, (int32_t[]){N}));
+  kn_value *r1 = kn_b_reduce(&fb, KN_OP_REDUCE_SUM, r0, 0);
+  kn_b_return(&fb, 2, (kn_value *[]){r0, r1});
+  kn_func *k = kn_func_new(m, "k", true, 3, (kn_type[]){kn_ty_ptr(KN_F32), kn_ty_ptr(KN_F32), sc}, NULL, 0, NULL);
+  kn_builder b = kn_builder_at_end(m, k->body);
+  kn_value *x = load1(&b, kn_func_param(k, 0), KN_F32, N);
+  kn_op *c1 = kn_b_call(&b, f, 2, (kn_value *[]){x, kn_func_param(k, 2)});
+  kn_op *c2 = kn_b_call(&b, f, 2, (kn_value *[]){c1->res[0], c1->res[1]}); /* call twice: frame reuse */
+  store1(&b, c2->res[0], kn_func_param(k, 1));
+  kn_b_return(&b, 0, NULL);
+  float xs[N], out[N];
+  for (int i = 0; i < N; i++) xs[i] = (float)urand(-1, 1);
+  kn_region reg[] = {{xs, sizeof xs}, {out, sizeof out}};
+  kn_diag d;
+  double sarg = 0.1; /* rounded to f32 on entry */
+  if (kn_interp_run(k, (kn_argval[]){{.p = xs}, {.p = out}, {.f = sarg}}, (int[]){1, 1, 1}, reg, 2, NULL, &d))
+    fail_msg("%s", d.message);
+  float y[N], s = 0;
+  for (int i = 0; i < N; i++) y[i] = xs[i] * xs[i] + (float)sarg;
+  s = y[0];
+  for (int i = 1; i < N; i++) s += y[i];
+  for (int i = 0; i < N; i++) assert_true(out[i] == y[i] * y[i] + s);
+  kn_module_free(m);
+
+  /* a function calling itself */
+  m = kn_module_new(NULL);
+  f = kn_func_new(m, "rec", false, 1, &sc, NULL, 1, &sc);
+  fb = kn_builder_at_end(m, f->body);
+  kn_op *self = kn_b_call(&fb, f, 1, (kn_value *[]){kn_func_param(f, 0)});
+  kn_b_return(&fb, 1, self->res);
+  k = kn_func_new(m, "k", true, 1, &sc, NULL, 0, NULL);
+  b = kn_builder_at_end(m, k->body);
+  kn_b_call(&b, f, 1, (kn_value *[]){kn_func_param(k, 0)});
+  kn_b_return(&b, 0, NULL);
+  assert_int_equal(kn_interp_run(k, (kn_argval[]){{.f = 1}}, (int[]){1, 1, 1}, NULL, 0, NULL, &d), -1);
+  assert_non_null(strstr(d.message, "recursive"));
+  kn_module_free(m);
+}
+
+/* ptradd, hints, float kernel arguments rounded to the parameter type, i1 memory */
+static void test_misc(void **st) {
+  (void)st;
+  uint16_t h[16] = {0};
+  uint8_t flags[4] = {0};
+  kn_type pt[] = {kn_ty_ptr(KN_F16), kn_ty_scalar(KN_F16), kn_ty_scalar(KN_I64), kn_ty_ptr(KN_I1)};
+  kb k = kb_new(4, pt);
+  kn_builder *b = &k.b;
+  kn_value *p = kn_b_ptradd(b, P(&k, 0), kn_b_hint(b, KN_OP_MULTIPLE_OF, P(&k, 2), 2));
+  kn_value *v = kn_b_hint(b, KN_OP_MAX_CONTIGUOUS, kn_b_splat(b, P(&k, 1), 1, (int32_t[]){4}), 4);
+  store1(b, v, p);
+  kn_value *gt = kn_b_cmp(b, KN_PRED_GT, load1(b, P(&k, 0), KN_F16, 4),
+                          kn_b_const_f(b, kn_ty_tile1(KN_F16, 4), 0.0));
+  store1(b, gt, P(&k, 3));
+  kn_region reg[] = {{h, sizeof h}, {flags, sizeof flags}};
+  double arg = 1.0 + 0x1p-12; /* not an f16: rounds to 1.0 */
+  run_ok(&k, (kn_argval[]){{.p = h}, {.f = arg}, {.i = 2}, {.p = flags}}, reg, 2);
+  for (int i = 0; i < 16; i++) assert_int_equal(h[i], i >= 2 && i < 6 ? 0x3C00 : 0);
+  assert_int_equal(flags[0], 0);
+  assert_int_equal(flags[1], 0);
+  assert_int_equal(flags[2], 1);
+  assert_int_equal(flags[3], 1);
+  kn_module_free(k.m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_vadd),          cmocka_unit_test(test_float_binary),
+      cmocka_unit_test(test_float_unary),   cmocka_unit_test(test_int_ops),
+      cmocka_unit_test(test_cmp_select),    cmocka_unit_test(test_casts),
+      cmocka_unit_test(test_shapes),        cmocka_unit_test(test_load2d_mask_other),
+      cmocka_unit_test(test_oob),           cmocka_unit_test(test_int_errors),
+      cmocka_unit_test(test_dot),           cmocka_unit_test(test_dot_f32),
+      cmocka_unit_test(test_reduce),
+      cmocka_unit_test(test_for),           cmocka_unit_test(test_if_grid),
+      cmocka_unit_test(test_call),          cmocka_unit_test(test_misc),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
