@@ -1,1 +1,398 @@
-/* placeholder: being written */
+/* attn_fwd.c — the FlashAttention-2 style forward template, built with the IR builder.
+ *
+ * One program instance owns BLOCK_M query rows of one (batch, head) and walks the keys in blocks
+ * of BLOCK_N, keeping a running row max m_i, a running row sum l_i and an unnormalised output
+ * accumulator acc (all f32) as loop-carried values of one `for`.  It assumes the layouts and
+ * parameters documented in attention.h (head dimension contiguous, strides in elements) and
+ * produces IR only: it never prints, and a bad descriptor or config is a -1 / NULL with a kn_diag.
+ *
+ * Algorithm (online softmax in the exp2 domain).  With qk_scale = sm_scale * log2(e), the scaled
+ * score s = qk_scale * (q . k) satisfies exp(sm_scale * q.k) = 2^s, so every exponential is an
+ * exp2 (one hardware instruction on every target).  Per KV block:
+ *     s      = qk_scale * dot(Q, K^T)                 masked entries set to -inf
+ *     m_new  = max(m_i, rowmax(s))
+ *     p      = 2^(s - m_new)         alpha = 2^(m_i - m_new)
+ *     l_i    = alpha * l_i + rowsum(p)
+ *     acc    = alpha * acc + dot(cast(p, dtype), V)
+ * and at the end O = acc / l_i and lse = ln(2) * (m_i + log2(l_i)) = ln(sum_j exp(sm_scale q.k_j)).
+ * A row that has seen no live key yet has m_new = -inf, and -inf - -inf would be NaN; such rows
+ * subtract 0 instead, so p = 2^-inf = 0 and alpha = 0 keep l_i = 0 and acc = 0.  Rows that never
+ * see a key end with l_i = 0: they divide by 1 instead (acc is 0, so O = 0) and log2(1) = 0 makes
+ * their lse -inf + 0 = -inf.
+ *
+ * Masking math.  Query row r (absolute, 0-based) and key column c are live together iff
+ *     c < seqlen_k                                   (ragged last KV block)
+ *     and, when causal, c <= r + (seqlen_k - seqlen_q)   (bottom-right alignment, FA2)
+ * Rows r >= seqlen_q of the last query block are computed but never stored (store bounds).
+ * A causal program's live rows end at r_last = min(row0 + BLOCK_M, seqlen_q) - 1, and no live row
+ * sees a key beyond r_last + (seqlen_k - seqlen_q), so the KV loop runs over
+ *     [0, hi),  hi = clamp(min(row0 + BLOCK_M, seqlen_q) + (seqlen_k - seqlen_q), 0, seqlen_k)
+ * Every block it visits contains the live pair (r_last, start_n), and every block it skips is
+ * fully masked; hi may be 0 (seqlen_q > seqlen_k: the whole program sees no key), then the loop
+ * does not run and the rows get O = 0, lse = -inf.  Non-causal kernels use hi = seqlen_k.
+ * (The diagonal blocks still need the element mask; splitting the loop into unmasked and masked
+ * parts is a later optimisation that would not change the results.)
+ *
+ * Out-of-range K/V elements are loaded as 0 through the load bounds (never read), so a masked
+ * column contributes p = 0 times a finite 0 and cannot turn into NaN.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "attention.h"
+#include "interp.h"
+
+/* ---- descriptor / config --------------------------------------------------------------------- */
+
+static bool is_pow2_in(int x, int lo, int hi) { return x >= lo && x <= hi && (x & (x - 1)) == 0; }
+
+kn_attn_config kn_attn_default_config(const kn_attn_desc *d) {
+  /* The usual FA2 forward shapes: 128 query rows and 64 keys per step up to D = 128; a large head
+   * halves both so the Q tile, the accumulator and the K/V stages still fit in registers and
+   * shared memory.  The autotuner replaces this; it only has to be valid and reasonable. */
+  kn_attn_config c = {.block_m = 128, .block_n = 64, .warps = 4, .stages = 2};
+  if (d->head_dim > 128) {
+    c.block_m = 64;
+    c.block_n = 32;
+    c.warps = 8;
+  } else if (d->head_dim > 64) {
+    c.warps = 8;
+  }
+  return c;
+}
+
+int kn_attn_check(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag) {
+  kn_loc nowhere = {0};
+  if (d->dtype != KN_F16 && d->dtype != KN_BF16 && d->dtype != KN_F32)
+    return kn_error(diag, NULL, nowhere, "attention: dtype %s is not supported (f16, bf16 or f32)",
+                    (unsigned)d->dtype < KN_SCALAR_COUNT ? kn_scalar_name(d->dtype) : "?");
+  if (d->head_dim < 32 || d->head_dim > 256 || d->head_dim % 16 != 0)
+    return kn_error(diag, NULL, nowhere,
+                    "attention: head dim %d is not supported (a multiple of 16 in 32..256)",
+                    d->head_dim);
+  if (!is_pow2_in(c->block_m, 16, 256))
+    return kn_error(diag, NULL, nowhere,
+                    "attention: BLOCK_M %d is not a power of two in 16..256", c->block_m);
+  if (!is_pow2_in(c->block_n, 16, 256))
+    return kn_error(diag, NULL, nowhere,
+                    "attention: BLOCK_N %d is not a power of two in 16..256", c->block_n);
+  if (!is_pow2_in(c->warps, 1, 16))
+    return kn_error(diag, NULL, nowhere, "attention: warps %d is not a power of two in 1..16",
+                    c->warps);
+  if (c->stages < 1 || c->stages > 8)
+    return kn_error(diag, NULL, nowhere, "attention: stages %d is not in 1..8", c->stages);
+  return 0;
+}
+
+/* ---- kernel builder ---------------------------------------------------------------------------- */
+
+/* parameter indices, in the order of attention.h */
+enum {
+  P_Q, P_K, P_V, P_O, P_LSE, P_SM_SCALE, P_SEQLEN_Q, P_SEQLEN_K, P_HEADS, P_KV_GROUP,
+  P_Q_SB, P_Q_SH, P_Q_SM, P_K_SB, P_K_SH, P_K_SN, P_V_SB, P_V_SH, P_V_SN,
+  P_O_SB, P_O_SH, P_O_SM, P_LSE_SB, P_LSE_SH, P_COUNT
+};
+_Static_assert((int)P_COUNT == (int)KN_ATTN_NPARAMS, "parameter list and KN_ATTN_NPARAMS disagree");
+
+static const char *const param_names[P_COUNT] = {
+    "q", "k", "v", "o", "lse", "sm_scale", "seqlen_q", "seqlen_k", "heads", "kv_group",
+    "q_sb", "q_sh", "q_sm", "k_sb", "k_sh", "k_sn", "v_sb", "v_sh", "v_sn",
+    "o_sb", "o_sh", "o_sm", "lse_sb", "lse_sh"};
+
+/* the builder the helpers below append with (it also knows the module, for names) */
+typedef struct gen {
+  kn_builder b;
+} gen;
+
+static kn_value *named(gen *g, kn_value *v, const char *name) {
+  kn_value_set_name(g->b.m, v, name);
+  return v;
+}
+
+static kn_value *bin(gen *g, kn_opcode opc, kn_value *x, kn_value *y, const char *name) {
+  return named(g, kn_b_binary(&g->b, opc, x, y), name);
+}
+
+/* x (a named value) as a (1, n) row or an (n, 1) column, named <x>_row / <x>_col */
+static kn_value *expand(gen *g, kn_value *x, int axis) {
+  char name[64];
+  snprintf(name, sizeof name, "%s_%s", x->name ? x->name : "x", axis == 0 ? "row" : "col");
+  return named(g, kn_b_expand_dims(&g->b, x, axis), name);
+}
+
+/* (n) row vector -> (rows, n) by repeating it down the rows */
+static kn_value *rows_of(gen *g, kn_value *x, int rows, const char *name) {
+  int32_t shape[2] = {rows, x->type.shape[0]};
+  return named(g, kn_b_broadcast(&g->b, expand(g, x, 0), 2, shape), name);
+}
+
+/* (n) column vector -> (n, cols) by repeating it across the columns */
+static kn_value *cols_of(gen *g, kn_value *x, int cols, const char *name) {
+  int32_t shape[2] = {x->type.shape[0], cols};
+  return named(g, kn_b_broadcast(&g->b, expand(g, x, 1), 2, shape), name);
+}
+
+static kn_value *splat1(gen *g, kn_value *x, int n, const char *name) {
+  int32_t shape[1] = {n};
+  return named(g, kn_b_splat(&g->b, x, 1, shape), name);
+}
+
+static kn_value *splat2(gen *g, kn_value *x, int m, int n, const char *name) {
+  int32_t shape[2] = {m, n};
+  return named(g, kn_b_splat(&g->b, x, 2, shape), name);
+}
+
+/* ptr + b * sb + h * sh, the start of one (batch, head); named <nm>_base.  Each op is built by
+ * its own statement: C leaves the evaluation order of arguments open, and the printed IR (golden
+ * files, cache keys) must not depend on the compiler. */
+static kn_value *head_base(gen *g, kn_value *ptr, kn_value *b, kn_value *sb, kn_value *h,
+                           kn_value *sh, const char *nm) {
+  char name[32];
+  snprintf(name, sizeof name, "%s_boff", nm);
+  kn_value *boff = bin(g, KN_OP_MUL, b, sb, name);
+  snprintf(name, sizeof name, "%s_hoff", nm);
+  kn_value *hoff = bin(g, KN_OP_MUL, h, sh, name);
+  snprintf(name, sizeof name, "%s_off", nm);
+  kn_value *off = bin(g, KN_OP_ADD, boff, hoff, name);
+  snprintf(name, sizeof name, "%s_base", nm);
+  return named(g, kn_b_ptradd(&g->b, ptr, off), name);
+}
+
+static kn_value *cf(gen *g, kn_type t, double v, const char *name) {
+  return named(g, kn_b_const_f(&g->b, t, v), name);
+}
+
+static kn_value *ci(gen *g, kn_type t, int64_t v, const char *name) {
+  return named(g, kn_b_const_i(&g->b, t, v), name);
+}
+
+kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
+                           kn_diag *diag) {
+  if (kn_attn_check(d, c, diag) != 0) return NULL;
+  const kn_scalar dt = d->dtype;
+  const int BM = c->block_m, BN = c->block_n, D = d->head_dim;
+  const kn_type i32 = kn_ty_scalar(KN_I32), i64 = kn_ty_scalar(KN_I64), f32 = kn_ty_scalar(KN_F32);
+  const kn_type row_f32 = kn_ty_tile1(KN_F32, BM);        /* (BM) per query row */
+  const kn_type s_f32 = kn_ty_tile2(KN_F32, BM, BN);      /* (BM, BN) scores */
+  const kn_type acc_f32 = kn_ty_tile2(KN_F32, BM, D);     /* (BM, D) output accumulator */
+
+  kn_type ptypes[P_COUNT];
+  for (int i = 0; i < P_COUNT; i++) ptypes[i] = i64;      /* the strides */
+  ptypes[P_Q] = ptypes[P_K] = ptypes[P_V] = ptypes[P_O] = kn_ty_ptr(dt);
+  ptypes[P_LSE] = kn_ty_ptr(KN_F32);
+  ptypes[P_SM_SCALE] = f32;
+  ptypes[P_SEQLEN_Q] = ptypes[P_SEQLEN_K] = ptypes[P_HEADS] = ptypes[P_KV_GROUP] = i32;
+
+  kn_func *f = kn_func_new(m, "attn_fwd", true, P_COUNT, ptypes, param_names, 0, NULL);
+  kn_func_set_meta(f, "BLOCK_M", BM);
+  kn_func_set_meta(f, "BLOCK_N", BN);
+  kn_func_set_meta(f, "HEAD_DIM", D);
+  kn_func_set_meta(f, "CAUSAL", d->causal);
+  kn_func_set_meta(f, "HAS_LSE", d->has_lse);
+  kn_func_set_meta(f, "WARPS", c->warps);
+  kn_func_set_meta(f, "STAGES", c->stages);
+
+  gen G = {.b = kn_builder_at_end(m, f->body)}, *g = &G;
+  kn_value *P[P_COUNT];
+  for (int i = 0; i < P_COUNT; i++) P[i] = kn_func_param(f, i);
+  kn_value *seqlen_q = P[P_SEQLEN_Q], *seqlen_k = P[P_SEQLEN_K];
+
+  /* which rows, which (batch, head), which kv head */
+  kn_value *pid_m = named(g, kn_b_program_id(&g->b, 0), "pid_m");
+  kn_value *pid_bh = named(g, kn_b_program_id(&g->b, 1), "pid_bh");
+  kn_value *bidx = bin(g, KN_OP_DIV, pid_bh, P[P_HEADS], "b");
+  kn_value *hidx = bin(g, KN_OP_REM, pid_bh, P[P_HEADS], "h");
+  kn_value *hkidx = bin(g, KN_OP_DIV, hidx, P[P_KV_GROUP], "hk");
+  kn_value *c_bm = ci(g, i32, BM, "c_block_m");
+  kn_value *row0 = bin(g, KN_OP_MUL, pid_m, c_bm, "row0_raw");
+  row0 = named(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF, row0, BM), "row0");
+
+  /* (batch, head) base pointers; the products are i64 because B*H*N*D overflows i32 */
+  kn_value *b64 = named(g, kn_b_cast(&g->b, bidx, KN_I64), "b64");
+  kn_value *h64 = named(g, kn_b_cast(&g->b, hidx, KN_I64), "h64");
+  kn_value *hk64 = named(g, kn_b_cast(&g->b, hkidx, KN_I64), "hk64");
+  kn_value *q_base = head_base(g, P[P_Q], b64, P[P_Q_SB], h64, P[P_Q_SH], "q");   /* (Nq, D) */
+  kn_value *k_base = head_base(g, P[P_K], b64, P[P_K_SB], hk64, P[P_K_SH], "k");  /* (Nk, D) */
+  kn_value *v_base = head_base(g, P[P_V], b64, P[P_V_SB], hk64, P[P_V_SH], "v");  /* (Nk, D) */
+  kn_value *o_base = head_base(g, P[P_O], b64, P[P_O_SB], h64, P[P_O_SH], "o");   /* (Nq, D) */
+  kn_value *lse_base =                                                                /* (Nq) */
+      d->has_lse ? head_base(g, P[P_LSE], b64, P[P_LSE_SB], h64, P[P_LSE_SH], "lse") : NULL;
+
+  kn_value *c0 = ci(g, i32, 0, "c0");
+  kn_value *c_d = ci(g, i32, D, "c_head_dim");
+  kn_value *one64 = ci(g, i64, 1, "c1_i64");
+  kn_value *qk_scale = bin(g, KN_OP_MUL, P[P_SM_SCALE], cf(g, f32, M_LOG2E, "c_log2e"), "qk_scale");
+
+  /* Q: (BM, D), loaded once; rows past seqlen_q read as 0 */
+  kn_value *q_tile = named(
+      g,
+      kn_b_load(&g->b, kn_ty_tile2(dt, BM, D), q_base, (kn_value *[]){row0, c0},
+                (kn_value *[]){P[P_Q_SM], one64}, (kn_value *[]){seqlen_q, c_d}, NULL, NULL),
+      "q_tile");
+
+  /* loop invariants: row indices, the causal limit per row, constants of tile shape */
+  kn_value *m_range = named(g, kn_b_arange(&g->b, 0, BM), "m_range");
+  kn_value *rows = bin(g, KN_OP_ADD, m_range, splat1(g, row0, BM, "row0_v"), "rows"); /* (BM) */
+  kn_value *col_range = named(g, kn_b_arange(&g->b, 0, BN), "n_range");     /* (BN) */
+  kn_value *seqlen_k_s = splat2(g, seqlen_k, BM, BN, "seqlen_k_s");         /* (BM, BN) */
+  kn_value *causal_lim = NULL;                                              /* (BM, BN) */
+  kn_value *diag_off = bin(g, KN_OP_SUB, seqlen_k, seqlen_q, "diag_off");   /* Nk - Nq */
+  if (d->causal) {
+    kn_value *lim = bin(g, KN_OP_ADD, rows, splat1(g, diag_off, BM, "diag_off_v"), "row_lim");
+    causal_lim = cols_of(g, lim, BN, "row_lim_s");
+  }
+  kn_value *qk_scale_s = splat2(g, qk_scale, BM, BN, "qk_scale_s");
+  kn_value *neg_inf_s = cf(g, s_f32, -INFINITY, "neg_inf_s");
+  kn_value *zero_s = cf(g, s_f32, 0.0, "zero_s");
+  kn_value *neg_inf_r = cf(g, row_f32, -INFINITY, "neg_inf_r");
+  kn_value *zero_r = cf(g, row_f32, 0.0, "zero_r");
+  kn_value *one_r = cf(g, row_f32, 1.0, "one_r");
+  kn_value *zero_acc = cf(g, acc_f32, 0.0, "zero_acc");
+
+  /* KV loop bound: see the masking math above */
+  kn_value *hi = seqlen_k;
+  if (d->causal) {
+    kn_value *row_end = bin(g, KN_OP_MIN, bin(g, KN_OP_ADD, row0, c_bm, "row0_end"), seqlen_q,
+                            "row_end");
+    kn_value *h = bin(g, KN_OP_ADD, row_end, diag_off, "kv_end");
+    h = bin(g, KN_OP_MAX, h, c0, "kv_end_pos");
+    hi = bin(g, KN_OP_MIN, h, seqlen_k, "kv_hi");
+  }
+  kn_value *c_bn = ci(g, i32, BN, "c_block_n");
+
+  kn_builder body;
+  kn_op *loop = kn_b_for(&g->b, c0, hi, c_bn, 3, (kn_value *[]){neg_inf_r, zero_r, zero_acc},
+                         &body);
+  kn_value *start_n = named(g, loop->region[0]->args[0], "start_n");
+  kn_value *m_i = named(g, loop->region[0]->args[1], "m_i");   /* (BM) running max, exp2 units */
+  kn_value *l_i = named(g, loop->region[0]->args[2], "l_i");   /* (BM) running sum of p */
+  kn_value *acc = named(g, loop->region[0]->args[3], "acc");   /* (BM, D) unnormalised O */
+  kn_builder outer = g->b;
+  g->b = body;
+  {
+    kn_value *n0 = named(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF, start_n, BN), "n0");
+    /* K^T: (D, BN), element (d, j) = K[n0 + j, d]; keys past seqlen_k read as 0 */
+    kn_value *kt = named(g,
+                         kn_b_load(&g->b, kn_ty_tile2(dt, D, BN), k_base, (kn_value *[]){c0, n0},
+                                   (kn_value *[]){one64, P[P_K_SN]},
+                                   (kn_value *[]){c_d, seqlen_k}, NULL, NULL),
+                         "k_tile");
+    kn_value *qk = named(g, kn_b_dot(&g->b, q_tile, kt, zero_s), "qk");      /* (BM, BN) */
+    kn_value *s = bin(g, KN_OP_MUL, qk, qk_scale_s, "s");
+    kn_value *cols = bin(g, KN_OP_ADD, col_range, splat1(g, n0, BN, "n0_v"), "cols");
+    kn_value *cols_s = rows_of(g, cols, BM, "cols_s");                        /* (BM, BN) */
+    kn_value *live = named(g, kn_b_cmp(&g->b, KN_PRED_LT, cols_s, seqlen_k_s), "in_k");
+    if (d->causal) {
+      kn_value *vis = named(g, kn_b_cmp(&g->b, KN_PRED_LE, cols_s, causal_lim), "visible");
+      live = bin(g, KN_OP_AND, live, vis, "live");
+    }
+    s = named(g, kn_b_select(&g->b, live, s, neg_inf_s), "s_masked");
+    kn_value *m_blk = named(g, kn_b_reduce(&g->b, KN_OP_REDUCE_MAX, s, 1), "m_blk");
+    kn_value *m_new = bin(g, KN_OP_MAX, m_i, m_blk, "m_new");
+    /* rows that have seen no live key: subtract 0, not -inf (-inf - -inf = NaN) */
+    kn_value *dead = named(g, kn_b_cmp(&g->b, KN_PRED_EQ, m_new, neg_inf_r), "no_key");
+    kn_value *m_sub = named(g, kn_b_select(&g->b, dead, zero_r, m_new), "m_sub");
+    kn_value *p = named(
+        g, kn_b_unary(&g->b, KN_OP_EXP2, bin(g, KN_OP_SUB, s, cols_of(g, m_sub, BN, "m_sub_s"),
+                                             "s_shift")),
+        "p");
+    kn_value *alpha =
+        named(g, kn_b_unary(&g->b, KN_OP_EXP2, bin(g, KN_OP_SUB, m_i, m_sub, "m_diff")), "alpha");
+    kn_value *l_blk = named(g, kn_b_reduce(&g->b, KN_OP_REDUCE_SUM, p, 1), "l_blk");
+    kn_value *l_new = bin(g, KN_OP_ADD, bin(g, KN_OP_MUL, l_i, alpha, "l_scaled"), l_blk, "l_new");
+    kn_value *acc_scaled =
+        bin(g, KN_OP_MUL, acc, cols_of(g, alpha, D, "alpha_s"), "acc_scaled");
+    /* P is rounded to the input dtype so the second dot is a dtype x dtype matrix product */
+    kn_value *p_in = dt == KN_F32 ? p : named(g, kn_b_cast(&g->b, p, dt), "p_cast");
+    kn_value *vt = named(g,
+                         kn_b_load(&g->b, kn_ty_tile2(dt, BN, D), v_base, (kn_value *[]){n0, c0},
+                                   (kn_value *[]){P[P_V_SN], one64},
+                                   (kn_value *[]){seqlen_k, c_d}, NULL, NULL),
+                         "v_tile");
+    kn_value *acc_new = named(g, kn_b_dot(&g->b, p_in, vt, acc_scaled), "acc_new");
+    kn_b_yield(&g->b, 3, (kn_value *[]){m_new, l_new, acc_new});
+  }
+  g->b = outer;
+  kn_value *m_fin = named(g, loop->res[0], "m_final");
+  kn_value *l_fin = named(g, loop->res[1], "l_final");
+  kn_value *acc_fin = named(g, loop->res[2], "acc_final");
+
+  /* O = acc / l; rows that saw no key have acc = 0 and l = 0: divide by 1 */
+  kn_value *l_zero = named(g, kn_b_cmp(&g->b, KN_PRED_EQ, l_fin, zero_r), "l_zero");
+  kn_value *l_safe = named(g, kn_b_select(&g->b, l_zero, one_r, l_fin), "l_safe");
+  kn_value *out = bin(g, KN_OP_DIV, acc_fin, cols_of(g, l_safe, D, "l_safe_s"), "out");
+  if (dt != KN_F32) out = named(g, kn_b_cast(&g->b, out, dt), "out_cast");
+  kn_b_store(&g->b, out, o_base, (kn_value *[]){row0, c0}, (kn_value *[]){P[P_O_SM], one64},
+             (kn_value *[]){seqlen_q, c_d}, NULL);
+
+  if (d->has_lse) {
+    /* natural-log lse; no-key rows: m = -inf, log2(1) = 0 -> -inf */
+    kn_value *lg = named(g, kn_b_unary(&g->b, KN_OP_LOG2, l_safe), "log2_l");
+    kn_value *lse2 = bin(g, KN_OP_ADD, m_fin, lg, "lse2");
+    kn_value *lse = bin(g, KN_OP_MUL, lse2, cf(g, row_f32, M_LN2, "ln2_r"), "lse_rows");
+    kn_b_store(&g->b, lse, lse_base, (kn_value *[]){row0}, (kn_value *[]){one64},
+               (kn_value *[]){seqlen_q}, NULL);
+  }
+  kn_b_return(&g->b, 0, NULL);
+  return f;
+}
+
+/* ---- arguments ----------------------------------------------------------------------------------- */
+
+void kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_config *c, const kn_attn_problem *p,
+                       void *q, void *k, void *v, void *o, float *lse, struct kn_argval *out,
+                       int grid[3]) {
+  const int64_t D = d->head_dim, H = p->heads, HK = p->kv_heads, Nq = p->seqlen_q,
+                Nk = p->seqlen_k;
+  memset(out, 0, sizeof *out * KN_ATTN_NPARAMS);
+  out[P_Q].p = q;    /* (B, H, Nq, D) */
+  out[P_K].p = k;    /* (B, HK, Nk, D) */
+  out[P_V].p = v;    /* (B, HK, Nk, D) */
+  out[P_O].p = o;    /* (B, H, Nq, D) */
+  out[P_LSE].p = lse; /* (B, H, Nq) */
+  out[P_SM_SCALE].f = p->sm_scale != 0 ? p->sm_scale : 1.0 / sqrt((double)D);
+  out[P_SEQLEN_Q].i = Nq;
+  out[P_SEQLEN_K].i = Nk;
+  out[P_HEADS].i = H;
+  out[P_KV_GROUP].i = HK > 0 ? H / HK : 1;
+  out[P_Q_SB].i = H * Nq * D, out[P_Q_SH].i = Nq * D, out[P_Q_SM].i = D;
+  out[P_K_SB].i = HK * Nk * D, out[P_K_SH].i = Nk * D, out[P_K_SN].i = D;
+  out[P_V_SB].i = HK * Nk * D, out[P_V_SH].i = Nk * D, out[P_V_SN].i = D;
+  out[P_O_SB].i = H * Nq * D, out[P_O_SH].i = Nq * D, out[P_O_SM].i = D;
+  out[P_LSE_SB].i = H * Nq, out[P_LSE_SH].i = Nq;
+  grid[0] = (int)((Nq + c->block_m - 1) / c->block_m);
+  grid[1] = (int)(p->batch * H);
+  grid[2] = 1;
+}
+
+/* ---- tolerances ----------------------------------------------------------------------------------- */
+
+/* The kernel and the reference read the same rounded inputs, so input rounding is not an error
+ * source.  What remains, for N(0,1) inputs and sm_scale = 1/sqrt(D) (|O| <~ max|V| ~ 4.5):
+ *  - f32: scores, exp2 and both dots in f32: relative errors of a few ulp of f32 (~1e-7) grown
+ *    by sums of up to seqlen_k terms.  Measured (interpreter, D 64/128, up to 1000 x 1000, 12
+ *    seeds): max 2e-6.  1e-4 leaves room for other summation orders on the GPU targets (tree
+ *    reductions, split dots, exp2 approximations of a few ulp).
+ *  - f16: O is rounded to f16 at the end (half an ulp: 2^-11 |O|, up to 1e-3 for |O| in [2, 4),
+ *    2e-3 above 4; exact where one key dominates and O = V), and P is rounded to f16 before PV
+ *    (relative 2^-11 per weight with random sign, so ~2^-11 |V| / sqrt(#keys), much smaller).
+ *    Measured max 1.07e-3, i.e. the output rounding; 4e-3 is twice the worst half-ulp.
+ *  - bf16: the same two sources with 2^-8 instead of 2^-11 (8x).  Measured max 8.9e-3 (half an
+ *    ulp of |O| in [2, 4) is 7.8e-3); 3e-2 covers |O| up to 8 plus the P rounding.
+ * lse is computed in f32 from f32 scores for every dtype: measured max 1.5e-6 for |lse| < ~15;
+ * 1e-4 as for f32 outputs. */
+double kn_attn_tolerance(kn_scalar dtype) {
+  switch (dtype) {
+  case KN_F32: return 1e-4;
+  case KN_F16: return 4e-3;
+  case KN_BF16: return 3e-2;
+  default: return 0;
+  }
+}
+
+double kn_attn_lse_tolerance(kn_scalar dtype) {
+  (void)dtype;  /* the lse path is f32 throughout */
+  return 1e-4;
+}
