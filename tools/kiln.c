@@ -382,7 +382,7 @@ static int cmd_run(options *o) {
     if (!(e <= lse_err)) lse_err = e;
   }
   double tol = kn_attn_tolerance(dt);
-  double lse_tol = 1e-3 * (1 + log((double)p->seqlen_k));
+  double lse_tol = kn_attn_lse_tolerance(dt);
   bool pass = max_err <= tol && lse_err <= lse_tol;
   if (o->desc.has_lse) printf("lse: max_abs_err=%.3g tol=%.3g\n", lse_err, lse_tol);
   printf("max_abs_err=%.3g rel_err=%.3g tol=%.3g %s\n", max_err,
