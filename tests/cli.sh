@@ -47,5 +47,8 @@ expect dump-ir 0 '^kernel @attn_fwd\(' -- "$kiln" dump --stage ir --head-dim 64
 expect run-ir-file 0 ' PASS$' -- \
   "$kiln" run --target interp --ir "$tests/golden/attn_fwd_default.tile" --seqlen-q 70 --seqlen-k 90
 
+expect example-variant 0 ' PASS$' -- \
+  "$kiln" run --target interp --ir "$tests/../examples/attention_f16_d64.tile" --seqlen-q 150 --seqlen-k 97
+
 echo "cli: $fails failed"
 [ "$fails" -eq 0 ]
