@@ -379,7 +379,12 @@ static int exec_cast(interp *in, frame *fr, kn_op *op) {
   } else if (ff) {
     const double *x = F(a);
     int64_t *z = I(r);
-    for (int64_t i = 0; i < n; i++) z[i] = (int64_t)kn_round(to, x[i]);
+    /* kn_round saturates into the int range, but for i64 the top of that range is 2^63 as a
+     * double, one past INT64_MAX: converting it with a C cast would be undefined */
+    for (int64_t i = 0; i < n; i++) {
+      double v = kn_round(to, x[i]);
+      z[i] = v >= 0x1p63 ? INT64_MAX : (int64_t)v;
+    }
   } else if (tf) {
     const int64_t *x = I(a);
     double *z = F(r);

@@ -3,7 +3,7 @@
  * The contract (ARCHITECTURE.md, docs/cli.md) that tests, benchmarks and users rely on:
  *   kiln targets                          targets compiled in, devices present
  *   kiln run   [--target T] [options]     random inputs, run, compare with the float64 reference
- *   kiln dump  --stage ir [options]       print a stage of the compile
+ *   kiln dump  --stage S [options]        print a stage of the compile (ir|lowered|llvm|asm)
  *   kiln check FILE.tile                  parse and verify a text IR file
  * `kiln run` ends with one line `max_abs_err=<x> rel_err=<x> tol=<x> PASS|FAIL`.
  * Exit codes: 0 success / PASS, 1 FAIL (a result outside tolerance), 2 bad usage or bad input
@@ -19,9 +19,12 @@
 #include <time.h>
 
 #include "attention.h"
+#include "device.h"
 #include "interp.h"
 #include "ir.h"
 #include "numeric.h"
+#include "pipeline.h"
+#include "target.h"
 
 enum { EXIT_PASS = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_NODEV = 3 };
 
@@ -43,13 +46,14 @@ static void usage(FILE *f) {
         "commands:\n"
         "  targets                 list targets and devices\n"
         "  run   [--target T]      run the attention kernel on random inputs and check it\n"
-        "  dump  --stage ir        print the kernel's IR\n"
+        "  dump  --stage S         print a stage: ir, lowered, llvm (optimised), asm\n"
         "  check FILE.tile         parse and verify a text IR file\n"
         "kernel options:\n"
         "  --dtype f16|bf16|f32  --head-dim D  --batch B  --heads H  --kv-heads HK\n"
         "  --seqlen-q N  --seqlen-k M  --causal  --block-m BM  --block-n BN\n"
         "  --warps W  --stages S  --seed S  --repeats R  --ir FILE.tile\n"
-        "targets: interp, auto (the best present: interp until a compiled target lands)\n",
+        "targets: interp (reference interpreter), host (CPU through LLVM ORC JIT),\n"
+        "         auto (the best device present: host where there is no GPU)\n",
         f);
 }
 
@@ -265,11 +269,21 @@ static void fill_random(kn_scalar t, void *buf, double *twin, size_t n, unsigned
 
 /* ---- commands ----------------------------------------------------------------------------- */
 
+/* a compiled target by name ("auto": the best device present); NULL after a message */
+static const kn_target *find_target(const char *name) {
+  if (!strcmp(name, "host") || !strcmp(name, "auto")) return kn_host_target();
+  fprintf(stderr, "kiln: error: target '%s' is not available in this build (run `kiln targets`)\n",
+          name);
+  return NULL;
+}
+
 static int cmd_targets(void) {
   printf("targets compiled in:\n");
-  printf("  interp   reference interpreter (always present)\n");
+  printf("  interp   reference interpreter\n");
+  printf("  host     the host CPU, LLVM ORC JIT\n");
   printf("devices present:\n");
-  printf("  host     CPU (used through the interpreter until the host target lands)\n");
+  printf("  host     CPU, %d worker threads\n", kn_host_threads());
+  printf("auto = host\n");
   return EXIT_PASS;
 }
 
@@ -288,28 +302,42 @@ static int cmd_check(int argc, char **argv) {
 }
 
 static int cmd_dump(options *o) {
-  if (!o->stage || strcmp(o->stage, "ir")) {
-    fprintf(stderr, "kiln: error: --stage %s is not available (stages: ir)\n",
+  int stage = o->stage ? kn_stage_parse(o->stage) : -1;
+  if (stage <= 0 || (stage & (stage - 1))) {
+    fprintf(stderr, "kiln: error: --stage %s is not a stage (ir, lowered, llvm, asm)\n",
             o->stage ? o->stage : "(missing)");
     return EXIT_USAGE;
   }
+  const kn_target *t = NULL;
+  if (strcmp(o->target, "interp") && !(t = find_target(o->target))) return EXIT_NODEV;
   kn_module *m;
-  if (!get_kernel(o, &m)) return EXIT_USAGE;
-  char *s = kn_print(m);
-  fputs(s, stdout);
-  free(s);
+  kn_func *k = get_kernel(o, &m);
+  if (!k) return EXIT_USAGE;
+  int rc = EXIT_PASS;
+  if (!t) {
+    if (stage != KN_STAGE_IR) {
+      fprintf(stderr, "kiln: error: target interp has only the stage ir\n");
+      rc = EXIT_USAGE;
+    } else {
+      char *s = kn_print(m);
+      fputs(s, stdout);
+      free(s);
+    }
+  } else {
+    kn_diag d;
+    if (kn_pipeline_dump(m, k->name, t, (kn_stage)stage, stdout, &d)) {
+      fprintf(stderr, "kiln: error: compiling for %s failed:\n%s", t->name, d.rendered);
+      rc = EXIT_USAGE;
+    }
+  }
   kn_module_free(m);
-  return EXIT_PASS;
+  return rc;
 }
 
 static int cmd_run(options *o) {
-  const char *target = o->target;
-  if (!strcmp(target, "auto")) target = "interp";
-  if (strcmp(target, "interp")) {
-    fprintf(stderr, "kiln: error: target '%s' is not available in this build (run `kiln targets`)\n",
-            target);
-    return EXIT_NODEV;
-  }
+  const kn_target *t = NULL;
+  if (strcmp(o->target, "interp") && !(t = find_target(o->target))) return EXIT_NODEV;
+  const char *target = t ? t->name : "interp";
   const kn_attn_problem *p = &o->prob;
   if (p->heads % p->kv_heads) {
     fprintf(stderr, "kiln: error: --heads %d is not a multiple of --kv-heads %d\n", p->heads,
@@ -320,7 +348,18 @@ static int cmd_run(options *o) {
   double t0 = now_s();
   kn_func *k = get_kernel(o, &m);
   if (!k) return EXIT_USAGE;
-  double t_build = now_s() - t0;
+  double t_build = now_s() - t0, t_compile = 0;
+  kn_kernel *compiled = NULL;
+  if (t) {
+    kn_diag d;
+    double t1 = now_s();
+    if (kn_compile(m, k->name, t, NULL, &compiled, &d)) {
+      fprintf(stderr, "kiln: error: compiling for %s failed:\n%s", t->name, d.rendered);
+      kn_module_free(m);
+      return EXIT_USAGE;
+    }
+    t_compile = now_s() - t1;
+  }
 
   const int D = o->desc.head_dim;
   kn_scalar dt = o->desc.dtype;
@@ -356,7 +395,9 @@ static int cmd_run(options *o) {
   for (int r = 0; r < o->repeats; r++) {
     kn_diag d;
     double t1 = now_s();
-    if (kn_interp_run(k, args, grid, regions, 5, NULL, &d)) {
+    int err = compiled ? kn_kernel_run_host(compiled, args, grid, &d)
+                       : kn_interp_run(k, args, grid, regions, 5, NULL, &d);
+    if (err) {
       fprintf(stderr, "kiln: error: the kernel failed to run:\n%s", d.rendered);
       rc = EXIT_USAGE;
       goto done;
@@ -366,8 +407,8 @@ static int cmd_run(options *o) {
   }
   double flops = 4.0 * p->batch * p->heads * (double)p->seqlen_q * p->seqlen_k * D;
   if (o->desc.causal) flops *= 0.5;
-  printf("build: %.3f ms  run: %.3f ms (best of %d)  %.3f GFLOP/s\n", t_build * 1e3, best * 1e3,
-         o->repeats, flops / best * 1e-9);
+  printf("build: %.3f ms  compile: %.1f ms  run: %.3f ms (best of %d)  %.3f GFLOP/s\n",
+         t_build * 1e3, t_compile * 1e3, best * 1e3, o->repeats, flops / best * 1e-9);
 
   kn_attn_reference(p, D, o->desc.causal, qd, kd, vd, od, lsed);
   double max_err = 0, max_ref = 0, lse_err = 0;
@@ -391,6 +432,7 @@ static int cmd_run(options *o) {
 done:
   free(q), free(kk), free(v), free(out), free(lse), free(qd), free(kd), free(vd), free(od),
       free(lsed);
+  kn_kernel_free(compiled);
   kn_module_free(m);
   return rc;
 }

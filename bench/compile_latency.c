@@ -1,0 +1,71 @@
+/* compile_latency.c — cold, in-process compile latency of the attention forward template.
+ *
+ * Each repeat is a full compile from the tile IR (kiln's passes, lowering, LLVM O3, codegen and
+ * JIT link) in a fresh LLVM context: nothing is cached between repeats.  The first compile also
+ * pays LLVM's one-time initialisation and is reported apart.  Prints the median and min.
+ *
+ *   compile_latency [--target host] [--head-dim D] [--dtype f16] [--causal] [--repeats R]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attention.h"
+#include "pipeline.h"
+#include "target.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+  kn_attn_desc desc = {.dtype = KN_F16, .head_dim = 128, .causal = false, .has_lse = false};
+  int repeats = 7;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--causal")) desc.causal = true;
+    else if (!strcmp(argv[i], "--head-dim") && i + 1 < argc) desc.head_dim = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+      const char *v = argv[++i];
+      int s = kn_scalar_from_name(v, strlen(v));
+      if (s < 0) return fprintf(stderr, "unknown dtype %s\n", v), 2;
+      desc.dtype = (kn_scalar)s;
+    } else if (!strcmp(argv[i], "--target") && i + 1 < argc) {
+      if (strcmp(argv[++i], "host")) return fprintf(stderr, "only --target host so far\n"), 2;
+    } else {
+      return fprintf(stderr, "unknown option %s\n", argv[i]), 2;
+    }
+  }
+  if (repeats < 1 || repeats > 1000) return fprintf(stderr, "--repeats: 1..1000\n"), 2;
+  kn_attn_config cfg = kn_attn_default_config(&desc);
+  kn_diag d;
+  kn_module *m = kn_module_new(NULL);
+  kn_func *k = kn_attn_fwd_build(m, &desc, &cfg, &d);
+  if (!k || kn_verify(m, &d)) return fprintf(stderr, "%s", d.rendered), 2;
+
+  double *t = malloc(sizeof *t * (size_t)(repeats + 1));
+  for (int r = 0; r <= repeats; r++) {
+    kn_kernel *kern;
+    double t0 = now_s();
+    if (kn_compile(m, k->name, kn_host_target(), NULL, &kern, &d))
+      return fprintf(stderr, "compile failed:\n%s", d.rendered), 1;
+    t[r] = now_s() - t0;
+    kn_kernel_free(kern);
+  }
+  qsort(t + 1, (size_t)repeats, sizeof *t, cmp_double);
+  printf("attn_fwd host dtype=%s D=%d causal=%d block=%dx%d: first %.1f ms, median %.1f ms, "
+         "min %.1f ms over %d cold compiles\n",
+         kn_scalar_name(desc.dtype), desc.head_dim, desc.causal, cfg.block_m, cfg.block_n,
+         t[0] * 1e3, t[1 + repeats / 2] * 1e3, t[1] * 1e3, repeats);
+  free(t);
+  kn_module_free(m);
+  return 0;
+}
