@@ -26,53 +26,9 @@
 #include "numeric.h"
 #include "pipeline.h"
 
+#include "kbuild.h"
+
 /* ---- random numbers ---- */
-
-static uint64_t rng_state;
-static uint64_t rnd(void) {
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 2685821657736338717ull;
-}
-static double urand(double lo, double hi) { return lo + (hi - lo) * (double)(rnd() >> 11) * 0x1p-53; }
-
-/* ---- building kernels ---- */
-
-typedef struct kb {
-  kn_module *m;
-  kn_func *k;
-  kn_builder b;
-} kb;
-
-static kb kb_new(int np, const kn_type *pt) {
-  kb r;
-  r.m = kn_module_new(NULL);
-  r.k = kn_func_new(r.m, "k", true, np, pt, NULL, 0, NULL);
-  r.b = kn_builder_at_end(r.m, r.k->body);
-  return r;
-}
-static kn_value *P(kb *k, int i) { return kn_func_param(k->k, i); }
-static kn_value *ci32(kn_builder *b, int64_t v) { return kn_b_const_i(b, kn_ty_scalar(KN_I32), v); }
-static kn_value *ci64(kn_builder *b, int64_t v) { return kn_b_const_i(b, kn_ty_scalar(KN_I64), v); }
-
-static kn_value *load1(kn_builder *b, kn_value *p, kn_scalar t, int n) {
-  kn_value *z = ci32(b, 0), *one = ci32(b, 1);
-  return kn_b_load(b, kn_ty_tile1(t, n), p, &z, &one, NULL, NULL, NULL);
-}
-static void store1(kn_builder *b, kn_value *v, kn_value *p) {
-  kn_value *z = ci32(b, 0), *one = ci32(b, 1);
-  kn_b_store(b, v, p, &z, &one, NULL, NULL);
-}
-static kn_value *load2(kn_builder *b, kn_value *p, kn_scalar t, int m, int n) {
-  kn_value *off[2] = {ci32(b, 0), ci32(b, 0)}, *str[2] = {ci32(b, n), ci32(b, 1)};
-  return kn_b_load(b, kn_ty_tile2(t, m, n), p, off, str, NULL, NULL, NULL);
-}
-static void store2(kn_builder *b, kn_value *v, kn_value *p) {
-  int n = v->type.shape[1];
-  kn_value *off[2] = {ci32(b, 0), ci32(b, 0)}, *str[2] = {ci32(b, n), ci32(b, 1)};
-  kn_b_store(b, v, p, off, str, NULL, NULL);
-}
 
 /* ---- buffers and the two runs ---- */
 
@@ -234,8 +190,8 @@ static void binary_case(kn_opcode opc, kn_scalar t, fill fa, fill fb, const char
   kn_type pt[3] = {kn_ty_ptr(t), kn_ty_ptr(t), kn_ty_ptr(t)};
   kb k = kb_new(3, pt);
   kn_builder *b = &k.b;
-  kn_value *x = load2(b, P(&k, 0), t, 8, 16), *y = load2(b, P(&k, 1), t, 8, 16);
-  store2(b, kn_b_binary(b, opc, x, y), P(&k, 2));
+  kn_value *x = load2(b, P(&k, 0), t, 8, 16, 0), *y = load2(b, P(&k, 1), t, 8, 16, 0);
+  store2(b, kn_b_binary(b, opc, x, y), P(&k, 2), 0);
   /* the scalar form too, on element 0 */
   kn_value *z = ci32(b, 0), *one = ci32(b, 1);
   kn_value *sx = kn_b_load(b, kn_ty_scalar(t), P(&k, 0), &z, &one, NULL, NULL, NULL);
@@ -366,23 +322,23 @@ static void test_shapes(void **st) {
                    kn_ty_ptr(KN_I32), kn_ty_ptr(KN_F32), kn_ty_ptr(KN_BF16), kn_ty_ptr(KN_I1)};
   kb k = kb_new(8, pt);
   kn_builder *b = &k.b;
-  kn_value *x = load2(b, P(&k, 0), KN_F16, 6, 10);                 /* 6 x 10 */
-  store2(b, kn_b_transpose(b, x), P(&k, 1));                        /* 10 x 6 */
+  kn_value *x = load2(b, P(&k, 0), KN_F16, 6, 10, 0);                 /* 6 x 10 */
+  store2(b, kn_b_transpose(b, x), P(&k, 1), 0);                        /* 10 x 6 */
   kn_value *row = load1(b, P(&k, 0), KN_F16, 10);
   kn_value *r2 = kn_b_expand_dims(b, row, 0);                       /* 1 x 10 */
   kn_value *bc = kn_b_broadcast(b, r2, 2, (int32_t[]){6, 10});
   kn_value *col = kn_b_expand_dims(b, load1(b, P(&k, 0), KN_F16, 6), 1); /* 6 x 1 */
   kn_value *bc2 = kn_b_broadcast(b, col, 2, (int32_t[]){6, 10});
-  store2(b, kn_b_binary(b, KN_OP_ADD, bc, bc2), P(&k, 2));
+  store2(b, kn_b_binary(b, KN_OP_ADD, bc, bc2), P(&k, 2), 0);
   kn_value *rs = kn_b_reshape(b, x, 2, (int32_t[]){3, 20});
-  store2(b, kn_b_transpose(b, rs), P(&k, 3));                       /* 20 x 3 */
+  store2(b, kn_b_transpose(b, rs), P(&k, 3), 0);                       /* 20 x 3 */
   kn_value *ar = kn_b_arange(b, 5, 69);
   kn_value *m8 = kn_b_hint(b, KN_OP_MULTIPLE_OF, ci32(b, 16), 16);
   kn_value *ar2 = kn_b_binary(b, KN_OP_MUL, ar, kn_b_splat(b, m8, 1, (int32_t[]){64}));
   store1(b, kn_b_hint(b, KN_OP_MAX_CONTIGUOUS, ar2, 4), P(&k, 4));
   kn_value *cf = kn_b_const_f(b, kn_ty_tile2(KN_F32, 4, 8), 0.1);
   kn_value *ones = kn_b_splat(b, kn_b_const_f(b, kn_ty_scalar(KN_F32), -2.5), 2, (int32_t[]){4, 8});
-  store2(b, kn_b_binary(b, KN_OP_MUL, cf, ones), P(&k, 5));
+  store2(b, kn_b_binary(b, KN_OP_MUL, cf, ones), P(&k, 5), 0);
   kn_value *cb = kn_b_const_f(b, kn_ty_tile1(KN_BF16, 16), 3.14159);
   kn_value *cb3 = kn_b_broadcast(b, kn_b_expand_dims(b, cb, 0), 2, (int32_t[]){3, 16});
   store1(b, kn_b_reshape(b, kn_b_transpose(b, cb3), 1, (int32_t[]){48}), P(&k, 6));
@@ -412,7 +368,7 @@ static void test_load_store_masked(void **st) {
     kn_value *bnd[2] = {P(&k, 6), P(&k, 7)};
     kn_value *z = ci32(b, 0), *one = ci32(b, 1);
     kn_value *other = kn_b_load(b, kn_ty_scalar(t), P(&k, 3), &z, &one, NULL, NULL, NULL);
-    kn_value *mask = load2(b, P(&k, 2), KN_I1, 16, 16);
+    kn_value *mask = load2(b, P(&k, 2), KN_I1, 16, 16, 0);
     kn_value *x = kn_b_load(b, kn_ty_tile2(t, 16, 16), P(&k, 0), off, str, bnd, mask, other);
     kn_value *y = kn_b_load(b, kn_ty_tile2(t, 16, 16), P(&k, 0), off, str, bnd, NULL, NULL);
     /* x into buffer 1 at (o0, o1) under bounds and the inverted mask; y at row 20 plainly;
@@ -467,9 +423,9 @@ static void dot_case(kn_scalar t, int M, int K, int N) {
   kn_type pt[4] = {kn_ty_ptr(t), kn_ty_ptr(t), kn_ty_ptr(KN_F32), kn_ty_ptr(KN_F32)};
   kb k = kb_new(4, pt);
   kn_builder *b = &k.b;
-  kn_value *a = load2(b, P(&k, 0), t, M, K), *bb = load2(b, P(&k, 1), t, K, N);
-  kn_value *acc = load2(b, P(&k, 2), KN_F32, M, N);
-  store2(b, kn_b_dot(b, a, bb, acc), P(&k, 3));
+  kn_value *a = load2(b, P(&k, 0), t, M, K, 0), *bb = load2(b, P(&k, 1), t, K, N, 0);
+  kn_value *acc = load2(b, P(&k, 2), KN_F32, M, N, 0);
+  store2(b, kn_b_dot(b, a, bb, acc), P(&k, 3), 0);
   kn_b_return(b, 0, NULL);
   bufspec bs[4] = {{t, M * K, FILL_SMALL}, {t, K * N, FILL_SMALL}, {KN_F32, M * N, FILL_SMALL},
                    {KN_F32, M * N, FILL_ZERO}};
@@ -486,9 +442,9 @@ static void test_dot(void **st) {
   kn_type pt[3] = {kn_ty_ptr(KN_BF16), kn_ty_ptr(KN_BF16), kn_ty_ptr(KN_F32)};
   kb k = kb_new(3, pt);
   kn_builder *b = &k.b;
-  kn_value *a = load2(b, P(&k, 0), KN_BF16, 32, 16), *bt = load2(b, P(&k, 1), KN_BF16, 32, 16);
+  kn_value *a = load2(b, P(&k, 0), KN_BF16, 32, 16, 0), *bt = load2(b, P(&k, 1), KN_BF16, 32, 16, 0);
   kn_value *acc = kn_b_const_f(b, kn_ty_tile2(KN_F32, 32, 32), 0.5);
-  store2(b, kn_b_dot(b, a, kn_b_transpose(b, bt), acc), P(&k, 2));
+  store2(b, kn_b_dot(b, a, kn_b_transpose(b, bt), acc), P(&k, 2), 0);
   kn_b_return(b, 0, NULL);
   bufspec bs[3] = {{KN_BF16, 512, FILL_SMALL}, {KN_BF16, 512, FILL_SMALL}, {KN_F32, 1024, FILL_ZERO}};
   check_kernel(k.m, 3, bs, NULL);
@@ -505,13 +461,13 @@ static void test_reduce(void **st) {
       kn_type pt[5] = {kn_ty_ptr(t), kn_ty_ptr(t), kn_ty_ptr(t), kn_ty_ptr(t), kn_ty_ptr(t)};
       kb k = kb_new(5, pt);
       kn_builder *b = &k.b;
-      kn_value *x = load2(b, P(&k, 0), t, 12, 20);
+      kn_value *x = load2(b, P(&k, 0), t, 12, 20, 0);
       store1(b, kn_b_reduce(b, opc, x, 0), P(&k, 1));
       store1(b, kn_b_reduce(b, opc, x, 1), P(&k, 2));
       kn_value *z = ci32(b, 0), *one = ci32(b, 1);
       kn_value *v = load1(b, P(&k, 0), t, 37);
       kn_b_store(b, kn_b_reduce(b, opc, v, 0), P(&k, 3), &z, &one, NULL, NULL);
-      kn_value *col = kn_b_reduce(b, opc, load2(b, P(&k, 0), t, 1, 5), 0); /* a dim of 1 */
+      kn_value *col = kn_b_reduce(b, opc, load2(b, P(&k, 0), t, 1, 5, 0), 0); /* a dim of 1 */
       store1(b, col, P(&k, 4));
       kn_b_return(b, 0, NULL);
       bufspec bs[5] = {{t, 240, sum ? FILL_SMALL : FILL_MIXED}, {t, 20, FILL_ZERO}, {t, 12, FILL_ZERO},
@@ -682,7 +638,7 @@ static void test_call_in_loop(void **st) {
   kn_type pt[2] = {kn_ty_ptr(KN_F32), kn_ty_ptr(KN_F32)};
   kn_func *k = kn_func_new(m, "k", true, 2, pt, NULL, 0, NULL);
   kn_builder b = kn_builder_at_end(m, k->body), body, tb, eb;
-  kn_value *x = load2(&b, kn_func_param(k, 0), KN_F32, 4, 8);
+  kn_value *x = load2(&b, kn_func_param(k, 0), KN_F32, 4, 8, 0);
   kn_op *f = kn_b_for(&b, ci32(&b, 0), ci32(&b, 5), ci32(&b, 1), 1, &x, &body);
   kn_value *iv = f->region[0]->args[0], *a = f->region[0]->args[1];
   kn_op *iff = kn_b_if(&body, kn_b_cmp(&body, KN_PRED_EQ, iv, ci32(&body, 3)), 1, &tt, &tb, &eb);
@@ -690,7 +646,7 @@ static void test_call_in_loop(void **st) {
   kn_b_yield(&eb, 1, &a);
   kn_value *y = kn_b_call(&body, g, 2, (kn_value *[]){iff->res[0], ci32(&body, 2)})->res[0];
   kn_b_yield(&body, 1, &y);
-  store2(&b, f->res[0], kn_func_param(k, 1));
+  store2(&b, f->res[0], kn_func_param(k, 1), 0);
   kn_b_return(&b, 0, NULL);
   bufspec bs[2] = {{KN_F32, 32, FILL_SMALL}, {KN_F32, 32, FILL_ZERO}};
   run_opts o = {.ulps = 1};
@@ -806,9 +762,9 @@ static void test_compile_errors(void **st) {
   b = kn_builder_at_end(m, k->body);
   kn_value *acc = kn_b_const_f(&b, kn_ty_tile2(KN_F32, 1024, 1024), 0);
   for (int i = 0; i < 16; i++) acc = kn_b_unary(&b, KN_OP_EXP, acc);
-  kn_value *t = kn_b_binary(&b, KN_OP_ADD, load2(&b, kn_func_param(k, 0), KN_F32, 1024, 1024), acc);
+  kn_value *t = kn_b_binary(&b, KN_OP_ADD, load2(&b, kn_func_param(k, 0), KN_F32, 1024, 1024, 0), acc);
   for (int i = 0; i < 16; i++) t = kn_b_unary(&b, KN_OP_EXP, t);
-  store2(&b, t, kn_func_param(k, 0));
+  store2(&b, t, kn_func_param(k, 0), 0);
   kn_b_return(&b, 0, NULL);
   assert_int_equal(kn_verify(m, &d), 0);
   assert_int_equal(kn_compile(m, "k", kn_host_target(), NULL, &kk, &d), -1);
