@@ -31,6 +31,16 @@ expect run-interp-ragged-bf16 0 ' PASS$' -- \
 if tail -n 1 "$tmp/last" | grep -Eq '^max_abs_err=.* (PASS|FAIL)$'; then echo "PASS run-last-line"
 else echo "FAIL run-last-line"; cat "$tmp/last"; fails=$((fails + 1)); fi
 
+expect run-host-1000-causal 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
+  "$kiln" run --target host --head-dim 128 --seqlen-q 1000 --seqlen-k 1000 --causal
+expect run-auto-is-host 0 'target=host .* PASS' -- \
+  sh -c "\"$kiln\" run --target auto --dtype bf16 --seqlen-q 77 --seqlen-k 300 --causal | tr '\n' ' '"
+expect run-host-ir-file 0 ' PASS$' -- \
+  "$kiln" run --target host --ir "$tests/golden/attn_fwd_causal_lse.tile" --dtype bf16 --seqlen-q 130 --seqlen-k 61
+expect dump-llvm 0 'define .*kiln_attn_fwd' -- "$kiln" dump --stage llvm --target host --head-dim 64
+expect dump-asm 0 'kiln_attn_fwd' -- "$kiln" dump --stage asm --target host --head-dim 64
+expect dump-bad-stage 2 "is not a stage" -- "$kiln" dump --stage layout --target host
+expect targets 0 'host' -- "$kiln" targets
 expect unsupported-head-dim 2 'head dim' -- "$kiln" run --target interp --head-dim 300
 expect unsupported-dtype 2 "unknown dtype 'f64'" -- "$kiln" run --dtype f64
 expect unknown-target 3 "target 'gfx1234' is not available" -- "$kiln" run --target gfx1234

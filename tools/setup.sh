@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/deps.sh
 tools/build.sh
-exec build/tools/kiln run --target auto --head-dim 64 --seqlen-q 200 --seqlen-k 200 --causal
+exec build/tools/kiln run --target auto --head-dim 128 --seqlen-q 1000 --seqlen-k 1000 --causal --heads 8
