@@ -1,0 +1,199 @@
+/* amdgpu.h — kiln's AMDGPU code-object backend: target descriptions, LLVM module -> code object,
+ * the in-process lld link, and a code-object inspector that works without AMD hardware.
+ *
+ * This is the part of the AMDGPU target that does not depend on the tile lowering: it takes an
+ * LLVM module that already holds amdgpu_kernel functions (addrspace(1) pointers for global
+ * memory, addrspace(3) for LDS) and turns it into a loadable code object (an ET_DYN ELF for
+ * amdgcn-amd-amdhsa, code object v5), then reads back what the hardware would care about:
+ * register counts, spills, LDS, scratch, kernarg size, occupancy and the MFMA instructions.
+ *
+ * Assumes LLVM 22 (LLVM-C API; the AMDGPU target, asm printer and disassembler are compiled in)
+ * and lld 22 as a static library.  Nothing here prints, exits or reads the environment or PATH:
+ * every failure (LLVM's diagnostics, lld's messages, a corrupt ELF) comes back as -1 with a
+ * kn_diag (ir/ir.h).  Facts about the chips are cited where they are defined (amdgpu_target.c).
+ */
+#ifndef KILN_AMDGPU_H
+#define KILN_AMDGPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Types.h>
+
+#include "ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- target descriptions --------------------------------------------------------------------- */
+
+/* One matrix instruction (MFMA) of a target.  All are wave64: the 64 lanes of a wave execute it
+ * together; each lane holds a_per_lane elements of A, b_per_lane of B and acc_per_lane f32 of
+ * the accumulator (C and D). */
+typedef struct kn_amdgpu_mfma {
+  const char *mnemonic;   /* as LLVM's disassembler spells it on this target */
+  const char *intrinsic;  /* the LLVM intrinsic, e.g. "llvm.amdgcn.mfma.f32.32x32x8f16" */
+  int m, n, k;            /* D(m x n) = A(m x k) * B(k x n) + C */
+  kn_scalar a, b, acc;    /* element types (fp8 on gfx942 is the "fnuz" flavour) */
+  int a_per_lane, b_per_lane, acc_per_lane;
+  int cycles;             /* issue-to-issue cycles of back-to-back independent MFMAs */
+  int passes;             /* cycles / 4: the unit the ISA docs use for dependency stalls */
+} kn_amdgpu_mfma;
+
+typedef struct kn_amdgpu_target {
+  const char *name;           /* "gfx90a": also the LLVM CPU name */
+  const char *chip;           /* "CDNA 2 (MI200)" */
+  const char *triple;         /* "amdgcn-amd-amdhsa" */
+  unsigned elf_mach;          /* EF_AMDGPU_MACH_* in e_flags & 0xff */
+  int wave_size;              /* 64 */
+  int simds_per_cu;           /* 4 */
+  int max_waves_per_simd;     /* 8 on gfx90a/gfx942 */
+  int vgprs_per_lane;         /* 512: the unified VGPR+AGPR file, per lane, per SIMD */
+  int max_arch_vgprs;         /* 256 architectural VGPRs (v0..v255) per wave */
+  int max_agprs;              /* 256 accumulation VGPRs (a0..a255) per wave */
+  int vgpr_granule;           /* 8: VGPRs are allocated in blocks of this many */
+  int agpr_offset_align;      /* 4: AGPRs start at the VGPR count rounded up to this */
+  int max_sgprs;              /* 102 addressable SGPRs per wave (incl. VCC etc.) */
+  int lds_bytes;              /* 65536 per CU, also the most one workgroup may allocate */
+  int lds_granule;            /* 512: LDS is allocated in blocks of 128 dwords */
+  int max_barriers_per_cu;    /* 16: multi-wave workgroups resident on one CU */
+  const kn_amdgpu_mfma *mfma;
+  int nmfma;
+} kn_amdgpu_target;
+
+/* "gfx90a" or "gfx942" -> its description; NULL when unknown */
+const kn_amdgpu_target *kn_amdgpu_target_by_name(const char *name);
+/* the description with EF_AMDGPU_MACH_* == mach; NULL when unknown */
+const kn_amdgpu_target *kn_amdgpu_target_by_mach(unsigned mach);
+/* i-th target, NULL past the end (for listing) */
+const kn_amdgpu_target *kn_amdgpu_target_at(int i);
+/* the MFMA of t with this shape and input type; NULL when t has none */
+const kn_amdgpu_mfma *kn_amdgpu_find_mfma(const kn_amdgpu_target *t, int m, int n, int k,
+                                          kn_scalar a);
+
+/* ---- occupancy ------------------------------------------------------------------------------- */
+
+/* How many waves of a kernel can be resident on one SIMD, and what limits it. */
+typedef struct kn_amdgpu_occupancy {
+  int unified_vgprs;  /* registers allocated per lane: vgpr rounded up to the granule */
+  int by_vgpr;        /* waves per SIMD allowed by the register file */
+  int by_sgpr;        /* ... by SGPRs */
+  int by_lds;         /* ... by LDS and workgroup slots (for the given workgroup size) */
+  int waves;          /* min of the above and max_waves_per_simd; 0: cannot launch */
+} kn_amdgpu_occupancy;
+
+/* vgpr, agpr and sgpr as the metadata note reports them: on gfx90a/gfx942 .vgpr_count is the
+ * unified total align(arch VGPRs, 4) + AGPRs, and .agpr_count the AGPRs within it.  lds is in
+ * bytes per workgroup, wg_size the work-items per workgroup (the kernel's
+ * max_flat_workgroup_size when the launch size is not known).  Never fails: impossible inputs
+ * give waves = 0. */
+kn_amdgpu_occupancy kn_amdgpu_occupancy_of(const kn_amdgpu_target *t, int vgpr, int agpr,
+                                           int sgpr, uint32_t lds, int wg_size);
+
+/* ---- LLVM module -> code object ------------------------------------------------------------- */
+
+typedef struct kn_amdgpu_options {
+  const char *features;   /* LLVM feature string; NULL or "": sramecc and xnack "any" */
+  const char *passes;     /* NULL: "default<O3>" */
+  bool emit_asm;          /* also produce the assembly text */
+  bool link;              /* also link the object into a code object (ET_DYN) */
+} kn_amdgpu_options;
+
+typedef struct kn_amdgpu_output {
+  void *obj;              /* relocatable ELF (malloc'd) */
+  size_t obj_size;
+  void *code_object;      /* linked ET_DYN ELF when options.link (malloc'd), else NULL */
+  size_t code_object_size;
+  char *asm_text;         /* NUL-terminated assembly when options.emit_asm (malloc'd), else NULL */
+  double ms_optimize, ms_codegen, ms_link; /* wall time of each step */
+} kn_amdgpu_output;
+
+/* Initialises LLVM's AMDGPU target (once per process; thread-safe). */
+void kn_amdgpu_init(void);
+
+/* A target machine for t (CPU t->name, the given features), or NULL with *d filled. */
+LLVMTargetMachineRef kn_amdgpu_machine(const kn_amdgpu_target *t, const char *features,
+                                       kn_diag *d);
+
+/* Verifies mod, gives it t's triple and data layout, pins code object v5, optimises it with the
+ * target machine attached, and emits an object (and optionally assembly and a linked code
+ * object).  mod stays owned by the caller and is modified (optimised).  Every LLVM diagnostic
+ * of the module's context during the call is captured into *d.  0 on success; -1 with *d and
+ * *out left empty on failure. */
+int kn_amdgpu_compile(const kn_amdgpu_target *t, LLVMModuleRef mod, const kn_amdgpu_options *opt,
+                      kn_amdgpu_output *out, kn_diag *d);
+void kn_amdgpu_output_free(kn_amdgpu_output *out);
+
+/* ---- linking (lld_link.cpp) -------------------------------------------------------------------- */
+
+/* Links the relocatable object obj[0..n) into a shared object with lld 22 in this process
+ * (ld.lld --threads=1 -shared --no-undefined), through files in a private temporary directory
+ * that is removed afterwards.  Calls are serialised (lld keeps global state).  0 with *out
+ * (malloc'd) on success; else -1 and lld's messages in err. */
+int kn_amdgpu_link(const void *obj, size_t n, void **out, size_t *out_n, char *err, size_t errn);
+
+/* ---- code-object inspector (codeobj.c) ----------------------------------------------------------- */
+
+typedef struct kn_codeobj_arg {
+  char name[64];          /* "" for hidden arguments */
+  char value_kind[40];    /* "global_buffer", "by_value", "hidden_block_count_x", ... */
+  uint32_t offset, size;
+  bool hidden;
+} kn_codeobj_arg;
+
+typedef struct kn_codeobj_kernel {
+  char name[128];
+  char symbol[136];                 /* the kernel descriptor's symbol, "<name>.kd" */
+  int vgpr_count;                   /* gfx90a/gfx942: align(arch VGPRs, 4) + AGPRs */
+  int agpr_count, sgpr_count;       /* sgpr includes VCC, FLAT_SCRATCH, XNACK_MASK */
+  int vgpr_spill_count, sgpr_spill_count;
+  uint32_t lds_bytes;               /* .group_segment_fixed_size */
+  uint32_t scratch_bytes;           /* .private_segment_fixed_size (spills, stack) */
+  uint32_t kernarg_size, kernarg_align;
+  uint32_t explicit_arg_bytes;      /* end of the last explicit argument */
+  int wavefront_size, max_flat_workgroup_size;
+  bool uses_dynamic_stack;
+  int nargs, nhidden;
+  kn_codeobj_arg *args;             /* nargs entries */
+  uint64_t code_size;               /* the kernel symbol's st_size; 0 when not found */
+  uint64_t code_offset;             /* file offset of its first instruction */
+  int ninstr;                       /* instructions disassembled; -1 when not disassembled */
+  int mfma_count;                   /* of them, mnemonics starting with v_mfma; -1 likewise */
+  kn_amdgpu_occupancy occupancy;    /* for max_flat_workgroup_size; zero for unknown targets */
+} kn_codeobj_kernel;
+
+typedef struct kn_codeobj {
+  int elf_type;                     /* ET_REL or ET_DYN */
+  int abi_version;                  /* e_ident[EI_ABIVERSION]: 2 = v4, 3 = v5, 4 = v6 */
+  int code_object_version;          /* 4, 5, 6 from abi_version; 0 when unknown */
+  unsigned e_flags;
+  int meta_version[2];              /* amdhsa.version (v5 and v6 both say 1.2) */
+  char target_id[96];               /* amdhsa.target, e.g. "amdgcn-amd-amdhsa--gfx942" */
+  const kn_amdgpu_target *target;   /* from e_flags; NULL for a chip kiln does not describe */
+  int nkernels;
+  kn_codeobj_kernel *kernels;
+} kn_codeobj;
+
+/* Parses an AMDGPU ELF (relocatable or linked) from bytes: headers, the NT_AMDGPU_METADATA
+ * note, the kernel symbols, and (for known targets) disassembles each kernel to count MFMAs.
+ * Every read is bounds-checked: a corrupt or truncated file gives -1 and *d, never a crash.
+ * On success the caller frees *co with kn_codeobj_free. */
+int kn_codeobj_parse(const void *data, size_t n, kn_codeobj *co, kn_diag *d);
+void kn_codeobj_free(kn_codeobj *co);
+const kn_codeobj_kernel *kn_codeobj_find(const kn_codeobj *co, const char *name);
+
+/* Counts the instructions and the v_mfma* instructions in code[0..n) disassembled for cpu;
+ * -1 when the disassembler cannot be created. */
+int kn_amdgpu_count_mfma(const char *cpu, const uint8_t *code, size_t n, int *ninstr);
+
+/* A readable table of co into buf (snprintf-like: returns the length it needed). */
+int kn_codeobj_format_stats(const kn_codeobj *co, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

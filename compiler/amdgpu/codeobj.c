@@ -1,0 +1,403 @@
+/* codeobj.c — read an AMDGPU code object back, without hardware: what the metadata note says
+ * about each kernel (registers, spills, LDS, scratch, kernarg segment, arguments), how large its
+ * code is, how many MFMA instructions the code holds, and the occupancy all that allows.
+ *
+ * Input is untrusted bytes (a cache entry, a file a user points at): every offset, size and
+ * count is checked against the buffer before use, fields are read byte-wise in little-endian
+ * order (no casts of unaligned pointers), and any inconsistency is an error with a message.
+ * The note is MessagePack (code object v3 and later), read with msgpack.c.
+ *
+ * The code object version comes from the ELF header (e_ident[EI_ABIVERSION]: 2 = v4, 3 = v5,
+ * 4 = v6), not from the note's amdhsa.version, which is 1.2 for both v5 and v6.  The target
+ * comes from e_flags (EF_AMDGPU_MACH in the low byte); the note's amdhsa.target is reported as
+ * written ("amdgcn-amd-amdhsa--gfx942" when sramecc and xnack are "any").
+ */
+#include <elf.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amdgpu.h"
+#include "msgpack.h"
+
+#ifndef ELFOSABI_AMDGPU_HSA
+#define ELFOSABI_AMDGPU_HSA 64
+#endif
+#define KN_NT_AMDGPU_METADATA 32   /* the note type of the MessagePack metadata (v3+) */
+#define KN_EF_AMDGPU_MACH 0xffu
+
+static const kn_loc co_loc = {"code object", 0, 0};
+
+/* ---- bounds-checked little-endian reads ---- */
+
+typedef struct elf_buf {
+  const uint8_t *p;
+  size_t n;
+} elf_buf;
+
+static bool in_bounds(const elf_buf *b, uint64_t off, uint64_t len) {
+  return off <= b->n && len <= b->n - off;
+}
+
+static uint64_t rd(const elf_buf *b, uint64_t off, int bytes) {
+  uint64_t v = 0;
+  for (int k = bytes - 1; k >= 0; k--) v = v << 8 | b->p[off + (uint64_t)k];
+  return v;
+}
+#define RD(b, base, type, field) \
+  rd((b), (base) + offsetof(type, field), (int)sizeof(((type *)0)->field))
+
+typedef struct shdr {
+  uint32_t name, type, link;
+  uint64_t addr, offset, size;
+} shdr;
+
+typedef struct elf_file {
+  elf_buf b;
+  int type;
+  uint64_t shoff;
+  unsigned shnum;
+} elf_file;
+
+static int read_shdr(const elf_file *f, unsigned i, shdr *s, kn_diag *d) {
+  uint64_t base = f->shoff + (uint64_t)i * sizeof(Elf64_Shdr);
+  s->name = (uint32_t)RD(&f->b, base, Elf64_Shdr, sh_name);
+  s->type = (uint32_t)RD(&f->b, base, Elf64_Shdr, sh_type);
+  s->link = (uint32_t)RD(&f->b, base, Elf64_Shdr, sh_link);
+  s->addr = RD(&f->b, base, Elf64_Shdr, sh_addr);
+  s->offset = RD(&f->b, base, Elf64_Shdr, sh_offset);
+  s->size = RD(&f->b, base, Elf64_Shdr, sh_size);
+  if (s->type != SHT_NOBITS && s->type != SHT_NULL && !in_bounds(&f->b, s->offset, s->size))
+    return kn_error(d, NULL, co_loc, "section %u lies outside the file (offset %llu, size %llu, "
+                    "file %zu bytes)", i, (unsigned long long)s->offset,
+                    (unsigned long long)s->size, f->b.n);
+  return 0;
+}
+
+/* ---- the metadata note ---- */
+
+static void copy_str(char *dst, size_t dn, const kn_mp_obj *o) {
+  size_t n = o->type == KN_MP_STR && o->len < dn ? o->len : (o->type == KN_MP_STR ? dn - 1 : 0);
+  memcpy(dst, o->str ? o->str : "", n);
+  dst[n] = 0;
+}
+
+/* reads an integer value into *v; a value of another type is an error */
+static bool mp_int(kn_mp *r, int32_t *v) {
+  kn_mp_obj o;
+  return kn_mp_read(r, &o) && kn_mp_as_int(&o, v);
+}
+
+static bool mp_uint(kn_mp *r, uint32_t *v) {
+  int32_t x;
+  if (!mp_int(r, &x)) return false;
+  *v = (uint32_t)x;
+  return true;
+}
+
+static bool parse_arg(kn_mp *r, kn_codeobj_arg *a) {
+  kn_mp_obj m, k, v;
+  if (!kn_mp_read(r, &m) || m.type != KN_MP_MAP) return false;
+  for (uint32_t i = 0; i < m.len; i++) {
+    if (!kn_mp_read(r, &k)) return false;
+    if (kn_mp_str_is(&k, ".name")) {
+      if (!kn_mp_read(r, &v) || v.type != KN_MP_STR) return false;
+      copy_str(a->name, sizeof a->name, &v);
+    } else if (kn_mp_str_is(&k, ".value_kind")) {
+      if (!kn_mp_read(r, &v) || v.type != KN_MP_STR) return false;
+      copy_str(a->value_kind, sizeof a->value_kind, &v);
+      a->hidden = !strncmp(a->value_kind, "hidden_", 7);
+    } else if (kn_mp_str_is(&k, ".offset")) {
+      if (!mp_uint(r, &a->offset)) return false;
+    } else if (kn_mp_str_is(&k, ".size")) {
+      if (!mp_uint(r, &a->size)) return false;
+    } else if (!kn_mp_skip(r)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+static bool parse_kernel(kn_mp *r, kn_codeobj_kernel *kn) {
+  kn_mp_obj m, k, v;
+  if (!kn_mp_read(r, &m) || m.type != KN_MP_MAP) return false;
+  for (uint32_t i = 0; i < m.len; i++) {
+    if (!kn_mp_read(r, &k) || k.type != KN_MP_STR) return false;
+    struct { const char *key; int32_t *dst; } ints[] = {
+        {".vgpr_count", &kn->vgpr_count},
+        {".agpr_count", &kn->agpr_count},
+        {".sgpr_count", &kn->sgpr_count},
+        {".vgpr_spill_count", &kn->vgpr_spill_count},
+        {".sgpr_spill_count", &kn->sgpr_spill_count},
+        {".wavefront_size", &kn->wavefront_size},
+        {".max_flat_workgroup_size", &kn->max_flat_workgroup_size},
+    };
+    struct { const char *key; uint32_t *dst; } uints[] = {
+        {".group_segment_fixed_size", &kn->lds_bytes},
+        {".private_segment_fixed_size", &kn->scratch_bytes},
+        {".kernarg_segment_size", &kn->kernarg_size},
+        {".kernarg_segment_align", &kn->kernarg_align},
+    };
+    bool done = false;
+    for (size_t j = 0; !done && j < sizeof ints / sizeof ints[0]; j++)
+      if (kn_mp_str_is(&k, ints[j].key)) {
+        if (!mp_int(r, ints[j].dst)) return false;
+        done = true;
+      }
+    for (size_t j = 0; !done && j < sizeof uints / sizeof uints[0]; j++)
+      if (kn_mp_str_is(&k, uints[j].key)) {
+        if (!mp_uint(r, uints[j].dst)) return false;
+        done = true;
+      }
+    if (done) continue;
+    if (kn_mp_str_is(&k, ".name") || kn_mp_str_is(&k, ".symbol")) {
+      if (!kn_mp_read(r, &v) || v.type != KN_MP_STR) return false;
+      if (kn_mp_str_is(&k, ".name")) copy_str(kn->name, sizeof kn->name, &v);
+      else copy_str(kn->symbol, sizeof kn->symbol, &v);
+    } else if (kn_mp_str_is(&k, ".uses_dynamic_stack")) {
+      if (!kn_mp_read(r, &v) || v.type != KN_MP_BOOL) return false;
+      kn->uses_dynamic_stack = v.u != 0;
+    } else if (kn_mp_str_is(&k, ".args")) {
+      if (!kn_mp_read(r, &v) || v.type != KN_MP_ARRAY) return false;
+      /* each argument takes at least one byte: a larger count is corrupt (and no huge calloc) */
+      if (kn->args || v.len > (size_t)(r->end - r->p)) return false;
+      kn->args = calloc(v.len ? v.len : 1, sizeof *kn->args);
+      if (!kn->args) return false;
+      kn->nargs = (int)v.len;
+      for (uint32_t a = 0; a < v.len; a++) {
+        if (!parse_arg(r, &kn->args[a])) return false;
+        if (kn->args[a].hidden) kn->nhidden++;
+        else if (kn->args[a].offset + (uint64_t)kn->args[a].size > kn->explicit_arg_bytes)
+          kn->explicit_arg_bytes = (uint32_t)(kn->args[a].offset + (uint64_t)kn->args[a].size);
+      }
+    } else if (!kn_mp_skip(r)) {
+      return false;
+    }
+  }
+  return kn->name[0] != 0;
+}
+
+static int parse_metadata(const uint8_t *p, size_t n, kn_codeobj *co, kn_diag *d) {
+  kn_mp r;
+  kn_mp_obj m, k, v;
+  kn_mp_init(&r, p, n);
+  if (!kn_mp_read(&r, &m) || m.type != KN_MP_MAP)
+    return kn_error(d, NULL, co_loc, "the AMDGPU metadata note is not a MessagePack map");
+  bool have_kernels = false;
+  for (uint32_t i = 0; i < m.len; i++) {
+    if (!kn_mp_read(&r, &k)) goto corrupt;
+    if (kn_mp_str_is(&k, "amdhsa.version")) {
+      if (!kn_mp_read(&r, &v) || v.type != KN_MP_ARRAY || v.len != 2) goto corrupt;
+      if (!mp_int(&r, &co->meta_version[0]) || !mp_int(&r, &co->meta_version[1])) goto corrupt;
+    } else if (kn_mp_str_is(&k, "amdhsa.target")) {
+      if (!kn_mp_read(&r, &v) || v.type != KN_MP_STR) goto corrupt;
+      copy_str(co->target_id, sizeof co->target_id, &v);
+    } else if (kn_mp_str_is(&k, "amdhsa.kernels")) {
+      if (have_kernels || !kn_mp_read(&r, &v) || v.type != KN_MP_ARRAY) goto corrupt;
+      if (v.len > (size_t)(r.end - r.p)) goto corrupt;
+      have_kernels = true;
+      co->kernels = calloc(v.len ? v.len : 1, sizeof *co->kernels);
+      if (!co->kernels) return kn_error(d, NULL, co_loc, "out of memory");
+      for (uint32_t j = 0; j < v.len; j++) {
+        co->nkernels = (int)j + 1;  /* so that kn_codeobj_free frees a partial kernel's args */
+        if (!parse_kernel(&r, &co->kernels[j])) goto corrupt;
+      }
+    } else if (!kn_mp_skip(&r)) {
+      goto corrupt;
+    }
+  }
+  if (!have_kernels) return kn_error(d, NULL, co_loc, "the metadata note lists no kernels");
+  return 0;
+corrupt:
+  return kn_error(d, NULL, co_loc, "corrupt AMDGPU metadata note (MessagePack, %zu bytes, "
+                  "error near byte %zu)", n, (size_t)(r.p - p));
+}
+
+/* finds the NT_AMDGPU_METADATA note in the SHT_NOTE sections */
+static int find_note(const elf_file *f, const uint8_t **desc, size_t *desc_n, kn_diag *d) {
+  for (unsigned i = 0; i < f->shnum; i++) {
+    shdr s;
+    if (read_shdr(f, i, &s, d)) return -1;
+    if (s.type != SHT_NOTE) continue;
+    uint64_t off = s.offset, end = s.offset + s.size;
+    while (end - off >= 12) {
+      uint64_t namesz = rd(&f->b, off, 4), descsz = rd(&f->b, off + 4, 4);
+      uint64_t type = rd(&f->b, off + 8, 4);
+      uint64_t name_off = off + 12, desc_off = name_off + ((namesz + 3) & ~3ull);
+      uint64_t next = desc_off + ((descsz + 3) & ~3ull);
+      if (desc_off > end || descsz > end - desc_off)
+        return kn_error(d, NULL, co_loc, "a note in section %u runs past its end", i);
+      if (type == KN_NT_AMDGPU_METADATA && namesz == 7 &&
+          !memcmp(f->b.p + name_off, "AMDGPU", 7)) {
+        *desc = f->b.p + desc_off;
+        *desc_n = (size_t)descsz;
+        return 0;
+      }
+      if (next > end) break;
+      off = next;
+    }
+  }
+  return kn_error(d, NULL, co_loc, "no NT_AMDGPU_METADATA note (not an HSA code object v3+?)");
+}
+
+/* fills code_size / code_offset of each kernel from the symbol table (STT_FUNC, its name) */
+static int find_code(const elf_file *f, kn_codeobj *co, kn_diag *d) {
+  shdr symtab = {0};
+  bool found = false;
+  for (unsigned i = 0; i < f->shnum; i++) {
+    shdr s;
+    if (read_shdr(f, i, &s, d)) return -1;
+    if (s.type == SHT_SYMTAB || (s.type == SHT_DYNSYM && !found)) {
+      symtab = s;
+      found = true;
+    }
+  }
+  if (!found) return 0;  /* stripped: sizes stay 0 */
+  if (symtab.link >= f->shnum)
+    return kn_error(d, NULL, co_loc, "the symbol table's string table index is out of range");
+  shdr strtab;
+  if (read_shdr(f, symtab.link, &strtab, d)) return -1;
+  if (strtab.type != SHT_STRTAB)  /* (only sections with contents were bounds-checked) */
+    return kn_error(d, NULL, co_loc, "the symbol table's string table is not a string table");
+  uint64_t nsym = symtab.size / sizeof(Elf64_Sym);
+  for (uint64_t s = 0; s < nsym; s++) {
+    uint64_t base = symtab.offset + s * sizeof(Elf64_Sym);
+    uint64_t name = RD(&f->b, base, Elf64_Sym, st_name);
+    unsigned info = (unsigned)RD(&f->b, base, Elf64_Sym, st_info);
+    unsigned shndx = (unsigned)RD(&f->b, base, Elf64_Sym, st_shndx);
+    uint64_t value = RD(&f->b, base, Elf64_Sym, st_value), size = RD(&f->b, base, Elf64_Sym, st_size);
+    if (ELF64_ST_TYPE(info) != STT_FUNC || name >= strtab.size) continue;
+    const char *nm = (const char *)f->b.p + strtab.offset + name;
+    size_t maxlen = (size_t)(strtab.size - name);
+    size_t len = strnlen(nm, maxlen);
+    if (len == maxlen) continue;  /* not NUL-terminated inside the table */
+    for (int k = 0; k < co->nkernels; k++) {
+      kn_codeobj_kernel *kn = &co->kernels[k];
+      if (strcmp(kn->name, nm)) continue;
+      if (shndx == SHN_UNDEF || shndx >= f->shnum)
+        return kn_error(d, NULL, co_loc, "kernel '%s' has no code section", kn->name);
+      shdr text;
+      if (read_shdr(f, shndx, &text, d)) return -1;
+      if (text.type != SHT_PROGBITS)
+        return kn_error(d, NULL, co_loc, "kernel '%s' is not in a section with code", kn->name);
+      /* a relocatable object's symbol values are section offsets, a linked one's addresses */
+      uint64_t rel = f->type == ET_REL ? value : value - text.addr;
+      if ((f->type != ET_REL && value < text.addr) || rel > text.size || size > text.size - rel)
+        return kn_error(d, NULL, co_loc, "kernel '%s' lies outside its section", kn->name);
+      kn->code_offset = text.offset + rel;
+      kn->code_size = size;
+    }
+  }
+  return 0;
+}
+
+int kn_codeobj_parse(const void *data, size_t n, kn_codeobj *co, kn_diag *d) {
+  memset(co, 0, sizeof *co);
+  elf_file f = {.b = {data, n}};
+  const elf_buf *b = &f.b;
+  if (!data || n < sizeof(Elf64_Ehdr) || memcmp(b->p, ELFMAG, SELFMAG))
+    return kn_error(d, NULL, co_loc, "not an ELF file (%zu bytes)", n);
+  if (b->p[EI_CLASS] != ELFCLASS64 || b->p[EI_DATA] != ELFDATA2LSB)
+    return kn_error(d, NULL, co_loc, "not a 64-bit little-endian ELF file");
+  if (RD(b, 0, Elf64_Ehdr, e_machine) != EM_AMDGPU)
+    return kn_error(d, NULL, co_loc, "not an AMDGPU ELF file (e_machine %u)",
+                    (unsigned)RD(b, 0, Elf64_Ehdr, e_machine));
+  if (b->p[EI_OSABI] != ELFOSABI_AMDGPU_HSA)
+    return kn_error(d, NULL, co_loc, "not an HSA code object (OS ABI %u)", b->p[EI_OSABI]);
+  co->abi_version = b->p[EI_ABIVERSION];
+  co->code_object_version = co->abi_version >= 2 && co->abi_version <= 4 ? co->abi_version + 2 : 0;
+  co->elf_type = (int)RD(b, 0, Elf64_Ehdr, e_type);
+  co->e_flags = (unsigned)RD(b, 0, Elf64_Ehdr, e_flags);
+  co->target = kn_amdgpu_target_by_mach(co->e_flags & KN_EF_AMDGPU_MACH);
+  if (co->elf_type != ET_REL && co->elf_type != ET_DYN)
+    return kn_error(d, NULL, co_loc, "ELF type %d is neither a relocatable object nor a shared "
+                    "object", co->elf_type);
+
+  f.type = co->elf_type;
+  f.shoff = RD(b, 0, Elf64_Ehdr, e_shoff);
+  f.shnum = (unsigned)RD(b, 0, Elf64_Ehdr, e_shnum);
+  unsigned shentsize = (unsigned)RD(b, 0, Elf64_Ehdr, e_shentsize);
+  if (f.shnum == 0 || shentsize != sizeof(Elf64_Shdr) ||
+      !in_bounds(b, f.shoff, (uint64_t)f.shnum * sizeof(Elf64_Shdr)))
+    return kn_error(d, NULL, co_loc, "section header table missing or outside the file "
+                    "(offset %llu, %u entries of %u bytes, file %zu bytes)",
+                    (unsigned long long)f.shoff, f.shnum, shentsize, n);
+
+  const uint8_t *note = NULL;
+  size_t note_n = 0;
+  if (find_note(&f, &note, &note_n, d) || parse_metadata(note, note_n, co, d) ||
+      find_code(&f, co, d)) {
+    kn_codeobj_free(co);
+    return -1;
+  }
+
+  for (int k = 0; k < co->nkernels; k++) {
+    kn_codeobj_kernel *kn = &co->kernels[k];
+    kn->ninstr = kn->mfma_count = -1;
+    if (!co->target) continue;
+    kn->occupancy = kn_amdgpu_occupancy_of(co->target, kn->vgpr_count, kn->agpr_count,
+                                           kn->sgpr_count, kn->lds_bytes,
+                                           kn->max_flat_workgroup_size);
+    if (kn->code_size)
+      kn->mfma_count = kn_amdgpu_count_mfma(co->target->name, b->p + kn->code_offset,
+                                            (size_t)kn->code_size, &kn->ninstr);
+  }
+  return 0;
+}
+
+void kn_codeobj_free(kn_codeobj *co) {
+  if (!co) return;
+  for (int k = 0; co->kernels && k < co->nkernels; k++) free(co->kernels[k].args);
+  free(co->kernels);
+  memset(co, 0, sizeof *co);
+}
+
+const kn_codeobj_kernel *kn_codeobj_find(const kn_codeobj *co, const char *name) {
+  for (int k = 0; co && k < co->nkernels; k++)
+    if (!strcmp(co->kernels[k].name, name)) return &co->kernels[k];
+  return NULL;
+}
+
+/* ---- the stats table ---- */
+
+typedef struct sbuf {
+  char *p;
+  size_t cap, len;
+} sbuf;
+
+__attribute__((format(printf, 2, 3))) static void put(sbuf *s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t room = s->len < s->cap ? s->cap - s->len : 0;
+  int w = vsnprintf(room ? s->p + s->len : NULL, room, fmt, ap);
+  va_end(ap);
+  if (w > 0) s->len += (size_t)w;
+}
+
+int kn_codeobj_format_stats(const kn_codeobj *co, char *buf, size_t n) {
+  sbuf s = {buf, n, 0};
+  if (buf && n) buf[0] = 0;
+  put(&s, "code object: %s, v%d (ELF ABI version %d), metadata %d.%d, target %s",
+      co->elf_type == ET_DYN ? "ET_DYN" : co->elf_type == ET_REL ? "ET_REL" : "?",
+      co->code_object_version, co->abi_version, co->meta_version[0], co->meta_version[1],
+      co->target_id[0] ? co->target_id : "?");
+  if (co->target) put(&s, " (%s)", co->target->chip);
+  put(&s, "\n%-24s %5s %5s %5s %5s %7s %6s %7s %7s %8s %4s %6s %6s %5s  %s\n", "kernel", "vgpr",
+      "agpr", "regs", "sgpr", "spill", "lds", "scratch", "kernarg", "args", "wg", "code", "instr",
+      "mfma", "waves/SIMD (vgpr sgpr lds)");
+  for (int k = 0; k < co->nkernels; k++) {
+    const kn_codeobj_kernel *kn = &co->kernels[k];
+    char spill[24], args[24];
+    snprintf(spill, sizeof spill, "%d/%d", kn->vgpr_spill_count, kn->sgpr_spill_count);
+    snprintf(args, sizeof args, "%d(%dh)", kn->nargs, kn->nhidden);
+    put(&s, "%-24s %5d %5d %5d %5d %7s %6u %7u %7u %8s %4d %6llu %6d %5d  %d (%d %d %d)\n",
+        kn->name, kn->vgpr_count, kn->agpr_count, kn->occupancy.unified_vgprs, kn->sgpr_count,
+        spill, kn->lds_bytes, kn->scratch_bytes, kn->kernarg_size, args,
+        kn->max_flat_workgroup_size, (unsigned long long)kn->code_size, kn->ninstr,
+        kn->mfma_count, kn->occupancy.waves, kn->occupancy.by_vgpr, kn->occupancy.by_sgpr,
+        kn->occupancy.by_lds);
+  }
+  return s.len > (size_t)INT32_MAX ? INT32_MAX : (int)s.len;
+}
