@@ -1,0 +1,492 @@
+/* tunedb.c — the SQLite tuning database (see tunedb.h for the contract).
+ *
+ * Schema 1 (one table, no rowid: the key is the primary key, lookups are one b-tree search):
+ *
+ *   tuning(template, variant, dtype, head_dim, seq_bucket, arch, kiln_version,   -- key
+ *          block_m, block_n, warps, stages, waves_per_eu, matrix_instr,          -- config
+ *          time_us, tuned_at)
+ *
+ * plus PRAGMA application_id = 'KILN' (so a stray SQLite file of another program is recognised)
+ * and PRAGMA user_version = 1.  The database is created inside one BEGIN IMMEDIATE
+ * transaction that re-reads user_version, so processes racing to create it agree.
+ *
+ * Opening checks the file before trusting it: pragmas readable (a non-database gives
+ * SQLITE_NOTADB here), PRAGMA quick_check says "ok", the application id and schema version are
+ * ours.  A bad file is moved aside while holding an exclusive flock on <path>.lock and after
+ * checking again under the lock: two processes that both saw the bad file must not have the
+ * second one move aside the fresh database the first one just made.  quick_check reads the
+ * whole file; a tuning database is small (10,000 records are 860 KB and check in ~2 ms), and
+ * it runs once per process.
+ *
+ * Connections use WAL (persistent in the file), synchronous=NORMAL (a power loss may drop the
+ * last record, never corrupts) and a busy timeout of KN_TUNEDB_BUSY_TIMEOUT_MS, so concurrent
+ * tuners wait for each other instead of failing.  Statements are prepared per call: the handle
+ * may be shared by threads and a shared prepared statement would need its own lock, while
+ * preparing costs microseconds next to the milliseconds a tuning trial takes.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "cache.h"
+#include "tunedb.h"
+
+struct kn_tunedb {
+  sqlite3 *db;
+  char path[PATH_MAX];
+};
+
+static _Thread_local char tl_message[1024];
+
+const char *kn_tunedb_message(void) { return tl_message; }
+
+static int say(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int say(int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tl_message, sizeof tl_message, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+const char *kn_tunedb_status_str(int status) {
+  switch (status) {
+  case KN_TUNEDB_OK: return "ok";
+  case KN_TUNEDB_MISS: return "no tuning record";
+  case KN_TUNEDB_RECREATED: return "tuning database recreated";
+  case KN_TUNEDB_NOT_REPLACED: return "a faster record is already stored";
+  case KN_TUNEDB_EINVAL: return "invalid tuning key or record";
+  case KN_TUNEDB_EIO: return "tuning database error";
+  case KN_TUNEDB_ENEWER: return "tuning database has a newer schema";
+  case KN_TUNEDB_ENOMEM: return "out of memory";
+  default: return "unknown tuning database status";
+  }
+}
+
+int kn_tune_seq_bucket(int64_t n) {
+  int b = 1;
+  while (b < n && b < (1 << 30)) b <<= 1;
+  return b;
+}
+
+static const char kCreate[] =
+    "CREATE TABLE IF NOT EXISTS tuning ("
+    " template TEXT NOT NULL, variant TEXT NOT NULL, dtype TEXT NOT NULL,"
+    " head_dim INTEGER NOT NULL, seq_bucket INTEGER NOT NULL, arch TEXT NOT NULL,"
+    " kiln_version TEXT NOT NULL,"
+    " block_m INTEGER NOT NULL, block_n INTEGER NOT NULL, warps INTEGER NOT NULL,"
+    " stages INTEGER NOT NULL, waves_per_eu INTEGER NOT NULL, matrix_instr TEXT NOT NULL,"
+    " time_us REAL NOT NULL, tuned_at INTEGER NOT NULL,"
+    " PRIMARY KEY (template, variant, dtype, head_dim, seq_bucket, arch, kiln_version)"
+    ") WITHOUT ROWID";
+
+#define KEY_WHERE                                                                              \
+  "template = ?1 AND variant = ?2 AND dtype = ?3 AND head_dim = ?4 AND seq_bucket = ?5 AND "  \
+  "arch = ?6 AND kiln_version = ?7"
+#define COLUMNS                                                                                \
+  "template, variant, dtype, head_dim, seq_bucket, arch, kiln_version, block_m, block_n, "    \
+  "warps, stages, waves_per_eu, matrix_instr, time_us, tuned_at"
+
+/* ---- opening and checking ---- */
+
+/* WAL is a property of the file: the first connection switches it, later ones find it set.
+ * Switching needs an exclusive lock and SQLite does not run the busy handler for it, so
+ * processes opening a new database together retry here, up to the busy timeout. */
+static bool set_wal(sqlite3 *db) {
+  for (int waited_ms = 0;; waited_ms += 2) {
+    sqlite3_stmt *st;
+    bool wal = false;
+    if (sqlite3_prepare_v2(db, "PRAGMA journal_mode=WAL", -1, &st, NULL) != SQLITE_OK) return false;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) wal = !sqlite3_stricmp((const char *)sqlite3_column_text(st, 0), "wal");
+    sqlite3_finalize(st);
+    if (wal) break;
+    if ((rc != SQLITE_BUSY && rc != SQLITE_LOCKED) ||
+        waited_ms >= KN_TUNEDB_BUSY_TIMEOUT_MS)
+      return false;
+    sqlite3_sleep(2);
+  }
+  /* in WAL mode NORMAL cannot corrupt the file; a power loss may drop the last transaction */
+  return sqlite3_exec(db, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL) == SQLITE_OK;
+}
+
+typedef enum file_state {
+  FILE_OK,       /* ours, current schema (or new and empty, schema now created) */
+  FILE_BAD,      /* not a database, corrupt, foreign or older: move aside */
+  FILE_NEWER,    /* a newer kiln's: leave it */
+  FILE_ERROR,    /* cannot open at all (permissions, I/O): report */
+} file_state;
+
+/* Opens path and classifies it; on FILE_OK *out is the ready connection.  why receives the
+ * reason for any other state. */
+static file_state open_checked(const char *path, sqlite3 **out, char *why, size_t whysize) {
+  sqlite3 *db = NULL;
+  *out = NULL;
+  int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                           SQLITE_OPEN_FULLMUTEX, NULL);
+  if (rc != SQLITE_OK) {
+    snprintf(why, whysize, "%s", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+    sqlite3_close(db);
+    return FILE_ERROR;
+  }
+  sqlite3_busy_timeout(db, KN_TUNEDB_BUSY_TIMEOUT_MS);
+  /* one statement, so one snapshot: read separately, a schema another process commits in
+   * between would look like "no version but tables" — a foreign file */
+  int64_t app = 0, version = 0, tables = 0;
+  sqlite3_stmt *st;
+  rc = sqlite3_prepare_v2(db, "SELECT (SELECT application_id FROM pragma_application_id), "
+                          "(SELECT user_version FROM pragma_user_version), "
+                          "(SELECT count(*) FROM sqlite_schema)", -1, &st, NULL);
+  if (rc == SQLITE_OK) {
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+      app = sqlite3_column_int64(st, 0);
+      version = sqlite3_column_int64(st, 1);
+      tables = sqlite3_column_int64(st, 2);
+      rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+  }
+  if (rc != SQLITE_OK) {
+    snprintf(why, whysize, "%s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+    return rc == SQLITE_NOTADB || rc == SQLITE_CORRUPT ? FILE_BAD : FILE_ERROR;
+  }
+  /* quick_check returns "ok" or the problems found, one per row */
+  if (sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &st, NULL) != SQLITE_OK) {
+    snprintf(why, whysize, "%s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+    return FILE_BAD;
+  }
+  rc = sqlite3_step(st);
+  const unsigned char *res = rc == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+  bool ok = res && !strcmp((const char *)res, "ok");
+  if (!ok) snprintf(why, whysize, "integrity check: %s", res ? (const char *)res : sqlite3_errmsg(db));
+  sqlite3_finalize(st);
+  if (!ok) {
+    sqlite3_close(db);
+    return rc == SQLITE_ROW || rc == SQLITE_CORRUPT || rc == SQLITE_NOTADB ? FILE_BAD : FILE_ERROR;
+  }
+  if (app != 0 && app != KN_TUNEDB_APPLICATION_ID) {
+    snprintf(why, whysize, "another application's database (application_id 0x%llx)",
+             (unsigned long long)app);
+    sqlite3_close(db);
+    return FILE_BAD;
+  }
+  if (version > KN_TUNEDB_SCHEMA_VERSION) {
+    snprintf(why, whysize, "schema version %lld is newer than this kiln's (%d)", (long long)version,
+             KN_TUNEDB_SCHEMA_VERSION);
+    sqlite3_close(db);
+    return FILE_NEWER;
+  }
+  if (version == 0 && tables > 0) {
+    snprintf(why, whysize, "an unversioned database with %lld tables, not kiln's", (long long)tables);
+    sqlite3_close(db);
+    return FILE_BAD;
+  }
+  if (version > 0 && version < KN_TUNEDB_SCHEMA_VERSION) {
+    /* no migrations yet: records of an older schema are only a tuning cache */
+    snprintf(why, whysize, "old schema version %lld (current %d)", (long long)version,
+             KN_TUNEDB_SCHEMA_VERSION);
+    sqlite3_close(db);
+    return FILE_BAD;
+  }
+  if (!set_wal(db)) {
+    snprintf(why, whysize, "cannot enable WAL: %s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+    return FILE_ERROR;
+  }
+  char *err = NULL;
+  if (version == 0) {
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "BEGIN IMMEDIATE; %s; PRAGMA application_id = %d; PRAGMA user_version = %d; COMMIT",
+             kCreate, KN_TUNEDB_APPLICATION_ID, KN_TUNEDB_SCHEMA_VERSION);
+    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
+      snprintf(why, whysize, "cannot create the schema: %s", err ? err : sqlite3_errmsg(db));
+      sqlite3_free(err);
+      sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+      sqlite3_close(db);
+      return FILE_ERROR;
+    }
+  }
+  *out = db;
+  return FILE_OK;
+}
+
+/* renames path (and its -wal and -shm) to path.bad-<time>-<pid>; aside receives the new name */
+static int move_aside(const char *path, char *aside, size_t size) {
+  snprintf(aside, size, "%s.bad-%lld-%d", path, (long long)time(NULL), (int)getpid());
+  if (rename(path, aside) != 0 && errno != ENOENT) return -1;
+  static const char *const sidecars[] = {"-wal", "-shm"};
+  for (int i = 0; i < 2; i++) {
+    char from[PATH_MAX + 8], to[PATH_MAX + 64];
+    snprintf(from, sizeof from, "%s%s", path, sidecars[i]);
+    snprintf(to, sizeof to, "%s%s", aside, sidecars[i]);
+    if (rename(from, to) != 0 && errno != ENOENT) unlink(from);
+  }
+  return 0;
+}
+
+int kn_tunedb_open(const char *path, kn_tunedb **out) {
+  if (!out) return say(KN_TUNEDB_EINVAL, "kn_tunedb_open: null output");
+  *out = NULL;
+  kn_tunedb *t = calloc(1, sizeof *t);
+  if (!t) return say(KN_TUNEDB_ENOMEM, "out of memory opening the tuning database");
+  if (path) {
+    if (snprintf(t->path, sizeof t->path, "%s", path) >= (int)sizeof t->path) {
+      free(t);
+      return say(KN_TUNEDB_EINVAL, "tuning database path too long");
+    }
+  } else {
+    char dir[PATH_MAX - 32];
+    if (kn_cache_default_dir(dir, sizeof dir) != KN_CACHE_OK || kn_cache_ensure_dir(dir) != KN_CACHE_OK) {
+      free(t);
+      return say(KN_TUNEDB_EIO, "tuning database: %s", kn_cache_message());
+    }
+    snprintf(t->path, sizeof t->path, "%s/%s", dir, KN_TUNEDB_FILE);
+  }
+
+  char why[512] = "";
+  file_state fs = open_checked(t->path, &t->db, why, sizeof why);
+  int status = KN_TUNEDB_OK;
+  if (fs == FILE_BAD) {
+    /* check again under the lock, so only one process moves a bad file aside */
+    char lock[PATH_MAX + 8];
+    snprintf(lock, sizeof lock, "%s.lock", t->path);
+    int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lfd >= 0) flock(lfd, LOCK_EX);
+    fs = open_checked(t->path, &t->db, why, sizeof why);
+    if (fs == FILE_BAD) {
+      char aside[PATH_MAX + 64];
+      char first_why[512];
+      snprintf(first_why, sizeof first_why, "%s", why);
+      if (move_aside(t->path, aside, sizeof aside) != 0) {
+        say(KN_TUNEDB_EIO, "tuning database %s is unusable (%s) and cannot be moved aside: %s",
+            t->path, first_why, strerror(errno));
+        fs = FILE_ERROR;
+        status = KN_TUNEDB_EIO;
+      } else {
+        fs = open_checked(t->path, &t->db, why, sizeof why);
+        if (fs == FILE_OK)
+          status = say(KN_TUNEDB_RECREATED, "tuning database %s was unusable (%s); moved aside to "
+                       "%s and started afresh", t->path, first_why, aside);
+      }
+    }
+    if (lfd >= 0) close(lfd); /* releases the lock */
+  }
+  if (fs == FILE_NEWER) {
+    say(KN_TUNEDB_ENEWER, "tuning database %s: %s; left untouched, tuning results will not "
+        "be saved (use a newer kiln, or another KILN_CACHE_DIR)", t->path, why);
+    free(t);
+    return KN_TUNEDB_ENEWER;
+  }
+  if (fs != FILE_OK) {
+    if (status == KN_TUNEDB_OK) say(KN_TUNEDB_EIO, "cannot open tuning database %s: %s", t->path, why);
+    free(t);
+    return KN_TUNEDB_EIO;
+  }
+  if (status == KN_TUNEDB_OK) tl_message[0] = 0;
+  *out = t;
+  return status;
+}
+
+void kn_tunedb_close(kn_tunedb *t) {
+  if (!t) return;
+  sqlite3_close(t->db);
+  free(t);
+}
+
+const char *kn_tunedb_path(const kn_tunedb *t) { return t->path; }
+
+/* ---- records ---- */
+
+static bool name_ok(const char *s, size_t size, bool may_be_empty) {
+  size_t n = strnlen(s, size);
+  return n < size && (may_be_empty || n > 0);
+}
+
+static int check_key(const kn_tune_key *k) {
+  if (!name_ok(k->template_name, sizeof k->template_name, false) ||
+      !name_ok(k->variant, sizeof k->variant, true) || !name_ok(k->dtype, sizeof k->dtype, false) ||
+      !name_ok(k->arch, sizeof k->arch, false) ||
+      !name_ok(k->kiln_version, sizeof k->kiln_version, false))
+    return say(KN_TUNEDB_EINVAL, "tuning key: template, dtype, arch and kiln version must be "
+               "non-empty, NUL-terminated strings");
+  if (k->head_dim <= 0 || k->seq_bucket <= 0)
+    return say(KN_TUNEDB_EINVAL, "tuning key: head_dim (%d) and seq_bucket (%d) must be positive",
+               k->head_dim, k->seq_bucket);
+  return KN_TUNEDB_OK;
+}
+
+static void bind_key(sqlite3_stmt *st, const kn_tune_key *k) {
+  sqlite3_bind_text(st, 1, k->template_name, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, k->variant, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 3, k->dtype, -1, SQLITE_STATIC);
+  sqlite3_bind_int(st, 4, k->head_dim);
+  sqlite3_bind_int(st, 5, k->seq_bucket);
+  sqlite3_bind_text(st, 6, k->arch, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 7, k->kiln_version, -1, SQLITE_STATIC);
+}
+
+static void column_str(sqlite3_stmt *st, int col, char *dst, size_t size) {
+  const unsigned char *s = sqlite3_column_text(st, col);
+  snprintf(dst, size, "%s", s ? (const char *)s : "");
+}
+
+static void read_row(sqlite3_stmt *st, kn_tune_record *r) {
+  memset(r, 0, sizeof *r);
+  column_str(st, 0, r->key.template_name, sizeof r->key.template_name);
+  column_str(st, 1, r->key.variant, sizeof r->key.variant);
+  column_str(st, 2, r->key.dtype, sizeof r->key.dtype);
+  r->key.head_dim = sqlite3_column_int(st, 3);
+  r->key.seq_bucket = sqlite3_column_int(st, 4);
+  column_str(st, 5, r->key.arch, sizeof r->key.arch);
+  column_str(st, 6, r->key.kiln_version, sizeof r->key.kiln_version);
+  r->config.block_m = sqlite3_column_int(st, 7);
+  r->config.block_n = sqlite3_column_int(st, 8);
+  r->config.warps = sqlite3_column_int(st, 9);
+  r->config.stages = sqlite3_column_int(st, 10);
+  r->config.waves_per_eu = sqlite3_column_int(st, 11);
+  column_str(st, 12, r->config.matrix_instr, sizeof r->config.matrix_instr);
+  r->time_us = sqlite3_column_double(st, 13);
+  r->tuned_at = sqlite3_column_int64(st, 14);
+}
+
+static int db_error(kn_tunedb *t, const char *what) {
+  return say(KN_TUNEDB_EIO, "tuning database %s: %s: %s", t->path, what, sqlite3_errmsg(t->db));
+}
+
+int kn_tunedb_get(kn_tunedb *t, const kn_tune_key *key, kn_tune_record *out) {
+  if (!t || !key || !out) return say(KN_TUNEDB_EINVAL, "kn_tunedb_get: null argument");
+  int s = check_key(key);
+  if (s) return s;
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(t->db, "SELECT " COLUMNS " FROM tuning WHERE " KEY_WHERE, -1, &st, NULL) != SQLITE_OK)
+    return db_error(t, "get");
+  bind_key(st, key);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    read_row(st, out);
+    s = KN_TUNEDB_OK;
+  } else if (rc == SQLITE_DONE) {
+    s = KN_TUNEDB_MISS;
+  } else {
+    s = db_error(t, "get");
+  }
+  sqlite3_finalize(st);
+  return s;
+}
+
+int kn_tunedb_put(kn_tunedb *t, const kn_tune_record *rec, int only_if_faster) {
+  if (!t || !rec) return say(KN_TUNEDB_EINVAL, "kn_tunedb_put: null argument");
+  int s = check_key(&rec->key);
+  if (s) return s;
+  if (!name_ok(rec->config.matrix_instr, sizeof rec->config.matrix_instr, true) ||
+      !(rec->time_us >= 0))
+    return say(KN_TUNEDB_EINVAL, "tuning record: bad matrix instruction name or time");
+  /* IMMEDIATE takes the write lock now (waiting up to the busy timeout), so the compare and the
+   * write below see and change the same state */
+  if (sqlite3_exec(t->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) return db_error(t, "begin");
+  sqlite3_stmt *st = NULL;
+  if (only_if_faster) {
+    if (sqlite3_prepare_v2(t->db, "SELECT time_us FROM tuning WHERE " KEY_WHERE, -1, &st, NULL) != SQLITE_OK)
+      goto fail;
+    bind_key(st, &rec->key);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_double(st, 0) <= rec->time_us) {
+      sqlite3_finalize(st);
+      sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL);
+      return say(KN_TUNEDB_NOT_REPLACED, "a faster record is already stored");
+    }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) goto fail;
+    sqlite3_finalize(st);
+    st = NULL;
+  }
+  if (sqlite3_prepare_v2(t->db, "INSERT OR REPLACE INTO tuning (" COLUMNS ") VALUES "
+                         "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                         -1, &st, NULL) != SQLITE_OK)
+    goto fail;
+  bind_key(st, &rec->key);
+  sqlite3_bind_int(st, 8, rec->config.block_m);
+  sqlite3_bind_int(st, 9, rec->config.block_n);
+  sqlite3_bind_int(st, 10, rec->config.warps);
+  sqlite3_bind_int(st, 11, rec->config.stages);
+  sqlite3_bind_int(st, 12, rec->config.waves_per_eu);
+  sqlite3_bind_text(st, 13, rec->config.matrix_instr, -1, SQLITE_STATIC);
+  sqlite3_bind_double(st, 14, rec->time_us);
+  sqlite3_bind_int64(st, 15, rec->tuned_at ? rec->tuned_at : (int64_t)time(NULL));
+  if (sqlite3_step(st) != SQLITE_DONE) goto fail;
+  sqlite3_finalize(st);
+  if (sqlite3_exec(t->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+    s = db_error(t, "commit");
+    sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL);
+    return s;
+  }
+  return KN_TUNEDB_OK;
+fail:
+  s = db_error(t, "put");
+  sqlite3_finalize(st);
+  sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL);
+  return s;
+}
+
+int kn_tunedb_list(kn_tunedb *t, kn_tune_record **records, size_t *count) {
+  if (!t || !records || !count) return say(KN_TUNEDB_EINVAL, "kn_tunedb_list: null argument");
+  *records = NULL;
+  *count = 0;
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(t->db, "SELECT " COLUMNS " FROM tuning ORDER BY template, variant, dtype, "
+                         "head_dim, seq_bucket, arch, kiln_version", -1, &st, NULL) != SQLITE_OK)
+    return db_error(t, "list");
+  kn_tune_record *v = NULL;
+  size_t n = 0, cap = 0;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (n == cap) {
+      cap = cap ? 2 * cap : 16;
+      kn_tune_record *nv = realloc(v, cap * sizeof *nv);
+      if (!nv) {
+        free(v);
+        sqlite3_finalize(st);
+        return say(KN_TUNEDB_ENOMEM, "out of memory listing the tuning database");
+      }
+      v = nv;
+    }
+    read_row(st, &v[n++]);
+  }
+  if (rc != SQLITE_DONE) {
+    int s = db_error(t, "list");
+    free(v);
+    sqlite3_finalize(st);
+    return s;
+  }
+  sqlite3_finalize(st);
+  *records = v;
+  *count = n;
+  return KN_TUNEDB_OK;
+}
+
+int kn_tunedb_prune(kn_tunedb *t, const char *keep_version, size_t *removed) {
+  if (!t) return say(KN_TUNEDB_EINVAL, "kn_tunedb_prune: null database");
+  sqlite3_stmt *st;
+  const char *sql = keep_version ? "DELETE FROM tuning WHERE kiln_version <> ?1" : "DELETE FROM tuning";
+  if (sqlite3_prepare_v2(t->db, sql, -1, &st, NULL) != SQLITE_OK) return db_error(t, "prune");
+  if (keep_version) sqlite3_bind_text(st, 1, keep_version, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(st);
+  if (removed) *removed = rc == SQLITE_DONE ? (size_t)sqlite3_changes(t->db) : 0;
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) return db_error(t, "prune");
+  return KN_TUNEDB_OK;
+}

@@ -1,0 +1,105 @@
+/* tunedb.h — the tuning database: the best kernel configuration found for each problem class.
+ *
+ * One SQLite file, by default $KILN_CACHE_DIR/tuning.sqlite3 (the cache directory of
+ * runtime/cache.h, created 0700 and checked the same way), shared by every process of the user:
+ * WAL journal (readers never block the writer), a busy timeout instead of SQLITE_BUSY errors,
+ * and one transaction per write.  It survives restarts, so a second process start does no
+ * tuning.
+ *
+ * A record is keyed by what makes the best configuration differ — template, variant, dtype,
+ * head dim, sequence-length bucket, arch, kiln version — and holds the configuration, the
+ * measured time and when it was measured.  The library stores; the autotuner decides (what to
+ * time, what "best" is).  Records of other kiln versions are kept but never matched: a new
+ * compiler retunes.
+ *
+ * Schema version: PRAGMA user_version.  A file that is not a database, is corrupt, belongs to
+ * another application, or has an older schema is moved aside to <path>.bad-<time> (with its
+ * -wal/-shm) and a fresh database is made (status KN_TUNEDB_RECREATED, with a message).  A
+ * file with a newer schema (a later kiln) is left untouched and refused (KN_TUNEDB_ENEWER): the
+ * caller tunes without persisting rather than destroying the newer kiln's records.
+ *
+ * Errors: status + kn_tunedb_message() (per thread, like the cache).  Nothing is printed.
+ * Threads: a handle may be shared by threads (SQLite serialised mode).
+ */
+#ifndef KILN_TUNEDB_H
+#define KILN_TUNEDB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KN_TUNEDB_SCHEMA_VERSION 1
+#define KN_TUNEDB_APPLICATION_ID 0x4b494c4e /* "KILN" in the SQLite header */
+#define KN_TUNEDB_FILE "tuning.sqlite3"
+#define KN_TUNEDB_BUSY_TIMEOUT_MS 10000
+#define KN_TUNE_NAME_MAX 64
+
+typedef enum kn_tunedb_status {
+  KN_TUNEDB_OK = 0,
+  KN_TUNEDB_MISS = 1,       /* no record for the key */
+  KN_TUNEDB_RECREATED = 2,  /* open: a bad or old database was moved aside; a fresh one is open */
+  KN_TUNEDB_NOT_REPLACED = 3, /* put with only_if_faster: the stored record is faster */
+  KN_TUNEDB_EINVAL = -1,    /* bad argument (empty or over-long name, non-positive size) */
+  KN_TUNEDB_EIO = -2,       /* cannot open or write the database (SQLite's message follows) */
+  KN_TUNEDB_ENEWER = -3,    /* the file has a newer schema; left untouched */
+  KN_TUNEDB_ENOMEM = -4,
+} kn_tunedb_status;
+
+const char *kn_tunedb_status_str(int status);
+const char *kn_tunedb_message(void);
+
+typedef struct kn_tune_key {
+  char template_name[KN_TUNE_NAME_MAX]; /* "fwd", "decode", "bwd" */
+  char variant[KN_TUNE_NAME_MAX];       /* the variant descriptor's canonical name, "causal" */
+  char dtype[16];                       /* "f16", "bf16", "f32", "fp8e4m3" */
+  int head_dim;
+  int seq_bucket;                       /* kn_tune_seq_bucket(sequence length) */
+  char arch[32];                        /* "gfx942", "sm_90a", "host" */
+  char kiln_version[32];                /* KILN_VERSION_STRING of the compiler that measured */
+} kn_tune_key;
+
+typedef struct kn_tune_config {
+  int block_m, block_n;
+  int warps;
+  int stages;
+  int waves_per_eu;                     /* AMD occupancy hint; 0 elsewhere */
+  char matrix_instr[KN_TUNE_NAME_MAX];  /* "mfma_f32_32x32x8_f16", "mma_m16n8k16", "" */
+} kn_tune_config;
+
+typedef struct kn_tune_record {
+  kn_tune_key key;
+  kn_tune_config config;
+  double time_us;       /* the measured (median) time of the best configuration */
+  int64_t tuned_at;     /* seconds since the epoch; put fills it when 0 */
+} kn_tune_record;
+
+/* the power-of-two bucket of a sequence length: the smallest power of two >= n (1 for n <= 1,
+ * saturating at 2^30); neighbouring lengths share a tuned configuration */
+int kn_tune_seq_bucket(int64_t n);
+
+typedef struct kn_tunedb kn_tunedb;
+
+/* path NULL: <kn_cache_default_dir()>/tuning.sqlite3, creating the directory 0700.
+ * KN_TUNEDB_OK or KN_TUNEDB_RECREATED give a handle; other statuses leave *out NULL. */
+int kn_tunedb_open(const char *path, kn_tunedb **out);
+void kn_tunedb_close(kn_tunedb *db);
+const char *kn_tunedb_path(const kn_tunedb *db);
+
+/* KN_TUNEDB_OK (filled *out) or KN_TUNEDB_MISS */
+int kn_tunedb_get(kn_tunedb *db, const kn_tune_key *key, kn_tune_record *out);
+/* inserts or replaces the record for rec->key; with only_if_faster an existing record with a
+ * smaller time_us is kept (decided inside one transaction, so racing tuners agree) */
+int kn_tunedb_put(kn_tunedb *db, const kn_tune_record *rec, int only_if_faster);
+/* every record (all versions), ordered by key; *records is malloc'ed (free() it) */
+int kn_tunedb_list(kn_tunedb *db, kn_tune_record **records, size_t *count);
+/* removes every record of other kiln versions than `keep_version` (NULL: all records);
+ * *removed may be NULL */
+int kn_tunedb_prune(kn_tunedb *db, const char *keep_version, size_t *removed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,172 @@
+/* cache.h — the content-addressed on-disk cache of compiled code (and the home of the tuning
+ * database).
+ *
+ * The cache stores opaque payloads (code objects, PTX, host objects) under a 128-bit key.  The
+ * caller builds the key from whatever determines the payload — printed IR, target, options,
+ * compiler version — as a list of byte strings; the cache never interprets them.  It knows
+ * nothing of the IR, of LLVM or of devices.
+ *
+ * Location: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else $HOME/.cache/kiln.  Entries live
+ * in <dir>/objects-v1/<32 hex digits of the key>; the tuning database sits beside them in
+ * <dir>/tuning.sqlite3 (autotune/tunedb.h).  Directories kiln creates are 0700; a cache
+ * directory writable by group or others, or owned by another user, is refused.
+ *
+ * Guarantees (docs/runtime.md has the reasoning):
+ *  - a get returns exactly the bytes some put stored under that key, or a miss: a truncated or
+ *    corrupted entry is detected (length + XXH3-128 checksum over header and payload),
+ *    removed, reported (KN_CACHE_CORRUPT) and treated as a miss;
+ *  - a put is atomic (temp file in the same directory, fsync, rename); any number of processes
+ *    may put the same key at once; a put that cannot write (read-only, full disk, quota) returns
+ *    KN_CACHE_NOT_STORED and leaves nothing behind — the caller just continues uncached;
+ *  - the total size is kept near KILN_CACHE_MAX_BYTES by evicting the least recently used
+ *    entries (a hit refreshes the entry's mtime).
+ *
+ * Errors: every call returns a kn_cache_status; when it is not KN_CACHE_OK, kn_cache_message()
+ * (per thread, valid until the next kn_cache_* call on that thread) says what happened, naming
+ * the file or directory.  The library never prints; a log callback, if given, receives the
+ * warnings (corrupt entry removed, entry not stored) as they happen.
+ *
+ * Threads: a kn_cache handle may be used from several threads at once.
+ */
+#ifndef KILN_CACHE_H
+#define KILN_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KN_CACHE_FORMAT_VERSION 1
+#define KN_CACHE_HEADER_BYTES 64
+#define KN_CACHE_DEFAULT_MAX_BYTES ((uint64_t)1 << 30) /* 1 GiB */
+/* a temp file older than this is a crashed writer's leftover and may be removed */
+#define KN_CACHE_STALE_TEMP_SECONDS 3600
+
+typedef enum kn_cache_status {
+  KN_CACHE_OK = 0,
+  /* non-fatal outcomes: the caller carries on (compiles, runs uncached) */
+  KN_CACHE_MISS = 1,       /* no entry for the key */
+  KN_CACHE_CORRUPT = 2,    /* an entry was bad (truncated, checksum, header); removed; a miss */
+  KN_CACHE_NOT_STORED = 3, /* put could not write (read-only, ENOSPC, EDQUOT...); nothing left */
+  /* errors */
+  KN_CACHE_EINVAL = -1,    /* bad argument */
+  KN_CACHE_EIO = -2,       /* the cache directory cannot be used (missing HOME, mkdir failed) */
+  KN_CACHE_EINSECURE = -3, /* the directory is writable by others or not ours: refused */
+  KN_CACHE_ENOMEM = -4,    /* out of memory */
+} kn_cache_status;
+
+const char *kn_cache_status_str(int status);
+/* the kiln.h status a caller should surface for a cache status (MISS, CORRUPT and NOT_STORED
+ * are not failures of the caller's request: KILN_OK) */
+int kn_cache_kiln_status(int status);
+/* what the last non-OK kn_cache_* call on this thread reported ("" if none) */
+const char *kn_cache_message(void);
+
+/* ---- keys ---- */
+
+typedef struct kn_cache_key {
+  uint8_t b[16]; /* XXH3-128, canonical (big-endian) byte order */
+} kn_cache_key;
+
+typedef struct kn_cache_part {
+  const void *data;
+  size_t size;
+} kn_cache_part;
+
+/* key of a list of byte strings; each part is length-prefixed, so ("ab","c") != ("a","bc"),
+ * and the cache format version is mixed in */
+kn_cache_key kn_cache_key_of(const kn_cache_part *parts, int nparts);
+/* 32 lowercase hex digits + NUL */
+void kn_cache_key_hex(const kn_cache_key *key, char out[33]);
+/* parses 32 hex digits; returns 0 on success */
+int kn_cache_key_parse(const char *hex, kn_cache_key *key);
+
+/* ---- opening ---- */
+
+/* level: 1 warning (something was not cached or was removed), 2 info (eviction) */
+typedef void (*kn_cache_log_fn)(void *user, int level, const char *message);
+
+typedef struct kn_cache_config {
+  const char *dir;      /* NULL: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln, $HOME/.cache/kiln */
+  uint64_t max_bytes;   /* 0: $KILN_CACHE_MAX_BYTES (bytes, or with a K/M/G suffix), else
+                           KN_CACHE_DEFAULT_MAX_BYTES; UINT64_MAX: unbounded */
+  kn_cache_log_fn log;  /* optional */
+  void *log_user;
+} kn_cache_config;
+
+typedef struct kn_cache kn_cache;
+
+/* the directory a NULL config->dir resolves to (not created); KN_CACHE_EIO when neither
+ * KILN_CACHE_DIR, XDG_CACHE_HOME nor HOME is set */
+int kn_cache_default_dir(char *out, size_t size);
+/* creates dir (and missing parents) with mode 0700 and checks it is a directory owned by the
+ * effective user and not writable by group or others; shared by the tuning database */
+int kn_cache_ensure_dir(const char *dir);
+
+/* opens (creating) the cache.  On success *out is a handle; otherwise *out is NULL and the
+ * status is an error.  Opening is cheap: it does not scan the entries.  A cache directory that
+ * exists but whose objects directory cannot be created (read-only) still opens: every get
+ * misses, every put returns KN_CACHE_NOT_STORED, and a warning goes to the log callback. */
+int kn_cache_open(const kn_cache_config *config, kn_cache **out);
+void kn_cache_close(kn_cache *cache);
+const char *kn_cache_dir(const kn_cache *cache);          /* the resolved cache directory */
+uint64_t kn_cache_max_bytes(const kn_cache *cache);
+
+/* ---- entries ---- */
+
+/* On KN_CACHE_OK, *payload is a malloc'ed copy (free() it; a 0-byte payload gives a non-NULL
+ * pointer) and *size its length; on any other status *payload is NULL. */
+int kn_cache_get(kn_cache *cache, const kn_cache_key *key, void **payload, size_t *size);
+/* KN_CACHE_OK or KN_CACHE_NOT_STORED (with a message), or an argument error */
+int kn_cache_put(kn_cache *cache, const kn_cache_key *key, const void *payload, size_t size);
+/* removes the entry if present (KN_CACHE_OK either way) */
+int kn_cache_remove(kn_cache *cache, const kn_cache_key *key);
+
+typedef struct kn_cache_entry {
+  kn_cache_key key;
+  uint64_t file_bytes;   /* header + payload */
+  int64_t last_used;     /* seconds since the epoch (the entry's mtime) */
+  int64_t last_used_ns;  /* nanoseconds within that second */
+} kn_cache_entry;
+
+/* all entries, most recently used first; *entries is malloc'ed (free() it).  Entries are not
+ * verified here (kn_cache_verify does that). */
+int kn_cache_list(kn_cache *cache, kn_cache_entry **entries, size_t *count);
+
+typedef struct kn_cache_report {
+  size_t entries;        /* entries examined */
+  size_t valid;          /* of which good */
+  size_t removed_corrupt;
+  size_t removed_temp;   /* stale temp files of crashed writers (or all, for clear) */
+  size_t removed_evicted; /* entries removed by eviction (or by clear) */
+  uint64_t bytes;        /* bytes held after the operation */
+} kn_cache_report;
+
+/* reads every entry, removes bad ones (and stale temp files); report may be NULL */
+int kn_cache_verify(kn_cache *cache, kn_cache_report *report);
+/* removes every entry and temp file kiln wrote (other files are left alone) */
+int kn_cache_clear(kn_cache *cache, kn_cache_report *report);
+/* evicts least-recently-used entries until the total is at most `target` bytes (put does this
+ * on its own to ~90% of the bound when the bound is exceeded) */
+int kn_cache_evict(kn_cache *cache, uint64_t target, kn_cache_report *report);
+
+/* ---- fault injection (tests) ----
+ * Makes one stage of every later put fail with an errno, as if the disk were full or read-only,
+ * so those paths are tested without a real full disk.  Also set from the environment at open:
+ * KILN_CACHE_FAULT=<stage>:<errno>, stage one of open|write|fsync|rename, errno one of
+ * enospc|edquot|erofs|eacces|eio (e.g. KILN_CACHE_FAULT=write:enospc). */
+typedef enum kn_cache_fault_stage {
+  KN_CACHE_FAULT_NONE = 0,
+  KN_CACHE_FAULT_OPEN,    /* creating the temp file */
+  KN_CACHE_FAULT_WRITE,   /* writing it (after a partial write, as a full disk would) */
+  KN_CACHE_FAULT_FSYNC,
+  KN_CACHE_FAULT_RENAME,
+} kn_cache_fault_stage;
+void kn_cache_set_fault(kn_cache *cache, kn_cache_fault_stage stage, int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

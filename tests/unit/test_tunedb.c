@@ -1,0 +1,368 @@
+/* test_tunedb.c — the SQLite tuning database: round trips, the sequence-length bucket, 8
+ * processes writing and reading at once, and files that are not ours (garbage, another
+ * application's database, a truncated database, a newer schema) handled without a crash and
+ * without destroying anything that might matter.
+ */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdbool.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "kiln.h"
+#include "tunedb.h"
+
+static char g_root[256]; /* short: every path below fits its buffer */
+static char g_db[300];
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(p);
+}
+
+static int setup(void **state) {
+  (void)state;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(g_root, sizeof g_root, "%s/kiln-tunedb-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  assert_non_null(mkdtemp(g_root));
+  snprintf(g_db, sizeof g_db, "%s/tuning.sqlite3", g_root);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  nftw(g_root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+  return 0;
+}
+
+static kn_tune_record rec(const char *tmpl, int head_dim, int64_t seqlen, const char *arch, int bm, double us) {
+  kn_tune_record r;
+  memset(&r, 0, sizeof r);
+  snprintf(r.key.template_name, sizeof r.key.template_name, "%s", tmpl);
+  snprintf(r.key.variant, sizeof r.key.variant, "causal");
+  snprintf(r.key.dtype, sizeof r.key.dtype, "bf16");
+  r.key.head_dim = head_dim;
+  r.key.seq_bucket = kn_tune_seq_bucket(seqlen);
+  snprintf(r.key.arch, sizeof r.key.arch, "%s", arch);
+  snprintf(r.key.kiln_version, sizeof r.key.kiln_version, KILN_VERSION_STRING);
+  r.config.block_m = bm;
+  r.config.block_n = 64;
+  r.config.warps = 4;
+  r.config.stages = 2;
+  r.config.waves_per_eu = 2;
+  snprintf(r.config.matrix_instr, sizeof r.config.matrix_instr, "mfma_f32_32x32x8_bf16");
+  r.time_us = us;
+  return r;
+}
+
+static kn_tunedb *open_db(int want) {
+  kn_tunedb *db = NULL;
+  int s = kn_tunedb_open(g_db, &db);
+  if (s != want) fail_msg("kn_tunedb_open: %s: %s", kn_tunedb_status_str(s), kn_tunedb_message());
+  assert_non_null(db);
+  return db;
+}
+
+static int count_aside(void) {
+  int n = 0;
+  DIR *d = opendir(g_root);
+  struct dirent *de;
+  while ((de = readdir(d)))
+    if (strstr(de->d_name, "tuning.sqlite3.bad-") && !strstr(de->d_name, "-wal") && !strstr(de->d_name, "-shm")) n++;
+  closedir(d);
+  return n;
+}
+
+static void test_bucket(void **state) {
+  (void)state;
+  assert_int_equal(kn_tune_seq_bucket(-5), 1);
+  assert_int_equal(kn_tune_seq_bucket(0), 1);
+  assert_int_equal(kn_tune_seq_bucket(1), 1);
+  assert_int_equal(kn_tune_seq_bucket(2), 2);
+  assert_int_equal(kn_tune_seq_bucket(3), 4);
+  assert_int_equal(kn_tune_seq_bucket(1000), 1024);
+  assert_int_equal(kn_tune_seq_bucket(1024), 1024);
+  assert_int_equal(kn_tune_seq_bucket(1025), 2048);
+  assert_int_equal(kn_tune_seq_bucket((int64_t)1 << 40), 1 << 30);
+}
+
+static void test_round_trip(void **state) {
+  (void)state;
+  kn_tunedb *db = open_db(KN_TUNEDB_OK);
+  kn_tune_record r = rec("fwd", 128, 4000, "gfx942", 128, 51.5), got;
+  assert_int_equal(kn_tunedb_get(db, &r.key, &got), KN_TUNEDB_MISS);
+  assert_int_equal(kn_tunedb_put(db, &r, 0), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_get(db, &r.key, &got), KN_TUNEDB_OK);
+  assert_string_equal(got.key.template_name, "fwd");
+  assert_int_equal(got.key.seq_bucket, 4096);
+  assert_int_equal(got.config.block_m, 128);
+  assert_string_equal(got.config.matrix_instr, "mfma_f32_32x32x8_bf16");
+  assert_true(got.time_us == 51.5);
+  assert_true(got.tuned_at > 1600000000); /* filled with the current time */
+  /* the same bucket: another length that rounds to 4096 finds it */
+  kn_tune_key k2 = r.key;
+  k2.seq_bucket = kn_tune_seq_bucket(3000);
+  assert_int_equal(kn_tunedb_get(db, &k2, &got), KN_TUNEDB_OK);
+  /* another version does not */
+  snprintf(k2.kiln_version, sizeof k2.kiln_version, "0.0.9");
+  assert_int_equal(kn_tunedb_get(db, &k2, &got), KN_TUNEDB_MISS);
+
+  /* only_if_faster keeps the faster record */
+  kn_tune_record slower = rec("fwd", 128, 4000, "gfx942", 64, 80.0);
+  assert_int_equal(kn_tunedb_put(db, &slower, 1), KN_TUNEDB_NOT_REPLACED);
+  assert_int_equal(kn_tunedb_get(db, &r.key, &got), KN_TUNEDB_OK);
+  assert_int_equal(got.config.block_m, 128);
+  kn_tune_record faster = rec("fwd", 128, 4000, "gfx942", 256, 40.0);
+  assert_int_equal(kn_tunedb_put(db, &faster, 1), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_get(db, &r.key, &got), KN_TUNEDB_OK);
+  assert_int_equal(got.config.block_m, 256);
+  /* a plain put replaces (a deliberate retune) */
+  assert_int_equal(kn_tunedb_put(db, &slower, 0), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_get(db, &r.key, &got), KN_TUNEDB_OK);
+  assert_int_equal(got.config.block_m, 64);
+
+  kn_tune_record other = rec("decode", 64, 1, "sm_90a", 16, 9.0), old = other;
+  snprintf(old.key.kiln_version, sizeof old.key.kiln_version, "0.0.9");
+  assert_int_equal(kn_tunedb_put(db, &other, 0), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_put(db, &old, 0), KN_TUNEDB_OK);
+  kn_tune_record *all;
+  size_t n;
+  assert_int_equal(kn_tunedb_list(db, &all, &n), KN_TUNEDB_OK);
+  assert_int_equal(n, 3);
+  assert_string_equal(all[0].key.template_name, "decode"); /* ordered by key */
+  free(all);
+  size_t removed;
+  assert_int_equal(kn_tunedb_prune(db, KILN_VERSION_STRING, &removed), KN_TUNEDB_OK);
+  assert_int_equal(removed, 1);
+  kn_tunedb_close(db);
+
+  /* survives a restart; the file is in WAL mode */
+  db = open_db(KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_get(db, &other.key, &got), KN_TUNEDB_OK);
+  assert_int_equal(got.config.block_m, 16);
+  kn_tunedb_close(db);
+  sqlite3 *raw;
+  assert_int_equal(sqlite3_open(g_db, &raw), SQLITE_OK);
+  sqlite3_stmt *st;
+  assert_int_equal(sqlite3_prepare_v2(raw, "PRAGMA journal_mode", -1, &st, NULL), SQLITE_OK);
+  assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+  assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+}
+
+static void test_invalid(void **state) {
+  (void)state;
+  kn_tunedb *db = open_db(KN_TUNEDB_OK);
+  kn_tune_record r = rec("", 128, 10, "gfx942", 64, 1.0);
+  assert_int_equal(kn_tunedb_put(db, &r, 0), KN_TUNEDB_EINVAL);
+  r = rec("fwd", 0, 10, "gfx942", 64, 1.0);
+  assert_int_equal(kn_tunedb_put(db, &r, 0), KN_TUNEDB_EINVAL);
+  assert_non_null(strstr(kn_tunedb_message(), "head_dim"));
+  r = rec("fwd", 64, 10, "gfx942", 64, 1.0);
+  memset(r.key.arch, 'x', sizeof r.key.arch); /* not NUL-terminated */
+  assert_int_equal(kn_tunedb_put(db, &r, 0), KN_TUNEDB_EINVAL);
+  kn_tunedb_close(db);
+}
+
+/* the default location is $KILN_CACHE_DIR/tuning.sqlite3, its directory created 0700 */
+static void test_default_path(void **state) {
+  (void)state;
+  char dir[300];
+  snprintf(dir, sizeof dir, "%s/cache", g_root);
+  setenv("KILN_CACHE_DIR", dir, 1);
+  kn_tunedb *db;
+  assert_int_equal(kn_tunedb_open(NULL, &db), KN_TUNEDB_OK);
+  char want[400];
+  snprintf(want, sizeof want, "%s/tuning.sqlite3", dir);
+  assert_string_equal(kn_tunedb_path(db), want);
+  kn_tunedb_close(db);
+  struct stat st;
+  assert_int_equal(stat(dir, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0700);
+  /* an insecure cache directory is refused here too */
+  chmod(dir, 0777);
+  assert_int_equal(kn_tunedb_open(NULL, &db), KN_TUNEDB_EIO);
+  assert_null(db);
+  assert_non_null(strstr(kn_tunedb_message(), "0777"));
+  chmod(dir, 0700);
+  unsetenv("KILN_CACHE_DIR");
+}
+
+/* 8 processes, each writing its own 40 keys (one transaction each) and reading them back,
+ * all at once, each through its own connection */
+static void test_concurrent(void **state) {
+  (void)state;
+  enum { PROCS = 8, KEYS = 40 };
+  int go[2];
+  assert_int_equal(pipe(go), 0);
+  pid_t pids[PROCS];
+  for (int i = 0; i < PROCS; i++) {
+    pids[i] = fork();
+    assert_true(pids[i] >= 0);
+    if (pids[i] == 0) {
+      close(go[1]);
+      char b;
+      if (read(go[0], &b, 1) != 0) _exit(10);
+      kn_tunedb *db;
+      int s = kn_tunedb_open(g_db, &db);
+      if (s != KN_TUNEDB_OK) {
+        fprintf(stderr, "child %d: open: %s\n", i, kn_tunedb_message());
+        _exit(11);
+      }
+      for (int k = 0; k < KEYS; k++) {
+        kn_tune_record r = rec("fwd", 64 * (i + 1), (int64_t)1 << k % 20, "gfx90a", 16 * (k + 1), i * 1000 + k);
+        /* k >= 20 odd: only_if_faster against k-20's faster record, which stays */
+        bool kept = k >= 20 && (k & 1);
+        if (kn_tunedb_put(db, &r, k & 1) != (kept ? KN_TUNEDB_NOT_REPLACED : KN_TUNEDB_OK)) {
+          fprintf(stderr, "child %d: put: %s\n", i, kn_tunedb_message());
+          _exit(12);
+        }
+        kn_tune_record got;
+        if (kn_tunedb_get(db, &r.key, &got) != KN_TUNEDB_OK ||
+            got.config.block_m != 16 * ((kept ? k - 20 : k) + 1)) {
+          fprintf(stderr, "child %d: get: %s\n", i, kn_tunedb_message());
+          _exit(13);
+        }
+      }
+      kn_tunedb_close(db);
+      _exit(0);
+    }
+  }
+  close(go[0]);
+  close(go[1]);
+  for (int i = 0; i < PROCS; i++) {
+    int st;
+    assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("process %d failed (status 0x%x)", i, st);
+  }
+  kn_tunedb *db = open_db(KN_TUNEDB_OK);
+  kn_tune_record *all;
+  size_t n;
+  assert_int_equal(kn_tunedb_list(db, &all, &n), KN_TUNEDB_OK);
+  /* per process: keys k and k+20 share a bucket (1 << k % 20), the later put wins: 20 records */
+  assert_int_equal(n, PROCS * 20);
+  for (int i = 0; i < PROCS; i++) {
+    for (int k = 20; k < KEYS; k++) {
+      kn_tune_record r = rec("fwd", 64 * (i + 1), (int64_t)1 << k % 20, "gfx90a", 0, 0), got;
+      assert_int_equal(kn_tunedb_get(db, &r.key, &got), KN_TUNEDB_OK);
+      /* k even: plain put of k replaced k-20; k odd: only_if_faster, and k is slower than
+       * k-20 (time i*1000+k), so k-20's config stays */
+      assert_int_equal(got.config.block_m, k & 1 ? 16 * (k - 20 + 1) : 16 * (k + 1));
+    }
+  }
+  free(all);
+  kn_tunedb_close(db);
+}
+
+static void write_file(const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(data, 1, n, f), n);
+  fclose(f);
+}
+
+static void test_garbage_file(void **state) {
+  (void)state;
+  char junk[8192];
+  for (size_t i = 0; i < sizeof junk; i++) junk[i] = (char)('a' + i % 26);
+  write_file(g_db, junk, sizeof junk);
+  kn_tunedb *db = open_db(KN_TUNEDB_RECREATED);
+  assert_non_null(strstr(kn_tunedb_message(), "moved aside"));
+  assert_non_null(strstr(kn_tunedb_message(), "not a database"));
+  assert_int_equal(count_aside(), 1);
+  kn_tune_record r = rec("fwd", 128, 100, "host", 32, 5.0), got;
+  assert_int_equal(kn_tunedb_put(db, &r, 0), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_get(db, &r.key, &got), KN_TUNEDB_OK);
+  kn_tunedb_close(db);
+  db = open_db(KN_TUNEDB_OK); /* the fresh one is fine next time */
+  kn_tunedb_close(db);
+}
+
+static void raw_exec(const char *sql) {
+  sqlite3 *raw;
+  assert_int_equal(sqlite3_open(g_db, &raw), SQLITE_OK);
+  char *err = NULL;
+  if (sqlite3_exec(raw, sql, NULL, NULL, &err) != SQLITE_OK) fail_msg("%s: %s", sql, err);
+  sqlite3_close(raw);
+}
+
+static void test_foreign_database(void **state) {
+  (void)state;
+  raw_exec("CREATE TABLE notes(x); INSERT INTO notes VALUES (1)");
+  kn_tunedb *db = open_db(KN_TUNEDB_RECREATED);
+  assert_non_null(strstr(kn_tunedb_message(), "not kiln's"));
+  kn_tunedb_close(db);
+  assert_int_equal(count_aside(), 1);
+  unlink(g_db);
+  raw_exec("PRAGMA application_id = 1234; CREATE TABLE t(x)");
+  db = open_db(KN_TUNEDB_RECREATED);
+  assert_non_null(strstr(kn_tunedb_message(), "another application"));
+  kn_tunedb_close(db);
+}
+
+static void test_newer_schema(void **state) {
+  (void)state;
+  raw_exec("PRAGMA application_id = 1263094862; PRAGMA user_version = 99; CREATE TABLE tuning2(x)");
+  struct stat before, after;
+  assert_int_equal(stat(g_db, &before), 0);
+  kn_tunedb *db = (kn_tunedb *)1;
+  assert_int_equal(kn_tunedb_open(g_db, &db), KN_TUNEDB_ENEWER);
+  assert_null(db);
+  assert_non_null(strstr(kn_tunedb_message(), "99"));
+  assert_non_null(strstr(kn_tunedb_message(), "left untouched"));
+  assert_int_equal(stat(g_db, &after), 0);
+  assert_int_equal(before.st_size, after.st_size);
+  assert_int_equal(before.st_ino, after.st_ino);
+  assert_int_equal(count_aside(), 0);
+}
+
+static void test_truncated_database(void **state) {
+  (void)state;
+  kn_tunedb *db = open_db(KN_TUNEDB_OK);
+  for (int i = 0; i < 2000; i++) {
+    char v[32];
+    kn_tune_record r = rec("fwd", 64 + i, 1000, "gfx942", 64, i);
+    snprintf(v, sizeof v, "variant-with-a-long-name-%d", i);
+    snprintf(r.key.variant, sizeof r.key.variant, "%s", v);
+    assert_int_equal(kn_tunedb_put(db, &r, 0), KN_TUNEDB_OK);
+  }
+  kn_tunedb_close(db); /* checkpoints the WAL into the file */
+  struct stat st;
+  assert_int_equal(stat(g_db, &st), 0);
+  assert_true(st.st_size > 3 * 4096);
+  assert_int_equal(truncate(g_db, st.st_size / 2), 0);
+  db = open_db(KN_TUNEDB_RECREATED);
+  kn_tunedb_close(db);
+  assert_int_equal(count_aside(), 1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bucket),
+      cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_invalid, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_default_path, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_garbage_file, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_foreign_database, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_newer_schema, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_truncated_database, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
