@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# device_run.sh — what runs ON the lent H200, from the repository root, with bench/h200/pack
+# carried (see docs/nvidia.md):
+#     device tool: command "bash bench/h200/device_run.sh", carry ["bench/h200/pack"]
+#
+# It unpacks the static build (bench/h200/build_static.sh made it here), records the machine
+# (nvidia-smi, driver, ptxas), runs the GPU part of test_cuda and the ptxas test, `kiln targets`,
+# then the hooks for the later tables (kiln's correctness and throughput runs, and the torch
+# SDPA anchor, bench/h200/sdpa_anchor.py).  Every step's output goes to a log under $OUT (at
+# most 8 files come back, so they are few: summary.txt, steps.log and one log per heavy step)
+# and a one-line verdict to summary.txt, printed last.  A failing step is recorded and the
+# script goes on; the exit status is the number of failed steps (0: all passed).
+#
+#   KILN_DEVICE_STEPS   space-separated steps to run (default: all of: info tests kiln sdpa)
+#   KILN_SDPA_ARGS      extra arguments for sdpa_anchor.py (e.g. "--quick")
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-/tmp/kiln-out}
+mkdir -p "$out"
+work=${TMPDIR:-/tmp}/kiln-h200-run
+steps=${KILN_DEVICE_STEPS:-"info tests kiln sdpa"}
+summary="$out/summary.txt"
+steplog="$out/steps.log"
+: >"$summary"
+: >"$steplog"
+failed=0
+
+note() { echo "$*" | tee -a "$summary"; }
+
+# step NAME LOGFILE TIMEOUT_S COMMAND...: runs the command with a time limit, appending its
+# output to LOGFILE; records PASS/FAIL (exit status) and the time it took
+step() {
+  local name=$1 log=$2 limit=$3
+  shift 3
+  local t0 t1 rc
+  t0=$(date +%s.%N)
+  {
+    echo
+    echo "===== $name: $*"
+  } >>"$log"
+  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+  rc=$?
+  t1=$(date +%s.%N)
+  local secs
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  if [ $rc -eq 0 ]; then
+    note "PASS  $name (${secs}s)"
+  else
+    [ $rc -eq 124 ] && echo "(timed out after ${limit}s)" >>"$log"
+    note "FAIL  $name (exit $rc, ${secs}s; see $(basename "$log"))"
+    failed=$((failed + 1))
+  fi
+  return 0
+}
+
+want() { [[ " $steps " == *" $1 "* ]]; }
+
+note "kiln on the device: $(date -u +%Y-%m-%dT%H:%M:%SZ), host $(hostname), steps: $steps"
+
+# ---- unpack ----
+tarball="$here/pack/kiln-h200.tar.xz"
+if [ ! -f "$tarball" ]; then
+  note "FAIL  unpack: $tarball missing (run bench/h200/build_static.sh here and carry bench/h200/pack)"
+  failed=$((failed + 1))
+else
+  rm -rf "$work"
+  mkdir -p "$work"
+  if tar -C "$work" -xJf "$tarball" >>"$steplog" 2>&1; then
+    note "PASS  unpack ($(stat -c %s "$tarball") bytes)"
+    sed 's/^/      /' "$work/kiln-h200/MANIFEST" | tee -a "$summary"
+  else
+    note "FAIL  unpack (see steps.log)"
+    failed=$((failed + 1))
+  fi
+fi
+bin="$work/kiln-h200/bin"
+export LD_LIBRARY_PATH="$work/kiln-h200/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# ptxas for test_ptxas and test_cuda's cubin test, where the image has it
+if [ -z "${KILN_PTXAS:-}" ] && ! command -v ptxas >/dev/null 2>&1; then
+  for p in /usr/local/cuda/bin/ptxas /usr/local/cuda-*/bin/ptxas; do
+    [ -x "$p" ] && export KILN_PTXAS="$p" && break
+  done
+fi
+
+# ---- the machine ----
+if want info; then
+  step "nvidia-smi -L" "$steplog" 30 nvidia-smi -L
+  step "nvidia-smi" "$steplog" 30 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
+  step "ptxas --version" "$steplog" 30 bash -c 'p=${KILN_PTXAS:-$(command -v ptxas)}; echo "$p"; "$p" --version'
+  step "system" "$steplog" 30 bash -c 'uname -a; ldd --version | head -1; nproc; free -g | head -2'
+  grep -E "^GPU [0-9]+:" "$steplog" | sed 's/^/      /' | tee -a "$summary"
+fi
+
+# ---- the tests ----
+if want tests; then
+  for t in test_cuda test_ptxas; do
+    if [ -x "$bin/$t" ]; then
+      step "$t" "$out/$t.log" 300 "$bin/$t"
+      # the lines a reader wants without opening the log
+      grep -E "^(device 0|vadd n=|kn_vadd:|cubin for|block reverse|bad PTX|sm_(80|90a) kn_vadd|kn_spill)" \
+        "$out/$t.log" | sed 's/^/      /' | tee -a "$summary"
+    else
+      note "FAIL  $t: not in the pack"
+      failed=$((failed + 1))
+    fi
+  done
+fi
+
+# ---- kiln itself ----
+if want kiln; then
+  if [ -x "$bin/kiln" ]; then
+    step "kiln targets" "$out/kiln.log" 60 "$bin/kiln" targets
+    # HOOK (later): the correctness table — `kiln run --target sm_90a ...` over head dims 64/128,
+    # causal on/off, f16/bf16, ragged N, each line ending PASS|FAIL; then the throughput table
+    # (`kiln run` timing lines at N 1k/4k/16k, batch 4, 32 heads) next to SDPA's numbers below.
+    # Put each table in $out/kiln.log (step appends) and its summary lines into $summary.
+    if [ -f "$here/kiln_tables.sh" ]; then
+      step "kiln tables" "$out/kiln.log" 480 bash "$here/kiln_tables.sh" "$bin/kiln" "$out"
+    else
+      note "SKIP  kiln tables (bench/h200/kiln_tables.sh not written yet)"
+    fi
+  else
+    note "FAIL  kiln: not in the pack"
+    failed=$((failed + 1))
+  fi
+fi
+
+# ---- the anchor: torch SDPA (flash, cuDNN) in the same run ----
+if want sdpa; then
+  # shellcheck disable=SC2086
+  step "sdpa anchor" "$out/sdpa.log" 420 env PYTHONUNBUFFERED=1 python3 "$here/sdpa_anchor.py" \
+    --csv "$out/sdpa.csv" ${KILN_SDPA_ARGS:-}
+  grep -E "^(\||# )" "$out/sdpa.log" >>"$summary"
+fi
+
+note "failed steps: $failed"
+echo
+echo "===== summary ($summary)"
+cat "$summary"
+exit "$failed"

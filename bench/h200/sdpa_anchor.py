@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""sdpa_anchor.py — torch SDPA's flash (FA2) and cuDNN backends timed on the GPU at hand.
+
+The anchor kiln's attention kernels are compared with, measured in the same device run
+(bench/h200/device_run.sh) so that both see the same card, clocks and driver.  The shapes are
+those of shared/anchors/h200-2026-11-29.md: batch 4, 32 heads, head dim 64 and 128, sequence
+length 1k/4k/16k, causal off/on, f16 and bf16, forward only.
+
+TFLOP/s counts 4*B*H*N*N*D (QK^T and PV, two flops a multiply-add), halved for causal.
+Timing: CUDA events around each call after a warm-up, median of the repeats, rotating over
+three input sets so that the small sizes do not run out of L2 alone.  Before timing, each
+backend's output is compared with the math backend in float32 on a small slice
+(||out - ref|| / ||ref||); a backend the build or the card lacks is reported "n/a" with the reason.
+
+Prints a markdown table (one row per dtype, D, causal, N) and, with --csv, writes every number.
+"""
+import argparse
+import csv
+import math
+import sys
+import time
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--head-dims", default="64,128")
+    p.add_argument("--seqlens", default="1024,4096,16384")
+    p.add_argument("--dtypes", default="f16,bf16")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--quick", action="store_true", help="N 1k/4k, 5 repeats (a smoke run)")
+    p.add_argument("--csv", default=None, help="also write the results here")
+    return p.parse_args()
+
+
+def main():
+    args = parse_args()
+    try:
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        import torch.nn.functional as F
+    except Exception as e:  # no torch: nothing to anchor against
+        print(f"# sdpa anchor skipped: cannot import torch ({e})")
+        return 0
+    if not torch.cuda.is_available():
+        print("# sdpa anchor skipped: torch sees no CUDA device")
+        return 0
+    if args.quick:
+        args.seqlens, args.repeats = "1024,4096", 5
+
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(dev)
+    print(f"# device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}, "
+          f"CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}")
+    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
+    dtypes = {"f16": torch.float16, "bf16": torch.bfloat16}
+    B, H = args.batch, args.heads
+    rows = []
+
+    def run(backend, q, k, v, causal):
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    for dname in args.dtypes.split(","):
+        dt = dtypes[dname]
+        for D in (int(x) for x in args.head_dims.split(",")):
+            for causal in (False, True):
+                for N in (int(x) for x in args.seqlens.split(",")):
+                    flops = 4.0 * B * H * N * N * D * (0.5 if causal else 1.0)
+                    gen = torch.Generator(device=dev).manual_seed(1234 + N + D)
+                    sets = [tuple(torch.randn(B, H, N, D, device=dev, dtype=dt, generator=gen)
+                                  for _ in range(3)) for _ in range(3)]  # (q, k, v) x 3
+                    # reference on one batch and two heads, float32 math backend
+                    q0, k0, v0 = (t[:1, :2].float() for t in sets[0])
+                    with sdpa_kernel([SDPBackend.MATH]):
+                        ref = F.scaled_dot_product_attention(q0, k0, v0, is_causal=causal)
+                    row = {"dtype": dname, "D": D, "causal": int(causal), "N": N}
+                    for bname, backend in backends:
+                        try:
+                            out = run(backend, *sets[0], causal)
+                            err = ((out[:1, :2].float() - ref).norm() / ref.norm()).item()
+                            for i in range(args.warmup):
+                                run(backend, *sets[i % 3], causal)
+                            torch.cuda.synchronize()
+                            times = []
+                            for i in range(args.repeats):
+                                s, e = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                                q, k, v = sets[i % 3]
+                                s.record()
+                                run(backend, q, k, v, causal)
+                                e.record()
+                                times.append((s, e))
+                            torch.cuda.synchronize()
+                            ms = sorted(s.elapsed_time(e) for s, e in times)
+                            med = ms[len(ms) // 2]
+                            row[bname + "_ms"] = med
+                            row[bname + "_tflops"] = flops / (med * 1e-3) / 1e12
+                            row[bname + "_relerr"] = err
+                            row[bname + "_spread"] = (ms[-1] - ms[0]) / med
+                        except Exception as ex:  # backend unavailable for this shape/card
+                            row[bname + "_tflops"] = math.nan
+                            row[bname + "_error"] = str(ex).splitlines()[0][:120]
+                    rows.append(row)
+                    del sets
+                    torch.cuda.empty_cache()
+                    print(f"# done {dname} D={D} causal={int(causal)} N={N}", flush=True)
+
+    print()
+    print("| dtype | D | causal | N | SDPA flash TFLOP/s | SDPA cuDNN TFLOP/s | rel err flash / cuDNN |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        def cell(b):
+            t = r.get(b + "_tflops", math.nan)
+            return "n/a" if math.isnan(t) else f"{t:.0f}"
+
+        def err(b):
+            return f"{r[b + '_relerr']:.1e}" if b + "_relerr" in r else "-"
+        print(f"| {r['dtype']} | {r['D']} | {'yes' if r['causal'] else 'no'} | {r['N']} | "
+              f"{cell('flash')} | {cell('cudnn')} | {err('flash')} / {err('cudnn')} |")
+    for r in rows:
+        for b in ("flash", "cudnn"):
+            if b + "_error" in r:
+                print(f"# {b} n/a at {r['dtype']} D={r['D']} causal={r['causal']} N={r['N']}: "
+                      f"{r[b + '_error']}")
+    if args.csv:
+        keys = sorted({k for r in rows for k in r})
+        with open(args.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=keys)
+            w.writeheader()
+            w.writerows(rows)
+    bad = [r for r in rows for b in ("flash", "cudnn")
+           if r.get(b + "_relerr", 0) > 2e-2 or (b + "_relerr" in r and math.isnan(r[b + "_relerr"]))]
+    if bad:
+        print(f"# {len(bad)} result(s) disagree with the float32 reference by more than 2e-2")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    t0 = time.time()
+    rc = main()
+    print(f"# sdpa anchor: {time.time() - t0:.0f} s")
+    sys.exit(rc)

@@ -1,0 +1,755 @@
+/* test_cuda.c — the CUDA device (runtime/cuda.c), with and without a GPU.
+ *
+ * Three ways this binary runs:
+ *   - Here and in CI (no GPU, normally no libcuda.so.1): the driver is "not present", cleanly,
+ *     with the reason; every call on a device refuses; KILN_CUDA_LIBRARY=/nonexistent/... is
+ *     named in the message (checked in a forked child, since the driver is loaded once per
+ *     process).  The GPU tests are skipped (cmocka skip()).
+ *   - Under ctest as test_cuda_fake: KILN_CUDA_LIBRARY points at a fake driver built from this
+ *     same file (-DKN_FAKE_LIBCUDA).  It has one pretend device, keeps "device" memory in host
+ *     memory and runs the two test kernels on the CPU, so the GPU tests exercise cuda.c's
+ *     argument passing, context handling, JIT log capture and error paths without hardware.
+ *     The fake refuses any call made without its context current, and a launch with more
+ *     dynamic shared memory than the kernel's attribute allows, as the real driver does.
+ *   - On the H200 (bench/h200/device_run.sh): the same GPU tests against the real driver, with
+ *     hand-written PTX (.version 8.0, .target sm_80) JIT-compiled by the driver, and, where
+ *     ptxas is installed, also a cubin made by compiler/ptxas.c.
+ * The GPU part is chosen at run time: it runs when kn_cuda_init() finds a device.
+ */
+#if defined(KN_FAKE_LIBCUDA)
+/* ---------------- the fake driver ---------------- */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef unsigned long long dptr;
+typedef struct fake_fn {
+  int id; /* 0 kn_vadd, 1 kn_block_reverse */
+  int max_dyn;
+} fake_fn;
+static fake_fn fake_fns[2] = {{0, 48 * 1024}, {1, 48 * 1024}};
+static int fake_ctx_obj;
+static __thread void *cur_ctx;
+
+#define NEED_CTX() \
+  if (cur_ctx != &fake_ctx_obj) return 201 /* CUDA_ERROR_INVALID_CONTEXT */
+
+int cuInit(unsigned f) { return f ? 1 : 0; }
+int cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+int cuGetErrorName(int e, const char **s) {
+  *s = e == 218 ? "CUDA_ERROR_INVALID_PTX" : e == 500 ? "CUDA_ERROR_NOT_FOUND"
+     : e == 201 ? "CUDA_ERROR_INVALID_CONTEXT" : e == 1 ? "CUDA_ERROR_INVALID_VALUE"
+     : "CUDA_ERROR_UNKNOWN";
+  return 0;
+}
+int cuGetErrorString(int e, const char **s) {
+  *s = e == 218 ? "a PTX JIT compilation failed" : "fake error";
+  return 0;
+}
+int cuDeviceGetCount(int *n) { *n = 1; return 0; }
+int cuDeviceGet(int *d, int o) { *d = o + 7; return o == 0 ? 0 : 101; }
+int cuDeviceGetName(char *s, int n, int d) {
+  (void)d;
+  strncpy(s, "Fake CUDA device", (size_t)n);
+  return 0;
+}
+int cuDeviceGetAttribute(int *v, int a, int d) {
+  (void)d;
+  switch (a) {
+  case 75: *v = 9; break;         /* cc major */
+  case 76: *v = 0; break;         /* cc minor */
+  case 16: *v = 132; break;       /* SMs */
+  case 1: *v = 1024; break;
+  case 8: *v = 48 * 1024; break;
+  case 97: *v = 227 * 1024; break;
+  case 10: *v = 32; break;
+  default: return 1;
+  }
+  return 0;
+}
+int cuDeviceTotalMem_v2(size_t *b, int d) { (void)d; *b = (size_t)141 << 30; return 0; }
+int cuDevicePrimaryCtxRetain(void **c, int d) { (void)d; *c = &fake_ctx_obj; return 0; }
+int cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
+int cuCtxGetCurrent(void **c) { *c = cur_ctx; return 0; }
+/* a one-deep stack is all cuda.c needs: it pushes only when the context is not current */
+static __thread void *saved_ctx;
+int cuCtxPushCurrent_v2(void *c) { saved_ctx = cur_ctx; cur_ctx = c; return 0; }
+int cuCtxPopCurrent_v2(void **c) { *c = cur_ctx; cur_ctx = saved_ctx; return 0; }
+int cuCtxSynchronize(void) { NEED_CTX(); return 0; }
+int cuModuleLoadDataEx(void **m, const void *img, unsigned n, int *opts, void **vals) {
+  NEED_CTX();
+  if (strstr((const char *)img, "bogus")) {
+    for (unsigned i = 0; i < n; i++)
+      if (opts[i] == 5) /* CU_JIT_ERROR_LOG_BUFFER */
+        strcpy(vals[i], "ptxas application ptx input, line 9; error   : Unknown symbol 'bogus'");
+    return 218;
+  }
+  for (unsigned i = 0; i < n; i++)
+    if (opts[i] == 3) strcpy(vals[i], "ptxas info    : Used 8 registers"); /* info log */
+  *m = &fake_fns;
+  return 0;
+}
+int cuModuleUnload(void *m) { (void)m; NEED_CTX(); return 0; }
+int cuModuleGetFunction(void **f, void *m, const char *name) {
+  (void)m;
+  NEED_CTX();
+  if (strcmp(name, "kn_vadd") == 0) *f = &fake_fns[0];
+  else if (strcmp(name, "kn_block_reverse") == 0) *f = &fake_fns[1];
+  else return 500;
+  return 0;
+}
+int cuFuncGetAttribute(int *v, int a, void *f) {
+  (void)f;
+  *v = a == 4 ? 8 : a == 0 ? 1024 : 0;
+  return 0;
+}
+int cuFuncSetAttribute(void *f, int a, int v) {
+  if (a != 8 || v > 227 * 1024) return 1;
+  ((fake_fn *)f)->max_dyn = v;
+  return 0;
+}
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned dyn, void *stream, void **params, void **extra) {
+  (void)stream;
+  (void)extra;
+  NEED_CTX();
+  fake_fn *fn = f;
+  if (bx * by * bz > 1024 || (int)dyn > fn->max_dyn || gy != 1 || gz != 1) return 1;
+  if (fn->id == 0) {
+    float *a = (float *)(uintptr_t)*(dptr *)params[0], *b = (float *)(uintptr_t)*(dptr *)params[1];
+    float *c = (float *)(uintptr_t)*(dptr *)params[2];
+    unsigned n = *(unsigned *)params[3];
+    for (unsigned i = 0; i < gx * bx; i++)
+      if (i < n) c[i] = a[i] + b[i];
+  } else {
+    float *in = (float *)(uintptr_t)*(dptr *)params[0];
+    float *out = (float *)(uintptr_t)*(dptr *)params[1];
+    if (*(unsigned *)params[2] != dyn || dyn < 4 * bx) return 1;
+    for (unsigned blk = 0; blk < gx; blk++)
+      for (unsigned t = 0; t < bx; t++) out[blk * bx + t] = in[blk * bx + (bx - 1 - t)];
+  }
+  return 0;
+}
+int cuMemAlloc_v2(dptr *p, size_t n) {
+  NEED_CTX();
+  void *m = malloc(n);
+  *p = (dptr)(uintptr_t)m;
+  return m ? 0 : 2;
+}
+int cuMemFree_v2(dptr p) { NEED_CTX(); free((void *)(uintptr_t)p); return 0; }
+int cuMemcpyHtoD_v2(dptr d, const void *s, size_t n) {
+  NEED_CTX();
+  memcpy((void *)(uintptr_t)d, s, n);
+  return 0;
+}
+int cuMemcpyDtoH_v2(void *d, dptr s, size_t n) {
+  NEED_CTX();
+  memcpy(d, (void *)(uintptr_t)s, n);
+  return 0;
+}
+int cuMemcpyDtoD_v2(dptr d, dptr s, size_t n) {
+  NEED_CTX();
+  memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n);
+  return 0;
+}
+int cuMemcpyHtoDAsync_v2(dptr d, const void *s, size_t n, void *st) {
+  (void)st;
+  return cuMemcpyHtoD_v2(d, s, n);
+}
+int cuMemcpyDtoHAsync_v2(void *d, dptr s, size_t n, void *st) {
+  (void)st;
+  return cuMemcpyDtoH_v2(d, s, n);
+}
+int cuMemsetD8_v2(dptr d, unsigned char v, size_t n) {
+  NEED_CTX();
+  memset((void *)(uintptr_t)d, v, n);
+  return 0;
+}
+static int fake_obj;
+int cuStreamCreate(void **s, unsigned f) { (void)f; NEED_CTX(); *s = &fake_obj; return 0; }
+int cuStreamDestroy_v2(void *s) { (void)s; NEED_CTX(); return 0; }
+int cuStreamSynchronize(void *s) { (void)s; NEED_CTX(); return 0; }
+int cuEventCreate(void **e, unsigned f) { (void)f; NEED_CTX(); *e = &fake_obj; return 0; }
+int cuEventDestroy_v2(void *e) { (void)e; NEED_CTX(); return 0; }
+int cuEventRecord(void *e, void *s) { (void)e; (void)s; NEED_CTX(); return 0; }
+int cuEventSynchronize(void *e) { (void)e; NEED_CTX(); return 0; }
+/* only the unversioned symbol: exercises cuda.c's fallback for drivers before 12.8 */
+int cuEventElapsedTime(float *ms, void *a, void *b) {
+  (void)a;
+  (void)b;
+  NEED_CTX();
+  *ms = 0.5f;
+  return 0;
+}
+
+#else
+/* ---------------- the tests ---------------- */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cuda_device.h"
+#include "ptxas.h"
+
+/* c[i] = a[i] + b[i] for i < n; one thread per element */
+static const char vadd_ptx[] =
+    ".version 8.0\n"
+    ".target sm_80\n"
+    ".address_size 64\n"
+    "\n"
+    ".visible .entry kn_vadd(.param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u32 pn)\n"
+    "{\n"
+    "  .reg .pred %p<2>;\n"
+    "  .reg .b32 %r<6>;\n"
+    "  .reg .f32 %f<4>;\n"
+    "  .reg .b64 %rd<11>;\n"
+    "  ld.param.u64 %rd1, [pa];\n"
+    "  ld.param.u64 %rd2, [pb];\n"
+    "  ld.param.u64 %rd3, [pc];\n"
+    "  ld.param.u32 %r1, [pn];\n"
+    "  mov.u32 %r2, %ctaid.x;\n"
+    "  mov.u32 %r3, %ntid.x;\n"
+    "  mov.u32 %r4, %tid.x;\n"
+    "  mad.lo.s32 %r5, %r2, %r3, %r4;\n"
+    "  setp.ge.u32 %p1, %r5, %r1;\n"
+    "  @%p1 bra DONE;\n"
+    "  cvta.to.global.u64 %rd4, %rd1;\n"
+    "  cvta.to.global.u64 %rd5, %rd2;\n"
+    "  cvta.to.global.u64 %rd6, %rd3;\n"
+    "  mul.wide.u32 %rd7, %r5, 4;\n"
+    "  add.s64 %rd8, %rd4, %rd7;\n"
+    "  add.s64 %rd9, %rd5, %rd7;\n"
+    "  add.s64 %rd10, %rd6, %rd7;\n"
+    "  ld.global.f32 %f1, [%rd8];\n"
+    "  ld.global.f32 %f2, [%rd9];\n"
+    "  add.rn.f32 %f3, %f1, %f2;\n"
+    "  st.global.f32 [%rd10], %f3;\n"
+    "DONE:\n"
+    "  ret;\n"
+    "}\n";
+
+/* Reverses each block's elements through dynamic shared memory.  The elements are staged at
+ * the TOP of the dynamic allocation (offset bytes - 4*ntid), so the launch really needs `bytes`
+ * of it: a launch given less faults instead of passing by luck. */
+static const char reverse_ptx[] =
+    ".version 8.0\n"
+    ".target sm_80\n"
+    ".address_size 64\n"
+    ".extern .shared .align 16 .b8 kn_dyn[];\n"
+    "\n"
+    ".visible .entry kn_block_reverse(.param .u64 pin, .param .u64 pout, .param .u32 pbytes)\n"
+    "{\n"
+    "  .reg .b32 %r<16>;\n"
+    "  .reg .f32 %f<3>;\n"
+    "  .reg .b64 %rd<10>;\n"
+    "  ld.param.u64 %rd1, [pin];\n"
+    "  ld.param.u64 %rd2, [pout];\n"
+    "  ld.param.u32 %r1, [pbytes];\n"
+    "  mov.u32 %r2, %tid.x;\n"
+    "  mov.u32 %r3, %ntid.x;\n"
+    "  mov.u32 %r4, %ctaid.x;\n"
+    "  mad.lo.s32 %r5, %r4, %r3, %r2;\n"
+    "  cvta.to.global.u64 %rd3, %rd1;\n"
+    "  cvta.to.global.u64 %rd4, %rd2;\n"
+    "  mul.wide.u32 %rd5, %r5, 4;\n"
+    "  add.s64 %rd6, %rd3, %rd5;\n"
+    "  add.s64 %rd7, %rd4, %rd5;\n"
+    "  ld.global.f32 %f1, [%rd6];\n"
+    "  shl.b32 %r6, %r3, 2;\n"          /* 4*ntid */
+    "  sub.s32 %r7, %r1, %r6;\n"        /* base = bytes - 4*ntid */
+    "  shl.b32 %r8, %r2, 2;\n"          /* 4*tid */
+    "  mov.u32 %r9, kn_dyn;\n"
+    "  add.s32 %r10, %r9, %r7;\n"
+    "  add.s32 %r11, %r10, %r8;\n"
+    "  st.shared.f32 [%r11], %f1;\n"
+    "  bar.sync 0;\n"
+    "  add.s32 %r12, %r10, %r6;\n"      /* base + 4*ntid */
+    "  sub.s32 %r13, %r12, %r8;\n"
+    "  sub.s32 %r14, %r13, 4;\n"        /* base + 4*(ntid-1-tid) */
+    "  ld.shared.f32 %f2, [%r14];\n"
+    "  st.global.f32 [%rd7], %f2;\n"
+    "  ret;\n"
+    "}\n";
+
+/* an undefined symbol on line 9: the JIT must say so in its log */
+static const char bad_ptx[] =
+    ".version 8.0\n"
+    ".target sm_80\n"
+    ".address_size 64\n"
+    "\n"
+    ".visible .entry kn_bad(.param .u64 pa)\n"
+    "{\n"
+    "  .reg .b64 %rd<3>;\n"
+    "  ld.param.u64 %rd1, [pa];\n"
+    "  st.global.u64 [%rd1], bogus;\n"
+    "  ret;\n"
+    "}\n";
+
+/* ---- without a GPU ---- */
+
+/* Runs kn_cuda_init in a child with KILN_CUDA_LIBRARY=lib (the driver is loaded once per
+ * process, so a fresh process is the only way to try another library); returns its status and
+ * copies its message. */
+static int init_in_child(const char *lib, char *msg, size_t n) {
+  int fd[2];
+  assert_int_equal(pipe(fd), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(fd[0]);
+    setenv("KILN_CUDA_LIBRARY", lib, 1);
+    kn_cuda_error err;
+    int st = kn_cuda_init(&err);
+    int count = kn_cuda_device_count();
+    char out[sizeof err.message + 32];
+    int len = snprintf(out, sizeof out, "%d %d %s", st, count, st ? err.message : "");
+    ssize_t w = write(fd[1], out, (size_t)len);
+    _exit(w == len ? 0 : 1);
+  }
+  close(fd[1]);
+  char buf[KN_CUDA_MESSAGE_BYTES + 64];
+  size_t got = 0;
+  ssize_t r;
+  while ((r = read(fd[0], buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)r;
+  buf[got] = 0;
+  close(fd[0]);
+  int ws;
+  assert_int_equal(waitpid(pid, &ws, 0), pid);
+  assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+  int st = 0, count = -1, used = 0;
+  assert_int_equal(sscanf(buf, "%d %d %n", &st, &count, &used), 2);
+  snprintf(msg, n, "%s", buf + used);
+  if (st != KN_CUDA_OK) assert_int_equal(count, 0);
+  return st;
+}
+
+static void test_missing_library_named(void **state) {
+  (void)state;
+  char msg[KN_CUDA_MESSAGE_BYTES];
+  int st = init_in_child("/nonexistent/libcuda.so.1", msg, sizeof msg);
+  assert_int_equal(st, KN_CUDA_NOT_PRESENT);
+  assert_non_null(strstr(msg, "/nonexistent/libcuda.so.1"));
+  assert_non_null(strstr(msg, "not present"));
+  st = init_in_child("none", msg, sizeof msg);
+  assert_int_equal(st, KN_CUDA_NOT_PRESENT);
+  assert_non_null(strstr(msg, "KILN_CUDA_LIBRARY=none"));
+  /* a library without the driver's entry points (libm) is not present either, not a crash */
+  st = init_in_child("libm.so.6", msg, sizeof msg);
+  assert_int_equal(st, KN_CUDA_NOT_PRESENT);
+  assert_non_null(strstr(msg, "lacks the entry point cuInit"));
+}
+
+/* The toolkit's stub libcuda (for linking only) answers cuInit with CUDA_ERROR_STUB_LIBRARY. */
+static void test_stub_library(void **state) {
+  (void)state;
+  const char *stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
+  if (access(stub, R_OK) != 0) skip();
+  char msg[KN_CUDA_MESSAGE_BYTES];
+  int st = init_in_child(stub, msg, sizeof msg);
+  assert_int_equal(st, KN_CUDA_NOT_PRESENT);
+  assert_non_null(strstr(msg, "cuInit"));
+  assert_non_null(strstr(msg, "CUDA_ERROR_STUB_LIBRARY"));
+  print_message("stub: %s\n", msg);
+}
+
+static bool have_gpu(void) {
+  static int known = -1;
+  if (known < 0) known = kn_cuda_init(NULL) == KN_CUDA_OK;
+  return known == 1;
+}
+
+static void test_not_present_is_clean(void **state) {
+  (void)state;
+  if (have_gpu()) skip();
+  kn_cuda_error err;
+  assert_int_equal(kn_cuda_init(&err), KN_CUDA_NOT_PRESENT);
+  assert_int_equal(err.status, KN_CUDA_NOT_PRESENT);
+  assert_true(strlen(err.message) > 20);
+  print_message("without a GPU: %s\n", err.message);
+  assert_int_equal(kn_cuda_device_count(), 0);
+  assert_int_equal(kn_cuda_driver_version(), 0);
+  kn_cuda_device *dev = (kn_cuda_device *)&err; /* must be overwritten */
+  assert_int_equal(kn_cuda_device_open(0, &dev, &err), KN_CUDA_NOT_PRESENT);
+  assert_null(dev);
+  kn_cuda_props props;
+  assert_int_equal(kn_cuda_device_props(0, &props, &err), KN_CUDA_NOT_PRESENT);
+  /* calls on no device refuse instead of crashing */
+  kn_cuda_ptr p = 1;
+  assert_int_equal(kn_cuda_alloc(NULL, 16, &p, &err), KN_CUDA_EINVAL);
+  assert_int_equal(p, 0);
+  kn_cuda_module *m = NULL;
+  assert_int_equal(kn_cuda_module_load_ptx(NULL, vadd_ptx, &m, &err), KN_CUDA_EINVAL);
+  unsigned g[3] = {1, 1, 1};
+  assert_int_equal(kn_cuda_launch(NULL, g, g, 0, NULL, NULL, &err), KN_CUDA_EINVAL);
+  kn_cuda_device_close(NULL);
+  kn_cuda_module_unload(NULL);
+  assert_string_equal(kn_cuda_status_str(KN_CUDA_NOT_PRESENT), "CUDA device not present");
+}
+
+/* ---- with a GPU (or the fake driver) ---- */
+
+typedef struct gpu {
+  kn_cuda_device *dev;
+  bool fake;
+} gpu;
+
+static int gpu_setup(void **state) {
+  static gpu g;
+  *state = &g;
+  if (!have_gpu()) return 0;
+  kn_cuda_error err;
+  if (kn_cuda_device_open(0, &g.dev, &err) != KN_CUDA_OK) {
+    fprintf(stderr, "device open failed: %s\n", err.message);
+    return -1;
+  }
+  g.fake = strstr(kn_cuda_device_get_props(g.dev)->name, "Fake") != NULL;
+  return 0;
+}
+
+static int gpu_teardown(void **state) {
+  gpu *g = *state;
+  kn_cuda_device_close(g->dev);
+  g->dev = NULL;
+  return 0;
+}
+
+#define NEED_GPU(g)                                                                          \
+  gpu *g = *state;                                                                           \
+  if (!g->dev) skip()
+
+/* a call that must succeed; `err` is the caller's kn_cuda_error */
+#define OK(call)                                                                             \
+  do {                                                                                       \
+    int s_ = (call);                                                                         \
+    if (s_ != KN_CUDA_OK) fail_msg("%s -> %d: %s", #call, s_, err.message);                  \
+  } while (0)
+
+static void test_gpu_props(void **state) {
+  NEED_GPU(g);
+  const kn_cuda_props *p = kn_cuda_device_get_props(g->dev);
+  print_message("device 0: %s, sm_%d%d, %d SMs, %.1f GiB, shared %d/%d (opt-in), driver %d, %s\n",
+                p->name, p->cc_major, p->cc_minor, p->sm_count,
+                (double)p->total_memory / (1 << 30), p->shared_per_block,
+                p->shared_per_block_optin, kn_cuda_driver_version(), kn_cuda_library());
+  assert_true(p->name[0] != 0);
+  assert_true(p->cc_major >= 5);
+  assert_true(p->sm_count > 0);
+  assert_int_equal(p->warp_size, 32);
+  assert_true(p->total_memory > 0);
+  assert_true(p->shared_per_block_optin >= p->shared_per_block);
+  assert_true(kn_cuda_device_count() >= 1);
+  assert_true(kn_cuda_device_context(g->dev) != NULL);
+  kn_cuda_error err;
+  kn_cuda_props q;
+  assert_int_equal(kn_cuda_device_props(kn_cuda_device_count(), &q, &err), KN_CUDA_EINVAL);
+}
+
+static uint32_t rng_state = 12345;
+static float frand(void) {
+  rng_state = rng_state * 1664525u + 1013904223u;
+  return (float)(rng_state >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
+}
+
+/* loads vadd (from PTX, or from a cubin when cubin != NULL), runs it on n elements on
+ * `stream`, checks every element, and times `reps` launches with events when reps > 0 */
+static void run_vadd(gpu *g, kn_cuda_module *m, unsigned n, kn_cuda_stream stream, int reps) {
+  kn_cuda_error err;
+  kn_cuda_kernel *k = NULL;
+  OK(kn_cuda_module_kernel(m, "kn_vadd", &k, &err));
+  kn_cuda_kernel *k2 = NULL;
+  OK(kn_cuda_module_kernel(m, "kn_vadd", &k2, &err));
+  assert_ptr_equal(k, k2);
+  float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+  float *c = malloc(n * sizeof(float));
+  assert_true(a && b && c);
+  for (unsigned i = 0; i < n; i++) {
+    a[i] = frand();
+    b[i] = frand();
+    c[i] = NAN;
+  }
+  kn_cuda_ptr da, db, dc;
+  size_t bytes = (size_t)n * sizeof(float);
+  OK(kn_cuda_alloc(g->dev, bytes, &da, &err));
+  OK(kn_cuda_alloc(g->dev, bytes, &db, &err));
+  OK(kn_cuda_alloc(g->dev, bytes + 4096, &dc, &err)); /* slack: a write past n would land here */
+  OK(kn_cuda_copy_htod(g->dev, da, a, bytes, &err));
+  OK(kn_cuda_copy_htod_async(g->dev, db, b, bytes, stream, &err));
+  OK(kn_cuda_memset8(g->dev, dc, 0xff, bytes + 4096, &err)); /* NaN poison */
+  OK(kn_cuda_stream_sync(g->dev, stream, &err));
+  void *params[] = {&da, &db, &dc, &n};
+  unsigned block[3] = {256, 1, 1}, grid[3] = {(n + 255) / 256, 1, 1};
+  OK(kn_cuda_launch(k, grid, block, 0, stream, params, &err));
+  OK(kn_cuda_copy_dtoh_async(g->dev, c, dc, bytes, stream, &err));
+  OK(kn_cuda_stream_sync(g->dev, stream, &err));
+  for (unsigned i = 0; i < n; i++)
+    if (c[i] != a[i] + b[i]) fail_msg("vadd: c[%u] = %g, expected %g", i, c[i], a[i] + b[i]);
+  uint32_t tail[1024];
+  OK(kn_cuda_copy_dtoh(g->dev, tail, dc + bytes, sizeof tail, &err));
+  for (int i = 0; i < 1024; i++) assert_int_equal(tail[i], 0xffffffffu);
+  if (reps > 0) {
+    kn_cuda_event e0, e1;
+    OK(kn_cuda_event_create(g->dev, &e0, &err));
+    OK(kn_cuda_event_create(g->dev, &e1, &err));
+    OK(kn_cuda_launch(k, grid, block, 0, stream, params, &err)); /* warm-up */
+    OK(kn_cuda_event_record(g->dev, e0, stream, &err));
+    for (int r = 0; r < reps; r++) OK(kn_cuda_launch(k, grid, block, 0, stream, params, &err));
+    OK(kn_cuda_event_record(g->dev, e1, stream, &err));
+    OK(kn_cuda_event_sync(g->dev, e1, &err));
+    float ms = 0;
+    OK(kn_cuda_event_elapsed(g->dev, e0, e1, &ms, &err));
+    assert_true(ms > 0);
+    double per = ms / reps;
+    print_message("vadd n=%u: %.4f ms per launch, %.1f GB/s (3 x %zu bytes)%s\n", n, per,
+                  3.0 * (double)bytes / (per * 1e-3) / 1e9, bytes,
+                  g->fake ? " [fake driver]" : "");
+    kn_cuda_event_destroy(g->dev, e0);
+    kn_cuda_event_destroy(g->dev, e1);
+  }
+  OK(kn_cuda_free(g->dev, da, &err));
+  OK(kn_cuda_free(g->dev, db, &err));
+  OK(kn_cuda_free(g->dev, dc, &err));
+  free(a);
+  free(b);
+  free(c);
+}
+
+static void test_gpu_vadd_ptx(void **state) {
+  NEED_GPU(g);
+  kn_cuda_error err;
+  kn_cuda_module *m = NULL;
+  OK(kn_cuda_module_load_ptx(g->dev, vadd_ptx, &m, &err));
+  print_message("JIT info log: %s\n", kn_cuda_module_log(m));
+  kn_cuda_kernel *k;
+  OK(kn_cuda_module_kernel(m, "kn_vadd", &k, &err));
+  kn_cuda_kernel_attrs at;
+  OK(kn_cuda_kernel_attrs_get(k, &at, &err));
+  print_message("kn_vadd: %d registers, %d local bytes, %d static shared, max %d threads\n",
+                at.num_regs, at.local_bytes, at.static_shared_bytes, at.max_threads_per_block);
+  assert_true(at.num_regs > 0);
+  assert_true(at.max_threads_per_block >= 256);
+  run_vadd(g, m, 1000003, NULL, 0);                    /* ragged, legacy default stream */
+  kn_cuda_stream s;
+  OK(kn_cuda_stream_create(g->dev, &s, &err));
+  run_vadd(g, m, g->fake ? 4096 : 1u << 25, s, 20);    /* 128 MiB per array, timed */
+  kn_cuda_stream_destroy(g->dev, s);
+  OK(kn_cuda_device_sync(g->dev, &err));
+  kn_cuda_module_unload(m);
+}
+
+static void test_gpu_missing_kernel(void **state) {
+  NEED_GPU(g);
+  kn_cuda_error err;
+  kn_cuda_module *m = NULL;
+  OK(kn_cuda_module_load_ptx(g->dev, vadd_ptx, &m, &err));
+  kn_cuda_kernel *k = (kn_cuda_kernel *)&err;
+  assert_int_equal(kn_cuda_module_kernel(m, "kn_nope", &k, &err), KN_CUDA_ENOTFOUND);
+  assert_null(k);
+  assert_non_null(strstr(err.message, "cuModuleGetFunction(\"kn_nope\")"));
+  assert_non_null(strstr(err.message, "CUDA_ERROR_NOT_FOUND"));
+  /* a block larger than any GPU allows: the driver refuses, the message names the launch */
+  OK(kn_cuda_module_kernel(m, "kn_vadd", &k, &err));
+  kn_cuda_ptr p = 0;
+  unsigned n = 0;
+  void *params[] = {&p, &p, &p, &n};
+  unsigned grid[3] = {1, 1, 1}, block[3] = {4096, 1, 1};
+  assert_int_equal(kn_cuda_launch(k, grid, block, 0, NULL, params, &err), KN_CUDA_EDRIVER);
+  print_message("oversized block: %s\n", err.message);
+  assert_non_null(strstr(err.message, "cuLaunchKernel(kn_vadd, grid 1x1x1, block 4096x1x1"));
+  assert_non_null(strstr(err.message, "CUDA_ERROR_INVALID_VALUE"));
+  OK(kn_cuda_device_sync(g->dev, &err)); /* the context survived */
+  kn_cuda_module_unload(m);
+}
+
+static void test_gpu_bad_ptx(void **state) {
+  NEED_GPU(g);
+  kn_cuda_error err;
+  kn_cuda_module *m = (kn_cuda_module *)&err;
+  int st = kn_cuda_module_load_ptx(g->dev, bad_ptx, &m, &err);
+  print_message("bad PTX: %s\n", err.message);
+  assert_int_equal(st, KN_CUDA_EJIT);
+  assert_null(m);
+  assert_int_equal(err.status, KN_CUDA_EJIT);
+  assert_non_null(strstr(err.message, "cuModuleLoadDataEx"));
+  assert_non_null(strstr(err.message, "CUDA_ERROR_INVALID_PTX"));
+  assert_non_null(strstr(err.message, "JIT log:"));
+  assert_non_null(strstr(err.message, "bogus"));
+  /* a cubin that is not ELF is refused before the driver sees it */
+  assert_int_equal(kn_cuda_module_load_cubin(g->dev, bad_ptx, sizeof bad_ptx, &m, &err),
+                   KN_CUDA_EINVAL);
+}
+
+static void test_gpu_dynamic_shared(void **state) {
+  NEED_GPU(g);
+  kn_cuda_error err;
+  const kn_cuda_props *p = kn_cuda_device_get_props(g->dev);
+  unsigned dyn = 100 * 1024;
+  if ((int)dyn > p->shared_per_block_optin) dyn = (unsigned)p->shared_per_block_optin;
+  if (dyn <= 48 * 1024) skip(); /* nothing above the default to opt into */
+  kn_cuda_module *m = NULL;
+  OK(kn_cuda_module_load_ptx(g->dev, reverse_ptx, &m, &err));
+  kn_cuda_kernel *k;
+  OK(kn_cuda_module_kernel(m, "kn_block_reverse", &k, &err));
+  unsigned n = 256 * 1024, bt = 256;
+  float *in = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+  assert_true(in && out);
+  for (unsigned i = 0; i < n; i++) in[i] = (float)i;
+  kn_cuda_ptr din, dout;
+  OK(kn_cuda_alloc(g->dev, n * sizeof(float), &din, &err));
+  OK(kn_cuda_alloc(g->dev, n * sizeof(float), &dout, &err));
+  OK(kn_cuda_copy_htod(g->dev, din, in, n * sizeof(float), &err));
+  OK(kn_cuda_memset8(g->dev, dout, 0xff, n * sizeof(float), &err));
+  void *params[] = {&din, &dout, &dyn};
+  unsigned grid[3] = {n / bt, 1, 1}, block[3] = {bt, 1, 1};
+  /* twice: the second launch finds the limit already raised */
+  for (int rep = 0; rep < 2; rep++) OK(kn_cuda_launch(k, grid, block, dyn, NULL, params, &err));
+  /* a smaller size above 48 KiB must not lower the limit set for the larger one */
+  unsigned dyn2 = 64 * 1024;
+  void *params2[] = {&din, &dout, &dyn2};
+  OK(kn_cuda_launch(k, grid, block, dyn2, NULL, params2, &err));
+  OK(kn_cuda_launch(k, grid, block, dyn, NULL, params, &err));
+  OK(kn_cuda_copy_dtoh(g->dev, out, dout, n * sizeof(float), &err));
+  for (unsigned i = 0; i < n; i++) {
+    unsigned blk = i / bt, t = i % bt;
+    if (out[i] != in[blk * bt + bt - 1 - t]) fail_msg("reverse: out[%u] = %g", i, out[i]);
+  }
+  print_message("block reverse with %u bytes of dynamic shared memory: ok\n", dyn);
+  /* more than the device allows: the attribute call fails and says so */
+  unsigned too_much = (unsigned)p->shared_per_block_optin + 4096;
+  void *params3[] = {&din, &dout, &too_much};
+  assert_int_not_equal(kn_cuda_launch(k, grid, block, too_much, NULL, params3, &err),
+                       KN_CUDA_OK);
+  print_message("too much shared memory: %s\n", err.message);
+  assert_non_null(strstr(err.message, "cuFuncSetAttribute(kn_block_reverse"));
+  OK(kn_cuda_free(g->dev, din, &err));
+  OK(kn_cuda_free(g->dev, dout, &err));
+  free(in);
+  free(out);
+  kn_cuda_module_unload(m);
+}
+
+/* the same PTX through ptxas into a cubin for this device, loaded as a cubin */
+static void test_gpu_cubin(void **state) {
+  NEED_GPU(g);
+  if (g->fake) skip(); /* the fake cannot tell a cubin from anything else */
+  char path[512], msg[4096];
+  if (kn_ptxas_find(path, sizeof path, msg, sizeof msg) != KN_PTXAS_OK) {
+    print_message("%s\n", msg);
+    skip();
+  }
+  const kn_cuda_props *p = kn_cuda_device_get_props(g->dev);
+  char arch[16];
+  /* sm_90a runs only on 9.0 exactly; other devices get their plain architecture */
+  snprintf(arch, sizeof arch, "sm_%d%d%s", p->cc_major, p->cc_minor,
+           p->cc_major == 9 && p->cc_minor == 0 ? "a" : "");
+  kn_ptxas_options o = {.arch = arch, .opt_level = 3, .want_cubin = true};
+  kn_ptxas_result r;
+  int st = kn_ptxas_run(vadd_ptx, strlen(vadd_ptx), &o, &r, msg, sizeof msg);
+  if (st != KN_PTXAS_OK) fail_msg("ptxas %s: %s", arch, msg);
+  kn_cuda_error err;
+  kn_cuda_module *m = NULL;
+  OK(kn_cuda_module_load_cubin(g->dev, r.cubin, r.cubin_size, &m, &err));
+  print_message("cubin for %s (%zu bytes) from %s: loaded\n", arch, r.cubin_size, r.ptxas);
+  run_vadd(g, m, 65537, NULL, 0);
+  kn_cuda_module_unload(m);
+  kn_ptxas_result_free(&r);
+}
+
+/* several threads, each with its own stream and buffers, launching one shared kernel */
+typedef struct worker {
+  gpu *g;
+  kn_cuda_kernel *k;
+  int failures;
+  char msg[512];
+} worker;
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  kn_cuda_error err = {.message = "out of host memory"};
+  kn_cuda_device *dev = w->g->dev;
+  enum { N = 1 << 16 };
+  float *a = malloc(N * sizeof(float)), *c = malloc(N * sizeof(float));
+  kn_cuda_stream s = NULL;
+  kn_cuda_ptr da = 0, dc = 0;
+  if (!a || !c) goto fail;
+  for (int i = 0; i < N; i++) a[i] = (float)i * 0.25f;
+  if (kn_cuda_stream_create(dev, &s, &err) || kn_cuda_alloc(dev, N * 4, &da, &err) ||
+      kn_cuda_alloc(dev, N * 4, &dc, &err) || kn_cuda_copy_htod(dev, da, a, N * 4, &err))
+    goto fail;
+  unsigned n = N;
+  void *params[] = {&da, &da, &dc, &n};
+  unsigned grid[3] = {N / 128, 1, 1}, block[3] = {128, 1, 1};
+  for (int r = 0; r < 50; r++)
+    if (kn_cuda_launch(w->k, grid, block, 0, s, params, &err)) goto fail;
+  if (kn_cuda_copy_dtoh_async(dev, c, dc, N * 4, s, &err) || kn_cuda_stream_sync(dev, s, &err))
+    goto fail;
+  for (int i = 0; i < N; i++)
+    if (c[i] != a[i] + a[i]) {
+      snprintf(err.message, sizeof err.message, "c[%d] = %g", i, c[i]);
+      goto fail;
+    }
+  goto done;
+fail:
+  w->failures++;
+  snprintf(w->msg, sizeof w->msg, "%.500s", err.message);
+done:
+  kn_cuda_free(dev, da, NULL);
+  kn_cuda_free(dev, dc, NULL);
+  kn_cuda_stream_destroy(dev, s);
+  free(a);
+  free(c);
+  return NULL;
+}
+
+static void test_gpu_threads(void **state) {
+  NEED_GPU(g);
+  kn_cuda_error err;
+  kn_cuda_module *m = NULL;
+  OK(kn_cuda_module_load_ptx(g->dev, vadd_ptx, &m, &err));
+  kn_cuda_kernel *k;
+  OK(kn_cuda_module_kernel(m, "kn_vadd", &k, &err));
+  enum { T = 4 };
+  worker w[T];
+  pthread_t th[T];
+  for (int i = 0; i < T; i++) {
+    memset(&w[i], 0, sizeof w[i]);
+    w[i].g = g;
+    w[i].k = k;
+    assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+  }
+  for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < T; i++)
+    if (w[i].failures) fail_msg("thread %d: %s", i, w[i].msg);
+  kn_cuda_module_unload(m);
+}
+
+int main(void) {
+  /* the forking tests first: a child of a process that already initialised CUDA inherits it */
+  const struct CMUnitTest plain[] = {
+      cmocka_unit_test(test_missing_library_named),
+      cmocka_unit_test(test_stub_library),
+      cmocka_unit_test(test_not_present_is_clean),
+  };
+  const struct CMUnitTest gpu_tests[] = {
+      cmocka_unit_test(test_gpu_props),
+      cmocka_unit_test(test_gpu_vadd_ptx),
+      cmocka_unit_test(test_gpu_missing_kernel),
+      cmocka_unit_test(test_gpu_bad_ptx),
+      cmocka_unit_test(test_gpu_dynamic_shared),
+      cmocka_unit_test(test_gpu_cubin),
+      cmocka_unit_test(test_gpu_threads),
+  };
+  int failed = cmocka_run_group_tests_name("cuda", plain, NULL, NULL);
+  failed += cmocka_run_group_tests_name("cuda_gpu", gpu_tests, gpu_setup, gpu_teardown);
+  return failed ? 1 : 0;
+}
+#endif
