@@ -1,0 +1,392 @@
+/* assign_layouts.c — the layout pass: a layout for every tile value, and the conversions.
+ *
+ * Anchors first: every dot gets the mma layout of one matrix instruction chosen for the whole
+ * kernel (the largest that fits every dot, so that chained dots share it), always *transposed*
+ * (the instruction is given B as A and A as B, so it computes D^T): then each lane holds a row
+ * of the result, a row reduction is mostly in-thread plus one or two butterflies, and the
+ * softmax P of S = QK^T feeds O += PV as its dot_a operand by register renaming (the transposed
+ * accumulator of 32x32x8 holds, per lane, row lane%32 and columns 8i + 4*(lane/32) + 0..3: the
+ * k elements dot_a wants).  Loads get a blocked layout vectorised along the dimension whose
+ * stride is the constant 1.
+ *
+ * Then the layouts flow: forward (an elementwise op takes its operands' layout, preferring an
+ * mma or slice layout over a blocked one; reduce gives slice; expand_dims of a slice gives its
+ * parent; loops carry the layout of init or yield), and backward to values nothing anchored
+ * (constants, splats, aranges take what their users want).  Both directions repeat until
+ * nothing changes; what is left gets a blocked layout.
+ *
+ * Finally every (user, operand) whose value's layout differs from what the user needs becomes a
+ * conversion: free when kn_lmap_convert_free says so, else through LDS (see gpu.h for eager and
+ * lazy).  Warps are laid along M only; nothing here picks a layout whose reductions cross warps.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+
+typedef struct pass {
+  kn_layout_plan *p;
+  kn_diag *d;
+  kn_op **ops;            /* program order, nested blocks included */
+  int nops, capops;
+  const kn_layout *mma;   /* the kernel's accumulator layout, or NULL without dots */
+  const kn_mma_shape *shape;
+  int convcap;
+} pass;
+
+static const kn_layout *intern(pass *s, kn_layout l) {
+  kn_layout *c = kn_arena_alloc(s->p->arena, sizeof *c);
+  *c = l;
+  return c;
+}
+
+static void collect(pass *s, kn_block *b) {
+  for (kn_op *op = b->first; op; op = op->next) {
+    if (s->nops == s->capops) {
+      s->capops = s->capops ? 2 * s->capops : 256;
+      s->ops = realloc(s->ops, sizeof(kn_op *) * (size_t)s->capops);
+      KN_ASSERT(s->ops);
+    }
+    for (int i = 0; i < op->nres; i++) s->p->pos[op->res[i]->id] = s->nops;
+    if (op->opc == KN_OP_FOR)
+      for (int i = 0; i < op->region[0]->nargs; i++) s->p->pos[op->region[0]->args[i]->id] = s->nops;
+    s->ops[s->nops++] = op;
+    for (int r = 0; r < op->nregion; r++) collect(s, op->region[r]);
+  }
+}
+
+static bool is_tile(const kn_value *v) { return v->type.kind == KN_TY_TILE; }
+
+static int elem_bytes(const kn_value *v) { return (int)kn_scalar_size(v->type.elem); }
+
+/* ---- anchors ---- */
+
+static int choose_mma(pass *s) {
+  const kn_mma_id prefs[] = {KN_MMA_MFMA_32X32X8, KN_MMA_MFMA_16X16X16};
+  bool any = false;
+  for (int i = 0; i < s->nops; i++) {
+    kn_op *op = s->ops[i];
+    if (op->opc != KN_OP_DOT) continue;
+    any = true;
+    kn_scalar a = op->opnd[0]->type.elem;
+    if (!s->p->arch->amd || (a != KN_F16 && a != KN_BF16))
+      return kn_error(s->d, s->p->k->module, op->loc,
+                      "not yet supported on %s: dot of %s operands (only f16 and bf16 use the "
+                      "matrix instructions so far)", s->p->arch->name, kn_scalar_name(a));
+  }
+  if (!any) return 0;
+  for (size_t c = 0; c < sizeof prefs / sizeof prefs[0]; c++) {
+    const kn_mma_shape *sh = kn_mma_shape_get(prefs[c]);
+    bool fits = true;
+    for (int i = 0; i < s->nops && fits; i++) {
+      kn_op *op = s->ops[i];
+      if (op->opc != KN_OP_DOT) continue;
+      int M = op->res[0]->type.shape[0], N = op->res[0]->type.shape[1];
+      int K = op->opnd[0]->type.shape[1];
+      fits = M % s->p->warps == 0 && (M / s->p->warps) % sh->m == 0 && N % sh->n == 0 &&
+             K % sh->k == 0;
+    }
+    if (fits) {
+      s->shape = sh;
+      s->mma = intern(s, kn_layout_mma(sh, s->p->warps, true));
+      return 0;
+    }
+  }
+  for (int i = 0; i < s->nops; i++)
+    if (s->ops[i]->opc == KN_OP_DOT)
+      return kn_error(s->d, s->p->k->module, s->ops[i]->loc,
+                      "no matrix instruction of %s fits this dot with %d warps (rows per warp "
+                      "must be a multiple of 16 or 32)", s->p->arch->name, s->p->warps);
+  return -1;
+}
+
+/* the dim whose stride operand is the constant 1 (a compile-time fact only then) */
+static int contiguous_dim(const kn_op *op) {
+  kn_mem_operands mo;
+  kn_mem_operands_get(op, &mo);
+  for (int dd = mo.rank - 1; dd >= 0; dd--) {
+    const kn_value *st = mo.stride[dd];
+    if (st->def && st->def->opc == KN_OP_CONST && st->def->iattr[0] == 1) return dd;
+  }
+  return mo.rank - 1;
+}
+
+static const kn_layout *blocked_for(pass *s, const kn_value *v, int contig) {
+  int shape[2] = {v->type.shape[0], v->type.rank == 2 ? v->type.shape[1] : 1};
+  return intern(s, kn_layout_blocked(v->type.rank, shape, contig, elem_bytes(v), s->p->warps,
+                                     s->p->arch->lanes));
+}
+
+/* ---- propagation ---- */
+
+static bool set(pass *s, kn_value *v, const kn_layout *l) {
+  if (!is_tile(v) || !l || s->p->lay[v->id]) return false;
+  if (l->kind == KN_LAYOUT_SLICE ? v->type.rank != 1 : l->rank != v->type.rank) return false;
+  s->p->lay[v->id] = l;
+  return true;
+}
+
+static const kn_layout *get(pass *s, const kn_value *v) { return s->p->lay[v->id]; }
+
+static bool elementwise(kn_opcode o) {
+  return kn_op_is_binary(o) || kn_op_is_unary(o) || o == KN_OP_CMP || o == KN_OP_SELECT ||
+         o == KN_OP_CAST || o == KN_OP_MULTIPLE_OF || o == KN_OP_MAX_CONTIGUOUS;
+}
+
+static const kn_layout *slice_of(pass *s, const kn_layout *parent, int dim) {
+  return intern(s, kn_layout_slice(parent, dim));
+}
+
+static bool forward(pass *s, kn_op *op) {
+  bool ch = false;
+  if (op->nres == 1 && is_tile(op->res[0]) && !get(s, op->res[0])) {
+    kn_value *r = op->res[0];
+    if (elementwise(op->opc)) {
+      const kn_layout *best = NULL;
+      for (int i = 0; i < op->nopnd; i++) {
+        const kn_layout *l = is_tile(op->opnd[i]) ? get(s, op->opnd[i]) : NULL;
+        if (l && (!best || (best->kind == KN_LAYOUT_BLOCKED && l->kind != KN_LAYOUT_BLOCKED)))
+          best = l;
+      }
+      ch |= set(s, r, best);
+    } else if (op->opc == KN_OP_BROADCAST) {
+      ch |= set(s, r, get(s, op->opnd[0]));
+    } else if (op->opc == KN_OP_EXPAND_DIMS) {
+      const kn_layout *l = get(s, op->opnd[0]);
+      if (l && l->kind == KN_LAYOUT_SLICE && l->dim == op->iattr[0]) ch |= set(s, r, l->parent);
+    } else if (kn_op_is_reduce(op->opc)) {
+      const kn_layout *l = get(s, op->opnd[0]);
+      if (l && l->rank == 2) ch |= set(s, r, slice_of(s, l, (int)op->iattr[0]));
+    }
+  }
+  if (op->opc == KN_OP_FOR) {
+    kn_block *body = op->region[0];
+    kn_op *y = body->last;
+    for (int i = 0; i + 1 < body->nargs; i++) {
+      kn_value *arg = body->args[i + 1];
+      const kn_layout *l = y && y->opc == KN_OP_YIELD ? get(s, y->opnd[i]) : NULL;
+      if (!l && is_tile(op->opnd[3 + i])) l = get(s, op->opnd[3 + i]);
+      ch |= set(s, arg, l);
+      ch |= set(s, op->res[i], get(s, arg));
+    }
+  }
+  return ch;
+}
+
+static bool backward(pass *s, kn_op *op) {
+  bool ch = false;
+  const kn_layout *rl = op->nres == 1 && is_tile(op->res[0]) ? get(s, op->res[0]) : NULL;
+  if (rl && elementwise(op->opc)) {
+    for (int i = 0; i < op->nopnd; i++)
+      if (is_tile(op->opnd[i]) && op->opnd[i]->type.rank == op->res[0]->type.rank)
+        ch |= set(s, op->opnd[i], rl);
+  } else if (rl && op->opc == KN_OP_BROADCAST) {
+    ch |= set(s, op->opnd[0], rl);
+  } else if (rl && op->opc == KN_OP_DOT) {
+    ch |= set(s, op->opnd[2], rl);
+  } else if (rl && op->opc == KN_OP_EXPAND_DIMS) {
+    ch |= set(s, op->opnd[0], slice_of(s, rl, (int)op->iattr[0]));
+  } else if (rl && kn_op_is_reduce(op->opc) && rl->kind == KN_LAYOUT_SLICE) {
+    ch |= set(s, op->opnd[0], rl->parent);
+  } else if (rl && op->opc == KN_OP_LOAD) {
+    kn_mem_operands mo;
+    kn_mem_operands_get(op, &mo);
+    if (mo.mask) ch |= set(s, mo.mask, rl);
+  } else if (op->opc == KN_OP_FOR) {
+    kn_block *body = op->region[0];
+    kn_op *y = body->last;
+    for (int i = 0; i + 1 < body->nargs; i++) {
+      const kn_layout *l = get(s, body->args[i + 1]);
+      ch |= set(s, op->opnd[3 + i], l);
+      if (y && y->opc == KN_OP_YIELD) ch |= set(s, y->opnd[i], l);
+    }
+  } else if (op->opc == KN_OP_STORE) {
+    kn_mem_operands mo;
+    kn_mem_operands_get(op, &mo);
+    if (mo.mask && get(s, mo.value)) ch |= set(s, mo.mask, get(s, mo.value));
+    if (mo.mask && !get(s, mo.value)) ch |= set(s, mo.value, get(s, mo.mask));
+  }
+  return ch;
+}
+
+/* ---- conversions ---- */
+
+/* the layout op needs operand i in, or NULL when it takes whatever the operand has */
+static const kn_layout *wanted(pass *s, kn_op *op, int i) {
+  kn_value *v = op->opnd[i];
+  if (!is_tile(v)) return NULL;
+  const kn_layout *rl = op->nres == 1 && is_tile(op->res[0]) ? get(s, op->res[0]) : NULL;
+  switch (op->opc) {
+  case KN_OP_DOT:
+    if (i == 2) return rl;
+    return intern(s, kn_layout_dot(s->shape, s->p->warps, i));
+  case KN_OP_BROADCAST:
+    return rl;
+  case KN_OP_EXPAND_DIMS:
+    return rl ? slice_of(s, rl, (int)op->iattr[0]) : NULL;
+  case KN_OP_LOAD:
+    return rl;   /* the mask */
+  case KN_OP_STORE: {
+    kn_mem_operands mo;
+    kn_mem_operands_get(op, &mo);
+    return v == mo.mask && v != mo.value ? get(s, mo.value) : NULL;
+  }
+  case KN_OP_FOR:
+    return i >= 3 ? get(s, op->region[0]->args[i - 3 + 1]) : NULL;
+  case KN_OP_YIELD:
+    if (op->parent->parent_op && op->parent->parent_op->opc == KN_OP_FOR)
+      return get(s, op->parent->args[i + 1]);
+    return NULL;
+  default:
+    if (elementwise(op->opc) && rl && v->type.rank == op->res[0]->type.rank) return rl;
+    return NULL;
+  }
+}
+
+/* is the value defined outside the innermost loop around `user`? */
+static bool loop_invariant(const kn_value *v, const kn_op *user) {
+  const kn_block *b = user->parent;
+  while (b && !(b->parent_op && b->parent_op->opc == KN_OP_FOR)) b = b->parent_op ? b->parent_op->parent : NULL;
+  if (!b) return false;
+  const kn_block *vb = v->def ? v->def->parent : v->owner;
+  for (; vb; vb = vb->parent_op ? vb->parent_op->parent : NULL)
+    if (vb == b) return false;
+  return true;
+}
+
+static int add_conversion(pass *s, kn_op *op, int i, const kn_layout *want) {
+  kn_layout_plan *p = s->p;
+  kn_value *v = op->opnd[i];
+  const kn_layout *have = get(s, v);
+  if (kn_layout_eq(have, want)) return 0;
+  int shape[2] = {v->type.shape[0], v->type.rank == 2 ? v->type.shape[1] : 1};
+  kn_lmap src, dst;
+  if (kn_layout_eval(have, v->type.rank, shape, &src, s->d)) return -1;
+  if (kn_layout_eval(want, v->type.rank, shape, &dst, s->d)) {
+    kn_lmap_free(&src);
+    return -1;
+  }
+  /* a constant or a splat is rebuilt in any layout: free */
+  bool free_ = (v->def && (v->def->opc == KN_OP_CONST || v->def->opc == KN_OP_SPLAT)) ||
+               kn_lmap_convert_free(&src, &dst, NULL);
+  kn_lmap_free(&src);
+  kn_lmap_free(&dst);
+  if (p->nconv == s->convcap) {
+    s->convcap = s->convcap ? 2 * s->convcap : 32;
+    p->conv = realloc(p->conv, sizeof *p->conv * (size_t)s->convcap);
+    KN_ASSERT(p->conv);
+  }
+  kn_conversion *c = &p->conv[p->nconv++];
+  memset(c, 0, sizeof *c);
+  c->user = op;
+  c->opnd = i;
+  c->value = v;
+  c->dst = want;
+  c->buffer = -1;
+  if (free_) {
+    c->kind = KN_CONV_FREE;
+    return 0;
+  }
+  if (v->type.rank != 2)
+    return kn_error(s->d, p->k->module, op->loc, "not yet supported on %s: a layout conversion "
+                    "of a rank-1 tile through shared memory", p->arch->name);
+  c->kind = op->opc == KN_OP_DOT && i < 2 && !loop_invariant(v, op) ? KN_CONV_LAZY : KN_CONV_EAGER;
+  c->shared = kn_layout_shared_for(want, shape, elem_bytes(v));
+  if (c->kind == KN_CONV_EAGER && c->shared.pad) {
+    /* read once, all at once: no hoisted addresses to fear, so the XOR swizzle (no padding:
+     * a 128x128 f16 Q stays at 32 KiB, and two workgroups still fit a CU's LDS) */
+    kn_layout sw = kn_layout_shared_swizzled(c->shared.order[0], shape, c->shared.vec, elem_bytes(v));
+    sw.warps = c->shared.warps;
+    sw.lanes = c->shared.lanes;
+    c->shared = sw;
+  }
+  return 0;
+}
+
+/* ---- driver ---- */
+
+int kn_assign_layouts(kn_func *k, const kn_gpu_arch *arch, kn_layout_plan *p, kn_diag *d) {
+  memset(p, 0, sizeof *p);
+  p->arena = kn_arena_new();
+  p->k = k;
+  p->arch = arch;
+  int64_t warps = 4;
+  kn_func_get_meta(k, "WARPS", &warps);
+  if (warps < 1 || warps > 16 || (warps & (warps - 1)))
+    return kn_error(d, k->module, k->loc, "WARPS must be a power of two in 1..16");
+  p->warps = (int)warps;
+  p->nvalues = kn_func_number(k);
+  p->lay = kn_arena_alloc(p->arena, sizeof(*p->lay) * (size_t)(p->nvalues + 1));
+  p->pos = kn_arena_alloc(p->arena, sizeof(int) * (size_t)(p->nvalues + 1));
+
+  pass s = {.p = p, .d = d};
+  collect(&s, k->body);
+  int rc = -1;
+  if (choose_mma(&s)) goto out;
+
+  /* anchors */
+  for (int i = 0; i < s.nops; i++) {
+    kn_op *op = s.ops[i];
+    if (op->opc == KN_OP_DOT) p->lay[op->res[0]->id] = s.mma;
+    if (op->opc == KN_OP_LOAD && is_tile(op->res[0]))
+      p->lay[op->res[0]->id] = blocked_for(&s, op->res[0], contiguous_dim(op));
+  }
+  for (int iter = 0; iter < 64; iter++) {
+    bool ch = false;
+    for (int i = 0; i < s.nops; i++) ch |= forward(&s, s.ops[i]);
+    for (int i = s.nops - 1; i >= 0; i--) ch |= backward(&s, s.ops[i]);
+    if (!ch) break;
+  }
+  /* what nothing reached: blocked along the last dim */
+  for (int i = 0; i < s.nops; i++) {
+    kn_op *op = s.ops[i];
+    for (int r = 0; r < op->nres; r++)
+      if (is_tile(op->res[r]) && !get(&s, op->res[r]))
+        p->lay[op->res[r]->id] = blocked_for(&s, op->res[r], op->res[r]->type.rank - 1);
+    if (op->opc == KN_OP_FOR)
+      for (int a = 1; a < op->region[0]->nargs; a++) {
+        kn_value *v = op->region[0]->args[a];
+        if (is_tile(v) && !get(&s, v)) p->lay[v->id] = blocked_for(&s, v, v->type.rank - 1);
+      }
+  }
+  /* every tile layout must evaluate on its shape */
+  for (int i = 0; i < s.nops; i++) {
+    kn_op *op = s.ops[i];
+    for (int r = 0; r < op->nres; r++) {
+      kn_value *v = op->res[r];
+      if (!is_tile(v)) continue;
+      kn_lmap m;
+      int shape[2] = {v->type.shape[0], v->type.rank == 2 ? v->type.shape[1] : 1};
+      if (kn_layout_eval(get(&s, v), v->type.rank, shape, &m, d)) {
+        d->loc = op->loc;
+        goto out;
+      }
+      kn_lmap_free(&m);
+    }
+  }
+  for (int i = 0; i < s.nops; i++) {
+    kn_op *op = s.ops[i];
+    for (int j = 0; j < op->nopnd; j++) {
+      const kn_layout *w = wanted(&s, op, j);
+      if (w && add_conversion(&s, op, j, w)) goto out;
+    }
+  }
+  rc = 0;
+out:
+  free(s.ops);
+  return rc;
+}
+
+void kn_layout_plan_free(kn_layout_plan *p) {
+  if (!p) return;
+  free(p->conv);
+  free(p->buf);
+  if (p->arena) kn_arena_free(p->arena);
+  memset(p, 0, sizeof *p);
+}
+
+const kn_conversion *kn_plan_conversion(const kn_layout_plan *p, const kn_op *user, int opnd) {
+  for (int i = 0; i < p->nconv; i++)
+    if (p->conv[i].user == user && p->conv[i].opnd == opnd) return &p->conv[i];
+  return NULL;
+}

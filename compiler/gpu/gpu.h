@@ -1,0 +1,118 @@
+/* gpu.h — kiln's GPU lowering: the layout pass, the shared-memory plan, the AMDGPU lowering and
+ * targets, as one small internal interface of compiler/gpu.
+ *
+ * The layout pass (assign_layouts.c) leaves the tile IR untouched: it fills a side table,
+ * value id -> layout, and a list of conversions, one per (user op, operand) whose value lives in
+ * another layout than the user needs.  A conversion is free (a register renaming), staged
+ * eagerly through LDS (store, barrier, every thread loads its new registers: used for values
+ * defined outside the loop that uses them, such as Q), or staged lazily (the dot that uses the
+ * operand reads each instruction's fragment from LDS when it issues it: K^T and V).  No
+ * convert_layout op is needed in the IR; the conversions are the lowering's business.
+ *
+ * The shared-memory plan (plan_shared.c) gives every staged conversion an LDS buffer.  Every
+ * staging starts with a barrier (no thread still reads the bytes from an earlier use) and ends
+ * with one (every thread's stores are visible), so a buffer is live only from its stores to its
+ * last read; buffers whose live ranges do not overlap share bytes.
+ */
+#ifndef KILN_GPU_H
+#define KILN_GPU_H
+
+#include <stdio.h>
+
+#include <llvm-c/Types.h>
+
+#include "amdgpu.h"
+#include "ir.h"
+#include "layout.h"
+#include "target.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* what the layout pass may use on a target */
+typedef struct kn_gpu_arch {
+  const char *name;            /* "gfx942" */
+  int lanes;                   /* 64 */
+  int lds_bytes;               /* 65536 */
+  const kn_amdgpu_target *amd; /* MFMA intrinsics; NULL for targets without */
+} kn_gpu_arch;
+
+typedef enum kn_conv_kind {
+  KN_CONV_FREE,     /* register renaming (regmap) */
+  KN_CONV_EAGER,    /* through LDS right after the value is defined */
+  KN_CONV_LAZY,     /* dot operand: fragments read from LDS by the dot */
+} kn_conv_kind;
+
+typedef struct kn_conversion {
+  kn_op *user;
+  int opnd;               /* operand index in user */
+  kn_value *value;
+  const kn_layout *dst;
+  kn_conv_kind kind;
+  kn_layout shared;       /* eager / lazy: the LDS layout */
+  int buffer;             /* eager / lazy: index into the plan's buffers */
+} kn_conversion;
+
+typedef struct kn_lds_buffer {
+  int conv;               /* the conversion it stages */
+  int64_t bytes, offset;
+  int first, last;        /* live range in op positions (program order) */
+} kn_lds_buffer;
+
+typedef struct kn_layout_plan {
+  kn_arena *arena;        /* layouts, tables (freed by kn_layout_plan_free) */
+  kn_func *k;
+  const kn_gpu_arch *arch;
+  int warps;
+  int nvalues;
+  const kn_layout **lay;  /* per value id: its layout (tiles), NULL for scalars */
+  int *pos;               /* per value id: position of its definition (op order) */
+  int nconv;
+  kn_conversion *conv;
+  int nbuf;
+  kn_lds_buffer *buf;
+  int64_t lds_bytes;      /* total after reuse */
+} kn_layout_plan;
+
+/* assign_layouts.c: the layout pass.  0, or -1 with *d (an op or shape the target cannot lay
+ * out).  Free the plan with kn_layout_plan_free (also after a failure). */
+int kn_assign_layouts(kn_func *k, const kn_gpu_arch *arch, kn_layout_plan *plan, kn_diag *d);
+void kn_layout_plan_free(kn_layout_plan *plan);
+/* finds the conversion of (user, opnd), or NULL when the operand is used as it is */
+const kn_conversion *kn_plan_conversion(const kn_layout_plan *p, const kn_op *user, int opnd);
+
+/* plan_shared.c: LDS buffers and offsets; -1 with *d (the plan printed) over the limit */
+int kn_plan_shared(kn_layout_plan *plan, kn_diag *d);
+
+/* the plan as text (stage "layout"): every tile value with its layout, the conversions and the
+ * LDS buffers; malloc'd, the caller frees */
+char *kn_layout_plan_format(const kn_layout_plan *plan);
+
+/* lower_gpu.c: kernel k (verified, inlined) with its plan -> an LLVM module for AMDGPU */
+int kn_lower_amdgpu(const kn_layout_plan *plan, LLVMContextRef ctx, LLVMModuleRef *out,
+                    kn_diag *d);
+
+/* target_amdgpu.c: the kn_targets, and a one-call compile used by tests and tools */
+extern const kn_target kn_target_gfx90a;
+extern const kn_target kn_target_gfx942;
+const kn_target *kn_gpu_target_by_name(const char *name);
+
+typedef struct kn_gpu_compiled {
+  void *code_object;      /* linked ET_DYN (malloc'd) */
+  size_t code_object_size;
+  char *layout_text;      /* the "layout" stage dump (malloc'd) */
+  char *llvm_text;        /* LLVM IR as lowered, when asked (malloc'd) */
+  int64_t lds_plan_bytes;
+  double ms_lower, ms_optimize, ms_codegen, ms_link;
+} kn_gpu_compiled;
+
+/* copy m, fold, inline, lay out, plan, lower, O3 with the target machine, codegen, link */
+int kn_gpu_compile(const kn_module *m, const char *kernel, const char *arch, bool keep_llvm,
+                   kn_gpu_compiled *out, kn_diag *d);
+void kn_gpu_compiled_free(kn_gpu_compiled *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,1113 @@
+/* lower_gpu.c — a laid-out tile IR kernel -> LLVM IR for amdgcn-amd-amdhsa.
+ *
+ * Values.  A scalar IR value is one LLVM value (uniform across the workgroup; LLVM's uniformity
+ * analysis puts it in SGPRs).  A tile value is, per thread, the list of registers its layout's
+ * map names (kn_lmap): one LLVM scalar per register, in map order; LLVM's SROA and the AMDGPU
+ * backend pack them into VGPRs / AGPRs.  A thread computes the base coordinate of each map once,
+ * from its lane (workitem id & 63) and warp (workitem id >> 6, made wave-uniform with
+ * readfirstlane) and the map's per-bit deltas; register r is that base plus the constant r adds.
+ *
+ * Leaf operations are LLVM intrinsics only, so the emulated target can replace each one by a
+ * call into its runtime (docs/gpu.md): llvm.amdgcn.workitem.id.x, workgroup.id.{x,y,z},
+ * readfirstlane, s.barrier (between workgroup-scope fences), ds.bpermute, mfma.*; LDS is one
+ * addrspace(3) global (@kn_lds) indexed by the plan's offsets; global memory is addrspace(1).
+ * No inline asm.
+ *
+ * Operations.
+ *  - elementwise ops, compare, select, cast: per register; f16 / bf16 transcendental functions
+ *    go through f32.  Integer division guards a zero or -1 divisor (no trap, no poison; the
+ *    result is then unspecified, as the host target's status bit is not available here).
+ *  - load / store: each group of registers the map holds contiguously along the dimension whose
+ *    stride is the constant 1 becomes one vector access (16 bytes where the map allows, and only
+ *    when the offset and the bound along that dim are known multiples of the vector: constants or
+ *    multiple_of hints); otherwise scalar accesses.  Dead elements (bounds, mask) are not touched:
+ *    each access is under a branch, which the backend turns into exec masking.
+ *  - dot: the accumulator is the transposed mma layout; for each (m, n) instruction tile of the
+ *    warp and each k step one MFMA, given B's fragment as its A and A's as its B.  An operand
+ *    staged lazily is read from LDS fragment by fragment (one 8-byte ds_read per fragment when
+ *    the swizzle keeps the k-width contiguous).
+ *  - reduce: in-thread combine in register order, then one ds_bpermute butterfly per lane bit of
+ *    the plan (kn_reduce_plan).
+ *  - for: phis for the induction variable and every register of every carried value; a loop
+ *    whose first iteration fails its test (or whose step is not positive) runs no iteration.
+ *  - staged conversions: barrier, every thread stores its source registers at the swizzled
+ *    offsets, barrier; then an eager conversion loads its destination registers at once, a lazy
+ *    one leaves the reads to the dot.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <llvm-c/Core.h>
+
+#include "gpu.h"
+
+typedef struct base_entry {
+  int32_t lane[KN_MAX_LANE_BITS][2], warp[KN_MAX_WARP_BITS][2];
+  int shape[2];
+  LLVMValueRef v[2];
+} base_entry;
+
+typedef struct G {
+  const kn_layout_plan *p;
+  kn_diag *d;
+  int failed;
+  LLVMContextRef C;
+  LLVMModuleRef M;
+  LLVMBuilderRef B, E;       /* E: before the entry block's terminator (thread bases) */
+  LLVMValueRef fn;
+  LLVMValueRef lane, warp, lds;
+  LLVMValueRef *sv;          /* per value id: scalar */
+  LLVMValueRef **tv;         /* per value id: tile registers */
+  kn_lmap *map;              /* per value id (tiles), evaluated on demand */
+  bool *has_map;
+  LLVMValueRef **conv_regs;  /* per conversion: registers in the destination layout */
+  base_entry *bases;
+  int nbases, capbases;
+  LLVMTypeRef i1, i8, i16, i32, i64, f16, bf16, f32, vd, p1, p3;
+} G;
+
+static int fail(G *g, const kn_op *op, const char *fmt, const char *what) {
+  if (!g->failed) {
+    char msg[300];
+    snprintf(msg, sizeof msg, fmt, what);
+    kn_error(g->d, g->p->k->module, op ? op->loc : g->p->k->loc, "%s", msg);
+  }
+  g->failed = 1;
+  return -1;
+}
+
+/* ---- types and intrinsics ---- */
+
+static LLVMTypeRef sty(G *g, kn_scalar s) {
+  switch (s) {
+  case KN_I1: return g->i1;
+  case KN_I32: return g->i32;
+  case KN_I64: return g->i64;
+  case KN_F16: return g->f16;
+  case KN_BF16: return g->bf16;
+  case KN_F32: return g->f32;
+  default: return g->i8;  /* fp8: raw bits (no arithmetic is lowered on them) */
+  }
+}
+
+static LLVMValueRef call(G *g, const char *name, LLVMTypeRef ret, LLVMValueRef *args, int n) {
+  LLVMTypeRef ts[8];
+  for (int i = 0; i < n; i++) ts[i] = LLVMTypeOf(args[i]);
+  LLVMTypeRef ft = LLVMFunctionType(ret, ts, (unsigned)n, 0);
+  LLVMValueRef f = LLVMGetNamedFunction(g->M, name);
+  if (!f) f = LLVMAddFunction(g->M, name, ft);
+  return LLVMBuildCall2(g->B, ft, f, args, (unsigned)n, "");
+}
+
+static const char *fsuffix(G *g, LLVMTypeRef t) {
+  return t == g->f16 ? "f16" : t == g->bf16 ? "bf16" : "f32";
+}
+
+static LLVMValueRef ci32(G *g, long long v) { return LLVMConstInt(g->i32, (unsigned long long)v, 1); }
+static LLVMValueRef ci64(G *g, long long v) { return LLVMConstInt(g->i64, (unsigned long long)v, 1); }
+
+/* ---- thread coordinates ---- */
+
+static const kn_lmap *vmap(G *g, const kn_value *v) {
+  if (!g->has_map[v->id]) {
+    int shape[2] = {v->type.shape[0], v->type.rank == 2 ? v->type.shape[1] : 1};
+    kn_diag d;
+    int rc = kn_layout_eval(g->p->lay[v->id], v->type.rank, shape, &g->map[v->id], &d);
+    KN_ASSERT(rc == 0);  /* the layout pass evaluated every tile value already */
+    g->has_map[v->id] = true;
+  }
+  return &g->map[v->id];
+}
+
+/* the thread's base coordinate of map m (computed once, in the entry block) */
+static void base_of(G *g, const kn_lmap *m, LLVMValueRef out[2]) {
+  for (int i = 0; i < g->nbases; i++) {
+    base_entry *e = &g->bases[i];
+    if (!memcmp(e->lane, m->lane, sizeof e->lane) && !memcmp(e->warp, m->warp, sizeof e->warp) &&
+        e->shape[0] == m->shape[0] && e->shape[1] == m->shape[1]) {
+      out[0] = e->v[0];
+      out[1] = e->v[1];
+      return;
+    }
+  }
+  if (g->nbases == g->capbases) {
+    g->capbases = g->capbases ? 2 * g->capbases : 16;
+    g->bases = realloc(g->bases, sizeof *g->bases * (size_t)g->capbases);
+    KN_ASSERT(g->bases);
+  }
+  base_entry *e = &g->bases[g->nbases++];
+  memcpy(e->lane, m->lane, sizeof e->lane);
+  memcpy(e->warp, m->warp, sizeof e->warp);
+  e->shape[0] = m->shape[0];
+  e->shape[1] = m->shape[1];
+  for (int d = 0; d < 2; d++) {
+    LLVMValueRef v = ci32(g, 0);
+    for (int b = 0; b < m->lane_bits; b++)
+      if (m->lane[b][d]) {
+        LLVMValueRef bit = LLVMBuildAnd(g->E, LLVMBuildLShr(g->E, g->lane, ci32(g, b), ""), ci32(g, 1), "");
+        v = LLVMBuildAdd(g->E, v, LLVMBuildMul(g->E, bit, ci32(g, m->lane[b][d]), ""), "");
+      }
+    for (int b = 0; b < m->warp_bits; b++)
+      if (m->warp[b][d]) {
+        LLVMValueRef bit = LLVMBuildAnd(g->E, LLVMBuildLShr(g->E, g->warp, ci32(g, b), ""), ci32(g, 1), "");
+        v = LLVMBuildAdd(g->E, v, LLVMBuildMul(g->E, bit, ci32(g, m->warp[b][d]), ""), "");
+      }
+    e->v[d] = v;
+  }
+  out[0] = e->v[0];
+  out[1] = e->v[1];
+}
+
+/* coordinate along dim d of register r (i32) */
+static LLVMValueRef coord(G *g, const kn_lmap *m, int r, int d) {
+  LLVMValueRef base[2];
+  base_of(g, m, base);
+  LLVMValueRef v = LLVMBuildAdd(g->B, base[d], ci32(g, m->reg[r][d]), "");
+  long long maxc = m->reg[r][d];
+  for (int b = 0; b < m->lane_bits; b++) maxc += m->lane[b][d];
+  for (int b = 0; b < m->warp_bits; b++) maxc += m->warp[b][d];
+  if (maxc >= m->shape[d]) v = LLVMBuildURem(g->B, v, ci32(g, m->shape[d]), "");
+  return v;
+}
+
+/* ---- barriers and LDS ---- */
+
+static void barrier(G *g) {
+  unsigned wg = LLVMGetSyncScopeID(g->C, "workgroup", 9);
+  LLVMBuildFenceSyncScope(g->B, LLVMAtomicOrderingRelease, wg, "");
+  call(g, "llvm.amdgcn.s.barrier", g->vd, NULL, 0);
+  LLVMBuildFenceSyncScope(g->B, LLVMAtomicOrderingAcquire, wg, "");
+}
+
+/* element offset of (i, j) in shared layout s over shape (the swizzle of kn_shared_offset) */
+static LLVMValueRef shared_off(G *g, const kn_layout *s, const int *shape, LLVMValueRef i,
+                               LLVMValueRef j) {
+  int inner = s->order[0];
+  LLVMValueRef ci = inner == 0 ? i : j, co = inner == 0 ? j : i;
+  LLVMValueRef phase = LLVMBuildURem(g->B, LLVMBuildUDiv(g->B, co, ci32(g, s->per_phase), ""),
+                                     ci32(g, s->max_phase), "");
+  LLVMValueRef grp = LLVMBuildXor(g->B, LLVMBuildUDiv(g->B, ci, ci32(g, s->vec), ""), phase, "");
+  LLVMValueRef v = LLVMBuildMul(g->B, co, ci32(g, shape[inner] + s->pad), "");
+  if (s->max_phase == 1)   /* padded: affine, so LLVM folds each register's constant offset */
+    return LLVMBuildAdd(g->B, v, ci, "");
+  v = LLVMBuildAdd(g->B, v, LLVMBuildMul(g->B, grp, ci32(g, s->vec), ""), "");
+  return LLVMBuildAdd(g->B, v, LLVMBuildURem(g->B, ci, ci32(g, s->vec), ""), "");
+}
+
+static LLVMValueRef lds_ptr(G *g, const kn_conversion *c, LLVMValueRef elem_off) {
+  const kn_lds_buffer *b = &g->p->buf[c->buffer];
+  int esz = (int)kn_scalar_size(c->value->type.elem);
+  LLVMValueRef byte = LLVMBuildAdd(g->B, ci32(g, (long long)b->offset),
+                                   LLVMBuildMul(g->B, elem_off, ci32(g, esz), ""), "");
+  return LLVMBuildGEP2(g->B, g->i8, g->lds, &byte, 1, "");
+}
+
+static LLVMTypeRef vec_ty(LLVMTypeRef t, int v) { return v == 1 ? t : LLVMVectorType(t, (unsigned)v); }
+
+/* barrier; store every register of the value at its swizzled offset; barrier */
+static void stage_store(G *g, const kn_conversion *c) {
+  const kn_lmap *m = vmap(g, c->value);
+  LLVMValueRef *src = g->tv[c->value->id];
+  int shape[2] = {m->shape[0], m->shape[1]};
+  LLVMTypeRef et = sty(g, c->value->type.elem);
+  int v = kn_lmap_vec(m, c->shared.order[0], c->shared.vec);
+  barrier(g);
+  for (int r = 0; r < m->nregs; r += v) {
+    LLVMValueRef off = shared_off(g, &c->shared, shape, coord(g, m, r, 0), coord(g, m, r, 1));
+    LLVMValueRef x;
+    if (v == 1) {
+      x = src[r];
+    } else {
+      x = LLVMGetUndef(vec_ty(et, v));
+      for (int e = 0; e < v; e++) x = LLVMBuildInsertElement(g->B, x, src[r + e], ci32(g, e), "");
+    }
+    LLVMValueRef st = LLVMBuildStore(g->B, x, lds_ptr(g, c, off));
+    LLVMSetAlignment(st, (unsigned)(v * (int)kn_scalar_size(c->value->type.elem)));
+  }
+  barrier(g);
+}
+
+/* reads registers [r0, r0 + n) of map m (the conversion's destination) from LDS */
+static void lds_read(G *g, const kn_conversion *c, const kn_lmap *m, int r0, int n,
+                     LLVMValueRef *out) {
+  int shape[2] = {m->shape[0], m->shape[1]};
+  LLVMTypeRef et = sty(g, c->value->type.elem);
+  int v = kn_lmap_vec(m, c->shared.order[0], c->shared.vec);
+  while (v > 1 && (n % v || r0 % v)) v /= 2;
+  for (int r = r0; r < r0 + n; r += v) {
+    LLVMValueRef off = shared_off(g, &c->shared, shape, coord(g, m, r, 0), coord(g, m, r, 1));
+    LLVMValueRef ld = LLVMBuildLoad2(g->B, vec_ty(et, v), lds_ptr(g, c, off), "");
+    LLVMSetAlignment(ld, (unsigned)(v * (int)kn_scalar_size(c->value->type.elem)));
+    if (v == 1) out[r - r0] = ld;
+    else
+      for (int e = 0; e < v; e++) out[r - r0 + e] = LLVMBuildExtractElement(g->B, ld, ci32(g, e), "");
+  }
+}
+
+static int eval_dst(G *g, const kn_conversion *c, kn_lmap *out) {
+  int shape[2] = {c->value->type.shape[0], c->value->type.rank == 2 ? c->value->type.shape[1] : 1};
+  return kn_layout_eval(c->dst, c->value->type.rank, shape, out, g->d);
+}
+
+/* eager conversions of v: staged right after v is defined */
+static void materialize(G *g, const kn_value *v) {
+  for (int i = 0; i < g->p->nconv; i++) {
+    const kn_conversion *c = &g->p->conv[i];
+    if (c->value != v || c->kind != KN_CONV_EAGER) continue;
+    kn_lmap dm;
+    if (eval_dst(g, c, &dm)) {
+      g->failed = 1;
+      return;
+    }
+    stage_store(g, c);
+    g->conv_regs[i] = calloc((size_t)dm.nregs, sizeof(LLVMValueRef));
+    KN_ASSERT(g->conv_regs[i]);
+    lds_read(g, c, &dm, 0, dm.nregs, g->conv_regs[i]);
+    kn_lmap_free(&dm);
+  }
+}
+
+/* operand i of op as registers of the layout op needs (NULL for a lazily staged dot operand) */
+static LLVMValueRef *opnd_regs(G *g, const kn_op *op, int i) {
+  const kn_value *v = op->opnd[i];
+  const kn_conversion *c = kn_plan_conversion(g->p, op, i);
+  if (!c) return g->tv[v->id];
+  int ci = (int)(c - g->p->conv);
+  if (g->conv_regs[ci]) return g->conv_regs[ci];
+  if (c->kind == KN_CONV_LAZY) return NULL;
+  if (v->def && (v->def->opc == KN_OP_CONST || v->def->opc == KN_OP_SPLAT)) {
+    /* every register holds the same scalar: rebuild it in the new layout */
+    kn_lmap dm;
+    if (eval_dst(g, c, &dm)) {
+      g->failed = 1;
+      return NULL;
+    }
+    LLVMValueRef *r = calloc((size_t)(dm.nregs ? dm.nregs : 1), sizeof(LLVMValueRef));
+    KN_ASSERT(r);
+    for (int k = 0; k < dm.nregs; k++) r[k] = g->tv[v->id][0];
+    kn_lmap_free(&dm);
+    g->conv_regs[ci] = r;
+    return r;
+  }
+  KN_ASSERT(c->kind == KN_CONV_FREE);
+  kn_lmap dm;
+  if (eval_dst(g, c, &dm)) {
+    g->failed = 1;
+    return NULL;
+  }
+  int *map = malloc(sizeof(int) * (size_t)dm.nregs);
+  KN_ASSERT(map);
+  bool ok = kn_lmap_convert_free(vmap(g, v), &dm, map);
+  KN_ASSERT(ok);
+  LLVMValueRef *r = calloc((size_t)dm.nregs, sizeof(LLVMValueRef));
+  KN_ASSERT(r);
+  for (int k = 0; k < dm.nregs; k++) r[k] = g->tv[v->id][map[k]];
+  free(map);
+  kn_lmap_free(&dm);
+  g->conv_regs[ci] = r;
+  return r;
+}
+
+static LLVMValueRef *new_regs(G *g, const kn_value *v) {
+  const kn_lmap *m = vmap(g, v);
+  LLVMValueRef *r = calloc((size_t)(m->nregs ? m->nregs : 1), sizeof(LLVMValueRef));
+  KN_ASSERT(r);
+  g->tv[v->id] = r;
+  return r;
+}
+
+/* ---- elementwise ---- */
+
+static bool isf(kn_scalar s) { return kn_scalar_is_float(s); }
+
+static LLVMValueRef through_f32(G *g, const char *fname, LLVMValueRef x) {
+  LLVMTypeRef t = LLVMTypeOf(x);
+  LLVMValueRef y = t == g->f32 ? x : LLVMBuildFPExt(g->B, x, g->f32, "");
+  char name[64];
+  snprintf(name, sizeof name, "llvm.%s.f32", fname);
+  y = call(g, name, g->f32, &y, 1);
+  return t == g->f32 ? y : LLVMBuildFPTrunc(g->B, y, t, "");
+}
+
+static LLVMValueRef binary(G *g, kn_opcode o, kn_scalar s, LLVMValueRef a, LLVMValueRef b) {
+  LLVMTypeRef t = LLVMTypeOf(a);
+  char name[64];
+  if (isf(s)) {
+    switch (o) {
+    case KN_OP_ADD: return LLVMBuildFAdd(g->B, a, b, "");
+    case KN_OP_SUB: return LLVMBuildFSub(g->B, a, b, "");
+    case KN_OP_MUL: return LLVMBuildFMul(g->B, a, b, "");
+    case KN_OP_DIV: return LLVMBuildFDiv(g->B, a, b, "");
+    case KN_OP_REM: return LLVMBuildFRem(g->B, a, b, "");
+    case KN_OP_MAX:
+    case KN_OP_MIN: {
+      /* NaN-propagating, as the IR says */
+      snprintf(name, sizeof name, "llvm.%s.%s", o == KN_OP_MAX ? "maximum" : "minimum", fsuffix(g, t));
+      LLVMValueRef args[2] = {a, b};
+      return call(g, name, t, args, 2);
+    }
+    default: return NULL;
+    }
+  }
+  const char *w = t == g->i64 ? "i64" : t == g->i32 ? "i32" : "i1";
+  switch (o) {
+  case KN_OP_ADD: return LLVMBuildAdd(g->B, a, b, "");
+  case KN_OP_SUB: return LLVMBuildSub(g->B, a, b, "");
+  case KN_OP_MUL: return LLVMBuildMul(g->B, a, b, "");
+  case KN_OP_DIV:
+  case KN_OP_REM: {
+    /* a zero or -1 divisor would be poison (x / 0, INT_MIN / -1): divide by 1 instead and fix
+     * -1 up afterwards; x / 0 then gives x (unspecified, but never a trap) */
+    LLVMValueRef zero = LLVMConstInt(t, 0, 0), m1 = LLVMConstAllOnes(t), one = LLVMConstInt(t, 1, 0);
+    LLVMValueRef bad = LLVMBuildOr(g->B, LLVMBuildICmp(g->B, LLVMIntEQ, b, zero, ""),
+                                   LLVMBuildICmp(g->B, LLVMIntEQ, b, m1, ""), "");
+    LLVMValueRef dv = LLVMBuildSelect(g->B, bad, one, b, "");
+    LLVMValueRef isneg1 = LLVMBuildICmp(g->B, LLVMIntEQ, b, m1, "");
+    if (o == KN_OP_DIV)
+      return LLVMBuildSelect(g->B, isneg1, LLVMBuildSub(g->B, zero, a, ""), LLVMBuildSDiv(g->B, a, dv, ""), "");
+    return LLVMBuildSelect(g->B, isneg1, zero, LLVMBuildSRem(g->B, a, dv, ""), "");
+  }
+  case KN_OP_MAX:
+  case KN_OP_MIN: {
+    snprintf(name, sizeof name, "llvm.%s.%s", o == KN_OP_MAX ? "smax" : "smin", w);
+    LLVMValueRef args[2] = {a, b};
+    return call(g, name, t, args, 2);
+  }
+  case KN_OP_AND: return LLVMBuildAnd(g->B, a, b, "");
+  case KN_OP_OR: return LLVMBuildOr(g->B, a, b, "");
+  case KN_OP_XOR: return LLVMBuildXor(g->B, a, b, "");
+  case KN_OP_SHL:
+  case KN_OP_SHR: {
+    unsigned bits = LLVMGetIntTypeWidth(t);
+    LLVMValueRef amt = LLVMBuildAnd(g->B, b, LLVMConstInt(t, bits - 1, 0), "");
+    return o == KN_OP_SHL ? LLVMBuildShl(g->B, a, amt, "") : LLVMBuildAShr(g->B, a, amt, "");
+  }
+  default: return NULL;
+  }
+}
+
+static LLVMValueRef unary(G *g, kn_opcode o, kn_scalar s, LLVMValueRef a) {
+  LLVMTypeRef t = LLVMTypeOf(a);
+  char name[64];
+  switch (o) {
+  case KN_OP_NEG: return isf(s) ? LLVMBuildFNeg(g->B, a, "") : LLVMBuildNeg(g->B, a, "");
+  case KN_OP_ABS:
+    if (isf(s)) {
+      snprintf(name, sizeof name, "llvm.fabs.%s", fsuffix(g, t));
+      return call(g, name, t, &a, 1);
+    } else {
+      snprintf(name, sizeof name, "llvm.abs.%s", t == g->i64 ? "i64" : "i32");
+      LLVMValueRef args[2] = {a, LLVMConstInt(g->i1, 0, 0)};
+      return call(g, name, t, args, 2);
+    }
+  case KN_OP_EXP2: return through_f32(g, "exp2", a);
+  case KN_OP_EXP: return through_f32(g, "exp", a);
+  case KN_OP_LOG2: return through_f32(g, "log2", a);
+  case KN_OP_LOG: return through_f32(g, "log", a);
+  case KN_OP_SQRT: return through_f32(g, "sqrt", a);
+  case KN_OP_RSQRT: {
+    LLVMValueRef r = through_f32(g, "sqrt", a);
+    return LLVMBuildFDiv(g->B, LLVMConstReal(t, 1.0), r, "");
+  }
+  case KN_OP_NOT: return LLVMBuildNot(g->B, a, "");
+  default: return NULL;
+  }
+}
+
+static LLVMValueRef compare(G *g, kn_pred p, kn_scalar s, LLVMValueRef a, LLVMValueRef b) {
+  if (isf(s)) {
+    static const LLVMRealPredicate fp[] = {LLVMRealOEQ, LLVMRealUNE, LLVMRealOLT,
+                                           LLVMRealOLE, LLVMRealOGT, LLVMRealOGE};
+    return LLVMBuildFCmp(g->B, fp[p], a, b, "");
+  }
+  static const LLVMIntPredicate ip[] = {LLVMIntEQ, LLVMIntNE, LLVMIntSLT,
+                                        LLVMIntSLE, LLVMIntSGT, LLVMIntSGE};
+  return LLVMBuildICmp(g->B, ip[p], a, b, "");
+}
+
+static LLVMValueRef cast(G *g, kn_scalar from, kn_scalar to, LLVMValueRef x) {
+  LLVMTypeRef tt = sty(g, to);
+  if (from == to) return x;
+  bool ff = isf(from), ft = isf(to);
+  if (to == KN_I1)
+    return ff ? LLVMBuildFCmp(g->B, LLVMRealUNE, x, LLVMConstReal(LLVMTypeOf(x), 0), "")
+              : LLVMBuildICmp(g->B, LLVMIntNE, x, LLVMConstInt(LLVMTypeOf(x), 0, 0), "");
+  if (ff && ft) {
+    return kn_scalar_size(from) < kn_scalar_size(to) || (from == KN_F16 && to == KN_BF16)
+               ? (from == KN_F16 && to == KN_BF16
+                      ? LLVMBuildFPTrunc(g->B, LLVMBuildFPExt(g->B, x, g->f32, ""), tt, "")
+                      : LLVMBuildFPExt(g->B, x, tt, ""))
+               : (from == KN_BF16 && to == KN_F16
+                      ? LLVMBuildFPTrunc(g->B, LLVMBuildFPExt(g->B, x, g->f32, ""), tt, "")
+                      : LLVMBuildFPTrunc(g->B, x, tt, ""));
+  }
+  if (!ff && ft) return from == KN_I1 ? LLVMBuildUIToFP(g->B, x, tt, "") : LLVMBuildSIToFP(g->B, x, tt, "");
+  if (ff && !ft) {
+    char name[64];
+    snprintf(name, sizeof name, "llvm.fptosi.sat.%s.%s", to == KN_I64 ? "i64" : "i32",
+             fsuffix(g, LLVMTypeOf(x)));
+    return call(g, name, tt, &x, 1);
+  }
+  if (from == KN_I1) return LLVMBuildZExt(g->B, x, tt, "");
+  return kn_scalar_size(from) < kn_scalar_size(to) ? LLVMBuildSExt(g->B, x, tt, "")
+                                                    : LLVMBuildTrunc(g->B, x, tt, "");
+}
+
+static LLVMValueRef const_of(G *g, const kn_op *op, kn_scalar s) {
+  if (isf(s)) return LLVMConstReal(sty(g, s), op->fattr);
+  return LLVMConstInt(sty(g, s), (unsigned long long)op->iattr[0], 1);
+}
+
+/* operand i as a scalar (uniform) or register r of its tile in the needed layout */
+static LLVMValueRef get_elem(G *g, LLVMValueRef *regs, const kn_value *v, int r) {
+  return v->type.kind == KN_TY_TILE ? regs[r] : g->sv[v->id];
+}
+
+static int lower_elementwise(G *g, kn_op *op) {
+  kn_value *res = op->res[0];
+  kn_scalar rs = res->type.elem;
+  LLVMValueRef *ops[3] = {0};
+  for (int i = 0; i < op->nopnd; i++)
+    if (op->opnd[i]->type.kind == KN_TY_TILE && !(ops[i] = opnd_regs(g, op, i)))
+      return fail(g, op, "internal: operand of '%s' has no registers", kn_opinfo_table[op->opc].name);
+  int n = res->type.kind == KN_TY_TILE ? vmap(g, res)->nregs : 1;
+  LLVMValueRef *out = res->type.kind == KN_TY_TILE ? new_regs(g, res) : &g->sv[res->id];
+  kn_scalar os = op->opnd[0]->type.elem;
+  for (int r = 0; r < n; r++) {
+    LLVMValueRef a = get_elem(g, ops[0], op->opnd[0], r), x = NULL;
+    if (kn_op_is_binary(op->opc)) x = binary(g, op->opc, rs, a, get_elem(g, ops[1], op->opnd[1], r));
+    else if (kn_op_is_unary(op->opc)) x = unary(g, op->opc, rs, a);
+    else if (op->opc == KN_OP_CMP) x = compare(g, (kn_pred)op->iattr[0], os, a, get_elem(g, ops[1], op->opnd[1], r));
+    else if (op->opc == KN_OP_SELECT)
+      x = LLVMBuildSelect(g->B, a, get_elem(g, ops[1], op->opnd[1], r), get_elem(g, ops[2], op->opnd[2], r), "");
+    else if (op->opc == KN_OP_CAST) x = cast(g, os, rs, a);
+    else if (op->opc == KN_OP_MULTIPLE_OF || op->opc == KN_OP_MAX_CONTIGUOUS) x = a;
+    if (!x) return fail(g, op, "not yet supported on AMDGPU: op %s", kn_opinfo_table[op->opc].name);
+    out[r] = x;
+  }
+  return 0;
+}
+
+/* ---- memory ---- */
+
+/* a divisor every value of v is known to be a multiple of (1 when nothing is known) */
+static long long known_multiple(const kn_value *v) {
+  if (!v || !v->def) return 1;
+  const kn_op *d = v->def;
+  switch (d->opc) {
+  case KN_OP_CONST: {
+    long long c = d->iattr[0] < 0 ? -d->iattr[0] : d->iattr[0];
+    return c ? c : 1 << 30;
+  }
+  case KN_OP_MULTIPLE_OF: {
+    long long a = d->iattr[0], b = known_multiple(d->opnd[0]);
+    return a > b ? a : b;
+  }
+  case KN_OP_MUL: return known_multiple(d->opnd[0]) * known_multiple(d->opnd[1]);
+  case KN_OP_ADD:
+  case KN_OP_SUB: {
+    long long a = known_multiple(d->opnd[0]), b = known_multiple(d->opnd[1]);
+    while (b) {
+      long long t = a % b;
+      a = b;
+      b = t;
+    }
+    return a;
+  }
+  default: return 1;
+  }
+}
+
+static bool is_const_one(const kn_value *v) {
+  return v->def && v->def->opc == KN_OP_CONST && v->def->iattr[0] == 1;
+}
+
+typedef struct access {
+  kn_mem_operands mo;
+  const kn_lmap *m;
+  int contig, vec;
+  LLVMTypeRef et;
+  int esz;
+} access;
+
+static void plan_access(G *g, const kn_op *op, const kn_lmap *m, kn_scalar elem, access *a) {
+  kn_mem_operands_get(op, &a->mo);
+  a->m = m;
+  a->et = sty(g, elem);
+  a->esz = (int)kn_scalar_size(elem);
+  a->contig = -1;
+  a->vec = 1;
+  for (int d = a->mo.rank - 1; d >= 0 && a->contig < 0; d--)
+    if (is_const_one(a->mo.stride[d])) a->contig = d;
+  if (a->contig < 0 || a->mo.mask || elem == KN_I1) return;
+  int v = kn_lmap_vec(m, a->contig, 16 / a->esz);
+  while (v > 1 && (known_multiple(a->mo.off[a->contig]) % v ||
+                   (a->mo.bound[a->contig] && known_multiple(a->mo.bound[a->contig]) % v)))
+    v /= 2;
+  a->vec = v;
+}
+
+static LLVMValueRef to_i64(G *g, const kn_value *v) {
+  LLVMValueRef x = g->sv[v->id];
+  return v->type.elem == KN_I64 ? x : LLVMBuildSExt(g->B, x, g->i64, "");
+}
+
+/* does every coordinate of m stay below the shape without the modulo (base + reg exactly)? */
+static bool exact_map(const kn_lmap *m) {
+  for (int d = 0; d < 2; d++) {
+    long long maxr = 0, sum = 0;
+    for (int r = 0; r < m->nregs; r++)
+      if (m->reg[r][d] > maxr) maxr = m->reg[r][d];
+    for (int b = 0; b < m->lane_bits; b++) sum += m->lane[b][d];
+    for (int b = 0; b < m->warp_bits; b++) sum += m->warp[b][d];
+    if (maxr + sum >= m->shape[d]) return false;
+  }
+  return true;
+}
+
+/* The pointer of the thread's register 0 for an access: the uniform part (offsets times
+ * strides) once in scalar registers, the thread's base coordinate times the strides once in
+ * vector registers; each register group then adds a uniform constant-times-stride. */
+static LLVMValueRef thread_ptr(G *g, const access *a) {
+  LLVMValueRef uni = ci64(g, 0), thr = ci64(g, 0), base[2];
+  base_of(g, a->m, base);
+  for (int d = 0; d < a->mo.rank; d++) {
+    bool one = is_const_one(a->mo.stride[d]);
+    LLVMValueRef st = to_i64(g, a->mo.stride[d]);
+    LLVMValueRef off = to_i64(g, a->mo.off[d]);
+    uni = LLVMBuildAdd(g->B, uni, one ? off : LLVMBuildMul(g->B, off, st, ""), "");
+    LLVMValueRef b = LLVMBuildZExt(g->B, base[d], g->i64, "");
+    thr = LLVMBuildAdd(g->B, thr, one ? b : LLVMBuildMul(g->B, b, st, ""), "");
+  }
+  LLVMValueRef p = LLVMBuildGEP2(g->B, a->et, g->sv[a->mo.base->id], &uni, 1, "");
+  return LLVMBuildGEP2(g->B, a->et, p, &thr, 1, "");
+}
+
+/* address and liveness of register group r */
+static void address(G *g, const access *a, LLVMValueRef tptr, LLVMValueRef *mask_regs, int r,
+                    LLVMValueRef *ptr, LLVMValueRef *live) {
+  LLVMValueRef idx = ci64(g, 0);
+  bool exact = tptr != NULL;
+  *live = NULL;
+  for (int d = 0; d < a->mo.rank; d++) {
+    LLVMValueRef c = coord(g, a->m, r, d);
+    bool one = is_const_one(a->mo.stride[d]);
+    LLVMValueRef st = to_i64(g, a->mo.stride[d]);
+    if (exact) {
+      LLVMValueRef k = ci64(g, a->m->reg[r][d]);
+      idx = LLVMBuildAdd(g->B, idx, one ? k : LLVMBuildMul(g->B, k, st, ""), "");
+    } else {
+      LLVMValueRef pos = LLVMBuildAdd(g->B, to_i64(g, a->mo.off[d]), LLVMBuildZExt(g->B, c, g->i64, ""), "");
+      idx = LLVMBuildAdd(g->B, idx, one ? pos : LLVMBuildMul(g->B, pos, st, ""), "");
+    }
+    if (a->mo.bound[d]) {
+      /* in the offset's own width when offset and bound are both i32 */
+      bool narrow = a->mo.off[d]->type.elem == KN_I32 && a->mo.bound[d]->type.elem == KN_I32;
+      LLVMValueRef pos = narrow ? LLVMBuildAdd(g->B, g->sv[a->mo.off[d]->id], c, "")
+                                : LLVMBuildAdd(g->B, to_i64(g, a->mo.off[d]), LLVMBuildZExt(g->B, c, g->i64, ""), "");
+      LLVMValueRef b = narrow ? g->sv[a->mo.bound[d]->id] : to_i64(g, a->mo.bound[d]);
+      LLVMValueRef zero = narrow ? ci32(g, 0) : ci64(g, 0);
+      LLVMValueRef in = LLVMBuildAnd(g->B, LLVMBuildICmp(g->B, LLVMIntSLT, pos, b, ""),
+                                     LLVMBuildICmp(g->B, LLVMIntSGE, pos, zero, ""), "");
+      *live = *live ? LLVMBuildAnd(g->B, *live, in, "") : in;
+    }
+  }
+  if (mask_regs) *live = *live ? LLVMBuildAnd(g->B, *live, mask_regs[r], "") : mask_regs[r];
+  *ptr = LLVMBuildGEP2(g->B, a->et, exact ? tptr : g->sv[a->mo.base->id], &idx, 1, "");
+}
+
+static int lower_load(G *g, kn_op *op) {
+  kn_value *res = op->res[0];
+  if (res->type.kind != KN_TY_TILE) return fail(g, op, "not yet supported on AMDGPU: %s", "a scalar load");
+  access a;
+  const kn_lmap *m = vmap(g, res);
+  plan_access(g, op, m, res->type.elem, &a);
+  LLVMValueRef *mask = NULL;
+  for (int i = 0; i < op->nopnd; i++)
+    if (op->opnd[i] == a.mo.mask) mask = opnd_regs(g, op, i);
+  LLVMValueRef other = a.mo.other ? g->sv[a.mo.other->id] : LLVMConstNull(a.et);
+  LLVMValueRef *out = new_regs(g, res);
+  LLVMTypeRef vt = vec_ty(a.et, a.vec);
+  LLVMValueRef otherv = other;
+  if (a.vec > 1) {
+    otherv = LLVMGetUndef(vt);
+    for (int e = 0; e < a.vec; e++) otherv = LLVMBuildInsertElement(g->B, otherv, other, ci32(g, e), "");
+  }
+  LLVMValueRef tptr = exact_map(m) ? thread_ptr(g, &a) : NULL;
+  for (int r = 0; r < m->nregs; r += a.vec) {
+    LLVMValueRef ptr, live, x;
+    address(g, &a, tptr, mask, r, &ptr, &live);
+    if (!live) {
+      x = LLVMBuildLoad2(g->B, vt, ptr, "");
+      LLVMSetAlignment(x, (unsigned)(a.esz * a.vec));
+    } else {
+      LLVMBasicBlockRef cur = LLVMGetInsertBlock(g->B);
+      LLVMBasicBlockRef ld = LLVMAppendBasicBlockInContext(g->C, g->fn, "ld");
+      LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(g->C, g->fn, "ld.join");
+      LLVMBuildCondBr(g->B, live, ld, join);
+      LLVMPositionBuilderAtEnd(g->B, ld);
+      LLVMValueRef l = LLVMBuildLoad2(g->B, vt, ptr, "");
+      LLVMSetAlignment(l, (unsigned)(a.esz * a.vec));
+      LLVMBuildBr(g->B, join);
+      LLVMPositionBuilderAtEnd(g->B, join);
+      x = LLVMBuildPhi(g->B, vt, "");
+      LLVMValueRef vals[2] = {l, otherv};
+      LLVMBasicBlockRef bbs[2] = {ld, cur};
+      LLVMAddIncoming(x, vals, bbs, 2);
+    }
+    if (a.vec == 1) out[r] = x;
+    else
+      for (int e = 0; e < a.vec; e++) out[r + e] = LLVMBuildExtractElement(g->B, x, ci32(g, e), "");
+  }
+  return 0;
+}
+
+static int lower_store(G *g, kn_op *op) {
+  kn_mem_operands mo;
+  kn_mem_operands_get(op, &mo);
+  if (mo.value->type.kind != KN_TY_TILE)
+    return fail(g, op, "not yet supported on AMDGPU: %s", "a scalar store");
+  const kn_lmap *m = vmap(g, mo.value);
+  access a;
+  plan_access(g, op, m, mo.value->type.elem, &a);
+  LLVMValueRef *mask = NULL;
+  for (int i = 0; i < op->nopnd; i++)
+    if (op->opnd[i] == mo.mask) mask = opnd_regs(g, op, i);
+  LLVMValueRef *val = g->tv[mo.value->id];
+  LLVMValueRef tptr = exact_map(m) ? thread_ptr(g, &a) : NULL;
+  for (int r = 0; r < m->nregs; r += a.vec) {
+    LLVMValueRef ptr, live, x;
+    address(g, &a, tptr, mask, r, &ptr, &live);
+    if (a.vec == 1) x = val[r];
+    else {
+      x = LLVMGetUndef(vec_ty(a.et, a.vec));
+      for (int e = 0; e < a.vec; e++) x = LLVMBuildInsertElement(g->B, x, val[r + e], ci32(g, e), "");
+    }
+    LLVMBasicBlockRef join = NULL;
+    if (live) {
+      LLVMBasicBlockRef st = LLVMAppendBasicBlockInContext(g->C, g->fn, "st");
+      join = LLVMAppendBasicBlockInContext(g->C, g->fn, "st.join");
+      LLVMBuildCondBr(g->B, live, st, join);
+      LLVMPositionBuilderAtEnd(g->B, st);
+    }
+    LLVMValueRef s = LLVMBuildStore(g->B, x, ptr);
+    LLVMSetAlignment(s, (unsigned)(a.esz * a.vec));
+    if (live) {
+      LLVMBuildBr(g->B, join);
+      LLVMPositionBuilderAtEnd(g->B, join);
+    }
+  }
+  return 0;
+}
+
+/* ---- dot ---- */
+
+static const char *mfma_name(const kn_mma_shape *s, kn_scalar t) {
+  if (s->id == KN_MMA_MFMA_32X32X8)
+    return t == KN_BF16 ? "llvm.amdgcn.mfma.f32.32x32x8bf16.1k" : "llvm.amdgcn.mfma.f32.32x32x8f16";
+  if (s->id == KN_MMA_MFMA_16X16X16)
+    return t == KN_BF16 ? "llvm.amdgcn.mfma.f32.16x16x16bf16.1k" : "llvm.amdgcn.mfma.f32.16x16x16f16";
+  return NULL;
+}
+
+/* the fragment (n registers from r0) of a dot operand: from registers or from LDS */
+static LLVMValueRef fragment(G *g, kn_op *op, int i, LLVMValueRef *regs, const kn_lmap *m,
+                             int r0, int n, kn_scalar t) {
+  LLVMValueRef e[8];
+  if (regs) memcpy(e, regs + r0, sizeof(LLVMValueRef) * (size_t)n);
+  else lds_read(g, kn_plan_conversion(g->p, op, i), m, r0, n, e);
+  LLVMValueRef v = LLVMGetUndef(LLVMVectorType(sty(g, t), (unsigned)n));
+  for (int k = 0; k < n; k++) v = LLVMBuildInsertElement(g->B, v, e[k], ci32(g, k), "");
+  if (t == KN_BF16) v = LLVMBuildBitCast(g->B, v, LLVMVectorType(g->i16, (unsigned)n), "");
+  return v;
+}
+
+static int lower_dot(G *g, kn_op *op) {
+  kn_value *res = op->res[0], *A = op->opnd[0], *Bv = op->opnd[1];
+  const kn_layout *rl = g->p->lay[res->id];
+  const kn_mma_shape *s = rl->mma;
+  kn_scalar t = A->type.elem;
+  const char *name = mfma_name(s, t);
+  if (rl->kind != KN_LAYOUT_MMA || !name)
+    return fail(g, op, "not yet supported on AMDGPU: %s", "this dot");
+  /* operands: stage lazily staged ones now, then read fragments as the MFMAs need them */
+  LLVMValueRef *ra = NULL, *rb = NULL;
+  kn_lmap ma, mb;
+  int shape_a[2] = {A->type.shape[0], A->type.shape[1]}, shape_b[2] = {Bv->type.shape[0], Bv->type.shape[1]};
+  kn_layout la = kn_layout_dot(s, g->p->warps, 0), lb = kn_layout_dot(s, g->p->warps, 1);
+  if (kn_layout_eval(&la, 2, shape_a, &ma, g->d) || kn_layout_eval(&lb, 2, shape_b, &mb, g->d))
+    return fail(g, op, "internal: %s", "dot operand layouts");
+  for (int i = 0; i < 2; i++) {
+    const kn_conversion *c = kn_plan_conversion(g->p, op, i);
+    if (c && c->kind == KN_CONV_LAZY) stage_store(g, c);
+    else if (!(i ? (rb = opnd_regs(g, op, 1)) : (ra = opnd_regs(g, op, 0))))
+      return fail(g, op, "internal: %s", "dot operand without registers");
+  }
+  LLVMValueRef *acc = opnd_regs(g, op, 2);
+  if (!acc) return fail(g, op, "internal: %s", "dot accumulator without registers");
+  LLVMValueRef *out = new_regs(g, res);
+  int M = res->type.shape[0], N = res->type.shape[1], K = A->type.shape[1];
+  int reps_m = M / g->p->warps / s->m, reps_n = N / s->n, reps_k = K / s->k;
+  LLVMTypeRef acc_t = LLVMVectorType(g->f32, (unsigned)s->acc_regs);
+  for (int mr = 0; mr < reps_m; mr++)
+    for (int nr = 0; nr < reps_n; nr++) {
+      int c0 = (mr * reps_n + nr) * s->acc_regs;
+      LLVMValueRef cv = LLVMGetUndef(acc_t);
+      for (int j = 0; j < s->acc_regs; j++) cv = LLVMBuildInsertElement(g->B, cv, acc[c0 + j], ci32(g, j), "");
+      for (int kr = 0; kr < reps_k; kr++) {
+        LLVMValueRef af = fragment(g, op, 0, ra, &ma, (mr * reps_k + kr) * s->a_regs, s->a_regs, t);
+        LLVMValueRef bf = fragment(g, op, 1, rb, &mb, (nr * reps_k + kr) * s->b_regs, s->b_regs, t);
+        /* transposed: the instruction computes D^T = B^T A^T, B's fragment goes first */
+        LLVMValueRef args[6] = {rl->transposed ? bf : af, rl->transposed ? af : bf, cv,
+                                ci32(g, 0), ci32(g, 0), ci32(g, 0)};
+        cv = call(g, name, acc_t, args, 6);
+      }
+      for (int j = 0; j < s->acc_regs; j++) out[c0 + j] = LLVMBuildExtractElement(g->B, cv, ci32(g, j), "");
+    }
+  kn_lmap_free(&ma);
+  kn_lmap_free(&mb);
+  return 0;
+}
+
+/* ---- reduce ---- */
+
+static int lower_reduce(G *g, kn_op *op) {
+  kn_value *x = op->opnd[0], *res = op->res[0];
+  const kn_lmap *pm = vmap(g, x), *sm = vmap(g, res);
+  kn_reduce_plan plan;
+  if (kn_reduce_plan_make(pm, sm, (int)op->iattr[0], &plan))
+    return fail(g, op, "not yet supported on AMDGPU: %s", "a reduction across warps");
+  kn_opcode comb = op->opc == KN_OP_REDUCE_MAX ? KN_OP_MAX : KN_OP_ADD;
+  kn_scalar t = x->type.elem;
+  LLVMValueRef *in = opnd_regs(g, op, 0), *out = new_regs(g, res);
+  for (int r = 0; r < pm->nregs; r++) {
+    int q = plan.group[r];
+    out[q] = out[q] ? binary(g, comb, t, out[q], in[r]) : in[r];
+  }
+  for (int b = 0; b < plan.nbfly; b++) {
+    LLVMValueRef addr = LLVMBuildShl(g->B, LLVMBuildXor(g->B, g->lane, ci32(g, 1 << plan.bfly[b]), ""), ci32(g, 2), "");
+    for (int q = 0; q < sm->nregs; q++) {
+      LLVMValueRef v = out[q];
+      LLVMTypeRef vt = LLVMTypeOf(v);
+      LLVMValueRef bits = vt == g->i32 ? v : vt == g->f32 ? LLVMBuildBitCast(g->B, v, g->i32, "")
+                                               : NULL;
+      if (!bits) {
+        kn_reduce_plan_free(&plan);
+        return fail(g, op, "not yet supported on AMDGPU: %s", "a cross-lane reduction of this type");
+      }
+      LLVMValueRef args[2] = {addr, bits};
+      LLVMValueRef o = call(g, "llvm.amdgcn.ds.bpermute", g->i32, args, 2);
+      if (vt == g->f32) o = LLVMBuildBitCast(g->B, o, g->f32, "");
+      out[q] = binary(g, comb, t, v, o);
+    }
+  }
+  kn_reduce_plan_free(&plan);
+  return 0;
+}
+
+/* ---- control flow and the rest ---- */
+
+static int lower_block(G *g, kn_block *b);
+
+static void set_value(G *g, kn_value *v, LLVMValueRef *regs, LLVMValueRef s) {
+  if (v->type.kind == KN_TY_TILE) g->tv[v->id] = regs;
+  else g->sv[v->id] = s;
+}
+
+static int nregs_of(G *g, const kn_value *v) {
+  return v->type.kind == KN_TY_TILE ? vmap(g, v)->nregs : 1;
+}
+
+static int lower_for(G *g, kn_op *op) {
+  kn_block *body = op->region[0];
+  int n = body->nargs - 1;
+  LLVMValueRef lo = g->sv[op->opnd[0]->id], hi = g->sv[op->opnd[1]->id], step = g->sv[op->opnd[2]->id];
+  LLVMTypeRef it = LLVMTypeOf(lo);
+  LLVMValueRef zero = LLVMConstInt(it, 0, 0);
+  LLVMValueRef go = LLVMBuildAnd(g->B, LLVMBuildICmp(g->B, LLVMIntSLT, lo, hi, ""),
+                                 LLVMBuildICmp(g->B, LLVMIntSGT, step, zero, ""), "");
+  /* inits in the layouts of the carried values */
+  LLVMValueRef **init = calloc((size_t)(n ? n : 1), sizeof *init);
+  KN_ASSERT(init);
+  for (int i = 0; i < n; i++)
+    init[i] = op->opnd[3 + i]->type.kind == KN_TY_TILE ? opnd_regs(g, op, 3 + i) : &g->sv[op->opnd[3 + i]->id];
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->B);
+  LLVMBasicBlockRef loop = LLVMAppendBasicBlockInContext(g->C, g->fn, "for.body");
+  LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->C, g->fn, "for.exit");
+  LLVMBuildCondBr(g->B, go, loop, exit);
+  LLVMPositionBuilderAtEnd(g->B, loop);
+  LLVMValueRef iv = LLVMBuildPhi(g->B, it, "iv");
+  g->sv[body->args[0]->id] = iv;
+  LLVMValueRef **phi = calloc((size_t)(n ? n : 1), sizeof *phi);
+  KN_ASSERT(phi);
+  for (int i = 0; i < n; i++) {
+    kn_value *a = body->args[i + 1];
+    int k = nregs_of(g, a);
+    phi[i] = calloc((size_t)k, sizeof(LLVMValueRef));
+    KN_ASSERT(phi[i]);
+    LLVMTypeRef t = sty(g, a->type.elem);
+    for (int r = 0; r < k; r++) phi[i][r] = LLVMBuildPhi(g->B, t, "");
+    set_value(g, a, phi[i], phi[i][0]);
+  }
+  for (int i = 0; i < n; i++) materialize(g, body->args[i + 1]);
+  int rc = lower_block(g, body);
+  kn_op *y = body->last;
+  if (!rc && (!y || y->opc != KN_OP_YIELD)) rc = fail(g, op, "internal: %s", "for body without yield");
+  if (!rc) {
+    LLVMValueRef next = LLVMBuildAdd(g->B, iv, step, "");
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->B);
+    LLVMBuildCondBr(g->B, LLVMBuildICmp(g->B, LLVMIntSLT, next, hi, ""), loop, exit);
+    LLVMValueRef vals[2] = {lo, next};
+    LLVMBasicBlockRef bbs[2] = {pre, latch};
+    LLVMAddIncoming(iv, vals, bbs, 2);
+    LLVMPositionBuilderAtEnd(g->B, exit);
+    for (int i = 0; i < n && !rc; i++) {
+      kn_value *a = body->args[i + 1];
+      int k = nregs_of(g, a);
+      LLVMValueRef *yv = a->type.kind == KN_TY_TILE ? opnd_regs(g, y, i) : &g->sv[y->opnd[i]->id];
+      if (!yv) {
+        rc = fail(g, op, "internal: %s", "yielded value without registers");
+        break;
+      }
+      LLVMValueRef *res = calloc((size_t)k, sizeof(LLVMValueRef));
+      KN_ASSERT(res);
+      for (int r = 0; r < k; r++) {
+        LLVMValueRef v2[2] = {init[i][r], yv[r]};
+        LLVMAddIncoming(phi[i][r], v2, bbs, 2);
+        res[r] = LLVMBuildPhi(g->B, LLVMTypeOf(phi[i][r]), "");
+        LLVMAddIncoming(res[r], v2, bbs, 2);
+      }
+      set_value(g, op->res[i], res, res[0]);
+      if (a->type.kind != KN_TY_TILE) free(res);
+    }
+  }
+  for (int i = 0; i < n; i++)
+    if (body->args[i + 1]->type.kind != KN_TY_TILE) free(phi[i]);
+  free(phi);
+  free(init);
+  return rc;
+}
+
+static int lower_op(G *g, kn_op *op) {
+  kn_value *res = op->nres == 1 ? op->res[0] : NULL;
+  bool tile = res && res->type.kind == KN_TY_TILE;
+  switch (op->opc) {
+  case KN_OP_PROGRAM_ID: {
+    static const char *ids[] = {"llvm.amdgcn.workgroup.id.x", "llvm.amdgcn.workgroup.id.y",
+                                "llvm.amdgcn.workgroup.id.z"};
+    g->sv[res->id] = call(g, ids[op->iattr[0] % 3], g->i32, NULL, 0);
+    return 0;
+  }
+  case KN_OP_CONST: {
+    LLVMValueRef c = const_of(g, op, res->type.elem);
+    if (!tile) {
+      g->sv[res->id] = c;
+      return 0;
+    }
+    LLVMValueRef *out = new_regs(g, res);
+    for (int r = 0; r < vmap(g, res)->nregs; r++) out[r] = c;
+    return 0;
+  }
+  case KN_OP_SPLAT: {
+    LLVMValueRef *out = new_regs(g, res);
+    for (int r = 0; r < vmap(g, res)->nregs; r++) out[r] = g->sv[op->opnd[0]->id];
+    return 0;
+  }
+  case KN_OP_ARANGE: {
+    const kn_lmap *m = vmap(g, res);
+    LLVMValueRef *out = new_regs(g, res);
+    for (int r = 0; r < m->nregs; r++)
+      out[r] = LLVMBuildAdd(g->B, coord(g, m, r, 0), ci32(g, op->iattr[0]), "");
+    return 0;
+  }
+  case KN_OP_BROADCAST:
+  case KN_OP_EXPAND_DIMS: {
+    /* free by construction: the result's registers are the operand's, renamed */
+    const kn_lmap *src = vmap(g, op->opnd[0]), *dst = vmap(g, res);
+    LLVMValueRef *in = opnd_regs(g, op, 0);
+    const kn_conversion *c = kn_plan_conversion(g->p, op, 0);
+    kn_lmap tmp;
+    if (c) {  /* the operand was converted into the layout the result implies */
+      if (eval_dst(g, c, &tmp)) return fail(g, op, "internal: %s", "conversion");
+      src = &tmp;
+    }
+    kn_lmap lifted = {0};
+    if (op->opc == KN_OP_EXPAND_DIMS) {
+      /* the rank-1 operand seen as its rank-2 result with a dim of 1 at the axis */
+      int ax = (int)op->iattr[0];
+      lifted = *src;
+      lifted.rank = 2;
+      lifted.shape[ax] = 1;
+      lifted.shape[1 - ax] = src->shape[0];
+      lifted.reg = malloc(sizeof *lifted.reg * (size_t)(src->nregs ? src->nregs : 1));
+      KN_ASSERT(lifted.reg);
+      for (int r = 0; r < src->nregs; r++) {
+        lifted.reg[r][ax] = 0;
+        lifted.reg[r][1 - ax] = src->reg[r][0];
+      }
+      for (int b = 0; b < KN_MAX_LANE_BITS; b++) {
+        lifted.lane[b][ax] = 0;
+        lifted.lane[b][1 - ax] = src->lane[b][0];
+      }
+      for (int b = 0; b < KN_MAX_WARP_BITS; b++) {
+        lifted.warp[b][ax] = 0;
+        lifted.warp[b][1 - ax] = src->warp[b][0];
+      }
+      src = &lifted;
+    }
+    int *map = malloc(sizeof(int) * (size_t)(dst->nregs ? dst->nregs : 1));
+    KN_ASSERT(map);
+    bool ok = kn_lmap_convert_free(src, dst, map);
+    if (c) kn_lmap_free(&tmp);
+    free(lifted.reg);
+    if (!ok || !in) {
+      free(map);
+      return fail(g, op, "not yet supported on AMDGPU: %s with a layout change", kn_opinfo_table[op->opc].name);
+    }
+    LLVMValueRef *out = new_regs(g, res);
+    for (int r = 0; r < dst->nregs; r++) out[r] = in[map[r]];
+    free(map);
+    return 0;
+  }
+  case KN_OP_PTRADD: {
+    LLVMValueRef off = g->sv[op->opnd[1]->id];
+    if (LLVMTypeOf(off) != g->i64) off = LLVMBuildSExt(g->B, off, g->i64, "");
+    g->sv[res->id] = LLVMBuildGEP2(g->B, sty(g, res->type.elem), g->sv[op->opnd[0]->id], &off, 1, "");
+    return 0;
+  }
+  case KN_OP_LOAD: return lower_load(g, op);
+  case KN_OP_STORE: return lower_store(g, op);
+  case KN_OP_DOT: return lower_dot(g, op);
+  case KN_OP_REDUCE_MAX:
+  case KN_OP_REDUCE_SUM: return lower_reduce(g, op);
+  case KN_OP_FOR: return lower_for(g, op);
+  case KN_OP_YIELD: return 0;  /* read by lower_for */
+  case KN_OP_RETURN:
+    LLVMBuildRetVoid(g->B);
+    return 0;
+  default:
+    if (res && (kn_op_is_binary(op->opc) || kn_op_is_unary(op->opc) || op->opc == KN_OP_CMP ||
+                op->opc == KN_OP_SELECT || op->opc == KN_OP_CAST || op->opc == KN_OP_MULTIPLE_OF ||
+                op->opc == KN_OP_MAX_CONTIGUOUS))
+      return lower_elementwise(g, op);
+    return fail(g, op, "not yet supported on AMDGPU: op %s", kn_opinfo_table[op->opc].name);
+  }
+}
+
+static int lower_block(G *g, kn_block *b) {
+  for (kn_op *op = b->first; op; op = op->next) {
+    if (op->opc == KN_OP_RETURN && op->next) continue;
+    if (lower_op(g, op) || g->failed) return -1;
+    for (int i = 0; i < op->nres; i++) materialize(g, op->res[i]);
+    if (g->failed) return -1;
+  }
+  return 0;
+}
+
+/* ---- the kernel ---- */
+
+int kn_lower_amdgpu(const kn_layout_plan *p, LLVMContextRef ctx, LLVMModuleRef *out, kn_diag *d) {
+  kn_func *k = p->k;
+  G g = {.p = p, .d = d, .C = ctx};
+  g.M = LLVMModuleCreateWithNameInContext(k->name, ctx);
+  g.i1 = LLVMInt1TypeInContext(ctx);
+  g.i8 = LLVMInt8TypeInContext(ctx);
+  g.i16 = LLVMInt16TypeInContext(ctx);
+  g.i32 = LLVMInt32TypeInContext(ctx);
+  g.i64 = LLVMInt64TypeInContext(ctx);
+  g.f16 = LLVMHalfTypeInContext(ctx);
+  g.bf16 = LLVMBFloatTypeInContext(ctx);
+  g.f32 = LLVMFloatTypeInContext(ctx);
+  g.vd = LLVMVoidTypeInContext(ctx);
+  g.p1 = LLVMPointerTypeInContext(ctx, 1);
+  g.p3 = LLVMPointerTypeInContext(ctx, 3);
+  LLVMSetTarget(g.M, "amdgcn-amd-amdhsa");
+
+  int np = kn_func_nparams(k);
+  LLVMTypeRef *pt = calloc((size_t)(np ? np : 1), sizeof(LLVMTypeRef));
+  KN_ASSERT(pt);
+  for (int i = 0; i < np; i++) {
+    kn_type t = kn_func_param(k, i)->type;
+    pt[i] = t.kind == KN_TY_PTR ? g.p1 : sty(&g, t.elem);
+    if (t.kind == KN_TY_TILE) {
+      free(pt);
+      LLVMDisposeModule(g.M);
+      return kn_error(d, k->module, k->loc, "not yet supported on %s: tile parameters", p->arch->name);
+    }
+  }
+  g.fn = LLVMAddFunction(g.M, k->name, LLVMFunctionType(g.vd, pt, (unsigned)np, 0));
+  free(pt);
+  LLVMSetFunctionCallConv(g.fn, LLVMAMDGPUKERNELCallConv);
+  char attr[32];
+  snprintf(attr, sizeof attr, "1,%d", 64 * p->warps);
+  const char *fa[][2] = {{"amdgpu-flat-work-group-size", attr},
+                         {"amdgpu-waves-per-eu", "1"},
+                         {"uniform-work-group-size", "true"}};
+  /* registers: amdgpu-waves-per-eu is a minimum the register allocator must allow; 2 waves
+   * per SIMD (2 workgroups of 4 waves per CU) caps a wave at 256 of the 512 unified VGPR+AGPR
+   * entries, the budget the attention kernel fits without spilling up to D 128 at 128x64 */
+  char wpe[8];
+  snprintf(wpe, sizeof wpe, "%d", p->warps >= 4 ? 2 : 1);
+  fa[1][1] = wpe;
+  for (size_t i = 0; i < sizeof fa / sizeof fa[0]; i++)
+    LLVMAddAttributeAtIndex(g.fn, LLVMAttributeFunctionIndex,
+                            LLVMCreateStringAttribute(ctx, fa[i][0], (unsigned)strlen(fa[i][0]),
+                                                      fa[i][1], (unsigned)strlen(fa[i][1])));
+  for (int i = 0; i < np; i++) {
+    kn_value *v = kn_func_param(k, i);
+    LLVMValueRef a = LLVMGetParam(g.fn, (unsigned)i);
+    if (v->name) LLVMSetValueName2(a, v->name, strlen(v->name));
+  }
+
+  g.sv = calloc((size_t)p->nvalues + 1, sizeof *g.sv);
+  g.tv = calloc((size_t)p->nvalues + 1, sizeof *g.tv);
+  g.map = calloc((size_t)p->nvalues + 1, sizeof *g.map);
+  g.has_map = calloc((size_t)p->nvalues + 1, sizeof *g.has_map);
+  g.conv_regs = calloc((size_t)p->nconv + 1, sizeof *g.conv_regs);
+  KN_ASSERT(g.sv && g.tv && g.map && g.has_map && g.conv_regs);
+  for (int i = 0; i < np; i++) g.sv[kn_func_param(k, i)->id] = LLVMGetParam(g.fn, (unsigned)i);
+
+  if (p->lds_bytes > 0) {
+    LLVMTypeRef at = LLVMArrayType2(g.i8, (uint64_t)p->lds_bytes);
+    g.lds = LLVMAddGlobalInAddressSpace(g.M, at, "kn_lds", 3);
+    LLVMSetInitializer(g.lds, LLVMGetUndef(at));
+    LLVMSetLinkage(g.lds, LLVMInternalLinkage);
+    LLVMSetAlignment(g.lds, 16);
+  }
+
+  LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(ctx, g.fn, "entry");
+  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(ctx, g.fn, "body");
+  g.B = LLVMCreateBuilderInContext(ctx);
+  g.E = LLVMCreateBuilderInContext(ctx);
+  LLVMPositionBuilderAtEnd(g.B, entry);
+  LLVMValueRef tid = call(&g, "llvm.amdgcn.workitem.id.x", g.i32, NULL, 0);
+  g.lane = LLVMBuildAnd(g.B, tid, ci32(&g, 63), "lane");
+  LLVMValueRef w = LLVMBuildLShr(g.B, tid, ci32(&g, 6), "");
+  g.warp = call(&g, "llvm.amdgcn.readfirstlane.i32", g.i32, &w, 1);
+  LLVMValueRef br = LLVMBuildBr(g.B, body);
+  LLVMPositionBuilderBefore(g.E, br);
+  LLVMPositionBuilderAtEnd(g.B, body);
+
+  int rc = lower_block(&g, k->body);
+  if (!rc && !LLVMGetBasicBlockTerminator(LLVMGetInsertBlock(g.B))) LLVMBuildRetVoid(g.B);
+
+  for (int i = 0; i <= p->nvalues; i++) {
+    if (g.has_map[i]) kn_lmap_free(&g.map[i]);
+    if (g.tv[i]) {
+      /* tile register arrays may be shared by a renaming; free each array once */
+      bool dup = false;
+      for (int j = 0; j < i && !dup; j++) dup = g.tv[j] == g.tv[i];
+      if (!dup) free(g.tv[i]);
+    }
+  }
+  for (int i = 0; i < p->nconv; i++) free(g.conv_regs[i]);
+  free(g.sv), free(g.tv), free(g.map), free(g.has_map), free(g.conv_regs), free(g.bases);
+  LLVMDisposeBuilder(g.B);
+  LLVMDisposeBuilder(g.E);
+  if (rc || g.failed) {
+    LLVMDisposeModule(g.M);
+    return -1;
+  }
+  *out = g.M;
+  return 0;
+}

@@ -1,0 +1,164 @@
+/* plan_shared.c — LDS buffers for the conversions the layout pass sends through shared memory.
+ *
+ * One buffer per staged conversion (kn_shared_size elements: the tile, plus the row padding of
+ * a dot operand's layout; an XOR swizzle permutes within the tile and needs none).  Its live range is where the lowering stages it: an eager
+ * conversion right after its value is defined, a lazy one (a dot operand) at the dot.  Because
+ * every staging begins with a barrier (all reads of an earlier use are done) and ends with one,
+ * buffers used at different points of the program may share bytes; a linear scan over the
+ * live ranges in program order places each buffer at the lowest 16-byte aligned offset free of
+ * every buffer live at the same time.  A range inside a loop that had to outlive an iteration
+ * would be stretched to the whole loop; none of the staging above does, so none is stretched.
+ * The total must fit the target's LDS (64 KiB on gfx90a / gfx942), else the compile fails with
+ * the plan printed in the diagnostic.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+
+static int conv_pos(const kn_layout_plan *p, const kn_conversion *c) {
+  if (c->kind == KN_CONV_LAZY) {
+    /* position of the user: the plan numbered values, so use the user's first result */
+    return c->user->nres ? p->pos[c->user->res[0]->id] : p->pos[c->value->id];
+  }
+  return p->pos[c->value->id];
+}
+
+int kn_plan_shared(kn_layout_plan *p, kn_diag *d) {
+  int n = 0;
+  for (int i = 0; i < p->nconv; i++) n += p->conv[i].kind != KN_CONV_FREE;
+  p->buf = calloc((size_t)(n ? n : 1), sizeof *p->buf);
+  KN_ASSERT(p->buf);
+  p->nbuf = 0;
+  for (int i = 0; i < p->nconv; i++) {
+    kn_conversion *c = &p->conv[i];
+    if (c->kind == KN_CONV_FREE) continue;
+    kn_lds_buffer *b = &p->buf[p->nbuf];
+    b->conv = i;
+    int shape[2] = {c->value->type.shape[0], c->value->type.shape[1]};
+    b->bytes = kn_shared_size(&c->shared, shape) * (int64_t)kn_scalar_size(c->value->type.elem);
+    b->first = b->last = conv_pos(p, c);
+    c->buffer = p->nbuf++;
+  }
+  /* linear scan in program order; each buffer goes at the lowest offset that overlaps no
+   * buffer already placed whose live range meets its own */
+  int *order = malloc(sizeof(int) * (size_t)(p->nbuf ? p->nbuf : 1));
+  KN_ASSERT(order);
+  for (int i = 0; i < p->nbuf; i++) order[i] = i;
+  for (int i = 1; i < p->nbuf; i++)
+    for (int j = i; j > 0 && p->buf[order[j]].first < p->buf[order[j - 1]].first; j--) {
+      int t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+  p->lds_bytes = 0;
+  for (int i = 0; i < p->nbuf; i++) {
+    kn_lds_buffer *b = &p->buf[order[i]];
+    int64_t off = 0;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int j = 0; j < i; j++) {
+        kn_lds_buffer *o = &p->buf[order[j]];
+        bool live = o->first <= b->last && b->first <= o->last;
+        bool overlap = o->offset < off + b->bytes && off < o->offset + o->bytes;
+        if (live && overlap) {
+          off = (o->offset + o->bytes + 15) / 16 * 16;
+          moved = true;
+        }
+      }
+    }
+    b->offset = off;
+    if (off + b->bytes > p->lds_bytes) p->lds_bytes = off + b->bytes;
+  }
+  free(order);
+  if (p->lds_bytes > p->arch->lds_bytes) {
+    char *text = kn_layout_plan_format(p);
+    kn_error(d, p->k->module, p->k->loc, "the shared-memory plan of @%s needs %lld bytes of LDS, "
+             "more than the %d of %s:\n%.300s", p->k->name, (long long)p->lds_bytes,
+             p->arch->lds_bytes, p->arch->name, text ? text : "");
+    free(text);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- the "layout" dump ---- */
+
+typedef struct sbuf {
+  char *s;
+  size_t n, cap;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  va_list aq;
+  va_copy(aq, ap);
+  int need = vsnprintf(NULL, 0, fmt, aq);
+  va_end(aq);
+  if (need < 0) need = 0;
+  if (b->n + (size_t)need + 1 > b->cap) {
+    b->cap = (b->n + (size_t)need + 1) * 2;
+    b->s = realloc(b->s, b->cap);
+    KN_ASSERT(b->s);
+  }
+  vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
+  b->n += (size_t)need;
+  va_end(ap);
+}
+
+static const char *vname(const kn_value *v, char *buf, size_t n) {
+  if (v->name) snprintf(buf, n, "%%%s", v->name);
+  else snprintf(buf, n, "%%v%d", v->id);
+  return buf;
+}
+
+static void dump_block(const kn_layout_plan *p, sbuf *b, const kn_block *blk, int depth) {
+  char name[96], ty[64], lay[320];
+  for (int a = 0; a < blk->nargs; a++) {
+    const kn_value *v = blk->args[a];
+    if (v->type.kind != KN_TY_TILE || !p->lay[v->id]) continue;
+    kn_ty_format(v->type, ty, sizeof ty);
+    kn_layout_format(p->lay[v->id], lay, sizeof lay);
+    put(b, "%*s%s : %s  %s\n", 2 * depth, "", vname(v, name, sizeof name), ty, lay);
+  }
+  for (const kn_op *op = blk->first; op; op = op->next) {
+    for (int r = 0; r < op->nres; r++) {
+      const kn_value *v = op->res[r];
+      if (v->type.kind != KN_TY_TILE || !p->lay[v->id]) continue;
+      kn_ty_format(v->type, ty, sizeof ty);
+      kn_layout_format(p->lay[v->id], lay, sizeof lay);
+      put(b, "%*s%s = %s : %s  %s\n", 2 * depth, "", vname(v, name, sizeof name),
+          kn_opinfo_table[op->opc].name, ty, lay);
+    }
+    for (int r = 0; r < op->nregion; r++) dump_block(p, b, op->region[r], depth + 1);
+  }
+}
+
+char *kn_layout_plan_format(const kn_layout_plan *p) {
+  sbuf b = {0};
+  char name[96], lay[320];
+  put(&b, "// kiln: layouts of @%s on %s (%d warps of %d lanes)\n", p->k->name, p->arch->name,
+      p->warps, p->arch->lanes);
+  dump_block(p, &b, p->k->body, 1);
+  static const char *kinds[] = {"free", "eager", "lazy"};
+  for (int i = 0; i < p->nconv; i++) {
+    const kn_conversion *c = &p->conv[i];
+    kn_layout_format(c->dst, lay, sizeof lay);
+    put(&b, "convert %s -> %s (operand %d of %s at %d): %s", vname(c->value, name, sizeof name),
+        lay, c->opnd, kn_opinfo_table[c->user->opc].name, p->pos[c->value->id], kinds[c->kind]);
+    if (c->kind != KN_CONV_FREE) {
+      kn_layout_format(&c->shared, lay, sizeof lay);
+      put(&b, " via lds[%d] %s", c->buffer, lay);
+    }
+    put(&b, "\n");
+  }
+  for (int i = 0; i < p->nbuf; i++)
+    put(&b, "lds[%d]: offset %lld, %lld bytes, live [%d, %d]\n", i,
+        (long long)p->buf[i].offset, (long long)p->buf[i].bytes, p->buf[i].first, p->buf[i].last);
+  put(&b, "lds total: %lld bytes\n", (long long)p->lds_bytes);
+  return b.s;
+}
