@@ -56,7 +56,8 @@ typedef struct kn_amdgpu_target {
   int max_agprs;              /* 256 accumulation VGPRs (a0..a255) per wave */
   int vgpr_granule;           /* 8: VGPRs are allocated in blocks of this many */
   int agpr_offset_align;      /* 4: AGPRs start at the VGPR count rounded up to this */
-  int max_sgprs;              /* 102 addressable SGPRs per wave (incl. VCC etc.) */
+  int max_sgprs;              /* 102 addressable SGPRs per wave (VCC, FLAT_SCRATCH, XNACK_MASK
+                                 come on top: .sgpr_count may reach 108) */
   int lds_bytes;              /* 65536 per CU, also the most one workgroup may allocate */
   int lds_granule;            /* 512: LDS is allocated in blocks of 128 dwords */
   int max_barriers_per_cu;    /* 16: multi-wave workgroups resident on one CU */

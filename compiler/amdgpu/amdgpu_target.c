@@ -124,8 +124,10 @@ kn_amdgpu_occupancy kn_amdgpu_occupancy_of(const kn_amdgpu_target *t, int vgpr, 
   if (o.unified_vgprs > t->vgprs_per_lane) return o;
   o.by_vgpr = min_int(t->max_waves_per_simd, t->vgprs_per_lane / o.unified_vgprs);
 
-  /* SGPRs: gfx9 steps (the count includes VCC, FLAT_SCRATCH and XNACK_MASK). */
-  if (sgpr > t->max_sgprs) return o;
+  /* SGPRs: gfx9 steps.  The metadata's .sgpr_count adds the special registers (VCC,
+   * FLAT_SCRATCH, XNACK_MASK: 6 more) to the up to 102 a kernel addresses, so a launchable
+   * kernel reports up to 108; what lies above 100 gets the last step. */
+  if (sgpr > t->max_sgprs + 6) return o;
   o.by_sgpr = sgpr <= 80 ? 10 : sgpr <= 88 ? 9 : sgpr <= 100 ? 8 : 7;
   o.by_sgpr = min_int(o.by_sgpr, t->max_waves_per_simd);
 

@@ -301,6 +301,9 @@ static void test_occupancy_formula(void **state) {
   assert_int_equal(o.by_vgpr, 5);
   o = kn_amdgpu_occupancy_of(t, 1, 0, 102, 0, 64);
   assert_int_equal(o.by_sgpr, 7);
+  /* .sgpr_count includes VCC, FLAT_SCRATCH and XNACK_MASK: 106 still launches, 109 cannot */
+  assert_int_equal(kn_amdgpu_occupancy_of(t, 217, 0, 106, 32768, 256).waves, 2);
+  assert_int_equal(kn_amdgpu_occupancy_of(t, 1, 0, 109, 0, 64).waves, 0);
   /* 16 KiB of LDS, 256 work-items: 4 workgroups per CU, 16 waves over 4 SIMDs */
   o = kn_amdgpu_occupancy_of(t, 32, 0, 20, 16384, 256);
   assert_int_equal(o.by_lds, 4);
