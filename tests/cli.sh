@@ -39,8 +39,22 @@ expect run-host-ir-file 0 ' PASS$' -- \
   "$kiln" run --target host --ir "$tests/golden/attn_fwd_causal_lse.tile" --dtype bf16 --seqlen-q 130 --seqlen-k 61
 expect dump-llvm 0 'define .*kiln_attn_fwd' -- "$kiln" dump --stage llvm --target host --head-dim 64
 expect dump-asm 0 'kiln_attn_fwd' -- "$kiln" dump --stage asm --target host --head-dim 64
-expect dump-bad-stage 2 "is not a stage" -- "$kiln" dump --stage layout --target host
+expect dump-bad-stage 2 "is not a stage" -- "$kiln" dump --stage bogus --target host
+expect dump-layout-host 2 "a stage of GPU targets" -- "$kiln" dump --stage layout --target host
 expect targets 0 'host' -- "$kiln" targets
+expect compile-gfx942 0 'attn_fwd .* 64 ' -- \
+  "$kiln" compile --target gfx942 --head-dim 128 --causal -o "$tmp/attn.hsaco" --stats
+if [ "$(head -c 4 "$tmp/attn.hsaco" | od -An -c | tr -d ' ')" = '177ELF' ]; then echo "PASS hsaco-is-elf"
+else echo "FAIL hsaco-is-elf"; fails=$((fails + 1)); fi
+expect compile-gfx90a-asm 0 'v_mfma_f32_32x32x8' -- \
+  "$kiln" compile --target gfx90a --head-dim 64 --dtype bf16 --emit asm
+expect compile-head-dim-300 2 'head dim 300 is not supported' -- \
+  "$kiln" compile --target gfx942 --head-dim 300 -o "$tmp/x.hsaco"
+expect compile-unknown-target 3 "target 'gfx1234' is not available" -- \
+  "$kiln" compile --target gfx1234 -o "$tmp/x.hsaco"
+expect compile-needs-target 2 'compile needs --target' -- "$kiln" compile -o "$tmp/x"
+expect dump-layout 0 '#mma<mfma_32x32x8' -- "$kiln" dump --stage layout --target gfx942
+expect run-gfx-no-device 3 'no gfx942 device is present' -- "$kiln" run --target gfx942
 expect unsupported-head-dim 2 'head dim' -- "$kiln" run --target interp --head-dim 300
 expect unsupported-dtype 2 "unknown dtype 'f64'" -- "$kiln" run --dtype f64
 expect unknown-target 3 "target 'gfx1234' is not available" -- "$kiln" run --target gfx1234

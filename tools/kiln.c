@@ -20,6 +20,7 @@
 
 #include "attention.h"
 #include "device.h"
+#include "gpu.h"
 #include "interp.h"
 #include "ir.h"
 #include "numeric.h"
@@ -34,6 +35,9 @@ typedef struct options {
   const char *target;
   const char *stage;
   const char *ir_file;
+  const char *output;  /* compile: -o FILE */
+  const char *emit;    /* compile: --emit KIND */
+  bool stats;          /* compile: --stats */
   kn_attn_desc desc;
   kn_attn_config cfg;
   kn_attn_problem prob;
@@ -46,13 +50,16 @@ static void usage(FILE *f) {
         "commands:\n"
         "  targets                 list targets and devices\n"
         "  run   [--target T]      run the attention kernel on random inputs and check it\n"
-        "  dump  --stage S         print a stage: ir, lowered, llvm (optimised), asm\n"
+        "  dump  --stage S         print a stage: ir, layout (GPU), lowered, llvm (optimised), asm\n"
+        "  compile --target T      ahead-of-time output: -o FILE, --emit hsaco|asm|llvm|layout,\n"
+        "                          --stats (registers, spills, LDS, occupancy, MFMA count)\n"
         "  check FILE.tile         parse and verify a text IR file\n"
         "kernel options:\n"
         "  --dtype f16|bf16|f32  --head-dim D  --batch B  --heads H  --kv-heads HK\n"
         "  --seqlen-q N  --seqlen-k M  --causal  --block-m BM  --block-n BN\n"
         "  --warps W  --stages S  --seed S  --repeats R  --ir FILE.tile\n"
         "targets: interp (reference interpreter), host (CPU through LLVM ORC JIT),\n"
+        "         gfx90a, gfx942 (AMDGPU code objects; compile only: no AMD GPU here),\n"
         "         auto (the best device present: host where there is no GPU)\n",
         f);
 }
@@ -110,6 +117,14 @@ static int parse_options(int argc, char **argv, int first, options *o) {
       i++;
     } else if (!strcmp(a, "--stage") && v) {
       o->stage = v;
+      i++;
+    } else if (!strcmp(a, "--stats")) {
+      o->stats = true;
+    } else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && v) {
+      o->output = v;
+      i++;
+    } else if (!strcmp(a, "--emit") && v) {
+      o->emit = v;
       i++;
     } else if (!strcmp(a, "--ir") && v) {
       o->ir_file = v;
@@ -272,6 +287,8 @@ static void fill_random(kn_scalar t, void *buf, double *twin, size_t n, unsigned
 /* a compiled target by name ("auto": the best device present); NULL after a message */
 static const kn_target *find_target(const char *name) {
   if (!strcmp(name, "host") || !strcmp(name, "auto")) return kn_host_target();
+  const kn_target *g = kn_gpu_target_by_name(name);
+  if (g) return g;
   fprintf(stderr, "kiln: error: target '%s' is not available in this build (run `kiln targets`)\n",
           name);
   return NULL;
@@ -301,10 +318,21 @@ static int cmd_check(int argc, char **argv) {
   return EXIT_PASS;
 }
 
+static int cmd_compile(options *o);
+
 static int cmd_dump(options *o) {
+  if (o->stage && !strcmp(o->stage, "layout")) {
+    if (!kn_gpu_target_by_name(o->target)) {
+      fprintf(stderr, "kiln: error: --stage layout is a stage of GPU targets (gfx90a, gfx942), "
+                      "not of '%s'\n", o->target);
+      return EXIT_USAGE;
+    }
+    o->emit = "layout";
+    return cmd_compile(o);
+  }
   int stage = o->stage ? kn_stage_parse(o->stage) : -1;
   if (stage <= 0 || (stage & (stage - 1))) {
-    fprintf(stderr, "kiln: error: --stage %s is not a stage (ir, lowered, llvm, asm)\n",
+    fprintf(stderr, "kiln: error: --stage %s is not a stage (ir, layout, lowered, llvm, asm)\n",
             o->stage ? o->stage : "(missing)");
     return EXIT_USAGE;
   }
@@ -338,6 +366,13 @@ static int cmd_run(options *o) {
   const kn_target *t = NULL;
   if (strcmp(o->target, "interp") && !(t = find_target(o->target))) return EXIT_NODEV;
   const char *target = t ? t->name : "interp";
+  if (t && t != kn_host_target()) {
+    fprintf(stderr,
+            "kiln: error: no %s device is present to run on (compile for it with `kiln compile "
+            "--target %s`, or run its lowering under emulation with --target %s-emu)\n",
+            t->name, t->name, t->name);
+    return EXIT_NODEV;
+  }
   const kn_attn_problem *p = &o->prob;
   if (p->heads % p->kv_heads) {
     fprintf(stderr, "kiln: error: --heads %d is not a multiple of --kv-heads %d\n", p->heads,
@@ -437,6 +472,97 @@ done:
   return rc;
 }
 
+/* writes n bytes to path, or to stdout when path is NULL or "-" */
+static int write_out(const char *path, const void *data, size_t n) {
+  FILE *f = !path || !strcmp(path, "-") ? stdout : fopen(path, "wb");
+  if (!f) {
+    fprintf(stderr, "kiln: error: cannot write '%s': %s\n", path, strerror(errno));
+    return -1;
+  }
+  bool ok = fwrite(data, 1, n, f) == n;
+  if (f != stdout) ok = (fclose(f) == 0) && ok;
+  else ok = (fflush(f) == 0) && ok;
+  if (!ok) fprintf(stderr, "kiln: error: writing '%s' failed: %s\n", path ? path : "-",
+                   strerror(errno));
+  return ok ? 0 : -1;
+}
+
+/* kiln compile: ahead-of-time output for a target (AMDGPU: the linked code object) */
+static int cmd_compile(options *o) {
+  if (!strcmp(o->target, "auto") || !strcmp(o->target, "interp")) {
+    fprintf(stderr, "kiln: error: compile needs --target (host, gfx90a, gfx942)\n");
+    return EXIT_USAGE;
+  }
+  const kn_target *t = find_target(o->target);
+  if (!t) return EXIT_NODEV;
+  bool gpu = t != kn_host_target();
+  const char *emit = o->emit ? o->emit : gpu ? "hsaco" : "asm";
+  int stage = !strcmp(emit, "llvm") ? KN_STAGE_LLVM : !strcmp(emit, "asm") ? KN_STAGE_ASM : 0;
+  if (!stage && !(gpu && (!strcmp(emit, "hsaco") || !strcmp(emit, "layout")))) {
+    fprintf(stderr, "kiln: error: --emit %s is not available for target %s (%s)\n", emit,
+            t->name, gpu ? "hsaco, asm, llvm, layout" : "asm, llvm");
+    return EXIT_USAGE;
+  }
+  kn_module *m;
+  kn_func *k = get_kernel(o, &m);
+  if (!k) return EXIT_USAGE;
+  int rc = EXIT_PASS;
+  kn_diag d;
+  if (stage && !o->stats) {
+    /* a text stage straight from the pipeline */
+    FILE *f = !o->output || !strcmp(o->output, "-") ? stdout : fopen(o->output, "w");
+    if (!f) {
+      fprintf(stderr, "kiln: error: cannot write '%s': %s\n", o->output, strerror(errno));
+      rc = EXIT_USAGE;
+    } else {
+      if (kn_pipeline_dump(m, k->name, t, (kn_stage)stage, f, &d)) {
+        fprintf(stderr, "kiln: error: compiling for %s failed:\n%s", t->name, d.rendered);
+        rc = EXIT_USAGE;
+      }
+      if (f != stdout && fclose(f)) rc = EXIT_USAGE;
+    }
+  } else if (gpu) {
+    kn_gpu_compiled c;
+    if (kn_gpu_compile(m, k->name, t->name, false, &c, &d)) {
+      fprintf(stderr, "kiln: error: compiling for %s failed:\n%s", t->name, d.rendered);
+      rc = EXIT_USAGE;
+    } else {
+      if (!strcmp(emit, "layout")) {
+        if (write_out(o->output, c.layout_text, strlen(c.layout_text))) rc = EXIT_USAGE;
+      } else if (!strcmp(emit, "hsaco")) {
+        if (write_out(o->output, c.code_object, c.code_object_size)) rc = EXIT_USAGE;
+      }
+      if (o->stats) {
+        kn_codeobj co;
+        char buf[8192];
+        if (kn_codeobj_parse(c.code_object, c.code_object_size, &co, &d)) {
+          fprintf(stderr, "kiln: error: reading the code object: %s\n", d.message);
+          rc = EXIT_USAGE;
+        } else {
+          kn_codeobj_format_stats(&co, buf, sizeof buf);
+          /* the stats go to stderr when the code object itself went to stdout */
+          fputs(buf, !o->output || !strcmp(o->output, "-") ? stderr : stdout);
+          kn_codeobj_free(&co);
+        }
+        fprintf(!o->output || !strcmp(o->output, "-") ? stderr : stdout,
+                "compile: lower %.1f ms, optimise %.1f ms, codegen %.1f ms, link %.1f ms; "
+                "LDS plan %lld bytes\n",
+                c.ms_lower, c.ms_optimize, c.ms_codegen, c.ms_link, (long long)c.lds_plan_bytes);
+      }
+      if (stage) {
+        /* --stats with a text stage: print the stage as well */
+        if (kn_pipeline_dump(m, k->name, t, (kn_stage)stage, stdout, &d)) rc = EXIT_USAGE;
+      }
+      kn_gpu_compiled_free(&c);
+    }
+  } else {
+    fprintf(stderr, "kiln: error: --stats is available for GPU targets\n");
+    rc = EXIT_USAGE;
+  }
+  kn_module_free(m);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
@@ -446,8 +572,9 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "targets")) return cmd_targets();
   if (!strcmp(cmd, "check")) return cmd_check(argc, argv);
   options o;
-  if (!strcmp(cmd, "run") || !strcmp(cmd, "dump")) {
+  if (!strcmp(cmd, "run") || !strcmp(cmd, "dump") || !strcmp(cmd, "compile")) {
     if (parse_options(argc, argv, 2, &o)) return EXIT_USAGE;
+    if (!strcmp(cmd, "compile")) return cmd_compile(&o);
     return !strcmp(cmd, "run") ? cmd_run(&o) : cmd_dump(&o);
   }
   fprintf(stderr, "kiln: error: unknown command '%s'\n", cmd);
