@@ -4,7 +4,9 @@
  * JIT link) in a fresh LLVM context: nothing is cached between repeats.  The first compile also
  * pays LLVM's one-time initialisation and is reported apart.  Prints the median and min.
  *
- *   compile_latency [--target host] [--head-dim D] [--dtype f16] [--causal] [--repeats R]
+ *   compile_latency [--target host|gfx90a|gfx942] [--head-dim D] [--dtype f16] [--causal]
+ *                   [--block-m BM --block-n BN --warps W] [--repeats R]
+ * For the AMDGPU targets a compile ends with the linked code object (kn_gpu_compile).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 #include <time.h>
 
 #include "attention.h"
+#include "gpu.h"
 #include "pipeline.h"
 #include "target.h"
 
@@ -28,7 +31,8 @@ static int cmp_double(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
   kn_attn_desc desc = {.dtype = KN_F16, .head_dim = 128, .causal = false, .has_lse = false};
-  int repeats = 7;
+  int repeats = 7, bm = 0, bn = 0, warps = 0;
+  const char *target = "host";
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--causal")) desc.causal = true;
     else if (!strcmp(argv[i], "--head-dim") && i + 1 < argc) desc.head_dim = atoi(argv[++i]);
@@ -39,31 +43,51 @@ int main(int argc, char **argv) {
       if (s < 0) return fprintf(stderr, "unknown dtype %s\n", v), 2;
       desc.dtype = (kn_scalar)s;
     } else if (!strcmp(argv[i], "--target") && i + 1 < argc) {
-      if (strcmp(argv[++i], "host")) return fprintf(stderr, "only --target host so far\n"), 2;
+      target = argv[++i];
+      if (strcmp(target, "host") && !kn_gpu_target_by_name(target))
+        return fprintf(stderr, "unknown target %s\n", target), 2;
+    } else if (!strcmp(argv[i], "--block-m") && i + 1 < argc) {
+      bm = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--block-n") && i + 1 < argc) {
+      bn = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--warps") && i + 1 < argc) {
+      warps = atoi(argv[++i]);
     } else {
       return fprintf(stderr, "unknown option %s\n", argv[i]), 2;
     }
   }
   if (repeats < 1 || repeats > 1000) return fprintf(stderr, "--repeats: 1..1000\n"), 2;
   kn_attn_config cfg = kn_attn_default_config(&desc);
+  if (bm) cfg.block_m = bm;
+  if (bn) cfg.block_n = bn;
+  if (warps) cfg.warps = warps;
   kn_diag d;
   kn_module *m = kn_module_new(NULL);
   kn_func *k = kn_attn_fwd_build(m, &desc, &cfg, &d);
   if (!k || kn_verify(m, &d)) return fprintf(stderr, "%s", d.rendered), 2;
 
   double *t = malloc(sizeof *t * (size_t)(repeats + 1));
+  bool host = !strcmp(target, "host");
   for (int r = 0; r <= repeats; r++) {
-    kn_kernel *kern;
     double t0 = now_s();
-    if (kn_compile(m, k->name, kn_host_target(), NULL, &kern, &d))
-      return fprintf(stderr, "compile failed:\n%s", d.rendered), 1;
-    t[r] = now_s() - t0;
-    kn_kernel_free(kern);
+    if (host) {
+      kn_kernel *kern;
+      if (kn_compile(m, k->name, kn_host_target(), NULL, &kern, &d))
+        return fprintf(stderr, "compile failed:\n%s", d.rendered), 1;
+      t[r] = now_s() - t0;
+      kn_kernel_free(kern);
+    } else {
+      kn_gpu_compiled c;
+      if (kn_gpu_compile(m, k->name, target, false, &c, &d))
+        return fprintf(stderr, "compile failed:\n%s", d.rendered), 1;
+      t[r] = now_s() - t0;
+      kn_gpu_compiled_free(&c);
+    }
   }
   qsort(t + 1, (size_t)repeats, sizeof *t, cmp_double);
-  printf("attn_fwd host dtype=%s D=%d causal=%d block=%dx%d: first %.1f ms, median %.1f ms, "
+  printf("attn_fwd %s dtype=%s D=%d causal=%d block=%dx%d warps=%d: first %.1f ms, median %.1f ms, "
          "min %.1f ms over %d cold compiles\n",
-         kn_scalar_name(desc.dtype), desc.head_dim, desc.causal, cfg.block_m, cfg.block_n,
+         target, kn_scalar_name(desc.dtype), desc.head_dim, desc.causal, cfg.block_m, cfg.block_n, cfg.warps,
          t[0] * 1e3, t[1 + repeats / 2] * 1e3, t[1] * 1e3, repeats);
   free(t);
   kn_module_free(m);

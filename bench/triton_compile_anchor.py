@@ -3,7 +3,8 @@
 Compiles one FlashAttention-2 style forward kernel (written here for the comparison, in Triton's
 Python DSL) for gfx942, gfx90a and sm_90 without a GPU (Triton compiles for any target it knows),
 cold each time (a fresh cache directory per compile), and prints the median and min per target.
-Needs `pip install triton==3.6.0`.  Usage: python3 bench/triton_compile_anchor.py [repeats]
+Needs `pip install triton==3.6.0`.  Usage: python3 bench/triton_compile_anchor.py [repeats [DIR]]
+(with DIR, Triton's AMDGPU code objects are written there, for `kiln inspect`).
 """
 import os, statistics, sys, tempfile, time
 
@@ -65,13 +66,17 @@ def compile_once(target, causal):
 
 def main():
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    hsaco_dir = sys.argv[2] if len(sys.argv) > 2 else None  # keep Triton's code objects there
     targets = [("gfx942", GPUTarget("hip", "gfx942", 64)), ("gfx90a", GPUTarget("hip", "gfx90a", 64)),
                ("sm_90", GPUTarget("cuda", 90, 32))]
     print(f"triton {triton.__version__}, attention fwd BLOCK 128x64 D 128 f16 causal, 4 warps, "
           f"{os.cpu_count()} CPUs")
     for name, tgt in targets:
         try:
-            compile_once(tgt, True)  # warm Python imports and the backend once
+            _, k = compile_once(tgt, True)  # warm Python imports and the backend once
+            if hsaco_dir and "hsaco" in k.asm:
+                with open(os.path.join(hsaco_dir, f"triton_{name}.hsaco"), "wb") as f:
+                    f.write(k.asm["hsaco"])
             ts = [compile_once(tgt, True)[0] for _ in range(repeats)]
             print(f"{name}: median {statistics.median(ts)*1e3:.0f} ms, min {min(ts)*1e3:.0f} ms "
                   f"over {repeats} cold compiles")

@@ -54,6 +54,7 @@ static void usage(FILE *f) {
         "  compile --target T      ahead-of-time output: -o FILE, --emit hsaco|asm|llvm|layout,\n"
         "                          --stats (registers, spills, LDS, occupancy, MFMA count)\n"
         "  check FILE.tile         parse and verify a text IR file\n"
+        "  inspect FILE.hsaco      registers, spills, LDS, occupancy, MFMA count of a code object\n"
         "kernel options:\n"
         "  --dtype f16|bf16|f32  --head-dim D  --batch B  --heads H  --kv-heads HK\n"
         "  --seqlen-q N  --seqlen-k M  --causal  --block-m BM  --block-n BN\n"
@@ -487,6 +488,34 @@ static int write_out(const char *path, const void *data, size_t n) {
   return ok ? 0 : -1;
 }
 
+/* kiln inspect FILE: the resources of any AMDGPU code object (kiln's or another compiler's) */
+static int cmd_inspect(int argc, char **argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: kiln inspect FILE.hsaco\n");
+    return EXIT_USAGE;
+  }
+  size_t n;
+  char *data = read_file(argv[2], &n);
+  if (!data) {
+    fprintf(stderr, "kiln: error: cannot read '%s': %s\n", argv[2], strerror(errno));
+    return EXIT_USAGE;
+  }
+  kn_codeobj co;
+  kn_diag d;
+  int rc = EXIT_PASS;
+  if (kn_codeobj_parse(data, n, &co, &d)) {
+    fprintf(stderr, "kiln: error: %s: not a code object kiln can read: %s\n", argv[2], d.message);
+    rc = EXIT_USAGE;
+  } else {
+    char buf[16384];
+    kn_codeobj_format_stats(&co, buf, sizeof buf);
+    fputs(buf, stdout);
+    kn_codeobj_free(&co);
+  }
+  free(data);
+  return rc;
+}
+
 /* kiln compile: ahead-of-time output for a target (AMDGPU: the linked code object) */
 static int cmd_compile(options *o) {
   if (!strcmp(o->target, "auto") || !strcmp(o->target, "interp")) {
@@ -571,6 +600,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "targets")) return cmd_targets();
   if (!strcmp(cmd, "check")) return cmd_check(argc, argv);
+  if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
   options o;
   if (!strcmp(cmd, "run") || !strcmp(cmd, "dump") || !strcmp(cmd, "compile")) {
     if (parse_options(argc, argv, 2, &o)) return EXIT_USAGE;

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# amdgpu_vs_triton.sh — kiln's gfx942 attention code object side by side with Triton's, one run.
+#
+# The tile of the anchors (../shared/anchors): BLOCK 128x64, head dim 128, 4 waves, f16, causal.
+# kiln's figures come from its code-object inspector; Triton's code object (compiled here for
+# gfx942 by bench/triton_compile_anchor.py, Triton 3.6 from PyPI) is read by the same inspector,
+# and its compile latency is measured in the same run.  No AMD GPU is involved: these are static
+# figures of the code objects, not run times.
+#   usage: bench/amdgpu_vs_triton.sh BUILD_DIR PYTHON_WITH_TRITON
+set -u
+b=${1:-build} py=${2:-python3}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+echo "== kiln $(git rev-parse --short HEAD 2>/dev/null), $(nproc) CPUs"
+"$b/tools/kiln" compile --target gfx942 --head-dim 128 --causal --block-m 128 --block-n 64 \
+  --warps 4 -o "$tmp/kiln.hsaco" --stats
+for t in gfx942 gfx90a; do
+  "$b/bench/compile_latency" --target "$t" --causal --block-m 128 --block-n 64 --warps 4 --repeats 7
+done
+echo "== Triton"
+"$py" "$(dirname "$0")/triton_compile_anchor.py" 5 "$tmp" && \
+  "$b/tools/kiln" inspect "$tmp/triton_gfx942.hsaco"
