@@ -1,0 +1,201 @@
+/* test_emu_attn.c — the attention forward template through kiln's AMDGPU lowering, run by the
+ * emulated targets, against the float64 reference.
+ *
+ * The matrix of the emulator issue: gfx90a-emu and gfx942-emu x head dim 64 and 128 x f16 and
+ * bf16 x causal off and on x lengths (1,1), (17,17), (1000,1000), (64,1000) x three configs
+ * (the template's default, 64x32 with 4 waves, 64x64 with 2 waves), one compile per kernel and
+ * config, fresh random inputs per problem, every global access checked against the caller's
+ * buffers, outputs pre-filled with NaN (an element never written fails).  Then the test-only
+ * breaks (emu.h: KN_EMU_BREAK_*) — a missing barrier, MFMA operands swapped, the accumulator one
+ * lane group off — must each make a run fail, with an error or with results outside the
+ * tolerance: the numeric tests would catch kiln getting any of these decisions wrong.
+ *
+ * KILN_TEST_VERBOSE=1 prints one line per problem.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "attention.h"
+#include "emu.h"
+#include "numeric.h"
+#include "pipeline.h"
+
+static bool verbose(void) {
+  const char *e = getenv("KILN_TEST_VERBOSE");
+  return e && *e && strcmp(e, "0") != 0;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static double urand(double lo, double hi) {
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return lo + (hi - lo) * (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+typedef struct outcome {
+  int rc;                 /* kn_emu_run */
+  char msg[600];
+  double err, lse_err;    /* max abs error of o and lse */
+} outcome;
+
+/* one problem on a compiled kernel: random inputs, the run, the reference */
+static void run_problem(kn_kernel *kern, const kn_attn_desc *desc, const kn_attn_config *cfg,
+                        int nq, int nk, int heads, int kv_heads, outcome *r) {
+  kn_scalar dt = desc->dtype;
+  int hd = desc->head_dim;
+  kn_attn_problem p = {.batch = 1, .heads = heads, .kv_heads = kv_heads, .seqlen_q = nq, .seqlen_k = nk};
+  size_t es = kn_scalar_size(dt);
+  size_t nqe = (size_t)heads * nq * hd, nke = (size_t)kv_heads * nk * hd, nle = (size_t)heads * nq;
+  void *q = malloc(nqe * es), *k = malloc(nke * es), *v = malloc(nke * es), *o = malloc(nqe * es);
+  float *lse = malloc(nle * sizeof(float));
+  double *qd = malloc(nqe * 8), *kd = malloc(nke * 8), *vd = malloc(nke * 8), *od = malloc(nqe * 8);
+  double *lsed = malloc(nle * 8);
+  assert_true(q && k && v && o && lse && qd && kd && vd && od && lsed);
+  for (size_t i = 0; i < nqe; i++) {
+    kn_store_elem(dt, (char *)q + i * es, urand(-2, 2));
+    qd[i] = kn_load_elem(dt, (char *)q + i * es);
+    kn_store_elem(dt, (char *)o + i * es, NAN);
+  }
+  for (size_t i = 0; i < nle; i++) lse[i] = NAN;
+  for (size_t i = 0; i < nke; i++) {
+    kn_store_elem(dt, (char *)k + i * es, urand(-2, 2));
+    kd[i] = kn_load_elem(dt, (char *)k + i * es);
+    kn_store_elem(dt, (char *)v + i * es, urand(-2, 2));
+    vd[i] = kn_load_elem(dt, (char *)v + i * es);
+  }
+  kn_argval args[KN_ATTN_NPARAMS];
+  int grid[3];
+  kn_attn_fill_args(desc, cfg, &p, q, k, v, o, lse, args, grid);
+  kn_region regions[5] = {{q, nqe * es}, {k, nke * es}, {v, nke * es}, {o, nqe * es}, {lse, nle * 4}};
+  kn_diag d;
+  kn_emu_stats st;
+  kn_emu_options opt = {.stats = &st};
+  double t0 = now_s();
+  r->rc = kn_emu_run(kern, args, grid, regions, 5, &opt, &d);
+  double t1 = now_s();
+  snprintf(r->msg, sizeof r->msg, "%s", r->rc ? d.message : "");
+  kn_attn_reference(&p, hd, desc->causal, qd, kd, vd, od, lsed);
+  r->err = r->lse_err = 0;
+  for (size_t i = 0; i < nqe; i++) {
+    double e = fabs(kn_load_elem(dt, (char *)o + i * es) - od[i]);
+    if (!(e <= r->err)) r->err = isnan(e) ? INFINITY : e;
+  }
+  for (size_t i = 0; i < nle; i++) {
+    double e = (isinf(lsed[i]) && lse[i] == lsed[i]) ? 0 : fabs(lse[i] - lsed[i]);
+    if (!(e <= r->lse_err)) r->lse_err = isnan(e) ? INFINITY : e;
+  }
+  if (verbose())
+    printf("    (%4d,%4d) h=%d/%d: %.3fs max_abs_err=%.3g lse_err=%.3g (%llu workgroups, %llu switches, "
+           "%llu MFMAs, %llu barriers)%s%s\n", nq, nk, heads, kv_heads, t1 - t0, r->err, r->lse_err,
+           (unsigned long long)st.workgroups, (unsigned long long)st.switches,
+           (unsigned long long)st.mfmas, (unsigned long long)st.barriers, r->rc ? " error: " : "",
+           r->msg);
+  free(q), free(k), free(v), free(o), free(lse), free(qd), free(kd), free(vd), free(od), free(lsed);
+}
+
+static kn_kernel *compile(const kn_target *t, const char *arch, const kn_attn_desc *desc,
+                          const kn_attn_config *cfg) {
+  kn_diag d;
+  kn_module *m = kn_module_new("<attn>");
+  if (!kn_attn_fwd_build(m, desc, cfg, &d)) fail_msg("attn build: %s", d.message);
+  kn_kernel *k = NULL;
+  if (kn_compile(m, "attn_fwd", t, NULL, &k, &d))
+    fail_msg("%s D%d %s causal=%d %dx%d w%d: %s", arch, desc->head_dim, kn_scalar_name(desc->dtype),
+             desc->causal, cfg->block_m, cfg->block_n, cfg->warps, d.message);
+  kn_module_free(m);
+  return k;
+}
+
+static const int lengths[][2] = {{1, 1}, {17, 17}, {1000, 1000}, {64, 1000}};
+
+static void matrix(const char *arch) {
+  const kn_scalar dts[] = {KN_F16, KN_BF16};
+  const int hds[] = {64, 128};
+  const kn_target *t = kn_emu_target(arch);
+  assert_non_null(t);
+  for (int h = 0; h < 2; h++)
+    for (int a = 0; a < 2; a++)
+      for (int c = 0; c < 2; c++) {
+        kn_attn_desc desc = {.dtype = dts[a], .head_dim = hds[h], .causal = c, .has_lse = true};
+        kn_attn_config cfgs[3] = {kn_attn_default_config(&desc), {64, 32, 4, 2}, {64, 64, 2, 2}};
+        for (int g = 0; g < 3; g++) {
+          if (verbose())
+            printf("  %s D%d %s causal=%d %dx%d w%d\n", arch, hds[h], kn_scalar_name(dts[a]), c,
+                   cfgs[g].block_m, cfgs[g].block_n, cfgs[g].warps);
+          kn_kernel *k = compile(t, arch, &desc, &cfgs[g]);
+          for (int s = 0; s < 4; s++) {
+            /* GQA (2 query heads per kv head) on the short problems */
+            bool small = lengths[s][0] * lengths[s][1] < 100000;
+            outcome r;
+            run_problem(k, &desc, &cfgs[g], lengths[s][0], lengths[s][1], small ? 4 : 2,
+                        small ? 2 : 2, &r);
+            if (r.rc || !(r.err <= kn_attn_tolerance(desc.dtype)) ||
+                !(r.lse_err <= kn_attn_lse_tolerance(desc.dtype)))
+              fail_msg("%s D%d %s causal=%d %dx%d w%d (%d,%d): %s max_abs_err=%.3g lse_err=%.3g tol=%.3g",
+                       arch, hds[h], kn_scalar_name(dts[a]), c, cfgs[g].block_m, cfgs[g].block_n,
+                       cfgs[g].warps, lengths[s][0], lengths[s][1], r.rc ? r.msg : "", r.err,
+                       r.lse_err, kn_attn_tolerance(desc.dtype));
+          }
+          kn_kernel_free(k);
+        }
+      }
+}
+
+static void test_gfx90a_emu(void **st) {
+  (void)st;
+  matrix("gfx90a-emu");
+}
+
+static void test_gfx942_emu(void **st) {
+  (void)st;
+  matrix("gfx942-emu");
+}
+
+/* Each broken decision must fail a problem of the matrix (with a diagnostic or numerically). */
+static void test_breaks_are_caught(void **st) {
+  (void)st;
+  const unsigned breaks[] = {KN_EMU_BREAK_BARRIER, KN_EMU_BREAK_MFMA_AB, KN_EMU_BREAK_ACC_LANE};
+  const char *names[] = {"missing barrier", "MFMA A/B swapped", "accumulator lane group off"};
+  const kn_scalar dts[] = {KN_F16, KN_BF16};
+  for (int b = 0; b < 3; b++)
+    for (int a = 0; a < 2; a++)
+      for (int c = 0; c < 2; c++) {
+        kn_attn_desc desc = {.dtype = dts[a], .head_dim = 64, .causal = c, .has_lse = true};
+        kn_attn_config cfg = kn_attn_default_config(&desc);
+        const char *arch = c ? "gfx90a-emu" : "gfx942-emu";
+        kn_kernel *k = compile(kn_emu_target_broken(arch, breaks[b]), arch, &desc, &cfg);
+        outcome r;
+        run_problem(k, &desc, &cfg, 17, 17, 2, 2, &r);
+        bool caught = r.rc != 0 || !(r.err <= kn_attn_tolerance(desc.dtype));
+        if (verbose())
+          printf("  break '%s' %s %s causal=%d: %s (err %.3g)%s%s\n", names[b], arch,
+                 kn_scalar_name(dts[a]), c, caught ? "caught" : "NOT caught", r.err,
+                 r.rc ? ": " : "", r.msg);
+        if (!caught) fail_msg("the break '%s' went unnoticed", names[b]);
+        if (breaks[b] == KN_EMU_BREAK_BARRIER) assert_non_null(strstr(r.msg, "missing barrier"));
+        kn_kernel_free(k);
+      }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_gfx90a_emu),
+      cmocka_unit_test(test_gfx942_emu),
+      cmocka_unit_test(test_breaks_are_caught),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
