@@ -23,7 +23,7 @@ root=$(cd "$here/../.." && pwd)
 build="$root/build-static"
 pack="$here/pack"
 stage="$pack/kiln-h200"
-targets=${KILN_STATIC_TARGETS:-"kiln test_cuda test_ptxas"}
+targets=${KILN_STATIC_TARGETS:-"kiln test_cuda test_ptxas kiln_attn_bench"}
 jobs=${KILN_STATIC_JOBS:-$(nproc)}
 limit_mib=60
 

@@ -62,20 +62,24 @@ static int elem_bytes(const kn_value *v) { return (int)kn_scalar_size(v->type.el
 /* ---- anchors ---- */
 
 static int choose_mma(pass *s) {
-  const kn_mma_id prefs[] = {KN_MMA_MFMA_32X32X8, KN_MMA_MFMA_16X16X16};
+  const kn_mma_id amd_prefs[] = {KN_MMA_MFMA_32X32X8, KN_MMA_MFMA_16X16X16};
+  const kn_mma_id nv_prefs[] = {KN_MMA_NV_16X8X16};
+  bool nv = s->p->arch->isa == KN_GPU_NVPTX;
+  const kn_mma_id *prefs = nv ? nv_prefs : amd_prefs;
+  size_t nprefs = nv ? 1 : 2;
   bool any = false;
   for (int i = 0; i < s->nops; i++) {
     kn_op *op = s->ops[i];
     if (op->opc != KN_OP_DOT) continue;
     any = true;
     kn_scalar a = op->opnd[0]->type.elem;
-    if (!s->p->arch->amd || (a != KN_F16 && a != KN_BF16))
+    if ((!nv && !s->p->arch->amd) || (a != KN_F16 && a != KN_BF16))
       return kn_error(s->d, s->p->k->module, op->loc,
                       "not yet supported on %s: dot of %s operands (only f16 and bf16 use the "
                       "matrix instructions so far)", s->p->arch->name, kn_scalar_name(a));
   }
   if (!any) return 0;
-  for (size_t c = 0; c < sizeof prefs / sizeof prefs[0]; c++) {
+  for (size_t c = 0; c < nprefs; c++) {
     const kn_mma_shape *sh = kn_mma_shape_get(prefs[c]);
     bool fits = true;
     for (int i = 0; i < s->nops && fits; i++) {
@@ -88,7 +92,11 @@ static int choose_mma(pass *s) {
     }
     if (fits) {
       s->shape = sh;
-      s->mma = intern(s, kn_layout_mma(sh, s->p->warps, true));
+      /* AMDGPU: transposed (each lane holds a row, see the file comment).  mma.sync m16n8k16
+       * as it is: a quad of lanes (lane / 4) holds a row, so a row reduction is in-thread plus
+       * two butterflies (lane bits 0 and 1), and the accumulator of S = QK^T, columns
+       * 2 * (lane % 4) + {0, 1} + 8j, is already the A fragment of O += PV (k = columns). */
+      s->mma = intern(s, kn_layout_mma(sh, s->p->warps, !nv));
       return 0;
     }
   }

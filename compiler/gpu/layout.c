@@ -175,6 +175,11 @@ kn_layout kn_layout_shared_for(const kn_layout *reader, const int *shape, int el
      * be hoisted into registers.  Padding keeps them affine: base + constant. */
     l.per_phase = l.max_phase = 1;
     l.pad = (uint8_t)max_i(vec, 8 / max_i(elem_bytes, 1));
+    /* warps of 32 (mma.sync): a fragment read is 32 lanes x 4 bytes, lane (g, t) = (lane / 4,
+     * lane % 4) reading row g at word t.  16 bytes of padding make consecutive rows start 4
+     * banks apart, so 8 rows x 4 words cover the 32 banks once (8 bytes would give 2 apart: a
+     * two-way conflict on every read) */
+    if (reader->lanes == 32) l.pad = (uint8_t)max_i(l.pad, 16 / max_i(elem_bytes, 1));
   }
   return l;
 }

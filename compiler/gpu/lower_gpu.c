@@ -47,8 +47,11 @@ typedef struct base_entry {
   LLVMValueRef v[2];
 } base_entry;
 
+typedef struct leaf_ops leaf_ops;
+
 typedef struct G {
   const kn_layout_plan *p;
+  const leaf_ops *ops;       /* the target's leaf operations */
   kn_diag *d;
   int failed;
   LLVMContextRef C;
@@ -66,6 +69,27 @@ typedef struct G {
   LLVMTypeRef i1, i8, i16, i32, i64, f16, bf16, f32, vd, p1, p3;
 } G;
 
+/* the target's leaf operations (see "the targets' leaf operations" below) */
+struct leaf_ops {
+  const char *name;        /* in messages: "AMDGPU", "NVPTX" */
+  const char *triple;
+  void (*ids)(G *g);       /* in the entry block: g->lane, g->warp */
+  LLVMValueRef (*program_id)(G *g, int dim);
+  void (*barrier)(G *g);   /* every thread of the program, shared memory ordered across it */
+  /* the i32 `bits` of lane (lane ^ mask) of the same warp */
+  LLVMValueRef (*xor_lanes)(G *g, LLVMValueRef bits, int mask);
+  /* acc[0..acc_regs) += A * B for one instruction; a, b: the lane's operand elements in the
+   * lane tables' order (layout.c); -1 when the target has no such instruction */
+  int (*mma)(G *g, const kn_mma_shape *s, kn_scalar t, bool transposed, LLVMValueRef *a,
+             LLVMValueRef *b, LLVMValueRef *acc);
+  void (*kernel)(G *g);    /* calling convention and attributes of g->fn */
+  LLVMValueRef (*shared)(G *g, int64_t bytes);  /* the addrspace(3) byte array */
+  /* f32 `fname` ("exp2", "log", ...) of x where the generic llvm.<fname>.f32 would not do, or
+   * NULL (then llvm.<fname>.f32); the entry may be NULL */
+  LLVMValueRef (*f32_math)(G *g, const char *fname, LLVMValueRef x);
+  bool nowrap_offsets;     /* mark coordinate and shared-offset arithmetic nuw nsw */
+};
+
 static int fail(G *g, const kn_op *op, const char *fmt, const char *what) {
   if (!g->failed) {
     char msg[300];
@@ -74,6 +98,21 @@ static int fail(G *g, const kn_op *op, const char *fmt, const char *what) {
   }
   g->failed = 1;
   return -1;
+}
+
+/* "not yet supported on <target>: <what>" */
+static int unsupported(G *g, const kn_op *op, const char *what) {
+  if (!g->failed)
+    kn_error(g->d, g->p->k->module, op ? op->loc : g->p->k->loc, "not yet supported on %s: %s",
+             g->ops->name, what);
+  g->failed = 1;
+  return -1;
+}
+
+static int unsupported_op(G *g, const kn_op *op, const char *fmt, const char *name) {
+  char what[200];
+  snprintf(what, sizeof what, fmt, name);
+  return unsupported(g, op, what);
 }
 
 /* ---- types and intrinsics ---- */
@@ -91,7 +130,7 @@ static LLVMTypeRef sty(G *g, kn_scalar s) {
 }
 
 static LLVMValueRef call(G *g, const char *name, LLVMTypeRef ret, LLVMValueRef *args, int n) {
-  LLVMTypeRef ts[8];
+  LLVMTypeRef ts[16];
   for (int i = 0; i < n; i++) ts[i] = LLVMTypeOf(args[i]);
   LLVMTypeRef ft = LLVMFunctionType(ret, ts, (unsigned)n, 0);
   LLVMValueRef f = LLVMGetNamedFunction(g->M, name);
@@ -105,6 +144,220 @@ static const char *fsuffix(G *g, LLVMTypeRef t) {
 
 static LLVMValueRef ci32(G *g, long long v) { return LLVMConstInt(g->i32, (unsigned long long)v, 1); }
 static LLVMValueRef ci64(G *g, long long v) { return LLVMConstInt(g->i64, (unsigned long long)v, 1); }
+
+/* ---- the targets' leaf operations ----
+ *
+ * Everything above the leaves (values as per-thread register lists, addresses, masks, loops,
+ * conversions through shared memory, the order of matrix instructions) is the same for every
+ * target; what differs is this small table: thread and program ids, the barrier, the cross-lane
+ * move of a reduction butterfly, one matrix instruction, the kernel's calling convention and
+ * attributes, and the shared-memory global.  Each entry is LLVM intrinsics or plain IR (no
+ * inline asm), so the emulated AMDGPU target can still replace the AMDGPU leaves one by one. */
+
+static void str_attr(G *g, const char *k, const char *v) {
+  LLVMAddAttributeAtIndex(g->fn, LLVMAttributeFunctionIndex,
+                          LLVMCreateStringAttribute(g->C, k, (unsigned)strlen(k), v,
+                                                    (unsigned)strlen(v)));
+}
+
+/* AMDGPU: wave64; the wave index is made uniform with readfirstlane so that everything derived
+ * from it stays in SGPRs */
+static void amd_ids(G *g) {
+  LLVMValueRef tid = call(g, "llvm.amdgcn.workitem.id.x", g->i32, NULL, 0);
+  g->lane = LLVMBuildAnd(g->B, tid, ci32(g, 63), "lane");
+  LLVMValueRef w = LLVMBuildLShr(g->B, tid, ci32(g, 6), "");
+  g->warp = call(g, "llvm.amdgcn.readfirstlane.i32", g->i32, &w, 1);
+}
+
+static LLVMValueRef amd_program_id(G *g, int dim) {
+  static const char *ids[] = {"llvm.amdgcn.workgroup.id.x", "llvm.amdgcn.workgroup.id.y",
+                              "llvm.amdgcn.workgroup.id.z"};
+  return call(g, ids[dim % 3], g->i32, NULL, 0);
+}
+
+static void amd_barrier(G *g) {
+  unsigned wg = LLVMGetSyncScopeID(g->C, "workgroup", 9);
+  LLVMBuildFenceSyncScope(g->B, LLVMAtomicOrderingRelease, wg, "");
+  call(g, "llvm.amdgcn.s.barrier", g->vd, NULL, 0);
+  LLVMBuildFenceSyncScope(g->B, LLVMAtomicOrderingAcquire, wg, "");
+}
+
+static LLVMValueRef amd_xor_lanes(G *g, LLVMValueRef bits, int mask) {
+  /* ds_bpermute takes the source lane as a byte address */
+  LLVMValueRef addr = LLVMBuildShl(g->B, LLVMBuildXor(g->B, g->lane, ci32(g, mask), ""), ci32(g, 2), "");
+  LLVMValueRef args[2] = {addr, bits};
+  return call(g, "llvm.amdgcn.ds.bpermute", g->i32, args, 2);
+}
+
+static const char *mfma_name(const kn_mma_shape *s, kn_scalar t) {
+  if (s->id == KN_MMA_MFMA_32X32X8)
+    return t == KN_BF16 ? "llvm.amdgcn.mfma.f32.32x32x8bf16.1k" : "llvm.amdgcn.mfma.f32.32x32x8f16";
+  if (s->id == KN_MMA_MFMA_16X16X16)
+    return t == KN_BF16 ? "llvm.amdgcn.mfma.f32.16x16x16bf16.1k" : "llvm.amdgcn.mfma.f32.16x16x16f16";
+  return NULL;
+}
+
+static LLVMValueRef pack_vec(G *g, LLVMValueRef *e, int n, kn_scalar t) {
+  LLVMValueRef v = LLVMGetUndef(LLVMVectorType(sty(g, t), (unsigned)n));
+  for (int k = 0; k < n; k++) v = LLVMBuildInsertElement(g->B, v, e[k], ci32(g, k), "");
+  return v;
+}
+
+static int amd_mma(G *g, const kn_mma_shape *s, kn_scalar t, bool transposed, LLVMValueRef *a,
+                   LLVMValueRef *b, LLVMValueRef *acc) {
+  const char *name = mfma_name(s, t);
+  if (!name || (t != KN_F16 && t != KN_BF16)) return -1;
+  LLVMValueRef av = pack_vec(g, a, s->a_regs, t), bv = pack_vec(g, b, s->b_regs, t);
+  if (t == KN_BF16) {  /* the bf16_1k MFMAs take their operands as <4 x i16> */
+    av = LLVMBuildBitCast(g->B, av, LLVMVectorType(g->i16, (unsigned)s->a_regs), "");
+    bv = LLVMBuildBitCast(g->B, bv, LLVMVectorType(g->i16, (unsigned)s->b_regs), "");
+  }
+  LLVMValueRef cv = pack_vec(g, acc, s->acc_regs, KN_F32);
+  /* transposed: the instruction computes D^T = B^T A^T, B's fragment goes first;
+   * cbsz = abid = blgp = 0 */
+  LLVMValueRef args[6] = {transposed ? bv : av, transposed ? av : bv, cv, ci32(g, 0), ci32(g, 0),
+                          ci32(g, 0)};
+  cv = call(g, name, LLVMTypeOf(cv), args, 6);
+  for (int j = 0; j < s->acc_regs; j++) acc[j] = LLVMBuildExtractElement(g->B, cv, ci32(g, j), "");
+  return 0;
+}
+
+static void amd_kernel(G *g) {
+  LLVMSetFunctionCallConv(g->fn, LLVMAMDGPUKERNELCallConv);
+  char size[32], wpe[8];
+  snprintf(size, sizeof size, "1,%d", 64 * g->p->warps);
+  /* registers: amdgpu-waves-per-eu is a minimum the register allocator must allow; 2 waves
+   * per SIMD (2 workgroups of 4 waves per CU) caps a wave at 256 of the 512 unified VGPR+AGPR
+   * entries, the budget the attention kernel fits without spilling up to D 128 at 128x64 */
+  snprintf(wpe, sizeof wpe, "%d", g->p->warps >= 4 ? 2 : 1);
+  str_attr(g, "amdgpu-flat-work-group-size", size);
+  str_attr(g, "amdgpu-waves-per-eu", wpe);
+  str_attr(g, "uniform-work-group-size", "true");
+}
+
+static LLVMValueRef amd_shared(G *g, int64_t bytes) {
+  LLVMTypeRef at = LLVMArrayType2(g->i8, (uint64_t)bytes);
+  LLVMValueRef lds = LLVMAddGlobalInAddressSpace(g->M, at, "kn_lds", 3);
+  LLVMSetInitializer(lds, LLVMGetUndef(at));
+  LLVMSetLinkage(lds, LLVMInternalLinkage);
+  LLVMSetAlignment(lds, 16);
+  return lds;
+}
+
+static const leaf_ops amdgpu_ops = {
+    .name = "AMDGPU", .triple = "amdgcn-amd-amdhsa", .ids = amd_ids,
+    .program_id = amd_program_id, .barrier = amd_barrier, .xor_lanes = amd_xor_lanes,
+    .mma = amd_mma, .kernel = amd_kernel, .shared = amd_shared,
+};
+
+/* NVPTX: warps of 32.  The warp index tid >> 5 is uniform across a warp by construction; ptxas
+ * sees that as well as readfirstlane would tell it. */
+static void nv_ids(G *g) {
+  LLVMValueRef tid = call(g, "llvm.nvvm.read.ptx.sreg.tid.x", g->i32, NULL, 0);
+  g->lane = LLVMBuildAnd(g->B, tid, ci32(g, 31), "lane");
+  g->warp = LLVMBuildLShr(g->B, tid, ci32(g, 5), "warp");
+}
+
+static LLVMValueRef nv_program_id(G *g, int dim) {
+  static const char *ids[] = {"llvm.nvvm.read.ptx.sreg.ctaid.x", "llvm.nvvm.read.ptx.sreg.ctaid.y",
+                              "llvm.nvvm.read.ptx.sreg.ctaid.z"};
+  return call(g, ids[dim % 3], g->i32, NULL, 0);
+}
+
+/* bar.sync 0 (LLVM 22's name for what was llvm.nvvm.barrier0): it orders shared and global
+ * memory accesses among the CTA's threads, so no separate fence is needed, and the intrinsic's
+ * memory effects keep LLVM from moving loads and stores across it */
+static void nv_barrier(G *g) {
+  LLVMValueRef zero = ci32(g, 0);
+  call(g, "llvm.nvvm.barrier.cta.sync.aligned.all", g->vd, &zero, 1);
+}
+
+static LLVMValueRef nv_xor_lanes(G *g, LLVMValueRef bits, int mask) {
+  /* all 32 lanes take part (full mask); clamp 31: the whole warp is one segment */
+  LLVMValueRef args[4] = {ci32(g, -1), bits, ci32(g, mask), ci32(g, 31)};
+  return call(g, "llvm.nvvm.shfl.sync.bfly.i32", g->i32, args, 4);
+}
+
+/* mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32: A as four 32-bit registers
+ * (pairs a0a1, a2a3, a4a5, a6a7 of the lane table), B as two (b0b1, b2b3), C and D as four f32.
+ * LLVM 22 (IntrinsicsNVVM.td) names the f16 form by its D and C types, .f32.f32, with <2 x half>
+ * operands, and the bf16 form .bf16 with i32 operands. */
+static int nv_mma(G *g, const kn_mma_shape *s, kn_scalar t, bool transposed, LLVMValueRef *a,
+                  LLVMValueRef *b, LLVMValueRef *acc) {
+  if (s->id != KN_MMA_NV_16X8X16 || transposed || (t != KN_F16 && t != KN_BF16)) return -1;
+  LLVMValueRef args[10];
+  for (int i = 0; i < 6; i++) {
+    LLVMValueRef *src = i < 4 ? a + 2 * i : b + 2 * (i - 4);
+    LLVMValueRef v = pack_vec(g, src, 2, t);
+    args[i] = t == KN_BF16 ? LLVMBuildBitCast(g->B, v, g->i32, "") : v;
+  }
+  for (int j = 0; j < 4; j++) args[6 + j] = acc[j];
+  LLVMTypeRef f4[4] = {g->f32, g->f32, g->f32, g->f32};
+  LLVMTypeRef rt = LLVMStructTypeInContext(g->C, f4, 4, 0);
+  LLVMValueRef r = call(g, t == KN_BF16 ? "llvm.nvvm.mma.m16n8k16.row.col.bf16"
+                                         : "llvm.nvvm.mma.m16n8k16.row.col.f32.f32",
+                        rt, args, 10);
+  for (int j = 0; j < 4; j++) acc[j] = LLVMBuildExtractValue(g->B, r, (unsigned)j, "");
+  return 0;
+}
+
+static void nv_kernel(G *g) {
+  LLVMSetFunctionCallConv(g->fn, LLVMPTXKernelCallConv);
+  char n[16];
+  snprintf(n, sizeof n, "%d", 32 * g->p->warps);
+  /* .reqntid: ptxas budgets registers for exactly this block size (255 per thread up to 256
+   * threads), and a launch with another block size is an error instead of wrong results (the
+   * lanes and warps of every layout assume it).  ptxas rejects .maxntid next to it. */
+  str_attr(g, "nvvm.reqntid", n);
+}
+
+/* dynamic shared memory (extern .shared): a static .shared array is limited to 48 KiB, the
+ * dynamic one may be opted into up to the device's limit; the launcher passes the plan's bytes */
+static LLVMValueRef nv_shared(G *g, int64_t bytes) {
+  (void)bytes;
+  LLVMTypeRef at = LLVMArrayType2(g->i8, 0);
+  LLVMValueRef smem = LLVMAddGlobalInAddressSpace(g->M, at, "kn_smem", 3);
+  LLVMSetLinkage(smem, LLVMExternalLinkage);
+  LLVMSetAlignment(smem, 16);
+  return smem;
+}
+
+/* NVPTX has no libm: llvm.log2/exp/log.f32 without fast-math flags become calls the backend
+ * cannot select (an LLVM fatal error).  exp2 lowers to ex2.approx.f32 (2 ulp) by itself; the
+ * others go through the approximate hardware units: lg2.approx.f32 (max error 2^-22 absolute
+ * in [0.5, 2], relative elsewhere), exp(x) = ex2(x * log2 e), log(x) = lg2(x) * ln 2. */
+static LLVMValueRef nv_f32_math(G *g, const char *fname, LLVMValueRef x) {
+  if (!strcmp(fname, "log2") || !strcmp(fname, "log")) {
+    LLVMValueRef y = call(g, "llvm.nvvm.lg2.approx.f", g->f32, &x, 1);
+    return fname[3] ? y : LLVMBuildFMul(g->B, y, LLVMConstReal(g->f32, 0.69314718055994530942), "");
+  }
+  if (!strcmp(fname, "exp")) {
+    LLVMValueRef y = LLVMBuildFMul(g->B, x, LLVMConstReal(g->f32, 1.44269504088896340736), "");
+    return call(g, "llvm.exp2.f32", g->f32, &y, 1);
+  }
+  return NULL;
+}
+
+static const leaf_ops nvptx_ops = {
+    .name = "NVPTX", .triple = "nvptx64-nvidia-cuda", .ids = nv_ids,
+    .program_id = nv_program_id, .barrier = nv_barrier, .xor_lanes = nv_xor_lanes,
+    .mma = nv_mma, .kernel = nv_kernel, .shared = nv_shared, .f32_math = nv_f32_math,
+    .nowrap_offsets = true,
+};
+
+/* NVPTX: coordinates and shared offsets are small and non-negative, and saying so (nuw nsw)
+ * lets LLVM split sext(base + constant) into sext(base) + constant, so each fragment read of a
+ * padded shared layout is the thread's one 64-bit address plus an immediate offset.  Without
+ * it every fragment's address is hoisted out of the KV loop into its own register pair (over a
+ * hundred registers at D 128).  AMDGPU keeps its IR as it was (its register figures are pinned
+ * by tests/unit/test_amdgpu_attn.c). */
+static LLVMValueRef nowrap(G *g, LLVMValueRef v) {
+  if (g->ops->nowrap_offsets && LLVMIsAInstruction(v)) {
+    LLVMSetNUW(v, 1);
+    LLVMSetNSW(v, 1);
+  }
+  return v;
+}
 
 /* ---- thread coordinates ---- */
 
@@ -162,7 +415,7 @@ static void base_of(G *g, const kn_lmap *m, LLVMValueRef out[2]) {
 static LLVMValueRef coord(G *g, const kn_lmap *m, int r, int d) {
   LLVMValueRef base[2];
   base_of(g, m, base);
-  LLVMValueRef v = LLVMBuildAdd(g->B, base[d], ci32(g, m->reg[r][d]), "");
+  LLVMValueRef v = nowrap(g, LLVMBuildAdd(g->B, base[d], ci32(g, m->reg[r][d]), ""));
   long long maxc = m->reg[r][d];
   for (int b = 0; b < m->lane_bits; b++) maxc += m->lane[b][d];
   for (int b = 0; b < m->warp_bits; b++) maxc += m->warp[b][d];
@@ -172,12 +425,7 @@ static LLVMValueRef coord(G *g, const kn_lmap *m, int r, int d) {
 
 /* ---- barriers and LDS ---- */
 
-static void barrier(G *g) {
-  unsigned wg = LLVMGetSyncScopeID(g->C, "workgroup", 9);
-  LLVMBuildFenceSyncScope(g->B, LLVMAtomicOrderingRelease, wg, "");
-  call(g, "llvm.amdgcn.s.barrier", g->vd, NULL, 0);
-  LLVMBuildFenceSyncScope(g->B, LLVMAtomicOrderingAcquire, wg, "");
-}
+static void barrier(G *g) { g->ops->barrier(g); }
 
 /* element offset of (i, j) in shared layout s over shape (the swizzle of kn_shared_offset) */
 static LLVMValueRef shared_off(G *g, const kn_layout *s, const int *shape, LLVMValueRef i,
@@ -187,9 +435,9 @@ static LLVMValueRef shared_off(G *g, const kn_layout *s, const int *shape, LLVMV
   LLVMValueRef phase = LLVMBuildURem(g->B, LLVMBuildUDiv(g->B, co, ci32(g, s->per_phase), ""),
                                      ci32(g, s->max_phase), "");
   LLVMValueRef grp = LLVMBuildXor(g->B, LLVMBuildUDiv(g->B, ci, ci32(g, s->vec), ""), phase, "");
-  LLVMValueRef v = LLVMBuildMul(g->B, co, ci32(g, shape[inner] + s->pad), "");
+  LLVMValueRef v = nowrap(g, LLVMBuildMul(g->B, co, ci32(g, shape[inner] + s->pad), ""));
   if (s->max_phase == 1)   /* padded: affine, so LLVM folds each register's constant offset */
-    return LLVMBuildAdd(g->B, v, ci, "");
+    return nowrap(g, LLVMBuildAdd(g->B, v, ci, ""));
   v = LLVMBuildAdd(g->B, v, LLVMBuildMul(g->B, grp, ci32(g, s->vec), ""), "");
   return LLVMBuildAdd(g->B, v, LLVMBuildURem(g->B, ci, ci32(g, s->vec), ""), "");
 }
@@ -197,9 +445,37 @@ static LLVMValueRef shared_off(G *g, const kn_layout *s, const int *shape, LLVMV
 static LLVMValueRef lds_ptr(G *g, const kn_conversion *c, LLVMValueRef elem_off) {
   const kn_lds_buffer *b = &g->p->buf[c->buffer];
   int esz = (int)kn_scalar_size(c->value->type.elem);
-  LLVMValueRef byte = LLVMBuildAdd(g->B, ci32(g, (long long)b->offset),
-                                   LLVMBuildMul(g->B, elem_off, ci32(g, esz), ""), "");
+  LLVMValueRef byte = nowrap(g, LLVMBuildAdd(g->B, ci32(g, (long long)b->offset),
+                                   nowrap(g, LLVMBuildMul(g->B, elem_off, ci32(g, esz), "")), ""));
   return LLVMBuildGEP2(g->B, g->i8, g->lds, &byte, 1, "");
+}
+
+static bool exact_map(const kn_lmap *m);
+
+/* The address of register r of map m in conversion c's shared buffer.  NVPTX, padded layouts:
+ * the thread's base pointer (its base coordinate's offset, computed once in the entry block)
+ * plus a constant byte offset per register, which the backend folds into ld/st.shared [p+imm].
+ * Built from coordinates in the loop instead, every fragment's address is loop-invariant, gets
+ * hoisted out of the KV loop by LICM and holds a 64-bit register pair for the whole loop (more
+ * than a hundred registers at D 128: spills).  Otherwise: the offset from the coordinates. */
+static LLVMValueRef shared_reg_ptr(G *g, const kn_conversion *c, const kn_lmap *m, int r,
+                                   const int *shape) {
+  const kn_layout *s = &c->shared;
+  if (!g->ops->nowrap_offsets || s->max_phase != 1 || !exact_map(m))
+    return lds_ptr(g, c, shared_off(g, s, shape, coord(g, m, r, 0), coord(g, m, r, 1)));
+  int inner = s->order[0];
+  long long row = shape[inner] + s->pad;
+  int esz = (int)kn_scalar_size(c->value->type.elem);
+  LLVMValueRef base[2];
+  base_of(g, m, base);
+  LLVMValueRef off = LLVMBuildAdd(g->E, LLVMBuildMul(g->E, base[1 - inner], ci32(g, row), ""),
+                                  base[inner], "");
+  off = LLVMBuildAdd(g->E, ci32(g, (long long)g->p->buf[c->buffer].offset),
+                     LLVMBuildMul(g->E, off, ci32(g, esz), ""), "");
+  off = LLVMBuildZExt(g->E, off, g->i64, "");
+  LLVMValueRef p = LLVMBuildGEP2(g->E, g->i8, g->lds, &off, 1, "");
+  LLVMValueRef k = ci64(g, (m->reg[r][1 - inner] * row + m->reg[r][inner]) * esz);
+  return LLVMBuildGEP2(g->B, g->i8, p, &k, 1, "");
 }
 
 static LLVMTypeRef vec_ty(LLVMTypeRef t, int v) { return v == 1 ? t : LLVMVectorType(t, (unsigned)v); }
@@ -213,7 +489,6 @@ static void stage_store(G *g, const kn_conversion *c) {
   int v = kn_lmap_vec(m, c->shared.order[0], c->shared.vec);
   barrier(g);
   for (int r = 0; r < m->nregs; r += v) {
-    LLVMValueRef off = shared_off(g, &c->shared, shape, coord(g, m, r, 0), coord(g, m, r, 1));
     LLVMValueRef x;
     if (v == 1) {
       x = src[r];
@@ -221,7 +496,7 @@ static void stage_store(G *g, const kn_conversion *c) {
       x = LLVMGetUndef(vec_ty(et, v));
       for (int e = 0; e < v; e++) x = LLVMBuildInsertElement(g->B, x, src[r + e], ci32(g, e), "");
     }
-    LLVMValueRef st = LLVMBuildStore(g->B, x, lds_ptr(g, c, off));
+    LLVMValueRef st = LLVMBuildStore(g->B, x, shared_reg_ptr(g, c, m, r, shape));
     LLVMSetAlignment(st, (unsigned)(v * (int)kn_scalar_size(c->value->type.elem)));
   }
   barrier(g);
@@ -235,8 +510,7 @@ static void lds_read(G *g, const kn_conversion *c, const kn_lmap *m, int r0, int
   int v = kn_lmap_vec(m, c->shared.order[0], c->shared.vec);
   while (v > 1 && (n % v || r0 % v)) v /= 2;
   for (int r = r0; r < r0 + n; r += v) {
-    LLVMValueRef off = shared_off(g, &c->shared, shape, coord(g, m, r, 0), coord(g, m, r, 1));
-    LLVMValueRef ld = LLVMBuildLoad2(g->B, vec_ty(et, v), lds_ptr(g, c, off), "");
+    LLVMValueRef ld = LLVMBuildLoad2(g->B, vec_ty(et, v), shared_reg_ptr(g, c, m, r, shape), "");
     LLVMSetAlignment(ld, (unsigned)(v * (int)kn_scalar_size(c->value->type.elem)));
     if (v == 1) out[r - r0] = ld;
     else
@@ -323,10 +597,13 @@ static bool isf(kn_scalar s) { return kn_scalar_is_float(s); }
 static LLVMValueRef through_f32(G *g, const char *fname, LLVMValueRef x) {
   LLVMTypeRef t = LLVMTypeOf(x);
   LLVMValueRef y = t == g->f32 ? x : LLVMBuildFPExt(g->B, x, g->f32, "");
-  char name[64];
-  snprintf(name, sizeof name, "llvm.%s.f32", fname);
-  y = call(g, name, g->f32, &y, 1);
-  return t == g->f32 ? y : LLVMBuildFPTrunc(g->B, y, t, "");
+  LLVMValueRef r = g->ops->f32_math ? g->ops->f32_math(g, fname, y) : NULL;
+  if (!r) {
+    char name[64];
+    snprintf(name, sizeof name, "llvm.%s.f32", fname);
+    r = call(g, name, g->f32, &y, 1);
+  }
+  return t == g->f32 ? r : LLVMBuildFPTrunc(g->B, r, t, "");
 }
 
 static LLVMValueRef binary(G *g, kn_opcode o, kn_scalar s, LLVMValueRef a, LLVMValueRef b) {
@@ -482,7 +759,7 @@ static int lower_elementwise(G *g, kn_op *op) {
       x = LLVMBuildSelect(g->B, a, get_elem(g, ops[1], op->opnd[1], r), get_elem(g, ops[2], op->opnd[2], r), "");
     else if (op->opc == KN_OP_CAST) x = cast(g, os, rs, a);
     else if (op->opc == KN_OP_MULTIPLE_OF || op->opc == KN_OP_MAX_CONTIGUOUS) x = a;
-    if (!x) return fail(g, op, "not yet supported on AMDGPU: op %s", kn_opinfo_table[op->opc].name);
+    if (!x) return unsupported_op(g, op, "op %s", kn_opinfo_table[op->opc].name);
     out[r] = x;
   }
   return 0;
@@ -618,7 +895,7 @@ static void address(G *g, const access *a, LLVMValueRef tptr, LLVMValueRef *mask
 
 static int lower_load(G *g, kn_op *op) {
   kn_value *res = op->res[0];
-  if (res->type.kind != KN_TY_TILE) return fail(g, op, "not yet supported on AMDGPU: %s", "a scalar load");
+  if (res->type.kind != KN_TY_TILE) return unsupported(g, op, "a scalar load");
   access a;
   const kn_lmap *m = vmap(g, res);
   plan_access(g, op, m, res->type.elem, &a);
@@ -666,7 +943,7 @@ static int lower_store(G *g, kn_op *op) {
   kn_mem_operands mo;
   kn_mem_operands_get(op, &mo);
   if (mo.value->type.kind != KN_TY_TILE)
-    return fail(g, op, "not yet supported on AMDGPU: %s", "a scalar store");
+    return unsupported(g, op, "a scalar store");
   const kn_lmap *m = vmap(g, mo.value);
   access a;
   plan_access(g, op, m, mo.value->type.elem, &a);
@@ -702,24 +979,11 @@ static int lower_store(G *g, kn_op *op) {
 
 /* ---- dot ---- */
 
-static const char *mfma_name(const kn_mma_shape *s, kn_scalar t) {
-  if (s->id == KN_MMA_MFMA_32X32X8)
-    return t == KN_BF16 ? "llvm.amdgcn.mfma.f32.32x32x8bf16.1k" : "llvm.amdgcn.mfma.f32.32x32x8f16";
-  if (s->id == KN_MMA_MFMA_16X16X16)
-    return t == KN_BF16 ? "llvm.amdgcn.mfma.f32.16x16x16bf16.1k" : "llvm.amdgcn.mfma.f32.16x16x16f16";
-  return NULL;
-}
-
 /* the fragment (n registers from r0) of a dot operand: from registers or from LDS */
-static LLVMValueRef fragment(G *g, kn_op *op, int i, LLVMValueRef *regs, const kn_lmap *m,
-                             int r0, int n, kn_scalar t) {
-  LLVMValueRef e[8];
+static void fragment(G *g, kn_op *op, int i, LLVMValueRef *regs, const kn_lmap *m, int r0, int n,
+                     LLVMValueRef *e) {
   if (regs) memcpy(e, regs + r0, sizeof(LLVMValueRef) * (size_t)n);
   else lds_read(g, kn_plan_conversion(g->p, op, i), m, r0, n, e);
-  LLVMValueRef v = LLVMGetUndef(LLVMVectorType(sty(g, t), (unsigned)n));
-  for (int k = 0; k < n; k++) v = LLVMBuildInsertElement(g->B, v, e[k], ci32(g, k), "");
-  if (t == KN_BF16) v = LLVMBuildBitCast(g->B, v, LLVMVectorType(g->i16, (unsigned)n), "");
-  return v;
 }
 
 static int lower_dot(G *g, kn_op *op) {
@@ -727,10 +991,9 @@ static int lower_dot(G *g, kn_op *op) {
   const kn_layout *rl = g->p->lay[res->id];
   const kn_mma_shape *s = rl->mma;
   kn_scalar t = A->type.elem;
-  const char *name = mfma_name(s, t);
-  if (rl->kind != KN_LAYOUT_MMA || !name)
-    return fail(g, op, "not yet supported on AMDGPU: %s", "this dot");
-  /* operands: stage lazily staged ones now, then read fragments as the MFMAs need them */
+  if (rl->kind != KN_LAYOUT_MMA || (t != KN_F16 && t != KN_BF16))
+    return unsupported(g, op, "this dot");
+  /* operands: stage lazily staged ones now, then read fragments as the instructions need them */
   LLVMValueRef *ra = NULL, *rb = NULL;
   kn_lmap ma, mb;
   int shape_a[2] = {A->type.shape[0], A->type.shape[1]}, shape_b[2] = {Bv->type.shape[0], Bv->type.shape[1]};
@@ -748,24 +1011,22 @@ static int lower_dot(G *g, kn_op *op) {
   LLVMValueRef *out = new_regs(g, res);
   int M = res->type.shape[0], N = res->type.shape[1], K = A->type.shape[1];
   int reps_m = M / g->p->warps / s->m, reps_n = N / s->n, reps_k = K / s->k;
-  LLVMTypeRef acc_t = LLVMVectorType(g->f32, (unsigned)s->acc_regs);
-  for (int mr = 0; mr < reps_m; mr++)
-    for (int nr = 0; nr < reps_n; nr++) {
+  int rc = 0;
+  for (int mr = 0; mr < reps_m && !rc; mr++)
+    for (int nr = 0; nr < reps_n && !rc; nr++) {
       int c0 = (mr * reps_n + nr) * s->acc_regs;
-      LLVMValueRef cv = LLVMGetUndef(acc_t);
-      for (int j = 0; j < s->acc_regs; j++) cv = LLVMBuildInsertElement(g->B, cv, acc[c0 + j], ci32(g, j), "");
-      for (int kr = 0; kr < reps_k; kr++) {
-        LLVMValueRef af = fragment(g, op, 0, ra, &ma, (mr * reps_k + kr) * s->a_regs, s->a_regs, t);
-        LLVMValueRef bf = fragment(g, op, 1, rb, &mb, (nr * reps_k + kr) * s->b_regs, s->b_regs, t);
-        /* transposed: the instruction computes D^T = B^T A^T, B's fragment goes first */
-        LLVMValueRef args[6] = {rl->transposed ? bf : af, rl->transposed ? af : bf, cv,
-                                ci32(g, 0), ci32(g, 0), ci32(g, 0)};
-        cv = call(g, name, acc_t, args, 6);
+      LLVMValueRef c[16], af[8], bf[8];
+      memcpy(c, acc + c0, sizeof(LLVMValueRef) * (size_t)s->acc_regs);
+      for (int kr = 0; kr < reps_k && !rc; kr++) {
+        fragment(g, op, 0, ra, &ma, (mr * reps_k + kr) * s->a_regs, s->a_regs, af);
+        fragment(g, op, 1, rb, &mb, (nr * reps_k + kr) * s->b_regs, s->b_regs, bf);
+        rc = g->ops->mma(g, s, t, rl->transposed, af, bf, c);
       }
-      for (int j = 0; j < s->acc_regs; j++) out[c0 + j] = LLVMBuildExtractElement(g->B, cv, ci32(g, j), "");
+      memcpy(out + c0, c, sizeof(LLVMValueRef) * (size_t)s->acc_regs);
     }
   kn_lmap_free(&ma);
   kn_lmap_free(&mb);
+  if (rc) return unsupported(g, op, "this dot (no matrix instruction for it)");
   return 0;
 }
 
@@ -776,7 +1037,7 @@ static int lower_reduce(G *g, kn_op *op) {
   const kn_lmap *pm = vmap(g, x), *sm = vmap(g, res);
   kn_reduce_plan plan;
   if (kn_reduce_plan_make(pm, sm, (int)op->iattr[0], &plan))
-    return fail(g, op, "not yet supported on AMDGPU: %s", "a reduction across warps");
+    return unsupported(g, op, "a reduction across warps");
   kn_opcode comb = op->opc == KN_OP_REDUCE_MAX ? KN_OP_MAX : KN_OP_ADD;
   kn_scalar t = x->type.elem;
   LLVMValueRef *in = opnd_regs(g, op, 0), *out = new_regs(g, res);
@@ -785,7 +1046,6 @@ static int lower_reduce(G *g, kn_op *op) {
     out[q] = out[q] ? binary(g, comb, t, out[q], in[r]) : in[r];
   }
   for (int b = 0; b < plan.nbfly; b++) {
-    LLVMValueRef addr = LLVMBuildShl(g->B, LLVMBuildXor(g->B, g->lane, ci32(g, 1 << plan.bfly[b]), ""), ci32(g, 2), "");
     for (int q = 0; q < sm->nregs; q++) {
       LLVMValueRef v = out[q];
       LLVMTypeRef vt = LLVMTypeOf(v);
@@ -793,10 +1053,9 @@ static int lower_reduce(G *g, kn_op *op) {
                                                : NULL;
       if (!bits) {
         kn_reduce_plan_free(&plan);
-        return fail(g, op, "not yet supported on AMDGPU: %s", "a cross-lane reduction of this type");
+        return unsupported(g, op, "a cross-lane reduction of this type");
       }
-      LLVMValueRef args[2] = {addr, bits};
-      LLVMValueRef o = call(g, "llvm.amdgcn.ds.bpermute", g->i32, args, 2);
+      LLVMValueRef o = g->ops->xor_lanes(g, bits, 1 << plan.bfly[b]);
       if (vt == g->f32) o = LLVMBuildBitCast(g->B, o, g->f32, "");
       out[q] = binary(g, comb, t, v, o);
     }
@@ -893,9 +1152,7 @@ static int lower_op(G *g, kn_op *op) {
   bool tile = res && res->type.kind == KN_TY_TILE;
   switch (op->opc) {
   case KN_OP_PROGRAM_ID: {
-    static const char *ids[] = {"llvm.amdgcn.workgroup.id.x", "llvm.amdgcn.workgroup.id.y",
-                                "llvm.amdgcn.workgroup.id.z"};
-    g->sv[res->id] = call(g, ids[op->iattr[0] % 3], g->i32, NULL, 0);
+    g->sv[res->id] = g->ops->program_id(g, (int)(op->iattr[0] % 3));
     return 0;
   }
   case KN_OP_CONST: {
@@ -962,7 +1219,7 @@ static int lower_op(G *g, kn_op *op) {
     free(lifted.reg);
     if (!ok || !in) {
       free(map);
-      return fail(g, op, "not yet supported on AMDGPU: %s with a layout change", kn_opinfo_table[op->opc].name);
+      return unsupported_op(g, op, "%s with a layout change", kn_opinfo_table[op->opc].name);
     }
     LLVMValueRef *out = new_regs(g, res);
     for (int r = 0; r < dst->nregs; r++) out[r] = in[map[r]];
@@ -990,7 +1247,7 @@ static int lower_op(G *g, kn_op *op) {
                 op->opc == KN_OP_SELECT || op->opc == KN_OP_CAST || op->opc == KN_OP_MULTIPLE_OF ||
                 op->opc == KN_OP_MAX_CONTIGUOUS))
       return lower_elementwise(g, op);
-    return fail(g, op, "not yet supported on AMDGPU: op %s", kn_opinfo_table[op->opc].name);
+    return unsupported_op(g, op, "op %s", kn_opinfo_table[op->opc].name);
   }
 }
 
@@ -1006,9 +1263,10 @@ static int lower_block(G *g, kn_block *b) {
 
 /* ---- the kernel ---- */
 
-int kn_lower_amdgpu(const kn_layout_plan *p, LLVMContextRef ctx, LLVMModuleRef *out, kn_diag *d) {
+int kn_lower_gpu(const kn_layout_plan *p, LLVMContextRef ctx, LLVMModuleRef *out, kn_diag *d) {
   kn_func *k = p->k;
   G g = {.p = p, .d = d, .C = ctx};
+  g.ops = p->arch->isa == KN_GPU_NVPTX ? &nvptx_ops : &amdgpu_ops;
   g.M = LLVMModuleCreateWithNameInContext(k->name, ctx);
   g.i1 = LLVMInt1TypeInContext(ctx);
   g.i8 = LLVMInt8TypeInContext(ctx);
@@ -1021,7 +1279,7 @@ int kn_lower_amdgpu(const kn_layout_plan *p, LLVMContextRef ctx, LLVMModuleRef *
   g.vd = LLVMVoidTypeInContext(ctx);
   g.p1 = LLVMPointerTypeInContext(ctx, 1);
   g.p3 = LLVMPointerTypeInContext(ctx, 3);
-  LLVMSetTarget(g.M, "amdgcn-amd-amdhsa");
+  LLVMSetTarget(g.M, g.ops->triple);
 
   int np = kn_func_nparams(k);
   LLVMTypeRef *pt = calloc((size_t)(np ? np : 1), sizeof(LLVMTypeRef));
@@ -1037,22 +1295,7 @@ int kn_lower_amdgpu(const kn_layout_plan *p, LLVMContextRef ctx, LLVMModuleRef *
   }
   g.fn = LLVMAddFunction(g.M, k->name, LLVMFunctionType(g.vd, pt, (unsigned)np, 0));
   free(pt);
-  LLVMSetFunctionCallConv(g.fn, LLVMAMDGPUKERNELCallConv);
-  char attr[32];
-  snprintf(attr, sizeof attr, "1,%d", 64 * p->warps);
-  const char *fa[][2] = {{"amdgpu-flat-work-group-size", attr},
-                         {"amdgpu-waves-per-eu", "1"},
-                         {"uniform-work-group-size", "true"}};
-  /* registers: amdgpu-waves-per-eu is a minimum the register allocator must allow; 2 waves
-   * per SIMD (2 workgroups of 4 waves per CU) caps a wave at 256 of the 512 unified VGPR+AGPR
-   * entries, the budget the attention kernel fits without spilling up to D 128 at 128x64 */
-  char wpe[8];
-  snprintf(wpe, sizeof wpe, "%d", p->warps >= 4 ? 2 : 1);
-  fa[1][1] = wpe;
-  for (size_t i = 0; i < sizeof fa / sizeof fa[0]; i++)
-    LLVMAddAttributeAtIndex(g.fn, LLVMAttributeFunctionIndex,
-                            LLVMCreateStringAttribute(ctx, fa[i][0], (unsigned)strlen(fa[i][0]),
-                                                      fa[i][1], (unsigned)strlen(fa[i][1])));
+  g.ops->kernel(&g);
   for (int i = 0; i < np; i++) {
     kn_value *v = kn_func_param(k, i);
     LLVMValueRef a = LLVMGetParam(g.fn, (unsigned)i);
@@ -1067,23 +1310,14 @@ int kn_lower_amdgpu(const kn_layout_plan *p, LLVMContextRef ctx, LLVMModuleRef *
   KN_ASSERT(g.sv && g.tv && g.map && g.has_map && g.conv_regs);
   for (int i = 0; i < np; i++) g.sv[kn_func_param(k, i)->id] = LLVMGetParam(g.fn, (unsigned)i);
 
-  if (p->lds_bytes > 0) {
-    LLVMTypeRef at = LLVMArrayType2(g.i8, (uint64_t)p->lds_bytes);
-    g.lds = LLVMAddGlobalInAddressSpace(g.M, at, "kn_lds", 3);
-    LLVMSetInitializer(g.lds, LLVMGetUndef(at));
-    LLVMSetLinkage(g.lds, LLVMInternalLinkage);
-    LLVMSetAlignment(g.lds, 16);
-  }
+  if (p->lds_bytes > 0) g.lds = g.ops->shared(&g, p->lds_bytes);
 
   LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(ctx, g.fn, "entry");
   LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(ctx, g.fn, "body");
   g.B = LLVMCreateBuilderInContext(ctx);
   g.E = LLVMCreateBuilderInContext(ctx);
   LLVMPositionBuilderAtEnd(g.B, entry);
-  LLVMValueRef tid = call(&g, "llvm.amdgcn.workitem.id.x", g.i32, NULL, 0);
-  g.lane = LLVMBuildAnd(g.B, tid, ci32(&g, 63), "lane");
-  LLVMValueRef w = LLVMBuildLShr(g.B, tid, ci32(&g, 6), "");
-  g.warp = call(&g, "llvm.amdgcn.readfirstlane.i32", g.i32, &w, 1);
+  g.ops->ids(&g);
   LLVMValueRef br = LLVMBuildBr(g.B, body);
   LLVMPositionBuilderBefore(g.E, br);
   LLVMPositionBuilderAtEnd(g.B, body);
@@ -1110,4 +1344,8 @@ int kn_lower_amdgpu(const kn_layout_plan *p, LLVMContextRef ctx, LLVMModuleRef *
   }
   *out = g.M;
   return 0;
+}
+
+int kn_lower_amdgpu(const kn_layout_plan *p, LLVMContextRef ctx, LLVMModuleRef *out, kn_diag *d) {
+  return kn_lower_gpu(p, ctx, out, d);
 }

@@ -29,6 +29,7 @@ static void arch_of(const kn_amdgpu_target *a, kn_gpu_arch *out) {
   out->lanes = a->wave_size;
   out->lds_bytes = a->lds_bytes;
   out->amd = a;
+  out->isa = KN_GPU_AMDGPU;
 }
 
 static int gpu_lower(const kn_target *t, kn_func *k, LLVMContextRef ctx, LLVMModuleRef *out,
@@ -125,7 +126,7 @@ const kn_target kn_target_gfx942 = GPU_TARGET("gfx942");
 const kn_target *kn_gpu_target_by_name(const char *name) {
   if (name && !strcmp(name, "gfx90a")) return &kn_target_gfx90a;
   if (name && !strcmp(name, "gfx942")) return &kn_target_gfx942;
-  return NULL;
+  return kn_nvptx_target_by_name(name);  /* sm_80, sm_90a (target_nvptx.c) */
 }
 
 /* ---- one call: tile IR -> code object ---- */

@@ -249,6 +249,46 @@ static void test_mma_tables(void **state) {
   assert_true(matmul_via_tables(&bad_a, false, 64, 32, 64, 4) > 0);
 }
 
+/* mma.sync m16n8k16 (the NVPTX target): the attention shapes through the tables, the
+ * accumulator of S feeding the next dot as its A operand by renaming, the row reduction of the
+ * accumulator (in-thread plus the two butterflies of a lane quad), and broken tables caught:
+ * A's a2a3 / a4a5 pairs exchanged (row + 8 taken for k + 8, the classic slip in the PTX ISA
+ * figure), and B with its second k half at k + 4 instead of k + 8 */
+static void test_nv_tables(void **state) {
+  (void)state;
+  const kn_mma_shape *nv = kn_mma_shape_get(KN_MMA_NV_16X8X16);
+  assert_true(matmul_via_tables(nv, false, 128, 64, 64, 4) == 0);    /* S = QK^T, D 64, 4 warps */
+  assert_true(matmul_via_tables(nv, false, 128, 128, 64, 8) == 0);   /* O += PV, D 128, 8 warps */
+  assert_true(matmul_via_tables(nv, false, 64, 80, 96, 4) == 0);     /* head dims 80, 96 */
+  kn_mma_shape bad = *nv;
+  for (int d = 0; d < 2; d++) {
+    int8_t t = bad.a_reg[2][d];
+    bad.a_reg[2][d] = bad.a_reg[4][d], bad.a_reg[4][d] = t;
+    t = bad.a_reg[3][d];
+    bad.a_reg[3][d] = bad.a_reg[5][d], bad.a_reg[5][d] = t;
+  }
+  assert_true(matmul_via_tables(&bad, false, 64, 32, 32, 4) > 0);
+  bad = *nv;
+  bad.b_reg[2][0] = 4, bad.b_reg[3][0] = 5;
+  assert_true(matmul_via_tables(&bad, false, 64, 32, 32, 4) > 0);
+  /* P (the accumulator of S, cast) is the A operand of PV: free */
+  kn_layout acc = kn_layout_mma(nv, 4, false), da = kn_layout_dot(nv, 4, 0);
+  kn_lmap ma = eval(&acc, 2, 128, 64), md = eval(&da, 2, 128, 64);
+  assert_true(kn_lmap_convert_free(&ma, &md, NULL));
+  kn_lmap_free(&md);
+  /* the row reduction: butterflies over lane bits 0 and 1 only */
+  kn_layout sl = kn_layout_slice(&acc, 1);
+  kn_lmap ms = eval(&sl, 1, 128, 0);
+  kn_reduce_plan rp;
+  assert_int_equal(kn_reduce_plan_make(&ma, &ms, 1, &rp), 0);
+  assert_int_equal(rp.nbfly, 2);
+  assert_int_equal(rp.bfly[0], 0);
+  assert_int_equal(rp.bfly[1], 1);
+  kn_reduce_plan_free(&rp);
+  kn_lmap_free(&ms);
+  kn_lmap_free(&ma);
+}
+
 /* store every element of src's registers at the shared offsets, read dst's back */
 static void roundtrip_via(const kn_layout *src, const kn_layout *dst, int R, int C,
                           const kn_layout *shp) {
@@ -430,6 +470,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_coverage),
       cmocka_unit_test(test_mma_tables),
+      cmocka_unit_test(test_nv_tables),
       cmocka_unit_test(test_shared_roundtrip),
       cmocka_unit_test(test_reduce),
       cmocka_unit_test(test_free_conversions),

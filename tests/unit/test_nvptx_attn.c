@@ -1,0 +1,365 @@
+/* test_nvptx_attn.c — the attention template through the NVPTX lowering, to PTX, ptxas and
+ * (where a GPU is found) the GPU.
+ *
+ * Everywhere: for head dims 64 and 128, f16 and bf16, causal on and off, the template's default
+ * config and a few others, the kernel lowers to PTX for sm_80 and sm_90a; the PTX has an
+ * `.entry attn_fwd` with `.reqntid 32*warps`, mma.sync.aligned.m16n8k16 instructions and no
+ * `.local` memory.  Where ptxas is found (kn_ptxas_find; a cmocka skip otherwise) it assembles
+ * every PTX; registers, spills and stack are printed per config, and the default configs (and
+ * 128x64 with 8 warps at D 128 and 4 warps at D 64) must have zero spills and no stack frame.
+ *
+ * On a machine with an NVIDIA GPU (kn_cuda_init finds one: the H200 of bench/h200) the kernels
+ * run through runtime/cuda_device.h on N(0,1) inputs rounded to the dtype, with ragged lengths
+ * ((17,17), (1000,1000), (64,1000), (1000,64), (1,1), (129,77), (300,511)), several configs,
+ * grouped-query heads and the lse output, and are compared with kn_attn_reference (float64)
+ * within kn_attn_tolerance; the output buffer is filled with NaN bytes first, so a row the kernel
+ * never writes fails.  Each case prints one line.  Without a GPU the GPU test is a skip.
+ *
+ * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_DUMP=prefix writes the layout plan,
+ * the LLVM IR and the PTX of the first compile.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "attention.h"
+#include "cuda_device.h"
+#include "gpu.h"
+#include "interp.h"
+#include "numeric.h"
+#include "passes.h"
+#include "ptxas.h"
+
+static bool have_ptxas(void) {
+  char path[512], msg[256];
+  return kn_ptxas_find(path, sizeof path, msg, sizeof msg) == KN_PTXAS_OK;
+}
+
+typedef struct compiled {
+  kn_nvptx_compiled c;
+  kn_ptxas_kernel px;   /* valid when ptxas ran */
+  bool ptxas_ran;
+} compiled;
+
+static void compile_one(const char *arch, const kn_attn_desc *desc, const kn_attn_config *cfg,
+                        compiled *out) {
+  memset(out, 0, sizeof *out);
+  kn_diag d;
+  kn_module *m = kn_module_new("<attn>");
+  assert_non_null(kn_attn_fwd_build(m, desc, cfg, &d));
+  static bool dumped;
+  const char *dump = getenv("KILN_TEST_DUMP");
+  int rc = kn_nvptx_compile(m, "attn_fwd", arch, dump && !dumped, &out->c, &d);
+  if (rc)
+    fail_msg("%s %s D%d causal=%d %dx%d w%d: %s", arch, kn_scalar_name(desc->dtype),
+             desc->head_dim, desc->causal, cfg->block_m, cfg->block_n, cfg->warps,
+             d.rendered[0] ? d.rendered : d.message);
+  if (dump && !dumped) {
+    dumped = true;
+    const char *ext[] = {"layout", "ll", "ptx"};
+    const char *txt[] = {out->c.layout_text, out->c.llvm_text, out->c.ptx};
+    for (int i = 0; i < 3; i++) {
+      char path[512];
+      snprintf(path, sizeof path, "%s.%s", dump, ext[i]);
+      FILE *f = fopen(path, "w");
+      if (f && txt[i]) fputs(txt[i], f);
+      if (f) fclose(f);
+    }
+  }
+  kn_module_free(m);
+  const char *ptx = out->c.ptx;
+  assert_non_null(strstr(ptx, ".entry attn_fwd"));
+  assert_non_null(strstr(ptx, "mma.sync.aligned.m16n8k16.row.col.f32"));
+  assert_null(strstr(ptx, ".local"));
+  char req[32];
+  snprintf(req, sizeof req, ".reqntid %d", 32 * cfg->warps);
+  assert_non_null(strstr(ptx, req));
+  assert_int_equal(out->c.threads, 32 * cfg->warps);
+  if (!have_ptxas()) return;
+  kn_ptxas_options o = {.arch = arch, .opt_level = 3};
+  kn_ptxas_result r;
+  char msg[4096];
+  int st = kn_ptxas_run(ptx, out->c.ptx_size, &o, &r, msg, sizeof msg);
+  if (st != KN_PTXAS_OK) fail_msg("ptxas %s: %s", arch, msg);
+  const kn_ptxas_kernel *k = kn_ptxas_find_kernel(&r, "attn_fwd");
+  assert_non_null(k);
+  out->px = *k;
+  out->ptxas_ran = true;
+  kn_ptxas_result_free(&r);
+}
+
+static int count_mma(const char *ptx) {
+  int n = 0;
+  for (const char *p = ptx; (p = strstr(p, "mma.sync.aligned.m16n8k16")); p++) n++;
+  return n;
+}
+
+static void report(const char *arch, const kn_attn_desc *desc, const kn_attn_config *cfg,
+                   const compiled *c) {
+  printf("  %-6s %-4s D%-3d causal=%d %3dx%-3d w%d: smem %6lld B, %3d mma in PTX", arch,
+         kn_scalar_name(desc->dtype), desc->head_dim, desc->causal, cfg->block_m, cfg->block_n,
+         cfg->warps, (long long)c->c.smem_bytes, count_mma(c->c.ptx));
+  if (c->ptxas_ran)
+    printf(", ptxas: %3d registers, spill %d/%d B, stack %d B", c->px.registers,
+           c->px.spill_stores, c->px.spill_loads, c->px.stack_frame);
+  printf("  (lower %.0f, opt %.0f, ptx %.0f ms)\n", c->c.ms_lower, c->c.ms_optimize,
+         c->c.ms_codegen);
+}
+
+static void no_spills(const compiled *c) {
+  if (!c->ptxas_ran) return;
+  assert_int_equal(c->px.spill_stores, 0);
+  assert_int_equal(c->px.spill_loads, 0);
+  assert_int_equal(c->px.stack_frame, 0);
+}
+
+static const char *archs[] = {"sm_80", "sm_90a"};
+
+static void test_default_configs(void **state) {
+  (void)state;
+  if (!have_ptxas()) printf("  (ptxas not found: PTX only, no register report)\n");
+  for (int a = 0; a < 2; a++)
+    for (int t = 0; t < 2; t++)
+      for (int hd = 64; hd <= 128; hd += 64)
+        for (int causal = 0; causal < 2; causal++) {
+          kn_attn_desc desc = {.dtype = t ? KN_BF16 : KN_F16, .head_dim = hd, .causal = causal};
+          kn_attn_config cfg = kn_attn_default_config(&desc);
+          compiled c;
+          compile_one(archs[a], &desc, &cfg, &c);
+          report(archs[a], &desc, &cfg, &c);
+          no_spills(&c);
+          kn_nvptx_compiled_free(&c.c);
+        }
+}
+
+/* other block shapes and warp counts on sm_90a: they must compile and assemble; spills are
+ * reported, not checked (the autotuner prunes by them) */
+static void test_configs(void **state) {
+  (void)state;
+  const int cfgs[][3] = {{64, 64, 4}, {128, 32, 8}, {128, 128, 8}, {64, 32, 4}, {128, 64, 4}};
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
+    for (int hd = 64; hd <= 128; hd += 64) {
+      kn_attn_desc desc = {.dtype = KN_F16, .head_dim = hd, .causal = i % 2 == 0};
+      kn_attn_config cfg = {.block_m = cfgs[i][0], .block_n = cfgs[i][1], .warps = cfgs[i][2],
+                            .stages = 2};
+      compiled c;
+      compile_one("sm_90a", &desc, &cfg, &c);
+      report("sm_90a", &desc, &cfg, &c);
+      kn_nvptx_compiled_free(&c.c);
+    }
+  /* the lse output (a rank-1 store of a row slice) */
+  kn_attn_desc desc = {.dtype = KN_BF16, .head_dim = 128, .causal = true, .has_lse = true};
+  kn_attn_config cfg = kn_attn_default_config(&desc);
+  compiled c;
+  compile_one("sm_80", &desc, &cfg, &c);
+  report("sm_80", &desc, &cfg, &c);
+  no_spills(&c);
+  kn_nvptx_compiled_free(&c.c);
+}
+
+/* the kn_target path: kn_compile through the pipeline keeps the PTX */
+static void test_target(void **state) {
+  (void)state;
+  kn_attn_desc desc = {.dtype = KN_F16, .head_dim = 64, .causal = true};
+  kn_attn_config cfg = kn_attn_default_config(&desc);
+  kn_diag d;
+  kn_module *m = kn_module_new("<attn>");
+  assert_non_null(kn_attn_fwd_build(m, &desc, &cfg, &d));
+  const kn_target *t = kn_nvptx_target_by_name("sm_90a");
+  assert_non_null(t);
+  assert_ptr_equal(t, &kn_target_sm_90a);
+  kn_llvm_init();
+  LLVMContextRef ctx = kn_llvm_context_new();
+  kn_module *mc = kn_module_clone(m);
+  kn_fold(mc);
+  assert_int_equal(kn_inline(mc, &d), 0);
+  kn_func *f = kn_module_find(mc, "attn_fwd");
+  LLVMModuleRef mod;
+  if (t->lower(t, f, ctx, &mod, &d)) fail_msg("lower: %s", d.message);
+  LLVMTargetMachineRef tm = t->machine(t, &d);
+  assert_non_null(tm);
+  assert_int_equal(t->optimize(t, mod, tm, &d), 0);
+  kn_loaded l;
+  if (t->load(t, ctx, mod, "attn_fwd", &l, &d)) fail_msg("load: %s", d.message);
+  int64_t smem = -1;
+  const char *ptx = kn_nvptx_loaded_ptx(&l, &smem);
+  assert_non_null(ptx);
+  assert_non_null(strstr(ptx, ".target sm_90a"));
+  assert_non_null(strstr(ptx, "mma.sync.aligned.m16n8k16"));
+  assert_true(smem > 0);
+  t->unload(t, &l);
+  LLVMDisposeTargetMachine(tm);
+  kn_module_free(mc);
+  kn_module_free(m);
+}
+
+/* ---- on the GPU ---- */
+
+static uint64_t splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static double uniform01(uint64_t *s) { return ((splitmix(s) >> 11) + 0.5) * 0x1p-53; }
+static double normal(uint64_t *s) {
+  double u = uniform01(s), v = uniform01(s);
+  return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+}
+
+static kn_cuda_device *dev;
+static uint64_t seed = 1;
+
+static kn_cuda_ptr upload_random(kn_scalar t, size_t n, uint64_t *rng, double **dbl) {
+  size_t es = kn_scalar_size(t);
+  unsigned char *h = malloc(n * es);
+  double *x = malloc(n * sizeof(double));
+  assert_true(h && x);
+  for (size_t i = 0; i < n; i++) {
+    x[i] = kn_round(t, normal(rng));
+    kn_store_elem(t, h + i * es, x[i]);
+  }
+  kn_cuda_ptr p;
+  kn_cuda_error e;
+  if (kn_cuda_alloc(dev, n * es, &p, &e) || kn_cuda_copy_htod(dev, p, h, n * es, &e))
+    fail_msg("%s", e.message);
+  free(h);
+  *dbl = x;
+  return p;
+}
+
+/* one problem through one compiled kernel; returns max abs errors of O and lse */
+static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, int B, int H, int HK,
+                     int Nq, int Nk, double *err_o, double *err_lse) {
+  compiled c;
+  compile_one("sm_90a", desc, cfg, &c);
+  kn_cuda_error e;
+  kn_cuda_module *mod;
+  if (kn_cuda_module_load_ptx(dev, c.c.ptx, &mod, &e)) fail_msg("%s", e.message);
+  kn_cuda_kernel *k;
+  if (kn_cuda_module_kernel(mod, "attn_fwd", &k, &e)) fail_msg("%s", e.message);
+  kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = Nq, .seqlen_k = Nk};
+  int D = desc->head_dim;
+  kn_scalar t = desc->dtype;
+  size_t es = kn_scalar_size(t);
+  size_t nq = (size_t)B * H * Nq * D, nk = (size_t)B * HK * Nk * D, nl = (size_t)B * H * Nq;
+  uint64_t rng = seed;
+  double *qd, *kd, *vd;
+  kn_cuda_ptr q = upload_random(t, nq, &rng, &qd), kk = upload_random(t, nk, &rng, &kd),
+              v = upload_random(t, nk, &rng, &vd), o, lse = 0;
+  if (kn_cuda_alloc(dev, nq * es, &o, &e) || kn_cuda_memset8(dev, o, 0xff, nq * es, &e))
+    fail_msg("%s", e.message);
+  if (desc->has_lse &&
+      (kn_cuda_alloc(dev, nl * 4, &lse, &e) || kn_cuda_memset8(dev, lse, 0xff, nl * 4, &e)))
+    fail_msg("%s", e.message);
+  kn_argval args[KN_ATTN_NPARAMS];
+  int grid[3];
+  kn_attn_fill_args(desc, cfg, &p, (void *)(uintptr_t)q, (void *)(uintptr_t)kk,
+                    (void *)(uintptr_t)v, (void *)(uintptr_t)o,
+                    desc->has_lse ? (float *)(uintptr_t)lse : NULL, args, grid);
+  /* the driver's kernelParams: a pointer to each parameter's value, in its own width */
+  union { uint64_t p; float f; int32_t i32; int64_t i64; } vals[KN_ATTN_NPARAMS];
+  void *params[KN_ATTN_NPARAMS];
+  for (int i = 0; i < KN_ATTN_NPARAMS; i++) {
+    if (i < 5) vals[i].p = (uint64_t)(uintptr_t)args[i].p;
+    else if (i == 5) vals[i].f = (float)args[i].f;
+    else if (i < 10) vals[i].i32 = (int32_t)args[i].i;
+    else vals[i].i64 = args[i].i;
+    params[i] = &vals[i];
+  }
+  unsigned g3[3] = {(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};
+  unsigned b3[3] = {(unsigned)c.c.threads, 1, 1};
+  if (kn_cuda_launch(k, g3, b3, (unsigned)c.c.smem_bytes, NULL, params, &e) ||
+      kn_cuda_device_sync(dev, &e))
+    fail_msg("launch: %s", e.message);
+  unsigned char *oh = malloc(nq * es);
+  float *lh = desc->has_lse ? malloc(nl * 4) : NULL;
+  if (kn_cuda_copy_dtoh(dev, oh, o, nq * es, &e)) fail_msg("%s", e.message);
+  if (lh && kn_cuda_copy_dtoh(dev, lh, lse, nl * 4, &e)) fail_msg("%s", e.message);
+  double *od = malloc(nq * sizeof(double)), *ld = malloc(nl * sizeof(double));
+  kn_attn_reference(&p, D, desc->causal, qd, kd, vd, od, ld);
+  *err_o = 0;
+  *err_lse = 0;
+  for (size_t i = 0; i < nq; i++) {
+    double x = kn_load_elem(t, oh + i * es), dd = fabs(x - od[i]);
+    if (isnan(dd)) dd = INFINITY;
+    if (dd > *err_o) *err_o = dd;
+  }
+  for (size_t i = 0; lh && i < nl; i++) {
+    double dd = isinf(ld[i]) && isinf(lh[i]) && (ld[i] < 0) == (lh[i] < 0) ? 0 : fabs(lh[i] - ld[i]);
+    if (isnan(dd)) dd = INFINITY;
+    if (dd > *err_lse) *err_lse = dd;
+  }
+  free(oh), free(lh), free(od), free(ld), free(qd), free(kd), free(vd);
+  kn_cuda_free(dev, q, NULL), kn_cuda_free(dev, kk, NULL), kn_cuda_free(dev, v, NULL);
+  kn_cuda_free(dev, o, NULL);
+  if (lse) kn_cuda_free(dev, lse, NULL);
+  kn_cuda_module_unload(mod);
+  kn_nvptx_compiled_free(&c.c);
+}
+
+static void test_gpu(void **state) {
+  (void)state;
+  kn_cuda_error e;
+  if (kn_cuda_init(&e) != KN_CUDA_OK) {
+    printf("  (no GPU: %s)\n", e.message);
+    skip();
+    return;
+  }
+  if (kn_cuda_device_open(0, &dev, &e)) fail_msg("%s", e.message);
+  const kn_cuda_props *pr = kn_cuda_device_get_props(dev);
+  printf("  device 0: %s, sm_%d%d\n", pr->name, pr->cc_major, pr->cc_minor);
+  const char *env = getenv("KILN_TEST_SEED");
+  seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
+  printf("  seed %llu (KILN_TEST_SEED replays)\n", (unsigned long long)seed);
+  const int lens[][2] = {{17, 17}, {1000, 1000}, {64, 1000}, {1000, 64}, {1, 1}, {129, 77},
+                         {300, 511}};
+  int failures = 0, cases = 0;
+  for (int t = 0; t < 2; t++)
+    for (int hd = 64; hd <= 128; hd += 64)
+      for (int causal = 0; causal < 2; causal++)
+        for (int cf = 0; cf < 2; cf++) {
+          kn_attn_desc desc = {.dtype = t ? KN_BF16 : KN_F16, .head_dim = hd, .causal = causal,
+                               .has_lse = cf == 1};
+          kn_attn_config cfg = kn_attn_default_config(&desc);
+          if (cf == 1) cfg = (kn_attn_config){.block_m = 64, .block_n = 32, .warps = 4, .stages = 2};
+          for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            int B = 1, H = 2, HK = li % 2 ? 1 : 2;  /* every other case: 2 heads on 1 kv head */
+            double eo, el;
+            run_case(&desc, &cfg, B, H, HK, lens[li][0], lens[li][1], &eo, &el);
+            seed++;
+            double tol = kn_attn_tolerance(desc.dtype), ltol = kn_attn_lse_tolerance(desc.dtype);
+            bool ok = eo <= tol && (!desc.has_lse || el <= ltol);
+            printf("  %s %-4s D%-3d causal=%d %3dx%-3d w%d B%d H%d HK%d N(%4d,%4d): max|dO| %.2e "
+                   "(tol %.0e)",
+                   ok ? "PASS" : "FAIL", kn_scalar_name(desc.dtype), hd, causal, cfg.block_m,
+                   cfg.block_n, cfg.warps, B, H, HK, lens[li][0], lens[li][1], eo, tol);
+            if (desc.has_lse) printf(", max|dlse| %.2e (tol %.0e)", el, ltol);
+            printf("\n");
+            failures += !ok;
+            cases++;
+          }
+        }
+  printf("  %d of %d GPU cases passed\n", cases - failures, cases);
+  kn_cuda_device_close(dev);
+  assert_int_equal(failures, 0);
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);  /* lines survive a crash of a later case */
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_target),
+      cmocka_unit_test(test_default_configs),
+      cmocka_unit_test(test_configs),
+      cmocka_unit_test(test_gpu),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
