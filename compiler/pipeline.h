@@ -62,6 +62,36 @@ int kn_kernel_run_host(kn_kernel *k, const kn_argval *args, const int grid[3], k
 int kn_pipeline_dump(const kn_module *m, const char *name, const kn_target *t, kn_stage stage,
                      FILE *out, kn_diag *d);
 
+/* ---- the host object path (object.c): what the JIT service caches ----
+ * kn_compile_object() runs the same pipeline as kn_compile() but stops at codegen: the kernel
+ * becomes a relocatable object in memory (PIC, small code model, the host CPU's features), and
+ * the lowering's tile storage is measured on the way (the host's resource for the autotuner).
+ * kn_object_load() links such an object into a fresh LLJIT; the result runs like a kn_kernel.
+ * Host target only so far (other targets: -1 with a message). */
+typedef struct kn_object {
+  void *data;             /* the object file (ELF on Linux), malloc'ed */
+  size_t size;
+  char symbol[160];       /* the kernel's entry symbol, "kiln_<name>" */
+  uint64_t tile_bytes;    /* stack slots of the kernel function before optimisation */
+} kn_object;
+
+int kn_compile_object(const kn_module *m, const char *name, const kn_target *t,
+                      const kn_compile_options *opts, kn_object *out, kn_diag *d);
+void kn_object_free(kn_object *o);
+/* what an object depends on besides its IR: for the host "host;<triple>;<cpu>;<features>;
+ * pic-small;llvm-<version>" (part of the cache key) */
+int kn_object_target_id(const kn_target *t, char *out, size_t size);
+/* the host CPU as LLVM names it ("znver3"), for tuning keys */
+int kn_host_cpu_name(char *out, size_t size);
+
+typedef struct kn_host_object kn_host_object;
+int kn_object_load(const kn_target *t, const void *data, size_t size, const char *symbol,
+                   kn_host_object **out, kn_diag *d);
+void kn_object_unload(kn_host_object *h);
+/* runs a loaded object over grid like kn_kernel_run_host; launches of one object must not
+ * overlap (its status word is shared) */
+int kn_object_run_host(kn_host_object *h, const kn_argval *args, const int grid[3], kn_diag *d);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,11 +1,53 @@
-/* kiln.h — the public C API of kiln.
+/* kiln.h — the public C API of kiln: the JIT service a serving engine embeds.
  *
- * This header grows into the JIT service's API (an opaque context, attention descriptors,
- * prepare/forward, status codes with messages).  For now it carries the version and the status
- * codes shared by the library and the command line.
+ * A process creates a context (cache directory, device, log callback), asks it for an attention
+ * kernel by descriptor (kiln_prepare), and launches the kernel on its own buffers and stream
+ * (kiln_forward).  prepare returns a kernel from the context's memory in microseconds, from the
+ * on-disk cache in milliseconds, or compiles it (and, if asked, autotunes its tiling first);
+ * compiled code and tuning results are shared with later processes through the cache directory.
+ *
+ *   kiln_context *ctx;
+ *   kiln_context_options co = {.log = my_log};               // zero = defaults
+ *   if (kiln_context_create(&co, &ctx)) fail(kiln_last_error());
+ *   kiln_attn_desc d = {.dtype = KILN_F16, .head_dim = 128, .causal = 1};
+ *   kiln_kernel *k;
+ *   if (kiln_prepare(ctx, &d, NULL, &k)) fail(kiln_last_error());
+ *   kiln_attn_args a = {.q = q, .k = kk, .v = v, .o = o, .batch = B, .heads = H,
+ *                       .kv_heads = HK, .seqlen_q = N, .seqlen_k = N};
+ *   if (kiln_forward(k, &a, stream)) fail(kiln_last_error());
+ *   ...
+ *   kiln_context_destroy(ctx);   // frees its kernels
+ *
+ * Errors.  Every call returns a kiln_status; when it is not KILN_OK, kiln_last_error() gives the
+ * message of the failed call on the calling thread (thread-local: valid until the next kiln
+ * call on that thread).  Nothing is printed and nothing exits: warnings and events (cache hits,
+ * compiles, corrupt cache entries, an unwritable cache) go to the log callback.  One exception,
+ * asked for by the tuning policy: while autotuning, progress goes to stderr (a bar when stderr is
+ * a terminal) unless a progress callback is given or KILN_TUNE_PROGRESS=0.
+ *
+ * Threads.  All functions may be called from any number of threads at once on one context:
+ * prepares of the same kernel compile it once (the others wait for it), and kernels may be
+ * launched concurrently (on the host device, launches are serialised inside the device).
+ *
+ * Lifetime.  A kernel belongs to its context: it stays valid until kiln_context_destroy, which
+ * must not race with other calls on that context.  Repeated prepares return the same kernel.
+ *
+ * Cache.  $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else $HOME/.cache/kiln (created 0700).
+ * A cache directory writable by other users is refused (KILN_ERR_INSECURE): anyone who can
+ * write there could make this process run their code.  An unwritable cache directory or a full
+ * disk is a single warning; kernels are then compiled and run without being stored.
+ *
+ * Environment: KILN_CACHE_DIR, KILN_AUTOTUNE=0|1|none (overrides the tuning policy: 1 tune on a
+ * tuning-database miss, 0 use tuned records but never tune, none ignore records),
+ * KILN_TUNE_SPACE (a search-space spec, see kiln_prepare_options.tune_space),
+ * KILN_TUNE_PROGRESS=0, KILN_CACHE_MAX_BYTES (docs/runtime.md), KILN_HOST_THREADS.
+ * docs/api.md has the design and the measured latencies.
  */
 #ifndef KILN_H
 #define KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,7 +67,191 @@ typedef enum kiln_status {
   KILN_ERR_RUNTIME,       /* a launch or memory operation failed */
   KILN_ERR_IO,            /* a file or cache operation failed */
   KILN_ERR_NOMEM,         /* out of memory */
+  KILN_ERR_INSECURE,      /* the cache directory is writable by others (or not ours): refused */
 } kiln_status;
+
+/* a short description of a status ("invalid argument") */
+const char *kiln_status_str(kiln_status s);
+/* the message of the last failed kiln call on this thread ("" if none) */
+const char *kiln_last_error(void);
+
+/* ---- context ---- */
+
+typedef struct kiln_context kiln_context;
+typedef struct kiln_kernel kiln_kernel;
+
+typedef enum kiln_log_level {
+  KILN_LOG_ERROR = 0,   /* a request failed (also returned as a status) */
+  KILN_LOG_WARN = 1,    /* something degraded: corrupt cache entry rebuilt, cache unwritable */
+  KILN_LOG_INFO = 2,    /* events: compiled, cache hit, tuned, tuning record used */
+  KILN_LOG_DEBUG = 3,   /* detail: memo hits, candidate timings */
+} kiln_log_level;
+
+/* called from whichever thread hit the event; must be thread-safe; message valid for the call */
+typedef void (*kiln_log_fn)(void *user, kiln_log_level level, const char *message);
+
+typedef enum kiln_tune_policy {
+  KILN_TUNE_CONTEXT = 0,  /* prepare: the context's policy.  context: KILN_TUNE_CACHED */
+  KILN_TUNE_NONE,         /* the template's default tiling; the tuning database is not read */
+  KILN_TUNE_CACHED,       /* a tuned tiling from the database if there is one, else the default */
+  KILN_TUNE_AUTO,         /* as CACHED, but tune (and record) on a database miss */
+} kiln_tune_policy;
+
+struct kiln_tune_candidate;
+/* tuning progress: candidate `done` of `total` has finished (c describes it) */
+typedef void (*kiln_progress_fn)(void *user, int done, int total,
+                                 const struct kiln_tune_candidate *c);
+
+typedef struct kiln_context_options {
+  const char *cache_dir;      /* NULL: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln, ~/.cache/kiln */
+  int no_cache;               /* nonzero: no disk cache and no tuning database at all */
+  const char *device;         /* "auto" (NULL), "host", or a target name ("gfx942", "sm_90a") */
+  kiln_log_fn log;            /* optional */
+  void *log_user;
+  kiln_tune_policy tune_policy; /* default for prepares (KILN_TUNE_CONTEXT: CACHED); the
+                                   environment's KILN_AUTOTUNE overrides it */
+  kiln_progress_fn progress;  /* optional; NULL: stderr while tuning (KILN_TUNE_PROGRESS=0: none) */
+  void *progress_user;
+} kiln_context_options;
+
+/* options NULL: all defaults.  KILN_ERR_INSECURE for a cache directory writable by others,
+ * KILN_ERR_NO_DEVICE / KILN_ERR_UNSUPPORTED for a device that is absent or not yet served. */
+kiln_status kiln_context_create(const kiln_context_options *options, kiln_context **out);
+void kiln_context_destroy(kiln_context *ctx);
+
+/* the kiln target the context compiles for ("host") and the device's name (CPU model) */
+const char *kiln_context_target(const kiln_context *ctx);
+const char *kiln_context_device_name(const kiln_context *ctx);
+/* the cache directory in use, or "" when running without one */
+const char *kiln_context_cache_dir(const kiln_context *ctx);
+
+/* counters since the context was created (for tests, monitoring, and "did we compile?") */
+typedef struct kiln_stats {
+  uint64_t prepares;        /* kiln_prepare calls that succeeded */
+  uint64_t memo_hits;       /* ... answered from the context's memory */
+  uint64_t cache_hits;      /* kernels loaded from the disk cache */
+  uint64_t compiles;        /* kernels compiled (tuning candidates excluded) */
+  uint64_t corrupt_entries; /* bad cache entries found (removed and rebuilt) */
+  uint64_t not_stored;      /* compiled kernels the cache could not store */
+  uint64_t tuning_hits;     /* tilings taken from the tuning database */
+  uint64_t tunings;         /* autotuning runs */
+  uint64_t candidates;      /* candidates compiled by those runs */
+  uint64_t launches;        /* kiln_forward calls that succeeded */
+} kiln_stats;
+void kiln_context_stats(kiln_context *ctx, kiln_stats *out);
+
+/* ---- kernels ---- */
+
+typedef enum kiln_dtype {
+  KILN_F16 = 1,   /* IEEE binary16 */
+  KILN_BF16,      /* bfloat16 */
+  KILN_F32,       /* binary32 */
+} kiln_dtype;
+
+/* What to compute: FlashAttention-2 style forward, O = softmax(Q K^T * scale) V.  Causal masks
+ * are aligned bottom-right (query i sees key j iff j <= i + seqlen_k - seqlen_q). */
+typedef struct kiln_attn_desc {
+  kiln_dtype dtype;    /* of q, k, v and o */
+  int head_dim;        /* a multiple of 16 in 32..256 */
+  int causal;          /* nonzero: causal mask */
+  int has_lse;         /* nonzero: also write the log-sum-exp per query row (natural log, f32) */
+} kiln_attn_desc;
+
+typedef struct kiln_prepare_options {
+  kiln_tune_policy tune_policy; /* KILN_TUNE_CONTEXT: the context's */
+  int seqlen;          /* typical sequence length: picks the tuning bucket (0: 1024) */
+  int block_m, block_n; /* nonzero: this tiling, no tuning (both must be given) */
+  /* autotuning (KILN_TUNE_AUTO, kiln_tune): */
+  const char *tune_space; /* NULL: $KILN_TUNE_SPACE if set; applied over the template's
+                             space, e.g. "block_m=32,64;block_n=32,64;max_tile_bytes=1048576"
+                             (knobs block_m, block_n, warps, stages, waves_per_eu,
+                             matrix_instr; limits max_tile_bytes, max_vgprs, max_lds_bytes,
+                             max_spill_bytes) */
+  int tune_batch, tune_heads; /* problem timed: batch x heads x seqlen^2 (0: 1 and 8) */
+  int tune_warmup;     /* launches before timing (0: 2) */
+  int tune_repeats;    /* timed launches, median reported (0: 7) */
+} kiln_prepare_options;
+
+/* Compile-or-load.  options NULL: defaults.  On success *out is the context's kernel for this
+ * descriptor and tiling (the same pointer on every later call).  KILN_ERR_UNSUPPORTED for a
+ * descriptor the template does not serve, KILN_ERR_COMPILE if compiling fails. */
+kiln_status kiln_prepare(kiln_context *ctx, const kiln_attn_desc *desc,
+                         const kiln_prepare_options *options, kiln_kernel **out);
+
+typedef enum kiln_kernel_source {
+  KILN_SOURCE_COMPILED = 1,  /* compiled in this context */
+  KILN_SOURCE_CACHE,         /* loaded from the disk cache */
+} kiln_kernel_source;
+
+typedef struct kiln_kernel_info {
+  kiln_attn_desc desc;
+  int block_m, block_n, warps, stages;
+  int tuned;                 /* the tiling came from the tuning database or a tuning run */
+  kiln_kernel_source source;
+  double prepare_ms;         /* time to compile or load it */
+  char cache_key[33];        /* hex key of its cache entry */
+  char target[16];
+} kiln_kernel_info;
+kiln_status kiln_kernel_get_info(const kiln_kernel *k, kiln_kernel_info *out);
+
+/* Buffers are the caller's; strides are in elements, the head dimension must be contiguous.
+ * Layouts (a stride triple of zeros means contiguous):
+ *   q, o (batch, heads, seqlen_q, head_dim)      strides {batch, head, row}
+ *   k, v (batch, kv_heads, seqlen_k, head_dim)   strides {batch, head, row}
+ *   lse  (batch, heads, seqlen_q) f32            strides {batch, head}, rows contiguous;
+ *        required when the descriptor has_lse, ignored otherwise
+ * heads must be a multiple of kv_heads (grouped-query attention: head h reads kv head
+ * h / (heads / kv_heads)). */
+typedef struct kiln_attn_args {
+  const void *q, *k, *v;
+  void *o;
+  float *lse;
+  int batch, heads, kv_heads, seqlen_q, seqlen_k;
+  float sm_scale;            /* 0: 1/sqrt(head_dim) */
+  int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];
+  int64_t lse_stride[2];
+} kiln_attn_args;
+
+/* Launches the kernel on `stream` (a hipStream_t / CUstream for GPU devices; ignored on the
+ * host, where the call returns when the output is written). */
+kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *args, void *stream);
+
+/* ---- autotuning ---- */
+
+typedef enum kiln_candidate_state {
+  KILN_CANDIDATE_TIMED = 0,  /* compiled, checked against the reference, timed */
+  KILN_CANDIDATE_INVALID,    /* not a tiling the template accepts */
+  KILN_CANDIDATE_PRUNED,     /* its compiled code exceeds a resource limit of the space */
+  KILN_CANDIDATE_FAILED,     /* did not compile or launch */
+  KILN_CANDIDATE_WRONG,      /* ran, but its output is outside tolerance */
+} kiln_candidate_state;
+
+typedef struct kiln_tune_candidate {
+  int block_m, block_n, warps, stages, waves_per_eu;
+  char matrix_instr[64];
+  kiln_candidate_state state;
+  double median_us, min_us;  /* TIMED only */
+  double compile_ms;
+  uint64_t tile_bytes;       /* the resource its compiled code reports (host: tile storage) */
+  char note[160];            /* why INVALID / PRUNED / FAILED / WRONG */
+} kiln_tune_candidate;
+
+typedef struct kiln_tune_result {
+  int ncandidates;
+  kiln_tune_candidate *candidates; /* malloc'ed: kiln_tune_result_free */
+  int best;                  /* index of the fastest TIMED candidate */
+  int batch, heads, seqlen;  /* the problem timed */
+  int recorded;              /* the best was written to the tuning database */
+  double seconds;            /* wall time of the whole run */
+  char space[512];           /* the space searched, as a spec */
+} kiln_tune_result;
+
+/* Tunes the descriptor's tiling for the options' seqlen bucket now (whatever the database holds),
+ * records the best (replacing the record), stores the best kernel in the cache, and fills *out
+ * (may be NULL).  Fails with KILN_ERR_RUNTIME when no candidate could be timed. */
+kiln_status kiln_tune(kiln_context *ctx, const kiln_attn_desc *desc,
+                      const kiln_prepare_options *options, kiln_tune_result *out);
+void kiln_tune_result_free(kiln_tune_result *r);
 
 #ifdef __cplusplus
 }

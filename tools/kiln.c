@@ -5,6 +5,8 @@
  *   kiln run   [--target T] [options]     random inputs, run, compare with the float64 reference
  *   kiln dump  --stage S [options]        print a stage of the compile (ir|lowered|llvm|asm)
  *   kiln check FILE.tile                  parse and verify a text IR file
+ *   kiln tune  [--target T] [options]     autotune the tiling through the JIT service (kiln.h)
+ *   kiln cache ls|verify|clear            the code cache and tuning records (runtime/cache.h)
  * `kiln run` ends with one line `max_abs_err=<x> rel_err=<x> tol=<x> PASS|FAIL`.
  * Exit codes: 0 success / PASS, 1 FAIL (a result outside tolerance), 2 bad usage or bad input
  * (malformed IR, unsupported shape or dtype), 3 the target or device is not available.
@@ -18,14 +20,20 @@
 #include <string.h>
 #include <time.h>
 
+#include <sys/stat.h>
+
 #include "attention.h"
+#include "cache.h"
 #include "device.h"
+#include "discover.h"
 #include "gpu.h"
 #include "interp.h"
 #include "ir.h"
+#include "kiln.h"
 #include "numeric.h"
 #include "pipeline.h"
 #include "target.h"
+#include "tunedb.h"
 
 enum { EXIT_PASS = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_NODEV = 3 };
 
@@ -43,6 +51,8 @@ typedef struct options {
   kn_attn_problem prob;
   unsigned long long seed;
   int repeats;
+  const char *cache_dir; /* tune, cache: --cache-dir DIR (else $KILN_CACHE_DIR, ...) */
+  const char *space;     /* tune: --space SPEC (autotune/space.h) */
 } options;
 
 static void usage(FILE *f) {
@@ -55,6 +65,10 @@ static void usage(FILE *f) {
         "                          --stats (registers, spills, LDS, occupancy, MFMA count)\n"
         "  check FILE.tile         parse and verify a text IR file\n"
         "  inspect FILE.hsaco      registers, spills, LDS, occupancy, MFMA count of a code object\n"
+        "  tune  [--target T]      autotune the tiling for the kernel options and record it:\n"
+        "                          --space \"block_m=32,64;block_n=32\", --cache-dir DIR,\n"
+        "                          --seqlen-q N (the length tuned for), --repeats R\n"
+        "  cache ls|verify|clear   the code cache and tuning records [--cache-dir DIR]\n"
         "kernel options:\n"
         "  --dtype f16|bf16|f32  --head-dim D  --batch B  --heads H  --kv-heads HK\n"
         "  --seqlen-q N  --seqlen-k M  --causal  --block-m BM  --block-n BN\n"
@@ -129,6 +143,12 @@ static int parse_options(int argc, char **argv, int first, options *o) {
       i++;
     } else if (!strcmp(a, "--ir") && v) {
       o->ir_file = v;
+      i++;
+    } else if (!strcmp(a, "--cache-dir") && v) {
+      o->cache_dir = v;
+      i++;
+    } else if (!strcmp(a, "--space") && v) {
+      o->space = v;
       i++;
     } else if (!strcmp(a, "--dtype") && v) {
       int s = kn_scalar_from_name(v, strlen(v));
@@ -286,8 +306,11 @@ static void fill_random(kn_scalar t, void *buf, double *twin, size_t n, unsigned
 /* ---- commands ----------------------------------------------------------------------------- */
 
 /* a compiled target by name ("auto": the best device present); NULL after a message */
+static const char *auto_target(void);
+
 static const kn_target *find_target(const char *name) {
-  if (!strcmp(name, "host") || !strcmp(name, "auto")) return kn_host_target();
+  if (!strcmp(name, "auto")) name = auto_target();
+  if (!strcmp(name, "host")) return kn_host_target();
   const kn_target *g = kn_gpu_target_by_name(name);
   if (g) return g;
   fprintf(stderr, "kiln: error: target '%s' is not available in this build (run `kiln targets`)\n",
@@ -295,13 +318,62 @@ static const kn_target *find_target(const char *name) {
   return NULL;
 }
 
+/* The device list, found once by dlopen of the GPU drivers (runtime/discover.h). */
+static const kn_device_list *devices(void) {
+  static kn_device_list list;
+  static bool done;
+  if (!done) {
+    kn_discover(&list);
+    done = true;
+  }
+  return &list;
+}
+
+/* `auto`: the best device present (kn_discover_best) whose target kiln can run here.  Runs on
+ * GPUs are not wired into the command line yet, so a GPU found is named and the host used. */
+static const char *auto_target(void) {
+  const kn_device_info *best = kn_discover_best(devices());
+  if (best->kind != KN_DEVICE_HOST)
+    fprintf(stderr, "kiln: note: %s (target %s) found; running on GPUs is not wired into the "
+            "command line yet, using the host\n", best->name,
+            best->target[0] ? best->target : "none");
+  return "host";
+}
+
+static void print_driver(const char *what, const kn_driver_report *r) {
+  if (r->present)
+    printf("  %-6s driver %s, version %d, %d device(s)\n", what, r->library, r->version,
+           r->device_count);
+  else
+    printf("  %-6s not present: %s\n", what, r->reason);
+}
+
 static int cmd_targets(void) {
   printf("targets compiled in:\n");
   printf("  interp   reference interpreter\n");
   printf("  host     the host CPU, LLVM ORC JIT\n");
+  static const char *const gpu[] = {"gfx90a", "gfx942", "sm_80", "sm_90a"};
+  for (size_t i = 0; i < sizeof gpu / sizeof gpu[0]; i++)
+    if (kn_gpu_target_by_name(gpu[i])) printf("  %-8s GPU code (compile)\n", gpu[i]);
+  const kn_device_list *l = devices();
+  printf("drivers:\n");
+  print_driver("hip", &l->hip);
+  print_driver("cuda", &l->cuda);
   printf("devices present:\n");
-  printf("  host     CPU, %d worker threads\n", kn_host_threads());
-  printf("auto = host\n");
+  for (int i = 0; i < l->n; i++) {
+    const kn_device_info *d = &l->dev[i];
+    if (d->kind == KN_DEVICE_HOST)
+      printf("  host     %s, %s, %d CPUs (%d worker threads), %llu MiB\n", d->name, d->arch,
+             d->compute_units, kn_host_threads(), (unsigned long long)(d->memory_bytes >> 20));
+    else
+      printf("  %-8s %s %d: %s, arch %s%s%s, %d units, %llu MiB\n",
+             d->target[0] ? d->target : "-", kn_device_kind_str(d->kind), d->ordinal, d->name,
+             d->arch, d->arch_features[0] ? ":" : "", d->arch_features, d->compute_units,
+             (unsigned long long)(d->memory_bytes >> 20));
+  }
+  const kn_device_info *best = kn_discover_best(l);
+  printf("auto = host%s%s%s\n", best->kind != KN_DEVICE_HOST ? " (best device: " : "",
+         best->kind != KN_DEVICE_HOST ? best->name : "", best->kind != KN_DEVICE_HOST ? ")" : "");
   return EXIT_PASS;
 }
 
@@ -592,6 +664,190 @@ static int cmd_compile(options *o) {
   return rc;
 }
 
+/* ---- tune and cache (the JIT service, include/kiln.h) ----------------------------------- */
+
+static void cli_log(void *user, kiln_log_level level, const char *msg) {
+  (void)user;
+  if (level <= KILN_LOG_WARN)
+    fprintf(stderr, "kiln: %s: %s\n", level == KILN_LOG_ERROR ? "error" : "warning", msg);
+}
+
+static int exit_of(kiln_status s) {
+  switch (s) {
+  case KILN_OK: return EXIT_PASS;
+  case KILN_ERR_NO_DEVICE: return EXIT_NODEV;
+  case KILN_ERR_RUNTIME: return EXIT_FAIL;
+  default: return EXIT_USAGE;
+  }
+}
+
+static const char *state_name(kiln_candidate_state s) {
+  switch (s) {
+  case KILN_CANDIDATE_TIMED: return "timed";
+  case KILN_CANDIDATE_INVALID: return "invalid";
+  case KILN_CANDIDATE_PRUNED: return "pruned";
+  case KILN_CANDIDATE_FAILED: return "failed";
+  case KILN_CANDIDATE_WRONG: return "WRONG";
+  }
+  return "?";
+}
+
+static int cmd_tune(options *o) {
+  const char *target = !strcmp(o->target, "auto") ? auto_target() : o->target;
+  if (strcmp(target, "host")) {
+    fprintf(stderr, "kiln: error: target '%s': tuning runs on the host only so far\n", target);
+    return EXIT_NODEV;
+  }
+  if (o->ir_file) {
+    fprintf(stderr, "kiln: error: kiln tune tunes the attention template (no --ir)\n");
+    return EXIT_USAGE;
+  }
+  kiln_context_options co = {.cache_dir = o->cache_dir, .device = "host", .log = cli_log};
+  kiln_context *ctx;
+  kiln_status s = kiln_context_create(&co, &ctx);
+  if (s) {
+    fprintf(stderr, "kiln: error: %s\n", kiln_last_error());
+    return exit_of(s);
+  }
+  kiln_attn_desc d = {.dtype = o->desc.dtype == KN_BF16  ? KILN_BF16
+                               : o->desc.dtype == KN_F32 ? KILN_F32
+                                                         : KILN_F16,
+                      .head_dim = o->desc.head_dim, .causal = o->desc.causal,
+                      .has_lse = o->desc.has_lse};
+  if (o->desc.dtype != KN_F16 && o->desc.dtype != KN_BF16 && o->desc.dtype != KN_F32) {
+    fprintf(stderr, "kiln: error: kiln tune serves f16, bf16 and f32\n");
+    kiln_context_destroy(ctx);
+    return EXIT_USAGE;
+  }
+  int seqlen = o->prob.seqlen_q > o->prob.seqlen_k ? o->prob.seqlen_q : o->prob.seqlen_k;
+  kiln_prepare_options po = {.seqlen = seqlen, .tune_space = o->space,
+                             .tune_batch = o->prob.batch, .tune_heads = o->prob.heads,
+                             .tune_repeats = o->repeats > 1 ? o->repeats : 0};
+  printf("kiln tune: target=host device=%s kernel=attn_fwd dtype=%s D=%d causal=%d lse=%d "
+         "seqlen=%d (bucket %d) cache=%s\n",
+         kiln_context_device_name(ctx), kn_scalar_name(o->desc.dtype), d.head_dim, d.causal,
+         d.has_lse, seqlen, kn_tune_seq_bucket(seqlen), kiln_context_cache_dir(ctx));
+  fflush(stdout);
+  kiln_tune_result r;
+  s = kiln_tune(ctx, &d, &po, &r);
+  if (r.candidates) {
+    printf("space: %s\nproblem: batch %d x heads %d x %d^2\n", r.space, r.batch, r.heads,
+           r.seqlen);
+    printf("%7s %7s %5s %6s %12s %10s %11s %11s  %s\n", "block_m", "block_n", "warps", "stages",
+           "tile_bytes", "compile_ms", "median_us", "min_us", "state");
+    for (int i = 0; i < r.ncandidates; i++) {
+      const kiln_tune_candidate *c = &r.candidates[i];
+      printf("%7d %7d %5d %6d %12llu %10.1f ", c->block_m, c->block_n, c->warps, c->stages,
+             (unsigned long long)c->tile_bytes, c->compile_ms);
+      if (c->state == KILN_CANDIDATE_TIMED) printf("%11.1f %11.1f  timed%s\n", c->median_us,
+                                                  c->min_us, i == r.best ? " *best*" : "");
+      else printf("%11s %11s  %s: %s\n", "-", "-", state_name(c->state), c->note);
+    }
+  }
+  if (s) {
+    fprintf(stderr, "kiln: error: %s\n", kiln_last_error());
+  } else {
+    const kiln_tune_candidate *b = &r.candidates[r.best];
+    printf("best: block_m=%d block_n=%d warps=%d stages=%d median_us=%.1f (%s)\n", b->block_m,
+           b->block_n, b->warps, b->stages, b->median_us,
+           r.recorded ? "recorded in the tuning database" : "not recorded");
+    printf("tuning time: %.2f s\n", r.seconds);
+  }
+  kiln_tune_result_free(&r);
+  kiln_context_destroy(ctx);
+  return exit_of(s);
+}
+
+static int cmd_cache(int argc, char **argv) {
+  const char *sub = argc >= 3 ? argv[2] : "", *dir = NULL;
+  for (int i = 3; i < argc; i++) {
+    if (!strcmp(argv[i], "--cache-dir") && i + 1 < argc) {
+      dir = argv[++i];
+    } else {
+      fprintf(stderr, "kiln: error: unknown or incomplete option '%s'\n", argv[i]);
+      return EXIT_USAGE;
+    }
+  }
+  if (strcmp(sub, "ls") && strcmp(sub, "verify") && strcmp(sub, "clear")) {
+    fprintf(stderr, "usage: kiln cache ls|verify|clear [--cache-dir DIR]\n");
+    return EXIT_USAGE;
+  }
+  kn_cache_config cc = {.dir = dir};
+  kn_cache *c;
+  int cs = kn_cache_open(&cc, &c);
+  if (cs != KN_CACHE_OK) {
+    fprintf(stderr, "kiln: error: %s\n", kn_cache_message());
+    return EXIT_USAGE;
+  }
+  int rc = EXIT_PASS;
+  kn_cache_report r;
+  if (!strcmp(sub, "ls")) {
+    kn_cache_entry *e;
+    size_t n;
+    if (kn_cache_list(c, &e, &n) != KN_CACHE_OK) {
+      fprintf(stderr, "kiln: error: %s\n", kn_cache_message());
+      kn_cache_close(c);
+      return EXIT_USAGE;
+    }
+    printf("cache %s (bound %llu bytes)\n", kn_cache_dir(c),
+           (unsigned long long)kn_cache_max_bytes(c));
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+      char hex[33], when[32];
+      kn_cache_key_hex(&e[i].key, hex);
+      time_t t = (time_t)e[i].last_used;
+      strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
+      printf("  %s  %10llu bytes  last used %s\n", hex, (unsigned long long)e[i].file_bytes,
+             when);
+      total += e[i].file_bytes;
+    }
+    printf("%zu entries, %llu bytes\n", n, (unsigned long long)total);
+    free(e);
+    /* tuning records, only if the database exists (ls must not create one) */
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", kn_cache_dir(c), KN_TUNEDB_FILE);
+    kn_tunedb *db;
+    if (stat(path, &st) == 0 && kn_tunedb_open(path, &db) >= 0) {
+      kn_tune_record *recs;
+      size_t nr = 0;
+      if (kn_tunedb_list(db, &recs, &nr) == KN_TUNEDB_OK) {
+        printf("tuning records (%s):\n", path);
+        for (size_t i = 0; i < nr; i++) {
+          const kn_tune_record *t = &recs[i];
+          printf("  %s %s %s D%d bucket %d %s kiln %s: block %dx%d warps %d stages %d, %.1f us\n",
+                 t->key.template_name, t->key.variant, t->key.dtype, t->key.head_dim,
+                 t->key.seq_bucket, t->key.arch, t->key.kiln_version, t->config.block_m,
+                 t->config.block_n, t->config.warps, t->config.stages, t->time_us);
+        }
+        free(recs);
+      }
+      kn_tunedb_close(db);
+    }
+  } else if (!strcmp(sub, "verify")) {
+    if (kn_cache_verify(c, &r) != KN_CACHE_OK) {
+      fprintf(stderr, "kiln: error: %s\n", kn_cache_message());
+      rc = EXIT_USAGE;
+    } else {
+      printf("cache %s: %zu entries, %zu valid, %zu corrupt removed, %zu stale temp files "
+             "removed, %llu bytes\n", kn_cache_dir(c), r.entries, r.valid, r.removed_corrupt,
+             r.removed_temp, (unsigned long long)r.bytes);
+      if (r.removed_corrupt) rc = EXIT_FAIL;
+    }
+  } else {
+    if (kn_cache_clear(c, &r) != KN_CACHE_OK) {
+      fprintf(stderr, "kiln: error: %s\n", kn_cache_message());
+      rc = EXIT_USAGE;
+    } else {
+      printf("cache %s: removed %zu entries and %zu temp files (tuning records kept: %s/%s)\n",
+             kn_cache_dir(c), r.removed_evicted, r.removed_temp, kn_cache_dir(c),
+             KN_TUNEDB_FILE);
+    }
+  }
+  kn_cache_close(c);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
@@ -601,9 +857,12 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "targets")) return cmd_targets();
   if (!strcmp(cmd, "check")) return cmd_check(argc, argv);
   if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
+  if (!strcmp(cmd, "cache")) return cmd_cache(argc, argv);
   options o;
-  if (!strcmp(cmd, "run") || !strcmp(cmd, "dump") || !strcmp(cmd, "compile")) {
+  if (!strcmp(cmd, "run") || !strcmp(cmd, "dump") || !strcmp(cmd, "compile") ||
+      !strcmp(cmd, "tune")) {
     if (parse_options(argc, argv, 2, &o)) return EXIT_USAGE;
+    if (!strcmp(cmd, "tune")) return cmd_tune(&o);
     if (!strcmp(cmd, "compile")) return cmd_compile(&o);
     return !strcmp(cmd, "run") ? cmd_run(&o) : cmd_dump(&o);
   }

@@ -1,0 +1,730 @@
+/* kiln.c — the public API (include/kiln.h): contexts, prepare (compile-or-load), forward.
+ *
+ * prepare, in order of cost:
+ *   1. the context's memo: a hash map from the request (descriptor, policy, bucket, forced
+ *      tiling) to its kernel — a mutex and a lookup;
+ *   2. the tiling: forced, the template default, a tuning-database record, or a tuning run;
+ *   3. a second memo level keyed by (descriptor, tiling): two requests that resolve to the same
+ *      tiling share one kernel;
+ *   4. the disk cache: the template is instantiated and printed, the key hashed from the printed
+ *      IR + the target's identity (triple, CPU, features, code model, LLVM version) + compile
+ *      options + kiln version + payload ABI; a hit is an object linked into a fresh LLJIT;
+ *   5. a compile to an object, stored in the cache, then loaded the same way — so the code run
+ *      after a compile is byte for byte the code a later process loads.
+ * Each memo key has an in-flight marker: the first thread to want a key builds it outside the
+ * lock while later threads wait on the context's condition variable, so concurrent prepares of
+ * one kernel compile it once.  A failed build removes its marker and the waiters retry (and
+ * report their own error).
+ *
+ * Cache problems.  A corrupt entry (the cache checks length and checksum) or a payload whose
+ * header or object does not load is a warning: it is removed and the kernel rebuilt, never
+ * loaded.  An unwritable cache (read-only directory, full disk, injected faults) and an
+ * unusable tuning database are one warning per context, then info: a serving process with a
+ * read-only cache should not log on every kernel.  A cache directory writable by others is
+ * refused at context creation (KILN_ERR_INSECURE) — loading code from a directory others can
+ * write is running their code; the caller may pass no_cache=1 to run uncached instead.
+ *
+ * Errors are a status plus a thread-local message (kiln_last_error), so concurrent callers
+ * never see each other's messages.  The library never prints; see tune.c for the one progress
+ * exception the tuning policy asks for.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api.h"
+#include "device.h"
+#include "interp.h"
+
+/* ---- errors and logging ---- */
+
+static _Thread_local char tl_error[1024];
+
+const char *kiln_last_error(void) { return tl_error; }
+
+kiln_status api_fail(kiln_status s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tl_error, sizeof tl_error, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+const char *kiln_status_str(kiln_status s) {
+  switch (s) {
+  case KILN_OK: return "ok";
+  case KILN_ERR_INVALID: return "invalid argument";
+  case KILN_ERR_UNSUPPORTED: return "unsupported";
+  case KILN_ERR_NO_DEVICE: return "device not present";
+  case KILN_ERR_COMPILE: return "compile failed";
+  case KILN_ERR_RUNTIME: return "launch failed";
+  case KILN_ERR_IO: return "i/o error";
+  case KILN_ERR_NOMEM: return "out of memory";
+  case KILN_ERR_INSECURE: return "cache directory refused (insecure)";
+  }
+  return "unknown status";
+}
+
+void api_log(kiln_context *ctx, kiln_log_level level, const char *fmt, ...) {
+  if (!ctx || !ctx->log) return;
+  char msg[1200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  ctx->log(ctx->log_user, level, msg);
+}
+
+void api_log_unwritable(kiln_context *ctx, const char *msg) {
+  bool first = atomic_exchange(&ctx->warned_unwritable, 1) == 0;
+  api_log(ctx, first ? KILN_LOG_WARN : KILN_LOG_INFO, "%s", msg);
+}
+
+/* The cache reports through its log callback from inside get/put/open on the calling thread, so
+ * a thread-local says which call it is: a warning during get is a corrupt entry (always worth a
+ * warning), during open or put it means the cache cannot store (one warning per context). */
+static _Thread_local bool tl_in_cache_get;
+
+static void cache_log(void *user, int level, const char *message) {
+  kiln_context *ctx = user;
+  if (level >= 2) api_log(ctx, KILN_LOG_DEBUG, "%s", message);
+  else if (tl_in_cache_get) api_log(ctx, KILN_LOG_WARN, "%s", message);
+  else api_log_unwritable(ctx, message);
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + 1e-6 * (double)ts.tv_nsec;
+}
+
+/* ---- the memo: string keys -> kernels, with in-flight markers ---- */
+
+struct memo_slot {
+  memo_slot *next;
+  bool ready;          /* false: a thread is building it */
+  kiln_kernel *kernel;
+  char key[];
+};
+
+static unsigned memo_hash(const char *s) {
+  unsigned h = 2166136261u; /* FNV-1a: short keys, no adversary (the caller's own requests) */
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h % API_MEMO_BUCKETS;
+}
+
+static memo_slot *memo_find(kiln_context *ctx, const char *key) {
+  for (memo_slot *s = ctx->buckets[memo_hash(key)]; s; s = s->next)
+    if (!strcmp(s->key, key)) return s;
+  return NULL;
+}
+
+/* 1 and *k: ready.  0: the caller now owns the in-flight marker and must call memo_finish.
+ * -1: out of memory. */
+static int memo_acquire(kiln_context *ctx, const char *key, kiln_kernel **k) {
+  pthread_mutex_lock(&ctx->mu);
+  for (;;) {
+    memo_slot *s = memo_find(ctx, key);
+    if (!s) break;
+    if (s->ready) {
+      *k = s->kernel;
+      pthread_mutex_unlock(&ctx->mu);
+      return 1;
+    }
+    pthread_cond_wait(&ctx->cv, &ctx->mu);
+  }
+  size_t n = strlen(key) + 1;
+  memo_slot *s = calloc(1, sizeof *s + n);
+  if (!s) {
+    pthread_mutex_unlock(&ctx->mu);
+    return -1;
+  }
+  memcpy(s->key, key, n);
+  unsigned h = memo_hash(key);
+  s->next = ctx->buckets[h];
+  ctx->buckets[h] = s;
+  pthread_mutex_unlock(&ctx->mu);
+  return 0;
+}
+
+/* publishes k for key (NULL: the build failed; the marker goes and waiters retry).  own: k is
+ * new and joins the context's list of kernels to free. */
+static void memo_finish(kiln_context *ctx, const char *key, kiln_kernel *k, bool own) {
+  pthread_mutex_lock(&ctx->mu);
+  memo_slot **pp = &ctx->buckets[memo_hash(key)];
+  while (*pp && strcmp((*pp)->key, key)) pp = &(*pp)->next;
+  memo_slot *s = *pp;
+  if (s && k) {
+    s->ready = true;
+    s->kernel = k;
+  } else if (s) {
+    *pp = s->next;
+    free(s);
+  }
+  if (k && own) {
+    k->next = ctx->kernels;
+    ctx->kernels = k;
+  }
+  pthread_cond_broadcast(&ctx->cv);
+  pthread_mutex_unlock(&ctx->mu);
+}
+
+/* ---- context ---- */
+
+static pthread_once_t discover_once = PTHREAD_ONCE_INIT;
+static kn_device_list discovered;
+
+static void discover_devices(void) { kn_discover(&discovered); }
+
+/* KILN_AUTOTUNE, read once per context (getenv is not safe against a concurrent setenv) */
+static kiln_tune_policy env_policy(kiln_context *ctx) {
+  const char *e = getenv("KILN_AUTOTUNE");
+  if (!e || !*e) return KILN_TUNE_CONTEXT;
+  if (!strcmp(e, "1")) return KILN_TUNE_AUTO;
+  if (!strcmp(e, "0")) return KILN_TUNE_CACHED;
+  if (!strcmp(e, "none")) return KILN_TUNE_NONE;
+  api_log(ctx, KILN_LOG_WARN, "KILN_AUTOTUNE=%s is not 0, 1 or none; ignored", e);
+  return KILN_TUNE_CONTEXT;
+}
+
+static kiln_status pick_device(kiln_context *ctx, const char *device) {
+  if (!device || !strcmp(device, "auto")) {
+    pthread_once(&discover_once, discover_devices);
+    const kn_device_info *best = kn_discover_best(&discovered);
+    if (best->kind != KN_DEVICE_HOST)
+      api_log(ctx, KILN_LOG_INFO,
+              "device %s (%s, target %s) found, but the API launches only on the host so far; "
+              "using the host", best->name, kn_device_kind_str(best->kind),
+              best->target[0] ? best->target : "none");
+    const kn_device_info *host = &discovered.dev[discovered.n - 1];
+    snprintf(ctx->device_name, sizeof ctx->device_name, "%s", host->name);
+  } else if (!strcmp(device, "host")) {
+    kn_host_cpu_name(ctx->device_name, sizeof ctx->device_name);
+  } else if (!strncmp(device, "gfx", 3) || !strncmp(device, "sm_", 3)) {
+    return api_fail(KILN_ERR_UNSUPPORTED,
+                    "device '%s': the API does not launch on GPUs yet (use \"host\" or \"auto\")",
+                    device);
+  } else {
+    return api_fail(KILN_ERR_NO_DEVICE, "unknown device '%s' (expected auto, host, or a target)",
+                    device);
+  }
+  ctx->kind = KN_DEVICE_HOST;
+  ctx->target = kn_host_target();
+  snprintf(ctx->target_name, sizeof ctx->target_name, "host");
+  char cpu[64];
+  kn_host_cpu_name(cpu, sizeof cpu);
+  snprintf(ctx->arch, sizeof ctx->arch, "host-%.26s", cpu);
+  if (kn_object_target_id(ctx->target, ctx->target_id, sizeof ctx->target_id))
+    return api_fail(KILN_ERR_UNSUPPORTED, "host target description too long");
+  return KILN_OK;
+}
+
+kiln_status kiln_context_create(const kiln_context_options *options, kiln_context **out) {
+  kiln_context_options none = {0};
+  if (!out) return api_fail(KILN_ERR_INVALID, "kiln_context_create: null output");
+  *out = NULL;
+  if (!options) options = &none;
+  kiln_context *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return api_fail(KILN_ERR_NOMEM, "out of memory creating a context");
+  ctx->log = options->log;
+  ctx->log_user = options->log_user;
+  ctx->progress = options->progress;
+  ctx->progress_user = options->progress_user;
+  pthread_mutex_init(&ctx->mu, NULL);
+  pthread_mutex_init(&ctx->db_mu, NULL);
+  pthread_cond_init(&ctx->cv, NULL);
+  const char *e = getenv("KILN_TUNE_PROGRESS");
+  ctx->progress_quiet = e && !strcmp(e, "0");
+  if ((e = getenv("KILN_TUNE_SPACE"))) snprintf(ctx->env_space, sizeof ctx->env_space, "%s", e);
+  kiln_tune_policy p = options->tune_policy;
+  if (p < KILN_TUNE_CONTEXT || p > KILN_TUNE_AUTO) {
+    kiln_context_destroy(ctx);
+    return api_fail(KILN_ERR_INVALID, "tune_policy %d is not a kiln_tune_policy", (int)p);
+  }
+  ctx->policy = p == KILN_TUNE_CONTEXT ? KILN_TUNE_CACHED : p;
+  ctx->env_policy = env_policy(ctx);
+  if (ctx->env_policy) ctx->policy = ctx->env_policy;
+
+  kiln_status s = pick_device(ctx, options->device);
+  if (s) {
+    kiln_context_destroy(ctx);
+    return s;
+  }
+  if (!options->no_cache) {
+    kn_cache_config cc = {.dir = options->cache_dir, .log = cache_log, .log_user = ctx};
+    int cs = kn_cache_open(&cc, &ctx->cache);
+    if (cs == KN_CACHE_EINSECURE) {
+      api_fail(KILN_ERR_INSECURE, "%s", kn_cache_message());
+      api_log(ctx, KILN_LOG_ERROR, "%s", tl_error);
+      kiln_context_destroy(ctx);
+      return KILN_ERR_INSECURE;
+    }
+    if (cs != KN_CACHE_OK) {
+      /* no usable directory (no HOME, mkdir failed): run uncached, say so once */
+      char msg[1200];
+      snprintf(msg, sizeof msg, "%s; running without a cache", kn_cache_message());
+      api_log_unwritable(ctx, msg);
+      ctx->cache = NULL;
+    } else {
+      snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s", kn_cache_dir(ctx->cache));
+    }
+  }
+  api_log(ctx, KILN_LOG_DEBUG, "context: target %s (%s), cache %s, tuning policy %s",
+          ctx->target_name, ctx->device_name, ctx->cache ? ctx->cache_dir : "none",
+          ctx->policy == KILN_TUNE_AUTO ? "auto" : ctx->policy == KILN_TUNE_NONE ? "none" : "cached");
+  *out = ctx;
+  return KILN_OK;
+}
+
+void kiln_context_destroy(kiln_context *ctx) {
+  if (!ctx) return;
+  for (int b = 0; b < API_MEMO_BUCKETS; b++)
+    for (memo_slot *s = ctx->buckets[b], *n; s; s = n) {
+      n = s->next;
+      free(s);
+    }
+  for (kiln_kernel *k = ctx->kernels, *n; k; k = n) {
+    n = k->next;
+    kn_object_unload(k->obj);
+    pthread_mutex_destroy(&k->launch_mu);
+    free(k);
+  }
+  kn_tunedb_close(ctx->db);
+  kn_cache_close(ctx->cache);
+  pthread_cond_destroy(&ctx->cv);
+  pthread_mutex_destroy(&ctx->mu);
+  pthread_mutex_destroy(&ctx->db_mu);
+  free(ctx);
+}
+
+const char *kiln_context_target(const kiln_context *ctx) { return ctx ? ctx->target_name : ""; }
+const char *kiln_context_device_name(const kiln_context *ctx) { return ctx ? ctx->device_name : ""; }
+const char *kiln_context_cache_dir(const kiln_context *ctx) { return ctx ? ctx->cache_dir : ""; }
+
+void kiln_context_stats(kiln_context *ctx, kiln_stats *o) {
+  memset(o, 0, sizeof *o);
+  if (!ctx) return;
+  o->prepares = atomic_load(&ctx->stats.prepares);
+  o->memo_hits = atomic_load(&ctx->stats.memo_hits);
+  o->cache_hits = atomic_load(&ctx->stats.cache_hits);
+  o->compiles = atomic_load(&ctx->stats.compiles);
+  o->corrupt_entries = atomic_load(&ctx->stats.corrupt_entries);
+  o->not_stored = atomic_load(&ctx->stats.not_stored);
+  o->tuning_hits = atomic_load(&ctx->stats.tuning_hits);
+  o->tunings = atomic_load(&ctx->stats.tunings);
+  o->candidates = atomic_load(&ctx->stats.candidates);
+  o->launches = atomic_load(&ctx->stats.launches);
+}
+
+/* the tuning database beside the cache, opened on first use */
+kn_tunedb *api_db(kiln_context *ctx) {
+  pthread_mutex_lock(&ctx->db_mu);
+  if (!ctx->db_tried && ctx->cache) {
+    ctx->db_tried = true;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", ctx->cache_dir, KN_TUNEDB_FILE);
+    int s = kn_tunedb_open(path, &ctx->db);
+    if (s == KN_TUNEDB_RECREATED) {
+      api_log(ctx, KILN_LOG_WARN, "%s", kn_tunedb_message());
+    } else if (s != KN_TUNEDB_OK) {
+      char msg[5400];
+      snprintf(msg, sizeof msg, "tuning database %s unusable (%s); tuning results are not kept",
+               path, kn_tunedb_message());
+      api_log_unwritable(ctx, msg);
+      ctx->db = NULL;
+    }
+  }
+  kn_tunedb *db = ctx->db;
+  pthread_mutex_unlock(&ctx->db_mu);
+  return db;
+}
+
+/* ---- keys, payloads, building ---- */
+
+/* the host-object payload: magic, ABI, symbol and tile bytes, then the object */
+#define PAYLOAD_MAGIC "KILNHOB1"
+#define PAYLOAD_ABI 1u
+#define PAYLOAD_HEADER 32
+
+const char *api_dtype_name(kn_scalar s) { return kn_scalar_name(s); }
+
+static void put_le(uint8_t *p, uint64_t v, int n) {
+  for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint64_t get_le(const uint8_t *p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+void *api_pack(const kn_object *o, size_t *size) {
+  size_t ns = strlen(o->symbol);
+  *size = PAYLOAD_HEADER + ns + o->size;
+  uint8_t *p = malloc(*size);
+  if (!p) return NULL;
+  memcpy(p, PAYLOAD_MAGIC, 8);
+  put_le(p + 8, PAYLOAD_ABI, 4);
+  put_le(p + 12, ns, 4);
+  put_le(p + 16, o->tile_bytes, 8);
+  put_le(p + 24, o->size, 8);
+  memcpy(p + PAYLOAD_HEADER, o->symbol, ns);
+  memcpy(p + PAYLOAD_HEADER + ns, o->data, o->size);
+  return p;
+}
+
+/* NULL when the payload is well formed, else why not */
+static const char *unpack(const uint8_t *p, size_t size, char *symbol, size_t symsize,
+                          const uint8_t **obj, size_t *objsize) {
+  if (size < PAYLOAD_HEADER) return "payload shorter than its header";
+  if (memcmp(p, PAYLOAD_MAGIC, 8)) return "not a kiln host object";
+  if (get_le(p + 8, 4) != PAYLOAD_ABI) return "host object ABI version mismatch";
+  uint64_t ns = get_le(p + 12, 4), no = get_le(p + 24, 8);
+  if (ns == 0 || ns >= symsize) return "bad symbol length";
+  if (PAYLOAD_HEADER + ns + no != size) return "length mismatch";
+  memcpy(symbol, p + PAYLOAD_HEADER, ns);
+  symbol[ns] = 0;
+  *obj = p + PAYLOAD_HEADER + ns;
+  *objsize = (size_t)no;
+  return NULL;
+}
+
+kn_module *api_build_module(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag) {
+  kn_module *m = kn_module_new("<attn_fwd>");
+  if (!m) {
+    snprintf(diag->message, sizeof diag->message, "out of memory");
+    return NULL;
+  }
+  if (!kn_attn_fwd_build(m, d, c, diag)) {
+    kn_module_free(m);
+    return NULL;
+  }
+  return m;
+}
+
+kn_cache_key api_cache_key(const kiln_context *ctx, const kn_module *m) {
+  char *ir = kn_print(m);
+  static const char abi[] = "host-object-abi-1", opts[] = "O3";
+  kn_cache_part parts[] = {
+      {abi, sizeof abi - 1},
+      {"attn_fwd", 8},
+      {ir ? ir : "", ir ? strlen(ir) : 0},
+      {ctx->target_id, strlen(ctx->target_id)},
+      {opts, sizeof opts - 1},
+      {KILN_VERSION_STRING, sizeof KILN_VERSION_STRING - 1},
+  };
+  kn_cache_key key = kn_cache_key_of(parts, (int)(sizeof parts / sizeof parts[0]));
+  free(ir);
+  return key;
+}
+
+void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_object *o) {
+  if (!ctx->cache) return;
+  size_t n;
+  void *payload = api_pack(o, &n);
+  if (!payload) return;
+  if (kn_cache_put(ctx->cache, key, payload, n) == KN_CACHE_NOT_STORED)
+    atomic_fetch_add(&ctx->stats.not_stored, 1);
+  free(payload);
+}
+
+static void describe(const kn_attn_desc *d, const kn_attn_config *c, char *out, size_t n) {
+  snprintf(out, n, "attn_fwd %s D%d%s%s block %dx%d", api_dtype_name(d->dtype), d->head_dim,
+           d->causal ? " causal" : "", d->has_lse ? " lse" : "", c->block_m, c->block_n);
+}
+
+/* cache lookup: 0 with *obj loaded, or -1 (miss, corrupt, bad payload: all logged) */
+static int load_cached(kiln_context *ctx, const kn_cache_key *key, const char *hex,
+                       kn_host_object **obj) {
+  void *payload = NULL;
+  size_t size = 0;
+  tl_in_cache_get = true;
+  int cs = kn_cache_get(ctx->cache, key, &payload, &size);
+  tl_in_cache_get = false;
+  if (cs == KN_CACHE_CORRUPT) atomic_fetch_add(&ctx->stats.corrupt_entries, 1);
+  if (cs != KN_CACHE_OK) {
+    if (cs < 0) api_log(ctx, KILN_LOG_DEBUG, "cache get %s: %s", hex, kn_cache_message());
+    return -1;
+  }
+  char symbol[160];
+  const uint8_t *bytes;
+  size_t nbytes;
+  const char *bad = unpack(payload, size, symbol, sizeof symbol, &bytes, &nbytes);
+  kn_diag d;
+  if (!bad && kn_object_load(ctx->target, bytes, nbytes, symbol, obj, &d) == 0) {
+    free(payload);
+    return 0;
+  }
+  /* the cache's checksum held, but what it holds is not a loadable kernel (another kiln build's
+   * payload, a bug): never run it; remove it and rebuild */
+  api_log(ctx, KILN_LOG_WARN, "cache entry %s/objects-v1/%s is not a loadable kernel (%s); "
+          "removed, rebuilding", ctx->cache_dir, hex, bad ? bad : d.message);
+  atomic_fetch_add(&ctx->stats.corrupt_entries, 1);
+  kn_cache_remove(ctx->cache, key);
+  free(payload);
+  return -1;
+}
+
+static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_config *c,
+                                bool tuned, kiln_kernel **out) {
+  double t0 = now_ms();
+  kn_diag diag;
+  char what[160];
+  describe(d, c, what, sizeof what);
+  kn_module *m = api_build_module(d, c, &diag);
+  if (!m) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
+  kiln_kernel *k = calloc(1, sizeof *k);
+  if (!k) {
+    kn_module_free(m);
+    return api_fail(KILN_ERR_NOMEM, "out of memory");
+  }
+  k->ctx = ctx;
+  k->desc = *d;
+  k->cfg = *c;
+  pthread_mutex_init(&k->launch_mu, NULL);
+  kn_cache_key key = api_cache_key(ctx, m);
+  kn_cache_key_hex(&key, k->info.cache_key);
+
+  if (ctx->cache && load_cached(ctx, &key, k->info.cache_key, &k->obj) == 0) {
+    k->info.source = KILN_SOURCE_CACHE;
+    atomic_fetch_add(&ctx->stats.cache_hits, 1);
+  } else {
+    kn_object o;
+    if (kn_compile_object(m, "attn_fwd", ctx->target, NULL, &o, &diag)) {
+      kn_module_free(m);
+      free(k);
+      return api_fail(KILN_ERR_COMPILE, "compiling %s failed: %s", what, diag.message);
+    }
+    atomic_fetch_add(&ctx->stats.compiles, 1);
+    api_store(ctx, &key, &o);
+    int rc = kn_object_load(ctx->target, o.data, o.size, o.symbol, &k->obj, &diag);
+    kn_object_free(&o);
+    if (rc) {
+      kn_module_free(m);
+      free(k);
+      return api_fail(KILN_ERR_COMPILE, "loading %s failed: %s", what, diag.message);
+    }
+    k->info.source = KILN_SOURCE_COMPILED;
+  }
+  kn_module_free(m);
+  k->info.prepare_ms = now_ms() - t0;
+  k->info.desc = (kiln_attn_desc){.dtype = d->dtype == KN_F16    ? KILN_F16
+                                           : d->dtype == KN_BF16 ? KILN_BF16
+                                                                 : KILN_F32,
+                                  .head_dim = d->head_dim, .causal = d->causal,
+                                  .has_lse = d->has_lse};
+  k->info.block_m = c->block_m;
+  k->info.block_n = c->block_n;
+  k->info.warps = c->warps;
+  k->info.stages = c->stages;
+  k->info.tuned = tuned;
+  snprintf(k->info.target, sizeof k->info.target, "%s", ctx->target_name);
+  api_log(ctx, KILN_LOG_INFO, "%s: %s in %.2f ms (key %s)",
+          k->info.source == KILN_SOURCE_CACHE ? "cache hit" : "compiled", what, k->info.prepare_ms,
+          k->info.cache_key);
+  *out = k;
+  return KILN_OK;
+}
+
+/* the second memo level: one kernel per (descriptor, tiling) */
+static kiln_status get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_config *c,
+                              bool tuned, kiln_kernel **out) {
+  char key[128];
+  snprintf(key, sizeof key, "k:%d:%d:%d:%d:%d:%d:%d:%d:%d", (int)d->dtype, d->head_dim, d->causal,
+           d->has_lse, c->block_m, c->block_n, c->warps, c->stages, tuned);
+  int m = memo_acquire(ctx, key, out);
+  if (m > 0) return KILN_OK;
+  if (m < 0) return api_fail(KILN_ERR_NOMEM, "out of memory");
+  kiln_kernel *k = NULL;
+  kiln_status s = build_kernel(ctx, d, c, tuned, &k);
+  memo_finish(ctx, key, s ? NULL : k, true);
+  *out = k;
+  return s;
+}
+
+static kiln_status to_desc(const kiln_attn_desc *in, kn_attn_desc *out) {
+  if (!in) return api_fail(KILN_ERR_INVALID, "null descriptor");
+  switch (in->dtype) {
+  case KILN_F16: out->dtype = KN_F16; break;
+  case KILN_BF16: out->dtype = KN_BF16; break;
+  case KILN_F32: out->dtype = KN_F32; break;
+  default: return api_fail(KILN_ERR_UNSUPPORTED, "dtype %d is not a kiln_dtype", (int)in->dtype);
+  }
+  out->head_dim = in->head_dim;
+  out->causal = in->causal != 0;
+  out->has_lse = in->has_lse != 0;
+  kn_attn_config c = kn_attn_default_config(out);
+  kn_diag diag;
+  if (kn_attn_check(out, &c, &diag)) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
+  return KILN_OK;
+}
+
+void api_tune_key(const kiln_context *ctx, const kn_attn_desc *d, int seqlen, kn_tune_key *key) {
+  memset(key, 0, sizeof *key);
+  snprintf(key->template_name, sizeof key->template_name, "fwd");
+  snprintf(key->variant, sizeof key->variant, "%s%s", d->causal ? "causal" : "full",
+           d->has_lse ? "+lse" : "");
+  snprintf(key->dtype, sizeof key->dtype, "%s", api_dtype_name(d->dtype));
+  key->head_dim = d->head_dim;
+  key->seq_bucket = kn_tune_seq_bucket(seqlen);
+  snprintf(key->arch, sizeof key->arch, "%s", ctx->arch);
+  snprintf(key->kiln_version, sizeof key->kiln_version, "%s", KILN_VERSION_STRING);
+}
+
+/* the tiling for a request; tuned says whether it came from tuning */
+static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
+                                  const kiln_prepare_options *o, kiln_tune_policy policy,
+                                  int seqlen, kn_attn_config *c, bool *tuned) {
+  *c = kn_attn_default_config(d);
+  *tuned = false;
+  if (o && (o->block_m || o->block_n)) {
+    c->block_m = o->block_m;
+    c->block_n = o->block_n;
+    kn_diag diag;
+    if (kn_attn_check(d, c, &diag)) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
+    return KILN_OK;
+  }
+  if (policy == KILN_TUNE_NONE) return KILN_OK;
+  kn_tune_key key;
+  api_tune_key(ctx, d, seqlen, &key);
+  kn_tunedb *db = api_db(ctx);
+  kn_tune_record rec;
+  if (db && kn_tunedb_get(db, &key, &rec) == KN_TUNEDB_OK) {
+    kn_attn_config t = {.block_m = rec.config.block_m, .block_n = rec.config.block_n,
+                        .warps = rec.config.warps, .stages = rec.config.stages};
+    kn_diag diag;
+    if (kn_attn_check(d, &t, &diag) == 0) {
+      *c = t;
+      *tuned = true;
+      atomic_fetch_add(&ctx->stats.tuning_hits, 1);
+      api_log(ctx, KILN_LOG_INFO, "tuning record: fwd %s %s D%d bucket %d on %s -> block %dx%d "
+              "(%.1f us)", key.variant, key.dtype, key.head_dim, key.seq_bucket, key.arch,
+              t.block_m, t.block_n, rec.time_us);
+      return KILN_OK;
+    }
+    api_log(ctx, KILN_LOG_WARN, "tuning record for fwd %s %s D%d is unusable (%s); ignored",
+            key.variant, key.dtype, key.head_dim, diag.message);
+  }
+  if (policy != KILN_TUNE_AUTO) return KILN_OK;
+  kn_attn_config best;
+  kiln_status s = api_tune(ctx, d, o, seqlen, 1, NULL, &best);
+  if (s) {
+    /* a serving process keeps going on the default tiling */
+    api_log(ctx, KILN_LOG_WARN, "tuning failed (%s); using the default tiling", kiln_last_error());
+    return KILN_OK;
+  }
+  *c = best;
+  *tuned = true;
+  return KILN_OK;
+}
+
+kiln_status kiln_prepare(kiln_context *ctx, const kiln_attn_desc *desc,
+                         const kiln_prepare_options *o, kiln_kernel **out) {
+  if (!ctx || !out) return api_fail(KILN_ERR_INVALID, "kiln_prepare: null context or output");
+  *out = NULL;
+  kn_attn_desc d;
+  kiln_status s = to_desc(desc, &d);
+  if (s) return s;
+  /* KILN_AUTOTUNE overrides the policy, the context's and the request's alike */
+  kiln_tune_policy policy = o && o->tune_policy ? o->tune_policy : ctx->policy;
+  if (ctx->env_policy) policy = ctx->env_policy;
+  if (policy < KILN_TUNE_CONTEXT || policy > KILN_TUNE_AUTO)
+    return api_fail(KILN_ERR_INVALID, "tune_policy %d is not a kiln_tune_policy", (int)policy);
+  if (o && (!o->block_m != !o->block_n))
+    return api_fail(KILN_ERR_INVALID, "block_m and block_n must be given together");
+  if (o && o->seqlen < 0) return api_fail(KILN_ERR_INVALID, "seqlen %d is negative", o->seqlen);
+  int seqlen = o && o->seqlen ? o->seqlen : 1024;
+  bool forced = o && o->block_m;
+  int bucket = forced || policy == KILN_TUNE_NONE ? 0 : kn_tune_seq_bucket(seqlen);
+
+  char key[128];
+  snprintf(key, sizeof key, "r:%d:%d:%d:%d:p%d:b%d:f%dx%d", (int)d.dtype, d.head_dim, d.causal,
+           d.has_lse, (int)policy, bucket, forced ? o->block_m : 0, forced ? o->block_n : 0);
+  kiln_kernel *k = NULL;
+  int m = memo_acquire(ctx, key, &k);
+  if (m < 0) return api_fail(KILN_ERR_NOMEM, "out of memory");
+  if (m > 0) {
+    atomic_fetch_add(&ctx->stats.memo_hits, 1);
+    atomic_fetch_add(&ctx->stats.prepares, 1);
+    *out = k;
+    return KILN_OK;
+  }
+  kn_attn_config c;
+  bool tuned = false;
+  s = resolve_config(ctx, &d, o, policy, seqlen, &c, &tuned);
+  if (!s) s = get_kernel(ctx, &d, &c, tuned, &k);
+  memo_finish(ctx, key, s ? NULL : k, false);
+  if (s) {
+    api_log(ctx, KILN_LOG_ERROR, "prepare: %s", tl_error);
+    return s;
+  }
+  atomic_fetch_add(&ctx->stats.prepares, 1);
+  *out = k;
+  return KILN_OK;
+}
+
+kiln_status kiln_kernel_get_info(const kiln_kernel *k, kiln_kernel_info *out) {
+  if (!k || !out) return api_fail(KILN_ERR_INVALID, "kiln_kernel_get_info: null argument");
+  *out = k->info;
+  return KILN_OK;
+}
+
+/* ---- forward ---- */
+
+/* parameter indices of the template's strides (templates/attention.h order) */
+enum { ARG_Q_SB = 10, ARG_K_SB = 13, ARG_V_SB = 16, ARG_O_SB = 19, ARG_LSE_SB = 22 };
+
+static bool all_zero(const int64_t *s, int n) {
+  for (int i = 0; i < n; i++)
+    if (s[i]) return false;
+  return true;
+}
+
+kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) {
+  (void)stream; /* the host device runs synchronously on its own pool */
+  if (!k || !a) return api_fail(KILN_ERR_INVALID, "kiln_forward: null kernel or arguments");
+  const kn_attn_desc *d = &k->desc;
+  if (a->batch < 0 || a->heads <= 0 || a->kv_heads <= 0 || a->seqlen_q < 0 || a->seqlen_k < 0)
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: bad sizes (batch %d, heads %d, kv_heads %d, "
+                    "seqlen_q %d, seqlen_k %d)", a->batch, a->heads, a->kv_heads, a->seqlen_q,
+                    a->seqlen_k);
+  if (a->heads % a->kv_heads)
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: heads %d is not a multiple of kv_heads %d",
+                    a->heads, a->kv_heads);
+  if (!a->q || !a->k || !a->v || !a->o)
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: null q, k, v or o");
+  if (d->has_lse && !a->lse)
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: the kernel writes lse, but lse is null");
+  if (!(a->sm_scale >= 0) || isinf(a->sm_scale))
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: sm_scale must be finite and >= 0");
+  if ((int64_t)a->batch * a->heads > INT32_MAX)
+    return api_fail(KILN_ERR_UNSUPPORTED, "kiln_forward: batch * heads exceeds the grid");
+  if (a->batch == 0 || a->seqlen_q == 0) {
+    atomic_fetch_add(&k->ctx->stats.launches, 1);
+    return KILN_OK;
+  }
+  kn_attn_problem p = {.batch = a->batch, .heads = a->heads, .kv_heads = a->kv_heads,
+                       .seqlen_q = a->seqlen_q, .seqlen_k = a->seqlen_k,
+                       .sm_scale = a->sm_scale};
+  kn_argval args[KN_ATTN_NPARAMS];
+  int grid[3];
+  kn_attn_fill_args(d, &k->cfg, &p, (void *)a->q, (void *)a->k, (void *)a->v, a->o, a->lse, args,
+                    grid);
+  /* the caller's strides replace the contiguous ones kn_attn_fill_args computed */
+  const struct { const int64_t *s; int n, at; } strides[] = {
+      {a->q_stride, 3, ARG_Q_SB}, {a->k_stride, 3, ARG_K_SB}, {a->v_stride, 3, ARG_V_SB},
+      {a->o_stride, 3, ARG_O_SB}, {a->lse_stride, 2, ARG_LSE_SB}};
+  for (int i = 0; i < 5; i++)
+    if (!all_zero(strides[i].s, strides[i].n))
+      for (int j = 0; j < strides[i].n; j++) args[strides[i].at + j].i = strides[i].s[j];
+
+  kn_diag diag;
+  pthread_mutex_lock(&k->launch_mu);
+  int rc = kn_object_run_host(k->obj, args, grid, &diag);
+  pthread_mutex_unlock(&k->launch_mu);
+  if (rc) return api_fail(KILN_ERR_RUNTIME, "%s", diag.message);
+  atomic_fetch_add(&k->ctx->stats.launches, 1);
+  return KILN_OK;
+}

@@ -1,0 +1,436 @@
+/* tune.c — the autotuner: compile every candidate of a search space, prune by the resources the
+ * compiled code reports, check each survivor against the float64 reference, time it, keep the
+ * fastest in the tuning database and its code in the cache.
+ *
+ * Timing (the device's clock is the host's here): one problem, batch x heads x seqlen^2 at the
+ * requested sequence length, on rotating input sets — enough copies of q/k/v/o that together
+ * they exceed the last-level cache (up to ROTATE_BYTES, at most ROTATE_SETS_MAX sets), so a
+ * candidate is never timed on inputs the previous launch left in the cache.  The first launch of
+ * each candidate, on set 0, is also its correctness check against kn_attn_reference (computed
+ * once); then warm-up launches, then `repeats` timed launches, each on the next set; the median
+ * is the candidate's time (robust against the odd descheduled run), the min is reported too.
+ *
+ * Candidates are compiled with the same object path as prepare, outside the cache: only the
+ * winner is stored, so a space of 16 candidates does not evict 15 useful entries.
+ *
+ * Progress.  A progress callback if the context has one; otherwise, unless KILN_TUNE_PROGRESS=0,
+ * stderr: a bar rewritten in place when stderr is a terminal, one line per candidate when it is
+ * not (a log file).  This is the one place the library writes to a stream: the issue asks for
+ * it, tuning is something the caller asked for (KILN_AUTOTUNE=1, KILN_TUNE_AUTO, kiln_tune), and
+ * minutes of silence would look like a hang.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "device.h"
+#include "interp.h"
+#include "numeric.h"
+
+/* knobs of the timing method */
+enum {
+  ROTATE_SETS_MAX = 8,      /* input sets rotated through */
+  DEFAULT_WARMUP = 2,       /* launches before timing (the check launch not counted) */
+  DEFAULT_REPEATS = 7,      /* timed launches; the median is the result */
+  DEFAULT_TUNE_HEADS = 8,   /* enough programs to occupy a host's workers at short lengths */
+};
+#define ROTATE_BYTES ((size_t)64 << 20) /* rotate until this much input has been touched */
+
+typedef struct io_set {
+  void *q, *k, *v, *o;
+  float *lse;
+} io_set;
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + 1e-3 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* splitmix64 + Box-Muller: the same inputs for every candidate of a run */
+static uint64_t rng_next(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static double rng_normal(uint64_t *s) {
+  double u1 = ((double)(rng_next(s) >> 11) + 0.5) * 0x1p-53;
+  double u2 = (double)(rng_next(s) >> 11) * 0x1p-53;
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static void fill(kn_scalar t, void *buf, double *twin, size_t n, uint64_t *s) {
+  size_t es = kn_scalar_size(t);
+  for (size_t i = 0; i < n; i++) {
+    kn_store_elem(t, (char *)buf + i * es, rng_normal(s));
+    if (twin) twin[i] = kn_load_elem(t, (char *)buf + i * es);
+  }
+}
+
+/* ---- progress ---- */
+
+static void progress_stderr(int done, int total, const kiln_tune_candidate *c) {
+  char what[96];
+  switch (c->state) {
+  case KILN_CANDIDATE_TIMED: snprintf(what, sizeof what, "%.1f us", c->median_us); break;
+  case KILN_CANDIDATE_INVALID: snprintf(what, sizeof what, "invalid"); break;
+  case KILN_CANDIDATE_PRUNED: snprintf(what, sizeof what, "pruned"); break;
+  case KILN_CANDIDATE_FAILED: snprintf(what, sizeof what, "failed"); break;
+  case KILN_CANDIDATE_WRONG: snprintf(what, sizeof what, "WRONG"); break;
+  }
+  if (isatty(2)) {
+    enum { W = 30 };
+    char bar[W + 1];
+    int fillw = total ? done * W / total : W;
+    for (int i = 0; i < W; i++) bar[i] = i < fillw ? '#' : '.';
+    bar[W] = 0;
+    fprintf(stderr, "\rkiln tune [%s] %d/%d  block %3dx%-3d %-14s", bar, done, total, c->block_m,
+            c->block_n, what);
+    if (done == total) fputc('\n', stderr);
+  } else {
+    fprintf(stderr, "kiln tune: %d/%d block %dx%d warps %d stages %d: %s\n", done, total,
+            c->block_m, c->block_n, c->warps, c->stages, what);
+  }
+  fflush(stderr);
+}
+
+static void report(kiln_context *ctx, int done, int total, const kiln_tune_candidate *c) {
+  if (ctx->progress) ctx->progress(ctx->progress_user, done, total, c);
+  else if (!ctx->progress_quiet) progress_stderr(done, total, c);
+  if (c->state == KILN_CANDIDATE_TIMED)
+    api_log(ctx, KILN_LOG_DEBUG, "tune candidate %dx%d: median %.1f us, min %.1f us",
+            c->block_m, c->block_n, c->median_us, c->min_us);
+  else
+    api_log(ctx, KILN_LOG_DEBUG, "tune candidate %dx%d: %s", c->block_m, c->block_n, c->note);
+}
+
+/* ---- one candidate ---- */
+
+typedef struct run {
+  kiln_context *ctx;
+  const kn_attn_desc *d;
+  kn_attn_problem p;
+  const kn_space *space;
+  io_set sets[ROTATE_SETS_MAX];
+  int nsets;
+  size_t nq, nk, nl;       /* elements of q/o, k/v, lse */
+  double *ref_o, *ref_lse; /* the float64 reference on set 0 */
+  int warmup, repeats;
+} run;
+
+static void launch_args(const run *r, const kn_attn_config *c, int set, kn_argval *args,
+                        int grid[3]) {
+  const io_set *s = &r->sets[set];
+  kn_attn_fill_args(r->d, c, &r->p, s->q, s->k, s->v, s->o, s->lse, args, grid);
+}
+
+/* output of set 0 against the reference; NULL when within tolerance */
+static const char *check(const run *r, char *why, size_t n) {
+  kn_scalar dt = r->d->dtype;
+  size_t es = kn_scalar_size(dt);
+  double err = 0, tol = kn_attn_tolerance(dt), lerr = 0, ltol = kn_attn_lse_tolerance(dt);
+  for (size_t i = 0; i < r->nq; i++) {
+    double e = fabs(kn_load_elem(dt, (char *)r->sets[0].o + i * es) - r->ref_o[i]);
+    if (!(e <= err)) err = e; /* NaN sticks */
+  }
+  for (size_t i = 0; r->d->has_lse && i < r->nl; i++) {
+    double got = r->sets[0].lse[i], want = r->ref_lse[i];
+    double e = isinf(want) && got == want ? 0 : fabs(got - want);
+    if (!(e <= lerr)) lerr = e;
+  }
+  if (err <= tol && lerr <= ltol) return NULL;
+  snprintf(why, n, "max_abs_err %.3g (tol %.3g), lse err %.3g (tol %.3g)", err, tol, lerr, ltol);
+  return why;
+}
+
+/* compiles, prunes, checks and times one candidate; on TIMED, *obj keeps its object */
+static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate *out,
+                          kn_object *obj) {
+  memset(out, 0, sizeof *out);
+  out->block_m = tc->block_m;
+  out->block_n = tc->block_n;
+  out->warps = tc->warps;
+  out->stages = tc->stages;
+  out->waves_per_eu = tc->waves_per_eu;
+  snprintf(out->matrix_instr, sizeof out->matrix_instr, "%s", tc->matrix_instr);
+  kn_attn_config c = {.block_m = tc->block_m, .block_n = tc->block_n, .warps = tc->warps,
+                      .stages = tc->stages};
+  kn_diag diag;
+  memset(obj, 0, sizeof *obj);
+  if (kn_attn_check(r->d, &c, &diag)) {
+    out->state = KILN_CANDIDATE_INVALID;
+    snprintf(out->note, sizeof out->note, "%.159s", diag.message);
+    return;
+  }
+  kn_module *m = api_build_module(r->d, &c, &diag);
+  double t0 = now_us();
+  if (!m || kn_compile_object(m, "attn_fwd", r->ctx->target, NULL, obj, &diag)) {
+    out->state = KILN_CANDIDATE_FAILED;
+    snprintf(out->note, sizeof out->note, "%.159s", diag.message);
+    kn_module_free(m);
+    return;
+  }
+  kn_module_free(m);
+  out->compile_ms = (now_us() - t0) * 1e-3;
+  out->tile_bytes = obj->tile_bytes;
+  atomic_fetch_add(&r->ctx->stats.candidates, 1);
+  if (kn_space_prune(r->space, obj->tile_bytes, 0, 0, 0, out->note, sizeof out->note)) {
+    out->state = KILN_CANDIDATE_PRUNED;
+    kn_object_free(obj);
+    return;
+  }
+  kn_host_object *h = NULL;
+  if (kn_object_load(r->ctx->target, obj->data, obj->size, obj->symbol, &h, &diag)) {
+    out->state = KILN_CANDIDATE_FAILED;
+    snprintf(out->note, sizeof out->note, "%.159s", diag.message);
+    kn_object_free(obj);
+    return;
+  }
+  kn_argval args[KN_ATTN_NPARAMS];
+  int grid[3];
+  /* set 0 first: the correctness check (its output buffer is cleared so a kernel that writes
+   * nothing cannot pass on the previous candidate's output) */
+  memset(r->sets[0].o, 0, r->nq * kn_scalar_size(r->d->dtype));
+  launch_args(r, &c, 0, args, grid);
+  int rc = kn_object_run_host(h, args, grid, &diag);
+  if (!rc && check(r, out->note, sizeof out->note)) {
+    out->state = KILN_CANDIDATE_WRONG;
+    goto done;
+  }
+  int next = 1 % r->nsets;
+  for (int i = 0; !rc && i < r->warmup; i++, next = (next + 1) % r->nsets) {
+    launch_args(r, &c, next, args, grid);
+    rc = kn_object_run_host(h, args, grid, &diag);
+  }
+  double *t = calloc((size_t)r->repeats, sizeof *t);
+  for (int i = 0; !rc && t && i < r->repeats; i++, next = (next + 1) % r->nsets) {
+    launch_args(r, &c, next, args, grid);
+    double t1 = now_us();
+    rc = kn_object_run_host(h, args, grid, &diag);
+    t[i] = now_us() - t1;
+  }
+  if (rc || !t) {
+    out->state = KILN_CANDIDATE_FAILED;
+    snprintf(out->note, sizeof out->note, "%.159s", t ? diag.message : "out of memory");
+  } else {
+    qsort(t, (size_t)r->repeats, sizeof *t, cmp_double);
+    out->state = KILN_CANDIDATE_TIMED;
+    out->median_us = t[r->repeats / 2];
+    out->min_us = t[0];
+  }
+  free(t);
+done:
+  kn_object_unload(h);
+  if (out->state != KILN_CANDIDATE_TIMED) kn_object_free(obj);
+}
+
+/* ---- the run ---- */
+
+static kiln_status setup(run *r, const kiln_prepare_options *o, int seqlen) {
+  const kn_attn_desc *d = r->d;
+  r->p = (kn_attn_problem){.batch = o && o->tune_batch > 0 ? o->tune_batch : 1,
+                           .heads = o && o->tune_heads > 0 ? o->tune_heads : DEFAULT_TUNE_HEADS,
+                           .seqlen_q = seqlen, .seqlen_k = seqlen};
+  r->p.kv_heads = r->p.heads;
+  r->warmup = o && o->tune_warmup > 0 ? o->tune_warmup : DEFAULT_WARMUP;
+  r->repeats = o && o->tune_repeats > 0 ? o->tune_repeats : DEFAULT_REPEATS;
+  size_t D = (size_t)d->head_dim, es = kn_scalar_size(d->dtype);
+  r->nq = (size_t)r->p.batch * r->p.heads * (size_t)seqlen * D;  /* (B, H, N, D) */
+  r->nk = r->nq;                                                 /* (B, HK, N, D), HK = H */
+  r->nl = (size_t)r->p.batch * r->p.heads * (size_t)seqlen;      /* (B, H, N) */
+  size_t set_bytes = (2 * r->nq + 2 * r->nk) * es + r->nl * sizeof(float);
+  r->nsets = (int)((ROTATE_BYTES + set_bytes - 1) / set_bytes);
+  if (r->nsets > ROTATE_SETS_MAX) r->nsets = ROTATE_SETS_MAX;
+  if (r->nsets < 2) r->nsets = 2;
+  double *qd = malloc(r->nq * 8), *kd = malloc(r->nk * 8), *vd = malloc(r->nk * 8);
+  r->ref_o = malloc(r->nq * 8);
+  r->ref_lse = malloc(r->nl * 8);
+  bool ok = qd && kd && vd && r->ref_o && r->ref_lse;
+  uint64_t seed = 0x6b696c6e74756e65ull; /* "kilntune" */
+  for (int i = 0; ok && i < r->nsets; i++) {
+    io_set *s = &r->sets[i];
+    s->q = kn_host_alloc(r->nq * es);
+    s->k = kn_host_alloc(r->nk * es);
+    s->v = kn_host_alloc(r->nk * es);
+    s->o = kn_host_alloc(r->nq * es);
+    s->lse = kn_host_alloc(r->nl * sizeof(float));
+    ok = s->q && s->k && s->v && s->o && s->lse;
+    if (ok) {
+      fill(d->dtype, s->q, i ? NULL : qd, r->nq, &seed);
+      fill(d->dtype, s->k, i ? NULL : kd, r->nk, &seed);
+      fill(d->dtype, s->v, i ? NULL : vd, r->nk, &seed);
+    }
+  }
+  if (ok) kn_attn_reference(&r->p, d->head_dim, d->causal, qd, kd, vd, r->ref_o, r->ref_lse);
+  free(qd);
+  free(kd);
+  free(vd);
+  return ok ? KILN_OK
+            : api_fail(KILN_ERR_NOMEM, "out of memory for the tuning problem (%d x %d x %d^2)",
+                       r->p.batch, r->p.heads, seqlen);
+}
+
+static void teardown(run *r) {
+  for (int i = 0; i < ROTATE_SETS_MAX; i++) {
+    kn_host_free(r->sets[i].q);
+    kn_host_free(r->sets[i].k);
+    kn_host_free(r->sets[i].v);
+    kn_host_free(r->sets[i].o);
+    kn_host_free(r->sets[i].lse);
+  }
+  free(r->ref_o);
+  free(r->ref_lse);
+}
+
+kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepare_options *o,
+                     int seqlen, int record, kiln_tune_result *res, kn_attn_config *best) {
+  double t_start = now_us();
+  kn_space space;
+  char err[256];
+  if (kn_space_default(&space, "fwd", ctx->target_name, NULL, 0))
+    return api_fail(KILN_ERR_UNSUPPORTED, "no tuning space for template fwd");
+  /* the request's spec, else $KILN_TUNE_SPACE, each applied over the template's space */
+  if (o && o->tune_space) {
+    if (kn_space_apply(&space, o->tune_space, err, sizeof err))
+      return api_fail(KILN_ERR_INVALID, "%s", err);
+  } else if (ctx->env_space[0] && kn_space_apply(&space, ctx->env_space, err, sizeof err)) {
+    return api_fail(KILN_ERR_INVALID, "KILN_TUNE_SPACE: %s", err);
+  }
+  if (seqlen <= 0 || seqlen > (1 << 20))
+    return api_fail(KILN_ERR_INVALID, "tuning sequence length %d out of range", seqlen);
+
+  int total = kn_space_size(&space);
+  kiln_tune_candidate *cands = calloc((size_t)total, sizeof *cands);
+  if (!cands) return api_fail(KILN_ERR_NOMEM, "out of memory");
+  run r = {.ctx = ctx, .d = d, .space = &space};
+  kiln_status s = setup(&r, o, seqlen);
+  if (s) {
+    teardown(&r);
+    free(cands);
+    return s;
+  }
+  atomic_fetch_add(&ctx->stats.tunings, 1);
+  kn_tune_key key;
+  api_tune_key(ctx, d, seqlen, &key);
+  api_log(ctx, KILN_LOG_INFO, "tuning fwd %s %s D%d bucket %d on %s: %d candidates, problem "
+          "%dx%dx%d^2, %d input sets, %d warm-up + %d timed launches each", key.variant, key.dtype,
+          key.head_dim, key.seq_bucket, key.arch, total, r.p.batch, r.p.heads, seqlen, r.nsets,
+          r.warmup, r.repeats);
+
+  int ibest = -1;
+  kn_object best_obj = {0};
+  kn_tune_config best_tc = {0};
+  for (int i = 0; i < total; i++) {
+    kn_tune_config tc;
+    kn_space_point(&space, i, &tc);
+    kn_object obj;
+    try_candidate(&r, &tc, &cands[i], &obj);
+    if (cands[i].state == KILN_CANDIDATE_TIMED &&
+        (ibest < 0 || cands[i].median_us < cands[ibest].median_us)) {
+      ibest = i;
+      kn_object_free(&best_obj);
+      best_obj = obj;
+      best_tc = tc;
+    } else {
+      kn_object_free(&obj);
+    }
+    report(ctx, i + 1, total, &cands[i]);
+  }
+  teardown(&r);
+
+  kiln_status rc = KILN_OK;
+  bool recorded = false;
+  if (ibest < 0) {
+    rc = api_fail(KILN_ERR_RUNTIME, "tuning fwd %s %s D%d: none of %d candidates could be timed",
+                  key.variant, key.dtype, key.head_dim, total);
+  } else {
+    const kiln_tune_candidate *b = &cands[ibest];
+    *best = (kn_attn_config){.block_m = b->block_m, .block_n = b->block_n, .warps = b->warps,
+                             .stages = b->stages};
+    kn_tunedb *db = record ? api_db(ctx) : NULL;
+    if (db) {
+      kn_tune_record rec = {.key = key, .config = best_tc, .time_us = b->median_us};
+      int ps = kn_tunedb_put(db, &rec, record == 1);
+      recorded = ps == KN_TUNEDB_OK;
+      if (ps == KN_TUNEDB_NOT_REPLACED) {
+        /* another process recorded a faster tiling meanwhile: use that one, as it will */
+        kn_tune_record theirs;
+        if (kn_tunedb_get(db, &key, &theirs) == KN_TUNEDB_OK) {
+          best->block_m = theirs.config.block_m;
+          best->block_n = theirs.config.block_n;
+          best->warps = theirs.config.warps;
+          best->stages = theirs.config.stages;
+        }
+      } else if (ps < 0) {
+        char msg[1200];
+        snprintf(msg, sizeof msg, "tuning result not recorded: %s", kn_tunedb_message());
+        api_log_unwritable(ctx, msg);
+      }
+    }
+    /* the winner's code goes to the cache: the prepare that follows is a cache hit */
+    kn_module *m = api_build_module(d, best, &(kn_diag){0});
+    if (m && best->block_m == b->block_m && best->block_n == b->block_n) {
+      kn_cache_key ck = api_cache_key(ctx, m);
+      api_store(ctx, &ck, &best_obj);
+    }
+    kn_module_free(m);
+    api_log(ctx, KILN_LOG_INFO, "tuned fwd %s %s D%d bucket %d: block %dx%d, %.1f us (%s)",
+            key.variant, key.dtype, key.head_dim, key.seq_bucket, best->block_m, best->block_n,
+            b->median_us, recorded ? "recorded" : "not recorded");
+  }
+  kn_object_free(&best_obj);
+  if (res) {
+    memset(res, 0, sizeof *res);
+    res->ncandidates = total;
+    res->candidates = cands;
+    res->best = ibest;
+    res->batch = r.p.batch;
+    res->heads = r.p.heads;
+    res->seqlen = seqlen;
+    res->recorded = recorded;
+    res->seconds = (now_us() - t_start) * 1e-6;
+    kn_space_describe(&space, res->space, sizeof res->space);
+  } else {
+    free(cands);
+  }
+  return rc;
+}
+
+kiln_status kiln_tune(kiln_context *ctx, const kiln_attn_desc *desc,
+                      const kiln_prepare_options *o, kiln_tune_result *out) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!ctx || !desc) return api_fail(KILN_ERR_INVALID, "kiln_tune: null context or descriptor");
+  kn_attn_desc d;
+  switch (desc->dtype) {
+  case KILN_F16: d.dtype = KN_F16; break;
+  case KILN_BF16: d.dtype = KN_BF16; break;
+  case KILN_F32: d.dtype = KN_F32; break;
+  default: return api_fail(KILN_ERR_UNSUPPORTED, "dtype %d is not a kiln_dtype", (int)desc->dtype);
+  }
+  d.head_dim = desc->head_dim;
+  d.causal = desc->causal != 0;
+  d.has_lse = desc->has_lse != 0;
+  kn_attn_config c = kn_attn_default_config(&d);
+  kn_diag diag;
+  if (kn_attn_check(&d, &c, &diag)) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
+  int seqlen = o && o->seqlen > 0 ? o->seqlen : 1024;
+  kn_attn_config best;
+  return api_tune(ctx, &d, o, seqlen, 2, out, &best);
+}
+
+void kiln_tune_result_free(kiln_tune_result *r) {
+  if (!r) return;
+  free(r->candidates);
+  r->candidates = NULL;
+  r->ncandidates = 0;
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# api_cli.sh — `kiln tune` and `kiln cache ls|verify|clear` (the JIT service's command line).
+# usage: api_cli.sh KILN_BINARY
+set -u
+kiln=$1
+fails=0
+tmp=$(mktemp -d)
+trap 'chmod -R u+rwx "$tmp"; rm -rf "$tmp"' EXIT
+export KILN_TUNE_PROGRESS=0
+unset KILN_AUTOTUNE KILN_TUNE_SPACE KILN_CACHE_FAULT
+
+# expect NAME WANT_RC REGEX -- CMD...: CMD exits WANT_RC and its output matches REGEX
+expect() {
+  local name=$1 want=$2 re=$3
+  shift 4
+  "$@" >"$tmp/out" 2>&1
+  local rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    echo "FAIL $name: exit $rc, wanted $want"; sed 's/^/  | /' "$tmp/out"; fails=$((fails + 1))
+  elif ! grep -Eq -- "$re" "$tmp/out"; then
+    echo "FAIL $name: output does not match /$re/"; sed 's/^/  | /' "$tmp/out"; fails=$((fails + 1))
+  else
+    echo "PASS $name"
+  fi
+}
+
+c=$tmp/cache
+expect tune 0 '^best: block_m=(16|32) block_n=16 warps=4 stages=1 median_us=[0-9.]+ \(recorded' -- \
+  "$kiln" tune --cache-dir "$c" --head-dim 32 --seqlen-q 64 --seqlen-k 64 --heads 2 --causal \
+  --space "block_m=16,32;block_n=16,1000"
+grep -q 'invalid: attention: BLOCK_N 1000' "$tmp/out" && echo "PASS tune-invalid" ||
+  { echo "FAIL tune-invalid"; fails=$((fails + 1)); }
+expect cache-ls 0 '1 entries' -- "$kiln" cache ls --cache-dir "$c"
+expect cache-ls-records 0 'fwd causal\+lse f16 D32 bucket 64 host-' -- "$kiln" cache ls --cache-dir "$c"
+expect cache-verify 0 '1 entries, 1 valid, 0 corrupt' -- "$kiln" cache verify --cache-dir "$c"
+# a flipped byte in the one entry: verify finds and removes it (exit 1)
+f=$(ls "$c"/objects-v1/* | head -n 1)
+printf '\x5a' | dd of="$f" bs=1 seek=200 conv=notrunc status=none
+expect cache-verify-corrupt 1 '1 corrupt removed' -- "$kiln" cache verify --cache-dir "$c"
+expect cache-clear 0 'removed 0 entries' -- "$kiln" cache clear --cache-dir "$c"
+expect cache-bad-sub 2 'usage: kiln cache' -- "$kiln" cache frobnicate
+# a directory writable by all users is refused
+mkdir -m 0777 "$tmp/open" && chmod 0777 "$tmp/open"
+expect tune-insecure 2 'writable by all users' -- \
+  "$kiln" tune --cache-dir "$tmp/open" --head-dim 32 --seqlen-q 32 --space "block_m=16;block_n=16"
+expect cache-insecure 2 'writable by all users' -- "$kiln" cache ls --cache-dir "$tmp/open"
+expect targets-auto 0 '^auto = host' -- "$kiln" targets
+
+echo "api_cli: $fails failed"
+[ "$fails" -eq 0 ]
