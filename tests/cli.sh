@@ -55,6 +55,18 @@ expect compile-unknown-target 3 "target 'gfx1234' is not available" -- \
 expect compile-needs-target 2 'compile needs --target' -- "$kiln" compile -o "$tmp/x"
 expect dump-layout 0 '#mma<mfma_32x32x8' -- "$kiln" dump --stage layout --target gfx942
 expect run-gfx-no-device 3 'no gfx942 device is present' -- "$kiln" run --target gfx942
+expect run-gfx942-emu 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
+  "$kiln" run --target gfx942-emu --head-dim 64 --seqlen-q 100 --seqlen-k 100 --causal
+expect run-gfx90a-emu-bf16 0 ' PASS$' -- \
+  "$kiln" run --target gfx90a-emu --dtype bf16 --head-dim 128 --seqlen-q 70 --seqlen-k 133
+expect compile-sm90a-ptx 0 'mma.sync.aligned.m16n8k16' -- "$kiln" compile --target sm_90a --head-dim 64
+expect compile-emu-refused 2 'runs under `kiln run`' -- "$kiln" compile --target gfx942-emu
+if command -v ptxas >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/ptxas ]; then
+  expect compile-sm80-stats 0 'spill stores 0 B' -- \
+    "$kiln" compile --target sm_80 --head-dim 128 --causal -o "$tmp/a.ptx" --stats
+else
+  echo "SKIP compile-sm80-stats (no ptxas)"
+fi
 expect unsupported-head-dim 2 'head dim' -- "$kiln" run --target interp --head-dim 300
 expect unsupported-dtype 2 "unknown dtype 'f64'" -- "$kiln" run --dtype f64
 expect unknown-target 3 "target 'gfx1234' is not available" -- "$kiln" run --target gfx1234

@@ -26,12 +26,14 @@
 #include "cache.h"
 #include "device.h"
 #include "discover.h"
+#include "emu.h"
 #include "gpu.h"
 #include "interp.h"
 #include "ir.h"
 #include "kiln.h"
 #include "numeric.h"
 #include "pipeline.h"
+#include "ptxas.h"
 #include "target.h"
 #include "tunedb.h"
 
@@ -75,6 +77,8 @@ static void usage(FILE *f) {
         "  --warps W  --stages S  --seed S  --repeats R  --ir FILE.tile\n"
         "targets: interp (reference interpreter), host (CPU through LLVM ORC JIT),\n"
         "         gfx90a, gfx942 (AMDGPU code objects; compile only: no AMD GPU here),\n"
+        "         gfx90a-emu, gfx942-emu (the AMDGPU lowering run by the emulator on the CPU),\n"
+        "         sm_80, sm_90a (NVIDIA PTX; compile only from the command line for now),\n"
         "         auto (the best device present: host where there is no GPU)\n",
         f);
 }
@@ -313,6 +317,7 @@ static const kn_target *find_target(const char *name) {
   if (!strcmp(name, "host")) return kn_host_target();
   const kn_target *g = kn_gpu_target_by_name(name);
   if (g) return g;
+  if ((g = kn_emu_target(name))) return g;
   fprintf(stderr, "kiln: error: target '%s' is not available in this build (run `kiln targets`)\n",
           name);
   return NULL;
@@ -355,6 +360,10 @@ static int cmd_targets(void) {
   static const char *const gpu[] = {"gfx90a", "gfx942", "sm_80", "sm_90a"};
   for (size_t i = 0; i < sizeof gpu / sizeof gpu[0]; i++)
     if (kn_gpu_target_by_name(gpu[i])) printf("  %-8s GPU code (compile)\n", gpu[i]);
+  static const char *const emu[] = {"gfx90a-emu", "gfx942-emu"};
+  for (size_t i = 0; i < sizeof emu / sizeof emu[0]; i++)
+    if (kn_emu_target(emu[i]))
+      printf("  %-10s the %.6s lowering run on the CPU by the AMDGPU emulator\n", emu[i], emu[i]);
   const kn_device_list *l = devices();
   printf("drivers:\n");
   print_driver("hip", &l->hip);
@@ -439,7 +448,8 @@ static int cmd_run(options *o) {
   const kn_target *t = NULL;
   if (strcmp(o->target, "interp") && !(t = find_target(o->target))) return EXIT_NODEV;
   const char *target = t ? t->name : "interp";
-  if (t && t != kn_host_target()) {
+  bool emu = t && kn_emu_target(t->name) == t;
+  if (t && t != kn_host_target() && !emu) {
     fprintf(stderr,
             "kiln: error: no %s device is present to run on (compile for it with `kiln compile "
             "--target %s`, or run its lowering under emulation with --target %s-emu)\n",
@@ -503,8 +513,11 @@ static int cmd_run(options *o) {
   for (int r = 0; r < o->repeats; r++) {
     kn_diag d;
     double t1 = now_s();
-    int err = compiled ? kn_kernel_run_host(compiled, args, grid, &d)
-                       : kn_interp_run(k, args, grid, regions, 5, NULL, &d);
+    /* the emulator checks every global access against the caller's buffers, like the
+     * interpreter; the host target runs unchecked at full speed */
+    int err = emu        ? kn_emu_run(compiled, args, grid, regions, 5, NULL, &d)
+              : compiled ? kn_kernel_run_host(compiled, args, grid, &d)
+                         : kn_interp_run(k, args, grid, regions, 5, NULL, &d);
     if (err) {
       fprintf(stderr, "kiln: error: the kernel failed to run:\n%s", d.rendered);
       rc = EXIT_USAGE;
@@ -588,6 +601,51 @@ static int cmd_inspect(int argc, char **argv) {
   return rc;
 }
 
+/* kiln compile for sm_80 / sm_90a: PTX from LLVM's NVPTX backend; a cubin and the register and
+ * spill report from ptxas where the CUDA toolkit is installed */
+static int compile_nvptx(options *o, const kn_target *t, kn_module *m, kn_func *k) {
+  const char *emit = o->emit ? o->emit : "ptx";
+  if (strcmp(emit, "ptx") && strcmp(emit, "cubin") && strcmp(emit, "layout")) {
+    fprintf(stderr, "kiln: error: --emit %s is not available for target %s (ptx, cubin, layout, "
+                    "asm, llvm)\n", emit, t->name);
+    return EXIT_USAGE;
+  }
+  kn_diag d;
+  kn_nvptx_compiled c;
+  if (kn_nvptx_compile(m, k->name, t->name, false, &c, &d)) {
+    fprintf(stderr, "kiln: error: compiling for %s failed:\n%s", t->name, d.rendered);
+    return EXIT_USAGE;
+  }
+  int rc = EXIT_PASS;
+  bool cubin = !strcmp(emit, "cubin");
+  if (!strcmp(emit, "layout")) rc = write_out(o->output, c.layout_text, strlen(c.layout_text));
+  else if (!cubin) rc = write_out(o->output, c.ptx, c.ptx_size);
+  if (rc == 0 && (cubin || o->stats)) {
+    kn_ptxas_options po = {.arch = t->name, .opt_level = 3, .want_cubin = cubin};
+    kn_ptxas_result r;
+    char msg[1024];
+    int st = kn_ptxas_run(c.ptx, c.ptx_size, &po, &r, msg, sizeof msg);
+    if (st) {
+      fprintf(stderr, "kiln: error: ptxas: %s\n", msg);
+      rc = cubin ? EXIT_NODEV : EXIT_PASS;  /* --stats without ptxas: the PTX is still written */
+    } else {
+      if (cubin) rc = write_out(o->output, r.cubin, r.cubin_size);
+      const kn_ptxas_kernel *pk = kn_ptxas_find_kernel(&r, k->name);
+      FILE *sf = !o->output || !strcmp(o->output, "-") ? stderr : stdout;
+      if (o->stats && pk)
+        fprintf(sf, "%s %s: %d registers, spill stores %d B, spill loads %d B, stack frame %d B, "
+                    "dynamic shared %lld B, %d threads per block (%s)\n",
+                k->name, t->name, pk->registers, pk->spill_stores, pk->spill_loads,
+                pk->stack_frame, (long long)c.smem_bytes, c.threads, r.ptxas);
+      kn_ptxas_result_free(&r);
+    }
+    if (rc < 0) rc = EXIT_USAGE;
+  }
+  if (rc < 0) rc = EXIT_USAGE;
+  kn_nvptx_compiled_free(&c);
+  return rc;
+}
+
 /* kiln compile: ahead-of-time output for a target (AMDGPU: the linked code object) */
 static int cmd_compile(options *o) {
   if (!strcmp(o->target, "auto") || !strcmp(o->target, "interp")) {
@@ -596,6 +654,21 @@ static int cmd_compile(options *o) {
   }
   const kn_target *t = find_target(o->target);
   if (!t) return EXIT_NODEV;
+  /* asm and llvm come straight from the pipeline for every target (below) */
+  bool text_stage = o->emit && (!strcmp(o->emit, "asm") || !strcmp(o->emit, "llvm")) && !o->stats;
+  if (kn_nvptx_target_by_name(t->name) && !text_stage) {
+    kn_module *m;
+    kn_func *k = get_kernel(o, &m);
+    if (!k) return EXIT_USAGE;
+    int rc = compile_nvptx(o, t, m, k);
+    kn_module_free(m);
+    return rc;
+  }
+  if (kn_emu_target(t->name) == t) {
+    fprintf(stderr, "kiln: error: %s runs under `kiln run`; compile for %.6s instead\n", t->name,
+            t->name);
+    return EXIT_USAGE;
+  }
   bool gpu = t != kn_host_target();
   const char *emit = o->emit ? o->emit : gpu ? "hsaco" : "asm";
   int stage = !strcmp(emit, "llvm") ? KN_STAGE_LLVM : !strcmp(emit, "asm") ? KN_STAGE_ASM : 0;
