@@ -113,7 +113,8 @@ int kn_llvm_verify(LLVMModuleRef mod, kn_diag *d) {
 
 /* ---- target machines, passes, assembly ---- */
 
-LLVMTargetMachineRef kn_llvm_host_machine(kn_diag *d) {
+LLVMTargetMachineRef kn_llvm_host_machine_with(LLVMRelocMode reloc, LLVMCodeModel model,
+                                               kn_diag *d) {
   kn_llvm_init();
   char *triple = LLVMGetDefaultTargetTriple(), *err = NULL;
   LLVMTargetRef target;
@@ -125,13 +126,16 @@ LLVMTargetMachineRef kn_llvm_host_machine(kn_diag *d) {
   }
   char *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
   LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu, features,
-                                                    LLVMCodeGenLevelAggressive, LLVMRelocDefault,
-                                                    LLVMCodeModelJITDefault);
+                                                    LLVMCodeGenLevelAggressive, reloc, model);
   LLVMDisposeMessage(cpu);
   LLVMDisposeMessage(features);
   LLVMDisposeMessage(triple);
   if (!tm) kn_error(d, NULL, no_loc, "cannot create a target machine for the host");
   return tm;
+}
+
+LLVMTargetMachineRef kn_llvm_host_machine(kn_diag *d) {
+  return kn_llvm_host_machine_with(LLVMRelocDefault, LLVMCodeModelJITDefault, d);
 }
 
 /* gives the module the triple and data layout of tm (the optimiser needs the layout) */
@@ -185,7 +189,7 @@ typedef struct abs_sym {
   void *addr;
 } abs_sym;
 
-static int define_helpers(LLVMOrcLLJITRef J, kn_diag *d) {
+int kn_jit_define_helpers(LLVMOrcLLJITRef J, kn_diag *d) {
   /* cast through uintptr_t: the addresses of C functions, as the JIT wants them */
   const abs_sym syms[] = {
       {"kn_rt_round", (void *)(uintptr_t)kn_rt_round},
@@ -269,7 +273,7 @@ int kn_jit_load(LLVMContextRef ctx, LLVMModuleRef mod, const char *kernel_name, 
     LLVMOrcDisposeThreadSafeModule(tsm);
     return jit_fail(h, d, err, "cannot create the JIT");
   }
-  if (define_helpers(h->jit, d)) {
+  if (kn_jit_define_helpers(h->jit, d)) {
     LLVMOrcDisposeThreadSafeModule(tsm);
     kn_loaded l = {.impl = h};
     kn_jit_unload(&l);

@@ -17,11 +17,9 @@
  * like kn_llvm_host_machine(): the object runs only on a CPU with the same features, which is why
  * kn_object_target_id() (part of every cache key) names them.
  *
- * Loading defines the same absolute symbols as jit.c (kiln's numeric helpers and the libm/libc
- * functions LLVM may call) in the new JIT.  jit.c keeps its table private; the list here must
- * name the same functions (a missing one is a link error at load, not a wrong result).
+ * Loading defines, through jit.c's kn_jit_define_helpers(), the same absolute symbols as a JIT
+ * compile (kiln's numeric helpers and the libm/libc functions LLVM may call) in the new JIT.
  */
-#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,33 +94,12 @@ static int object_emit_asm(const kn_target *t, LLVMModuleRef mod, LLVMTargetMach
   return ot->base->emit_asm(ot->base, mod, tm, out, d);
 }
 
-/* the host machine for objects: the host CPU and features, PIC, small code model */
-static LLVMTargetMachineRef host_pic_machine(kn_diag *d) {
-  kn_llvm_init();
-  char *triple = LLVMGetDefaultTargetTriple(), *err = NULL;
-  LLVMTargetRef target;
-  if (LLVMGetTargetFromTriple(triple, &target, &err)) {
-    kn_error(d, NULL, no_loc, "host target '%s' unavailable: %s", triple, err ? err : "?");
-    LLVMDisposeMessage(err);
-    LLVMDisposeMessage(triple);
-    return NULL;
-  }
-  char *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
-  LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu, features,
-                                                    LLVMCodeGenLevelAggressive, LLVMRelocPIC,
-                                                    LLVMCodeModelSmall);
-  LLVMDisposeMessage(cpu);
-  LLVMDisposeMessage(features);
-  LLVMDisposeMessage(triple);
-  if (!tm) kn_error(d, NULL, no_loc, "cannot create a target machine for host objects");
-  return tm;
-}
-
 static int object_load_hook(const kn_target *t, LLVMContextRef ctx, LLVMModuleRef mod,
                             const char *kernel_name, kn_loaded *out, kn_diag *d) {
   const object_target *ot = (const object_target *)t;
   int rc = -1;
-  LLVMTargetMachineRef tm = host_pic_machine(d);
+  /* objects are linked at any address later (cache loads): PIC, small code model */
+  LLVMTargetMachineRef tm = kn_llvm_host_machine_with(LLVMRelocPIC, LLVMCodeModelSmall, d);
   if (tm) {
     char *err = NULL;
     LLVMMemoryBufferRef buf = NULL;
@@ -219,50 +196,6 @@ struct kn_host_object {
   char symbol[160];
 };
 
-static int define_helpers(LLVMOrcLLJITRef J, kn_diag *d) {
-  static const struct {
-    const char *name;
-    void (*addr)(void);
-  } syms[] = {
-      {"kn_rt_round", (void (*)(void))kn_rt_round},
-      {"kn_rt_encode", (void (*)(void))kn_rt_encode},
-      {"kn_rt_int_to_float", (void (*)(void))kn_rt_int_to_float},
-      {"exp", (void (*)(void))exp},
-      {"exp2", (void (*)(void))exp2},
-      {"log", (void (*)(void))log},
-      {"log2", (void (*)(void))log2},
-      {"tanh", (void (*)(void))tanh},
-      {"fmod", (void (*)(void))fmod},
-      {"fmodf", (void (*)(void))fmodf},
-      {"sqrt", (void (*)(void))sqrt},
-      {"memcpy", (void (*)(void))memcpy},
-      {"memmove", (void (*)(void))memmove},
-      {"memset", (void (*)(void))memset},
-  };
-  enum { N = sizeof syms / sizeof syms[0] };
-  LLVMOrcCSymbolMapPair pairs[N];
-  for (int i = 0; i < N; i++) {
-    pairs[i].Name = LLVMOrcLLJITMangleAndIntern(J, syms[i].name);
-    pairs[i].Sym.Address = (LLVMOrcExecutorAddress)(uintptr_t)syms[i].addr;
-    pairs[i].Sym.Flags.GenericFlags =
-        LLVMJITSymbolGenericFlagsExported | LLVMJITSymbolGenericFlagsCallable;
-    pairs[i].Sym.Flags.TargetFlags = 0;
-  }
-  LLVMOrcMaterializationUnitRef mu = LLVMOrcAbsoluteSymbols(pairs, N);
-  LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(J);
-  LLVMErrorRef err = LLVMOrcJITDylibDefine(jd, mu);
-  if (err) {
-    LLVMOrcDisposeMaterializationUnit(mu);
-    return kn_llvm_error(d, err, "JIT symbol setup");
-  }
-  LLVMOrcDefinitionGeneratorRef gen = NULL;
-  err = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(J),
-                                                             NULL, NULL);
-  if (err) LLVMConsumeError(err); /* only a fallback */
-  else LLVMOrcJITDylibAddGenerator(jd, gen);
-  return 0;
-}
-
 int kn_object_load(const kn_target *t, const void *data, size_t size, const char *symbol,
                    kn_host_object **out, kn_diag *d) {
   *out = NULL;
@@ -271,7 +204,8 @@ int kn_object_load(const kn_target *t, const void *data, size_t size, const char
   kn_host_object *h = calloc(1, sizeof *h);
   if (!h) return kn_error(d, NULL, no_loc, "out of memory");
   snprintf(h->symbol, sizeof h->symbol, "%s", symbol);
-  LLVMTargetMachineRef tm = host_pic_machine(d);
+  /* objects are linked at any address later (cache loads): PIC, small code model */
+  LLVMTargetMachineRef tm = kn_llvm_host_machine_with(LLVMRelocPIC, LLVMCodeModelSmall, d);
   if (!tm) {
     free(h);
     return -1;
@@ -284,7 +218,7 @@ int kn_object_load(const kn_target *t, const void *data, size_t size, const char
     free(h);
     return kn_llvm_error(d, err, "cannot create the JIT");
   }
-  if (define_helpers(h->jit, d)) goto fail;
+  if (kn_jit_define_helpers(h->jit, d)) goto fail;
   LLVMMemoryBufferRef buf =
       LLVMCreateMemoryBufferWithMemoryRangeCopy(data, size, "kiln-host-object");
   err = LLVMOrcLLJITAddObjectFile(h->jit, LLVMOrcLLJITGetMainJITDylib(h->jit), buf);

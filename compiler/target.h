@@ -25,6 +25,7 @@
 #include <stdio.h>
 
 #include <llvm-c/Error.h>
+#include <llvm-c/LLJIT.h>
 #include <llvm-c/Types.h>
 #include <llvm-c/TargetMachine.h>
 
@@ -101,12 +102,18 @@ int kn_llvm_verify(LLVMModuleRef mod, kn_diag *d);
 int kn_llvm_run_passes(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *passes,
                        kn_diag *d);
 int kn_llvm_emit_asm(LLVMModuleRef mod, LLVMTargetMachineRef tm, FILE *out, kn_diag *d);
-/* host: a target machine for the host CPU at O3 */
+/* host: a target machine for the host CPU at O3 (for the JIT: default relocation, JIT code model) */
 LLVMTargetMachineRef kn_llvm_host_machine(kn_diag *d);
+/* the same with a chosen relocation model and code model (relocatable objects: PIC, small) */
+LLVMTargetMachineRef kn_llvm_host_machine_with(LLVMRelocMode reloc, LLVMCodeModel model,
+                                               kn_diag *d);
 /* host: JIT the module (takes ownership of ctx and mod), look up kiln_<name> */
 int kn_jit_load(LLVMContextRef ctx, LLVMModuleRef mod, const char *kernel_name, kn_loaded *out,
                 kn_diag *d);
 void kn_jit_unload(kn_loaded *l);
+/* defines in J's main dylib the C functions JIT'ed host code calls (kiln's numeric helpers,
+ * libm/libc) as absolute symbols, so that a static binary links too */
+int kn_jit_define_helpers(LLVMOrcLLJITRef J, kn_diag *d);
 
 /* lower_host.c: the host target's `lower` */
 int kn_lower_host(const kn_target *t, kn_func *k, LLVMContextRef ctx, LLVMModuleRef *out,
