@@ -9,20 +9,7 @@ trap 'chmod -R u+rwx "$tmp"; rm -rf "$tmp"' EXIT
 export KILN_TUNE_PROGRESS=0
 unset KILN_AUTOTUNE KILN_TUNE_SPACE KILN_CACHE_FAULT
 
-# expect NAME WANT_RC REGEX -- CMD...: CMD exits WANT_RC and its output matches REGEX
-expect() {
-  local name=$1 want=$2 re=$3
-  shift 4
-  "$@" >"$tmp/out" 2>&1
-  local rc=$?
-  if [ "$rc" -ne "$want" ]; then
-    echo "FAIL $name: exit $rc, wanted $want"; sed 's/^/  | /' "$tmp/out"; fails=$((fails + 1))
-  elif ! grep -Eq -- "$re" "$tmp/out"; then
-    echo "FAIL $name: output does not match /$re/"; sed 's/^/  | /' "$tmp/out"; fails=$((fails + 1))
-  else
-    echo "PASS $name"
-  fi
-}
+. "$(dirname "$0")/expect.sh"
 
 c=$tmp/cache
 expect tune 0 '^best: block_m=(16|32) block_n=16 warps=4 stages=1 median_us=[0-9.]+ \(recorded' -- \

@@ -7,20 +7,7 @@ fails=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# expect NAME WANT_RC REGEX -- CMD...: CMD exits WANT_RC and its output matches REGEX
-expect() {
-  local name=$1 want=$2 re=$3
-  shift 4
-  "$@" >"$tmp/out" 2>&1
-  local rc=$?
-  if [ "$rc" -ne "$want" ]; then
-    echo "FAIL $name: exit $rc, wanted $want"; sed 's/^/  | /' "$tmp/out"; fails=$((fails + 1))
-  elif ! grep -Eq -- "$re" "$tmp/out"; then
-    echo "FAIL $name: output does not match /$re/"; sed 's/^/  | /' "$tmp/out"; fails=$((fails + 1))
-  else
-    echo "PASS $name"
-  fi
-}
+. "$(dirname "$0")/expect.sh"
 
 expect run-interp-causal 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
   "$kiln" run --target interp --head-dim 64 --seqlen-q 200 --seqlen-k 200 --causal
