@@ -2,7 +2,8 @@
  *
  * The API layer is the only one that sees templates, the compiler, the runtime and the storage
  * layers together.  It holds no LLVM types: compiler/pipeline.h's object path (kn_object,
- * kn_host_object) is its whole view of code generation.
+ * kn_host_object) is its view of host code generation, and api/cuda.c's three calls below (which
+ * alone include compiler/gpu/gpu.h for kn_nvptx_compile) its view of the NVPTX target.
  */
 #ifndef KILN_API_INTERNAL_H
 #define KILN_API_INTERNAL_H
@@ -12,7 +13,9 @@
 #include <stdbool.h>
 
 #include "attention.h"
+#include "attn_launch_cuda.h"
 #include "cache.h"
+#include "cuda_device.h"
 #include "discover.h"
 #include "kiln.h"
 #include "pipeline.h"
@@ -24,8 +27,11 @@
 typedef struct memo_slot memo_slot;
 
 struct kiln_context {
-  const kn_target *target;     /* what the context compiles for (the host so far) */
-  kn_device_kind kind;
+  const kn_target *target;     /* what the context compiles for (host, sm_80, sm_90a) */
+  kn_device_kind kind;         /* HOST or CUDA */
+  kn_cuda_device *cuda;        /* CUDA: the device's primary context, retained for our life */
+  int cuda_ordinal;
+  int64_t cuda_smem_optin;     /* CUDA: the most dynamic shared memory a block may opt into */
   char target_name[16];
   char device_name[128];
   char target_id[1024];        /* kn_object_target_id: part of every cache key */
@@ -46,6 +52,7 @@ struct kiln_context {
   kiln_tune_policy env_policy; /* KILN_AUTOTUNE (KILN_TUNE_CONTEXT: unset) */
   char env_space[512];         /* $KILN_TUNE_SPACE at creation */
   atomic_int warned_unwritable; /* the one "cache cannot store" warning was given */
+  atomic_int warned_no_tuner;  /* CUDA: "AUTO acts as CACHED" was said */
 
   /* the memo: request and kernel slots, one in-flight marker per key (see kiln.c) */
   pthread_mutex_t mu;
@@ -65,8 +72,11 @@ struct kiln_kernel {
   kiln_kernel_info info;
   kn_attn_desc desc;
   kn_attn_config cfg;
-  kn_host_object *obj;
-  pthread_mutex_t launch_mu;   /* one launch of this kernel at a time (its status word) */
+  kn_host_object *obj;         /* host */
+  pthread_mutex_t launch_mu;   /* host: one launch of this kernel at a time (its status word) */
+  kn_cuda_module *cu_mod;      /* CUDA: the loaded PTX module and its kernel */
+  kn_cuda_kernel *cu_fn;
+  kn_attn_cuda_launch_info cu_launch; /* CUDA: threads per block, dynamic shared bytes */
 };
 
 /* kiln.c */
@@ -87,6 +97,26 @@ void *api_pack(const kn_object *o, size_t *size);
 /* stores a compiled object in the cache (NOT_STORED is logged, counted, and not an error) */
 void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_object *o);
 const char *api_dtype_name(kn_scalar s);
+/* the cache lookup of kiln.c: KN_CACHE_OK with a malloc'ed payload, or a miss (corrupt entries
+ * counted and logged as warnings) */
+int api_cache_get(kiln_context *ctx, const kn_cache_key *key, const char *hex, void **payload,
+                  size_t *size);
+/* a checksummed entry whose payload is not a loadable kernel: warn, count, remove */
+void api_cache_reject(kiln_context *ctx, const kn_cache_key *key, const char *hex,
+                      const char *why);
+/* a cache put; a put that cannot store is counted (its warning came from the cache's log) */
+void api_cache_put(kiln_context *ctx, const kn_cache_key *key, const void *payload, size_t n);
+
+/* cuda.c: the CUDA device.  open: discovery's device -> ctx (target, ids, the device's
+ * primary context).  build: compile-or-load k's module (k->info.source/cache_key are filled).
+ * forward: launch on the caller's stream.  unload/close: for destroy. */
+kiln_status api_cuda_open(kiln_context *ctx, const kn_device_info *dev, const char *target);
+kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m,
+                           const kn_cache_key *key, const char *what);
+kiln_status api_cuda_forward(kiln_kernel *k, const kn_argval *args, const int grid[3],
+                             void *stream);
+void api_cuda_unload(kiln_kernel *k);
+void api_cuda_close(kiln_context *ctx);
 
 /* tune.c: tunes (d) at seqlen; record: 0 do not record, 1 only if faster, 2 replace.  Fills res
  * (may be NULL) and *best. */

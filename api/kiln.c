@@ -190,27 +190,49 @@ static kiln_tune_policy env_policy(kiln_context *ctx) {
   return KILN_TUNE_CONTEXT;
 }
 
-static kiln_status pick_device(kiln_context *ctx, const char *device) {
-  if (!device || !strcmp(device, "auto")) {
-    pthread_once(&discover_once, discover_devices);
-    const kn_device_info *best = kn_discover_best(&discovered);
-    if (best->kind != KN_DEVICE_HOST)
-      api_log(ctx, KILN_LOG_INFO,
-              "device %s (%s, target %s) found, but the API launches only on the host so far; "
-              "using the host", best->name, kn_device_kind_str(best->kind),
-              best->target[0] ? best->target : "none");
-    const kn_device_info *host = &discovered.dev[discovered.n - 1];
-    snprintf(ctx->device_name, sizeof ctx->device_name, "%s", host->name);
-  } else if (!strcmp(device, "host")) {
-    kn_host_cpu_name(ctx->device_name, sizeof ctx->device_name);
-  } else if (!strncmp(device, "gfx", 3) || !strncmp(device, "sm_", 3)) {
-    return api_fail(KILN_ERR_UNSUPPORTED,
-                    "device '%s': the API does not launch on GPUs yet (use \"host\" or \"auto\")",
-                    device);
-  } else {
-    return api_fail(KILN_ERR_NO_DEVICE, "unknown device '%s' (expected auto, host, or a target)",
-                    device);
+/* the CUDA device a device string names, from discovery: "cuda" (the first NVIDIA GPU kiln
+ * can run on), "cuda:N" (ordinal N), "sm_80" (any sm_80+ GPU, compiled for sm_80), "sm_90a" (a
+ * compute capability 9.0 GPU).  NULL with the reason in *why. */
+static const kn_device_info *find_cuda(const char *device, char *why, size_t n) {
+  pthread_once(&discover_once, discover_devices);
+  if (!discovered.cuda.present) {
+    snprintf(why, n, "no CUDA device: %s", discovered.cuda.reason);
+    return NULL;
   }
+  int ordinal = -1;
+  if (!strncmp(device, "cuda:", 5)) {
+    char *end;
+    long v = strtol(device + 5, &end, 10);
+    if (end == device + 5 || *end || v < 0 || v > 1024) {
+      snprintf(why, n, "'%s' is not cuda:<ordinal>", device);
+      return NULL;
+    }
+    ordinal = (int)v;
+  }
+  bool want_90a = !strcmp(device, "sm_90a");
+  const kn_device_info *older = NULL;
+  for (int i = 0; i < discovered.n; i++) {
+    const kn_device_info *d = &discovered.dev[i];
+    if (d->kind != KN_DEVICE_CUDA || (ordinal >= 0 && d->ordinal != ordinal)) continue;
+    if (!d->target[0] || (want_90a && strcmp(d->target, "sm_90a"))) {
+      if (!older) older = d;
+      continue;
+    }
+    return d;
+  }
+  if (older)
+    snprintf(why, n, "CUDA device %d (%s, compute capability %d.%d) cannot run %s: kiln needs "
+             "%s", older->ordinal, older->name, older->cc_major, older->cc_minor,
+             want_90a ? "sm_90a" : "kiln's kernels", want_90a ? "9.0" : "8.0 or later");
+  else if (ordinal >= 0)
+    snprintf(why, n, "no CUDA device with ordinal %d (%d present)", ordinal,
+             discovered.cuda.device_count);
+  else
+    snprintf(why, n, "no CUDA device found");
+  return NULL;
+}
+
+static kiln_status pick_host(kiln_context *ctx) {
   ctx->kind = KN_DEVICE_HOST;
   ctx->target = kn_host_target();
   snprintf(ctx->target_name, sizeof ctx->target_name, "host");
@@ -220,6 +242,41 @@ static kiln_status pick_device(kiln_context *ctx, const char *device) {
   if (kn_object_target_id(ctx->target, ctx->target_id, sizeof ctx->target_id))
     return api_fail(KILN_ERR_UNSUPPORTED, "host target description too long");
   return KILN_OK;
+}
+
+static kiln_status pick_device(kiln_context *ctx, const char *device) {
+  char why[700];
+  if (!device || !strcmp(device, "auto")) {
+    /* an NVIDIA GPU kiln can run on, else the host (AMD GPUs are not launched by the API yet) */
+    const kn_device_info *cu = find_cuda("cuda", why, sizeof why);
+    if (cu) return api_cuda_open(ctx, cu, cu->target);
+    const kn_device_info *best = kn_discover_best(&discovered);
+    if (best->kind != KN_DEVICE_HOST)
+      api_log(ctx, KILN_LOG_INFO,
+              "device %s (%s, target %s) found, but the API launches only on NVIDIA GPUs and "
+              "the host so far; using the host", best->name, kn_device_kind_str(best->kind),
+              best->target[0] ? best->target : "none");
+    const kn_device_info *host = &discovered.dev[discovered.n - 1];
+    snprintf(ctx->device_name, sizeof ctx->device_name, "%s", host->name);
+    return pick_host(ctx);
+  }
+  if (!strcmp(device, "host")) {
+    kn_host_cpu_name(ctx->device_name, sizeof ctx->device_name);
+    return pick_host(ctx);
+  }
+  if (!strcmp(device, "cuda") || !strncmp(device, "cuda:", 5) || !strcmp(device, "sm_80") ||
+      !strcmp(device, "sm_90a")) {
+    const kn_device_info *cu = find_cuda(device, why, sizeof why);
+    if (!cu) return api_fail(KILN_ERR_NO_DEVICE, "device '%s': %s", device, why);
+    /* "sm_80" asks for sm_80 code whatever the GPU (PTX for sm_80 runs on every later one) */
+    return api_cuda_open(ctx, cu, !strcmp(device, "sm_80") ? "sm_80" : cu->target);
+  }
+  if (!strncmp(device, "gfx", 3) || !strncmp(device, "sm_", 3))
+    return api_fail(KILN_ERR_UNSUPPORTED,
+                    "device '%s': the API does not launch on this target yet (use \"host\", "
+                    "\"cuda\", \"sm_80\", \"sm_90a\" or \"auto\")", device);
+  return api_fail(KILN_ERR_NO_DEVICE,
+                  "unknown device '%s' (expected auto, host, cuda, cuda:N, or a target)", device);
 }
 
 kiln_status kiln_context_create(const kiln_context_options *options, kiln_context **out) {
@@ -288,10 +345,12 @@ void kiln_context_destroy(kiln_context *ctx) {
     }
   for (kiln_kernel *k = ctx->kernels, *n; k; k = n) {
     n = k->next;
-    kn_object_unload(k->obj);
+    if (k->obj) kn_object_unload(k->obj);
+    api_cuda_unload(k);
     pthread_mutex_destroy(&k->launch_mu);
     free(k);
   }
+  api_cuda_close(ctx);
   kn_tunedb_close(ctx->db);
   kn_cache_close(ctx->cache);
   pthread_cond_destroy(&ctx->cv);
@@ -406,9 +465,12 @@ kn_module *api_build_module(const kn_attn_desc *d, const kn_attn_config *c, kn_d
 
 kn_cache_key api_cache_key(const kiln_context *ctx, const kn_module *m) {
   char *ir = kn_print(m);
-  static const char abi[] = "host-object-abi-1", opts[] = "O3";
+  /* the payload's ABI names the device kind too: a host object and a PTX payload can never be
+   * mistaken for each other, even for one IR */
+  const char *abi = ctx->kind == KN_DEVICE_CUDA ? "cuda-ptx-abi-1" : "host-object-abi-1";
+  static const char opts[] = "O3";
   kn_cache_part parts[] = {
-      {abi, sizeof abi - 1},
+      {abi, strlen(abi)},
       {"attn_fwd", 8},
       {ir ? ir : "", ir ? strlen(ir) : 0},
       {ctx->target_id, strlen(ctx->target_id)},
@@ -420,13 +482,18 @@ kn_cache_key api_cache_key(const kiln_context *ctx, const kn_module *m) {
   return key;
 }
 
+void api_cache_put(kiln_context *ctx, const kn_cache_key *key, const void *payload, size_t n) {
+  if (!ctx->cache) return;
+  if (kn_cache_put(ctx->cache, key, payload, n) == KN_CACHE_NOT_STORED)
+    atomic_fetch_add(&ctx->stats.not_stored, 1);
+}
+
 void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_object *o) {
   if (!ctx->cache) return;
   size_t n;
   void *payload = api_pack(o, &n);
   if (!payload) return;
-  if (kn_cache_put(ctx->cache, key, payload, n) == KN_CACHE_NOT_STORED)
-    atomic_fetch_add(&ctx->stats.not_stored, 1);
+  api_cache_put(ctx, key, payload, n);
   free(payload);
 }
 
@@ -435,19 +502,35 @@ static void describe(const kn_attn_desc *d, const kn_attn_config *c, char *out, 
            d->causal ? " causal" : "", d->has_lse ? " lse" : "", c->block_m, c->block_n);
 }
 
+int api_cache_get(kiln_context *ctx, const kn_cache_key *key, const char *hex, void **payload,
+                  size_t *size) {
+  *payload = NULL;
+  *size = 0;
+  if (!ctx->cache) return KN_CACHE_MISS;
+  tl_in_cache_get = true;
+  int cs = kn_cache_get(ctx->cache, key, payload, size);
+  tl_in_cache_get = false;
+  if (cs == KN_CACHE_CORRUPT) atomic_fetch_add(&ctx->stats.corrupt_entries, 1);
+  if (cs < 0) api_log(ctx, KILN_LOG_DEBUG, "cache get %s: %s", hex, kn_cache_message());
+  return cs;
+}
+
+/* the cache's checksum held, but what it holds is not a loadable kernel (another kiln build's
+ * payload, a bug): never run it; remove it and rebuild */
+void api_cache_reject(kiln_context *ctx, const kn_cache_key *key, const char *hex,
+                      const char *why) {
+  api_log(ctx, KILN_LOG_WARN, "cache entry %s/objects-v1/%s is not a loadable kernel (%s); "
+          "removed, rebuilding", ctx->cache_dir, hex, why);
+  atomic_fetch_add(&ctx->stats.corrupt_entries, 1);
+  kn_cache_remove(ctx->cache, key);
+}
+
 /* cache lookup: 0 with *obj loaded, or -1 (miss, corrupt, bad payload: all logged) */
 static int load_cached(kiln_context *ctx, const kn_cache_key *key, const char *hex,
                        kn_host_object **obj) {
   void *payload = NULL;
   size_t size = 0;
-  tl_in_cache_get = true;
-  int cs = kn_cache_get(ctx->cache, key, &payload, &size);
-  tl_in_cache_get = false;
-  if (cs == KN_CACHE_CORRUPT) atomic_fetch_add(&ctx->stats.corrupt_entries, 1);
-  if (cs != KN_CACHE_OK) {
-    if (cs < 0) api_log(ctx, KILN_LOG_DEBUG, "cache get %s: %s", hex, kn_cache_message());
-    return -1;
-  }
+  if (api_cache_get(ctx, key, hex, &payload, &size) != KN_CACHE_OK) return -1;
   char symbol[160];
   const uint8_t *bytes;
   size_t nbytes;
@@ -457,12 +540,7 @@ static int load_cached(kiln_context *ctx, const kn_cache_key *key, const char *h
     free(payload);
     return 0;
   }
-  /* the cache's checksum held, but what it holds is not a loadable kernel (another kiln build's
-   * payload, a bug): never run it; remove it and rebuild */
-  api_log(ctx, KILN_LOG_WARN, "cache entry %s/objects-v1/%s is not a loadable kernel (%s); "
-          "removed, rebuilding", ctx->cache_dir, hex, bad ? bad : d.message);
-  atomic_fetch_add(&ctx->stats.corrupt_entries, 1);
-  kn_cache_remove(ctx->cache, key);
+  api_cache_reject(ctx, key, hex, bad ? bad : d.message);
   free(payload);
   return -1;
 }
@@ -487,7 +565,15 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
   kn_cache_key key = api_cache_key(ctx, m);
   kn_cache_key_hex(&key, k->info.cache_key);
 
-  if (ctx->cache && load_cached(ctx, &key, k->info.cache_key, &k->obj) == 0) {
+  if (ctx->kind == KN_DEVICE_CUDA) {
+    kiln_status s = api_cuda_build(ctx, k, m, &key, what);
+    if (s) {
+      kn_module_free(m);
+      pthread_mutex_destroy(&k->launch_mu);
+      free(k);
+      return s;
+    }
+  } else if (ctx->cache && load_cached(ctx, &key, k->info.cache_key, &k->obj) == 0) {
     k->info.source = KILN_SOURCE_CACHE;
     atomic_fetch_add(&ctx->stats.cache_hits, 1);
   } else {
@@ -587,6 +673,13 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
     return KILN_OK;
   }
   if (policy == KILN_TUNE_NONE) return KILN_OK;
+  /* no tuner on CUDA yet (api_tune): AUTO reads records like CACHED, and says so once */
+  if (policy == KILN_TUNE_AUTO && ctx->kind != KN_DEVICE_HOST) {
+    if (atomic_exchange(&ctx->warned_no_tuner, 1) == 0)
+      api_log(ctx, KILN_LOG_INFO, "autotuning on %s is not implemented yet: KILN_TUNE_AUTO acts "
+              "as KILN_TUNE_CACHED", ctx->target_name);
+    policy = KILN_TUNE_CACHED;
+  }
   kn_tune_key key;
   api_tune_key(ctx, d, seqlen, &key);
   kn_tunedb *db = api_db(ctx);
@@ -683,7 +776,7 @@ static bool all_zero(const int64_t *s, int n) {
 }
 
 kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) {
-  (void)stream; /* the host device runs synchronously on its own pool */
+  /* the stream matters on CUDA only: the host device runs synchronously on its own pool */
   if (!k || !a) return api_fail(KILN_ERR_INVALID, "kiln_forward: null kernel or arguments");
   const kn_attn_desc *d = &k->desc;
   if (a->batch < 0 || a->heads <= 0 || a->kv_heads <= 0 || a->seqlen_q < 0 || a->seqlen_k < 0)
@@ -720,6 +813,12 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
     if (!all_zero(strides[i].s, strides[i].n))
       for (int j = 0; j < strides[i].n; j++) args[strides[i].at + j].i = strides[i].s[j];
 
+  if (k->ctx->kind == KN_DEVICE_CUDA) {
+    kiln_status s = api_cuda_forward(k, args, grid, stream);
+    if (s) return s;
+    atomic_fetch_add(&k->ctx->stats.launches, 1);
+    return KILN_OK;
+  }
   kn_diag diag;
   pthread_mutex_lock(&k->launch_mu);
   int rc = kn_object_run_host(k->obj, args, grid, &diag);

@@ -297,6 +297,11 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
   double t_start = now_us();
   kn_space space;
   char err[256];
+  /* candidates are host objects timed on the host's clock; timing PTX kernels with CUDA events
+   * is not written yet (kiln.h: tuning on CUDA) */
+  if (ctx->kind != KN_DEVICE_HOST)
+    return api_fail(KILN_ERR_UNSUPPORTED, "autotuning on %s is not implemented yet (the host "
+                    "only); prepare with KILN_TUNE_CACHED or KILN_TUNE_NONE", ctx->target_name);
   if (kn_space_default(&space, "fwd", ctx->target_name, NULL, 0))
     return api_fail(KILN_ERR_UNSUPPORTED, "no tuning space for template fwd");
   /* the request's spec, else $KILN_TUNE_SPACE, each applied over the template's space */

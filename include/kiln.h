@@ -25,9 +25,19 @@
  * asked for by the tuning policy: while autotuning, progress goes to stderr (a bar when stderr is
  * a terminal) unless a progress callback is given or KILN_TUNE_PROGRESS=0.
  *
+ * Devices.  The host (the CPU, through LLVM's ORC JIT) and NVIDIA GPUs of compute capability 8.0
+ * or later through the CUDA driver (found at run time by dlopen of libcuda.so.1: no build-time
+ * CUDA dependency).  On CUDA, prepare compiles the kernel to PTX (sm_90a on compute capability
+ * 9.0, sm_80 on other 8.0+ GPUs), caches the PTX, and loads it through the driver's JIT into
+ * the device's primary context (the one PyTorch and other driver users share); forward launches
+ * asynchronously on the caller's stream with caller-owned DEVICE pointers.  Without a usable GPU,
+ * device "cuda" is KILN_ERR_NO_DEVICE with the reason discovery found (no driver, no device,
+ * too old), and "auto" is the host.  AMD GPUs are compiled for but not launched by the API yet.
+ *
  * Threads.  All functions may be called from any number of threads at once on one context:
  * prepares of the same kernel compile it once (the others wait for it), and kernels may be
- * launched concurrently (on the host device, launches are serialised inside the device).
+ * launched concurrently (on the host device, launches are serialised inside the device; on
+ * CUDA they go to the driver directly, each on its caller's stream).
  *
  * Lifetime.  A kernel belongs to its context: it stays valid until kiln_context_destroy, which
  * must not race with other calls on that context.  Repeated prepares return the same kernel.
@@ -37,10 +47,15 @@
  * write there could make this process run their code.  An unwritable cache directory or a full
  * disk is a single warning; kernels are then compiled and run without being stored.
  *
+ * Tuning on CUDA is not implemented yet: there, KILN_TUNE_AUTO acts as KILN_TUNE_CACHED (one
+ * info log says so), kiln_tune returns KILN_ERR_UNSUPPORTED, and the template's default tiling
+ * (or a forced block_m/block_n) is what runs.
+ *
  * Environment: KILN_CACHE_DIR, KILN_AUTOTUNE=0|1|none (overrides the tuning policy: 1 tune on a
  * tuning-database miss, 0 use tuned records but never tune, none ignore records),
  * KILN_TUNE_SPACE (a search-space spec, see kiln_prepare_options.tune_space),
- * KILN_TUNE_PROGRESS=0, KILN_CACHE_MAX_BYTES (docs/runtime.md), KILN_HOST_THREADS.
+ * KILN_TUNE_PROGRESS=0, KILN_CACHE_MAX_BYTES (docs/runtime.md), KILN_HOST_THREADS,
+ * KILN_CUDA_LIBRARY (the driver library to dlopen; "none": no CUDA).
  * docs/api.md has the design and the measured latencies.
  */
 #ifndef KILN_H
@@ -105,7 +120,10 @@ typedef void (*kiln_progress_fn)(void *user, int done, int total,
 typedef struct kiln_context_options {
   const char *cache_dir;      /* NULL: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln, ~/.cache/kiln */
   int no_cache;               /* nonzero: no disk cache and no tuning database at all */
-  const char *device;         /* "auto" (NULL), "host", or a target name ("gfx942", "sm_90a") */
+  const char *device;         /* "auto" (NULL): the first NVIDIA sm_80+ GPU, else the host;
+                                 "host"; "cuda" (the first NVIDIA sm_80+ GPU), "cuda:N" (CUDA
+                                 ordinal N); "sm_80" (any sm_80+ GPU, sm_80 code), "sm_90a" (a
+                                 compute capability 9.0 GPU).  "gfx*": KILN_ERR_UNSUPPORTED */
   kiln_log_fn log;            /* optional */
   void *log_user;
   kiln_tune_policy tune_policy; /* default for prepares (KILN_TUNE_CONTEXT: CACHED); the
@@ -119,7 +137,8 @@ typedef struct kiln_context_options {
 kiln_status kiln_context_create(const kiln_context_options *options, kiln_context **out);
 void kiln_context_destroy(kiln_context *ctx);
 
-/* the kiln target the context compiles for ("host") and the device's name (CPU model) */
+/* the kiln target the context compiles for ("host", "sm_80", "sm_90a") and the device's name
+ * (CPU model, "NVIDIA H200") */
 const char *kiln_context_target(const kiln_context *ctx);
 const char *kiln_context_device_name(const kiln_context *ctx);
 /* the cache directory in use, or "" when running without one */
@@ -212,8 +231,12 @@ typedef struct kiln_attn_args {
   int64_t lse_stride[2];
 } kiln_attn_args;
 
-/* Launches the kernel on `stream` (a hipStream_t / CUstream for GPU devices; ignored on the
- * host, where the call returns when the output is written). */
+/* Launches the kernel on `stream`.  CUDA: buffers are device pointers valid in the device's
+ * primary context, `stream` a CUstream (NULL: the legacy default stream), the call returns once
+ * the launch is queued (KILN_ERR_UNSUPPORTED for a grid CUDA cannot launch: batch * heads above
+ * 65535; KILN_ERR_RUNTIME when the driver refuses the launch; faults inside the kernel show at
+ * the caller's next synchronisation, as with any CUDA kernel).  Host: host pointers, the stream
+ * is ignored and the call returns when the output is written. */
 kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *args, void *stream);
 
 /* ---- autotuning ---- */

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # cli.sh — the command-line contract: output lines and exit codes of `kiln`.
-# usage: cli.sh KILN_BINARY TESTS_DIR
+# usage: cli.sh KILN_BINARY TESTS_DIR [FAKE_LIBCUDA]
+# FAKE_LIBCUDA: the fake CUDA driver of tests/unit/test_cuda.c (its attn_fwd is a float64 attention
+# for f16, D 64, non-causal unless told otherwise), to run `kiln run --target sm_90a` without a GPU
 set -u
-kiln=$1 tests=$2
+kiln=$1 tests=$2 fake=${3:-}
 fails=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -46,6 +48,20 @@ expect run-gfx942-emu 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
   "$kiln" run --target gfx942-emu --head-dim 64 --seqlen-q 100 --seqlen-k 100 --causal
 expect run-gfx90a-emu-bf16 0 ' PASS$' -- \
   "$kiln" run --target gfx90a-emu --dtype bf16 --head-dim 128 --seqlen-q 70 --seqlen-k 133
+expect run-sm90a-no-device 3 'no sm_90a device is present to run on' -- \
+  env KILN_CUDA_LIBRARY=none "$kiln" run --target sm_90a
+expect run-sm80-no-device 3 'no sm_80 device is present .*disabled by KILN_CUDA_LIBRARY=none' -- \
+  env KILN_CUDA_LIBRARY=none "$kiln" run --target sm_80
+if [ -n "$fake" ] && [ -f "$fake" ]; then
+  # the PTX is compiled, loaded by the (fake) driver and launched with the API's launch helper
+  expect run-sm90a-fake 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
+    env KILN_CUDA_LIBRARY="$fake" "$kiln" run --target sm_90a --seqlen-q 130 --seqlen-k 77 --heads 4 --kv-heads 2 --repeats 3
+  expect run-auto-fake-gpu 0 'target=sm_90a device=Fake CUDA device .* PASS' -- \
+    sh -c "KILN_CUDA_LIBRARY='$fake' \"$kiln\" run --target auto --seqlen-q 33 --seqlen-k 40 | tr '\n' ' '"
+  expect targets-auto-fake-gpu 0 '^auto = sm_90a \(Fake CUDA device' -- env KILN_CUDA_LIBRARY="$fake" "$kiln" targets
+else
+  echo "SKIP run-sm90a-fake (no fake libcuda given)"
+fi
 expect compile-sm90a-ptx 0 'mma.sync.aligned.m16n8k16' -- "$kiln" compile --target sm_90a --head-dim 64
 expect compile-emu-refused 2 'runs under `kiln run`' -- "$kiln" compile --target gfx942-emu
 if command -v ptxas >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/ptxas ]; then

@@ -23,7 +23,9 @@
 #include <sys/stat.h>
 
 #include "attention.h"
+#include "attn_launch_cuda.h"
 #include "cache.h"
+#include "cuda_device.h"
 #include "device.h"
 #include "discover.h"
 #include "emu.h"
@@ -78,8 +80,8 @@ static void usage(FILE *f) {
         "targets: interp (reference interpreter), host (CPU through LLVM ORC JIT),\n"
         "         gfx90a, gfx942 (AMDGPU code objects; compile only: no AMD GPU here),\n"
         "         gfx90a-emu, gfx942-emu (the AMDGPU lowering run by the emulator on the CPU),\n"
-        "         sm_80, sm_90a (NVIDIA PTX; compile only from the command line for now),\n"
-        "         auto (the best device present: host where there is no GPU)\n",
+        "         sm_80, sm_90a (NVIDIA PTX; run on an NVIDIA GPU where one is present),\n"
+        "         auto (run: an NVIDIA sm_80+ GPU if present, else the host)\n",
         f);
 }
 
@@ -345,6 +347,27 @@ static const char *auto_target(void) {
   return "host";
 }
 
+/* the NVIDIA device `kiln run` uses for target t (sm_80: any sm_80+ GPU; sm_90a: compute
+ * capability 9.0), or NULL */
+static const kn_device_info *cuda_device_for(const char *target) {
+  const kn_device_list *l = devices();
+  for (int i = 0; i < l->n; i++) {
+    const kn_device_info *d = &l->dev[i];
+    if (d->kind == KN_DEVICE_CUDA && d->target[0] &&
+        (!strcmp(target, "sm_80") || !strcmp(d->target, target)))
+      return d;
+  }
+  return NULL;
+}
+
+/* `kiln run --target auto`: an NVIDIA GPU kiln can run on, else the host (AMD GPUs run only
+ * under emulation from the command line) */
+static const char *run_auto_target(void) {
+  const kn_device_info *d = cuda_device_for("sm_80");
+  if (d) return d->target;
+  return auto_target();
+}
+
 static void print_driver(const char *what, const kn_driver_report *r) {
   if (r->present)
     printf("  %-6s driver %s, version %d, %d device(s)\n", what, r->library, r->version,
@@ -359,7 +382,9 @@ static int cmd_targets(void) {
   printf("  host     the host CPU, LLVM ORC JIT\n");
   static const char *const gpu[] = {"gfx90a", "gfx942", "sm_80", "sm_90a"};
   for (size_t i = 0; i < sizeof gpu / sizeof gpu[0]; i++)
-    if (kn_gpu_target_by_name(gpu[i])) printf("  %-8s GPU code (compile)\n", gpu[i]);
+    if (kn_gpu_target_by_name(gpu[i]))
+      printf("  %-8s GPU code (compile%s)\n", gpu[i],
+             kn_nvptx_target_by_name(gpu[i]) ? "; run where an NVIDIA GPU is present" : "");
   static const char *const emu[] = {"gfx90a-emu", "gfx942-emu"};
   for (size_t i = 0; i < sizeof emu / sizeof emu[0]; i++)
     if (kn_emu_target(emu[i]))
@@ -380,9 +405,14 @@ static int cmd_targets(void) {
              d->arch, d->arch_features[0] ? ":" : "", d->arch_features, d->compute_units,
              (unsigned long long)(d->memory_bytes >> 20));
   }
-  const kn_device_info *best = kn_discover_best(l);
-  printf("auto = host%s%s%s\n", best->kind != KN_DEVICE_HOST ? " (best device: " : "",
-         best->kind != KN_DEVICE_HOST ? best->name : "", best->kind != KN_DEVICE_HOST ? ")" : "");
+  const kn_device_info *best = kn_discover_best(l), *cu = cuda_device_for("sm_80");
+  if (cu)
+    printf("auto = %s (%s; `kiln run`, the API; dump and tune use the host)\n", cu->target,
+           cu->name);
+  else
+    printf("auto = host%s%s%s\n", best->kind != KN_DEVICE_HOST ? " (best device: " : "",
+           best->kind != KN_DEVICE_HOST ? best->name : "",
+           best->kind != KN_DEVICE_HOST ? ")" : "");
   return EXIT_PASS;
 }
 
@@ -444,11 +474,52 @@ static int cmd_dump(options *o) {
   return rc;
 }
 
+/* compares the kernel's output (and lse) with the float64 reference and prints the contract's
+ * last line; EXIT_PASS or EXIT_FAIL */
+static int check_and_report(const options *o, const void *out, const float *lse,
+                            const double *qd, const double *kd, const double *vd) {
+  const kn_attn_problem *p = &o->prob;
+  const int D = o->desc.head_dim;
+  kn_scalar dt = o->desc.dtype;
+  size_t es = kn_scalar_size(dt);
+  size_t nq = (size_t)p->batch * p->heads * p->seqlen_q * D, nl = (size_t)p->batch * p->heads * p->seqlen_q;
+  double *od = malloc(nq * 8), *lsed = malloc(nl * 8);
+  if (!od || !lsed) {
+    free(od), free(lsed);
+    fprintf(stderr, "kiln: error: out of host memory for the reference\n");
+    return EXIT_USAGE;
+  }
+  kn_attn_reference(p, D, o->desc.causal, qd, kd, vd, od, lsed);
+  double max_err = 0, max_ref = 0, lse_err = 0;
+  for (size_t i = 0; i < nq; i++) {
+    double got = kn_load_elem(dt, (const char *)out + i * es);
+    double e = fabs(got - od[i]);
+    if (!(e <= max_err)) max_err = e; /* NaN sticks */
+    if (fabs(od[i]) > max_ref) max_ref = fabs(od[i]);
+  }
+  for (size_t i = 0; o->desc.has_lse && i < nl; i++) {
+    double e = isinf(lsed[i]) && lse[i] == lsed[i] ? 0 : fabs(lse[i] - lsed[i]);
+    if (!(e <= lse_err)) lse_err = e;
+  }
+  double tol = kn_attn_tolerance(dt);
+  double lse_tol = kn_attn_lse_tolerance(dt);
+  bool pass = max_err <= tol && lse_err <= lse_tol;
+  if (o->desc.has_lse) printf("lse: max_abs_err=%.3g tol=%.3g\n", lse_err, lse_tol);
+  printf("max_abs_err=%.3g rel_err=%.3g tol=%.3g %s\n", max_err,
+         max_ref > 0 ? max_err / max_ref : max_err, tol, pass ? "PASS" : "FAIL");
+  free(od), free(lsed);
+  return pass ? EXIT_PASS : EXIT_FAIL;
+}
+
+static int cmd_run_cuda(options *o, const kn_target *t);
+
 static int cmd_run(options *o) {
   const kn_target *t = NULL;
+  if (!strcmp(o->target, "auto")) o->target = run_auto_target();
   if (strcmp(o->target, "interp") && !(t = find_target(o->target))) return EXIT_NODEV;
   const char *target = t ? t->name : "interp";
   bool emu = t && kn_emu_target(t->name) == t;
+  if (t && kn_nvptx_target_by_name(t->name) == t) return cmd_run_cuda(o, t);
   if (t && t != kn_host_target() && !emu) {
     fprintf(stderr,
             "kiln: error: no %s device is present to run on (compile for it with `kiln compile "
@@ -488,8 +559,7 @@ static int cmd_run(options *o) {
   void *q = malloc(nq * es), *kk = malloc(nk * es), *v = malloc(nk * es), *out = calloc(nq, es);
   float *lse = calloc(nl, sizeof(float));
   double *qd = malloc(nq * 8), *kd = malloc(nk * 8), *vd = malloc(nk * 8);
-  double *od = malloc(nq * 8), *lsed = malloc(nl * 8);
-  if (!q || !kk || !v || !out || !lse || !qd || !kd || !vd || !od || !lsed) {
+  if (!q || !kk || !v || !out || !lse || !qd || !kd || !vd) {
     fprintf(stderr, "kiln: error: out of host memory for this problem size\n");
     return EXIT_USAGE;
   }
@@ -531,29 +601,142 @@ static int cmd_run(options *o) {
   printf("build: %.3f ms  compile: %.1f ms  run: %.3f ms (best of %d)  %.3f GFLOP/s\n",
          t_build * 1e3, t_compile * 1e3, best * 1e3, o->repeats, flops / best * 1e-9);
 
-  kn_attn_reference(p, D, o->desc.causal, qd, kd, vd, od, lsed);
-  double max_err = 0, max_ref = 0, lse_err = 0;
-  for (size_t i = 0; i < nq; i++) {
-    double got = kn_load_elem(dt, (char *)out + i * es);
-    double e = fabs(got - od[i]);
-    if (!(e <= max_err)) max_err = e; /* NaN sticks */
-    if (fabs(od[i]) > max_ref) max_ref = fabs(od[i]);
-  }
-  for (size_t i = 0; o->desc.has_lse && i < nl; i++) {
-    double e = isinf(lsed[i]) && lse[i] == lsed[i] ? 0 : fabs(lse[i] - lsed[i]);
-    if (!(e <= lse_err)) lse_err = e;
-  }
-  double tol = kn_attn_tolerance(dt);
-  double lse_tol = kn_attn_lse_tolerance(dt);
-  bool pass = max_err <= tol && lse_err <= lse_tol;
-  if (o->desc.has_lse) printf("lse: max_abs_err=%.3g tol=%.3g\n", lse_err, lse_tol);
-  printf("max_abs_err=%.3g rel_err=%.3g tol=%.3g %s\n", max_err,
-         max_ref > 0 ? max_err / max_ref : max_err, tol, pass ? "PASS" : "FAIL");
-  rc = pass ? EXIT_PASS : EXIT_FAIL;
+  rc = check_and_report(o, out, lse, qd, kd, vd);
 done:
-  free(q), free(kk), free(v), free(out), free(lse), free(qd), free(kd), free(vd), free(od),
-      free(lsed);
+  free(q), free(kk), free(v), free(out), free(lse), free(qd), free(kd), free(vd);
   kn_kernel_free(compiled);
+  kn_module_free(m);
+  return rc;
+}
+
+/* `kiln run --target sm_80|sm_90a` on an NVIDIA GPU: PTX from kn_nvptx_compile, loaded by the
+ * driver JIT, launched through the launch helper the API uses (templates/attn_launch_cuda.h) on
+ * device buffers (the output and lse filled with NaN bytes first, so an unwritten element fails),
+ * timed with CUDA events (one untimed launch, then --repeats timed ones; the best is reported),
+ * checked against the float64 reference.  Exit 3 without a suitable GPU; driver failures after
+ * the compile are FAIL (1). */
+static int cmd_run_cuda(options *o, const kn_target *t) {
+  const kn_device_info *di = cuda_device_for(t->name);
+  if (!di) {
+    const kn_device_list *l = devices();
+    fprintf(stderr, "kiln: error: no %s device is present to run on (%s); compile for it with "
+            "`kiln compile --target %s`\n", t->name,
+            !l->cuda.present ? l->cuda.reason
+            : !strcmp(t->name, "sm_90a") ? "sm_90a needs a compute capability 9.0 GPU"
+                                          : "kiln needs an NVIDIA GPU of compute capability 8.0+",
+            t->name);
+    return EXIT_NODEV;
+  }
+  const kn_attn_problem *p = &o->prob;
+  if (p->heads % p->kv_heads) {
+    fprintf(stderr, "kiln: error: --heads %d is not a multiple of --kv-heads %d\n", p->heads,
+            p->kv_heads);
+    return EXIT_USAGE;
+  }
+  kn_module *m;
+  double t0 = now_s();
+  kn_func *k = get_kernel(o, &m);
+  if (!k) return EXIT_USAGE;
+  double t_build = now_s() - t0, t1 = now_s();
+  kn_nvptx_compiled c;
+  kn_diag d;
+  if (kn_nvptx_compile(m, k->name, t->name, false, &c, &d)) {
+    fprintf(stderr, "kiln: error: compiling for %s failed:\n%s", t->name, d.rendered);
+    kn_module_free(m);
+    return EXIT_USAGE;
+  }
+  double t_compile = now_s() - t1;
+
+  const int D = o->desc.head_dim;
+  kn_scalar dt = o->desc.dtype;
+  size_t es = kn_scalar_size(dt);
+  size_t nq = (size_t)p->batch * p->heads * p->seqlen_q * D;     /* (B, H, Nq, D) */
+  size_t nk = (size_t)p->batch * p->kv_heads * p->seqlen_k * D;  /* (B, HK, Nk, D) */
+  size_t nl = (size_t)p->batch * p->heads * p->seqlen_q;         /* (B, H, Nq) */
+  void *q = malloc(nq * es), *kk = malloc(nk * es), *v = malloc(nk * es), *out = malloc(nq * es);
+  float *lse = malloc(nl * sizeof(float));
+  double *qd = malloc(nq * 8), *kd = malloc(nk * 8), *vd = malloc(nk * 8);
+  kn_cuda_device *dev = NULL;
+  kn_cuda_module *mod = NULL;
+  kn_cuda_event ev[2] = {NULL, NULL};
+  kn_cuda_ptr dq = 0, dk = 0, dv = 0, dout = 0, dl = 0;
+  kn_cuda_error e = {0};
+  int rc = EXIT_FAIL;
+  if (!q || !kk || !v || !out || !lse || !qd || !kd || !vd) {
+    fprintf(stderr, "kiln: error: out of host memory for this problem size\n");
+    rc = EXIT_USAGE;
+    goto done;
+  }
+  unsigned long long s = o->seed;
+  fill_random(dt, q, qd, nq, &s);
+  fill_random(dt, kk, kd, nk, &s);
+  fill_random(dt, v, vd, nk, &s);
+
+  kn_cuda_kernel *fn;
+  double t2 = now_s();
+  if (kn_cuda_device_open(di->ordinal, &dev, &e) ||
+      kn_cuda_module_load_ptx(dev, c.ptx, &mod, &e) ||
+      kn_cuda_module_kernel(mod, k->name, &fn, &e))
+    goto driver_error;
+  double t_load = now_s() - t2;
+  if (kn_cuda_alloc(dev, nq * es, &dq, &e) || kn_cuda_alloc(dev, nk * es, &dk, &e) ||
+      kn_cuda_alloc(dev, nk * es, &dv, &e) || kn_cuda_alloc(dev, nq * es, &dout, &e) ||
+      kn_cuda_alloc(dev, nl * sizeof(float), &dl, &e) ||
+      kn_cuda_copy_htod(dev, dq, q, nq * es, &e) || kn_cuda_copy_htod(dev, dk, kk, nk * es, &e) ||
+      kn_cuda_copy_htod(dev, dv, v, nk * es, &e) ||
+      kn_cuda_memset8(dev, dout, 0xff, nq * es, &e) ||
+      kn_cuda_memset8(dev, dl, 0xff, nl * sizeof(float), &e) ||
+      kn_cuda_event_create(dev, &ev[0], &e) || kn_cuda_event_create(dev, &ev[1], &e))
+    goto driver_error;
+
+  kn_argval args[KN_ATTN_NPARAMS];
+  int grid[3];
+  kn_attn_fill_args(&o->desc, &o->cfg, p, (void *)(uintptr_t)dq, (void *)(uintptr_t)dk,
+                    (void *)(uintptr_t)dv, (void *)(uintptr_t)dout, (float *)(uintptr_t)dl, args,
+                    grid);
+  kn_attn_cuda_launch_info li = {.threads = c.threads, .smem_bytes = c.smem_bytes};
+  printf("kiln run: target=%s device=%s kernel=%s dtype=%s B=%d H=%d HK=%d Nq=%d Nk=%d D=%d "
+         "causal=%d block=%dx%d warps=%d smem=%lld seed=%llu\n",
+         t->name, di->name, k->name, kn_scalar_name(dt), p->batch, p->heads, p->kv_heads,
+         p->seqlen_q, p->seqlen_k, D, o->desc.causal, o->cfg.block_m, o->cfg.block_n,
+         c.threads / 32, (long long)c.smem_bytes, o->seed);
+  /* the first launch is the one checked (and warms the module up); then the timed ones */
+  if (kn_attn_cuda_launch(fn, &li, args, grid, NULL, &e) || kn_cuda_device_sync(dev, &e) ||
+      kn_cuda_copy_dtoh(dev, out, dout, nq * es, &e) ||
+      kn_cuda_copy_dtoh(dev, lse, dl, nl * sizeof(float), &e))
+    goto driver_error;
+  float best = INFINITY;
+  for (int r = 0; r < o->repeats; r++) {
+    float ms;
+    if (kn_cuda_event_record(dev, ev[0], NULL, &e) ||
+        kn_attn_cuda_launch(fn, &li, args, grid, NULL, &e) ||
+        kn_cuda_event_record(dev, ev[1], NULL, &e) || kn_cuda_event_sync(dev, ev[1], &e) ||
+        kn_cuda_event_elapsed(dev, ev[0], ev[1], &ms, &e))
+      goto driver_error;
+    if (ms < best) best = ms;
+  }
+  double flops = 4.0 * p->batch * p->heads * (double)p->seqlen_q * p->seqlen_k * D;
+  if (o->desc.causal) flops *= 0.5;
+  printf("build: %.3f ms  compile: %.1f ms  load: %.1f ms  run: %.3f ms (best of %d, CUDA events)"
+         "  %.3f TFLOP/s\n", t_build * 1e3, t_compile * 1e3, t_load * 1e3, best, o->repeats,
+         flops / (best * 1e-3) * 1e-12);
+  rc = check_and_report(o, out, lse, qd, kd, vd);
+  goto done;
+driver_error:
+  fprintf(stderr, "kiln: error: %s\n", e.message);
+  rc = EXIT_FAIL;
+done:
+  if (dev) {
+    kn_cuda_ptr bufs[] = {dq, dk, dv, dout, dl};
+    for (int i = 0; i < 5; i++)
+      if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
+    for (int i = 0; i < 2; i++)
+      if (ev[i]) kn_cuda_event_destroy(dev, ev[i]);
+    if (mod) kn_cuda_module_unload(mod);
+    kn_cuda_device_close(dev);
+  }
+  free(q), free(kk), free(v), free(out), free(lse), free(qd), free(kd), free(vd);
+  kn_nvptx_compiled_free(&c);
   kn_module_free(m);
   return rc;
 }

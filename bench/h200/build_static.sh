@@ -9,7 +9,9 @@
 # LLVMSupport names libz3.so, which only LLVM's SMT solver API uses).  What is left needed is
 # glibc (libc, libm, libdl, libpthread) — checked with ldd below; the build fails if anything
 # else remains.  cmocka exists here only as a shared library, so the test binaries' copy of it
-# travels in the pack's lib/ (device_run.sh sets LD_LIBRARY_PATH).
+# travels in the pack's lib/ (device_run.sh sets LD_LIBRARY_PATH); so do SQLite and xxHash
+# (plain C libraries needing only glibc) for binaries that link the API (test_api_cuda), whose
+# pkg-config targets name the shared libraries.
 #
 # Output: bench/h200/pack/kiln-h200.tar.xz (gitignored), unpacked by device_run.sh into
 # kiln-h200/{bin,lib,MANIFEST}.  Run from anywhere; uses build-static/ at the repository root.
@@ -57,7 +59,7 @@ for b in "$stage"/bin/*; do
   ldd "$b" | sed 's/^/   /'
   while read -r lib _; do
     [ -z "$lib" ] && continue
-    if [[ "$lib" =~ ^libcmocka\.so ]]; then
+    if [[ "$lib" =~ ^(libcmocka|libsqlite3|libxxhash)\.so ]]; then
       path=$(ldd "$b" | awk -v l="$lib" '$1 == l {print $3}')
       cp -L "$path" "$stage/lib/$lib"
     elif ! [[ "$lib" =~ $allowed ]]; then

@@ -311,6 +311,197 @@ static int add_conversion(pass *s, kn_op *op, int i, const kn_layout *want) {
   return 0;
 }
 
+/* ---- NVPTX: ldmatrix reads, cp.async staging ---- */
+
+/* Does ldmatrix deliver exactly the fragments of map m (a dot operand, k along kdim) from a
+ * shared tile whose contiguous dim is inner?  ldmatrix reads 8x8 matrices of 16-bit elements,
+ * each matrix row 16 contiguous bytes; lane t receives row t / 4, elements 2 (t % 4) + {0, 1}
+ * (or, .trans, rows 2 (t % 4) + {0, 1} of element t / 4).  Every register pair (2e, 2e + 1) of
+ * the map must be one such matrix: lane 0 of warp 0 at an origin that is a multiple of 8 in
+ * both dims, lane t at the offsets above, the pair consecutive along k.  The mma.sync m16n8k16
+ * tables pass (four pairs for A, two for B); this check is what keeps a different table from
+ * silently reading the wrong elements. */
+static bool ldsm_fits(const kn_lmap *m, int kdim, int inner) {
+  int srow = 1 - inner;
+  bool trans = inner != kdim;
+  if (m->lanes != 32 || m->nregs % 2 || m->shape[0] % 8 || m->shape[1] % 8) return false;
+  for (int b = 0; b < m->warp_bits; b++)
+    if (m->warp[b][0] % 8 || m->warp[b][1] % 8) return false;
+  for (int r = 0; r < m->nregs; r += 2) {
+    int o[2];
+    kn_lmap_coord(m, 0, 0, r, o);
+    if (o[0] % 8 || o[1] % 8) return false;
+    for (int l = 0; l < 32; l++) {
+      int c0[2], c1[2];
+      kn_lmap_coord(m, 0, l, r, c0);
+      kn_lmap_coord(m, 0, l, r + 1, c1);
+      int er = trans ? 2 * (l % 4) : l / 4, ei = trans ? l / 4 : 2 * (l % 4);
+      if (c0[srow] - o[srow] != er || c0[inner] - o[inner] != ei) return false;
+      if (c1[kdim] != c0[kdim] + 1 || c1[1 - kdim] != c0[1 - kdim]) return false;
+    }
+  }
+  return true;
+}
+
+/* the `for` whose body directly holds op, or NULL */
+static kn_op *loop_of(const kn_op *op) {
+  kn_op *f = op->parent ? op->parent->parent_op : NULL;
+  return f && f->opc == KN_OP_FOR ? f : NULL;
+}
+
+static bool defined_in(const kn_value *v, const kn_block *b) {
+  for (const kn_block *vb = v->def ? v->def->parent : v->owner; vb;
+       vb = vb->parent_op ? vb->parent_op->parent : NULL)
+    if (vb == b) return true;
+  return false;
+}
+
+/* can the scalar v be recomputed for another iteration of the loop with body `body` (from the
+ * induction variable and values defined outside, through plain scalar arithmetic)? */
+static bool remat_ok(const kn_value *v, const kn_block *body, int depth) {
+  if (v == body->args[0] || !defined_in(v, body)) return true;
+  const kn_op *d = v->def;
+  if (depth > 16 || is_tile(v) || !d || d->parent != body) return false;
+  if (!kn_op_is_binary(d->opc) && d->opc != KN_OP_CAST && d->opc != KN_OP_MULTIPLE_OF &&
+      d->opc != KN_OP_MAX_CONTIGUOUS)
+    return false;
+  if (d->opc == KN_OP_DIV || d->opc == KN_OP_REM) return false;  /* keep it to what's cheap */
+  for (int i = 0; i < d->nopnd; i++)
+    if (!remat_ok(d->opnd[i], body, depth + 1)) return false;
+  return true;
+}
+
+static int uses_of(pass *s, const kn_value *v) {
+  int n = 0;
+  for (int i = 0; i < s->nops; i++)
+    for (int j = 0; j < s->ops[i]->nopnd; j++) n += s->ops[i]->opnd[j] == v;
+  return n;
+}
+
+/* can conversion c (a lazy ldmatrix operand) be filled by cp.async straight from its load? */
+static bool async_ok(pass *s, const kn_conversion *c) {
+  const kn_value *v = c->value;
+  const kn_op *ld = v->def;
+  if (!ld || ld->opc != KN_OP_LOAD || ld->parent != c->user->parent || !loop_of(ld)) return false;
+  if (uses_of(s, v) != 1) return false;
+  kn_mem_operands mo;
+  kn_mem_operands_get(ld, &mo);
+  if (mo.mask || mo.rank != 2) return false;
+  int contig = -1;
+  for (int d = 1; d >= 0 && contig < 0; d--) {
+    const kn_value *st = mo.stride[d];
+    if (st->def && st->def->opc == KN_OP_CONST && st->def->iattr[0] == 1) contig = d;
+  }
+  if (contig < 0 || contig != c->shared.order[0]) return false;
+  /* whole 16-byte chunks: the offset and bound along the contiguous dim multiples of 8 */
+  if (kn_gpu_known_multiple(mo.off[contig]) % 8 ||
+      (mo.bound[contig] && kn_gpu_known_multiple(mo.bound[contig]) % 8))
+    return false;
+  const kn_layout *bl = get(s, v);
+  if (!bl || bl->kind != KN_LAYOUT_BLOCKED || bl->order[0] != contig || bl->spt[contig] != 8)
+    return false;
+  return true;
+}
+
+/* all scalar operands of c's load available before position pos (or outside the loop)? */
+static bool operands_before(pass *s, const kn_conversion *c, const kn_block *body, int pos) {
+  const kn_op *ld = c->value->def;
+  for (int i = 0; i < ld->nopnd; i++) {
+    const kn_value *o = ld->opnd[i];
+    if (defined_in(o, body) && s->p->pos[o->id] >= pos) return false;
+  }
+  return true;
+}
+
+static bool head_ok(const kn_conversion *c, const kn_block *body) {
+  const kn_op *ld = c->value->def;
+  for (int i = 0; i < ld->nopnd; i++)
+    if (!remat_ok(ld->opnd[i], body, 0)) return false;
+  return true;
+}
+
+static int user_pos(const kn_layout_plan *p, const kn_conversion *c) {
+  return p->pos[c->user->res[0]->id];
+}
+
+/* NVPTX: decides which dot operands are read with ldmatrix from an XOR-swizzled layout (16-byte
+ * chunks, chunk ^ row phase: the 8 rows of one 8x8 matrix hit 8 distinct 16-byte bank groups),
+ * which loop-invariant operands are staged once and read from shared memory in the loop instead
+ * of held in registers (when they would take more than 32 registers per thread: D 128 with 4
+ * warps, where Q in registers, the accumulator and S together exceed 255), and which operands
+ * are filled by cp.async and how they are scheduled (gpu.h, kn_stage_kind). */
+static void nv_plan_staging(pass *s) {
+  kn_layout_plan *p = s->p;
+  if (p->arch->isa != KN_GPU_NVPTX || !s->shape || s->shape->id != KN_MMA_NV_16X8X16) return;
+  for (int i = 0; i < p->nconv; i++) {
+    kn_conversion *c = &p->conv[i];
+    if (c->kind == KN_CONV_FREE || c->user->opc != KN_OP_DOT || c->opnd > 1) continue;
+    if (kn_scalar_size(c->value->type.elem) != 2) continue;
+    kn_op *loop = loop_of(c->user);
+    int shape[2] = {c->value->type.shape[0], c->value->type.shape[1]};
+    kn_lmap m;
+    kn_diag d;
+    if (kn_layout_eval(c->dst, 2, shape, &m, &d)) continue;
+    bool once = false;
+    if (c->kind == KN_CONV_EAGER) {
+      /* a loop-invariant operand: registers per thread = m.nregs / 2 */
+      if (!loop || m.nregs / 2 <= 32 || !c->value->def || defined_in(c->value, loop->region[0])) {
+        kn_lmap_free(&m);
+        continue;
+      }
+      once = true;
+    }
+    int kdim = c->opnd == 0 ? 1 : 0, inner = kdim;
+    const kn_layout *have = get(s, c->value);
+    if (have && have->kind == KN_LAYOUT_BLOCKED && have->rank == 2) inner = have->order[0];
+    bool fits = shape[inner] % 8 == 0 && ldsm_fits(&m, kdim, inner);
+    kn_lmap_free(&m);
+    if (!fits) continue;
+    kn_layout sh = kn_layout_shared_swizzled(inner, shape, 8, 2);
+    sh.warps = c->shared.warps ? c->shared.warps : (uint8_t)p->warps;
+    sh.lanes = 32;
+    c->shared = sh;
+    c->ldsm = true;
+    if (once) {
+      c->kind = KN_CONV_LAZY;
+      c->stage = KN_STAGE_ONCE;
+      c->loop = loop;
+    }
+  }
+  /* cp.async: per loop, the streamable operands in the order of their dots (one per dot) */
+  for (int li = 0; li < s->nops; li++) {
+    kn_op *loop = s->ops[li];
+    if (loop->opc != KN_OP_FOR) continue;
+    kn_block *body = loop->region[0];
+    int idx[16], n = 0;
+    for (int i = 0; i < p->nconv && n < 16; i++) {
+      kn_conversion *c = &p->conv[i];
+      if (!c->ldsm || c->kind != KN_CONV_LAZY || c->stage != KN_STAGE_AT_DOT ||
+          loop_of(c->user) != loop || !async_ok(s, c))
+        continue;
+      bool dup = false;  /* one streamed operand per dot */
+      for (int j = 0; j < n; j++) dup |= p->conv[idx[j]].user == c->user;
+      if (!dup) idx[n++] = i;
+    }
+    for (int i = 1; i < n; i++)  /* by the position of their dots */
+      for (int j = i; j > 0 && user_pos(p, &p->conv[idx[j]]) < user_pos(p, &p->conv[idx[j - 1]]); j--) {
+        int t = idx[j];
+        idx[j] = idx[j - 1];
+        idx[j - 1] = t;
+      }
+    bool pipelined = n >= 2 && head_ok(&p->conv[idx[0]], body);
+    for (int j = 1; j < n && pipelined; j++)
+      pipelined = operands_before(s, &p->conv[idx[j]], body, user_pos(p, &p->conv[idx[0]]));
+    for (int j = 0; j < n; j++) {
+      kn_conversion *c = &p->conv[idx[j]];
+      c->loop = loop;
+      c->stage = !pipelined ? KN_STAGE_ASYNC_AT_DOT : j == 0 ? KN_STAGE_ASYNC_HEAD
+                                                             : KN_STAGE_ASYNC_EARLY;
+      c->issue_head = pipelined && j == n - 1;
+    }
+  }
+}
+
 /* ---- driver ---- */
 
 int kn_assign_layouts(kn_func *k, const kn_gpu_arch *arch, kn_layout_plan *p, kn_diag *d) {
@@ -379,6 +570,7 @@ int kn_assign_layouts(kn_func *k, const kn_gpu_arch *arch, kn_layout_plan *p, kn
       if (w && add_conversion(&s, op, j, w)) goto out;
     }
   }
+  nv_plan_staging(&s);
   rc = 0;
 out:
   free(s.ops);

@@ -51,6 +51,23 @@ typedef enum kn_conv_kind {
   KN_CONV_LAZY,     /* dot operand: fragments read from LDS by the dot */
 } kn_conv_kind;
 
+/* How a lazily staged dot operand gets into shared memory (NVPTX only; AMDGPU is always
+ * KN_STAGE_AT_DOT).  The cp.async kinds copy global memory straight into the shared layout
+ * (16 bytes per copy, zero-filled past the load's bounds): the load itself produces no
+ * registers, and its value has no other user.  In a loop with two or more streamed operands
+ * (K^T, then V) the first is the *head*: its copy for the next iteration is issued at the last
+ * streamed dot of this one, so it overlaps that dot and the softmax; the others are issued at
+ * the first streamed dot, overlapping it (FlashAttention 2's schedule).  Each streamed buffer
+ * lives across the whole loop. */
+typedef enum kn_stage_kind {
+  KN_STAGE_AT_DOT = 0,    /* registers -> shared at the dot (barrier, stores, barrier) */
+  KN_STAGE_ONCE,          /* loop-invariant operand: registers -> shared once, right after
+                           * its definition; the dots of the loop read fragments from it */
+  KN_STAGE_ASYNC_AT_DOT,  /* cp.async at the dot, waited for at once (no overlap) */
+  KN_STAGE_ASYNC_HEAD,    /* cp.async, one iteration ahead (prologue before the loop) */
+  KN_STAGE_ASYNC_EARLY,   /* cp.async at the loop's first streamed dot */
+} kn_stage_kind;
+
 typedef struct kn_conversion {
   kn_op *user;
   int opnd;               /* operand index in user */
@@ -59,6 +76,13 @@ typedef struct kn_conversion {
   kn_conv_kind kind;
   kn_layout shared;       /* eager / lazy: the LDS layout */
   int buffer;             /* eager / lazy: index into the plan's buffers */
+  /* NVPTX, lazy dot operands: fragments read with ldmatrix (.trans when the shared layout's
+   * contiguous dim is not the operand's k), from a 16-byte-chunk XOR-swizzled layout */
+  bool ldsm;
+  kn_stage_kind stage;
+  kn_op *loop;            /* ONCE / ASYNC_*: the `for` whose iterations read the buffer */
+  bool issue_head;        /* ASYNC_EARLY: this dot is the loop's last streamed one, where the
+                           * head's copy for the next iteration is issued */
 } kn_conversion;
 
 typedef struct kn_lds_buffer {
@@ -88,6 +112,10 @@ int kn_assign_layouts(kn_func *k, const kn_gpu_arch *arch, kn_layout_plan *plan,
 void kn_layout_plan_free(kn_layout_plan *plan);
 /* finds the conversion of (user, opnd), or NULL when the operand is used as it is */
 const kn_conversion *kn_plan_conversion(const kn_layout_plan *p, const kn_op *user, int opnd);
+
+/* lower_gpu.c: a divisor every value of the scalar v is known to be a multiple of (constants,
+ * multiple_of hints, sums and products of them); 1 when nothing is known */
+long long kn_gpu_known_multiple(const kn_value *v);
 
 /* plan_shared.c: LDS buffers and offsets; -1 with *d (the plan printed) over the limit */
 int kn_plan_shared(kn_layout_plan *plan, kn_diag *d);

@@ -11,7 +11,8 @@
  * call into its runtime (docs/gpu.md): llvm.amdgcn.workitem.id.x, workgroup.id.{x,y,z},
  * readfirstlane, s.barrier (between workgroup-scope fences), ds.bpermute, mfma.*; LDS is one
  * addrspace(3) global (@kn_lds) indexed by the plan's offsets; global memory is addrspace(1).
- * No inline asm.
+ * No inline asm on AMDGPU.  NVPTX adds ldmatrix fragment reads and cp.async staging (inline
+ * PTX, see "NVPTX: ldmatrix fragment reads and cp.async staging" and docs/gpu.md).
  *
  * Operations.
  *  - elementwise ops, compare, select, cast: per register; f16 / bf16 transcendental functions
@@ -32,7 +33,8 @@
  *    whose first iteration fails its test (or whose step is not positive) runs no iteration.
  *  - staged conversions: barrier, every thread stores its source registers at the swizzled
  *    offsets, barrier; then an eager conversion loads its destination registers at once, a lazy
- *    one leaves the reads to the dot.
+ *    one leaves the reads to the dot.  NVPTX: see kn_stage_kind (gpu.h) for operands copied by
+ *    cp.async or staged once before their loop.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,12 @@ typedef struct base_entry {
 } base_entry;
 
 typedef struct leaf_ops leaf_ops;
+
+typedef struct ldsm_base {
+  int conv, n, j;
+  int ds[4], dch[4];
+  LLVMValueRef p;
+} ldsm_base;
 
 typedef struct G {
   const kn_layout_plan *p;
@@ -66,6 +74,12 @@ typedef struct G {
   LLVMValueRef **conv_regs;  /* per conversion: registers in the destination layout */
   base_entry *bases;
   int nbases, capbases;
+  /* NVPTX: per-thread ldmatrix base pointers (entry block), one per (conversion, matrix
+   * pattern, chunk residue); the innermost loop being lowered (cp.async prefetch) */
+  struct ldsm_base *ldsm;
+  int nldsm, capldsm;
+  kn_block *loop_body;
+  LLVMValueRef loop_iv, loop_step, loop_hi;
   LLVMTypeRef i1, i8, i16, i32, i64, f16, bf16, f32, vd, p1, p3;
 } G;
 
@@ -323,8 +337,7 @@ static LLVMValueRef nv_shared(G *g, int64_t bytes) {
 }
 
 /* NVPTX has no libm: llvm.log2/exp/log.f32 without fast-math flags become calls the backend
- * cannot select (an LLVM fatal error).  exp2 lowers to ex2.approx.f32 (2 ulp) by itself; the
- * others go through the approximate hardware units: lg2.approx.f32 (max error 2^-22 absolute
+ * cannot select (an LLVM fatal error).  All go through the approximate hardware units: lg2.approx.f32 (max error 2^-22 absolute
  * in [0.5, 2], relative elsewhere), exp(x) = ex2(x * log2 e), log(x) = lg2(x) * ln 2. */
 static LLVMValueRef nv_f32_math(G *g, const char *fname, LLVMValueRef x) {
   if (!strcmp(fname, "log2") || !strcmp(fname, "log")) {
@@ -333,8 +346,12 @@ static LLVMValueRef nv_f32_math(G *g, const char *fname, LLVMValueRef x) {
   }
   if (!strcmp(fname, "exp")) {
     LLVMValueRef y = LLVMBuildFMul(g->B, x, LLVMConstReal(g->f32, 1.44269504088896340736), "");
-    return call(g, "llvm.exp2.f32", g->f32, &y, 1);
+    return call(g, "llvm.nvvm.ex2.approx.ftz.f32", g->f32, &y, 1);
   }
+  /* ex2.approx.ftz.f32: one MUFU op; llvm.exp2.f32 gives the non-ftz form, which on sm_80+
+   * costs extra instructions to handle denormal inputs and outputs.  Flushing them to zero is
+   * harmless for softmax weights (2^-126 of the row maximum is 0 to any f16/bf16 P). */
+  if (!strcmp(fname, "exp2")) return call(g, "llvm.nvvm.ex2.approx.ftz.f32", g->f32, &x, 1);
   return NULL;
 }
 
@@ -527,6 +544,10 @@ static int eval_dst(G *g, const kn_conversion *c, kn_lmap *out) {
 static void materialize(G *g, const kn_value *v) {
   for (int i = 0; i < g->p->nconv; i++) {
     const kn_conversion *c = &g->p->conv[i];
+    if (c->value == v && c->kind == KN_CONV_LAZY && c->stage == KN_STAGE_ONCE) {
+      stage_store(g, c);  /* the loop's dots read their fragments from it */
+      continue;
+    }
     if (c->value != v || c->kind != KN_CONV_EAGER) continue;
     kn_lmap dm;
     if (eval_dst(g, c, &dm)) {
@@ -795,6 +816,8 @@ static long long known_multiple(const kn_value *v) {
   }
 }
 
+long long kn_gpu_known_multiple(const kn_value *v) { return known_multiple(v); }
+
 static bool is_const_one(const kn_value *v) {
   return v->def && v->def->opc == KN_OP_CONST && v->def->iattr[0] == 1;
 }
@@ -893,9 +916,17 @@ static void address(G *g, const access *a, LLVMValueRef tptr, LLVMValueRef *mask
   *ptr = LLVMBuildGEP2(g->B, a->et, exact ? tptr : g->sv[a->mo.base->id], &idx, 1, "");
 }
 
+static bool async_staged(G *g, const kn_value *v) {
+  for (int i = 0; i < g->p->nconv; i++)
+    if (g->p->conv[i].value == v && g->p->conv[i].stage >= KN_STAGE_ASYNC_AT_DOT) return true;
+  return false;
+}
+
 static int lower_load(G *g, kn_op *op) {
   kn_value *res = op->res[0];
   if (res->type.kind != KN_TY_TILE) return unsupported(g, op, "a scalar load");
+  /* copied into shared memory by cp.async where its dot needs it; no registers */
+  if (async_staged(g, res)) return 0;
   access a;
   const kn_lmap *m = vmap(g, res);
   plan_access(g, op, m, res->type.elem, &a);
@@ -981,6 +1012,346 @@ static int lower_store(G *g, kn_op *op) {
 
 /* the fragment (n registers from r0) of a dot operand: from registers or from LDS */
 static void fragment(G *g, kn_op *op, int i, LLVMValueRef *regs, const kn_lmap *m, int r0, int n,
+                     LLVMValueRef *e);
+
+/* ---- NVPTX: ldmatrix fragment reads and cp.async staging ----
+ *
+ * Shared layouts read with ldmatrix are XOR-swizzled in 16-byte chunks (kn_layout_shared_
+ * swizzled with vec 8): element (row, col) of a tile with rows of L elements lives at
+ *     row * L + 8 * ((col / 8) ^ ph(row)) + col % 8,   ph(row) = (row / per_phase) % max_phase
+ * and per_phase * max_phase <= 8, so ph depends on row % 8 only.  One ldmatrix.x4 reads four
+ * 8x8 matrices, lane l giving the address of row l % 8 of matrix l / 8.  Within one dot every
+ * x4 reads its four matrices in the same relative pattern (row and chunk offsets from the
+ * first), at origins whose row is a multiple of 8: so a lane's address is a per-thread pointer,
+ * computed once in the entry block for each residue j of the origin's chunk modulo max_phase,
+ * plus a compile-time constant.  At most max_phase (8) pointers per pattern. */
+
+/* Inline PTX for ldmatrix and cp.async, NVPTX only (the AMDGPU leaves stay intrinsics, for the
+ * emulated target).  Why not llvm.nvvm.ldmatrix / llvm.nvvm.cp.async.*: their shared-memory
+ * operand is a 64-bit addrspace(3) pointer and the backend folds no offset into it, so every
+ * fragment of the loop gets its own 64-bit address, and LICM hoists the loop-invariant ones
+ * out of the KV loop: at D 128 with 4 warps about 25 register pairs held across the loop (255
+ * registers and spills).  Written here, a shared address is one 32-bit register per thread
+ * base plus an immediate ([%r + imm]), as CUDA C's __cvta_generic_to_shared code gets.
+ * sideeffect keeps LLVM from hoisting, merging or reordering them across the barriers and
+ * cp.async waits (which are intrinsics with memory effects); convergent because ldmatrix is a
+ * warp-collective (.aligned) instruction. */
+static LLVMValueRef nv_asm(G *g, LLVMTypeRef ret, const char *text, const char *cons,
+                           LLVMValueRef *args, int n) {
+  LLVMTypeRef ts[8];
+  for (int i = 0; i < n; i++) ts[i] = LLVMTypeOf(args[i]);
+  LLVMTypeRef ft = LLVMFunctionType(ret, ts, (unsigned)n, 0);
+  LLVMValueRef a = LLVMGetInlineAsm(ft, text, strlen(text), cons, strlen(cons), 1, 0,
+                                    LLVMInlineAsmDialectATT, 0);
+  LLVMValueRef c = LLVMBuildCall2(g->B, ft, a, args, (unsigned)n, "");
+  unsigned kind = LLVMGetEnumAttributeKindForName("convergent", 10);
+  LLVMAddCallSiteAttribute(c, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(g->C, kind, 0));
+  return c;
+}
+
+/* the 32-bit shared-window address of an addrspace(3) pointer (shared memory is below 4 GiB) */
+static LLVMValueRef smem_u32(LLVMBuilderRef b, G *g, LLVMValueRef p) {
+  return LLVMBuildTrunc(b, LLVMBuildPtrToInt(b, p, g->i64, ""), g->i32, "");
+}
+
+static bool in_block(const kn_value *v, const kn_block *b) {
+  for (const kn_block *vb = v->def ? v->def->parent : v->owner; vb;
+       vb = vb->parent_op ? vb->parent_op->parent : NULL)
+    if (vb == b) return true;
+  return false;
+}
+
+/* the per-thread pointer of pattern (n matrices at row / chunk offsets ds, dch from the first)
+ * for chunk residue j of conversion c's buffer, read through map m */
+static LLVMValueRef ldsm_base_ptr(G *g, const kn_conversion *c, const kn_lmap *m, int n,
+                                  const int *ds, const int *dch, int j) {
+  int ci = (int)(c - g->p->conv);
+  for (int i = 0; i < g->nldsm; i++) {
+    ldsm_base *e = &g->ldsm[i];
+    if (e->conv == ci && e->n == n && e->j == j && !memcmp(e->ds, ds, sizeof e->ds) &&
+        !memcmp(e->dch, dch, sizeof e->dch))
+      return e->p;
+  }
+  const kn_layout *s = &c->shared;
+  int inner = s->order[0], srow = 1 - inner;
+  int row = m->shape[inner] + s->pad, pp = s->per_phase, mp = s->max_phase;
+  int esz = (int)kn_scalar_size(c->value->type.elem);
+  LLVMBuilderRef E = g->E;
+  LLVMValueRef q = LLVMBuildAnd(E, LLVMBuildLShr(E, g->lane, ci32(g, 3), ""), ci32(g, n - 1), "");
+  LLVMValueRef i = LLVMBuildAnd(E, g->lane, ci32(g, 7), "");
+  LLVMValueRef dq = ci32(g, ds[0]), cq = ci32(g, dch[0]);
+  for (int k = 1; k < n; k++) {
+    LLVMValueRef is = LLVMBuildICmp(E, LLVMIntEQ, q, ci32(g, k), "");
+    dq = LLVMBuildSelect(E, is, ci32(g, ds[k]), dq, "");
+    cq = LLVMBuildSelect(E, is, ci32(g, dch[k]), cq, "");
+  }
+  LLVMValueRef rr = LLVMBuildAdd(E, dq, i, ""), cc = cq;
+  for (int b = 0; b < m->warp_bits; b++) {
+    LLVMValueRef bit = LLVMBuildAnd(E, LLVMBuildLShr(E, g->warp, ci32(g, b), ""), ci32(g, 1), "");
+    if (m->warp[b][srow]) rr = LLVMBuildAdd(E, rr, LLVMBuildMul(E, bit, ci32(g, m->warp[b][srow]), ""), "");
+    if (m->warp[b][inner]) cc = LLVMBuildAdd(E, cc, LLVMBuildMul(E, bit, ci32(g, m->warp[b][inner] / 8), ""), "");
+  }
+  LLVMValueRef ph = LLVMBuildURem(E, LLVMBuildUDiv(E, rr, ci32(g, pp), ""), ci32(g, mp), "");
+  LLVMValueRef x = LLVMBuildAdd(E, cc, ci32(g, j), "");
+  LLVMValueRef hi = LLVMBuildMul(E, LLVMBuildUDiv(E, x, ci32(g, mp), ""), ci32(g, mp), "");
+  LLVMValueRef lo = LLVMBuildXor(E, LLVMBuildURem(E, x, ci32(g, mp), ""), ph, "");
+  LLVMValueRef off = LLVMBuildAdd(E, LLVMBuildMul(E, rr, ci32(g, row), ""),
+                                  LLVMBuildMul(E, LLVMBuildAdd(E, hi, lo, ""), ci32(g, 8), ""), "");
+  off = LLVMBuildAdd(E, ci32(g, (long long)g->p->buf[c->buffer].offset),
+                     LLVMBuildMul(E, off, ci32(g, esz), ""), "");
+  off = LLVMBuildZExt(E, off, g->i64, "");
+  LLVMValueRef p = smem_u32(E, g, LLVMBuildGEP2(E, g->i8, g->lds, &off, 1, "ldsm.base"));
+  if (g->nldsm == g->capldsm) {
+    g->capldsm = g->capldsm ? 2 * g->capldsm : 16;
+    g->ldsm = realloc(g->ldsm, sizeof *g->ldsm * (size_t)g->capldsm);
+    KN_ASSERT(g->ldsm);
+  }
+  ldsm_base *e = &g->ldsm[g->nldsm++];
+  memset(e, 0, sizeof *e);
+  e->conv = ci, e->n = n, e->j = j, e->p = p;
+  memcpy(e->ds, ds, sizeof e->ds);
+  memcpy(e->dch, dch, sizeof e->dch);
+  return p;
+}
+
+/* One ldmatrix (.x2 or .x4, .trans when the shared rows run along k's other dim): the register
+ * pairs starting at regs[0..n) of map m (each pair one 8x8 matrix, as the layout pass checked)
+ * into out[2 * k], out[2 * k + 1]. */
+static void ldsm_read(G *g, const kn_conversion *c, const kn_lmap *m, int kdim, const int *regs,
+                      int n, LLVMValueRef *out) {
+  const kn_layout *s = &c->shared;
+  int inner = s->order[0], srow = 1 - inner, mp = s->max_phase;
+  int row = m->shape[inner] + s->pad, esz = (int)kn_scalar_size(c->value->type.elem);
+  int ds[4] = {0}, dch[4] = {0};
+  int S = m->reg[regs[0]][srow], Ch = m->reg[regs[0]][inner] / 8;
+  for (int k = 0; k < n; k++) {
+    ds[k] = m->reg[regs[k]][srow] - S;
+    dch[k] = m->reg[regs[k]][inner] / 8 - Ch;
+  }
+  int j = Ch % mp;
+  LLVMValueRef base = ldsm_base_ptr(g, c, m, n, ds, dch, j);
+  LLVMValueRef args[2] = {base, ci32(g, ((long long)S * row + 8LL * (Ch - j)) * esz)};
+  bool trans = inner != kdim;
+  char text[120];
+  snprintf(text, sizeof text, "ldmatrix.sync.aligned.m8n8.x%d%s.shared.b16 %s, [$%d+$%d];", n,
+           trans ? ".trans" : "", n == 4 ? "{$0, $1, $2, $3}" : "{$0, $1}", n, n + 1);
+  LLVMTypeRef el[4] = {g->i32, g->i32, g->i32, g->i32};
+  LLVMValueRef r = nv_asm(g, LLVMStructTypeInContext(g->C, el, (unsigned)n, 0), text,
+                          n == 4 ? "=r,=r,=r,=r,r,n" : "=r,=r,r,n", args, 2);
+  LLVMTypeRef et = sty(g, c->value->type.elem);
+  for (int q = 0; q < n; q++) {
+    LLVMValueRef v = LLVMBuildBitCast(g->B, LLVMBuildExtractValue(g->B, r, (unsigned)q, ""),
+                                      LLVMVectorType(et, 2), "");
+    out[2 * q] = LLVMBuildExtractElement(g->B, v, ci32(g, 0), "");
+    out[2 * q + 1] = LLVMBuildExtractElement(g->B, v, ci32(g, 1), "");
+  }
+}
+
+/* Recomputes the scalars of the loop body that `v` depends on for induction value iv (the
+ * layout pass checked they are plain arithmetic on iv and values defined outside), setting
+ * g->sv for them; the old entries are pushed on saved[] for the caller to restore. */
+typedef struct sv_saved {
+  int id;
+  LLVMValueRef old;
+} sv_saved;
+
+static LLVMValueRef remat(G *g, kn_value *v, LLVMValueRef iv, sv_saved *saved, int *ns, int cap) {
+  kn_block *body = g->loop_body;
+  LLVMValueRef x;
+  if (v == body->args[0]) x = iv;
+  else if (!in_block(v, body)) return g->sv[v->id];
+  else {
+    kn_op *d = v->def;
+    LLVMValueRef a = d->nopnd > 0 ? remat(g, d->opnd[0], iv, saved, ns, cap) : NULL;
+    LLVMValueRef b = d->nopnd > 1 ? remat(g, d->opnd[1], iv, saved, ns, cap) : NULL;
+    if (d->opc == KN_OP_CAST) x = cast(g, d->opnd[0]->type.elem, v->type.elem, a);
+    else if (kn_op_is_binary(d->opc)) x = binary(g, d->opc, v->type.elem, a, b);
+    else x = a;  /* multiple_of, max_contiguous */
+  }
+  if (*ns < cap) {
+    saved[*ns].id = v->id;
+    saved[*ns].old = g->sv[v->id];
+    (*ns)++;
+    g->sv[v->id] = x;
+  }
+  return x;
+}
+
+/* cp.async.cg 16-byte copies of conversion c's load straight into its shared layout, at
+ * induction value iv (NULL: the current iteration's values).  Each thread copies the 16-byte
+ * chunks its blocked layout would have loaded; a chunk past the load's bounds is zero-filled
+ * (src-size 0: nothing is read) from the tile's first element's address. */
+static void issue_copies(G *g, const kn_conversion *c, LLVMValueRef iv) {
+  kn_op *ld = c->value->def;
+  sv_saved saved[64];
+  int ns = 0;
+  if (iv)
+    for (int i = 0; i < ld->nopnd; i++) remat(g, ld->opnd[i], iv, saved, &ns, 64);
+  const kn_lmap *m = vmap(g, c->value);
+  access a;
+  plan_access(g, ld, m, c->value->type.elem, &a);
+  KN_ASSERT(a.vec * a.esz == 16 && a.contig == c->shared.order[0]);
+  const kn_layout *s = &c->shared;
+  int inner = s->order[0], outer = 1 - inner;
+  int shape[2] = {m->shape[0], m->shape[1]};
+  long long row = shape[inner] + s->pad;
+  /* destination: the thread's base offset once (entry block) plus a constant per chunk, when
+   * every chunk keeps the base's phase and chunk residue; else from the coordinates */
+  bool affine = exact_map(m);
+  for (int r = 0; r < m->nregs && affine; r += a.vec)
+    affine = m->reg[r][outer] % 8 == 0 && m->reg[r][inner] % (8 * s->max_phase) == 0;
+  LLVMValueRef dbase = NULL;
+  if (affine) {
+    LLVMValueRef b[2];
+    base_of(g, m, b);
+    LLVMBuilderRef keep = g->B;
+    g->B = g->E;
+    LLVMValueRef off = shared_off(g, s, shape, b[0], b[1]);
+    off = LLVMBuildAdd(g->B, ci32(g, (long long)g->p->buf[c->buffer].offset),
+                       LLVMBuildMul(g->B, off, ci32(g, a.esz), ""), "");
+    off = LLVMBuildZExt(g->B, off, g->i64, "");
+    dbase = smem_u32(g->B, g, LLVMBuildGEP2(g->B, g->i8, g->lds, &off, 1, "cp.dst"));
+    g->B = keep;
+  }
+  LLVMValueRef tptr = exact_map(m) ? thread_ptr(g, &a) : NULL;
+  LLVMValueRef zero_src = NULL;
+  for (int r = 0; r < m->nregs; r += a.vec) {
+    LLVMValueRef src, live, dst, k;
+    address(g, &a, tptr, NULL, r, &src, &live);
+    if (dbase) {
+      dst = dbase;
+      k = ci32(g, (m->reg[r][outer] * row + m->reg[r][inner]) * a.esz);
+    } else {
+      dst = smem_u32(g->B, g, shared_reg_ptr(g, c, m, r, shape));
+      k = ci32(g, 0);
+    }
+    LLVMValueRef size = ci32(g, 16);
+    if (live) {
+      if (!zero_src) {
+        LLVMValueRef z = ci64(g, 0);
+        zero_src = LLVMBuildGEP2(g->B, a.et, g->sv[a.mo.base->id], &z, 1, "");
+      }
+      size = LLVMBuildSelect(g->B, live, size, ci32(g, 0), "");
+      src = LLVMBuildSelect(g->B, live, src, zero_src, "");
+    }
+    LLVMValueRef args[4] = {dst, k, src, size};
+    nv_asm(g, g->vd, "cp.async.cg.shared.global [$0+$1], [$2], 16, $3;", "r,n,l,r", args, 4);
+  }
+  while (ns > 0) {
+    ns--;
+    g->sv[saved[ns].id] = saved[ns].old;
+  }
+}
+
+static void cp_commit(G *g) { call(g, "llvm.nvvm.cp.async.commit.group", g->vd, NULL, 0); }
+
+static void cp_wait_all(G *g) {
+  LLVMValueRef z = ci32(g, 0);
+  call(g, "llvm.nvvm.cp.async.wait.group", g->vd, &z, 1);
+}
+
+static const kn_conversion *loop_head(G *g, const kn_op *loop) {
+  for (int i = 0; i < g->p->nconv; i++)
+    if (g->p->conv[i].stage == KN_STAGE_ASYNC_HEAD && g->p->conv[i].loop == loop)
+      return &g->p->conv[i];
+  return NULL;
+}
+
+/* what a dot does before reading operand c from shared memory (gpu.h, kn_stage_kind) */
+static void stage_for_dot(G *g, const kn_conversion *c) {
+  switch (c->stage) {
+  case KN_STAGE_AT_DOT: stage_store(g, c); break;
+  case KN_STAGE_ONCE: break;
+  case KN_STAGE_ASYNC_AT_DOT:
+    barrier(g);                 /* earlier readers of the buffer are done */
+    issue_copies(g, c, NULL);
+    cp_commit(g);
+    cp_wait_all(g);
+    barrier(g);                 /* every thread's copies have landed */
+    break;
+  case KN_STAGE_ASYNC_HEAD:
+    /* this iteration's copy (issued one iteration ahead) has landed for every thread, and
+     * every thread is past the last streamed dot of the previous iteration: the other
+     * streamed buffers may be refilled now, overlapping this dot */
+    cp_wait_all(g);
+    barrier(g);
+    for (int i = 0; i < g->p->nconv; i++) {
+      const kn_conversion *o = &g->p->conv[i];
+      if (o->stage == KN_STAGE_ASYNC_EARLY && o->loop == c->loop) issue_copies(g, o, NULL);
+    }
+    cp_commit(g);
+    break;
+  case KN_STAGE_ASYNC_EARLY:
+    cp_wait_all(g);
+    barrier(g);                 /* its copies landed; the head's buffer is read by no one */
+    if (c->issue_head) {
+      const kn_conversion *h = loop_head(g, c->loop);
+      KN_ASSERT(h && g->loop_iv);
+      LLVMValueRef next = LLVMBuildAdd(g->B, g->loop_iv, g->loop_step, "");
+      LLVMBasicBlockRef yes = LLVMAppendBasicBlockInContext(g->C, g->fn, "prefetch");
+      LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(g->C, g->fn, "prefetch.join");
+      LLVMBuildCondBr(g->B, LLVMBuildICmp(g->B, LLVMIntSLT, next, g->loop_hi, ""), yes, join);
+      LLVMPositionBuilderAtEnd(g->B, yes);
+      issue_copies(g, h, next);
+      LLVMBuildBr(g->B, join);
+      LLVMPositionBuilderAtEnd(g->B, join);
+      cp_commit(g);
+    }
+    break;
+  }
+}
+
+/* dot with at least one operand read by ldmatrix: k step by k step, each A fragment read once
+ * for all n tiles and each B fragment once for all m tiles (the register-staged order reads a
+ * lazily staged B once per m tile) */
+static int lower_dot_ldsm(G *g, kn_op *op, const kn_mma_shape *s, kn_scalar t, bool transposed,
+                          LLVMValueRef *ra, LLVMValueRef *rb, const kn_lmap *ma,
+                          const kn_lmap *mb, LLVMValueRef *acc, LLVMValueRef *out) {
+  kn_value *res = op->res[0], *A = op->opnd[0];
+  const kn_conversion *ca = kn_plan_conversion(g->p, op, 0), *cb = kn_plan_conversion(g->p, op, 1);
+  int M = res->type.shape[0], N = res->type.shape[1], K = A->type.shape[1];
+  int reps_m = M / g->p->warps / s->m, reps_n = N / s->n, reps_k = K / s->k;
+  if (s->a_regs != 8 || s->b_regs != 4 || reps_m > 16) return -1;
+  int nacc = reps_m * reps_n * s->acc_regs;
+  memcpy(out, acc, sizeof(LLVMValueRef) * (size_t)nacc);
+  for (int kr = 0; kr < reps_k; kr++) {
+    LLVMValueRef af[16][8];
+    for (int mr = 0; mr < reps_m; mr++) {
+      int r0 = (mr * reps_k + kr) * s->a_regs;
+      if (!ra && ca && ca->ldsm) {
+        int regs[4] = {r0, r0 + 2, r0 + 4, r0 + 6};
+        ldsm_read(g, ca, ma, 1, regs, 4, af[mr]);
+      } else {
+        fragment(g, op, 0, ra, ma, r0, s->a_regs, af[mr]);
+      }
+    }
+    for (int nr = 0; nr < reps_n; nr += 2) {
+      int nn = nr + 1 < reps_n && !rb && cb && cb->ldsm ? 2 : 1;
+      LLVMValueRef bf[2][8];
+      if (!rb && cb && cb->ldsm) {
+        int r0 = (nr * reps_k + kr) * s->b_regs, r1 = ((nr + 1) * reps_k + kr) * s->b_regs;
+        int regs[4] = {r0, r0 + 2, r1, r1 + 2};
+        LLVMValueRef tmp[8];
+        ldsm_read(g, cb, mb, 0, regs, 2 * nn, tmp);
+        memcpy(bf[0], tmp, sizeof(LLVMValueRef) * 4);
+        if (nn == 2) memcpy(bf[1], tmp + 4, sizeof(LLVMValueRef) * 4);
+      } else {
+        fragment(g, op, 1, rb, mb, (nr * reps_k + kr) * s->b_regs, s->b_regs, bf[0]);
+      }
+      for (int x = 0; x < nn; x++)
+        for (int mr = 0; mr < reps_m; mr++) {
+          LLVMValueRef *c = out + (mr * reps_n + nr + x) * s->acc_regs;
+          if (g->ops->mma(g, s, t, transposed, af[mr], bf[x], c)) return -1;
+        }
+      if (nn == 1 && nr + 1 < reps_n) nr--;  /* one fragment at a time: step by 1 */
+    }
+  }
+  return 0;
+}
+
+
+/* the fragment (n registers from r0) of a dot operand: from registers or from LDS */
+static void fragment(G *g, kn_op *op, int i, LLVMValueRef *regs, const kn_lmap *m, int r0, int n,
                      LLVMValueRef *e) {
   if (regs) memcpy(e, regs + r0, sizeof(LLVMValueRef) * (size_t)n);
   else lds_read(g, kn_plan_conversion(g->p, op, i), m, r0, n, e);
@@ -1000,15 +1371,26 @@ static int lower_dot(G *g, kn_op *op) {
   kn_layout la = kn_layout_dot(s, g->p->warps, 0), lb = kn_layout_dot(s, g->p->warps, 1);
   if (kn_layout_eval(&la, 2, shape_a, &ma, g->d) || kn_layout_eval(&lb, 2, shape_b, &mb, g->d))
     return fail(g, op, "internal: %s", "dot operand layouts");
+  bool ldsm = false;
   for (int i = 0; i < 2; i++) {
     const kn_conversion *c = kn_plan_conversion(g->p, op, i);
-    if (c && c->kind == KN_CONV_LAZY) stage_store(g, c);
-    else if (!(i ? (rb = opnd_regs(g, op, 1)) : (ra = opnd_regs(g, op, 0))))
+    if (c && c->kind == KN_CONV_LAZY) {
+      stage_for_dot(g, c);
+      ldsm |= c->ldsm;
+    } else if (!(i ? (rb = opnd_regs(g, op, 1)) : (ra = opnd_regs(g, op, 0)))) {
       return fail(g, op, "internal: %s", "dot operand without registers");
+    }
   }
   LLVMValueRef *acc = opnd_regs(g, op, 2);
   if (!acc) return fail(g, op, "internal: %s", "dot accumulator without registers");
   LLVMValueRef *out = new_regs(g, res);
+  if (ldsm) {
+    int rc = lower_dot_ldsm(g, op, s, t, rl->transposed, ra, rb, &ma, &mb, acc, out);
+    kn_lmap_free(&ma);
+    kn_lmap_free(&mb);
+    if (rc) return unsupported(g, op, "this dot (no matrix instruction for it)");
+    return 0;
+  }
   int M = res->type.shape[0], N = res->type.shape[1], K = A->type.shape[1];
   int reps_m = M / g->p->warps / s->m, reps_n = N / s->n, reps_k = K / s->k;
   int rc = 0;
@@ -1093,10 +1475,30 @@ static int lower_for(G *g, kn_op *op) {
   LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->B);
   LLVMBasicBlockRef loop = LLVMAppendBasicBlockInContext(g->C, g->fn, "for.body");
   LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->C, g->fn, "for.exit");
-  LLVMBuildCondBr(g->B, go, loop, exit);
+  /* the loop's enclosing context, restored after the body (nested loops) */
+  kn_block *o_body = g->loop_body;
+  LLVMValueRef o_iv = g->loop_iv, o_step = g->loop_step, o_hi = g->loop_hi;
+  g->loop_body = body;
+  LLVMBasicBlockRef into = pre;  /* the loop's predecessor on entry */
+  const kn_conversion *head = loop_head(g, op);
+  if (head) {
+    /* prologue: the first iteration's copy of the head stream.  The barrier first: buffers
+     * staged before the loop (Q) may share its bytes, and other threads may still read them. */
+    into = LLVMAppendBasicBlockInContext(g->C, g->fn, "for.prologue");
+    LLVMBuildCondBr(g->B, go, into, exit);
+    LLVMPositionBuilderAtEnd(g->B, into);
+    barrier(g);
+    issue_copies(g, head, lo);
+    cp_commit(g);
+    into = LLVMGetInsertBlock(g->B);
+    LLVMBuildBr(g->B, loop);
+  } else {
+    LLVMBuildCondBr(g->B, go, loop, exit);
+  }
   LLVMPositionBuilderAtEnd(g->B, loop);
   LLVMValueRef iv = LLVMBuildPhi(g->B, it, "iv");
   g->sv[body->args[0]->id] = iv;
+  g->loop_iv = iv, g->loop_step = step, g->loop_hi = hi;
   LLVMValueRef **phi = calloc((size_t)(n ? n : 1), sizeof *phi);
   KN_ASSERT(phi);
   for (int i = 0; i < n; i++) {
@@ -1117,7 +1519,7 @@ static int lower_for(G *g, kn_op *op) {
     LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->B);
     LLVMBuildCondBr(g->B, LLVMBuildICmp(g->B, LLVMIntSLT, next, hi, ""), loop, exit);
     LLVMValueRef vals[2] = {lo, next};
-    LLVMBasicBlockRef bbs[2] = {pre, latch};
+    LLVMBasicBlockRef bbs[2] = {into, latch}, xbbs[2] = {pre, latch};
     LLVMAddIncoming(iv, vals, bbs, 2);
     LLVMPositionBuilderAtEnd(g->B, exit);
     for (int i = 0; i < n && !rc; i++) {
@@ -1134,12 +1536,14 @@ static int lower_for(G *g, kn_op *op) {
         LLVMValueRef v2[2] = {init[i][r], yv[r]};
         LLVMAddIncoming(phi[i][r], v2, bbs, 2);
         res[r] = LLVMBuildPhi(g->B, LLVMTypeOf(phi[i][r]), "");
-        LLVMAddIncoming(res[r], v2, bbs, 2);
+        LLVMAddIncoming(res[r], v2, xbbs, 2);
       }
       set_value(g, op->res[i], res, res[0]);
       if (a->type.kind != KN_TY_TILE) free(res);
     }
   }
+  g->loop_body = o_body;
+  g->loop_iv = o_iv, g->loop_step = o_step, g->loop_hi = o_hi;
   for (int i = 0; i < n; i++)
     if (body->args[i + 1]->type.kind != KN_TY_TILE) free(phi[i]);
   free(phi);
@@ -1335,7 +1739,7 @@ int kn_lower_gpu(const kn_layout_plan *p, LLVMContextRef ctx, LLVMModuleRef *out
     }
   }
   for (int i = 0; i < p->nconv; i++) free(g.conv_regs[i]);
-  free(g.sv), free(g.tv), free(g.map), free(g.has_map), free(g.conv_regs), free(g.bases);
+  free(g.sv), free(g.tv), free(g.map), free(g.has_map), free(g.conv_regs), free(g.bases), free(g.ldsm);
   LLVMDisposeBuilder(g.B);
   LLVMDisposeBuilder(g.E);
   if (rc || g.failed) {

@@ -6,8 +6,9 @@
  * every staging begins with a barrier (all reads of an earlier use are done) and ends with one,
  * buffers used at different points of the program may share bytes; a linear scan over the
  * live ranges in program order places each buffer at the lowest 16-byte aligned offset free of
- * every buffer live at the same time.  A range inside a loop that had to outlive an iteration
- * would be stretched to the whole loop; none of the staging above does, so none is stretched.
+ * every buffer live at the same time.  NVPTX's cp.async streams and operands staged once
+ * before a loop outlive an iteration: their ranges are stretched to the whole loop
+ * (conv_range).
  * The total must fit the target's LDS (64 KiB on gfx90a / gfx942), else the compile fails with
  * the plan printed in the diagnostic.
  */
@@ -26,6 +27,40 @@ static int conv_pos(const kn_layout_plan *p, const kn_conversion *c) {
   return p->pos[c->value->id];
 }
 
+/* the last position of a value defined inside block b (nested blocks included) */
+static int block_end(const kn_layout_plan *p, const kn_block *b, int end) {
+  for (int a = 0; a < b->nargs; a++)
+    if (p->pos[b->args[a]->id] > end) end = p->pos[b->args[a]->id];
+  for (const kn_op *op = b->first; op; op = op->next) {
+    for (int r = 0; r < op->nres; r++)
+      if (p->pos[op->res[r]->id] > end) end = p->pos[op->res[r]->id];
+    for (int r = 0; r < op->nregion; r++) end = block_end(p, op->region[r], end);
+  }
+  return end;
+}
+
+/* the live range of c's buffer.  Staged at the dot: that one position.  Staged once before a
+ * loop: from the definition to the loop's end.  cp.async streams: the whole loop, from the
+ * prologue before it (their copies for the next use are in flight while other buffers of the
+ * loop are read, so nothing in the loop may share their bytes). */
+static void conv_range(const kn_layout_plan *p, const kn_conversion *c, int *first, int *last) {
+  *first = *last = conv_pos(p, c);
+  if (!c->loop || c->kind != KN_CONV_LAZY) return;
+  int lend = block_end(p, c->loop->region[0], *last);
+  switch (c->stage) {
+  case KN_STAGE_ONCE:
+    *first = p->pos[c->value->id];
+    *last = lend;
+    break;
+  case KN_STAGE_ASYNC_HEAD:
+  case KN_STAGE_ASYNC_EARLY:
+    *first = p->pos[c->loop->region[0]->args[0]->id];
+    *last = lend;
+    break;
+  default: break;
+  }
+}
+
 int kn_plan_shared(kn_layout_plan *p, kn_diag *d) {
   int n = 0;
   for (int i = 0; i < p->nconv; i++) n += p->conv[i].kind != KN_CONV_FREE;
@@ -39,7 +74,7 @@ int kn_plan_shared(kn_layout_plan *p, kn_diag *d) {
     b->conv = i;
     int shape[2] = {c->value->type.shape[0], c->value->type.shape[1]};
     b->bytes = kn_shared_size(&c->shared, shape) * (int64_t)kn_scalar_size(c->value->type.elem);
-    b->first = b->last = conv_pos(p, c);
+    conv_range(p, c, &b->first, &b->last);
     c->buffer = p->nbuf++;
   }
   /* linear scan in program order; each buffer goes at the lowest offset that overlaps no
@@ -153,6 +188,9 @@ char *kn_layout_plan_format(const kn_layout_plan *p) {
     if (c->kind != KN_CONV_FREE) {
       kn_layout_format(&c->shared, lay, sizeof lay);
       put(&b, " via lds[%d] %s", c->buffer, lay);
+      static const char *stages[] = {"", ", staged once", ", cp.async at the dot",
+                                     ", cp.async one iteration ahead", ", cp.async early"};
+      if (c->ldsm) put(&b, ", ldmatrix%s", stages[c->stage]);
     }
     put(&b, "\n");
   }

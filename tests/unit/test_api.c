@@ -9,6 +9,8 @@
  * once leave one valid entry; a second process start neither tunes nor compiles; the tuner
  * prunes by reported resources and records its choice; 32 threads preparing and launching at
  * once compile each kernel once (and, in the TSan build, race on nothing).
+ * Every context names the host device: the buffers are host memory, and "auto" would pick an
+ * NVIDIA GPU where there is one (test_api_cuda.c covers that device).
  *
  * Processes: the test binary re-runs itself with `--child MODE` (the kernel and the problem are
  * fixed per mode); a child prints one `stats ...` line and exits 0 when its results were correct.
@@ -307,7 +309,8 @@ static void test_errors(void **state) {
   o.device = "tpu";
   assert_int_equal(kiln_context_create(&o, &ctx), KILN_ERR_NO_DEVICE);
   /* without a disk cache */
-  o = (kiln_context_options){.no_cache = 1};
+  /* (host: these buffers are host memory; "auto" picks a GPU where there is one) */
+  o = (kiln_context_options){.no_cache = 1, .device = "host"};
   assert_int_equal(kiln_context_create(&o, &ctx), KILN_OK);
   assert_string_equal(kiln_context_cache_dir(ctx), "");
   assert_int_equal(kiln_prepare(ctx, &desc_a, NULL, &k), KILN_OK);
@@ -587,7 +590,7 @@ static void test_second_start(void **state) {
 static void test_tune_prune_record(void **state) {
   (void)state;
   char *dir = fresh_dir();
-  kiln_context_options o = {.cache_dir = dir, .progress = NULL};
+  kiln_context_options o = {.cache_dir = dir, .progress = NULL, .device = "host"};
   setenv("KILN_TUNE_PROGRESS", "0", 1);
   kiln_context *ctx;
   assert_int_equal(kiln_context_create(&o, &ctx), KILN_OK);
@@ -700,7 +703,7 @@ static int child_main(const char *mode, int gate) {
   }
   logcap l;
   logcap_init(&l);
-  kiln_context_options o = {.log = capture, .log_user = &l};
+  kiln_context_options o = {.log = capture, .log_user = &l, .device = "host"};
   kiln_context *ctx;
   if (kiln_context_create(&o, &ctx)) {
     printf("context: %s\n", kiln_last_error());

@@ -11,6 +11,11 @@
  *     argument passing, context handling, JIT log capture and error paths without hardware.
  *     The fake refuses any call made without its context current, and a launch with more
  *     dynamic shared memory than the kernel's attribute allows, as the real driver does.
+ *     It also runs kiln's attention kernel (`attn_fwd`, any PTX): a float64 attention that
+ *     reads the 24 kernelParams in the template's order and widths (templates/attention.h),
+ *     which lets test_api_cuda check the public API's CUDA path (cache payload, module load,
+ *     parameter packing, strides, streams) without a GPU.  The dtype, head dim and causal flag
+ *     are not kernel parameters, so the test tells the fake with kn_fake_cuda_attn() first.
  *   - On the H200 (bench/h200/device_run.sh): the same GPU tests against the real driver, with
  *     hand-written PTX (.version 8.0, .target sm_80) JIT-compiled by the driver, and, where
  *     ptxas is installed, also a cubin made by compiler/ptxas.c.
@@ -22,12 +27,103 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <math.h>
+
 typedef unsigned long long dptr;
 typedef struct fake_fn {
-  int id; /* 0 kn_vadd, 1 kn_block_reverse */
+  int id; /* 0 kn_vadd, 1 kn_block_reverse, 2 attn_fwd */
   int max_dyn;
 } fake_fn;
-static fake_fn fake_fns[2] = {{0, 48 * 1024}, {1, 48 * 1024}};
+static fake_fn fake_fns[3] = {{0, 48 * 1024}, {1, 48 * 1024}, {2, 48 * 1024}};
+
+/* ---- kiln's attention, for test_api_cuda ---- */
+static int attn_elem = 2, attn_bf16, attn_d = 64, attn_causal, attn_launches;
+/* what the next attn_fwd launches compute: elem_bytes 2 (f16 or bf16) or 4 (f32) */
+void kn_fake_cuda_attn(int elem_bytes, int bf16, int head_dim, int causal) {
+  attn_elem = elem_bytes, attn_bf16 = bf16, attn_d = head_dim, attn_causal = causal;
+}
+int kn_fake_cuda_attn_launches(void) { return attn_launches; }
+
+static double ld_elem(const void *base, int64_t i) {
+  if (attn_elem == 4) return ((const float *)base)[i];
+  uint16_t h = ((const uint16_t *)base)[i];
+  if (attn_bf16) {
+    uint32_t b = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+  }
+  _Float16 x;
+  memcpy(&x, &h, 2);
+  return (double)x;
+}
+static void st_elem(void *base, int64_t i, double v) {
+  if (attn_elem == 4) {
+    ((float *)base)[i] = (float)v;
+    return;
+  }
+  uint16_t h;
+  if (attn_bf16) {
+    float f = (float)v;
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    b += 0x7fff + ((b >> 16) & 1); /* round to nearest even (finite values only here) */
+    h = (uint16_t)(b >> 16);
+  } else {
+    _Float16 x = (_Float16)v;
+    memcpy(&h, &x, 2);
+  }
+  ((uint16_t *)base)[i] = h;
+}
+
+/* params in template order: q k v o lse (u64), sm_scale (f32), seqlen_q seqlen_k heads
+ * kv_group (i32), q_sb q_sh q_sm k_sb k_sh k_sn v_sb v_sh v_sn o_sb o_sh o_sm lse_sb lse_sh */
+static int fake_attention(unsigned gx, unsigned gy, void **params) {
+  void *q = (void *)(uintptr_t)*(dptr *)params[0], *k = (void *)(uintptr_t)*(dptr *)params[1];
+  void *v = (void *)(uintptr_t)*(dptr *)params[2], *o = (void *)(uintptr_t)*(dptr *)params[3];
+  float *lse = (float *)(uintptr_t)*(dptr *)params[4];
+  float scale = *(float *)params[5];
+  int32_t nq = *(int32_t *)params[6], nk = *(int32_t *)params[7], H = *(int32_t *)params[8],
+          group = *(int32_t *)params[9];
+  int64_t st[14];
+  for (int i = 0; i < 14; i++) st[i] = *(int64_t *)params[10 + i];
+  if (H <= 0 || group <= 0 || gy % (unsigned)H || gx == 0 || nq <= 0 || nk < 0 ||
+      !(scale > 0) || !q || !k || !v || !o)
+    return 1; /* CUDA_ERROR_INVALID_VALUE: the test sees a launch failure */
+  int B = (int)(gy / (unsigned)H), D = attn_d;
+  double *s = malloc(sizeof(double) * (size_t)(nk > 0 ? nk : 1));
+  if (!s) return 2;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++) {
+      int hk = h / group;
+      for (int i = 0; i < nq; i++) {
+        int64_t qo = b * st[0] + h * st[1] + i * st[2], oo = b * st[9] + h * st[10] + i * st[11];
+        double m = -INFINITY, l = 0;
+        int last = attn_causal ? i + nk - nq : nk - 1;
+        for (int j = 0; j < nk; j++) {
+          s[j] = -INFINITY;
+          if (j > last) continue;
+          int64_t ko = b * st[3] + hk * st[4] + j * st[5];
+          double dot = 0;
+          for (int d = 0; d < D; d++) dot += ld_elem(q, qo + d) * ld_elem(k, ko + d);
+          s[j] = dot * scale;
+          if (s[j] > m) m = s[j];
+        }
+        for (int j = 0; j < nk; j++) l += s[j] == -INFINITY ? 0 : exp(s[j] - m);
+        for (int d = 0; d < D; d++) {
+          double acc = 0;
+          for (int j = 0; j < nk; j++)
+            if (s[j] != -INFINITY)
+              acc += exp(s[j] - m) * ld_elem(v, b * st[6] + hk * st[7] + j * st[8] + d);
+          st_elem(o, oo + d, l > 0 ? acc / l : 0);
+        }
+        if (lse) lse[b * st[12] + h * st[13] + i] = l > 0 ? (float)(m + log(l)) : -INFINITY;
+      }
+    }
+  free(s);
+  attn_launches++;
+  return 0;
+}
 static int fake_ctx_obj;
 static __thread void *cur_ctx;
 
@@ -95,6 +191,7 @@ int cuModuleGetFunction(void **f, void *m, const char *name) {
   NEED_CTX();
   if (strcmp(name, "kn_vadd") == 0) *f = &fake_fns[0];
   else if (strcmp(name, "kn_block_reverse") == 0) *f = &fake_fns[1];
+  else if (strcmp(name, "attn_fwd") == 0) *f = &fake_fns[2];
   else return 500;
   return 0;
 }
@@ -114,7 +211,9 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
   (void)extra;
   NEED_CTX();
   fake_fn *fn = f;
-  if (bx * by * bz > 1024 || (int)dyn > fn->max_dyn || gy != 1 || gz != 1) return 1;
+  if (bx * by * bz > 1024 || (int)dyn > fn->max_dyn || gz != 1) return 1;
+  if (fn->id == 2) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_attention(gx, gy, params) : 1;
+  if (gy != 1) return 1;
   if (fn->id == 0) {
     float *a = (float *)(uintptr_t)*(dptr *)params[0], *b = (float *)(uintptr_t)*(dptr *)params[1];
     float *c = (float *)(uintptr_t)*(dptr *)params[2];

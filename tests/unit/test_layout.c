@@ -291,7 +291,7 @@ static void test_nv_tables(void **state) {
 
 /* store every element of src's registers at the shared offsets, read dst's back */
 static void roundtrip_via(const kn_layout *src, const kn_layout *dst, int R, int C,
-                          const kn_layout *shp) {
+                          const kn_layout *shp, bool vec_check) {
   kn_lmap ms = eval(src, 2, R, C), md = eval(dst, 2, R, C);
   int shape[2] = {R, C};
   kn_layout sh = *shp;
@@ -319,10 +319,9 @@ static void roundtrip_via(const kn_layout *src, const kn_layout *dst, int R, int
         kn_lmap_coord(&md, w, l, r, c);
         assert_true(lds[kn_shared_offset(&sh, shape, c[0], c[1])] == c[0] * 1000.0 + c[1]);
       }
-  /* the reader's fragments are contiguous vectors in the swizzled buffer */
-  int vdim = sh.order[0];
-  int v = kn_lmap_vec(&md, vdim, sh.vec);
-  assert_int_equal(v, sh.vec);
+  /* the reader's fragments are contiguous vectors in the swizzled buffer (not for ldmatrix
+   * layouts: there a lane's pair comes from an 8x8 matrix whose rows are 16-byte chunks) */
+  if (vec_check) assert_int_equal(kn_lmap_vec(&md, sh.order[0], sh.vec), sh.vec);
   free(lds), free(seen);
   kn_lmap_free(&ms), kn_lmap_free(&md);
 }
@@ -331,10 +330,10 @@ static void roundtrip_via(const kn_layout *src, const kn_layout *dst, int R, int
 static void roundtrip(const kn_layout *src, const kn_layout *dst, int R, int C) {
   int shape[2] = {R, C};
   kn_layout sh = kn_layout_shared_for(dst, shape, 2);
-  roundtrip_via(src, dst, R, C, &sh);
+  roundtrip_via(src, dst, R, C, &sh, true);
   kn_layout sw = kn_layout_shared_swizzled(sh.order[0], shape, sh.vec, 2);
   assert_true(sw.max_phase > 1);
-  roundtrip_via(src, dst, R, C, &sw);
+  roundtrip_via(src, dst, R, C, &sw, true);
 }
 
 static void test_shared_roundtrip(void **state) {
@@ -364,6 +363,44 @@ static void test_shared_roundtrip(void **state) {
     banks[(byte / 4) % 32]++, banks[(byte / 4 + 1) % 32]++;
   }
   for (int b = 0; b < 32; b++) assert_int_equal(banks[b], 1);
+}
+
+/* NVPTX's ldmatrix layouts (16-byte chunks XOR row phase, compiler/gpu/assign_layouts.c): an
+ * 8x8 matrix read (8 consecutive rows from a multiple of 8, one chunk) touches 8 distinct
+ * 16-byte bank groups, so ldmatrix is conflict-free; and staging through them round-trips the
+ * mma.sync operands (K^T and V with the global layout's contiguous dim, Q) */
+static void test_ldsm_swizzle(void **state) {
+  (void)state;
+  const kn_mma_shape *nv = kn_mma_shape_get(KN_MMA_NV_16X8X16);
+  const int shapes[][3] = {{64, 64, 0}, {128, 64, 0}, {32, 64, 0}, {64, 64, 1}, {64, 128, 1},
+                           {128, 128, 1}, {64, 32, 1}, {64, 256, 1}};
+  for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+    int shape[2] = {shapes[t][0], shapes[t][1]}, inner = shapes[t][2];
+    kn_layout sw = kn_layout_shared_swizzled(inner, shape, 8, 2);
+    int rows = shape[1 - inner], chunks = shape[inner] / 8;
+    for (int r0 = 0; r0 < rows; r0 += 8)
+      for (int c = 0; c < chunks; c++) {
+        int seen[8] = {0};
+        for (int i = 0; i < 8; i++) {
+          int rc[2];
+          rc[1 - inner] = r0 + i;
+          rc[inner] = 8 * c;
+          int64_t byte = kn_shared_offset(&sw, shape, rc[0], rc[1]) * 2;
+          assert_int_equal(byte % 16, 0);
+          seen[(byte / 16) % 8]++;
+        }
+        for (int b = 0; b < 8; b++) assert_int_equal(seen[b], 1);
+      }
+  }
+  int kt[2] = {64, 64}, v[2] = {64, 128}, q[2] = {128, 128};
+  kn_layout bk = kn_layout_blocked(2, kt, 0, 2, 4, 32), bv = kn_layout_blocked(2, v, 1, 2, 4, 32);
+  kn_layout bq = kn_layout_blocked(2, q, 1, 2, 4, 32);
+  kn_layout a = kn_layout_dot(nv, 4, 0), b = kn_layout_dot(nv, 4, 1);
+  kn_layout sk = kn_layout_shared_swizzled(0, kt, 8, 2), sv = kn_layout_shared_swizzled(1, v, 8, 2);
+  kn_layout sq = kn_layout_shared_swizzled(1, q, 8, 2);
+  roundtrip_via(&bk, &b, 64, 64, &sk, false);    /* K^T: rows n, elements k (ldmatrix) */
+  roundtrip_via(&bv, &b, 64, 128, &sv, false);   /* V: rows k, elements n (ldmatrix.trans) */
+  roundtrip_via(&bq, &a, 128, 128, &sq, false);  /* Q staged once */
 }
 
 static void reduce_check(const kn_layout *p, int R, int C) {
@@ -472,6 +509,7 @@ int main(void) {
       cmocka_unit_test(test_mma_tables),
       cmocka_unit_test(test_nv_tables),
       cmocka_unit_test(test_shared_roundtrip),
+      cmocka_unit_test(test_ldsm_swizzle),
       cmocka_unit_test(test_reduce),
       cmocka_unit_test(test_free_conversions),
   };

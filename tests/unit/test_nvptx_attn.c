@@ -15,8 +15,12 @@
  * within kn_attn_tolerance; the output buffer is filled with NaN bytes first, so a row the kernel
  * never writes fails.  Each case prints one line.  Without a GPU the GPU test is a skip.
  *
+ * Launches go through the shared helper (templates/attn_launch_cuda.h), whose parameter widths
+ * are checked everywhere against the template's signature (test_launch_param_widths).
+ *
  * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_DUMP=prefix writes the layout plan,
- * the LLVM IR and the PTX of the first compile.
+ * the LLVM IR and the PTX of the first compile (KILN_TEST_DUMP_NTH=<n>: of the n-th, from 0, in
+ * the order the report lines are printed).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,6 +35,7 @@
 #include <cmocka.h>
 
 #include "attention.h"
+#include "attn_launch_cuda.h"
 #include "cuda_device.h"
 #include "gpu.h"
 #include "interp.h"
@@ -56,7 +61,9 @@ static void compile_one(const char *arch, const kn_attn_desc *desc, const kn_att
   kn_module *m = kn_module_new("<attn>");
   assert_non_null(kn_attn_fwd_build(m, desc, cfg, &d));
   static bool dumped;
-  const char *dump = getenv("KILN_TEST_DUMP");
+  static int ncompiles;
+  const char *dump = getenv("KILN_TEST_DUMP"), *nth = getenv("KILN_TEST_DUMP_NTH");
+  if (nth && ncompiles++ != atoi(nth)) dump = NULL;
   int rc = kn_nvptx_compile(m, "attn_fwd", arch, dump && !dumped, &out->c, &d);
   if (rc)
     fail_msg("%s %s D%d causal=%d %dx%d w%d: %s", arch, kn_scalar_name(desc->dtype),
@@ -114,6 +121,20 @@ static void report(const char *arch, const kn_attn_desc *desc, const kn_attn_con
          c->c.ms_codegen);
 }
 
+/* the default configs take the fast path: K^T and V copied by cp.async (K^T one iteration
+ * ahead, V at the first dot), every mma operand from shared memory read by ldmatrix (V with
+ * .trans), and no fallback through registers (no st.shared of K or V) */
+static void fast_path(const compiled *c) {
+  const char *ptx = c->c.ptx, *lay = c->c.layout_text;
+  assert_non_null(lay);
+  assert_non_null(strstr(ptx, "cp.async.cg.shared.global"));
+  assert_non_null(strstr(ptx, "cp.async.wait_group"));
+  assert_non_null(strstr(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"));
+  assert_non_null(strstr(ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+  assert_non_null(strstr(lay, "ldmatrix, cp.async one iteration ahead"));
+  assert_non_null(strstr(lay, "ldmatrix, cp.async early"));
+}
+
 static void no_spills(const compiled *c) {
   if (!c->ptxas_ran) return;
   assert_int_equal(c->px.spill_stores, 0);
@@ -136,6 +157,7 @@ static void test_default_configs(void **state) {
           compile_one(archs[a], &desc, &cfg, &c);
           report(archs[a], &desc, &cfg, &c);
           no_spills(&c);
+          fast_path(&c);
           kn_nvptx_compiled_free(&c.c);
         }
 }
@@ -153,6 +175,11 @@ static void test_configs(void **state) {
       compiled c;
       compile_one("sm_90a", &desc, &cfg, &c);
       report("sm_90a", &desc, &cfg, &c);
+      fast_path(&c);
+      /* 128x64 with 4 warps at D 128: Q (64 registers per thread) is staged once in shared
+       * memory and read by ldmatrix in the loop, which is what keeps it near 255 registers */
+      if (hd == 128 && cfg.block_m == 128 && cfg.block_n == 64 && cfg.warps == 4)
+        assert_non_null(strstr(c.c.layout_text, "ldmatrix, staged once"));
       kn_nvptx_compiled_free(&c.c);
     }
   /* the lse output (a rank-1 store of a row slice) */
@@ -199,6 +226,40 @@ static void test_target(void **state) {
   LLVMDisposeTargetMachine(tm);
   kn_module_free(mc);
   kn_module_free(m);
+}
+
+/* the launch helper's parameter widths (templates/attn_launch_cuda.c) are those of the template's
+ * signature, for every descriptor shape that changes it (dtype only changes pointee types) */
+static void test_launch_param_widths(void **state) {
+  (void)state;
+  for (int lse = 0; lse < 2; lse++) {
+    kn_attn_desc desc = {.dtype = lse ? KN_BF16 : KN_F16, .head_dim = 64, .has_lse = lse};
+    kn_attn_config cfg = kn_attn_default_config(&desc);
+    kn_diag d;
+    kn_module *m = kn_module_new("<attn>");
+    kn_func *f = kn_attn_fwd_build(m, &desc, &cfg, &d);
+    assert_non_null(f);
+    assert_int_equal(kn_func_nparams(f), KN_ATTN_NPARAMS);
+    for (int i = 0; i < KN_ATTN_NPARAMS; i++) {
+      const kn_type *t = &kn_func_param(f, i)->type;
+      int want = t->kind == KN_TY_PTR ? 8 : (int)kn_scalar_size(t->elem);
+      if (kn_attn_cuda_param_bytes(i) != want)
+        fail_msg("parameter %d: the launch helper packs %d bytes, the template declares %d", i,
+                 kn_attn_cuda_param_bytes(i), want);
+    }
+    kn_module_free(m);
+  }
+  /* and the packing puts each value at its own address, in its own width */
+  kn_argval a[KN_ATTN_NPARAMS];
+  for (int i = 0; i < KN_ATTN_NPARAMS; i++) a[i].i = 0x100000000ll + i;
+  a[0].p = (void *)(uintptr_t)0x7f0000001000ull;
+  a[5].f = 0.125;
+  kn_attn_cuda_params p;
+  kn_attn_cuda_pack(a, &p);
+  assert_int_equal(*(uint64_t *)p.params[0], 0x7f0000001000ull);
+  assert_true(*(float *)p.params[5] == 0.125f);
+  assert_int_equal(*(int32_t *)p.params[6], 6);          /* truncated to the i32 */
+  assert_int_equal(*(int64_t *)p.params[23], 0x100000000ll + 23);
 }
 
 /* ---- on the GPU ---- */
@@ -265,20 +326,8 @@ static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, int B,
   kn_attn_fill_args(desc, cfg, &p, (void *)(uintptr_t)q, (void *)(uintptr_t)kk,
                     (void *)(uintptr_t)v, (void *)(uintptr_t)o,
                     desc->has_lse ? (float *)(uintptr_t)lse : NULL, args, grid);
-  /* the driver's kernelParams: a pointer to each parameter's value, in its own width */
-  union { uint64_t p; float f; int32_t i32; int64_t i64; } vals[KN_ATTN_NPARAMS];
-  void *params[KN_ATTN_NPARAMS];
-  for (int i = 0; i < KN_ATTN_NPARAMS; i++) {
-    if (i < 5) vals[i].p = (uint64_t)(uintptr_t)args[i].p;
-    else if (i == 5) vals[i].f = (float)args[i].f;
-    else if (i < 10) vals[i].i32 = (int32_t)args[i].i;
-    else vals[i].i64 = args[i].i;
-    params[i] = &vals[i];
-  }
-  unsigned g3[3] = {(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};
-  unsigned b3[3] = {(unsigned)c.c.threads, 1, 1};
-  if (kn_cuda_launch(k, g3, b3, (unsigned)c.c.smem_bytes, NULL, params, &e) ||
-      kn_cuda_device_sync(dev, &e))
+  kn_attn_cuda_launch_info li = {.threads = c.c.threads, .smem_bytes = c.c.smem_bytes};
+  if (kn_attn_cuda_launch(k, &li, args, grid, NULL, &e) || kn_cuda_device_sync(dev, &e))
     fail_msg("launch: %s", e.message);
   unsigned char *oh = malloc(nq * es);
   float *lh = desc->has_lse ? malloc(nl * 4) : NULL;
@@ -326,11 +375,15 @@ static void test_gpu(void **state) {
   for (int t = 0; t < 2; t++)
     for (int hd = 64; hd <= 128; hd += 64)
       for (int causal = 0; causal < 2; causal++)
-        for (int cf = 0; cf < 2; cf++) {
+        for (int cf = 0; cf < 4; cf++) {
+          /* the default; 64x32 w4 (lse); 128x64 w4 (at D 128 Q is staged once in shared memory
+           * and read with ldmatrix in the loop); 128x128 w8 (lse) */
           kn_attn_desc desc = {.dtype = t ? KN_BF16 : KN_F16, .head_dim = hd, .causal = causal,
-                               .has_lse = cf == 1};
+                               .has_lse = cf % 2 == 1};
           kn_attn_config cfg = kn_attn_default_config(&desc);
           if (cf == 1) cfg = (kn_attn_config){.block_m = 64, .block_n = 32, .warps = 4, .stages = 2};
+          if (cf == 2) cfg = (kn_attn_config){.block_m = 128, .block_n = 64, .warps = 4, .stages = 2};
+          if (cf == 3) cfg = (kn_attn_config){.block_m = 128, .block_n = 128, .warps = 8, .stages = 2};
           for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
             int B = 1, H = 2, HK = li % 2 ? 1 : 2;  /* every other case: 2 heads on 1 kv head */
             double eo, el;
@@ -357,6 +410,7 @@ int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);  /* lines survive a crash of a later case */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_target),
+      cmocka_unit_test(test_launch_param_widths),
       cmocka_unit_test(test_default_configs),
       cmocka_unit_test(test_configs),
       cmocka_unit_test(test_gpu),

@@ -1,0 +1,201 @@
+/* cuda.c — the API's CUDA device: NVIDIA GPUs through runtime/cuda_device.h (the driver by
+ * dlopen), kernels compiled to PTX by the NVPTX target (compiler/gpu, kn_nvptx_compile).
+ *
+ * A context on a CUDA device retains the device's primary context (the one PyTorch and every
+ * other driver-API user in the process share) for its lifetime, so caller-owned device pointers
+ * from any of them are valid in our launches.  The target is the device's: sm_90a on compute
+ * capability 9.0, sm_80 on other 8.0+ devices (PTX for sm_80 is JIT-compiled by the driver for
+ * whatever GPU it runs on); "sm_80" may be asked for explicitly on any of them.
+ *
+ * Prepare runs the same memo and in-flight markers as the host (api/kiln.c); what differs is the
+ * payload and the load.  The payload is the PTX text plus the launch facts the PTX alone does not
+ * carry reliably (dynamic shared bytes; threads per block are also in .reqntid, but a header field
+ * is cheaper to read and to check):
+ *
+ *   "KILNPTX1" | ABI u32 | threads u32 | smem bytes u64 | PTX length u64 | PTX (no NUL)
+ *
+ * PTX is driver-independent, so the cache key (api_cache_key) is (ABI "cuda-ptx-abi-1",
+ * "attn_fwd", printed IR, "nvptx64-nvidia-cuda;<sm>;llvm-<version>", "O3", kiln version): the
+ * driver version is not in it, and a driver upgrade keeps every entry valid.  The load is
+ * cuModuleLoadDataEx (kn_cuda_module_load_ptx): the driver JIT-compiles the PTX for the GPU (and
+ * keeps its own compute cache of the result).  A cached payload that is malformed or that the
+ * driver refuses is a warning, removed and rebuilt, exactly as a bad host object; a freshly
+ * compiled PTX that the driver refuses is KILN_ERR_COMPILE with the JIT's log.
+ *
+ * Forward is asynchronous on the caller's stream (a CUstream, NULL: the legacy default stream),
+ * through the launch helper shared with the CLI and the tests (templates/attn_launch_cuda.h).
+ * Launches of one kernel need no lock: the driver is thread-safe and the helper keeps every
+ * launch's parameter values on the launching thread's stack.
+ *
+ * This file alone in api/ includes compiler/gpu/gpu.h (for kn_nvptx_compile and the sm_*
+ * kn_targets); it uses none of its LLVM types.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "gpu.h"
+
+#define PTX_MAGIC "KILNPTX1"
+#define PTX_ABI 1u
+#define PTX_HEADER 32
+
+static void put_le(uint8_t *p, uint64_t v, int n) {
+  for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint64_t get_le(const uint8_t *p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+static kiln_status cuda_fail(kiln_status s, const char *what, const kn_cuda_error *e) {
+  return api_fail(s, "%s: %s", what, e->message);
+}
+
+kiln_status api_cuda_open(kiln_context *ctx, const kn_device_info *dev, const char *target) {
+  const kn_target *t = kn_nvptx_target_by_name(target);
+  if (!t) return api_fail(KILN_ERR_UNSUPPORTED, "target %s is not compiled into this kiln", target);
+  kn_cuda_error e;
+  if (kn_cuda_init(&e) != KN_CUDA_OK) return cuda_fail(KILN_ERR_NO_DEVICE, "CUDA", &e);
+  if (kn_cuda_device_open(dev->ordinal, &ctx->cuda, &e) != KN_CUDA_OK)
+    return cuda_fail(KILN_ERR_NO_DEVICE, "opening the CUDA device", &e);
+  const kn_cuda_props *p = kn_cuda_device_get_props(ctx->cuda);
+  ctx->kind = KN_DEVICE_CUDA;
+  ctx->cuda_ordinal = dev->ordinal;
+  ctx->cuda_smem_optin = p->shared_per_block_optin;
+  ctx->target = t;
+  snprintf(ctx->target_name, sizeof ctx->target_name, "%s", target);
+  snprintf(ctx->device_name, sizeof ctx->device_name, "%.127s", p->name);
+  /* the tuning key's arch: the target and the GPU model (an H100 and an H200 are both sm_90a
+   * but need not agree on a tiling) */
+  snprintf(ctx->arch, sizeof ctx->arch, "%s-%.22s", target, p->name);
+  /* the code depends on the target and on LLVM's NVPTX backend; the LLVM version is taken from
+   * the host target's identity (api/ makes no LLVM calls of its own) */
+  char host_id[1024];
+  const char *llvm = "llvm-unknown";
+  if (kn_object_target_id(kn_host_target(), host_id, sizeof host_id) == 0) {
+    const char *at = strstr(host_id, ";llvm-");
+    if (at) llvm = at + 1;
+  }
+  snprintf(ctx->target_id, sizeof ctx->target_id, "nvptx64-nvidia-cuda;%s;%s", target, llvm);
+  return KILN_OK;
+}
+
+void api_cuda_close(kiln_context *ctx) {
+  if (ctx->cuda) kn_cuda_device_close(ctx->cuda);
+  ctx->cuda = NULL;
+}
+
+void api_cuda_unload(kiln_kernel *k) {
+  if (k->cu_mod) kn_cuda_module_unload(k->cu_mod);
+  k->cu_mod = NULL;
+  k->cu_fn = NULL;
+}
+
+static void *pack(const char *ptx, size_t n, int threads, int64_t smem, size_t *size) {
+  *size = PTX_HEADER + n;
+  uint8_t *p = malloc(*size);
+  if (!p) return NULL;
+  memcpy(p, PTX_MAGIC, 8);
+  put_le(p + 8, PTX_ABI, 4);
+  put_le(p + 12, (uint64_t)threads, 4);
+  put_le(p + 16, (uint64_t)smem, 8);
+  put_le(p + 24, n, 8);
+  memcpy(p + PTX_HEADER, ptx, n);
+  return p;
+}
+
+/* NULL when well formed (*ptx then a malloc'ed NUL-terminated copy), else why not */
+static const char *unpack(const uint8_t *p, size_t size, char **ptx, int *threads,
+                          int64_t *smem) {
+  if (size < PTX_HEADER) return "payload shorter than its header";
+  if (memcmp(p, PTX_MAGIC, 8)) return "not a kiln PTX payload";
+  if (get_le(p + 8, 4) != PTX_ABI) return "PTX payload ABI version mismatch";
+  uint64_t t = get_le(p + 12, 4), s = get_le(p + 16, 8), n = get_le(p + 24, 8);
+  if (t == 0 || t > 1024 || t % 32) return "bad threads per block";
+  if (s > (1u << 30)) return "bad shared memory size";
+  if (PTX_HEADER + n != size) return "length mismatch";
+  if (memchr(p + PTX_HEADER, 0, n)) return "NUL inside the PTX";
+  char *copy = malloc(n + 1);
+  if (!copy) return "out of memory";
+  memcpy(copy, p + PTX_HEADER, n);
+  copy[n] = 0;
+  *ptx = copy;
+  *threads = (int)t;
+  *smem = (int64_t)s;
+  return NULL;
+}
+
+/* loads ptx into k; 0, or -1 with the driver's message in e */
+static int load(kiln_context *ctx, kiln_kernel *k, const char *ptx, int threads, int64_t smem,
+                kn_cuda_error *e) {
+  if (kn_cuda_module_load_ptx(ctx->cuda, ptx, &k->cu_mod, e)) return -1;
+  if (kn_cuda_module_kernel(k->cu_mod, "attn_fwd", &k->cu_fn, e)) {
+    api_cuda_unload(k);
+    return -1;
+  }
+  k->cu_launch = (kn_attn_cuda_launch_info){.threads = threads, .smem_bytes = smem};
+  return 0;
+}
+
+kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m,
+                           const kn_cache_key *key, const char *what) {
+  const char *hex = k->info.cache_key;
+  kn_cuda_error e;
+  void *payload;
+  size_t size;
+  if (api_cache_get(ctx, key, hex, &payload, &size) == KN_CACHE_OK) {
+    char *ptx = NULL;
+    int threads = 0;
+    int64_t smem = 0;
+    const char *bad = unpack(payload, size, &ptx, &threads, &smem);
+    free(payload);
+    if (!bad && smem > ctx->cuda_smem_optin) bad = "needs more shared memory than the device has";
+    if (!bad && load(ctx, k, ptx, threads, smem, &e)) bad = e.message;
+    free(ptx);
+    if (!bad) {
+      k->info.source = KILN_SOURCE_CACHE;
+      atomic_fetch_add(&ctx->stats.cache_hits, 1);
+      return KILN_OK;
+    }
+    api_cache_reject(ctx, key, hex, bad);
+  }
+
+  kn_nvptx_compiled c;
+  kn_diag d;
+  if (kn_nvptx_compile(m, "attn_fwd", ctx->target_name, false, &c, &d))
+    return api_fail(KILN_ERR_COMPILE, "compiling %s for %s failed: %s", what, ctx->target_name,
+                    d.message);
+  atomic_fetch_add(&ctx->stats.compiles, 1);
+  kiln_status s = KILN_OK;
+  if (c.smem_bytes > ctx->cuda_smem_optin) {
+    s = api_fail(KILN_ERR_UNSUPPORTED, "%s needs %lld bytes of shared memory per block; %s "
+                 "allows %lld (choose smaller blocks)", what, (long long)c.smem_bytes,
+                 ctx->device_name, (long long)ctx->cuda_smem_optin);
+  } else if (load(ctx, k, c.ptx, c.threads, c.smem_bytes, &e)) {
+    s = api_fail(KILN_ERR_COMPILE, "loading %s (%s PTX) into the driver failed: %s", what,
+                 ctx->target_name, e.message);
+  } else {
+    /* stored only once the driver accepted it: the cache never holds PTX that cannot load */
+    size_t n;
+    void *p = pack(c.ptx, c.ptx_size, c.threads, c.smem_bytes, &n);
+    if (p) api_cache_put(ctx, key, p, n);
+    free(p);
+    k->info.source = KILN_SOURCE_COMPILED;
+  }
+  kn_nvptx_compiled_free(&c);
+  return s;
+}
+
+kiln_status api_cuda_forward(kiln_kernel *k, const kn_argval *args, const int grid[3],
+                             void *stream) {
+  kn_cuda_error e;
+  int st = kn_attn_cuda_launch(k->cu_fn, &k->cu_launch, args, grid, (kn_cuda_stream)stream, &e);
+  if (st == KN_CUDA_OK) return KILN_OK;
+  return api_fail(st == KN_CUDA_EINVAL ? KILN_ERR_UNSUPPORTED
+                  : st == KN_CUDA_ENOMEM ? KILN_ERR_NOMEM
+                                         : KILN_ERR_RUNTIME,
+                  "kiln_forward on %s: %s", k->ctx->device_name, e.message);
+}

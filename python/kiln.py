@@ -1,0 +1,381 @@
+"""kiln.py — Python binding of kiln's C API (include/kiln.h) through ctypes.
+
+Standard library only: the module loads libkiln.so (the `kiln_shared` CMake target) and mirrors
+the public structs field for field; nothing is compiled.  The library is found as $KILN_LIBRARY,
+else libkiln.so beside this file, else the build trees of this repository (build*/api/), else the
+dynamic loader's search path.
+
+Two levels:
+
+* Context / Kernel wrap kiln_context_create, kiln_prepare and kiln_forward on raw addresses (host
+  pointers on the host device, device pointers on CUDA), with errors raised as KilnError
+  (.status: a kiln_status value, .status_name, .message: kiln_last_error()).
+* attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None) takes tensors in
+  (B, H, N, D) layout (any batch/head/row strides, the head dimension contiguous) and computes
+  softmax(q k^T * scale) v into `out`.  Tensors are duck-typed (.data_ptr(), .shape, .stride(),
+  .dtype, .device, .is_cuda), so this module never imports torch itself; torch is imported
+  lazily only to allocate `out` when none is given and to ask for the current CUDA stream.  CPU
+  tensors run on the host device (synchronously); CUDA tensors run on their GPU, asynchronously
+  on torch's current stream, like any torch op.
+
+Contexts are created once per device and kept for the life of the process (a context owns its
+compiled kernels; kiln_prepare is a memo lookup after the first call, so calling attention() in
+a loop compiles once).  The C library is thread-safe; so is this module.
+"""
+
+import ctypes
+import ctypes.util
+import glob
+import os
+import threading
+
+__all__ = ["KilnError", "Context", "Kernel", "attention", "library", "F16", "BF16", "F32"]
+
+# ---- the C API's constants (include/kiln.h) ----
+
+OK, ERR_INVALID, ERR_UNSUPPORTED, ERR_NO_DEVICE, ERR_COMPILE, ERR_RUNTIME, ERR_IO, ERR_NOMEM, \
+    ERR_INSECURE = range(9)
+_STATUS_NAMES = ["KILN_OK", "KILN_ERR_INVALID", "KILN_ERR_UNSUPPORTED", "KILN_ERR_NO_DEVICE",
+                 "KILN_ERR_COMPILE", "KILN_ERR_RUNTIME", "KILN_ERR_IO", "KILN_ERR_NOMEM",
+                 "KILN_ERR_INSECURE"]
+F16, BF16, F32 = 1, 2, 3
+TUNE_CONTEXT, TUNE_NONE, TUNE_CACHED, TUNE_AUTO = range(4)
+_DTYPES = {"float16": F16, "half": F16, "bfloat16": BF16, "float32": F32, "float": F32}
+
+
+class KilnError(Exception):
+    """A kiln call failed: .status (kiln_status), .status_name, .message."""
+
+    def __init__(self, status, message):
+        self.status = status
+        self.status_name = (_STATUS_NAMES[status] if 0 <= status < len(_STATUS_NAMES)
+                            else "status %d" % status)
+        self.message = message
+        super().__init__("%s: %s" % (self.status_name, message))
+
+
+# ---- structs, field for field ----
+
+_LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+_PROGRESS_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+
+
+class _ContextOptions(ctypes.Structure):
+    _fields_ = [("cache_dir", ctypes.c_char_p), ("no_cache", ctypes.c_int),
+                ("device", ctypes.c_char_p), ("log", _LOG_FN), ("log_user", ctypes.c_void_p),
+                ("tune_policy", ctypes.c_int), ("progress", _PROGRESS_FN),
+                ("progress_user", ctypes.c_void_p)]
+
+
+class _AttnDesc(ctypes.Structure):
+    _fields_ = [("dtype", ctypes.c_int), ("head_dim", ctypes.c_int), ("causal", ctypes.c_int),
+                ("has_lse", ctypes.c_int)]
+
+
+class _PrepareOptions(ctypes.Structure):
+    _fields_ = [("tune_policy", ctypes.c_int), ("seqlen", ctypes.c_int),
+                ("block_m", ctypes.c_int), ("block_n", ctypes.c_int),
+                ("tune_space", ctypes.c_char_p), ("tune_batch", ctypes.c_int),
+                ("tune_heads", ctypes.c_int), ("tune_warmup", ctypes.c_int),
+                ("tune_repeats", ctypes.c_int)]
+
+
+class _KernelInfo(ctypes.Structure):
+    _fields_ = [("desc", _AttnDesc), ("block_m", ctypes.c_int), ("block_n", ctypes.c_int),
+                ("warps", ctypes.c_int), ("stages", ctypes.c_int), ("tuned", ctypes.c_int),
+                ("source", ctypes.c_int), ("prepare_ms", ctypes.c_double),
+                ("cache_key", ctypes.c_char * 33), ("target", ctypes.c_char * 16)]
+
+
+_I64x3 = ctypes.c_int64 * 3
+
+
+class _AttnArgs(ctypes.Structure):
+    _fields_ = [("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
+                ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p), ("batch", ctypes.c_int),
+                ("heads", ctypes.c_int), ("kv_heads", ctypes.c_int), ("seqlen_q", ctypes.c_int),
+                ("seqlen_k", ctypes.c_int), ("sm_scale", ctypes.c_float),
+                ("q_stride", _I64x3), ("k_stride", _I64x3), ("v_stride", _I64x3),
+                ("o_stride", _I64x3), ("lse_stride", ctypes.c_int64 * 2)]
+
+
+_STATS = ["prepares", "memo_hits", "cache_hits", "compiles", "corrupt_entries", "not_stored",
+          "tuning_hits", "tunings", "candidates", "launches"]
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in _STATS]
+
+
+# ---- the library ----
+
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def _candidates():
+    env = os.environ.get("KILN_LIBRARY")
+    if env:
+        return [env]  # named explicitly: nothing else is tried
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [os.path.join(here, "libkiln.so")]
+    paths += sorted(glob.glob(os.path.join(os.path.dirname(here), "build*", "api", "libkiln.so")))
+    found = ctypes.util.find_library("kiln")
+    paths += [found] if found else []
+    return paths + ["libkiln.so.0", "libkiln.so"]
+
+
+def library():
+    """The loaded libkiln (ctypes.CDLL), loaded on first use."""
+    global _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        errors = []
+        for path in _candidates():
+            if os.sep in path and not os.path.exists(path):
+                errors.append("%s: no such file" % path)
+                continue
+            try:
+                lib = ctypes.CDLL(path)
+                break
+            except OSError as e:
+                errors.append(str(e))
+        else:
+            raise KilnError(ERR_NO_DEVICE, "cannot load libkiln (set KILN_LIBRARY to the "
+                            "kiln_shared build output): " + "; ".join(errors))
+        c_int, c_void_p, c_char_p = ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p
+        sig = {
+            "kiln_status_str": ([c_int], c_char_p),
+            "kiln_last_error": ([], c_char_p),
+            "kiln_context_create": ([ctypes.POINTER(_ContextOptions), ctypes.POINTER(c_void_p)],
+                                    c_int),
+            "kiln_context_destroy": ([c_void_p], None),
+            "kiln_context_target": ([c_void_p], c_char_p),
+            "kiln_context_device_name": ([c_void_p], c_char_p),
+            "kiln_context_cache_dir": ([c_void_p], c_char_p),
+            "kiln_context_stats": ([c_void_p, ctypes.POINTER(_Stats)], None),
+            "kiln_prepare": ([c_void_p, ctypes.POINTER(_AttnDesc), ctypes.POINTER(_PrepareOptions),
+                              ctypes.POINTER(c_void_p)], c_int),
+            "kiln_kernel_get_info": ([c_void_p, ctypes.POINTER(_KernelInfo)], c_int),
+            "kiln_forward": ([c_void_p, ctypes.POINTER(_AttnArgs), c_void_p], c_int),
+        }
+        for name, (args, res) in sig.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, res
+        _lib = lib
+        return lib
+
+
+def _check(status):
+    if status != OK:
+        raise KilnError(status, library().kiln_last_error().decode("utf-8", "replace"))
+
+
+def _bytes(s):
+    return None if s is None else s.encode() if isinstance(s, str) else s
+
+
+class Context:
+    """A kiln context: device ("auto", "host", "cuda", "cuda:N", "sm_80", "sm_90a"), cache
+    directory (None: $KILN_CACHE_DIR, ...), tuning policy, and an optional log callable
+    log(level, message) (called from any thread)."""
+
+    def __init__(self, device=None, cache_dir=None, no_cache=False, tune_policy=TUNE_CONTEXT,
+                 log=None):
+        lib = library()
+        self._log = None
+        if log is not None:
+            self._log = _LOG_FN(lambda user, level, msg: log(level, msg.decode("utf-8", "replace")))
+        opts = _ContextOptions(cache_dir=_bytes(cache_dir), no_cache=1 if no_cache else 0,
+                               device=_bytes(device), tune_policy=tune_policy)
+        if self._log is not None:
+            opts.log = self._log
+        handle = ctypes.c_void_p()
+        _check(lib.kiln_context_create(ctypes.byref(opts), ctypes.byref(handle)))
+        self._h = handle
+
+    def close(self):
+        """Destroys the context and its kernels (no call may be in flight on it)."""
+        if self._h:
+            library().kiln_context_destroy(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle(self):
+        if not self._h:
+            raise KilnError(ERR_INVALID, "the context is closed")
+        return self._h
+
+    @property
+    def target(self):
+        return library().kiln_context_target(self._handle()).decode()
+
+    @property
+    def device_name(self):
+        return library().kiln_context_device_name(self._handle()).decode()
+
+    @property
+    def cache_dir(self):
+        return library().kiln_context_cache_dir(self._handle()).decode()
+
+    def stats(self):
+        s = _Stats()
+        library().kiln_context_stats(self._handle(), ctypes.byref(s))
+        return {n: getattr(s, n) for n in _STATS}
+
+    def prepare(self, dtype, head_dim, causal=False, has_lse=False, seqlen=0, block_m=0,
+                block_n=0, tune_policy=TUNE_CONTEXT):
+        """Compile-or-load the attention kernel; dtype is F16/BF16/F32 or a name ("float16")."""
+        if isinstance(dtype, str):
+            if dtype not in _DTYPES:
+                raise KilnError(ERR_UNSUPPORTED, "dtype %s: kiln serves float16, bfloat16 and "
+                                "float32" % dtype)
+            dtype = _DTYPES[dtype]
+        desc = _AttnDesc(dtype, head_dim, 1 if causal else 0, 1 if has_lse else 0)
+        po = _PrepareOptions(tune_policy=tune_policy, seqlen=seqlen, block_m=block_m,
+                             block_n=block_n)
+        k = ctypes.c_void_p()
+        _check(library().kiln_prepare(self._handle(), ctypes.byref(desc), ctypes.byref(po),
+                                      ctypes.byref(k)))
+        return Kernel(self, k)
+
+
+class Kernel:
+    """A prepared kernel (owned by its context)."""
+
+    def __init__(self, ctx, handle):
+        self.context = ctx
+        self._h = handle
+
+    def info(self):
+        i = _KernelInfo()
+        _check(library().kiln_kernel_get_info(self._h, ctypes.byref(i)))
+        return {"dtype": i.desc.dtype, "head_dim": i.desc.head_dim, "causal": bool(i.desc.causal),
+                "has_lse": bool(i.desc.has_lse), "block_m": i.block_m, "block_n": i.block_n,
+                "warps": i.warps, "stages": i.stages, "tuned": bool(i.tuned),
+                "source": {1: "compiled", 2: "cache"}.get(i.source, "?"),
+                "prepare_ms": i.prepare_ms, "cache_key": i.cache_key.decode(),
+                "target": i.target.decode()}
+
+    def forward(self, q, k, v, o, batch, heads, kv_heads, seqlen_q, seqlen_k, lse=None,
+                sm_scale=0.0, q_stride=(0, 0, 0), k_stride=(0, 0, 0), v_stride=(0, 0, 0),
+                o_stride=(0, 0, 0), lse_stride=(0, 0), stream=None):
+        """kiln_forward on raw addresses (ints): host pointers on the host device, device pointers
+        on CUDA; strides in elements (zeros: contiguous); stream a CUstream address or None."""
+        self.context._handle()
+        a = _AttnArgs(q=q, k=k, v=v, o=o, lse=lse, batch=batch, heads=heads, kv_heads=kv_heads,
+                      seqlen_q=seqlen_q, seqlen_k=seqlen_k, sm_scale=sm_scale,
+                      q_stride=_I64x3(*q_stride), k_stride=_I64x3(*k_stride),
+                      v_stride=_I64x3(*v_stride), o_stride=_I64x3(*o_stride),
+                      lse_stride=(ctypes.c_int64 * 2)(*lse_stride))
+        _check(library().kiln_forward(self._h, ctypes.byref(a), stream))
+
+
+# ---- attention() on tensors ----
+
+_contexts = {}
+_contexts_lock = threading.Lock()
+
+
+def _context_for(device):
+    """The shared context of a device key ("host" or "cuda:N")."""
+    with _contexts_lock:
+        ctx = _contexts.get(device)
+        if ctx is None:
+            ctx = _contexts[device] = Context(device=device)
+        return ctx
+
+
+def _dtype_name(t):
+    return str(t.dtype).rsplit(".", 1)[-1]
+
+
+def _device_key(t):
+    if getattr(t, "is_cuda", False):
+        index = getattr(t.device, "index", None)
+        return "cuda:%d" % (index if index is not None else 0)
+    kind = getattr(getattr(t, "device", None), "type", "cpu")
+    if kind != "cpu":
+        raise KilnError(ERR_UNSUPPORTED, "tensors on device %r: kiln runs on CUDA or the CPU"
+                        % kind)
+    return "host"
+
+
+def _strides(t, name, rank):
+    if len(t.shape) != rank:
+        raise KilnError(ERR_INVALID, "%s must have %d dimensions, got shape %s"
+                        % (name, rank, tuple(t.shape)))
+    s = tuple(int(x) for x in t.stride())
+    if int(t.shape[-1]) > 1 and s[-1] != 1:
+        raise KilnError(ERR_INVALID, "%s: the last dimension must be contiguous (strides %s)"
+                        % (name, s))
+    return s
+
+
+def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None):
+    """softmax(q k^T * sm_scale) v for q (B, H, Nq, D), k and v (B, HK, Nk, D); returns out
+    (B, H, Nq, D), allocated with torch when not given.  lse (B, H, Nq) float32, when given,
+    receives the natural-log sum of exp of each query row's scaled scores.  sm_scale None:
+    1/sqrt(D).  Causal masks align bottom-right (query i sees key j iff j <= i + Nk - Nq)."""
+    name = _dtype_name(q)
+    if name not in _DTYPES:
+        raise KilnError(ERR_UNSUPPORTED, "dtype %s: kiln serves float16, bfloat16 and float32"
+                        % name)
+    for n, t in (("k", k), ("v", v)) + ((("out", out),) if out is not None else ()):
+        if _dtype_name(t) != name:
+            raise KilnError(ERR_INVALID, "%s has dtype %s, q has %s" % (n, _dtype_name(t), name))
+    dev = _device_key(q)
+    for n, t in (("k", k), ("v", v), ("out", out), ("lse", lse)):
+        if t is not None and _device_key(t) != dev:
+            raise KilnError(ERR_INVALID, "%s is on %s, q on %s" % (n, _device_key(t), dev))
+    qs, ks, vs = _strides(q, "q", 4), _strides(k, "k", 4), _strides(v, "v", 4)
+    B, H, Nq, D = (int(x) for x in q.shape)
+    HK, Nk = int(k.shape[1]), int(k.shape[2])
+    if tuple(int(x) for x in k.shape) != (B, HK, Nk, D) or \
+            tuple(int(x) for x in v.shape) != (B, HK, Nk, D):
+        raise KilnError(ERR_INVALID, "shapes q %s, k %s, v %s: expected (B, H, Nq, D), "
+                        "(B, HK, Nk, D), (B, HK, Nk, D)"
+                        % (tuple(q.shape), tuple(k.shape), tuple(v.shape)))
+    if out is None:
+        import torch  # lazily: the caller's tensors are torch's, so it is installed
+        out = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
+    elif tuple(int(x) for x in out.shape) != (B, H, Nq, D):
+        raise KilnError(ERR_INVALID, "out has shape %s, expected %s"
+                        % (tuple(out.shape), (B, H, Nq, D)))
+    os_ = _strides(out, "out", 4)
+    ls = (0, 0)
+    if lse is not None:
+        if _dtype_name(lse) != "float32" or tuple(int(x) for x in lse.shape) != (B, H, Nq):
+            raise KilnError(ERR_INVALID, "lse must be float32 of shape %s" % ((B, H, Nq),))
+        ls = _strides(lse, "lse", 3)[:2]
+    ctx = _context_for(dev)
+    kern = ctx.prepare(_DTYPES[name], D, causal=causal, has_lse=lse is not None, seqlen=max(Nq, Nk))
+    stream = None
+    if dev != "host":
+        import torch  # the caller's current stream, so the launch orders like a torch op
+        stream = torch.cuda.current_stream(q.device).cuda_stream or None
+    kern.forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), B, H, HK, Nq, Nk,
+                 lse=lse.data_ptr() if lse is not None else None,
+                 sm_scale=0.0 if sm_scale is None else float(sm_scale),
+                 q_stride=qs[:3], k_stride=ks[:3], v_stride=vs[:3], o_stride=os_[:3],
+                 lse_stride=ls, stream=stream)
+    return out
+
+
+if __name__ == "__main__":
+    # `python3 kiln.py`: where the library is and what "auto" picks
+    with Context() as c:
+        print("libkiln: %s\ntarget: %s (%s)\ncache: %s" % (library()._name, c.target,
+                                                          c.device_name, c.cache_dir or "none"))

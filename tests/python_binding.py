@@ -1,0 +1,217 @@
+"""python_binding.py — python/kiln.py on the host device, standard library only.
+
+Host buffers are ctypes arrays wrapped in a tiny duck-typed tensor (.data_ptr(), .shape,
+.stride(), .dtype, .device, .is_cuda), so attention() runs exactly as it would on torch CPU
+tensors, without torch or numpy.  Inputs are N(0,1) rounded to the dtype; the reference is a
+plain-Python float64 attention with the kernel's masking rules; tolerances are the template's
+(templates/attn_fwd.c).  Checked: f32 / f16 / bf16, ragged lengths, causal (bottom-right, with
+query rows that see no key), GQA, lse, a (B, N, H, D) layout through strides, the low-level
+Context/Kernel API (info, stats, memo), and the error paths (bad dtype, head dim, shapes, a CUDA
+device where there is none) as KilnError with the C status and message.
+"""
+import ctypes
+import math
+import os
+import random
+import struct
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import kiln  # noqa: E402
+
+TOL = {"float32": 1e-4, "float16": 4e-3, "bfloat16": 3e-2}
+LSE_TOL = 1e-4
+
+
+def to_bits(dtype, x):
+    if dtype == "float16":
+        return struct.unpack("<H", struct.pack("<e", x))[0]
+    b = struct.unpack("<I", struct.pack("<f", x))[0]
+    return (b + 0x7FFF + ((b >> 16) & 1)) >> 16  # bf16: round to nearest even
+
+
+def from_bits(dtype, h):
+    if dtype == "float16":
+        return struct.unpack("<e", struct.pack("<H", h))[0]
+    return struct.unpack("<f", struct.pack("<I", h << 16))[0]
+
+
+class Dev:
+    type, index = "cpu", None
+
+
+class Tensor:
+    """A host buffer with torch's tensor surface (the part kiln.attention uses)."""
+
+    def __init__(self, dtype, shape, strides=None):
+        self.dtype, self.shape = dtype, tuple(shape)
+        n = 1
+        for s in shape:
+            n *= s
+        self._strides = strides or tuple(
+            int(math.prod(shape[i + 1:])) for i in range(len(shape)))
+        ctype = ctypes.c_float if dtype == "float32" else ctypes.c_uint16
+        self.buf = (ctype * n)()
+        self.device, self.is_cuda = Dev(), False
+
+    def data_ptr(self):
+        return ctypes.addressof(self.buf)
+
+    def stride(self):
+        return self._strides
+
+    def _off(self, idx):
+        return sum(i * s for i, s in zip(idx, self._strides))
+
+    def get(self, idx):
+        x = self.buf[self._off(idx)]
+        return x if self.dtype == "float32" else from_bits(self.dtype, x)
+
+    def set(self, idx, x):
+        self.buf[self._off(idx)] = x if self.dtype == "float32" else to_bits(self.dtype, x)
+
+
+def indices(shape):
+    if not shape:
+        yield ()
+        return
+    for i in range(shape[0]):
+        for rest in indices(shape[1:]):
+            yield (i,) + rest
+
+
+def randn(rng, dtype, shape, bnhd=False):
+    if bnhd:  # stored as (B, N, H, D), viewed as (B, H, N, D)
+        B, H, N, D = shape
+        t = Tensor(dtype, shape, strides=(N * H * D, D, H * D, 1))
+    else:
+        t = Tensor(dtype, shape)
+    for idx in indices(shape):
+        t.set(idx, rng.gauss(0, 1))
+    return t
+
+
+def reference(q, k, v, causal, scale):
+    B, H, Nq, D = q.shape
+    HK, Nk = k.shape[1], k.shape[2]
+    o, lse = {}, {}
+    for b in range(B):
+        for h in range(H):
+            hk = h // (H // HK)
+            for i in range(Nq):
+                last = i + Nk - Nq if causal else Nk - 1
+                s = [sum(q.get((b, h, i, d)) * k.get((b, hk, j, d)) for d in range(D)) * scale
+                     for j in range(min(last + 1, Nk))]
+                if not s:
+                    for d in range(D):
+                        o[(b, h, i, d)] = 0.0
+                    lse[(b, h, i)] = -math.inf
+                    continue
+                m = max(s)
+                p = [math.exp(x - m) for x in s]
+                l = sum(p)
+                for d in range(D):
+                    o[(b, h, i, d)] = sum(p[j] * v.get((b, hk, j, d)) for j in range(len(p))) / l
+                lse[(b, h, i)] = m + math.log(l)
+    return o, lse
+
+
+failures = 0
+
+
+def check(name, ok, detail=""):
+    global failures
+    print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail))
+    failures += not ok
+
+
+def run_case(rng, dtype, B, H, HK, Nq, Nk, D, causal, with_lse, bnhd=False, scale=None):
+    q = randn(rng, dtype, (B, H, Nq, D), bnhd)
+    k = randn(rng, dtype, (B, HK, Nk, D), bnhd)
+    v = randn(rng, dtype, (B, HK, Nk, D), bnhd)
+    out = Tensor(dtype, (B, H, Nq, D))
+    lse = Tensor("float32", (B, H, Nq)) if with_lse else None
+    r = kiln.attention(q, k, v, causal=causal, sm_scale=scale, out=out, lse=lse)
+    ro, rl = reference(q, k, v, causal, scale if scale else 1 / math.sqrt(D))
+    err = max(abs(out.get(i) - ro[i]) for i in ro)
+    lerr = 0.0
+    if with_lse:
+        for i in rl:
+            got = lse.get(i)
+            lerr = max(lerr, 0.0 if got == rl[i] else abs(got - rl[i]))
+    check("attention %s B%d H%d HK%d N(%d,%d) D%d causal=%d lse=%d%s" %
+          (dtype, B, H, HK, Nq, Nk, D, causal, with_lse, " BNHD" if bnhd else ""),
+          r is out and err <= TOL[dtype] and lerr <= LSE_TOL,
+          "max|dO| %.2e (tol %.0e) max|dlse| %.2e" % (err, TOL[dtype], lerr))
+
+
+def expect_error(name, status, fn, needle=""):
+    try:
+        fn()
+    except kiln.KilnError as e:
+        check(name, e.status == status and needle in e.message,
+              "%s: %s" % (e.status_name, e.message))
+        return
+    check(name, False, "no KilnError raised")
+
+
+def main():
+    cache = tempfile.mkdtemp(prefix="kiln-py-")
+    os.environ["KILN_CACHE_DIR"] = cache
+    seed = int(os.environ.get("KILN_TEST_SEED", "7"))
+    rng = random.Random(seed)
+    print("libkiln: %s, seed %d" % (kiln.library()._name, seed))
+
+    run_case(rng, "float32", 1, 2, 1, 5, 7, 32, causal=True, with_lse=True)
+    run_case(rng, "float16", 1, 2, 2, 9, 4, 32, causal=True, with_lse=True)  # rows see no key
+    run_case(rng, "bfloat16", 2, 2, 1, 3, 11, 32, causal=False, with_lse=False, bnhd=True)
+    run_case(rng, "float16", 1, 1, 1, 17, 17, 48, causal=False, with_lse=True, scale=0.3)
+
+    # the low-level API: one context, memo, info, stats
+    with kiln.Context(device="host", cache_dir=cache) as ctx:
+        k1 = ctx.prepare("float16", 64, causal=True)
+        k2 = ctx.prepare(kiln.F16, 64, causal=True)
+        info = k1.info()
+        st = ctx.stats()
+        check("context", ctx.target == "host" and info["target"] == "host" and
+              info["head_dim"] == 64 and info["causal"] and info["source"] in ("compiled", "cache")
+              and st["prepares"] == 2 and st["memo_hits"] == 1 and k1._h.value == k2._h.value,
+              "%s %s" % (info, st))
+
+    # errors: Python-side checks and the C library's statuses, both as KilnError
+    f64 = Tensor("float32", (1, 1, 4, 32))
+    f64.dtype = "float64"
+    expect_error("bad dtype", kiln.ERR_UNSUPPORTED, lambda: kiln.attention(f64, f64, f64),
+                 "float64")
+    a = Tensor("float16", (1, 1, 4, 32))
+    b = Tensor("float16", (1, 1, 4, 16))
+    expect_error("shape mismatch", kiln.ERR_INVALID,
+                 lambda: kiln.attention(a, b, b, out=a), "expected")
+    c = Tensor("float16", (1, 1, 4, 300))
+    expect_error("head dim 300", kiln.ERR_UNSUPPORTED, lambda: kiln.attention(c, c, c, out=c),
+                 "head dim 300")
+    g = Tensor("float16", (1, 3, 4, 32))
+    h = Tensor("float16", (1, 2, 4, 32))
+    expect_error("heads not a multiple", kiln.ERR_INVALID,
+                 lambda: kiln.attention(g, h, h, out=Tensor("float16", (1, 3, 4, 32))),
+                 "multiple of kv_heads")
+    try:
+        kiln.Context(device="cuda", no_cache=True).close()
+        print("SKIP no-device (a CUDA device is present)")
+    except kiln.KilnError as e:
+        check("no CUDA device", e.status == kiln.ERR_NO_DEVICE, e.message)
+    expect_error("unknown device", kiln.ERR_NO_DEVICE, lambda: kiln.Context(device="tpu"), "tpu")
+
+    for root, dirs, files in os.walk(cache, topdown=False):
+        for f in files:
+            os.remove(os.path.join(root, f))
+        for d in dirs:
+            os.rmdir(os.path.join(root, d))
+    os.rmdir(cache)
+    print("python_binding: %d failed" % failures)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

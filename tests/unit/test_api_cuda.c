@@ -1,0 +1,443 @@
+/* test_api_cuda.c — the public API (include/kiln.h) on the CUDA device.
+ *
+ * Three ways this binary runs (like test_cuda):
+ *   - Everywhere: without a CUDA driver (a child re-run with KILN_CUDA_LIBRARY pointing at a
+ *     missing library), device "cuda" and "sm_90a" are KILN_ERR_NO_DEVICE with the discovery
+ *     reason naming the library, "auto" falls back to the host, "gfx942" stays unsupported.
+ *   - Here and in CI as test_api_cuda_fake: KILN_CUDA_LIBRARY is the fake driver built from
+ *     test_cuda.c (one pretend compute capability 9.0 device; device memory is host memory; its
+ *     `attn_fwd` is a float64 attention reading the launch's kernelParams).  The PTX is really
+ *     compiled by the NVPTX target and stored in the cache; only the GPU is pretend.  This checks
+ *     the API's CUDA path end to end: device selection, the PTX payload and its cache key, a
+ *     second context's cache hit, the parameter packing (pointers, f32 scale, i32 sizes, i64
+ *     strides of a (B, N, H, D) layout), lse optional, GQA, streams, 8 threads at once.
+ *   - On a machine with an NVIDIA sm_80+ GPU (the H200): the same GPU tests on the real driver,
+ *     where the numbers come from kiln's PTX on the GPU, checked against the float64 reference.
+ * Without either (a plain `test_api_cuda` here) the GPU tests are cmocka skips.
+ *
+ * Buffers are allocated with runtime/cuda_device.h on the device the context uses (the primary
+ * context is shared, as it would be with PyTorch).  KILN_TEST_SEED replays the inputs.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* mkdtemp, RTLD_NOLOAD */
+#endif
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <dlfcn.h>
+#include <ftw.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "attention.h"
+#include "cuda_device.h"
+#include "kiln.h"
+#include "numeric.h"
+
+static const char *self_path;
+static uint64_t seed = 1;
+
+/* ---- helpers ---- */
+
+static char *fresh_dir(void) {
+  const char *base = getenv("TMPDIR");
+  char *p = malloc(4096);
+  snprintf(p, 4096, "%s/kiln-apicu-XXXXXX", base && *base ? base : "/tmp");
+  assert_non_null(mkdtemp(p));
+  return p;
+}
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
+  (void)st, (void)flag, (void)f;
+  return remove(p);
+}
+static void rm_dir(char *p) {
+  nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+  free(p);
+}
+
+typedef struct logcap {
+  pthread_mutex_t mu;
+  char text[16384];
+  size_t len;
+} logcap;
+static void capture(void *user, kiln_log_level level, const char *msg) {
+  logcap *l = user;
+  (void)level;
+  pthread_mutex_lock(&l->mu);
+  int n = snprintf(l->text + l->len, sizeof l->text - l->len, "%s\n", msg);
+  if (n > 0 && l->len + (size_t)n < sizeof l->text) l->len += (size_t)n;
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* the fake driver's side channel (NULL on a real driver) */
+static void (*fake_attn)(int elem_bytes, int bf16, int head_dim, int causal);
+static pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER; /* its settings are global */
+
+static void find_fake(void) {
+  const char *lib = getenv("KILN_CUDA_LIBRARY");
+  if (!lib) return;
+  void *h = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
+  if (h) *(void **)&fake_attn = dlsym(h, "kn_fake_cuda_attn");
+}
+
+static uint64_t rng(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static double normal(uint64_t *s) {
+  double u1 = ((double)(rng(s) >> 11) + 0.5) * 0x1p-53, u2 = (double)(rng(s) >> 11) * 0x1p-53;
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static kn_scalar scalar_of(kiln_dtype d) {
+  return d == KILN_F16 ? KN_F16 : d == KILN_BF16 ? KN_BF16 : KN_F32;
+}
+
+typedef struct shape {
+  int batch, heads, kv_heads, seqlen_q, seqlen_k;
+  int bshd;     /* q/k/v/o stored as (B, N, H, D) through strides */
+  int no_lse;   /* pass lse = NULL (descriptor without has_lse) */
+} shape;
+
+static kn_cuda_device *dev; /* opened once, for buffers */
+
+/* one forward on device buffers against the reference; 0 when within tolerance.  The output is
+ * filled with NaN bytes first, so a row the kernel never writes fails. */
+static int check_forward(kiln_kernel *k, const kiln_attn_desc *d, shape s, uint64_t sd,
+                         kn_cuda_stream stream, char *why, size_t nwhy) {
+  kn_scalar t = scalar_of(d->dtype);
+  size_t es = kn_scalar_size(t), D = (size_t)d->head_dim;
+  size_t nq = (size_t)s.batch * s.heads * s.seqlen_q * D;
+  size_t nk = (size_t)s.batch * s.kv_heads * s.seqlen_k * D;
+  size_t nl = (size_t)s.batch * s.heads * s.seqlen_q;
+  char *hq = malloc(nq * es), *hk = malloc(nk * es), *hv = malloc(nk * es), *ho = malloc(nq * es);
+  float *hl = malloc(nl * sizeof(float));
+  double *q = malloc(nq * 8), *kk = malloc(nk * 8), *v = malloc(nk * 8), *ro = malloc(nq * 8),
+         *rl = malloc(nl * 8);
+  assert_true(hq && hk && hv && ho && hl && q && kk && v && ro && rl);
+  /* logical (B, H, N, D) values; stored at (B, H, N, D) or (B, N, H, D) positions */
+  struct { double *x; char *h; size_t n; int heads, len; } in[3] = {
+      {q, hq, nq, s.heads, s.seqlen_q}, {kk, hk, nk, s.kv_heads, s.seqlen_k},
+      {v, hv, nk, s.kv_heads, s.seqlen_k}};
+  for (int a = 0; a < 3; a++)
+    for (size_t i = 0; i < in[a].n; i++) {
+      in[a].x[i] = kn_round(t, normal(&sd));
+      size_t dd = i % D, r = i / D, n = r % in[a].len, hb = r / in[a].len,
+             h = hb % in[a].heads, b = hb / in[a].heads;
+      size_t at = s.bshd ? ((b * in[a].len + n) * in[a].heads + h) * D + dd : i;
+      kn_store_elem(t, in[a].h + at * es, in[a].x[i]);
+    }
+  kn_cuda_error e;
+  kn_cuda_ptr dq, dk, dv, dout, dl = 0;
+  if (kn_cuda_alloc(dev, nq * es, &dq, &e) || kn_cuda_alloc(dev, nk * es, &dk, &e) ||
+      kn_cuda_alloc(dev, nk * es, &dv, &e) || kn_cuda_alloc(dev, nq * es, &dout, &e) ||
+      (!s.no_lse && kn_cuda_alloc(dev, nl * 4, &dl, &e)))
+    fail_msg("%s", e.message);
+  if (kn_cuda_copy_htod(dev, dq, hq, nq * es, &e) || kn_cuda_copy_htod(dev, dk, hk, nk * es, &e) ||
+      kn_cuda_copy_htod(dev, dv, hv, nk * es, &e) || kn_cuda_memset8(dev, dout, 0xff, nq * es, &e) ||
+      (dl && kn_cuda_memset8(dev, dl, 0xff, nl * 4, &e)))
+    fail_msg("%s", e.message);
+  kiln_attn_args a = {.q = (void *)(uintptr_t)dq, .k = (void *)(uintptr_t)dk,
+                      .v = (void *)(uintptr_t)dv, .o = (void *)(uintptr_t)dout,
+                      .lse = (float *)(uintptr_t)dl, .batch = s.batch, .heads = s.heads,
+                      .kv_heads = s.kv_heads, .seqlen_q = s.seqlen_q, .seqlen_k = s.seqlen_k};
+  if (s.bshd) {
+    int64_t Dq = (int64_t)D;
+    a.q_stride[0] = a.o_stride[0] = (int64_t)s.seqlen_q * s.heads * Dq;
+    a.q_stride[1] = a.o_stride[1] = Dq;
+    a.q_stride[2] = a.o_stride[2] = (int64_t)s.heads * Dq;
+    a.k_stride[0] = a.v_stride[0] = (int64_t)s.seqlen_k * s.kv_heads * Dq;
+    a.k_stride[1] = a.v_stride[1] = Dq;
+    a.k_stride[2] = a.v_stride[2] = (int64_t)s.kv_heads * Dq;
+  }
+  /* the fake's settings are global: its launches are serialised (real ones run concurrently) */
+  if (fake_attn) {
+    pthread_mutex_lock(&fake_mu);
+    fake_attn((int)es, d->dtype == KILN_BF16, d->head_dim, d->causal);
+  }
+  kiln_status st = kiln_forward(k, &a, (void *)stream);
+  int sync = st == KILN_OK ? kn_cuda_stream_sync(dev, stream, &e) : 0;
+  if (fake_attn) pthread_mutex_unlock(&fake_mu);
+  if (sync) fail_msg("sync: %s", e.message);
+  if (st) fail_msg("forward: %s", kiln_last_error());
+  if (kn_cuda_copy_dtoh(dev, ho, dout, nq * es, &e) ||
+      (dl && kn_cuda_copy_dtoh(dev, hl, dl, nl * 4, &e)))
+    fail_msg("%s", e.message);
+  kn_attn_problem p = {.batch = s.batch, .heads = s.heads, .kv_heads = s.kv_heads,
+                       .seqlen_q = s.seqlen_q, .seqlen_k = s.seqlen_k};
+  kn_attn_reference(&p, d->head_dim, d->causal, q, kk, v, ro, rl);
+  double err = 0, lerr = 0;
+  for (size_t i = 0; i < nq; i++) {
+    size_t dd = i % D, r = i / D, n = r % s.seqlen_q, hb = r / s.seqlen_q, h = hb % s.heads,
+           b = hb / s.heads;
+    size_t at = s.bshd ? ((b * s.seqlen_q + n) * s.heads + h) * D + dd : i;
+    double x = fabs(kn_load_elem(t, ho + at * es) - ro[i]);
+    if (!(x <= err)) err = x; /* NaN sticks */
+  }
+  for (size_t i = 0; dl && i < nl; i++) {
+    double x = isinf(rl[i]) && hl[i] == rl[i] ? 0 : fabs(hl[i] - rl[i]);
+    if (!(x <= lerr)) lerr = x;
+  }
+  kn_cuda_free(dev, dq, NULL), kn_cuda_free(dev, dk, NULL), kn_cuda_free(dev, dv, NULL);
+  kn_cuda_free(dev, dout, NULL);
+  if (dl) kn_cuda_free(dev, dl, NULL);
+  free(hq), free(hk), free(hv), free(ho), free(hl), free(q), free(kk), free(v), free(ro), free(rl);
+  double tol = kn_attn_tolerance(t), ltol = kn_attn_lse_tolerance(t);
+  snprintf(why, nwhy, "max|dO| %.2e (tol %.0e), max|dlse| %.2e (tol %.0e)", err, tol, lerr, ltol);
+  return err <= tol && lerr <= ltol ? 0 : -1;
+}
+
+/* a CUDA device present (real, or the fake)?  Opens `dev` the first time. */
+static bool have_gpu(void) {
+  static int state; /* 0 unknown, 1 yes, -1 no */
+  if (state) return state > 0;
+  kn_cuda_error e;
+  if (kn_cuda_init(&e) != KN_CUDA_OK || kn_cuda_device_open(0, &dev, &e) != KN_CUDA_OK) {
+    printf("  (no CUDA device: %s)\n", e.message);
+    state = -1;
+    return false;
+  }
+  const kn_cuda_props *p = kn_cuda_device_get_props(dev);
+  if (p->cc_major < 8) {
+    printf("  (CUDA device 0 is sm_%d%d; kiln needs sm_80+)\n", p->cc_major, p->cc_minor);
+    state = -1;
+    return false;
+  }
+  find_fake();
+  printf("  device 0: %s, sm_%d%d%s\n", p->name, p->cc_major, p->cc_minor,
+         fake_attn ? " (the fake driver)" : "");
+  state = 1;
+  return true;
+}
+
+static kiln_context *cuda_ctx(const char *dir, logcap *l, const char *device) {
+  kiln_context_options o = {.cache_dir = dir, .device = device, .log = l ? capture : NULL,
+                            .log_user = l, .tune_policy = KILN_TUNE_NONE};
+  kiln_context *ctx = NULL;
+  if (kiln_context_create(&o, &ctx)) fail_msg("context: %s", kiln_last_error());
+  return ctx;
+}
+
+/* ---- no device ---- */
+
+/* run in a child whose KILN_CUDA_LIBRARY names a library that does not exist */
+static int child_nodev(void) {
+  kiln_context *ctx = NULL;
+  kiln_context_options o = {.device = "cuda", .no_cache = 1};
+  int bad = 0;
+  if (kiln_context_create(&o, &ctx) != KILN_ERR_NO_DEVICE ||
+      !strstr(kiln_last_error(), "/nonexistent/libcuda.so.1")) {
+    fprintf(stderr, "cuda: %s\n", kiln_last_error());
+    bad++;
+  }
+  o.device = "sm_90a";
+  if (kiln_context_create(&o, &ctx) != KILN_ERR_NO_DEVICE) bad++;
+  o.device = "cuda:3";
+  if (kiln_context_create(&o, &ctx) != KILN_ERR_NO_DEVICE) bad++;
+  o.device = "gfx942";
+  if (kiln_context_create(&o, &ctx) != KILN_ERR_UNSUPPORTED) bad++;
+  o.device = "auto";
+  if (kiln_context_create(&o, &ctx) != KILN_OK || strcmp(kiln_context_target(ctx), "host")) bad++;
+  kiln_context_destroy(ctx);
+  printf("child nodev: %d wrong\n", bad);
+  return bad ? 1 : 0;
+}
+
+static void test_no_device(void **state) {
+  (void)state;
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    setenv("KILN_CUDA_LIBRARY", "/nonexistent/libcuda.so.1", 1);
+    execl(self_path, self_path, "--child", "nodev", (char *)NULL);
+    _exit(127);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* ---- on the device ---- */
+
+static void test_forward(void **state) {
+  (void)state;
+  if (!have_gpu()) {
+    skip();
+    return;
+  }
+  char *dir = fresh_dir();
+  logcap l = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  kiln_context *ctx = cuda_ctx(dir, &l, "cuda");
+  const kn_cuda_props *pr = kn_cuda_device_get_props(dev);
+  const char *want = pr->cc_major == 9 && pr->cc_minor == 0 ? "sm_90a" : "sm_80";
+  assert_string_equal(kiln_context_target(ctx), want);
+  kn_cuda_stream stream;
+  kn_cuda_error e;
+  if (kn_cuda_stream_create(dev, &stream, &e)) fail_msg("%s", e.message);
+  const struct { kiln_attn_desc d; shape s; } cases[] = {
+      {{KILN_F16, 64, 1, 1}, {1, 2, 2, 129, 77, 0, 0}},
+      {{KILN_F16, 64, 1, 1}, {2, 4, 2, 300, 511, 1, 0}},   /* GQA, (B, N, H, D) strides */
+      {{KILN_BF16, 128, 0, 0}, {1, 2, 1, 17, 1000, 0, 1}}, /* no lse */
+      {{KILN_BF16, 128, 1, 1}, {1, 3, 3, 1000, 64, 0, 0}}, /* rows that see no key */
+      {{KILN_F16, 128, 0, 1}, {2, 2, 2, 1, 1, 1, 0}},
+  };
+  int failures = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    kiln_kernel *k;
+    if (kiln_prepare(ctx, &cases[i].d, NULL, &k)) fail_msg("prepare: %s", kiln_last_error());
+    kiln_kernel_info info;
+    assert_int_equal(kiln_kernel_get_info(k, &info), KILN_OK);
+    assert_string_equal(info.target, want);
+    char why[160];
+    int bad = check_forward(k, &cases[i].d, cases[i].s, seed + i, i % 2 ? stream : NULL, why,
+                            sizeof why);
+    const shape *s = &cases[i].s;
+    printf("  %s %s D%d causal=%d lse=%d B%d H%d HK%d N(%d,%d)%s: %s\n", bad ? "FAIL" : "PASS",
+           cases[i].d.dtype == KILN_F16 ? "f16" : "bf16", cases[i].d.head_dim, cases[i].d.causal,
+           cases[i].d.has_lse, s->batch, s->heads, s->kv_heads, s->seqlen_q, s->seqlen_k,
+           s->bshd ? " BNHD" : "", why);
+    failures += bad != 0;
+  }
+  kiln_stats st;
+  kiln_context_stats(ctx, &st);
+  assert_int_equal(st.compiles, 4); /* the first two cases share a kernel */
+  assert_int_equal(st.cache_hits, 0);
+  assert_int_equal(st.launches, 5);
+
+  /* a second context loads every kernel from the cache: no compile */
+  logcap l2 = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  kiln_context *ctx2 = cuda_ctx(dir, &l2, "cuda");
+  kiln_kernel *k;
+  assert_int_equal(kiln_prepare(ctx2, &cases[1].d, NULL, &k), KILN_OK);
+  char why[160];
+  failures += check_forward(k, &cases[1].d, cases[1].s, seed, stream, why, sizeof why) != 0;
+  kiln_context_stats(ctx2, &st);
+  assert_int_equal(st.compiles, 0);
+  assert_int_equal(st.cache_hits, 1);
+  assert_non_null(strstr(l2.text, "cache hit"));
+
+  /* no tuner on CUDA: AUTO acts as CACHED (said once), kiln_tune is unsupported */
+  kiln_prepare_options po = {.tune_policy = KILN_TUNE_AUTO};
+  assert_int_equal(kiln_prepare(ctx2, &cases[2].d, &po, &k), KILN_OK);
+  kiln_context_stats(ctx2, &st);
+  assert_int_equal(st.tunings, 0);
+  assert_non_null(strstr(l2.text, "acts as KILN_TUNE_CACHED"));
+  assert_int_equal(kiln_tune(ctx2, &cases[2].d, NULL, NULL), KILN_ERR_UNSUPPORTED);
+
+  /* argument errors are the host's; a grid too tall for CUDA is unsupported, not a crash */
+  kiln_attn_args a = {.q = (void *)16, .k = (void *)16, .v = (void *)16, .o = (void *)16,
+                      .batch = 70000, .heads = 1, .kv_heads = 1, .seqlen_q = 1, .seqlen_k = 1};
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_UNSUPPORTED);
+  assert_non_null(strstr(kiln_last_error(), "65535"));
+
+  /* "auto" picks this GPU; "sm_80" compiles for sm_80 on it */
+  kiln_context *c3;
+  kiln_context_options o80 = {.no_cache = 1, .device = "auto"};
+  assert_int_equal(kiln_context_create(&o80, &c3), KILN_OK);
+  assert_string_equal(kiln_context_target(c3), want);
+  kiln_context_destroy(c3);
+  o80.device = "sm_80";
+  assert_int_equal(kiln_context_create(&o80, &c3), KILN_OK);
+  assert_string_equal(kiln_context_target(c3), "sm_80");
+  assert_int_equal(kiln_prepare(c3, &cases[0].d, NULL, &k), KILN_OK);
+  failures += check_forward(k, &cases[0].d, cases[0].s, seed, NULL, why, sizeof why) != 0;
+  kiln_context_destroy(c3);
+
+  kiln_context_destroy(ctx2);
+  kiln_context_destroy(ctx);
+  kn_cuda_stream_destroy(dev, stream);
+  rm_dir(dir);
+  assert_int_equal(failures, 0);
+}
+
+/* 8 threads, each on its own stream, preparing 4 kernels and launching: one compile each */
+typedef struct tharg {
+  kiln_context *ctx;
+  int id, bad;
+} tharg;
+
+static const kiln_attn_desc th_desc[4] = {
+    {KILN_F16, 64, 0, 1}, {KILN_F16, 64, 1, 1}, {KILN_BF16, 64, 0, 1}, {KILN_BF16, 64, 1, 0}};
+
+static void *thread_main(void *p) {
+  tharg *t = p;
+  kn_cuda_stream s;
+  kn_cuda_error e;
+  if (kn_cuda_stream_create(dev, &s, &e)) {
+    t->bad++;
+    return NULL;
+  }
+  for (int round = 0; round < 2; round++) {
+    const kiln_attn_desc *d = &th_desc[(t->id + round) % 4];
+    kiln_kernel *k;
+    if (kiln_prepare(t->ctx, d, NULL, &k)) {
+      t->bad++;
+      continue;
+    }
+    shape sh = {1, 2, 1, 70 + t->id, 90, t->id % 2, !d->has_lse};
+    char why[160];
+    t->bad += check_forward(k, d, sh, seed + 100 * (uint64_t)t->id + round, s, why, sizeof why) != 0;
+  }
+  kn_cuda_stream_destroy(dev, s);
+  return NULL;
+}
+
+static void test_threads(void **state) {
+  (void)state;
+  if (!have_gpu()) {
+    skip();
+    return;
+  }
+  char *dir = fresh_dir();
+  kiln_context *ctx = cuda_ctx(dir, NULL, "cuda");
+  pthread_t th[8];
+  tharg a[8];
+  for (int i = 0; i < 8; i++) {
+    a[i] = (tharg){.ctx = ctx, .id = i};
+    assert_int_equal(pthread_create(&th[i], NULL, thread_main, &a[i]), 0);
+  }
+  int bad = 0;
+  for (int i = 0; i < 8; i++) {
+    pthread_join(th[i], NULL);
+    bad += a[i].bad;
+  }
+  kiln_stats st;
+  kiln_context_stats(ctx, &st);
+  printf("  8 threads: %d wrong, %llu compiles, %llu launches\n", bad,
+         (unsigned long long)st.compiles, (unsigned long long)st.launches);
+  assert_int_equal(bad, 0);
+  assert_int_equal(st.compiles, 4);
+  assert_int_equal(st.launches, 16);
+  kiln_context_destroy(ctx);
+  rm_dir(dir);
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  self_path = argv[0];
+  if (argc == 3 && !strcmp(argv[1], "--child") && !strcmp(argv[2], "nodev")) return child_nodev();
+  const char *env = getenv("KILN_TEST_SEED");
+  seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
+  printf("seed %llu (KILN_TEST_SEED replays)\n", (unsigned long long)seed);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_no_device),
+      cmocka_unit_test(test_forward),
+      cmocka_unit_test(test_threads),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  if (dev) kn_cuda_device_close(dev);
+  return rc;
+}
