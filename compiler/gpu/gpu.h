@@ -13,6 +13,9 @@
  * staging starts with a barrier (no thread still reads the bytes from an earlier use) and ends
  * with one (every thread's stores are visible), so a buffer is live only from its stores to its
  * last read; buffers whose live ranges do not overlap share bytes.
+ *
+ * kn_gpu_test_breaks (layout.h, test-only: never set outside tests) makes the layout evaluation
+ * or the lowering get one decision wrong on purpose (KN_GPU_BREAK_*).
  */
 #ifndef KILN_GPU_H
 #define KILN_GPU_H

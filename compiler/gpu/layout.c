@@ -31,6 +31,8 @@
 
 #include "layout.h"
 
+unsigned kn_gpu_test_breaks;  /* layout.h: never set outside tests */
+
 static const kn_loc gpu_loc = {"layout", 0, 0};
 
 /* ---- lane tables --------------------------------------------------------------------------- */
@@ -349,6 +351,14 @@ int kn_layout_eval(const kn_layout *l, int rank, const int *shape, kn_lmap *m, k
     for (int b = 0; b < m->lane_bits; b++) {
       m->lane[b][0] = s->acc_lane[b][t];
       m->lane[b][1] = s->acc_lane[b][!t];
+    }
+    if ((kn_gpu_test_breaks & KN_GPU_BREAK_ACC_LANE) && m->lane_bits >= 2) {
+      int hi = m->lane_bits - 1;  /* test-only: a wrong lane mapping, still a valid layout */
+      for (int x = 0; x < 2; x++) {
+        int32_t tmp = m->lane[hi][x];
+        m->lane[hi][x] = m->lane[hi - 1][x];
+        m->lane[hi - 1][x] = tmp;
+      }
     }
     for (int b = 0; b < m->warp_bits; b++) m->warp[b][0] = rw << b;
     break;

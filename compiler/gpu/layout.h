@@ -35,6 +35,22 @@ extern "C" {
 #define KN_MAX_LANE_BITS 6  /* wave64 */
 #define KN_MAX_WARP_BITS 4  /* 16 warps */
 
+/* ---- test-only breaks ------------------------------------------------------------------
+ * Never set outside tests.  Each bit makes compiler/gpu get one layout or lowering decision
+ * wrong on purpose, at the place the decision is made, so a test can show that its numeric or
+ * race checks would catch kiln making that mistake (tests/unit/test_emu_attn.c).  Read when a
+ * kernel is compiled (not thread-safe: set it only while no compile runs). */
+enum {
+  /* the accumulator (mma) layout is evaluated with the deltas of its two highest lane bits
+   * swapped (MFMA 32x32: lane groups of 16 and 32 trade places): kiln's table then names the
+   * wrong lane for half of every instruction's results */
+  KN_GPU_BREAK_ACC_LANE = 1u << 0,
+  /* stage_store (lower_gpu.c) omits the barrier after its LDS stores: other waves may read the
+   * staged tile before it is written */
+  KN_GPU_BREAK_STAGING_BARRIER = 1u << 1,
+};
+extern unsigned kn_gpu_test_breaks;
+
 /* ---- matrix instructions ------------------------------------------------------------------ */
 
 typedef enum kn_mma_id {

@@ -516,7 +516,7 @@ static void stage_store(G *g, const kn_conversion *c) {
     LLVMValueRef st = LLVMBuildStore(g->B, x, shared_reg_ptr(g, c, m, r, shape));
     LLVMSetAlignment(st, (unsigned)(v * (int)kn_scalar_size(c->value->type.elem)));
   }
-  barrier(g);
+  if (!(kn_gpu_test_breaks & KN_GPU_BREAK_STAGING_BARRIER)) barrier(g);
 }
 
 /* reads registers [r0, r0 + n) of map m (the conversion's destination) from LDS */
@@ -761,6 +761,28 @@ static LLVMValueRef get_elem(G *g, LLVMValueRef *regs, const kn_value *v, int r)
   return v->type.kind == KN_TY_TILE ? regs[r] : g->sv[v->id];
 }
 
+/* Moves the single-use i1 computation c (a compare, or and/or/xor of them, in the current
+ * block) to just before its user `at`, operands first.  Op by op, a masked tile's compares are
+ * all emitted before the select that consumes them; on AMDGPU each per-register i1 of a
+ * divergent compare is a 64-bit lane mask in an SGPR pair, and with all 32 registers' masks of
+ * a 128x64 causal S live at once the kernel ran out of SGPRs and spilled them into VGPR lanes.
+ * Next to its select, each mask dies at once.  Moving an instruction later in its block is
+ * safe: its only user comes after the new position.  (NVPTX's order is left as it was: there
+ * it cost ptxas a register or two.) */
+static void sink_mask(LLVMBuilderRef b, LLVMValueRef c, LLVMValueRef at) {
+  LLVMValueRef i = LLVMIsAInstruction(c);
+  if (!i || LLVMGetInstructionParent(i) != LLVMGetInstructionParent(at)) return;
+  LLVMUseRef u = LLVMGetFirstUse(i);
+  if (!u || LLVMGetNextUse(u)) return;
+  LLVMOpcode o = LLVMGetInstructionOpcode(i);
+  if (o != LLVMICmp && o != LLVMFCmp && o != LLVMAnd && o != LLVMOr && o != LLVMXor) return;
+  LLVMInstructionRemoveFromParent(i);
+  LLVMPositionBuilderBefore(b, at);
+  LLVMInsertIntoBuilder(b, i);
+  if (o == LLVMAnd || o == LLVMOr || o == LLVMXor)
+    for (int k = 0; k < 2; k++) sink_mask(b, LLVMGetOperand(i, (unsigned)k), i);
+}
+
 static int lower_elementwise(G *g, kn_op *op) {
   kn_value *res = op->res[0];
   kn_scalar rs = res->type.elem;
@@ -776,8 +798,16 @@ static int lower_elementwise(G *g, kn_op *op) {
     if (kn_op_is_binary(op->opc)) x = binary(g, op->opc, rs, a, get_elem(g, ops[1], op->opnd[1], r));
     else if (kn_op_is_unary(op->opc)) x = unary(g, op->opc, rs, a);
     else if (op->opc == KN_OP_CMP) x = compare(g, (kn_pred)op->iattr[0], os, a, get_elem(g, ops[1], op->opnd[1], r));
-    else if (op->opc == KN_OP_SELECT)
+    else if (op->opc == KN_OP_SELECT) {
       x = LLVMBuildSelect(g->B, a, get_elem(g, ops[1], op->opnd[1], r), get_elem(g, ops[2], op->opnd[2], r), "");
+      /* AMDGPU only: NVPTX keeps predicates in its own registers and ptxas schedules them */
+      if (g->p->arch->isa == KN_GPU_AMDGPU && op->opnd[0]->type.kind == KN_TY_TILE &&
+          LLVMIsAInstruction(x)) {
+        LLVMBuilderRef mb = LLVMCreateBuilderInContext(LLVMGetTypeContext(LLVMTypeOf(x)));
+        sink_mask(mb, a, x);
+        LLVMDisposeBuilder(mb);
+      }
+    }
     else if (op->opc == KN_OP_CAST) x = cast(g, os, rs, a);
     else if (op->opc == KN_OP_MULTIPLE_OF || op->opc == KN_OP_MAX_CONTIGUOUS) x = a;
     if (!x) return unsupported_op(g, op, "op %s", kn_opinfo_table[op->opc].name);

@@ -8,7 +8,9 @@
  * buffers, outputs pre-filled with NaN (an element never written fails).  Then the test-only
  * breaks (emu.h: KN_EMU_BREAK_*) — a missing barrier, MFMA operands swapped, the accumulator one
  * lane group off — must each make a run fail, with an error or with results outside the
- * tolerance: the numeric tests would catch kiln getting any of these decisions wrong.
+ * tolerance: the numeric tests would catch kiln getting any of these decisions wrong.  Last,
+ * the same kind of mistakes made by kiln's own layout and lowering code (layout.h:
+ * KN_GPU_BREAK_*, test-only) on the correct emulator: caught, and passing once cleared.
  *
  * KILN_TEST_VERBOSE=1 prints one line per problem.
  */
@@ -26,6 +28,7 @@
 
 #include "attention.h"
 #include "emu.h"
+#include "layout.h"
 #include "numeric.h"
 #include "pipeline.h"
 
@@ -191,11 +194,54 @@ static void test_breaks_are_caught(void **st) {
       }
 }
 
+/* The same mistakes made by kiln itself (layout.h: KN_GPU_BREAK_*, the test-only switches read
+ * where compiler/gpu makes the decision), on a correct emulator: each must fail the comparison
+ * with the reference or be reported by the emulator, and the same problem must pass again once
+ * the switch is cleared (nothing else in the test differs). */
+static void test_kiln_breaks_are_caught(void **st) {
+  (void)st;
+  const unsigned breaks[] = {KN_GPU_BREAK_ACC_LANE, KN_GPU_BREAK_STAGING_BARRIER};
+  const char *names[] = {"accumulator lanes permuted", "no barrier after a staging store"};
+  const int shapes[][2] = {{17, 17}, {40, 70}};
+  const char *arch = "gfx942-emu";
+  const kn_target *t = kn_emu_target(arch);
+  assert_non_null(t);
+  for (int b = 0; b < 2; b++)
+    for (int c = 0; c < 2; c++)
+      for (int s = 0; s < 2; s++) {
+        kn_attn_desc desc = {.dtype = KN_F16, .head_dim = 64, .causal = c, .has_lse = true};
+        kn_attn_config cfg = kn_attn_default_config(&desc);
+        int nq = shapes[s][0], nk = shapes[s][1];
+        for (int broken = 1; broken >= 0; broken--) {
+          kn_gpu_test_breaks = broken ? breaks[b] : 0;
+          kn_kernel *k = compile(t, arch, &desc, &cfg);
+          kn_gpu_test_breaks = 0;
+          outcome r;
+          run_problem(k, &desc, &cfg, nq, nk, 2, 2, &r);
+          kn_kernel_free(k);
+          bool ok = r.rc == 0 && r.err <= kn_attn_tolerance(desc.dtype) &&
+                    r.lse_err <= kn_attn_lse_tolerance(desc.dtype);
+          if (verbose())
+            printf("  kiln break '%s' %s causal=%d (%d,%d) %s: %s (err %.3g lse %.3g)%s%s\n",
+                   names[b], arch, c, nq, nk, broken ? "set" : "cleared",
+                   ok ? "passes" : "fails", r.err, r.lse_err, r.rc ? ": " : "", r.msg);
+          if (broken && ok) fail_msg("the kiln break '%s' went unnoticed (%d,%d)", names[b], nq, nk);
+          if (!broken && !ok)
+            fail_msg("with the break '%s' cleared (%d,%d): %s err %.3g", names[b], nq, nk, r.msg,
+                     r.err);
+          /* a missing barrier is a race whatever the numbers: the emulator must say so */
+          if (broken && breaks[b] == KN_GPU_BREAK_STAGING_BARRIER)
+            assert_non_null(strstr(r.msg, "missing barrier"));
+        }
+      }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gfx90a_emu),
       cmocka_unit_test(test_gfx942_emu),
       cmocka_unit_test(test_breaks_are_caught),
+      cmocka_unit_test(test_kiln_breaks_are_caught),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
