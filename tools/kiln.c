@@ -474,6 +474,61 @@ static int cmd_dump(options *o) {
   return rc;
 }
 
+/* the random inputs of a run: buffers in the kernel's dtype and their float64 twins (what the
+ * reference sees), plus the output and lse buffers on the host */
+typedef struct run_inputs {
+  size_t nq, nk, nl;       /* elements: (B, H, Nq, D), (B, HK, Nk, D), (B, H, Nq) */
+  void *q, *k, *v, *out;   /* dtype */
+  float *lse;
+  double *qd, *kd, *vd;    /* the rounded inputs as doubles */
+} run_inputs;
+
+static void inputs_free(run_inputs *in) {
+  free(in->q), free(in->k), free(in->v), free(in->out), free(in->lse);
+  free(in->qd), free(in->kd), free(in->vd);
+  memset(in, 0, sizeof *in);
+}
+
+/* 0, or -1 after a message (out of host memory) */
+static int inputs_make(const options *o, run_inputs *in) {
+  const kn_attn_problem *p = &o->prob;
+  const int D = o->desc.head_dim;
+  kn_scalar dt = o->desc.dtype;
+  size_t es = kn_scalar_size(dt);
+  memset(in, 0, sizeof *in);
+  in->nq = (size_t)p->batch * p->heads * p->seqlen_q * D;
+  in->nk = (size_t)p->batch * p->kv_heads * p->seqlen_k * D;
+  in->nl = (size_t)p->batch * p->heads * p->seqlen_q;
+  in->q = malloc(in->nq * es), in->k = malloc(in->nk * es), in->v = malloc(in->nk * es);
+  in->out = calloc(in->nq, es), in->lse = calloc(in->nl, sizeof(float));
+  in->qd = malloc(in->nq * 8), in->kd = malloc(in->nk * 8), in->vd = malloc(in->nk * 8);
+  if (!in->q || !in->k || !in->v || !in->out || !in->lse || !in->qd || !in->kd || !in->vd) {
+    inputs_free(in);
+    fprintf(stderr, "kiln: error: out of host memory for this problem size\n");
+    return -1;
+  }
+  unsigned long long s = o->seed;
+  fill_random(dt, in->q, in->qd, in->nq, &s);
+  fill_random(dt, in->k, in->kd, in->nk, &s);
+  fill_random(dt, in->v, in->vd, in->nk, &s);
+  return 0;
+}
+
+/* what every run does first: the problem's sanity and the kernel (template or --ir file);
+ * NULL after a message */
+static kn_func *run_kernel(options *o, kn_module **m, double *t_build) {
+  const kn_attn_problem *p = &o->prob;
+  if (p->heads % p->kv_heads) {
+    fprintf(stderr, "kiln: error: --heads %d is not a multiple of --kv-heads %d\n", p->heads,
+            p->kv_heads);
+    return NULL;
+  }
+  double t0 = now_s();
+  kn_func *k = get_kernel(o, m);
+  *t_build = now_s() - t0;
+  return k;
+}
+
 /* compares the kernel's output (and lse) with the float64 reference and prints the contract's
  * last line; EXIT_PASS or EXIT_FAIL */
 static int check_and_report(const options *o, const void *out, const float *lse,
@@ -528,16 +583,10 @@ static int cmd_run(options *o) {
     return EXIT_NODEV;
   }
   const kn_attn_problem *p = &o->prob;
-  if (p->heads % p->kv_heads) {
-    fprintf(stderr, "kiln: error: --heads %d is not a multiple of --kv-heads %d\n", p->heads,
-            p->kv_heads);
-    return EXIT_USAGE;
-  }
   kn_module *m;
-  double t0 = now_s();
-  kn_func *k = get_kernel(o, &m);
+  double t_build, t_compile = 0;
+  kn_func *k = run_kernel(o, &m, &t_build);
   if (!k) return EXIT_USAGE;
-  double t_build = now_s() - t0, t_compile = 0;
   kn_kernel *compiled = NULL;
   if (t) {
     kn_diag d;
@@ -553,26 +602,18 @@ static int cmd_run(options *o) {
   const int D = o->desc.head_dim;
   kn_scalar dt = o->desc.dtype;
   size_t es = kn_scalar_size(dt);
-  size_t nq = (size_t)p->batch * p->heads * p->seqlen_q * D;     /* (B, H, Nq, D) */
-  size_t nk = (size_t)p->batch * p->kv_heads * p->seqlen_k * D;  /* (B, HK, Nk, D) */
-  size_t nl = (size_t)p->batch * p->heads * p->seqlen_q;         /* (B, H, Nq) */
-  void *q = malloc(nq * es), *kk = malloc(nk * es), *v = malloc(nk * es), *out = calloc(nq, es);
-  float *lse = calloc(nl, sizeof(float));
-  double *qd = malloc(nq * 8), *kd = malloc(nk * 8), *vd = malloc(nk * 8);
-  if (!q || !kk || !v || !out || !lse || !qd || !kd || !vd) {
-    fprintf(stderr, "kiln: error: out of host memory for this problem size\n");
+  run_inputs in;
+  if (inputs_make(o, &in)) {
+    kn_kernel_free(compiled);
+    kn_module_free(m);
     return EXIT_USAGE;
   }
-  unsigned long long s = o->seed;
-  fill_random(dt, q, qd, nq, &s);
-  fill_random(dt, kk, kd, nk, &s);
-  fill_random(dt, v, vd, nk, &s);
 
   kn_argval args[KN_ATTN_NPARAMS];
   int grid[3];
-  kn_attn_fill_args(&o->desc, &o->cfg, p, q, kk, v, out, lse, args, grid);
-  kn_region regions[] = {{q, nq * es}, {kk, nk * es}, {v, nk * es}, {out, nq * es},
-                         {lse, nl * sizeof(float)}};
+  kn_attn_fill_args(&o->desc, &o->cfg, p, in.q, in.k, in.v, in.out, in.lse, args, grid);
+  kn_region regions[] = {{in.q, in.nq * es}, {in.k, in.nk * es}, {in.v, in.nk * es},
+                         {in.out, in.nq * es}, {in.lse, in.nl * sizeof(float)}};
   printf("kiln run: target=%s kernel=%s dtype=%s B=%d H=%d HK=%d Nq=%d Nk=%d D=%d causal=%d "
          "block=%dx%d seed=%llu\n",
          target, k->name, kn_scalar_name(dt), p->batch, p->heads, p->kv_heads, p->seqlen_q,
@@ -601,9 +642,9 @@ static int cmd_run(options *o) {
   printf("build: %.3f ms  compile: %.1f ms  run: %.3f ms (best of %d)  %.3f GFLOP/s\n",
          t_build * 1e3, t_compile * 1e3, best * 1e3, o->repeats, flops / best * 1e-9);
 
-  rc = check_and_report(o, out, lse, qd, kd, vd);
+  rc = check_and_report(o, in.out, in.lse, in.qd, in.kd, in.vd);
 done:
-  free(q), free(kk), free(v), free(out), free(lse), free(qd), free(kd), free(vd);
+  inputs_free(&in);
   kn_kernel_free(compiled);
   kn_module_free(m);
   return rc;
@@ -628,16 +669,11 @@ static int cmd_run_cuda(options *o, const kn_target *t) {
     return EXIT_NODEV;
   }
   const kn_attn_problem *p = &o->prob;
-  if (p->heads % p->kv_heads) {
-    fprintf(stderr, "kiln: error: --heads %d is not a multiple of --kv-heads %d\n", p->heads,
-            p->kv_heads);
-    return EXIT_USAGE;
-  }
   kn_module *m;
-  double t0 = now_s();
-  kn_func *k = get_kernel(o, &m);
+  double t_build;
+  kn_func *k = run_kernel(o, &m, &t_build);
   if (!k) return EXIT_USAGE;
-  double t_build = now_s() - t0, t1 = now_s();
+  double t1 = now_s();
   kn_nvptx_compiled c;
   kn_diag d;
   if (kn_nvptx_compile(m, k->name, t->name, false, &c, &d)) {
@@ -650,27 +686,19 @@ static int cmd_run_cuda(options *o, const kn_target *t) {
   const int D = o->desc.head_dim;
   kn_scalar dt = o->desc.dtype;
   size_t es = kn_scalar_size(dt);
-  size_t nq = (size_t)p->batch * p->heads * p->seqlen_q * D;     /* (B, H, Nq, D) */
-  size_t nk = (size_t)p->batch * p->kv_heads * p->seqlen_k * D;  /* (B, HK, Nk, D) */
-  size_t nl = (size_t)p->batch * p->heads * p->seqlen_q;         /* (B, H, Nq) */
-  void *q = malloc(nq * es), *kk = malloc(nk * es), *v = malloc(nk * es), *out = malloc(nq * es);
-  float *lse = malloc(nl * sizeof(float));
-  double *qd = malloc(nq * 8), *kd = malloc(nk * 8), *vd = malloc(nk * 8);
+  run_inputs in;
+  if (inputs_make(o, &in)) {
+    kn_nvptx_compiled_free(&c);
+    kn_module_free(m);
+    return EXIT_USAGE;
+  }
+  size_t nq = in.nq, nk = in.nk, nl = in.nl;
   kn_cuda_device *dev = NULL;
   kn_cuda_module *mod = NULL;
   kn_cuda_event ev[2] = {NULL, NULL};
   kn_cuda_ptr dq = 0, dk = 0, dv = 0, dout = 0, dl = 0;
   kn_cuda_error e = {0};
   int rc = EXIT_FAIL;
-  if (!q || !kk || !v || !out || !lse || !qd || !kd || !vd) {
-    fprintf(stderr, "kiln: error: out of host memory for this problem size\n");
-    rc = EXIT_USAGE;
-    goto done;
-  }
-  unsigned long long s = o->seed;
-  fill_random(dt, q, qd, nq, &s);
-  fill_random(dt, kk, kd, nk, &s);
-  fill_random(dt, v, vd, nk, &s);
 
   kn_cuda_kernel *fn;
   double t2 = now_s();
@@ -682,8 +710,9 @@ static int cmd_run_cuda(options *o, const kn_target *t) {
   if (kn_cuda_alloc(dev, nq * es, &dq, &e) || kn_cuda_alloc(dev, nk * es, &dk, &e) ||
       kn_cuda_alloc(dev, nk * es, &dv, &e) || kn_cuda_alloc(dev, nq * es, &dout, &e) ||
       kn_cuda_alloc(dev, nl * sizeof(float), &dl, &e) ||
-      kn_cuda_copy_htod(dev, dq, q, nq * es, &e) || kn_cuda_copy_htod(dev, dk, kk, nk * es, &e) ||
-      kn_cuda_copy_htod(dev, dv, v, nk * es, &e) ||
+      kn_cuda_copy_htod(dev, dq, in.q, nq * es, &e) ||
+      kn_cuda_copy_htod(dev, dk, in.k, nk * es, &e) ||
+      kn_cuda_copy_htod(dev, dv, in.v, nk * es, &e) ||
       kn_cuda_memset8(dev, dout, 0xff, nq * es, &e) ||
       kn_cuda_memset8(dev, dl, 0xff, nl * sizeof(float), &e) ||
       kn_cuda_event_create(dev, &ev[0], &e) || kn_cuda_event_create(dev, &ev[1], &e))
@@ -702,8 +731,8 @@ static int cmd_run_cuda(options *o, const kn_target *t) {
          c.threads / 32, (long long)c.smem_bytes, o->seed);
   /* the first launch is the one checked (and warms the module up); then the timed ones */
   if (kn_attn_cuda_launch(fn, &li, args, grid, NULL, &e) || kn_cuda_device_sync(dev, &e) ||
-      kn_cuda_copy_dtoh(dev, out, dout, nq * es, &e) ||
-      kn_cuda_copy_dtoh(dev, lse, dl, nl * sizeof(float), &e))
+      kn_cuda_copy_dtoh(dev, in.out, dout, nq * es, &e) ||
+      kn_cuda_copy_dtoh(dev, in.lse, dl, nl * sizeof(float), &e))
     goto driver_error;
   float best = INFINITY;
   for (int r = 0; r < o->repeats; r++) {
@@ -720,7 +749,7 @@ static int cmd_run_cuda(options *o, const kn_target *t) {
   printf("build: %.3f ms  compile: %.1f ms  load: %.1f ms  run: %.3f ms (best of %d, CUDA events)"
          "  %.3f TFLOP/s\n", t_build * 1e3, t_compile * 1e3, t_load * 1e3, best, o->repeats,
          flops / (best * 1e-3) * 1e-12);
-  rc = check_and_report(o, out, lse, qd, kd, vd);
+  rc = check_and_report(o, in.out, in.lse, in.qd, in.kd, in.vd);
   goto done;
 driver_error:
   fprintf(stderr, "kiln: error: %s\n", e.message);
@@ -735,7 +764,7 @@ done:
     if (mod) kn_cuda_module_unload(mod);
     kn_cuda_device_close(dev);
   }
-  free(q), free(kk), free(v), free(out), free(lse), free(qd), free(kd), free(vd);
+  inputs_free(&in);
   kn_nvptx_compiled_free(&c);
   kn_module_free(m);
   return rc;
