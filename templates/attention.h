@@ -22,7 +22,7 @@
  * Supported (kn_attn_check): dtype f16, bf16 or f32; head_dim a multiple of 16 in 32..256 (16 is
  * the k-step of the f16/bf16 matrix instructions of every target, and the whole head is one tile
  * dimension, so it need not be a power of two); block_m and block_n powers of two in 16..256;
- * warps a power of two in 1..16; stages in 1..8.
+ * warps a power of two in 1..16; stages in 1..8; mfma 0, 16 or 32.
  */
 #ifndef KILN_ATTENTION_H
 #define KILN_ATTENTION_H
@@ -41,6 +41,10 @@ typedef struct kn_attn_config {
   int block_n;      /* keys per loop iteration: 16..256, a power of two */
   int warps;        /* GPU targets: warps / waves per program (recorded as meta) */
   int stages;       /* GPU targets: software pipeline depth (recorded as meta) */
+  int mfma;         /* AMDGPU: matrix instruction shape, 16 (16x16x16) or 32 (32x32x8); 0 = the
+                     * target's choice.  Recorded as meta MFMA only when non-zero, so the IR of a
+                     * config that leaves it 0 is what it was before the field existed; NVPTX
+                     * ignores it (one instruction shape) */
 } kn_attn_config;
 
 enum { KN_ATTN_NPARAMS = 24 };

@@ -83,6 +83,8 @@ int kn_attn_check(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag)
                     c->warps);
   if (c->stages < 1 || c->stages > 8)
     return kn_error(diag, NULL, nowhere, "attention: stages %d is not in 1..8", c->stages);
+  if (c->mfma != 0 && c->mfma != 16 && c->mfma != 32)
+    return kn_error(diag, NULL, nowhere, "attention: mfma %d is not 0, 16 or 32", c->mfma);
   return 0;
 }
 
@@ -193,6 +195,8 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   kn_func_set_meta(f, "HAS_LSE", d->has_lse);
   kn_func_set_meta(f, "WARPS", c->warps);
   kn_func_set_meta(f, "STAGES", c->stages);
+  /* only when asked for: the default config's IR (golden files, cache keys) stays as it was */
+  if (c->mfma) kn_func_set_meta(f, "MFMA", c->mfma);
 
   gen G = {.b = kn_builder_at_end(m, f->body)}, *g = &G;
   kn_value *P[P_COUNT];

@@ -210,8 +210,8 @@ static void check_case(const kn_attn_desc *desc, const kernel *kk, int HK, int N
 /* the candidates of the mini autotune (configs whose registers spill are still timed); the
  * correctness table checks every one of them, so whichever wins the throughput table was
  * checked too */
-static const kn_attn_config cands[] = {{128, 64, 4, 2}, {128, 64, 8, 2}, {128, 128, 8, 2},
-                                       {64, 64, 4, 2},  {128, 32, 8, 2}, {64, 32, 4, 2}};
+static const kn_attn_config cands[] = {{128, 64, 4, 2, 0}, {128, 64, 8, 2, 0}, {128, 128, 8, 2, 0},
+                                       {64, 64, 4, 2, 0},  {128, 32, 8, 2, 0}, {64, 32, 4, 2, 0}};
 
 static void correctness(uint64_t seed) {
   printf("## correctness: kiln (sm_90a PTX, every candidate config) vs float64 reference\n");

@@ -1,13 +1,14 @@
 /* assign_layouts.c — the layout pass: a layout for every tile value, and the conversions.
  *
  * Anchors first: every dot gets the mma layout of one matrix instruction chosen for the whole
- * kernel (the largest that fits every dot, so that chained dots share it), always *transposed*
- * (the instruction is given B as A and A as B, so it computes D^T): then each lane holds a row
- * of the result, a row reduction is mostly in-thread plus one or two butterflies, and the
- * softmax P of S = QK^T feeds O += PV as its dot_a operand by register renaming (the transposed
- * accumulator of 32x32x8 holds, per lane, row lane%32 and columns 8i + 4*(lane/32) + 0..3: the
- * k elements dot_a wants).  Loads get a blocked layout vectorised along the dimension whose
- * stride is the constant 1.
+ * kernel (the largest that fits every dot, so that chained dots share it; f32 dots on AMDGPU get
+ * the per-thread FMA table fma_16x32 instead, not transposed: its rows already lie within a
+ * wave).  MFMAs are always *transposed* (the instruction is given B as A and A as B, so it
+ * computes D^T): then each lane holds a row of the result, a row reduction is mostly
+ * in-thread plus one or two butterflies, and the softmax P of S = QK^T feeds O += PV as its
+ * dot_a operand by register renaming (the transposed accumulator of 32x32x8 holds, per lane,
+ * row lane%32 and columns 8i + 4*(lane/32) + 0..3: the k elements dot_a wants).  Loads get a
+ * blocked layout vectorised along the dimension whose stride is the constant 1.
  *
  * Then the layouts flow: forward (an elementwise op takes its operands' layout, preferring an
  * mma or slice layout over a blocked one; reduce gives slice; expand_dims of a slice gives its
@@ -68,17 +69,41 @@ static int choose_mma(pass *s) {
   const kn_mma_id *prefs = nv ? nv_prefs : amd_prefs;
   size_t nprefs = nv ? 1 : 2;
   bool any = false;
+  int nf32 = 0, nmma = 0;
   for (int i = 0; i < s->nops; i++) {
     kn_op *op = s->ops[i];
     if (op->opc != KN_OP_DOT) continue;
     any = true;
     kn_scalar a = op->opnd[0]->type.elem;
-    if ((!nv && !s->p->arch->amd) || (a != KN_F16 && a != KN_BF16))
+    /* AMDGPU f32: per-thread FMAs (fma_16x32 in layout.c), for every dot of the kernel */
+    bool f32_ok = !nv && s->p->arch->amd && a == KN_F32 && op->opnd[1]->type.elem == KN_F32;
+    nf32 += f32_ok;
+    nmma += !f32_ok;
+    if ((!nv && !s->p->arch->amd) || (a != KN_F16 && a != KN_BF16 && !f32_ok) || (nf32 && nmma))
       return kn_error(s->d, s->p->k->module, op->loc,
                       "not yet supported on %s: dot of %s operands (only f16 and bf16 use the "
-                      "matrix instructions so far)", s->p->arch->name, kn_scalar_name(a));
+                      "matrix instructions so far; f32 dots use FMAs on AMDGPU, all of a "
+                      "kernel's dots alike)", s->p->arch->name, kn_scalar_name(a));
   }
   if (!any) return 0;
+  const kn_mma_id fma_prefs[] = {KN_MMA_FMA_16X32};
+  if (nf32) {
+    prefs = fma_prefs;
+    nprefs = 1;
+  }
+  /* meta MFMA = 16 / 32: the kernel picks the AMDGPU instruction shape (16x16x16 holds a quarter
+   * of 32x32x8's accumulator per lane group: fewer registers per dot, more instructions, and a
+   * different balance the autotuner may prefer).  Only that shape is then tried, so a kernel it
+   * does not fit is an error rather than silently another shape.  NVPTX has one shape and
+   * ignores the key, and so do f32 dots (no MFMA: FMAs). */
+  int64_t want = 0;
+  if (kn_func_get_meta(s->p->k, "MFMA", &want) && !nv && !nf32) {
+    if (want != 16 && want != 32)
+      return kn_error(s->d, s->p->k->module, s->p->k->loc,
+                      "MFMA must be 16 (16x16x16) or 32 (32x32x8), not %lld", (long long)want);
+    prefs = want == 16 ? &amd_prefs[1] : &amd_prefs[0];
+    nprefs = 1;
+  }
   for (size_t c = 0; c < nprefs; c++) {
     const kn_mma_shape *sh = kn_mma_shape_get(prefs[c]);
     bool fits = true;
@@ -96,7 +121,7 @@ static int choose_mma(pass *s) {
        * as it is: a quad of lanes (lane / 4) holds a row, so a row reduction is in-thread plus
        * two butterflies (lane bits 0 and 1), and the accumulator of S = QK^T, columns
        * 2 * (lane % 4) + {0, 1} + 8j, is already the A fragment of O += PV (k = columns). */
-      s->mma = intern(s, kn_layout_mma(sh, s->p->warps, !nv));
+      s->mma = intern(s, kn_layout_mma(sh, s->p->warps, !nv && sh->k > 1));
       return 0;
     }
   }

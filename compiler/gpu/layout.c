@@ -80,6 +80,23 @@ static const kn_mma_shape mma_shapes[KN_MMA_COUNT] = {
         .acc_reg = {{0, 0}, {0, 1}, {8, 0}, {8, 1}},
         .acc_lane = {{0, 2}, {0, 4}, {1, 0}, {2, 0}, {4, 0}},
     },
+    /* Not an instruction: f32 dots on AMDGPU (no f32 MFMA is used) as FMAs in each thread,
+     * written in the same tables so that the layout pass, the reduction plans and the dot
+     * lowering treat it like one.  A wave's 16x32 block: lane bits 0-2 walk columns (4 apart),
+     * bits 3-5 rows (2 apart); each lane holds 2 rows x 4 columns.  One "k step" is k = 1: the
+     * lane needs A at its 2 rows and B at its 4 columns (lanes that share rows or columns hold
+     * copies, delta 0), read from LDS.  Rows stay within a wave and are not transposed: a row
+     * reduction is in-thread over 4 columns plus three butterflies (lane bits 0-2). */
+    [KN_MMA_FMA_16X32] = {
+        .id = KN_MMA_FMA_16X32, .name = "fma_16x32", .m = 16, .n = 32, .k = 1, .lanes = 64,
+        .a_regs = 2, .b_regs = 4, .acc_regs = 8,
+        .a_reg = {{0, 0}, {1, 0}},
+        .a_lane = {{0, 0}, {0, 0}, {0, 0}, {2, 0}, {4, 0}, {8, 0}},
+        .b_reg = {{0, 0}, {0, 1}, {0, 2}, {0, 3}},
+        .b_lane = {{0, 4}, {0, 8}, {0, 16}, {0, 0}, {0, 0}, {0, 0}},
+        .acc_reg = {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {1, 0}, {1, 1}, {1, 2}, {1, 3}},
+        .acc_lane = {{0, 4}, {0, 8}, {0, 16}, {2, 0}, {4, 0}, {8, 0}},
+    },
 };
 
 const kn_mma_shape *kn_mma_shape_get(kn_mma_id id) {
@@ -133,7 +150,7 @@ kn_layout kn_layout_dot(const kn_mma_shape *s, int warps, int opidx) {
   kn_layout l = {.kind = opidx ? KN_LAYOUT_DOT_B : KN_LAYOUT_DOT_A, .rank = 2,
                  .warps = (uint8_t)warps, .lanes = (uint8_t)s->lanes, .mma = s};
   /* k-width: the run of consecutive k one lane holds; MFMA: all its elements, mma.sync: 2 */
-  l.kwidth = (uint8_t)(s->lanes == 64 ? (opidx ? s->b_regs : s->a_regs) : 2);
+  l.kwidth = (uint8_t)(s->k == 1 ? 1 : s->lanes == 64 ? (opidx ? s->b_regs : s->a_regs) : 2);
   return l;
 }
 

@@ -58,6 +58,8 @@ typedef enum kn_mma_id {
   KN_MMA_MFMA_16X16X16,    /* v_mfma_f32_16x16x16{f16,bf16_1k}: wave64, 4 / 4 / 4 */
   KN_MMA_MFMA_32X32X16_F8, /* v_mfma_f32_32x32x16_fp8_fp8 (gfx942): wave64, 8 / 8 / 16 */
   KN_MMA_NV_16X8X16,       /* mma.sync.m16n8k16 f16/bf16 -> f32: warp32, 8 A / 4 B / 4 acc */
+  KN_MMA_FMA_16X32,        /* no matrix instruction: per-thread f32 FMAs over a 16x32 block per
+                            * wave, k step 1 (f32 dots on AMDGPU): wave64, 2 A / 4 B / 8 acc */
   KN_MMA_COUNT
 } kn_mma_id;
 

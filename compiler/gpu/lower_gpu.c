@@ -1387,12 +1387,27 @@ static void fragment(G *g, kn_op *op, int i, LLVMValueRef *regs, const kn_lmap *
   else lds_read(g, kn_plan_conversion(g->p, op, i), m, r0, n, e);
 }
 
+/* one k step of the fma "instruction" (layout.c, fma_16x32): each accumulator register takes
+ * the A element of its row times the B element of its column, found through the same tables */
+static void fma_step(G *g, const kn_mma_shape *s, LLVMValueRef *a, LLVMValueRef *b, LLVMValueRef *c) {
+  for (int j = 0; j < s->acc_regs; j++) {
+    int ea = 0, eb = 0;
+    for (int e = 0; e < s->a_regs; e++)
+      if (s->a_reg[e][0] == s->acc_reg[j][0]) ea = e;
+    for (int e = 0; e < s->b_regs; e++)
+      if (s->b_reg[e][1] == s->acc_reg[j][1]) eb = e;
+    LLVMValueRef args[3] = {a[ea], b[eb], c[j]};
+    c[j] = call(g, "llvm.fma.f32", g->f32, args, 3);
+  }
+}
+
 static int lower_dot(G *g, kn_op *op) {
   kn_value *res = op->res[0], *A = op->opnd[0], *Bv = op->opnd[1];
   const kn_layout *rl = g->p->lay[res->id];
   const kn_mma_shape *s = rl->mma;
   kn_scalar t = A->type.elem;
-  if (rl->kind != KN_LAYOUT_MMA || (t != KN_F16 && t != KN_BF16))
+  bool fma = rl->kind == KN_LAYOUT_MMA && rl->mma->id == KN_MMA_FMA_16X32 && t == KN_F32;
+  if (rl->kind != KN_LAYOUT_MMA || (t != KN_F16 && t != KN_BF16 && !fma))
     return unsupported(g, op, "this dot");
   /* operands: stage lazily staged ones now, then read fragments as the instructions need them */
   LLVMValueRef *ra = NULL, *rb = NULL;
@@ -1432,7 +1447,8 @@ static int lower_dot(G *g, kn_op *op) {
       for (int kr = 0; kr < reps_k && !rc; kr++) {
         fragment(g, op, 0, ra, &ma, (mr * reps_k + kr) * s->a_regs, s->a_regs, af);
         fragment(g, op, 1, rb, &mb, (nr * reps_k + kr) * s->b_regs, s->b_regs, bf);
-        rc = g->ops->mma(g, s, t, rl->transposed, af, bf, c);
+        if (fma) fma_step(g, s, af, bf, c);
+        else rc = g->ops->mma(g, s, t, rl->transposed, af, bf, c);
       }
       memcpy(out + c0, c, sizeof(LLVMValueRef) * (size_t)s->acc_regs);
     }

@@ -8,7 +8,8 @@
  * segment) at the template's default config and at 128x64 with 4 waves (at the default configs,
  * and gfx90a's 128x64 with 4 waves, no SGPR spills either).  When
  * /usr/lib/llvm-22/bin/llvm-objdump exists it must disassemble every code object of that matrix
- * and show as many MFMAs as the inspector counted.  Numerics are the emulated target's job
+ * and show as many MFMAs as the inspector counted.  MFMA 16x16x16 by request (test_mfma16):
+ * only that shape in the code object, no VGPR spills.  Numerics are the emulated target's job
  * (docs/gpu.md).
  *
  * KILN_TEST_VERBOSE=1 prints one line of figures per code object.
@@ -50,11 +51,13 @@ static double now_ms(void) {
 /* builds, compiles, links and inspects one configuration; the code object is kept in *co_out
  * when non-NULL (the caller frees it) */
 static bool with_lse;   /* test_lse: also store the log-sum-exp (a rank-1 store of a slice) */
+static int mfma_shape;  /* test_mfma16: kn_attn_config.mfma of the explicit configs */
 
 static void compile_one(const char *arch, kn_scalar dt, int hd, bool causal, int bm, int bn,
                         int warps, result *r, void **co_out, size_t *co_n) {
   kn_attn_desc desc = {.dtype = dt, .head_dim = hd, .causal = causal, .has_lse = with_lse};
-  kn_attn_config cfg = {.block_m = bm, .block_n = bn, .warps = warps, .stages = 2};
+  kn_attn_config cfg = {.block_m = bm, .block_n = bn, .warps = warps, .stages = 2,
+                        .mfma = mfma_shape};
   if (bm == 0) cfg = kn_attn_default_config(&desc);
   kn_diag d;
   kn_module *m = kn_module_new("<attn>");
@@ -92,10 +95,10 @@ static void compile_one(const char *arch, kn_scalar dt, int hd, bool causal, int
   assert_int_equal(k->max_flat_workgroup_size, 64 * cfg.warps);
   assert_true(k->lds_bytes >= (uint32_t)c.lds_plan_bytes);
   if (verbose())
-    printf("  %s %-4s D%-3d causal=%d %3dx%-3d w%d: vgpr %3d agpr %3d sgpr %3d spill %d/%d scratch "
+    printf("  %s %-4s D%-3d causal=%d %3dx%-3d w%d%s: vgpr %3d agpr %3d sgpr %3d spill %d/%d scratch "
            "%u lds %5u occ %d mfma %3d code %6llu B  %.0f ms (opt %.0f, codegen %.0f, link %.0f)\n",
            arch, kn_scalar_name(dt), hd, causal, cfg.block_m, cfg.block_n, cfg.warps,
-           k->vgpr_count, k->agpr_count, k->sgpr_count, k->vgpr_spill_count, k->sgpr_spill_count,
+           cfg.mfma ? " mfma16" : "", k->vgpr_count, k->agpr_count, k->sgpr_count, k->vgpr_spill_count, k->sgpr_spill_count,
            k->scratch_bytes,
            k->lds_bytes, k->occupancy.waves, k->mfma_count, (unsigned long long)k->code_size,
            r->ms_total, c.ms_optimize, c.ms_codegen, c.ms_link);
@@ -125,9 +128,9 @@ static void no_spills_at_all(const result *r) {
 
 static const char objdump_tool[] = "/usr/lib/llvm-22/bin/llvm-objdump";
 
-/* LLVM 22's llvm-objdump disassembles the code object (exit status 0) and shows as many MFMA
- * instructions as the inspector counted; frees co */
-static void objdump_agrees(const char *arch, void *co, size_t n, int mfma_expected) {
+/* how many disassembled lines of the code object co contain pattern (llvm-objdump must exit
+ * with status 0); frees co */
+static int objdump_count(const char *arch, void *co, size_t n, const char *pattern) {
   char path[] = "/tmp/kiln_attn_XXXXXX";
   int fd = mkstemp(path);
   assert_true(fd >= 0);
@@ -141,11 +144,17 @@ static void objdump_agrees(const char *arch, void *co, size_t n, int mfma_expect
   char line[512];
   int mfma = 0;
   while (fgets(line, sizeof line, p))
-    if (strstr(line, "v_mfma_")) mfma++;
+    if (strstr(line, pattern)) mfma++;
   int st = pclose(p);
   unlink(path);
   assert_int_equal(st, 0);
-  assert_int_equal(mfma, mfma_expected);
+  return mfma;
+}
+
+/* LLVM 22's llvm-objdump disassembles the code object and shows as many MFMA instructions as
+ * the inspector counted; frees co */
+static void objdump_agrees(const char *arch, void *co, size_t n, int mfma_expected) {
+  assert_int_equal(objdump_count(arch, co, n, "v_mfma_"), mfma_expected);
 }
 
 static void test_matrix(void **state) {
@@ -230,6 +239,57 @@ static void test_lse(void **state) {
   with_lse = false;
 }
 
+/* MFMA 16x16x16 by request (kn_attn_config.mfma = 16, meta MFMA) where 32x32x8 would fit: at
+ * 128x64 with 4 waves, f16 and bf16, D 64 and 128, causal or not, both chips, the code object
+ * has one 16x16x16 MFMA per 16x16 tile of S and O per k step of 16 (the KV loop body, which is
+ * not unrolled), only 16x16x16 ones in the disassembly when llvm-objdump is there, and no VGPR
+ * spills.  Numerics: test_emu_attn. */
+static void test_mfma16(void **state) {
+  (void)state;
+  const char *archs[] = {"gfx942", "gfx90a"};
+  const kn_scalar dts[] = {KN_F16, KN_BF16};
+  bool objdump = access(objdump_tool, X_OK) == 0;
+  mfma_shape = 16;
+  for (int t = 0; t < 2; t++)
+    for (int a = 0; a < 2; a++)
+      for (int hd = 64; hd <= 128; hd += 64)
+        for (int c = 0; c < 2; c++) {
+          result r;
+          void *co = NULL;
+          size_t n = 0;
+          compile_one(archs[t], dts[a], hd, c, 128, 64, 4, &r, &co, &n);
+          no_spills(&r);
+          /* per wave, per KV step: S (32x64) and O (32xD) in 16x16 tiles, k steps of 16 */
+          int per_step = (2 * 4) * (hd / 16) + (2 * (hd / 16)) * (64 / 16);
+          assert_int_equal(r.k.mfma_count, per_step);
+          if (objdump) {
+            void *co2 = malloc(n);
+            assert_non_null(co2);
+            memcpy(co2, co, n);
+            assert_int_equal(objdump_count(archs[t], co, n, "v_mfma_f32_16x16x16"), r.k.mfma_count);
+            assert_int_equal(objdump_count(archs[t], co2, n, "v_mfma_f32_32x32"), 0);
+          } else {
+            free(co);
+          }
+        }
+  mfma_shape = 0;
+  /* a requested shape that does not fit is an error, not another shape: 32x32x8 needs 32 rows
+   * per wave, 64x32 with 4 waves has 16; and the config accepts only 0, 16 and 32 */
+  kn_attn_desc desc = {.dtype = KN_F16, .head_dim = 64};
+  kn_attn_config cfg = {.block_m = 64, .block_n = 32, .warps = 4, .stages = 2, .mfma = 32};
+  kn_diag d;
+  kn_module *m = kn_module_new("<attn>");
+  assert_non_null(kn_attn_fwd_build(m, &desc, &cfg, &d));
+  kn_gpu_compiled c;
+  assert_int_equal(kn_gpu_compile(m, "attn_fwd", "gfx942", false, &c, &d), -1);
+  assert_non_null(strstr(d.message, "no matrix instruction"));
+  kn_module_free(m);
+  cfg.mfma = 8;
+  m = kn_module_new("<attn>");
+  assert_null(kn_attn_fwd_build(m, &desc, &cfg, &d));
+  kn_module_free(m);
+}
+
 /* an op the lowering does not handle yet is an error naming the op and the target */
 static void test_unsupported(void **state) {
   (void)state;
@@ -257,6 +317,7 @@ int main(void) {
       cmocka_unit_test(test_unsupported),
       cmocka_unit_test(test_objdump),
       cmocka_unit_test(test_lse),
+      cmocka_unit_test(test_mfma16),
       cmocka_unit_test(test_default_configs),
       cmocka_unit_test(test_matrix),
   };

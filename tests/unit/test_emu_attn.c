@@ -2,10 +2,12 @@
  * emulated targets, against the float64 reference.
  *
  * The matrix of the emulator issue: gfx90a-emu and gfx942-emu x head dim 64 and 128 x f16 and
- * bf16 x causal off and on x lengths (1,1), (17,17), (1000,1000), (64,1000) x three configs
- * (the template's default, 64x32 with 4 waves, 64x64 with 2 waves), one compile per kernel and
+ * bf16 x causal off and on x lengths (1,1), (17,17), (1000,1000), (64,1000) x four configs
+ * (the template's default, 64x32 with 4 waves, 64x64 with 2 waves, and 128x64 with 4 waves on
+ * MFMA 16x16x16 by request, without (1000,1000)), one compile per kernel and
  * config, fresh random inputs per problem, every global access checked against the caller's
- * buffers, outputs pre-filled with NaN (an element never written fails).  Then the test-only
+ * buffers, outputs pre-filled with NaN (an element never written fails).  f32 (no MFMA: FMA
+ * dots) on a smaller matrix of its own (test_f32).  Then the test-only
  * breaks (emu.h: KN_EMU_BREAK_*) — a missing barrier, MFMA operands swapped, the accumulator one
  * lane group off — must each make a run fail, with an error or with results outside the
  * tolerance: the numeric tests would catch kiln getting any of these decisions wrong.  Last,
@@ -134,13 +136,20 @@ static void matrix(const char *arch) {
     for (int a = 0; a < 2; a++)
       for (int c = 0; c < 2; c++) {
         kn_attn_desc desc = {.dtype = dts[a], .head_dim = hds[h], .causal = c, .has_lse = true};
-        kn_attn_config cfgs[3] = {kn_attn_default_config(&desc), {64, 32, 4, 2}, {64, 64, 2, 2}};
-        for (int g = 0; g < 3; g++) {
+        /* the last asks for MFMA 16x16x16 where 32x32x8 would fit (32 rows per wave): the
+         * 16x16 lane tables and their two-butterfly row reductions on the transposed
+         * accumulator (64x32 with 4 waves gets 16x16x16 too, as the only shape that fits) */
+        kn_attn_config cfgs[4] = {kn_attn_default_config(&desc), {64, 32, 4, 2, 0},
+                                  {64, 64, 2, 2, 0}, {128, 64, 4, 2, 16}};
+        for (int g = 0; g < 4; g++) {
           if (verbose())
-            printf("  %s D%d %s causal=%d %dx%d w%d\n", arch, hds[h], kn_scalar_name(dts[a]), c,
-                   cfgs[g].block_m, cfgs[g].block_n, cfgs[g].warps);
+            printf("  %s D%d %s causal=%d %dx%d w%d mfma=%d\n", arch, hds[h], kn_scalar_name(dts[a]),
+                   c, cfgs[g].block_m, cfgs[g].block_n, cfgs[g].warps, cfgs[g].mfma);
           kn_kernel *k = compile(t, arch, &desc, &cfgs[g]);
           for (int s = 0; s < 4; s++) {
+            /* the 16x16x16 config skips (1000,1000): the ragged shapes are what can go wrong,
+             * and the long one would add ~10 s */
+            if (cfgs[g].mfma && lengths[s][0] == 1000) continue;
             /* GQA (2 query heads per kv head) on the short problems */
             bool small = lengths[s][0] * lengths[s][1] < 100000;
             outcome r;
@@ -166,6 +175,46 @@ static void test_gfx90a_emu(void **st) {
 static void test_gfx942_emu(void **st) {
   (void)st;
   matrix("gfx942-emu");
+}
+
+/* f32 attention on AMDGPU has no MFMA: its dots are per-thread FMAs over the fma_16x32 layout
+ * (layout.c) with the operands staged through LDS, row reductions still within a wave.  Both
+ * chips, D 64 (causal off and on) and 128 (off on gfx90a, on on gfx942: the unrolled FMA code
+ * is slow to compile), two configs (16 and 32 rows per wave), ragged shapes ((64,200) for
+ * several KV blocks: the emulated FMA loops are slow), against the reference at
+ * kn_attn_tolerance(KN_F32). */
+static void test_f32(void **st) {
+  (void)st;
+  const char *archs[] = {"gfx90a-emu", "gfx942-emu"};
+  const int shapes[][2] = {{1, 1}, {17, 17}, {64, 200}, {129, 77}};
+  for (int t = 0; t < 2; t++)
+    for (int hd = 64; hd <= 128; hd += 64)
+      for (int c = 0; c < 2; c++) {
+        kn_attn_desc desc = {.dtype = KN_F32, .head_dim = hd, .causal = c, .has_lse = true};
+        kn_attn_config cfgs[2] = {{64, 32, 4, 2, 0}, {64, 64, 2, 2, 0}};
+        if (hd == 128 && c != t) continue;   /* D 128: one causal setting per chip (compile time) */
+        /* one config per case, alternating, so each chip, head dim and causal setting meets
+         * both somewhere */
+        int g = hd == 128 ? t : (t + c) % 2;
+        {
+          const kn_target *tg = kn_emu_target(archs[t]);
+          assert_non_null(tg);
+          kn_kernel *k = compile(tg, archs[t], &desc, &cfgs[g]);
+          if (verbose())
+            printf("  %s D%d f32 causal=%d %dx%d w%d\n", archs[t], hd, c, cfgs[g].block_m,
+                   cfgs[g].block_n, cfgs[g].warps);
+          for (int s = 0; s < 4; s++) {
+            outcome r;   /* GQA: 2 query heads per kv head */
+            run_problem(k, &desc, &cfgs[g], shapes[s][0], shapes[s][1], 2, 1, &r);
+            if (r.rc || !(r.err <= kn_attn_tolerance(KN_F32)) ||
+                !(r.lse_err <= kn_attn_lse_tolerance(KN_F32)))
+              fail_msg("f32 %s D%d causal=%d %dx%d w%d (%d,%d): %s max_abs_err=%.3g lse_err=%.3g",
+                       archs[t], hd, c, cfgs[g].block_m, cfgs[g].block_n, cfgs[g].warps,
+                       shapes[s][0], shapes[s][1], r.rc ? r.msg : "", r.err, r.lse_err);
+          }
+          kn_kernel_free(k);
+        }
+      }
 }
 
 /* Each broken decision must fail a problem of the matrix (with a diagnostic or numerically). */
@@ -238,6 +287,7 @@ static void test_kiln_breaks_are_caught(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_f32),
       cmocka_unit_test(test_gfx90a_emu),
       cmocka_unit_test(test_gfx942_emu),
       cmocka_unit_test(test_breaks_are_caught),
