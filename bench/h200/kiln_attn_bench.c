@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include "attention.h"
+#include "attn_launch_cuda.h"
 #include "cuda_device.h"
 #include "gpu.h"
 #include "interp.h"
@@ -106,21 +107,10 @@ static int launch(const kernel *kk, const kn_attn_desc *desc, const kn_attn_prob
   kn_attn_fill_args(desc, &kk->cfg, p, (void *)(uintptr_t)b->q, (void *)(uintptr_t)b->k,
                     (void *)(uintptr_t)b->v, (void *)(uintptr_t)b->o,
                     (float *)(uintptr_t)lse, args, grid);
-  /* kernelParams: a pointer to each parameter's value in its own width (template order:
-   * 5 pointers, f32 sm_scale, 4 i32, 14 i64) */
-  union { uint64_t p; float f; int32_t i32; int64_t i64; } vals[KN_ATTN_NPARAMS];
-  void *params[KN_ATTN_NPARAMS];
-  for (int i = 0; i < KN_ATTN_NPARAMS; i++) {
-    if (i < 5) vals[i].p = (uint64_t)(uintptr_t)args[i].p;
-    else if (i == 5) vals[i].f = (float)args[i].f;
-    else if (i < 10) vals[i].i32 = (int32_t)args[i].i;
-    else vals[i].i64 = args[i].i;
-    params[i] = &vals[i];
-  }
-  unsigned g3[3] = {(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};
-  unsigned b3[3] = {(unsigned)kk->threads, 1, 1};
+  /* the launch helper the API uses packs each parameter in its own width */
+  kn_attn_cuda_launch_info li = {.threads = kk->threads, .smem_bytes = kk->smem};
   kn_cuda_error e;
-  if (kn_cuda_launch(kk->k, g3, b3, (unsigned)kk->smem, NULL, params, &e)) {
+  if (kn_attn_cuda_launch(kk->k, &li, args, grid, NULL, &e)) {
     printf("# launch failed: %s\n", e.message);
     return -1;
   }
