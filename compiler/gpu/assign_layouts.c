@@ -69,12 +69,44 @@ static int choose_mma(pass *s) {
   const kn_mma_id *prefs = nv ? nv_prefs : amd_prefs;
   size_t nprefs = nv ? 1 : 2;
   bool any = false;
-  int nf32 = 0, nmma = 0;
+  int nf32 = 0, nmma = 0, nf8 = 0;
   for (int i = 0; i < s->nops; i++) {
     kn_op *op = s->ops[i];
     if (op->opc != KN_OP_DOT) continue;
     any = true;
     kn_scalar a = op->opnd[0]->type.elem;
+    /* f8e4m3fnuz x f8e4m3fnuz: v_mfma_f32_32x32x16_fp8_fp8 (gfx942 only; all of a kernel's dots
+     * alike, since one instruction shape serves the whole kernel) */
+    if (a == KN_F8E4M3FNUZ || op->opnd[1]->type.elem == KN_F8E4M3FNUZ) {
+      if (nv || !s->p->arch->amd)
+        return kn_error(s->d, s->p->k->module, op->loc,
+                        "not yet supported on %s: dot of %s operands", s->p->arch->name,
+                        kn_scalar_name(a));
+      /* the target's MFMA table (amdgpu_target.c), read here: kiln_gpu_core does not link the
+       * AMDGPU backend that kn_amdgpu_find_mfma lives in */
+      const kn_amdgpu_target *at = s->p->arch->amd;
+      bool has_f8 = false;
+      for (int j = 0; j < at->nmfma; j++)
+        has_f8 |= at->mfma[j].m == 32 && at->mfma[j].n == 32 && at->mfma[j].k == 16 &&
+                  at->mfma[j].a == KN_F8E4M3FNUZ;
+      if (!has_f8)
+        return kn_error(s->d, s->p->k->module, op->loc,
+                        "fp8 dot (f8e4m3fnuz) not supported on %s: it has no fp8 MFMA (gfx942 "
+                        "has v_mfma_f32_32x32x16_fp8_fp8)", s->p->arch->name);
+      if (a != op->opnd[1]->type.elem || op->opnd[2]->type.elem != KN_F32)
+        return kn_error(s->d, s->p->k->module, op->loc,
+                        "an fp8 dot needs both operands f8e4m3fnuz and an f32 accumulator");
+      nf8++;
+      if (nf8 != ++nmma || nf32)
+        return kn_error(s->d, s->p->k->module, op->loc,
+                        "not yet supported on %s: fp8 dots mixed with other dots in one kernel",
+                        s->p->arch->name);
+      continue;
+    }
+    if (nf8)
+      return kn_error(s->d, s->p->k->module, op->loc,
+                      "not yet supported on %s: fp8 dots mixed with other dots in one kernel",
+                      s->p->arch->name);
     /* AMDGPU f32: per-thread FMAs (fma_16x32 in layout.c), for every dot of the kernel */
     bool f32_ok = !nv && s->p->arch->amd && a == KN_F32 && op->opnd[1]->type.elem == KN_F32;
     nf32 += f32_ok;
@@ -82,11 +114,12 @@ static int choose_mma(pass *s) {
     if ((!nv && !s->p->arch->amd) || (a != KN_F16 && a != KN_BF16 && !f32_ok) || (nf32 && nmma))
       return kn_error(s->d, s->p->k->module, op->loc,
                       "not yet supported on %s: dot of %s operands (only f16 and bf16 use the "
-                      "matrix instructions so far; f32 dots use FMAs on AMDGPU, all of a "
-                      "kernel's dots alike)", s->p->arch->name, kn_scalar_name(a));
+                      "matrix instructions so far, and f8e4m3fnuz on gfx942; f32 dots use "
+                      "FMAs on AMDGPU, all of a kernel's dots alike)", s->p->arch->name, kn_scalar_name(a));
   }
   if (!any) return 0;
   const kn_mma_id fma_prefs[] = {KN_MMA_FMA_16X32};
+  const kn_mma_id f8_prefs[] = {KN_MMA_MFMA_32X32X16_F8};
   if (nf32) {
     prefs = fma_prefs;
     nprefs = 1;
@@ -102,6 +135,14 @@ static int choose_mma(pass *s) {
       return kn_error(s->d, s->p->k->module, s->p->k->loc,
                       "MFMA must be 16 (16x16x16) or 32 (32x32x8), not %lld", (long long)want);
     prefs = want == 16 ? &amd_prefs[1] : &amd_prefs[0];
+    nprefs = 1;
+  }
+  /* fp8: the one fp8 MFMA (32x32x16); MFMA = 32 names its 32x32 shape, 16 has no fp8 form */
+  if (nf8) {
+    if (want == 16)
+      return kn_error(s->d, s->p->k->module, s->p->k->loc,
+                      "MFMA = 16 has no fp8 form on %s (fp8 dots use 32x32x16)", s->p->arch->name);
+    prefs = f8_prefs;
     nprefs = 1;
   }
   for (size_t c = 0; c < nprefs; c++) {

@@ -208,6 +208,8 @@ static const char *mfma_name(const kn_mma_shape *s, kn_scalar t) {
     return t == KN_BF16 ? "llvm.amdgcn.mfma.f32.32x32x8bf16.1k" : "llvm.amdgcn.mfma.f32.32x32x8f16";
   if (s->id == KN_MMA_MFMA_16X16X16)
     return t == KN_BF16 ? "llvm.amdgcn.mfma.f32.16x16x16bf16.1k" : "llvm.amdgcn.mfma.f32.16x16x16f16";
+  if (s->id == KN_MMA_MFMA_32X32X16_F8 && t == KN_F8E4M3FNUZ)
+    return "llvm.amdgcn.mfma.f32.32x32x16.fp8.fp8";
   return NULL;
 }
 
@@ -220,11 +222,14 @@ static LLVMValueRef pack_vec(G *g, LLVMValueRef *e, int n, kn_scalar t) {
 static int amd_mma(G *g, const kn_mma_shape *s, kn_scalar t, bool transposed, LLVMValueRef *a,
                    LLVMValueRef *b, LLVMValueRef *acc) {
   const char *name = mfma_name(s, t);
-  if (!name || (t != KN_F16 && t != KN_BF16)) return -1;
+  if (!name || (t != KN_F16 && t != KN_BF16 && t != KN_F8E4M3FNUZ)) return -1;
   LLVMValueRef av = pack_vec(g, a, s->a_regs, t), bv = pack_vec(g, b, s->b_regs, t);
   if (t == KN_BF16) {  /* the bf16_1k MFMAs take their operands as <4 x i16> */
     av = LLVMBuildBitCast(g->B, av, LLVMVectorType(g->i16, (unsigned)s->a_regs), "");
     bv = LLVMBuildBitCast(g->B, bv, LLVMVectorType(g->i16, (unsigned)s->b_regs), "");
+  } else if (t == KN_F8E4M3FNUZ) {  /* fp8: 8 raw bytes per lane as one i64, byte e = element e */
+    av = LLVMBuildBitCast(g->B, av, g->i64, "");
+    bv = LLVMBuildBitCast(g->B, bv, g->i64, "");
   }
   LLVMValueRef cv = pack_vec(g, acc, s->acc_regs, KN_F32);
   /* transposed: the instruction computes D^T = B^T A^T, B's fragment goes first;
@@ -1407,7 +1412,9 @@ static int lower_dot(G *g, kn_op *op) {
   const kn_mma_shape *s = rl->mma;
   kn_scalar t = A->type.elem;
   bool fma = rl->kind == KN_LAYOUT_MMA && rl->mma->id == KN_MMA_FMA_16X32 && t == KN_F32;
-  if (rl->kind != KN_LAYOUT_MMA || (t != KN_F16 && t != KN_BF16 && !fma))
+  bool f8 = rl->kind == KN_LAYOUT_MMA && rl->mma->id == KN_MMA_MFMA_32X32X16_F8 &&
+            t == KN_F8E4M3FNUZ && Bv->type.elem == KN_F8E4M3FNUZ;
+  if (rl->kind != KN_LAYOUT_MMA || (t != KN_F16 && t != KN_BF16 && !fma && !f8))
     return unsupported(g, op, "this dot");
   /* operands: stage lazily staged ones now, then read fragments as the instructions need them */
   LLVMValueRef *ra = NULL, *rb = NULL;
