@@ -159,6 +159,18 @@ int kn_llvm_run_passes(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *p
   return 0;
 }
 
+int kn_target_optimize_o3(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm,
+                          kn_diag *d) {
+  (void)t;
+  return kn_llvm_run_passes(mod, tm, "default<O3>", d);
+}
+
+int kn_target_emit_asm(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm, FILE *out,
+                       kn_diag *d) {
+  (void)t;
+  return kn_llvm_emit_asm(mod, tm, out, d);
+}
+
 int kn_llvm_emit_asm(LLVMModuleRef mod, LLVMTargetMachineRef tm, FILE *out, kn_diag *d) {
   /* codegen changes the module it runs on: emit from a copy */
   LLVMModuleRef copy = LLVMCloneModule(mod);

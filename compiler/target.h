@@ -102,6 +102,12 @@ int kn_llvm_verify(LLVMModuleRef mod, kn_diag *d);
 int kn_llvm_run_passes(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *passes,
                        kn_diag *d);
 int kn_llvm_emit_asm(LLVMModuleRef mod, LLVMTargetMachineRef tm, FILE *out, kn_diag *d);
+/* the `optimize` and `emit_asm` every target uses so far: `default<O3>` with the target machine
+ * attached, and the machine's assembly */
+int kn_target_optimize_o3(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm,
+                          kn_diag *d);
+int kn_target_emit_asm(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm, FILE *out,
+                       kn_diag *d);
 /* host: a target machine for the host CPU at O3 (for the JIT: default relocation, JIT code model) */
 LLVMTargetMachineRef kn_llvm_host_machine(kn_diag *d);
 /* the same with a chosen relocation model and code model (relocatable objects: PIC, small) */

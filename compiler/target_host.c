@@ -12,17 +12,6 @@ static LLVMTargetMachineRef host_machine(const kn_target *t, kn_diag *d) {
   return kn_llvm_host_machine(d);
 }
 
-static int host_optimize(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm, kn_diag *d) {
-  (void)t;
-  return kn_llvm_run_passes(mod, tm, "default<O3>", d);
-}
-
-static int host_emit_asm(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm, FILE *out,
-                         kn_diag *d) {
-  (void)t;
-  return kn_llvm_emit_asm(mod, tm, out, d);
-}
-
 static int host_load(const kn_target *t, LLVMContextRef ctx, LLVMModuleRef mod, const char *name,
                      kn_loaded *out, kn_diag *d) {
   (void)t;
@@ -45,8 +34,8 @@ const kn_target kn_target_host = {
     .nmatrix = 0,
     .lower = kn_lower_host,
     .machine = host_machine,
-    .optimize = host_optimize,
-    .emit_asm = host_emit_asm,
+    .optimize = kn_target_optimize_o3,
+    .emit_asm = kn_target_emit_asm,
     .load = host_load,
     .unload = host_unload,
 };

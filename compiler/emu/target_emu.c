@@ -46,17 +46,6 @@ static LLVMTargetMachineRef emu_machine(const kn_target *t, kn_diag *d) {
   return kn_llvm_host_machine(d);
 }
 
-static int emu_optimize(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm, kn_diag *d) {
-  (void)t;
-  return kn_llvm_run_passes(mod, tm, "default<O3>", d);
-}
-
-static int emu_emit_asm(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm, FILE *out,
-                        kn_diag *d) {
-  (void)t;
-  return kn_llvm_emit_asm(mod, tm, out, d);
-}
-
 static int emu_load(const kn_target *t, LLVMContextRef ctx, LLVMModuleRef mod,
                     const char *kernel_name, kn_loaded *out, kn_diag *d) {
   (void)t;
@@ -71,8 +60,8 @@ static void emu_unload(const kn_target *t, kn_loaded *l) {
 #define EMU_TARGET(nm, chip, realt, br)                                                          \
   {.t = {.name = nm, .triple = NULL, .cpu = NULL, .features = NULL, .pointer_bits = 64,          \
          .vector_bits = 128, .lower = emu_lower, .machine = emu_machine,                          \
-         .optimize = emu_optimize, .emit_asm = emu_emit_asm, .load = emu_load,                    \
-         .unload = emu_unload},                                                                   \
+         .optimize = kn_target_optimize_o3, .emit_asm = kn_target_emit_asm,                     \
+         .load = emu_load, .unload = emu_unload},                                                 \
    .real = realt, .arch = chip, .breaks = br}
 
 static emu_target emu_targets[2] = {

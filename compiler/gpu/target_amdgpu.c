@@ -55,18 +55,6 @@ static LLVMTargetMachineRef gpu_machine(const kn_target *t, kn_diag *d) {
   return kn_amdgpu_machine(a, NULL, d);
 }
 
-static int gpu_optimize(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm,
-                        kn_diag *d) {
-  (void)t;
-  return kn_llvm_run_passes(mod, tm, "default<O3>", d);
-}
-
-static int gpu_emit_asm(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm, FILE *out,
-                        kn_diag *d) {
-  (void)t;
-  return kn_llvm_emit_asm(mod, tm, out, d);
-}
-
 /* what `load` keeps: the code object */
 typedef struct gpu_loaded {
   void *code_object;
@@ -117,8 +105,8 @@ static const kn_matrix_instr amd_matrix[] = {
 #define GPU_TARGET(n)                                                                          \
   {.name = n, .triple = "amdgcn-amd-amdhsa", .cpu = n, .features = "", .pointer_bits = 64,     \
    .vector_bits = 128, .matrix = amd_matrix, .nmatrix = 4, .lower = gpu_lower,                 \
-   .machine = gpu_machine, .optimize = gpu_optimize, .emit_asm = gpu_emit_asm,                 \
-   .load = gpu_load, .unload = gpu_unload}
+   .machine = gpu_machine, .optimize = kn_target_optimize_o3,                                  \
+   .emit_asm = kn_target_emit_asm, .load = gpu_load, .unload = gpu_unload}
 
 const kn_target kn_target_gfx90a = GPU_TARGET("gfx90a");
 const kn_target kn_target_gfx942 = GPU_TARGET("gfx942");

@@ -162,18 +162,6 @@ static LLVMTargetMachineRef nv_machine(const kn_target *t, kn_diag *d) {
   return nv_machine_for(a, d);
 }
 
-static int nv_optimize(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm,
-                       kn_diag *d) {
-  (void)t;
-  return kn_llvm_run_passes(mod, tm, "default<O3>", d);
-}
-
-static int nv_emit_asm(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm, FILE *out,
-                       kn_diag *d) {
-  (void)t;
-  return kn_llvm_emit_asm(mod, tm, out, d);
-}
-
 typedef struct nv_loaded {
   char *ptx;
   int64_t smem;
@@ -231,8 +219,8 @@ static const kn_matrix_instr nv_matrix[] = {
 #define NV_TARGET(n, f)                                                                        \
   {.name = n, .triple = "nvptx64-nvidia-cuda", .cpu = n, .features = f, .pointer_bits = 64,    \
    .vector_bits = 128, .matrix = nv_matrix, .nmatrix = 2, .lower = nv_lower,                   \
-   .machine = nv_machine, .optimize = nv_optimize, .emit_asm = nv_emit_asm, .load = nv_load,   \
-   .unload = nv_unload}
+   .machine = nv_machine, .optimize = kn_target_optimize_o3,                                   \
+   .emit_asm = kn_target_emit_asm, .load = nv_load, .unload = nv_unload}
 
 const kn_target kn_target_sm_80 = NV_TARGET("sm_80", "+ptx70");
 const kn_target kn_target_sm_90a = NV_TARGET("sm_90a", "+ptx80");
