@@ -300,7 +300,7 @@ int cuEventElapsedTime(float *ms, void *a, void *b) {
 #include "cuda_device.h"
 #include "ptxas.h"
 
-#include "vadd_ptx.h"
+#include "test_ptx.h"
 
 /* Reverses each block's elements through dynamic shared memory.  The elements are staged at
  * the TOP of the dynamic allocation (offset bytes - 4*ntid), so the launch really needs `bytes`
@@ -342,20 +342,6 @@ static const char reverse_ptx[] =
     "  sub.s32 %r14, %r13, 4;\n"        /* base + 4*(ntid-1-tid) */
     "  ld.shared.f32 %f2, [%r14];\n"
     "  st.global.f32 [%rd7], %f2;\n"
-    "  ret;\n"
-    "}\n";
-
-/* an undefined symbol on line 9: the JIT must say so in its log */
-static const char bad_ptx[] =
-    ".version 8.0\n"
-    ".target sm_80\n"
-    ".address_size 64\n"
-    "\n"
-    ".visible .entry kn_bad(.param .u64 pa)\n"
-    "{\n"
-    "  .reg .b64 %rd<3>;\n"
-    "  ld.param.u64 %rd1, [pa];\n"
-    "  st.global.u64 [%rd1], bogus;\n"
     "  ret;\n"
     "}\n";
 

@@ -20,21 +20,7 @@
 
 #include "ptxas.h"
 
-#include "vadd_ptx.h"
-
-/* a store through an undefined symbol on line 9 */
-static const char bad_ptx[] =
-    ".version 8.0\n"
-    ".target sm_80\n"
-    ".address_size 64\n"
-    "\n"
-    ".visible .entry kn_bad(.param .u64 pa)\n"
-    "{\n"
-    "  .reg .b64 %rd<3>;\n"
-    "  ld.param.u64 %rd1, [pa];\n"
-    "  st.global.u64 [%rd1], bogus;\n"
-    "  ret;\n"
-    "}\n";
+#include "test_ptx.h"
 
 /* A kernel that must spill: V volatile loads (volatile, so ptxas may neither reorder nor merge
  * them) all issued before the first use, then combined in reverse order, so all V values are

@@ -1,7 +1,8 @@
-/* vadd_ptx.h — a hand-written PTX vector add, c[i] = a[i] + b[i] for i < n, one thread per
- * element: the smallest real kernel for the CUDA device and ptxas tests (shared by both). */
-#ifndef KILN_TEST_VADD_PTX_H
-#define KILN_TEST_VADD_PTX_H
+/* test_ptx.h — hand-written PTX shared by the CUDA device and ptxas tests: a vector add,
+ * c[i] = a[i] + b[i] for i < n with one thread per element (the smallest real kernel), and a
+ * kernel that must not assemble. */
+#ifndef KILN_TEST_PTX_H
+#define KILN_TEST_PTX_H
 
 static const char vadd_ptx[] =
     ".version 8.0\n"
@@ -36,6 +37,20 @@ static const char vadd_ptx[] =
     "  add.rn.f32 %f3, %f1, %f2;\n"
     "  st.global.f32 [%rd10], %f3;\n"
     "DONE:\n"
+    "  ret;\n"
+    "}\n";
+
+/* a store through an undefined symbol on line 9: ptxas and the driver JIT must say so */
+static const char bad_ptx[] =
+    ".version 8.0\n"
+    ".target sm_80\n"
+    ".address_size 64\n"
+    "\n"
+    ".visible .entry kn_bad(.param .u64 pa)\n"
+    "{\n"
+    "  .reg .b64 %rd<3>;\n"
+    "  ld.param.u64 %rd1, [pa];\n"
+    "  st.global.u64 [%rd1], bogus;\n"
     "  ret;\n"
     "}\n";
 
