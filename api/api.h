@@ -1,9 +1,9 @@
 /* api.h — what api/kiln.c (context, prepare, forward) and api/tune.c (the autotuner) share.
  *
  * The API layer is the only one that sees templates, the compiler, the runtime and the storage
- * layers together.  It holds no LLVM types: compiler/pipeline.h's object path (kn_object,
+ * layers together.  It holds no LLVM types: compiler/pipeline.h's object path (kn_artifact,
  * kn_host_object) is its view of host code generation, and api/cuda.c's three calls below (which
- * alone include compiler/gpu/gpu.h for kn_nvptx_compile) its view of the NVPTX target.
+ * alone know the CUDA device) its view of the NVIDIA targets; both compile through kn_compile_artifact.
  */
 #ifndef KILN_API_INTERNAL_H
 #define KILN_API_INTERNAL_H
@@ -93,9 +93,9 @@ kn_module *api_build_module(const kn_attn_desc *d, const kn_attn_config *c, kn_d
 /* the cache key of a built module on the context's target */
 kn_cache_key api_cache_key(const kiln_context *ctx, const kn_module *m);
 /* payload = small header (kernel symbol, ABI version, tile bytes) + the object; malloc'ed */
-void *api_pack(const kn_object *o, size_t *size);
+void *api_pack(const kn_artifact *o, size_t *size);
 /* stores a compiled object in the cache (NOT_STORED is logged, counted, and not an error) */
-void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_object *o);
+void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_artifact *o);
 const char *api_dtype_name(kn_scalar s);
 /* the cache lookup of kiln.c: KN_CACHE_OK with a malloc'ed payload, or a miss (corrupt entries
  * counted and logged as warnings) */

@@ -1,5 +1,5 @@
 /* cuda.c — the API's CUDA device: NVIDIA GPUs through runtime/cuda_device.h (the driver by
- * dlopen), kernels compiled to PTX by the NVPTX target (compiler/gpu, kn_nvptx_compile).
+ * dlopen), kernels compiled to PTX by the pipeline for the NVPTX targets.
  *
  * A context on a CUDA device retains the device's primary context (the one PyTorch and every
  * other driver-API user in the process share) for its lifetime, so caller-owned device pointers
@@ -27,15 +27,15 @@
  * Launches of one kernel need no lock: the driver is thread-safe and the helper keeps every
  * launch's parameter values on the launching thread's stack.
  *
- * This file alone in api/ includes compiler/gpu/gpu.h (for kn_nvptx_compile and the sm_*
- * kn_targets); it uses none of its LLVM types.
+ * Kernels are compiled by the one pipeline (kn_compile_artifact, compiler/pipeline.h) for the
+ * context's target from the registry; the artefact is the PTX.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api.h"
-#include "gpu.h"
+#include "target.h"
 
 #define PTX_MAGIC "KILNPTX1"
 #define PTX_ABI 1u
@@ -55,7 +55,7 @@ static kiln_status cuda_fail(kiln_status s, const char *what, const kn_cuda_erro
 }
 
 kiln_status api_cuda_open(kiln_context *ctx, const kn_device_info *dev, const char *target) {
-  const kn_target *t = kn_nvptx_target_by_name(target);
+  const kn_target *t = kn_target_get(target);
   if (!t) return api_fail(KILN_ERR_UNSUPPORTED, "target %s is not compiled into this kiln", target);
   kn_cuda_error e;
   if (kn_cuda_init(&e) != KN_CUDA_OK) return cuda_fail(KILN_ERR_NO_DEVICE, "CUDA", &e);
@@ -73,13 +73,8 @@ kiln_status api_cuda_open(kiln_context *ctx, const kn_device_info *dev, const ch
   snprintf(ctx->arch, sizeof ctx->arch, "%s-%.22s", target, p->name);
   /* the code depends on the target and on LLVM's NVPTX backend; the LLVM version is taken from
    * the host target's identity (api/ makes no LLVM calls of its own) */
-  char host_id[1024];
-  const char *llvm = "llvm-unknown";
-  if (kn_object_target_id(kn_host_target(), host_id, sizeof host_id) == 0) {
-    const char *at = strstr(host_id, ";llvm-");
-    if (at) llvm = at + 1;
-  }
-  snprintf(ctx->target_id, sizeof ctx->target_id, "nvptx64-nvidia-cuda;%s;%s", target, llvm);
+  if (kn_object_target_id(t, ctx->target_id, sizeof ctx->target_id))
+    snprintf(ctx->target_id, sizeof ctx->target_id, "%s", target);
   return KILN_OK;
 }
 
@@ -163,29 +158,29 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
     api_cache_reject(ctx, key, hex, bad);
   }
 
-  kn_nvptx_compiled c;
+  kn_artifact c;
   kn_diag d;
-  if (kn_nvptx_compile(m, "attn_fwd", ctx->target_name, false, &c, &d))
+  if (kn_compile_artifact(m, "attn_fwd", ctx->target, NULL, &c, &d))
     return api_fail(KILN_ERR_COMPILE, "compiling %s for %s failed: %s", what, ctx->target_name,
                     d.message);
   atomic_fetch_add(&ctx->stats.compiles, 1);
   kiln_status s = KILN_OK;
-  if (c.smem_bytes > ctx->cuda_smem_optin) {
+  if (c.shared_bytes > ctx->cuda_smem_optin) {
     s = api_fail(KILN_ERR_UNSUPPORTED, "%s needs %lld bytes of shared memory per block; %s "
-                 "allows %lld (choose smaller blocks)", what, (long long)c.smem_bytes,
+                 "allows %lld (choose smaller blocks)", what, (long long)c.shared_bytes,
                  ctx->device_name, (long long)ctx->cuda_smem_optin);
-  } else if (load(ctx, k, c.ptx, c.threads, c.smem_bytes, &e)) {
+  } else if (load(ctx, k, (const char *)c.data, c.threads, c.shared_bytes, &e)) {
     s = api_fail(KILN_ERR_COMPILE, "loading %s (%s PTX) into the driver failed: %s", what,
                  ctx->target_name, e.message);
   } else {
     /* stored only once the driver accepted it: the cache never holds PTX that cannot load */
     size_t n;
-    void *p = pack(c.ptx, c.ptx_size, c.threads, c.smem_bytes, &n);
+    void *p = pack((const char *)c.data, c.size, c.threads, c.shared_bytes, &n);
     if (p) api_cache_put(ctx, key, p, n);
     free(p);
     k->info.source = KILN_SOURCE_COMPILED;
   }
-  kn_nvptx_compiled_free(&c);
+  kn_artifact_free(&c);
   return s;
 }
 

@@ -419,7 +419,7 @@ static uint64_t get_le(const uint8_t *p, int n) {
   return v;
 }
 
-void *api_pack(const kn_object *o, size_t *size) {
+void *api_pack(const kn_artifact *o, size_t *size) {
   size_t ns = strlen(o->symbol);
   *size = PAYLOAD_HEADER + ns + o->size;
   uint8_t *p = malloc(*size);
@@ -488,7 +488,7 @@ void api_cache_put(kiln_context *ctx, const kn_cache_key *key, const void *paylo
     atomic_fetch_add(&ctx->stats.not_stored, 1);
 }
 
-void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_object *o) {
+void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_artifact *o) {
   if (!ctx->cache) return;
   size_t n;
   void *payload = api_pack(o, &n);
@@ -536,7 +536,7 @@ static int load_cached(kiln_context *ctx, const kn_cache_key *key, const char *h
   size_t nbytes;
   const char *bad = unpack(payload, size, symbol, sizeof symbol, &bytes, &nbytes);
   kn_diag d;
-  if (!bad && kn_object_load(ctx->target, bytes, nbytes, symbol, obj, &d) == 0) {
+  if (!bad && kn_object_load(bytes, nbytes, symbol, obj, &d) == 0) {
     free(payload);
     return 0;
   }
@@ -577,16 +577,16 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
     k->info.source = KILN_SOURCE_CACHE;
     atomic_fetch_add(&ctx->stats.cache_hits, 1);
   } else {
-    kn_object o;
-    if (kn_compile_object(m, "attn_fwd", ctx->target, NULL, &o, &diag)) {
+    kn_artifact o;
+    if (kn_compile_artifact(m, "attn_fwd", ctx->target, NULL, &o, &diag)) {
       kn_module_free(m);
       free(k);
       return api_fail(KILN_ERR_COMPILE, "compiling %s failed: %s", what, diag.message);
     }
     atomic_fetch_add(&ctx->stats.compiles, 1);
     api_store(ctx, &key, &o);
-    int rc = kn_object_load(ctx->target, o.data, o.size, o.symbol, &k->obj, &diag);
-    kn_object_free(&o);
+    int rc = kn_object_load(o.data, o.size, o.symbol, &k->obj, &diag);
+    kn_artifact_free(&o);
     if (rc) {
       kn_module_free(m);
       free(k);

@@ -155,7 +155,7 @@ static const char *check(const run *r, char *why, size_t n) {
 
 /* compiles, prunes, checks and times one candidate; on TIMED, *obj keeps its object */
 static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate *out,
-                          kn_object *obj) {
+                          kn_artifact *obj) {
   memset(out, 0, sizeof *out);
   out->block_m = tc->block_m;
   out->block_n = tc->block_n;
@@ -174,7 +174,7 @@ static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate 
   }
   kn_module *m = api_build_module(r->d, &c, &diag);
   double t0 = now_us();
-  if (!m || kn_compile_object(m, "attn_fwd", r->ctx->target, NULL, obj, &diag)) {
+  if (!m || kn_compile_artifact(m, "attn_fwd", r->ctx->target, NULL, obj, &diag)) {
     out->state = KILN_CANDIDATE_FAILED;
     snprintf(out->note, sizeof out->note, "%.159s", diag.message);
     kn_module_free(m);
@@ -186,14 +186,14 @@ static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate 
   atomic_fetch_add(&r->ctx->stats.candidates, 1);
   if (kn_space_prune(r->space, obj->tile_bytes, 0, 0, 0, out->note, sizeof out->note)) {
     out->state = KILN_CANDIDATE_PRUNED;
-    kn_object_free(obj);
+    kn_artifact_free(obj);
     return;
   }
   kn_host_object *h = NULL;
-  if (kn_object_load(r->ctx->target, obj->data, obj->size, obj->symbol, &h, &diag)) {
+  if (kn_object_load(obj->data, obj->size, obj->symbol, &h, &diag)) {
     out->state = KILN_CANDIDATE_FAILED;
     snprintf(out->note, sizeof out->note, "%.159s", diag.message);
-    kn_object_free(obj);
+    kn_artifact_free(obj);
     return;
   }
   kn_argval args[KN_ATTN_NPARAMS];
@@ -231,7 +231,7 @@ static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate 
   free(t);
 done:
   kn_object_unload(h);
-  if (out->state != KILN_CANDIDATE_TIMED) kn_object_free(obj);
+  if (out->state != KILN_CANDIDATE_TIMED) kn_artifact_free(obj);
 }
 
 /* ---- the run ---- */
@@ -333,21 +333,21 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
           r.warmup, r.repeats);
 
   int ibest = -1;
-  kn_object best_obj = {0};
+  kn_artifact best_obj = {0};
   kn_tune_config best_tc = {0};
   for (int i = 0; i < total; i++) {
     kn_tune_config tc;
     kn_space_point(&space, i, &tc);
-    kn_object obj;
+    kn_artifact obj;
     try_candidate(&r, &tc, &cands[i], &obj);
     if (cands[i].state == KILN_CANDIDATE_TIMED &&
         (ibest < 0 || cands[i].median_us < cands[ibest].median_us)) {
       ibest = i;
-      kn_object_free(&best_obj);
+      kn_artifact_free(&best_obj);
       best_obj = obj;
       best_tc = tc;
     } else {
-      kn_object_free(&obj);
+      kn_artifact_free(&obj);
     }
     report(ctx, i + 1, total, &cands[i]);
   }
@@ -393,7 +393,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
             key.variant, key.dtype, key.head_dim, key.seq_bucket, best->block_m, best->block_n,
             b->median_us, recorded ? "recorded" : "not recorded");
   }
-  kn_object_free(&best_obj);
+  kn_artifact_free(&best_obj);
   if (res) {
     memset(res, 0, sizeof *res);
     res->ncandidates = total;

@@ -44,7 +44,7 @@ int main(int argc, char **argv) {
       desc.dtype = (kn_scalar)s;
     } else if (!strcmp(argv[i], "--target") && i + 1 < argc) {
       target = argv[++i];
-      if (strcmp(target, "host") && !kn_gpu_target_by_name(target))
+      if (!kn_target_get(target))
         return fprintf(stderr, "unknown target %s\n", target), 2;
     } else if (!strcmp(argv[i], "--block-m") && i + 1 < argc) {
       bm = atoi(argv[++i]);
@@ -67,22 +67,13 @@ int main(int argc, char **argv) {
   if (!k || kn_verify(m, &d)) return fprintf(stderr, "%s", d.rendered), 2;
 
   double *t = malloc(sizeof *t * (size_t)(repeats + 1));
-  bool host = !strcmp(target, "host");
   for (int r = 0; r <= repeats; r++) {
     double t0 = now_s();
-    if (host) {
-      kn_kernel *kern;
-      if (kn_compile(m, k->name, kn_host_target(), NULL, &kern, &d))
-        return fprintf(stderr, "compile failed:\n%s", d.rendered), 1;
-      t[r] = now_s() - t0;
-      kn_kernel_free(kern);
-    } else {
-      kn_gpu_compiled c;
-      if (kn_gpu_compile(m, k->name, target, false, &c, &d))
-        return fprintf(stderr, "compile failed:\n%s", d.rendered), 1;
-      t[r] = now_s() - t0;
-      kn_gpu_compiled_free(&c);
-    }
+    kn_kernel *kern;
+    if (kn_compile(m, k->name, kn_target_get(target), NULL, &kern, &d))
+      return fprintf(stderr, "compile failed:\n%s", d.rendered), 1;
+    t[r] = now_s() - t0;
+    kn_kernel_free(kern);
   }
   qsort(t + 1, (size_t)repeats, sizeof *t, cmp_double);
   printf("attn_fwd %s dtype=%s D=%d causal=%d block=%dx%d warps=%d: first %.1f ms, median %.1f ms, "

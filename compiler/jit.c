@@ -159,18 +159,6 @@ int kn_llvm_run_passes(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *p
   return 0;
 }
 
-int kn_target_optimize_o3(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm,
-                          kn_diag *d) {
-  (void)t;
-  return kn_llvm_run_passes(mod, tm, "default<O3>", d);
-}
-
-int kn_target_emit_asm(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm, FILE *out,
-                       kn_diag *d) {
-  (void)t;
-  return kn_llvm_emit_asm(mod, tm, out, d);
-}
-
 int kn_llvm_emit_asm(LLVMModuleRef mod, LLVMTargetMachineRef tm, FILE *out, kn_diag *d) {
   /* codegen changes the module it runs on: emit from a copy */
   LLVMModuleRef copy = LLVMCloneModule(mod);
@@ -201,6 +189,20 @@ typedef struct abs_sym {
   void *addr;
 } abs_sym;
 
+/* f32 -> bf16, rounding to nearest even (NaNs stay quiet NaNs): the libcall x86 codegen emits
+ * for `fptrunc float to bfloat` (the emulated targets run the AMDGPU lowering's bf16 packing on
+ * the host).  libgcc has it only as a static archive member, so the JIT gets it from here.  The
+ * ABI returns a __bf16 in the low 16 bits of xmm0, which is where a float's low bits are. */
+static float rt_truncsfbf2(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  uint32_t h = (u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u
+                                                : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  float r;
+  memcpy(&r, &h, 4);
+  return r;
+}
+
 int kn_jit_define_helpers(LLVMOrcLLJITRef J, kn_diag *d) {
   /* cast through uintptr_t: the addresses of C functions, as the JIT wants them */
   const abs_sym syms[] = {
@@ -218,6 +220,7 @@ int kn_jit_define_helpers(LLVMOrcLLJITRef J, kn_diag *d) {
       {"memcpy", (void *)(uintptr_t)memcpy},
       {"memmove", (void *)(uintptr_t)memmove},
       {"memset", (void *)(uintptr_t)memset},
+      {"__truncsfbf2", (void *)(uintptr_t)rt_truncsfbf2},
   };
   enum { N = sizeof syms / sizeof syms[0] };
   LLVMOrcCSymbolMapPair pairs[N];

@@ -1007,7 +1007,9 @@ static LLVMValueRef load_param(lower *L, int i, kn_type t) {
   return from_f64(L, s, LLVMBuildLoad2(L->B, L->f64, p, ""));
 }
 
-int kn_lower_host(const kn_target *t, kn_func *k, LLVMContextRef ctx, LLVMModuleRef *out, kn_diag *d) {
+int kn_lower_host(const kn_target *t, kn_func *k, const kn_layout_plan *plan, LLVMContextRef ctx,
+                  LLVMModuleRef *out, kn_diag *d) {
+  (void)plan;
   (void)t;
   lower L = {.C = ctx, .k = k, .m = k->module, .d = d};
   if (!k->is_kernel) return kn_error(d, k->module, k->loc, "'@%s' is not a kernel", k->name);

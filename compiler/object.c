@@ -3,12 +3,10 @@
  * the bytes that are stored are exactly the bytes that are run, whether they were just compiled
  * or read back from the cache.
  *
- * Compiling reuses kn_compile() unchanged, so the pass list stays in one place (pipeline.c): the
- * compile is given a copy of the host target whose `lower` also measures the tile storage of the
- * lowered kernel (the resource the autotuner prunes on for the host) and whose `load` runs
- * codegen to an object in memory instead of JIT-ing.  The copy is a per-call struct with the
- * kn_target as its first member, so the hooks find their call's output without globals and
- * concurrent compiles share nothing.
+ * The host target's codegen step (kn_host_codegen) writes that object, and its load step
+ * (kn_host_load) links it, so every host kernel — compiled by the pipeline just now, or read back
+ * from the API's cache — runs through the same object path.  The emulated AMDGPU targets use
+ * the same two steps on their rewritten module.
  *
  * Code model.  The object is emitted position-independent with the small code model: JITLink
  * places the code anywhere in the address space, so absolute 32-bit relocations (what non-PIC
@@ -37,135 +35,14 @@
 
 static const kn_loc no_loc = {0};
 
-/* ---- compiling to an object ---- */
-
-typedef struct object_target {
-  kn_target t;          /* first: the pipeline calls the hooks with &t */
-  const kn_target *base;
-  kn_object *out;
-} object_target;
-
-/* the bytes of the kernel function's stack slots (tiles and scalar slots), before optimisation:
- * an upper bound of the stack a program needs, which is what the host lowering limits */
-static uint64_t measure_tile_bytes(LLVMModuleRef mod, const char *kernel_name) {
-  char sym[300];
-  snprintf(sym, sizeof sym, "kiln_%s", kernel_name);
-  LLVMValueRef f = LLVMGetNamedFunction(mod, sym);
-  if (!f) return 0;
-  LLVMTargetDataRef td = LLVMGetModuleDataLayout(mod);
-  uint64_t total = 0;
-  for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb))
-    for (LLVMValueRef i = LLVMGetFirstInstruction(bb); i; i = LLVMGetNextInstruction(i))
-      if (LLVMIsAAllocaInst(i)) total += LLVMABISizeOfType(td, LLVMGetAllocatedType(i));
-  return total;
-}
-
-static int object_lower(const kn_target *t, kn_func *k, LLVMContextRef ctx, LLVMModuleRef *out,
-                        kn_diag *d) {
-  const object_target *ot = (const object_target *)t;
-  if (ot->base->lower(ot->base, k, ctx, out, d)) return -1;
-  /* the lowered module has no data layout yet; sizes need the host's */
-  LLVMTargetMachineRef tm = ot->base->machine(ot->base, d);
-  if (!tm) return -1;
-  LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
-  char *layout = LLVMCopyStringRepOfTargetData(td);
-  LLVMSetDataLayout(*out, layout);
-  LLVMDisposeMessage(layout);
-  LLVMDisposeTargetData(td);
-  LLVMDisposeTargetMachine(tm);
-  ot->out->tile_bytes = measure_tile_bytes(*out, k->name);
-  return 0;
-}
-
-static LLVMTargetMachineRef object_machine_of(const kn_target *t, kn_diag *d) {
-  const object_target *ot = (const object_target *)t;
-  return ot->base->machine(ot->base, d);
-}
-
-static int object_optimize(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm,
-                           kn_diag *d) {
-  const object_target *ot = (const object_target *)t;
-  return ot->base->optimize(ot->base, mod, tm, d);
-}
-
-static int object_emit_asm(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm,
-                           FILE *out, kn_diag *d) {
-  const object_target *ot = (const object_target *)t;
-  return ot->base->emit_asm(ot->base, mod, tm, out, d);
-}
-
-static int object_load_hook(const kn_target *t, LLVMContextRef ctx, LLVMModuleRef mod,
-                            const char *kernel_name, kn_loaded *out, kn_diag *d) {
-  const object_target *ot = (const object_target *)t;
-  int rc = -1;
-  /* objects are linked at any address later (cache loads): PIC, small code model */
-  LLVMTargetMachineRef tm = kn_llvm_host_machine_with(LLVMRelocPIC, LLVMCodeModelSmall, d);
-  if (tm) {
-    char *err = NULL;
-    LLVMMemoryBufferRef buf = NULL;
-    if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &err, &buf)) {
-      kn_error(d, NULL, no_loc, "object emission failed: %s%s%s", err ? err : "?",
-               *kn_llvm_context_diag(ctx) ? "; " : "", kn_llvm_context_diag(ctx));
-      LLVMDisposeMessage(err);
-    } else {
-      size_t n = LLVMGetBufferSize(buf);
-      void *bytes = malloc(n ? n : 1);
-      if (!bytes) {
-        kn_error(d, NULL, no_loc, "out of memory");
-      } else {
-        memcpy(bytes, LLVMGetBufferStart(buf), n);
-        ot->out->data = bytes;
-        ot->out->size = n;
-        snprintf(ot->out->symbol, sizeof ot->out->symbol, "kiln_%s", kernel_name);
-        rc = 0;
-      }
-      LLVMDisposeMemoryBuffer(buf);
-    }
-    LLVMDisposeTargetMachine(tm);
-  }
-  /* the hook owns ctx and mod, also on failure */
-  LLVMDisposeModule(mod);
-  kn_llvm_context_forget(ctx);
-  LLVMContextDispose(ctx);
-  memset(out, 0, sizeof *out);
-  return rc;
-}
-
-static void object_unload_hook(const kn_target *t, kn_loaded *l) {
-  (void)t;
-  memset(l, 0, sizeof *l);
-}
-
-int kn_compile_object(const kn_module *m, const char *name, const kn_target *t,
-                      const kn_compile_options *opts, kn_object *out, kn_diag *d) {
-  memset(out, 0, sizeof *out);
-  if (t != kn_host_target())
-    return kn_error(d, NULL, no_loc, "objects are only made for the host target so far");
-  object_target ot = {.t = *t, .base = t, .out = out};
-  ot.t.lower = object_lower;
-  ot.t.machine = object_machine_of;
-  ot.t.optimize = object_optimize;
-  ot.t.emit_asm = object_emit_asm;
-  ot.t.load = object_load_hook;
-  ot.t.unload = object_unload_hook;
-  kn_kernel *k = NULL;
-  if (kn_compile(m, name, &ot.t, opts, &k, d)) {
-    kn_object_free(out);
-    return -1;
-  }
-  kn_kernel_free(k); /* holds nothing: the object is in *out */
-  return 0;
-}
-
-void kn_object_free(kn_object *o) {
-  if (!o) return;
-  free(o->data);
-  o->data = NULL;
-  o->size = 0;
-}
-
 int kn_object_target_id(const kn_target *t, char *out, size_t size) {
-  if (t != kn_host_target()) return snprintf(out, size, "%s", t->name) < (int)size ? 0 : -1;
+  if (t->arch->isa != KN_ISA_HOST || t->emulated) {
+    unsigned major, minor, patch;
+    LLVMGetVersion(&major, &minor, &patch);
+    int n = snprintf(out, size, "%s;%s;%s;llvm-%u.%u.%u", t->name, t->arch->triple ? t->arch->triple : "",
+                     t->arch->features ? t->arch->features : "", major, minor, patch);
+    return n >= 0 && (size_t)n < size ? 0 : -1;
+  }
   kn_llvm_init();
   char *triple = LLVMGetDefaultTargetTriple();
   char *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
@@ -196,11 +73,9 @@ struct kn_host_object {
   char symbol[160];
 };
 
-int kn_object_load(const kn_target *t, const void *data, size_t size, const char *symbol,
-                   kn_host_object **out, kn_diag *d) {
+int kn_object_load(const void *data, size_t size, const char *symbol, kn_host_object **out,
+                   kn_diag *d) {
   *out = NULL;
-  if (t != kn_host_target())
-    return kn_error(d, NULL, no_loc, "objects are only loaded for the host target so far");
   kn_host_object *h = calloc(1, sizeof *h);
   if (!h) return kn_error(d, NULL, no_loc, "out of memory");
   snprintf(h->symbol, sizeof h->symbol, "%s", symbol);
@@ -244,6 +119,49 @@ int kn_object_load(const kn_target *t, const void *data, size_t size, const char
 fail:
   kn_object_unload(h);
   return -1;
+}
+
+/* ---- the host target's codegen and load ---- */
+
+int kn_host_codegen(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm,
+                    kn_artifact *a, kn_diag *d) {
+  (void)t;
+  char *err = NULL;
+  LLVMMemoryBufferRef buf = NULL;
+  if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &err, &buf)) {
+    LLVMContextRef ctx = LLVMGetModuleContext(mod);
+    kn_error(d, NULL, no_loc, "object emission failed: %s%s%s", err ? err : "?",
+             *kn_llvm_context_diag(ctx) ? "; " : "", kn_llvm_context_diag(ctx));
+    LLVMDisposeMessage(err);
+    return -1;
+  }
+  size_t n = LLVMGetBufferSize(buf);
+  a->data = malloc(n ? n : 1);
+  if (!a->data) {
+    LLVMDisposeMemoryBuffer(buf);
+    return kn_error(d, NULL, no_loc, "out of memory");
+  }
+  memcpy(a->data, LLVMGetBufferStart(buf), n);
+  a->size = n;
+  LLVMDisposeMemoryBuffer(buf);
+  return 0;
+}
+
+int kn_host_load(const kn_target *t, const kn_artifact *a, kn_loaded *out, kn_diag *d) {
+  (void)t;
+  memset(out, 0, sizeof *out);
+  kn_host_object *h;
+  if (kn_object_load(a->data, a->size, a->symbol, &h, d)) return -1;
+  out->impl = h;
+  out->entry = (void *)h->entry;
+  out->status = h->status;
+  return 0;
+}
+
+void kn_host_unload(const kn_target *t, kn_loaded *l) {
+  (void)t;
+  kn_object_unload(l ? l->impl : NULL);
+  if (l) memset(l, 0, sizeof *l);
 }
 
 void kn_object_unload(kn_host_object *h) {

@@ -1,18 +1,24 @@
-/* pipeline.h — compiling a kernel of the tile IR for a target, and running it on the host.
+/* pipeline.h — compiling a kernel of the tile IR for a target: the one pipeline of kiln.
  *
  * kn_compile() takes a kernel of a module (the module is copied, never changed), runs the pass
- * list of pipeline.c and returns a compiled kernel that owns everything it needs (for the host:
- * its LLJIT and the machine code).  Compiles on different threads are independent.
+ * list of pipeline.c and returns a compiled kernel that owns its artefact — the bytes a target
+ * produces (a relocatable host object, an AMDGPU code object, PTX) — and, for the targets that
+ * run in this process (host, emulated), the loaded code.  Every path compiles through it: the
+ * command line, the public API (which caches the artefact on disk), the tuner, the tests and the
+ * benchmarks.  Compiles on different threads are independent.
  *
- * Dumps: the stages "ir" (tile IR after the kiln passes), "lowered" (LLVM IR as lowered, before
- * optimisation), "llvm" (LLVM IR after the LLVM pipeline) and "asm" (the target's assembly) can be
- * written while compiling: by options (dump_stages, dump_file) or by the environment
- * KILN_DUMP=ir,llvm,asm (to stderr unless dump_file is given).  kn_pipeline_dump() compiles up to
- * one stage just to print it (`kiln dump --stage`).
+ * Dumps: the stages "ir" (tile IR after kiln's passes), "layout" (GPU targets: every tile's
+ * layout, the conversions and the shared-memory plan), "lowered" (LLVM IR as lowered), "llvm"
+ * (after LLVM's optimisation) and "asm" (the target's assembly: x86, AMDGPU, PTX) are printed
+ * while compiling when asked, by options (dump_stages, dump_file) or by the environment
+ * KILN_DUMP=ir,layout,... ("all" for every stage).  An unknown stage name in either is an error
+ * naming the stages, never silently nothing.  kn_pipeline_dump() compiles up to a stage just to
+ * print it (`kiln dump --stage`).
  */
 #ifndef KILN_PIPELINE_H
 #define KILN_PIPELINE_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "interp.h"
@@ -27,19 +33,52 @@ typedef struct kn_kernel kn_kernel;
 
 typedef enum kn_stage {
   KN_STAGE_IR = 1 << 0,      /* tile IR after kiln's passes */
-  KN_STAGE_LOWERED = 1 << 1, /* LLVM IR before LLVM's optimisation */
-  KN_STAGE_LLVM = 1 << 2,    /* LLVM IR after optimisation */
-  KN_STAGE_ASM = 1 << 3,     /* target assembly */
+  KN_STAGE_LAYOUT = 1 << 1,  /* GPU: layouts, conversions, shared-memory plan */
+  KN_STAGE_LOWERED = 1 << 2, /* LLVM IR before LLVM's optimisation */
+  KN_STAGE_LLVM = 1 << 3,    /* LLVM IR after optimisation */
+  KN_STAGE_ASM = 1 << 4,     /* target assembly (PTX on NVIDIA) */
+  KN_STAGE_ALL = (1 << 5) - 1,
 } kn_stage;
 
-/* "ir,llvm" -> mask; unknown names give -1 */
+/* "ir,llvm" -> mask; -1 when a name is not a stage */
 int kn_stage_parse(const char *s);
+/* the stage names, comma-separated, for messages */
+const char *kn_stage_names(void);
+
+typedef enum kn_artifact_kind {
+  KN_ARTIFACT_HOST_OBJECT = 1, /* relocatable ELF for the host (PIC, small code model) */
+  KN_ARTIFACT_CODE_OBJECT,     /* linked AMDGPU code object (ET_DYN, code object v5) */
+  KN_ARTIFACT_PTX,             /* PTX text, NUL-terminated (size excludes the NUL) */
+} kn_artifact_kind;
+
+/* What a compile produces, whatever the target. */
+typedef struct kn_artifact {
+  kn_artifact_kind kind;
+  void *data;             /* malloc'd */
+  size_t size;
+  char symbol[160];       /* the entry symbol: "kiln_<name>" on the host, "<name>" on GPUs */
+  int64_t shared_bytes;   /* GPU: the shared-memory (LDS) plan, to launch with */
+  int threads;            /* GPU: threads per program (lanes x warps), exactly */
+  uint64_t tile_bytes;    /* host: the kernel's stack slots before optimisation */
+} kn_artifact;
+
+void kn_artifact_free(kn_artifact *a);
+const char *kn_artifact_kind_name(kn_artifact_kind k); /* "host object", "code object", "PTX" */
 
 typedef struct kn_compile_options {
   unsigned dump_stages;  /* kn_stage bits, ORed with $KILN_DUMP */
   FILE *dump_file;       /* NULL: stderr */
   bool verify_each;      /* kn_verify between kiln passes (also: debug builds, KILN_VERIFY_EACH=1) */
+  bool no_load;          /* stop at the artefact: do not load it even where the target could */
+  bool keep_layout;      /* GPU: keep the layout stage's text (kn_kernel_layout_text) */
 } kn_compile_options;
+
+/* wall time of each step of one compile, in ms */
+typedef struct kn_compile_times {
+  double front;          /* copy, verify, fold, inline */
+  double layout;         /* GPU: layout pass and shared-memory plan */
+  double lower, optimize, codegen, link, load;
+} kn_compile_times;
 
 /* the host target (compiler/target.h describes the struct) */
 const kn_target *kn_host_target(void);
@@ -48,10 +87,23 @@ const kn_target *kn_host_target(void);
 int kn_compile(const kn_module *m, const char *name, const kn_target *t,
                const kn_compile_options *opts, kn_kernel **out, kn_diag *d);
 void kn_kernel_free(kn_kernel *k);
+/* kn_compile with opts->no_load, keeping only the artefact (the API's cache, the tuner, AOT):
+ * 0 and *out (free with kn_artifact_free), or -1 with *d */
+int kn_compile_artifact(const kn_module *m, const char *name, const kn_target *t,
+                        const kn_compile_options *opts, kn_artifact *out, kn_diag *d);
 
-/* the host entry point (runtime/device.h kn_host_kernel_fn), NULL for other targets */
-void *kn_kernel_entry(const kn_kernel *k);
 const char *kn_kernel_name(const kn_kernel *k);
+const kn_target *kn_kernel_target(const kn_kernel *k);
+/* the artefact (owned by the kernel) */
+const kn_artifact *kn_kernel_artifact(const kn_kernel *k);
+/* takes the artefact's bytes out of the kernel (the caller frees them with kn_artifact_free) */
+void kn_kernel_take_artifact(kn_kernel *k, kn_artifact *out);
+const kn_compile_times *kn_kernel_times(const kn_kernel *k);
+/* the layout stage's text when opts.keep_layout was set on a GPU target, else NULL */
+const char *kn_kernel_layout_text(const kn_kernel *k);
+/* the entry point and status word of a loaded kernel (host, emulated), else NULL */
+void *kn_kernel_entry(const kn_kernel *k);
+int *kn_kernel_status_word(const kn_kernel *k);
 
 /* Runs a host-compiled kernel over grid on the host device.  args has one kn_argval per kernel
  * parameter.  Returns 0, or -1 with *d (runtime failure, integer division by zero). */
@@ -62,35 +114,20 @@ int kn_kernel_run_host(kn_kernel *k, const kn_argval *args, const int grid[3], k
 int kn_pipeline_dump(const kn_module *m, const char *name, const kn_target *t, kn_stage stage,
                      FILE *out, kn_diag *d);
 
-/* ---- the host object path (object.c): what the JIT service caches ----
- * kn_compile_object() runs the same pipeline as kn_compile() but stops at codegen: the kernel
- * becomes a relocatable object in memory (PIC, small code model, the host CPU's features), and
- * the lowering's tile storage is measured on the way (the host's resource for the autotuner).
- * kn_object_load() links such an object into a fresh LLJIT; the result runs like a kn_kernel.
- * Host target only so far (other targets: -1 with a message). */
-typedef struct kn_object {
-  void *data;             /* the object file (ELF on Linux), malloc'ed */
-  size_t size;
-  char symbol[160];       /* the kernel's entry symbol, "kiln_<name>" */
-  uint64_t tile_bytes;    /* stack slots of the kernel function before optimisation */
-} kn_object;
-
-int kn_compile_object(const kn_module *m, const char *name, const kn_target *t,
-                      const kn_compile_options *opts, kn_object *out, kn_diag *d);
-void kn_object_free(kn_object *o);
-/* what an object depends on besides its IR: for the host "host;<triple>;<cpu>;<features>;
- * pic-small;llvm-<version>" (part of the cache key) */
-int kn_object_target_id(const kn_target *t, char *out, size_t size);
-/* the host CPU as LLVM names it ("znver3"), for tuning keys */
-int kn_host_cpu_name(char *out, size_t size);
-
+/* ---- host objects (object.c): what the JIT service caches for the host ----
+ * kn_object_load() links a host artefact into a fresh LLJIT; the result runs like a kernel. */
 typedef struct kn_host_object kn_host_object;
-int kn_object_load(const kn_target *t, const void *data, size_t size, const char *symbol,
-                   kn_host_object **out, kn_diag *d);
+int kn_object_load(const void *data, size_t size, const char *symbol, kn_host_object **out,
+                   kn_diag *d);
 void kn_object_unload(kn_host_object *h);
 /* runs a loaded object over grid like kn_kernel_run_host; launches of one object must not
  * overlap (its status word is shared) */
 int kn_object_run_host(kn_host_object *h, const kn_argval *args, const int grid[3], kn_diag *d);
+/* what a host object depends on besides its IR: "host;<triple>;<cpu>;<features>;pic-small;
+ * llvm-<version>"; for other targets the target's name and LLVM version (part of cache keys) */
+int kn_object_target_id(const kn_target *t, char *out, size_t size);
+/* the host CPU as LLVM names it ("znver3"), for tuning keys */
+int kn_host_cpu_name(char *out, size_t size);
 
 #ifdef __cplusplus
 }

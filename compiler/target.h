@@ -1,11 +1,12 @@
-/* target.h — what the compiler needs to know about a target, and the calls that differ per target.
+/* target.h — the steps of the pipeline that differ per ISA, and the pieces targets share.
  *
- * A target is a description (triple, CPU, features, sizes, the matrix instructions the layout
- * pass may use) plus a small table of function pointers called by compiler/pipeline.c in this
- * order: lower (tile IR -> LLVM module), optimise (LLVM passes with the target machine attached),
- * emit_asm (for dumps), load (codegen and make the code runnable: the host JITs it, GPU targets
- * will emit and link a code object).  The host target (target_host.c) is the first
- * implementation; AMDGPU and NVPTX fill the same struct.
+ * A compile target is an architecture of the registry (compiler/arch.h: every fact about the
+ * chip) plus a small table of function pointers that compiler/pipeline.c calls in order:
+ * lower (tile IR, laid out on GPUs -> LLVM module), machine (LLVM target machine), codegen
+ * (optimised module -> artefact bytes), link (AMDGPU only), load (host and emulated targets
+ * only).  LLVM's optimisation and the assembly dumps are the same for every target and live in
+ * the pipeline.  One table serves each ISA (target_host.c, gpu/target_amdgpu.c,
+ * gpu/target_nvptx.c, emu/target_emu.c); targets.c pairs them with the registry's entries.
  *
  * Host kernel ABI.  A kernel @name lowers to
  *     void kiln_<name>(const kn_argval *args, i32 px, i32 py, i32 pz, i32 nx, i32 ny, i32 nz)
@@ -29,7 +30,9 @@
 #include <llvm-c/Types.h>
 #include <llvm-c/TargetMachine.h>
 
+#include "arch.h"
 #include "ir.h"
+#include "pipeline.h"
 
 /* bits of kiln_<name>.status */
 enum {
@@ -38,51 +41,59 @@ enum {
   KN_KSTATUS_STEP = 1 << 2,       /* for with step <= 0 */
 };
 
-/* one matrix instruction a target offers (empty table for the host) */
-typedef struct kn_matrix_instr {
-  const char *name;       /* e.g. "v_mfma_f32_32x32x8f16" */
-  int m, n, k;            /* shape of one instruction */
-  kn_scalar a, b, acc;    /* operand and accumulator element types */
-  int lanes;              /* lanes of the wave/warp that execute it together */
-} kn_matrix_instr;
-
 typedef struct kn_target kn_target;
+typedef struct kn_layout_plan kn_layout_plan;  /* compiler/gpu/gpu.h */
 
-/* the result of `load`: something runnable; targets keep their own state behind `impl` */
+/* the result of `load`: something runnable in this process (host and emulated targets) */
 typedef struct kn_loaded {
-  void *impl;             /* target-owned (host: the LLJIT), freed by target->unload */
-  void *entry;            /* host: the kernel function (see the ABI above) */
-  int *status;            /* host: kiln_<name>.status, or NULL */
+  void *impl;             /* target-owned (the LLJIT), freed by target->unload */
+  void *entry;            /* the kernel function (the host ABI above) */
+  int *status;            /* kiln_<name>.status, or NULL */
 } kn_loaded;
 
+/* A compile target: an architecture of the registry (compiler/arch.h) plus the steps of the
+ * pipeline that differ per ISA.  compiler/targets.c makes one per registry entry (and one
+ * "<name>-emu" per AMDGPU entry the emulator runs); compiler/pipeline.c calls the steps in
+ * order: lower, machine, codegen, link (if any), load (if any). */
 struct kn_target {
-  const char *name;       /* "host", "gfx942", ... (what --target names) */
-  const char *triple;     /* NULL: the process's own (host) */
-  const char *cpu;        /* NULL: the host CPU */
-  const char *features;   /* NULL: the host CPU's features */
-  int pointer_bits;
-  int vector_bits;        /* widest useful vector register (a hint for lowering) */
-  const kn_matrix_instr *matrix;
-  int nmatrix;
+  const char *name;          /* "host", "gfx942", "gfx942-emu", "sm_90a" (what --target names) */
+  const kn_arch *arch;       /* the facts; an emulated target has the emulated chip's */
+  kn_artifact_kind artifact; /* what codegen (+ link) produces */
+  bool emulated;             /* the AMDGPU lowering run by the emulator on the host */
+  unsigned breaks;           /* emulated, test-only: KN_EMU_BREAK_* perturbations */
 
-  /* Writes kernel `k` of a verified, call-free module into a new LLVM module in ctx. */
-  int (*lower)(const kn_target *t, kn_func *k, LLVMContextRef ctx, LLVMModuleRef *out,
-               kn_diag *d);
-  /* A target machine for this target (the caller disposes of it), or NULL with *d filled. */
+  /* kernel k (verified, inlined, and laid out when plan is not NULL: GPU ISAs) -> a new LLVM
+   * module in ctx with the target's triple and data layout set */
+  int (*lower)(const kn_target *t, kn_func *k, const kn_layout_plan *plan, LLVMContextRef ctx,
+               LLVMModuleRef *out, kn_diag *d);
+  /* a target machine (the caller disposes of it), or NULL with *d */
   LLVMTargetMachineRef (*machine)(const kn_target *t, kn_diag *d);
-  /* Runs the LLVM optimisation pipeline (e.g. "default<O3>") on the module. */
-  int (*optimize)(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm, kn_diag *d);
-  /* Writes the module's assembly to out. */
-  int (*emit_asm)(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm, FILE *out,
-                  kn_diag *d);
-  /* Codegen and load.  Takes ownership of ctx and mod (also on failure). */
-  int (*load)(const kn_target *t, LLVMContextRef ctx, LLVMModuleRef mod, const char *kernel_name,
-              kn_loaded *out, kn_diag *d);
+  /* the optimised module -> the artefact's bytes (object file, PTX) */
+  int (*codegen)(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm, kn_artifact *a,
+                 kn_diag *d);
+  /* optional: link the artefact in place (AMDGPU: relocatable object -> code object) */
+  int (*link)(const kn_target *t, kn_artifact *a, kn_diag *d);
+  /* optional: make the artefact runnable in this process (host, emulated) */
+  int (*load)(const kn_target *t, const kn_artifact *a, kn_loaded *out, kn_diag *d);
   void (*unload)(const kn_target *t, kn_loaded *l);
 };
 
-/* the host CPU, run by ORC LLJIT */
-extern const kn_target kn_target_host;
+/* targets.c: the compile targets, made from the registry: by name ("host", "gfx942",
+ * "gfx942-emu", "sm_90a"), or the i-th (NULL past the end, for listing) */
+const kn_target *kn_target_get(const char *name);
+const kn_target *kn_target_at(int i);
+/* the target for an architecture (not emulated) */
+const kn_target *kn_target_of_arch(const kn_arch *a);
+
+/* the steps of each ISA (targets.c pairs them with the registry's entries): target_host.c,
+ * gpu/target_amdgpu.c, gpu/target_nvptx.c, emu/target_emu.c */
+extern const kn_target kn_target_host, kn_target_amdgpu_steps, kn_target_nvptx_steps,
+    kn_target_emu_steps;
+/* the host's codegen and load (object.c), also the emulated targets' */
+int kn_host_codegen(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm,
+                    kn_artifact *a, kn_diag *d);
+int kn_host_load(const kn_target *t, const kn_artifact *a, kn_loaded *out, kn_diag *d);
+void kn_host_unload(const kn_target *t, kn_loaded *l);
 
 /* ---- pieces shared by targets (jit.c) ---- */
 
@@ -102,12 +113,6 @@ int kn_llvm_verify(LLVMModuleRef mod, kn_diag *d);
 int kn_llvm_run_passes(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *passes,
                        kn_diag *d);
 int kn_llvm_emit_asm(LLVMModuleRef mod, LLVMTargetMachineRef tm, FILE *out, kn_diag *d);
-/* the `optimize` and `emit_asm` every target uses so far: `default<O3>` with the target machine
- * attached, and the machine's assembly */
-int kn_target_optimize_o3(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm,
-                          kn_diag *d);
-int kn_target_emit_asm(const kn_target *t, LLVMModuleRef mod, LLVMTargetMachineRef tm, FILE *out,
-                       kn_diag *d);
 /* host: a target machine for the host CPU at O3 (for the JIT: default relocation, JIT code model) */
 LLVMTargetMachineRef kn_llvm_host_machine(kn_diag *d);
 /* the same with a chosen relocation model and code model (relocatable objects: PIC, small) */
@@ -122,8 +127,8 @@ void kn_jit_unload(kn_loaded *l);
 int kn_jit_define_helpers(LLVMOrcLLJITRef J, kn_diag *d);
 
 /* lower_host.c: the host target's `lower` */
-int kn_lower_host(const kn_target *t, kn_func *k, LLVMContextRef ctx, LLVMModuleRef *out,
-                  kn_diag *d);
+int kn_lower_host(const kn_target *t, kn_func *k, const kn_layout_plan *plan, LLVMContextRef ctx,
+                  LLVMModuleRef *out, kn_diag *d);
 
 /* ---- C helpers the JIT'ed host code calls (absolute symbols) ---- */
 double kn_rt_round(int32_t scalar, double x);          /* kn_round */

@@ -22,6 +22,7 @@
 
 #include <sys/stat.h>
 
+#include "amdgpu.h"
 #include "attention.h"
 #include "attn_launch_cuda.h"
 #include "cache.h"
@@ -316,10 +317,8 @@ static const char *auto_target(void);
 
 static const kn_target *find_target(const char *name) {
   if (!strcmp(name, "auto")) name = auto_target();
-  if (!strcmp(name, "host")) return kn_host_target();
-  const kn_target *g = kn_gpu_target_by_name(name);
-  if (g) return g;
-  if ((g = kn_emu_target(name))) return g;
+  const kn_target *t = kn_target_get(name);
+  if (t) return t;
   fprintf(stderr, "kiln: error: target '%s' is not available in this build (run `kiln targets`)\n",
           name);
   return NULL;
@@ -377,18 +376,22 @@ static void print_driver(const char *what, const kn_driver_report *r) {
 }
 
 static int cmd_targets(void) {
-  printf("targets compiled in:\n");
-  printf("  interp   reference interpreter\n");
-  printf("  host     the host CPU, LLVM ORC JIT\n");
-  static const char *const gpu[] = {"gfx90a", "gfx942", "sm_80", "sm_90a"};
-  for (size_t i = 0; i < sizeof gpu / sizeof gpu[0]; i++)
-    if (kn_gpu_target_by_name(gpu[i]))
-      printf("  %-8s GPU code (compile%s)\n", gpu[i],
-             kn_nvptx_target_by_name(gpu[i]) ? "; run where an NVIDIA GPU is present" : "");
-  static const char *const emu[] = {"gfx90a-emu", "gfx942-emu"};
-  for (size_t i = 0; i < sizeof emu / sizeof emu[0]; i++)
-    if (kn_emu_target(emu[i]))
-      printf("  %-10s the %.6s lowering run on the CPU by the AMDGPU emulator\n", emu[i], emu[i]);
+  printf("targets compiled in (the registry, compiler/arch.c):\n");
+  printf("  %-11s the reference interpreter\n", "interp");
+  for (int i = 0; kn_target_at(i); i++) {
+    const kn_target *t = kn_target_at(i);
+    const kn_arch *a = t->arch;
+    if (t->emulated)
+      printf("  %-11s the %s lowering run on the CPU by the AMDGPU emulator\n", t->name, a->name);
+    else if (a->isa == KN_ISA_HOST)
+      printf("  %-11s the host CPU, LLVM ORC JIT\n", t->name);
+    else
+      printf("  %-11s %s, %s, %s (%s; %s)\n", t->name, kn_isa_name(a->isa), a->chip,
+             kn_artifact_kind_name(t->artifact), a->isa == KN_ISA_NVPTX
+             ? "run where an NVIDIA GPU is present" : "compile only: no AMD GPU here",
+             a->emulated ? "emulated as well" : a->why_not_emulated ? a->why_not_emulated
+                                                                    : "not emulated");
+  }
   const kn_device_list *l = devices();
   printf("drivers:\n");
   print_driver("hip", &l->hip);
@@ -430,18 +433,7 @@ static int cmd_check(int argc, char **argv) {
   return EXIT_PASS;
 }
 
-static int cmd_compile(options *o);
-
 static int cmd_dump(options *o) {
-  if (o->stage && !strcmp(o->stage, "layout")) {
-    if (!kn_gpu_target_by_name(o->target)) {
-      fprintf(stderr, "kiln: error: --stage layout is a stage of GPU targets (gfx90a, gfx942), "
-                      "not of '%s'\n", o->target);
-      return EXIT_USAGE;
-    }
-    o->emit = "layout";
-    return cmd_compile(o);
-  }
   int stage = o->stage ? kn_stage_parse(o->stage) : -1;
   if (stage <= 0 || (stage & (stage - 1))) {
     fprintf(stderr, "kiln: error: --stage %s is not a stage (ir, layout, lowered, llvm, asm)\n",
@@ -573,9 +565,9 @@ static int cmd_run(options *o) {
   if (!strcmp(o->target, "auto")) o->target = run_auto_target();
   if (strcmp(o->target, "interp") && !(t = find_target(o->target))) return EXIT_NODEV;
   const char *target = t ? t->name : "interp";
-  bool emu = t && kn_emu_target(t->name) == t;
-  if (t && kn_nvptx_target_by_name(t->name) == t) return cmd_run_cuda(o, t);
-  if (t && t != kn_host_target() && !emu) {
+  bool emu = t && t->emulated;
+  if (t && t->arch->isa == KN_ISA_NVPTX) return cmd_run_cuda(o, t);
+  if (t && t->arch->isa != KN_ISA_HOST && !emu) {
     fprintf(stderr,
             "kiln: error: no %s device is present to run on (compile for it with `kiln compile "
             "--target %s`, or run its lowering under emulation with --target %s-emu)\n",
@@ -674,9 +666,9 @@ static int cmd_run_cuda(options *o, const kn_target *t) {
   kn_func *k = run_kernel(o, &m, &t_build);
   if (!k) return EXIT_USAGE;
   double t1 = now_s();
-  kn_nvptx_compiled c;
+  kn_artifact c;
   kn_diag d;
-  if (kn_nvptx_compile(m, k->name, t->name, false, &c, &d)) {
+  if (kn_compile_artifact(m, k->name, t, NULL, &c, &d)) {
     fprintf(stderr, "kiln: error: compiling for %s failed:\n%s", t->name, d.rendered);
     kn_module_free(m);
     return EXIT_USAGE;
@@ -688,7 +680,7 @@ static int cmd_run_cuda(options *o, const kn_target *t) {
   size_t es = kn_scalar_size(dt);
   run_inputs in;
   if (inputs_make(o, &in)) {
-    kn_nvptx_compiled_free(&c);
+    kn_artifact_free(&c);
     kn_module_free(m);
     return EXIT_USAGE;
   }
@@ -703,7 +695,7 @@ static int cmd_run_cuda(options *o, const kn_target *t) {
   kn_cuda_kernel *fn;
   double t2 = now_s();
   if (kn_cuda_device_open(di->ordinal, &dev, &e) ||
-      kn_cuda_module_load_ptx(dev, c.ptx, &mod, &e) ||
+      kn_cuda_module_load_ptx(dev, c.data, &mod, &e) ||
       kn_cuda_module_kernel(mod, k->name, &fn, &e))
     goto driver_error;
   double t_load = now_s() - t2;
@@ -723,12 +715,12 @@ static int cmd_run_cuda(options *o, const kn_target *t) {
   kn_attn_fill_args(&o->desc, &o->cfg, p, (void *)(uintptr_t)dq, (void *)(uintptr_t)dk,
                     (void *)(uintptr_t)dv, (void *)(uintptr_t)dout, (float *)(uintptr_t)dl, args,
                     grid);
-  kn_attn_cuda_launch_info li = {.threads = c.threads, .smem_bytes = c.smem_bytes};
+  kn_attn_cuda_launch_info li = {.threads = c.threads, .smem_bytes = c.shared_bytes};
   printf("kiln run: target=%s device=%s kernel=%s dtype=%s B=%d H=%d HK=%d Nq=%d Nk=%d D=%d "
          "causal=%d block=%dx%d warps=%d smem=%lld seed=%llu\n",
          t->name, di->name, k->name, kn_scalar_name(dt), p->batch, p->heads, p->kv_heads,
          p->seqlen_q, p->seqlen_k, D, o->desc.causal, o->cfg.block_m, o->cfg.block_n,
-         c.threads / 32, (long long)c.smem_bytes, o->seed);
+         c.threads / 32, (long long)c.shared_bytes, o->seed);
   /* the first launch is the one checked (and warms the module up); then the timed ones */
   if (kn_attn_cuda_launch(fn, &li, args, grid, NULL, &e) || kn_cuda_device_sync(dev, &e) ||
       kn_cuda_copy_dtoh(dev, in.out, dout, nq * es, &e) ||
@@ -765,7 +757,7 @@ done:
     kn_cuda_device_close(dev);
   }
   inputs_free(&in);
-  kn_nvptx_compiled_free(&c);
+  kn_artifact_free(&c);
   kn_module_free(m);
   return rc;
 }
@@ -813,138 +805,134 @@ static int cmd_inspect(int argc, char **argv) {
   return rc;
 }
 
-/* kiln compile for sm_80 / sm_90a: PTX from LLVM's NVPTX backend; a cubin and the register and
- * spill report from ptxas where the CUDA toolkit is installed */
-static int compile_nvptx(options *o, const kn_target *t, kn_module *m, kn_func *k) {
-  const char *emit = o->emit ? o->emit : "ptx";
-  if (strcmp(emit, "ptx") && strcmp(emit, "cubin") && strcmp(emit, "layout")) {
-    fprintf(stderr, "kiln: error: --emit %s is not available for target %s (ptx, cubin, layout, "
-                    "asm, llvm)\n", emit, t->name);
-    return EXIT_USAGE;
+/* the --emit kinds of a target: the artefact's own first (the default), then the text stages */
+static const char *emit_kinds(const kn_target *t) {
+  switch (t->artifact) {
+  case KN_ARTIFACT_CODE_OBJECT: return "hsaco, asm, llvm, layout";
+  case KN_ARTIFACT_PTX: return "ptx, cubin, asm, llvm, layout";
+  case KN_ARTIFACT_HOST_OBJECT: return "asm, obj, llvm";
   }
-  kn_diag d;
-  kn_nvptx_compiled c;
-  if (kn_nvptx_compile(m, k->name, t->name, false, &c, &d)) {
-    fprintf(stderr, "kiln: error: compiling for %s failed:\n%s", t->name, d.rendered);
-    return EXIT_USAGE;
-  }
+  return "";
+}
+
+/* resources of the artefact: the code-object inspector (AMDGPU), ptxas (NVIDIA), the tile
+ * storage (host); to f.  0, or an exit code after a message */
+static int print_stats(const kn_kernel *k, const options *o, FILE *f) {
+  const kn_artifact *a = kn_kernel_artifact(k);
+  const kn_target *t = kn_kernel_target(k);
+  const kn_compile_times *tm = kn_kernel_times(k);
   int rc = EXIT_PASS;
-  bool cubin = !strcmp(emit, "cubin");
-  if (!strcmp(emit, "layout")) rc = write_out(o->output, c.layout_text, strlen(c.layout_text));
-  else if (!cubin) rc = write_out(o->output, c.ptx, c.ptx_size);
-  if (rc == 0 && (cubin || o->stats)) {
-    kn_ptxas_options po = {.arch = t->name, .opt_level = 3, .want_cubin = cubin};
+  kn_diag d;
+  if (a->kind == KN_ARTIFACT_CODE_OBJECT) {
+    kn_codeobj co;
+    char buf[8192];
+    if (kn_codeobj_parse(a->data, a->size, &co, &d)) {
+      fprintf(stderr, "kiln: error: reading the code object: %s\n", d.message);
+      return EXIT_USAGE;
+    }
+    kn_codeobj_format_stats(&co, buf, sizeof buf);
+    fputs(buf, f);
+    kn_codeobj_free(&co);
+  } else if (a->kind == KN_ARTIFACT_PTX) {
+    kn_ptxas_options po = {.arch = t->name, .opt_level = 3};
     kn_ptxas_result r;
     char msg[1024];
-    int st = kn_ptxas_run(c.ptx, c.ptx_size, &po, &r, msg, sizeof msg);
-    if (st) {
-      fprintf(stderr, "kiln: error: ptxas: %s\n", msg);
-      rc = cubin ? EXIT_NODEV : EXIT_PASS;  /* --stats without ptxas: the PTX is still written */
+    if (kn_ptxas_run(a->data, a->size, &po, &r, msg, sizeof msg)) {
+      fprintf(stderr, "kiln: error: ptxas: %s\n", msg);  /* the PTX is still written */
     } else {
-      if (cubin) rc = write_out(o->output, r.cubin, r.cubin_size);
-      const kn_ptxas_kernel *pk = kn_ptxas_find_kernel(&r, k->name);
-      FILE *sf = !o->output || !strcmp(o->output, "-") ? stderr : stdout;
-      if (o->stats && pk)
-        fprintf(sf, "%s %s: %d registers, spill stores %d B, spill loads %d B, stack frame %d B, "
-                    "dynamic shared %lld B, %d threads per block (%s)\n",
-                k->name, t->name, pk->registers, pk->spill_stores, pk->spill_loads,
-                pk->stack_frame, (long long)c.smem_bytes, c.threads, r.ptxas);
+      const kn_ptxas_kernel *pk = kn_ptxas_find_kernel(&r, kn_kernel_name(k));
+      if (pk)
+        fprintf(f, "%s %s: %d registers, spill stores %d B, spill loads %d B, stack frame %d B, "
+                   "dynamic shared %lld B, %d threads per block (%s)\n", kn_kernel_name(k),
+                t->name, pk->registers, pk->spill_stores, pk->spill_loads, pk->stack_frame,
+                (long long)a->shared_bytes, a->threads, r.ptxas);
       kn_ptxas_result_free(&r);
     }
-    if (rc < 0) rc = EXIT_USAGE;
+  } else {
+    fprintf(f, "%s host: object %zu B, tile storage %llu B\n", kn_kernel_name(k), a->size,
+            (unsigned long long)a->tile_bytes);
   }
-  if (rc < 0) rc = EXIT_USAGE;
-  kn_nvptx_compiled_free(&c);
+  (void)o;
+  fprintf(f, "compile: front %.1f ms, layout %.1f ms, lower %.1f ms, optimise %.1f ms, codegen "
+          "%.1f ms, link %.1f ms", tm->front, tm->layout, tm->lower, tm->optimize, tm->codegen,
+          tm->link);
+  if (a->kind != KN_ARTIFACT_HOST_OBJECT) fprintf(f, "; shared memory plan %lld bytes",
+                                                  (long long)a->shared_bytes);
+  fputc('\n', f);
   return rc;
 }
 
-/* kiln compile: ahead-of-time output for a target (AMDGPU: the linked code object) */
+/* kiln compile: ahead-of-time output for a target, through the one pipeline: the artefact
+ * (code object, PTX, cubin from it by ptxas, host object) or a text stage of the same compile */
 static int cmd_compile(options *o) {
   if (!strcmp(o->target, "auto") || !strcmp(o->target, "interp")) {
-    fprintf(stderr, "kiln: error: compile needs --target (host, gfx90a, gfx942)\n");
+    fprintf(stderr, "kiln: error: compile needs --target (run `kiln targets` for the list)\n");
     return EXIT_USAGE;
   }
   const kn_target *t = find_target(o->target);
   if (!t) return EXIT_NODEV;
-  /* asm and llvm come straight from the pipeline for every target (below) */
-  bool text_stage = o->emit && (!strcmp(o->emit, "asm") || !strcmp(o->emit, "llvm")) && !o->stats;
-  if (kn_nvptx_target_by_name(t->name) && !text_stage) {
-    kn_module *m;
-    kn_func *k = get_kernel(o, &m);
-    if (!k) return EXIT_USAGE;
-    int rc = compile_nvptx(o, t, m, k);
-    kn_module_free(m);
-    return rc;
-  }
-  if (kn_emu_target(t->name) == t) {
-    fprintf(stderr, "kiln: error: %s runs under `kiln run`; compile for %.6s instead\n", t->name,
-            t->name);
+  if (t->emulated) {
+    fprintf(stderr, "kiln: error: %s runs under `kiln run`; compile for %s instead\n", t->name,
+            t->arch->name);
     return EXIT_USAGE;
   }
-  bool gpu = t != kn_host_target();
-  const char *emit = o->emit ? o->emit : gpu ? "hsaco" : "asm";
-  int stage = !strcmp(emit, "llvm") ? KN_STAGE_LLVM : !strcmp(emit, "asm") ? KN_STAGE_ASM : 0;
-  if (!stage && !(gpu && (!strcmp(emit, "hsaco") || !strcmp(emit, "layout")))) {
+  const char *emit = o->emit ? o->emit
+                     : t->artifact == KN_ARTIFACT_CODE_OBJECT ? "hsaco"
+                     : t->artifact == KN_ARTIFACT_PTX ? "ptx" : "asm";
+  int stage = 0;
+  bool artefact = false, cubin = false;
+  if (!strcmp(emit, "asm")) stage = KN_STAGE_ASM;
+  else if (!strcmp(emit, "llvm")) stage = KN_STAGE_LLVM;
+  else if (!strcmp(emit, "layout") && t->arch->isa != KN_ISA_HOST) stage = KN_STAGE_LAYOUT;
+  else if (!strcmp(emit, "hsaco") && t->artifact == KN_ARTIFACT_CODE_OBJECT) artefact = true;
+  else if (!strcmp(emit, "ptx") && t->artifact == KN_ARTIFACT_PTX) artefact = true;
+  else if (!strcmp(emit, "obj") && t->artifact == KN_ARTIFACT_HOST_OBJECT) artefact = true;
+  else if (!strcmp(emit, "cubin") && t->artifact == KN_ARTIFACT_PTX) cubin = true;
+  else {
     fprintf(stderr, "kiln: error: --emit %s is not available for target %s (%s)\n", emit,
-            t->name, gpu ? "hsaco, asm, llvm, layout" : "asm, llvm");
+            t->name, emit_kinds(t));
     return EXIT_USAGE;
   }
   kn_module *m;
   kn_func *k = get_kernel(o, &m);
   if (!k) return EXIT_USAGE;
-  int rc = EXIT_PASS;
-  kn_diag d;
-  if (stage && !o->stats) {
-    /* a text stage straight from the pipeline */
-    FILE *f = !o->output || !strcmp(o->output, "-") ? stdout : fopen(o->output, "w");
-    if (!f) {
+  bool to_stdout = !o->output || !strcmp(o->output, "-");
+  FILE *text = NULL;
+  if (stage) {
+    text = to_stdout ? stdout : fopen(o->output, "w");
+    if (!text) {
       fprintf(stderr, "kiln: error: cannot write '%s': %s\n", o->output, strerror(errno));
-      rc = EXIT_USAGE;
-    } else {
-      if (kn_pipeline_dump(m, k->name, t, (kn_stage)stage, f, &d)) {
-        fprintf(stderr, "kiln: error: compiling for %s failed:\n%s", t->name, d.rendered);
-        rc = EXIT_USAGE;
-      }
-      if (f != stdout && fclose(f)) rc = EXIT_USAGE;
+      kn_module_free(m);
+      return EXIT_USAGE;
     }
-  } else if (gpu) {
-    kn_gpu_compiled c;
-    if (kn_gpu_compile(m, k->name, t->name, false, &c, &d)) {
-      fprintf(stderr, "kiln: error: compiling for %s failed:\n%s", t->name, d.rendered);
-      rc = EXIT_USAGE;
-    } else {
-      if (!strcmp(emit, "layout")) {
-        if (write_out(o->output, c.layout_text, strlen(c.layout_text))) rc = EXIT_USAGE;
-      } else if (!strcmp(emit, "hsaco")) {
-        if (write_out(o->output, c.code_object, c.code_object_size)) rc = EXIT_USAGE;
-      }
-      if (o->stats) {
-        kn_codeobj co;
-        char buf[8192];
-        if (kn_codeobj_parse(c.code_object, c.code_object_size, &co, &d)) {
-          fprintf(stderr, "kiln: error: reading the code object: %s\n", d.message);
-          rc = EXIT_USAGE;
-        } else {
-          kn_codeobj_format_stats(&co, buf, sizeof buf);
-          /* the stats go to stderr when the code object itself went to stdout */
-          fputs(buf, !o->output || !strcmp(o->output, "-") ? stderr : stdout);
-          kn_codeobj_free(&co);
-        }
-        fprintf(!o->output || !strcmp(o->output, "-") ? stderr : stdout,
-                "compile: lower %.1f ms, optimise %.1f ms, codegen %.1f ms, link %.1f ms; "
-                "LDS plan %lld bytes\n",
-                c.ms_lower, c.ms_optimize, c.ms_codegen, c.ms_link, (long long)c.lds_plan_bytes);
-      }
-      if (stage) {
-        /* --stats with a text stage: print the stage as well */
-        if (kn_pipeline_dump(m, k->name, t, (kn_stage)stage, stdout, &d)) rc = EXIT_USAGE;
-      }
-      kn_gpu_compiled_free(&c);
-    }
-  } else {
-    fprintf(stderr, "kiln: error: --stats is available for GPU targets\n");
-    rc = EXIT_USAGE;
   }
+  kn_compile_options co = {.dump_stages = (unsigned)stage, .dump_file = text, .no_load = true};
+  kn_kernel *kk = NULL;
+  kn_diag d;
+  int rc = EXIT_PASS;
+  if (kn_compile(m, k->name, t, &co, &kk, &d)) {
+    fprintf(stderr, "kiln: error: compiling for %s failed:\n%s", t->name, d.rendered);
+    rc = EXIT_USAGE;
+  } else {
+    const kn_artifact *a = kn_kernel_artifact(kk);
+    if (artefact && write_out(o->output, a->data, a->size)) rc = EXIT_USAGE;
+    if (cubin) {
+      kn_ptxas_options po = {.arch = t->name, .opt_level = 3, .want_cubin = true};
+      kn_ptxas_result r;
+      char msg[1024];
+      if (kn_ptxas_run(a->data, a->size, &po, &r, msg, sizeof msg)) {
+        fprintf(stderr, "kiln: error: ptxas: %s\n", msg);
+        rc = EXIT_NODEV;
+      } else {
+        if (write_out(o->output, r.cubin, r.cubin_size)) rc = EXIT_USAGE;
+        kn_ptxas_result_free(&r);
+      }
+    }
+    /* the stats go to stderr when the output itself went to stdout */
+    if (rc == EXIT_PASS && o->stats) rc = print_stats(kk, o, to_stdout ? stderr : stdout);
+  }
+  if (text && text != stdout && fclose(text)) rc = EXIT_USAGE;
+  kn_kernel_free(kk);
   kn_module_free(m);
   return rc;
 }

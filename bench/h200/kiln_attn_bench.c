@@ -3,7 +3,7 @@
  *
  * Built statically into the H200 pack (bench/h200/build_static.sh) and run there by
  * kiln_tables.sh.  Every kernel is the attention template (templates/attention.h) compiled by
- * the NVPTX target for sm_90a (kn_nvptx_compile: mma.sync m16n8k16 so far) and loaded as PTX
+ * the pipeline for the sm_90a target (kn_compile_artifact: mma.sync m16n8k16 so far) and loaded as PTX
  * through the CUDA driver (runtime/cuda_device.h); no ptxas is needed.
  *
  * (a) correctness: D 64/128, causal off/on, f16/bf16, ragged (Nq, Nk), batch 1, 2 heads (every
@@ -31,6 +31,7 @@
 #include "attn_launch_cuda.h"
 #include "cuda_device.h"
 #include "gpu.h"
+#include "target.h"
 #include "interp.h"
 #include "numeric.h"
 
@@ -64,8 +65,8 @@ static int build(const kn_attn_desc *desc, const kn_attn_config *cfg, kernel *ou
     kn_module_free(m);
     return -1;
   }
-  kn_nvptx_compiled c;
-  int rc = kn_nvptx_compile(m, "attn_fwd", "sm_90a", false, &c, &d);
+  kn_artifact c;
+  int rc = kn_compile_artifact(m, "attn_fwd", kn_target_get("sm_90a"), NULL, &c, &d);
   kn_module_free(m);
   if (rc) {
     printf("# compile %s D%d causal=%d %dx%d w%d failed: %s\n", kn_scalar_name(desc->dtype),
@@ -73,20 +74,20 @@ static int build(const kn_attn_desc *desc, const kn_attn_config *cfg, kernel *ou
     return -1;
   }
   kn_cuda_error e;
-  if (kn_cuda_module_load_ptx(dev, c.ptx, &out->mod, &e) ||
+  if (kn_cuda_module_load_ptx(dev, c.data, &out->mod, &e) ||
       kn_cuda_module_kernel(out->mod, "attn_fwd", &out->k, &e) ||
       kn_cuda_kernel_attrs_get(out->k, &out->attrs, &e)) {
     printf("# load %s D%d causal=%d %dx%d w%d failed: %s\n", kn_scalar_name(desc->dtype),
            desc->head_dim, desc->causal, cfg->block_m, cfg->block_n, cfg->warps, e.message);
     if (out->mod) kn_cuda_module_unload(out->mod);
-    kn_nvptx_compiled_free(&c);
+    kn_artifact_free(&c);
     return -1;
   }
   out->cfg = *cfg;
   out->threads = c.threads;
-  out->smem = c.smem_bytes;
+  out->smem = c.shared_bytes;
   out->ms_compile = now_ms() - t0;
-  kn_nvptx_compiled_free(&c);
+  kn_artifact_free(&c);
   return 0;
 }
 

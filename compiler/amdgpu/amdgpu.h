@@ -22,58 +22,15 @@
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Types.h>
 
+#include "arch.h"
 #include "ir.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ---- target descriptions --------------------------------------------------------------------- */
-
-/* One matrix instruction (MFMA) of a target.  All are wave64: the 64 lanes of a wave execute it
- * together; each lane holds a_per_lane elements of A, b_per_lane of B and acc_per_lane f32 of
- * the accumulator (C and D). */
-typedef struct kn_amdgpu_mfma {
-  const char *mnemonic;   /* as LLVM's disassembler spells it on this target */
-  const char *intrinsic;  /* the LLVM intrinsic, e.g. "llvm.amdgcn.mfma.f32.32x32x8f16" */
-  int m, n, k;            /* D(m x n) = A(m x k) * B(k x n) + C */
-  kn_scalar a, b, acc;    /* element types (fp8 on gfx942 is the "fnuz" flavour) */
-  int a_per_lane, b_per_lane, acc_per_lane;
-  int cycles;             /* issue-to-issue cycles of back-to-back independent MFMAs */
-  int passes;             /* cycles / 4: the unit the ISA docs use for dependency stalls */
-} kn_amdgpu_mfma;
-
-typedef struct kn_amdgpu_target {
-  const char *name;           /* "gfx90a": also the LLVM CPU name */
-  const char *chip;           /* "CDNA 2 (MI200)" */
-  const char *triple;         /* "amdgcn-amd-amdhsa" */
-  unsigned elf_mach;          /* EF_AMDGPU_MACH_* in e_flags & 0xff */
-  int wave_size;              /* 64 */
-  int simds_per_cu;           /* 4 */
-  int max_waves_per_simd;     /* 8 on gfx90a/gfx942 */
-  int vgprs_per_lane;         /* 512: the unified VGPR+AGPR file, per lane, per SIMD */
-  int max_arch_vgprs;         /* 256 architectural VGPRs (v0..v255) per wave */
-  int max_agprs;              /* 256 accumulation VGPRs (a0..a255) per wave */
-  int vgpr_granule;           /* 8: VGPRs are allocated in blocks of this many */
-  int agpr_offset_align;      /* 4: AGPRs start at the VGPR count rounded up to this */
-  int max_sgprs;              /* 102 addressable SGPRs per wave (VCC, FLAT_SCRATCH, XNACK_MASK
-                                 come on top: .sgpr_count may reach 108) */
-  int lds_bytes;              /* 65536 per CU, also the most one workgroup may allocate */
-  int lds_granule;            /* 512: LDS is allocated in blocks of 128 dwords */
-  int max_barriers_per_cu;    /* 16: multi-wave workgroups resident on one CU */
-  const kn_amdgpu_mfma *mfma;
-  int nmfma;
-} kn_amdgpu_target;
-
-/* "gfx90a" or "gfx942" -> its description; NULL when unknown */
-const kn_amdgpu_target *kn_amdgpu_target_by_name(const char *name);
-/* the description with EF_AMDGPU_MACH_* == mach; NULL when unknown */
-const kn_amdgpu_target *kn_amdgpu_target_by_mach(unsigned mach);
-/* i-th target, NULL past the end (for listing) */
-const kn_amdgpu_target *kn_amdgpu_target_at(int i);
-/* the MFMA of t with this shape and input type; NULL when t has none */
-const kn_amdgpu_mfma *kn_amdgpu_find_mfma(const kn_amdgpu_target *t, int m, int n, int k,
-                                          kn_scalar a);
+/* The chips (gfx90a, gfx942, gfx950), their MFMA tables and occupancy facts are entries of the
+ * registry (compiler/arch.h, kn_arch with its kn_amd_facts); this file takes them as kn_arch. */
 
 /* ---- occupancy ------------------------------------------------------------------------------- */
 
@@ -91,7 +48,7 @@ typedef struct kn_amdgpu_occupancy {
  * bytes per workgroup, wg_size the work-items per workgroup (the kernel's
  * max_flat_workgroup_size when the launch size is not known).  Never fails: impossible inputs
  * give waves = 0. */
-kn_amdgpu_occupancy kn_amdgpu_occupancy_of(const kn_amdgpu_target *t, int vgpr, int agpr,
+kn_amdgpu_occupancy kn_amdgpu_occupancy_of(const kn_arch *t, int vgpr, int agpr,
                                            int sgpr, uint32_t lds, int wg_size);
 
 /* ---- LLVM module -> code object ------------------------------------------------------------- */
@@ -116,15 +73,24 @@ typedef struct kn_amdgpu_output {
 void kn_amdgpu_init(void);
 
 /* A target machine for t (CPU t->name, the given features), or NULL with *d filled. */
-LLVMTargetMachineRef kn_amdgpu_machine(const kn_amdgpu_target *t, const char *features,
+LLVMTargetMachineRef kn_amdgpu_machine(const kn_arch *t, const char *features,
                                        kn_diag *d);
 
-/* Verifies mod, gives it t's triple and data layout, pins code object v5, optimises it with the
- * target machine attached, and emits an object (and optionally assembly and a linked code
- * object).  mod stays owned by the caller and is modified (optimised).  Every LLVM diagnostic
+/* The AMDGPU steps of compiler/pipeline.c, for compiler/gpu/target_amdgpu.c:
+ *  prepare: the module defines a kernel, calls only matrix intrinsics t's table lists (LLVM's
+ *           instruction selector would abort the process on others), pinned to code object v5;
+ *  emit:    codegen of the optimised module (object, or assembly from a copy) with LLVM's
+ *           diagnostics captured into *d; *out is malloc'd and NUL-terminated. */
+int kn_amdgpu_prepare(const kn_arch *t, LLVMModuleRef mod, kn_diag *d);
+int kn_amdgpu_emit(LLVMModuleRef mod, LLVMTargetMachineRef tm, bool assembly, void **out,
+                   size_t *out_n, kn_diag *d);
+
+/* For LLVM modules written by hand (tests): verifies mod, prepares it, gives it t's triple and
+ * data layout, optimises it with the target machine attached, and emits an object (and
+ * optionally assembly and a linked code object).  mod stays owned by the caller and is modified (optimised).  Every LLVM diagnostic
  * of the module's context during the call is captured into *d.  0 on success; -1 with *d and
  * *out left empty on failure. */
-int kn_amdgpu_compile(const kn_amdgpu_target *t, LLVMModuleRef mod, const kn_amdgpu_options *opt,
+int kn_amdgpu_compile(const kn_arch *t, LLVMModuleRef mod, const kn_amdgpu_options *opt,
                       kn_amdgpu_output *out, kn_diag *d);
 void kn_amdgpu_output_free(kn_amdgpu_output *out);
 
@@ -173,7 +139,7 @@ typedef struct kn_codeobj {
   unsigned e_flags;
   int meta_version[2];              /* amdhsa.version (v5 and v6 both say 1.2) */
   char target_id[96];               /* amdhsa.target, e.g. "amdgcn-amd-amdhsa--gfx942" */
-  const kn_amdgpu_target *target;   /* from e_flags; NULL for a chip kiln does not describe */
+  const kn_arch *target;   /* from e_flags; NULL for a chip kiln does not describe */
   int nkernels;
   kn_codeobj_kernel *kernels;
 } kn_codeobj;

@@ -36,118 +36,48 @@
 
 static const kn_loc amd_loc = {"amdgpu", 0, 0};
 
-/* ---- targets ------------------------------------------------------------------------------------- */
-
-/* CDNA 2: f16 and bf16 MFMAs run at 1024 flop/cycle/CU (64 cycles for 32x32x8). */
-static const kn_amdgpu_mfma gfx90a_mfma[] = {
-    {"v_mfma_f32_32x32x8f16", "llvm.amdgcn.mfma.f32.32x32x8f16", 32, 32, 8, KN_F16, KN_F16,
-     KN_F32, 4, 4, 16, 64, 16},
-    {"v_mfma_f32_32x32x8bf16_1k", "llvm.amdgcn.mfma.f32.32x32x8bf16.1k", 32, 32, 8, KN_BF16,
-     KN_BF16, KN_F32, 4, 4, 16, 64, 16},
-    {"v_mfma_f32_16x16x16f16", "llvm.amdgcn.mfma.f32.16x16x16f16", 16, 16, 16, KN_F16, KN_F16,
-     KN_F32, 4, 4, 4, 32, 8},
-    {"v_mfma_f32_16x16x16bf16_1k", "llvm.amdgcn.mfma.f32.16x16x16bf16.1k", 16, 16, 16, KN_BF16,
-     KN_BF16, KN_F32, 4, 4, 4, 32, 8},
-};
-
-/* CDNA 3: the same instructions at twice the rate (the assembler drops "_1k" and adds an
- * underscore before the type), plus fp8 in AMD's "fnuz" encoding (the calculator's amd_fp8).
- * The bf16 intrinsics still take <4 x i16>. */
-static const kn_amdgpu_mfma gfx942_mfma[] = {
-    {"v_mfma_f32_32x32x8_f16", "llvm.amdgcn.mfma.f32.32x32x8f16", 32, 32, 8, KN_F16, KN_F16,
-     KN_F32, 4, 4, 16, 32, 8},
-    {"v_mfma_f32_32x32x8_bf16", "llvm.amdgcn.mfma.f32.32x32x8bf16.1k", 32, 32, 8, KN_BF16,
-     KN_BF16, KN_F32, 4, 4, 16, 32, 8},
-    {"v_mfma_f32_16x16x16_f16", "llvm.amdgcn.mfma.f32.16x16x16f16", 16, 16, 16, KN_F16, KN_F16,
-     KN_F32, 4, 4, 4, 16, 4},
-    {"v_mfma_f32_16x16x16_bf16", "llvm.amdgcn.mfma.f32.16x16x16bf16.1k", 16, 16, 16, KN_BF16,
-     KN_BF16, KN_F32, 4, 4, 4, 16, 4},
-    {"v_mfma_f32_32x32x16_fp8_fp8", "llvm.amdgcn.mfma.f32.32x32x16.fp8.fp8", 32, 32, 16,
-     KN_F8E4M3FNUZ, KN_F8E4M3FNUZ, KN_F32, 8, 8, 16, 32, 8},
-};
-
-#define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
-
-static const kn_amdgpu_target targets[] = {
-    {.name = "gfx90a", .chip = "CDNA 2 (MI200)", .triple = "amdgcn-amd-amdhsa", .elf_mach = 0x3f,
-     .wave_size = 64, .simds_per_cu = 4, .max_waves_per_simd = 8, .vgprs_per_lane = 512,
-     .max_arch_vgprs = 256, .max_agprs = 256, .vgpr_granule = 8, .agpr_offset_align = 4,
-     .max_sgprs = 102, .lds_bytes = 65536, .lds_granule = 512, .max_barriers_per_cu = 16,
-     .mfma = gfx90a_mfma, .nmfma = NELEM(gfx90a_mfma)},
-    {.name = "gfx942", .chip = "CDNA 3 (MI300)", .triple = "amdgcn-amd-amdhsa", .elf_mach = 0x4c,
-     .wave_size = 64, .simds_per_cu = 4, .max_waves_per_simd = 8, .vgprs_per_lane = 512,
-     .max_arch_vgprs = 256, .max_agprs = 256, .vgpr_granule = 8, .agpr_offset_align = 4,
-     .max_sgprs = 102, .lds_bytes = 65536, .lds_granule = 512, .max_barriers_per_cu = 16,
-     .mfma = gfx942_mfma, .nmfma = NELEM(gfx942_mfma)},
-};
-
-const kn_amdgpu_target *kn_amdgpu_target_at(int i) {
-  return i >= 0 && i < NELEM(targets) ? &targets[i] : NULL;
-}
-
-const kn_amdgpu_target *kn_amdgpu_target_by_name(const char *name) {
-  for (int i = 0; name && i < NELEM(targets); i++)
-    if (!strcmp(targets[i].name, name)) return &targets[i];
-  return NULL;
-}
-
-const kn_amdgpu_target *kn_amdgpu_target_by_mach(unsigned mach) {
-  for (int i = 0; i < NELEM(targets); i++)
-    if (targets[i].elf_mach == mach) return &targets[i];
-  return NULL;
-}
-
-const kn_amdgpu_mfma *kn_amdgpu_find_mfma(const kn_amdgpu_target *t, int m, int n, int k,
-                                          kn_scalar a) {
-  for (int i = 0; t && i < t->nmfma; i++) {
-    const kn_amdgpu_mfma *f = &t->mfma[i];
-    if (f->m == m && f->n == n && f->k == k && f->a == a) return f;
-  }
-  return NULL;
-}
-
 /* ---- occupancy ------------------------------------------------------------------------------------ */
 
 static int align_up(int x, int a) { return (x + a - 1) / a * a; }
 static int min_int(int a, int b) { return a < b ? a : b; }
 
-kn_amdgpu_occupancy kn_amdgpu_occupancy_of(const kn_amdgpu_target *t, int vgpr, int agpr,
+kn_amdgpu_occupancy kn_amdgpu_occupancy_of(const kn_arch *t, int vgpr, int agpr,
                                            int sgpr, uint32_t lds, int wg_size) {
   kn_amdgpu_occupancy o = {0};
-  if (!t || vgpr < 0 || agpr < 0 || sgpr < 0 || wg_size <= 0 || wg_size > 1024) return o;
+  if (!t || !t->amd || vgpr < 0 || agpr < 0 || sgpr < 0 || wg_size <= 0 || wg_size > 1024) return o;
   /* Registers.  On gfx90a and later VGPRs and AGPRs share one 512-entry file per lane; a wave's
    * AGPRs start at its VGPR count rounded up to 4, and the metadata's .vgpr_count is already
    * that total, align(arch, 4) + agpr (LLVM's TotalNumVgprs), so it is used as it is, rounded
    * up to the allocation granule. */
-  if (agpr > t->max_agprs || vgpr - agpr > t->max_arch_vgprs || agpr > vgpr) return o;
-  o.unified_vgprs = align_up(vgpr > 0 ? vgpr : 1, t->vgpr_granule);
-  if (o.unified_vgprs > t->vgprs_per_lane) return o;
-  o.by_vgpr = min_int(t->max_waves_per_simd, t->vgprs_per_lane / o.unified_vgprs);
+  if (agpr > t->amd->max_agprs || vgpr - agpr > t->amd->max_arch_vgprs || agpr > vgpr) return o;
+  o.unified_vgprs = align_up(vgpr > 0 ? vgpr : 1, t->amd->vgpr_granule);
+  if (o.unified_vgprs > t->amd->vgprs_per_lane) return o;
+  o.by_vgpr = min_int(t->amd->max_waves_per_simd, t->amd->vgprs_per_lane / o.unified_vgprs);
 
   /* SGPRs: gfx9 steps.  The metadata's .sgpr_count adds the special registers (VCC,
    * FLAT_SCRATCH, XNACK_MASK: 6 more) to the up to 102 a kernel addresses, so a launchable
    * kernel reports up to 108; what lies above 100 gets the last step. */
-  if (sgpr > t->max_sgprs + 6) return o;
+  if (sgpr > t->amd->max_sgprs + 6) return o;
   o.by_sgpr = sgpr <= 80 ? 10 : sgpr <= 88 ? 9 : sgpr <= 100 ? 8 : 7;
-  o.by_sgpr = min_int(o.by_sgpr, t->max_waves_per_simd);
+  o.by_sgpr = min_int(o.by_sgpr, t->amd->max_waves_per_simd);
 
   /* LDS and workgroup slots: whole workgroups are resident on one CU, their waves spread over
    * its SIMDs; a workgroup of more than one wave also takes one of the CU's barriers. */
-  int waves_per_wg = (wg_size + t->wave_size - 1) / t->wave_size;
-  int wave_slots = t->max_waves_per_simd * t->simds_per_cu;
-  int wgs = waves_per_wg > 1 ? min_int(wave_slots / waves_per_wg, t->max_barriers_per_cu)
+  int waves_per_wg = (wg_size + t->lanes - 1) / t->lanes;
+  int wave_slots = t->amd->max_waves_per_simd * t->amd->simds_per_cu;
+  int wgs = waves_per_wg > 1 ? min_int(wave_slots / waves_per_wg, t->amd->max_barriers_per_cu)
                              : wave_slots;
-  if (lds > (uint32_t)t->lds_bytes) return o;
+  if (lds > (uint32_t)t->shared_bytes) return o;
   if (lds > 0) {
-    uint32_t rounded = (lds + (uint32_t)t->lds_granule - 1) / (uint32_t)t->lds_granule *
-                       (uint32_t)t->lds_granule;
-    wgs = min_int(wgs, (int)((uint32_t)t->lds_bytes / rounded));
+    uint32_t rounded = (lds + (uint32_t)t->amd->lds_granule - 1) / (uint32_t)t->amd->lds_granule *
+                       (uint32_t)t->amd->lds_granule;
+    wgs = min_int(wgs, (int)((uint32_t)t->shared_bytes / rounded));
   }
-  o.by_lds = min_int(t->max_waves_per_simd, wgs * waves_per_wg / t->simds_per_cu);
+  o.by_lds = min_int(t->amd->max_waves_per_simd, wgs * waves_per_wg / t->amd->simds_per_cu);
 
   o.waves = min_int(min_int(o.by_vgpr, o.by_sgpr), o.by_lds);
   /* a workgroup must fit at once: its waves need ceil(waves_per_wg / 4) slots on each SIMD */
-  if (o.waves < (waves_per_wg + t->simds_per_cu - 1) / t->simds_per_cu) o.waves = 0;
+  if (o.waves < (waves_per_wg + t->amd->simds_per_cu - 1) / t->amd->simds_per_cu) o.waves = 0;
   return o;
 }
 
@@ -166,7 +96,7 @@ static void init_amdgpu(void) {
 
 void kn_amdgpu_init(void) { pthread_once(&init_once, init_amdgpu); }
 
-LLVMTargetMachineRef kn_amdgpu_machine(const kn_amdgpu_target *t, const char *features,
+LLVMTargetMachineRef kn_amdgpu_machine(const kn_arch *t, const char *features,
                                        kn_diag *d) {
   kn_amdgpu_init();
   LLVMTargetRef target;
@@ -280,9 +210,9 @@ static bool contains(const char *s, size_t n, const char *needle) {
  * it calls report_fatal_error ("Cannot select: intrinsic ..."), which exits the process.  So the
  * matrix intrinsics kiln may emit are checked against this target's table first, and AMD's
  * fp8/bf8 intrinsics (conversions included) are allowed only where the table has an fp8 MFMA. */
-static int check_intrinsics(const kn_amdgpu_target *t, LLVMModuleRef mod, kn_diag *d) {
+static int check_intrinsics(const kn_arch *t, LLVMModuleRef mod, kn_diag *d) {
   bool fp8 = false;
-  for (int i = 0; i < t->nmfma; i++) fp8 |= t->mfma[i].a == KN_F8E4M3FNUZ;
+  for (int i = 0; i < t->nmma; i++) fp8 |= kn_scalar_size(t->mma[i].a) == 1;
   for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
     size_t n;
     const char *name = LLVMGetValueName2(f, &n);
@@ -293,8 +223,9 @@ static int check_intrinsics(const kn_amdgpu_target *t, LLVMModuleRef mod, kn_dia
                   starts_with(name, n, "llvm.amdgcn.wmma.") ||
                   starts_with(name, n, "llvm.amdgcn.swmmac.");
     bool known = !matrix;
-    for (int i = 0; matrix && i < t->nmfma; i++)
-      known |= strlen(t->mfma[i].intrinsic) == n && !memcmp(t->mfma[i].intrinsic, name, n);
+    for (int i = 0; matrix && i < t->nmma; i++)
+      known |= t->mma[i].intrinsic && strlen(t->mma[i].intrinsic) == n &&
+               !memcmp(t->mma[i].intrinsic, name, n);
     if (!fp8 && (contains(name, n, "fp8") || contains(name, n, "bf8"))) known = false;
     if (!known)
       return kn_error(d, NULL, amd_loc, "%.*s is not available on %s (kiln's table of its "
@@ -340,41 +271,63 @@ static int emit(LLVMTargetMachineRef tm, LLVMModuleRef mod, LLVMCodeGenFileType 
   return 0;
 }
 
-int kn_amdgpu_compile(const kn_amdgpu_target *t, LLVMModuleRef mod, const kn_amdgpu_options *opt,
+int kn_amdgpu_prepare(const kn_arch *t, LLVMModuleRef mod, kn_diag *d) {
+  if (!t || t->isa != KN_ISA_AMDGPU || !mod)
+    return kn_error(d, NULL, amd_loc, "no AMDGPU target or no module");
+  if (count_kernels(mod) == 0)
+    return kn_error(d, NULL, amd_loc, "module defines no amdgpu_kernel function");
+  if (check_intrinsics(t, mod, d)) return -1;
+  return pin_code_object_v5(mod, d);
+}
+
+int kn_amdgpu_emit(LLVMModuleRef mod, LLVMTargetMachineRef tm, bool assembly, void **out,
+                   size_t *out_n, kn_diag *d) {
+  diag_capture cap;
+  capture_begin(&cap, LLVMGetModuleContext(mod));
+  int rc;
+  if (assembly) {
+    /* codegen rewrites the IR it runs on (kernel argument lowering and more): emit assembly
+     * from a copy, so the module can still become the object */
+    LLVMModuleRef copy = LLVMCloneModule(mod);
+    rc = emit(tm, copy, LLVMAssemblyFile, out, out_n, &cap, d);
+    LLVMDisposeModule(copy);
+  } else {
+    rc = emit(tm, mod, LLVMObjectFile, out, out_n, &cap, d);
+  }
+  capture_end(&cap);
+  return rc;
+}
+
+/* The AMDGPU steps of compiler/pipeline.c applied to an LLVM module written by hand (tests):
+ * verify, prepare, default<O3> (or opt->passes) with the target machine, codegen, link. */
+int kn_amdgpu_compile(const kn_arch *t, LLVMModuleRef mod, const kn_amdgpu_options *opt,
                       kn_amdgpu_output *out, kn_diag *d) {
   static const kn_amdgpu_options defaults = {0};
   if (!opt) opt = &defaults;
   memset(out, 0, sizeof *out);
   if (!t || !mod) return kn_error(d, NULL, amd_loc, "no target or no module");
-
-  diag_capture cap;
-  capture_begin(&cap, LLVMGetModuleContext(mod));
   LLVMTargetMachineRef tm = NULL;
-  LLVMPassBuilderOptionsRef pbo = NULL;
   int rc = -1;
-
   char *vmsg = NULL;
   if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &vmsg)) {
     kn_error(d, NULL, amd_loc, "invalid LLVM IR before optimisation: %.400s", vmsg ? vmsg : "?");
     LLVMDisposeMessage(vmsg);
-    goto done;
+    return -1;
   }
   LLVMDisposeMessage(vmsg);
-  if (count_kernels(mod) == 0) {
-    kn_error(d, NULL, amd_loc, "module defines no amdgpu_kernel function");
-    goto done;
-  }
-  if (check_intrinsics(t, mod, d)) goto done;
-  if (!(tm = kn_amdgpu_machine(t, opt->features, d))) goto done;
+  if (kn_amdgpu_prepare(t, mod, d)) return -1;
+  if (!(tm = kn_amdgpu_machine(t, opt->features, d))) return -1;
   attach_target(mod, tm);
-  if (pin_code_object_v5(mod, d)) goto done;
-
   /* default<O3> with the target machine: the machine brings the AMDGPU passes into the pipeline,
    * among them the attributor that marks each kernel amdgpu-no-implicitarg-ptr etc., so codegen
    * leaves the unused hidden arguments out of the kernarg segment. */
   double t0 = now_ms();
-  pbo = LLVMCreatePassBuilderOptions();
+  diag_capture cap;
+  capture_begin(&cap, LLVMGetModuleContext(mod));
+  LLVMPassBuilderOptionsRef pbo = LLVMCreatePassBuilderOptions();
   LLVMErrorRef perr = LLVMRunPasses(mod, opt->passes ? opt->passes : "default<O3>", tm, pbo);
+  LLVMDisposePassBuilderOptions(pbo);
+  capture_end(&cap);
   if (perr) {
     char *m = LLVMGetErrorMessage(perr);
     kn_error(d, NULL, amd_loc, "LLVM optimisation failed: %s", m ? m : "?");
@@ -387,20 +340,11 @@ int kn_amdgpu_compile(const kn_amdgpu_target *t, LLVMModuleRef mod, const kn_amd
   }
   double t1 = now_ms();
   out->ms_optimize = t1 - t0;
-
-  if (opt->emit_asm) {
-    /* codegen rewrites the IR it runs on (kernel argument lowering and more), so the assembly
-     * comes from a copy and the object from the module itself */
-    LLVMModuleRef copy = LLVMCloneModule(mod);
-    size_t n;
-    int e = emit(tm, copy, LLVMAssemblyFile, (void **)&out->asm_text, &n, &cap, d);
-    LLVMDisposeModule(copy);
-    if (e) goto done;
-  }
-  if (emit(tm, mod, LLVMObjectFile, &out->obj, &out->obj_size, &cap, d)) goto done;
+  size_t n;
+  if (opt->emit_asm && kn_amdgpu_emit(mod, tm, true, (void **)&out->asm_text, &n, d)) goto done;
+  if (kn_amdgpu_emit(mod, tm, false, &out->obj, &out->obj_size, d)) goto done;
   double t2 = now_ms();
   out->ms_codegen = t2 - t1;
-
   if (opt->link) {
     char err[1024] = "";
     if (kn_amdgpu_link(out->obj, out->obj_size, &out->code_object, &out->code_object_size, err,
@@ -411,11 +355,8 @@ int kn_amdgpu_compile(const kn_amdgpu_target *t, LLVMModuleRef mod, const kn_amd
     out->ms_link = now_ms() - t2;
   }
   rc = 0;
-
 done:
-  if (pbo) LLVMDisposePassBuilderOptions(pbo);
-  if (tm) LLVMDisposeTargetMachine(tm);
-  capture_end(&cap);
+  LLVMDisposeTargetMachine(tm);
   if (rc) kn_amdgpu_output_free(out);
   return rc;
 }

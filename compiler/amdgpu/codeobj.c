@@ -310,7 +310,7 @@ int kn_codeobj_parse(const void *data, size_t n, kn_codeobj *co, kn_diag *d) {
   co->code_object_version = co->abi_version >= 2 && co->abi_version <= 4 ? co->abi_version + 2 : 0;
   co->elf_type = (int)RD(b, 0, Elf64_Ehdr, e_type);
   co->e_flags = (unsigned)RD(b, 0, Elf64_Ehdr, e_flags);
-  co->target = kn_amdgpu_target_by_mach(co->e_flags & KN_EF_AMDGPU_MACH);
+  co->target = kn_arch_by_elf_mach(co->e_flags & KN_EF_AMDGPU_MACH);
   if (co->elf_type != ET_REL && co->elf_type != ET_DYN)
     return kn_error(d, NULL, co_loc, "ELF type %d is neither a relocatable object nor a shared "
                     "object", co->elf_type);

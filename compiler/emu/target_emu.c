@@ -1,10 +1,12 @@
-/* target_emu.c — the gfx90a-emu and gfx942-emu kn_targets.
+/* target_emu.c — the steps of the emulated AMDGPU targets ("<chip>-emu" for every AMDGPU entry
+ * of the registry the emulator can run: gfx90a-emu, gfx942-emu, gfx950-emu).
  *
- * lower = the real AMDGPU target's lower (compiler/gpu: layouts, LDS plan, lowering — unchanged)
- * followed by kn_emu_rewrite (rewrite.c), which turns the amdgcn module into a host module; the
- * rest is the host target's machinery: the host target machine, default<O3>, host assembly for
- * dumps, and the ORC JIT (kn_jit_load finds kiln_<name> and kiln_<name>.status as for the host
- * target).  The compiled kernel is run with kn_emu_run (runtime.c).
+ * The pipeline runs the chip's layout pass and shared-memory plan as for the real target; lower
+ * = the AMDGPU target's lower (compiler/gpu, unchanged) followed by kn_emu_rewrite (rewrite.c),
+ * which turns the amdgcn module into a host module; the rest is the host target's machinery:
+ * the host target machine, default<O3>, host assembly for dumps, a host object and its load
+ * (kiln_<name> and kiln_<name>.status as for the host target).  The compiled kernel is run with
+ * kn_emu_run (runtime.c).
  *
  * A target carries the test-only breaks (KN_EMU_BREAK_*) it applies: kn_emu_target_broken makes
  * one per (chip, breaks) on demand and keeps it for the life of the process (targets are
@@ -21,19 +23,12 @@
 #include "gpu.h"
 #include "target.h"
 
-typedef struct emu_target {
-  kn_target t;             /* first: the pipeline passes &t back to us */
-  const kn_target *real;   /* compiler/gpu's gfx90a / gfx942 */
-  const char *arch;
-  unsigned breaks;
-} emu_target;
-
-static int emu_lower(const kn_target *t, kn_func *k, LLVMContextRef ctx, LLVMModuleRef *out,
-                     kn_diag *d) {
-  const emu_target *e = (const emu_target *)t;
-  if (e->real->lower(e->real, k, ctx, out, d)) return -1;
-  const kn_amdgpu_target *a = kn_amdgpu_target_by_name(e->arch);
-  if (kn_emu_rewrite(*out, e->arch, a ? a->lds_bytes : 65536, e->breaks, d)) {
+/* lower: the AMDGPU target's lower (lower_gpu.c on the AMD plan, prepare), then the rewrite that
+ * routes every leaf operation to the emulator's runtime and retargets the module to the host */
+static int emu_lower(const kn_target *t, kn_func *k, const kn_layout_plan *plan,
+                     LLVMContextRef ctx, LLVMModuleRef *out, kn_diag *d) {
+  if (kn_target_amdgpu_steps.lower(t, k, plan, ctx, out, d)) return -1;
+  if (kn_emu_rewrite(*out, t->arch->name, (int)t->arch->shared_bytes, t->breaks, d)) {
     LLVMDisposeModule(*out);
     *out = NULL;
     return -1;
@@ -41,72 +36,47 @@ static int emu_lower(const kn_target *t, kn_func *k, LLVMContextRef ctx, LLVMMod
   return 0;
 }
 
-static LLVMTargetMachineRef emu_machine(const kn_target *t, kn_diag *d) {
-  (void)t;
-  return kn_llvm_host_machine(d);
-}
-
-static int emu_load(const kn_target *t, LLVMContextRef ctx, LLVMModuleRef mod,
-                    const char *kernel_name, kn_loaded *out, kn_diag *d) {
-  (void)t;
-  return kn_jit_load(ctx, mod, kernel_name, out, d);
-}
-
-static void emu_unload(const kn_target *t, kn_loaded *l) {
-  (void)t;
-  kn_jit_unload(l);
-}
-
-#define EMU_TARGET(nm, chip, realt, br)                                                          \
-  {.t = {.name = nm, .triple = NULL, .cpu = NULL, .features = NULL, .pointer_bits = 64,          \
-         .vector_bits = 128, .lower = emu_lower, .machine = emu_machine,                          \
-         .optimize = kn_target_optimize_o3, .emit_asm = kn_target_emit_asm,                     \
-         .load = emu_load, .unload = emu_unload},                                                 \
-   .real = realt, .arch = chip, .breaks = br}
-
-static emu_target emu_targets[2] = {
-    EMU_TARGET("gfx90a-emu", "gfx90a", &kn_target_gfx90a, 0),
-    EMU_TARGET("gfx942-emu", "gfx942", &kn_target_gfx942, 0),
+/* the rewritten module is host code: the host's machine, codegen and load */
+const kn_target kn_target_emu_steps = {
+    .artifact = KN_ARTIFACT_HOST_OBJECT,
+    .emulated = true,
+    .lower = emu_lower,
+    .machine = NULL, /* targets.c: the host target's */
+    .codegen = kn_host_codegen,
+    .load = kn_host_load,
+    .unload = kn_host_unload,
 };
-static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
-
-/* the matrix instruction tables are the real targets' (not constant expressions in C) */
-static void fill_tables(void) {
-  for (int i = 0; i < 2; i++) {
-    emu_targets[i].t.matrix = emu_targets[i].real->matrix;
-    emu_targets[i].t.nmatrix = emu_targets[i].real->nmatrix;
-  }
-}
-
-static int index_of(const char *name) {
-  if (name && !strcmp(name, "gfx90a-emu")) return 0;
-  if (name && !strcmp(name, "gfx942-emu")) return 1;
-  return -1;
-}
 
 const kn_target *kn_emu_target(const char *name) {
-  int i = index_of(name);
-  if (i < 0) return NULL;
-  pthread_once(&tables_once, fill_tables);
-  return &emu_targets[i].t;
+  const kn_target *t = kn_target_get(name);
+  return t && t->emulated ? t : NULL;
 }
+
+/* the broken copies made so far (never freed: targets are compared and kept by address) */
+typedef struct broken_target {
+  kn_target t;
+  const kn_target *base;
+  struct broken_target *next;
+} broken_target;
 
 const kn_target *kn_emu_target_broken(const char *name, unsigned breaks) {
   static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-  static emu_target *broken[2][KN_EMU_BREAK_ALL + 1];
-  int i = index_of(name);
-  if (i < 0) return NULL;
+  static broken_target *made;
+  const kn_target *base = kn_emu_target(name);
   breaks &= KN_EMU_BREAK_ALL;
-  if (!breaks) return kn_emu_target(name);
-  pthread_once(&tables_once, fill_tables);
+  if (!base || !breaks) return base;
   pthread_mutex_lock(&mu);
-  if (!broken[i][breaks] && (broken[i][breaks] = malloc(sizeof(emu_target)))) {
-    *broken[i][breaks] = emu_targets[i];
-    broken[i][breaks]->breaks = breaks;
+  broken_target *b = made;
+  while (b && !(b->base == base && b->t.breaks == breaks)) b = b->next;
+  if (!b && (b = malloc(sizeof *b))) {
+    b->t = *base;
+    b->t.breaks = breaks;
+    b->base = base;
+    b->next = made;
+    made = b;
   }
-  emu_target *e = broken[i][breaks];
   pthread_mutex_unlock(&mu);
-  return e ? &e->t : NULL;
+  return b ? &b->t : NULL;
 }
 
 /* ---- hand-written LLVM IR kernels ---- */
@@ -120,8 +90,9 @@ static const kn_loc ir_loc = {"<llvm ir>", 0, 0};
 int kn_emu_compile_ir(const char *llvm_ir, const char *arch, unsigned breaks, kn_emu_ir_kernel **out,
                       kn_diag *d) {
   *out = NULL;
-  const kn_amdgpu_target *a = kn_amdgpu_target_by_name(arch);
-  if (!a) return kn_error(d, NULL, ir_loc, "unknown AMDGPU target '%s'", arch ? arch : "");
+  const kn_arch *a = kn_arch_get(arch);
+  if (!a || a->isa != KN_ISA_AMDGPU)
+    return kn_error(d, NULL, ir_loc, "unknown AMDGPU target '%s'", arch ? arch : "");
   LLVMContextRef ctx = kn_llvm_context_new();
   LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(llvm_ir, strlen(llvm_ir), "ir");
   LLVMModuleRef mod = NULL;
@@ -141,7 +112,7 @@ int kn_emu_compile_ir(const char *llvm_ir, const char *arch, unsigned breaks, kn
       snprintf(name, sizeof name, "%.*s", (int)n, s);
     }
   LLVMTargetMachineRef tm = NULL;
-  int rc = kn_emu_rewrite(mod, a->name, a->lds_bytes, breaks, d);
+  int rc = kn_emu_rewrite(mod, a->name, (int)a->shared_bytes, breaks, d);
   if (!rc) rc = kn_llvm_verify(mod, d);
   if (!rc) rc = !(tm = kn_llvm_host_machine(d));
   if (!rc) rc = kn_llvm_run_passes(mod, tm, "default<O3>", d);

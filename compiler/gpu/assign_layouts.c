@@ -62,116 +62,99 @@ static int elem_bytes(const kn_value *v) { return (int)kn_scalar_size(v->type.el
 
 /* ---- anchors ---- */
 
+/* every dot of the kernel fits instruction i with the plan's warps */
+static bool fits_all(void *ctx, const kn_mma_instr *i) {
+  pass *s = ctx;
+  for (int j = 0; j < s->nops; j++) {
+    kn_op *op = s->ops[j];
+    if (op->opc != KN_OP_DOT) continue;
+    int M = op->res[0]->type.shape[0], N = op->res[0]->type.shape[1];
+    int K = op->opnd[0]->type.shape[1];
+    if (!kn_mma_fits(i, M, N, K, s->p->warps)) return false;
+  }
+  return true;
+}
+
+/* the names of arch's instructions for operand type a, for messages */
+static void list_instrs(const kn_arch *arch, kn_scalar a, char *buf, size_t n) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < arch->nmma && len < n; i++)
+    if (arch->mma[i].a == a)
+      len += (size_t)snprintf(buf + len, n - len, "%s%dx%dx%d", len ? ", " : "", arch->mma[i].m,
+                              arch->mma[i].n, arch->mma[i].k);
+}
+
+/* One instruction for the whole kernel, from the registry's table (compiler/arch.h): all dots
+ * must take one operand type, and the first entry for that type that fits every dot wins.
+ * Meta MFMA = 16 / 32 picks the instruction's m on AMDGPU (16x16 holds a quarter of 32x32's
+ * accumulator per lane group: fewer registers per dot, more instructions, a balance the
+ * autotuner may prefer); only that size is then tried, so a kernel it does not fit is an error
+ * rather than silently another shape.  NVPTX has one shape and ignores the key, and so do f32
+ * dots on AMDGPU (FMAs, no MFMA). */
 static int choose_mma(pass *s) {
-  const kn_mma_id amd_prefs[] = {KN_MMA_MFMA_32X32X8, KN_MMA_MFMA_16X16X16};
-  const kn_mma_id nv_prefs[] = {KN_MMA_NV_16X8X16};
-  bool nv = s->p->arch->isa == KN_GPU_NVPTX;
-  const kn_mma_id *prefs = nv ? nv_prefs : amd_prefs;
-  size_t nprefs = nv ? 1 : 2;
-  bool any = false;
-  int nf32 = 0, nmma = 0, nf8 = 0;
+  const kn_arch *arch = s->p->arch;
+  kn_op *first = NULL;
   for (int i = 0; i < s->nops; i++) {
     kn_op *op = s->ops[i];
     if (op->opc != KN_OP_DOT) continue;
-    any = true;
-    kn_scalar a = op->opnd[0]->type.elem;
-    /* f8e4m3fnuz x f8e4m3fnuz: v_mfma_f32_32x32x16_fp8_fp8 (gfx942 only; all of a kernel's dots
-     * alike, since one instruction shape serves the whole kernel) */
-    if (a == KN_F8E4M3FNUZ || op->opnd[1]->type.elem == KN_F8E4M3FNUZ) {
-      if (nv || !s->p->arch->amd)
-        return kn_error(s->d, s->p->k->module, op->loc,
-                        "not yet supported on %s: dot of %s operands", s->p->arch->name,
-                        kn_scalar_name(a));
-      /* the target's MFMA table (amdgpu_target.c), read here: kiln_gpu_core does not link the
-       * AMDGPU backend that kn_amdgpu_find_mfma lives in */
-      const kn_amdgpu_target *at = s->p->arch->amd;
-      bool has_f8 = false;
-      for (int j = 0; j < at->nmfma; j++)
-        has_f8 |= at->mfma[j].m == 32 && at->mfma[j].n == 32 && at->mfma[j].k == 16 &&
-                  at->mfma[j].a == KN_F8E4M3FNUZ;
-      if (!has_f8)
-        return kn_error(s->d, s->p->k->module, op->loc,
-                        "fp8 dot (f8e4m3fnuz) not supported on %s: it has no fp8 MFMA (gfx942 "
-                        "has v_mfma_f32_32x32x16_fp8_fp8)", s->p->arch->name);
-      if (a != op->opnd[1]->type.elem || op->opnd[2]->type.elem != KN_F32)
-        return kn_error(s->d, s->p->k->module, op->loc,
-                        "an fp8 dot needs both operands f8e4m3fnuz and an f32 accumulator");
-      nf8++;
-      if (nf8 != ++nmma || nf32)
-        return kn_error(s->d, s->p->k->module, op->loc,
-                        "not yet supported on %s: fp8 dots mixed with other dots in one kernel",
-                        s->p->arch->name);
-      continue;
+    if (!first) first = op;
+    kn_scalar a = op->opnd[0]->type.elem, b = op->opnd[1]->type.elem;
+    kn_scalar a0 = first->opnd[0]->type.elem;
+    if (a != b || a != a0)
+      return kn_error(s->d, s->p->k->module, op->loc,
+                      "not yet supported on %s: dots of different operand types in one kernel "
+                      "(%s x %s here, %s before; one matrix instruction serves a kernel)",
+                      arch->name, kn_scalar_name(a), kn_scalar_name(b), kn_scalar_name(a0));
+  }
+  if (!first) return 0;
+  kn_scalar a = first->opnd[0]->type.elem;
+  if (!kn_arch_pick_mma(arch, a, 0, NULL, NULL)) {
+    char have[200] = "";
+    for (int i = 0, n = 0; i < arch->nmma; i++) {
+      bool seen = false;
+      for (int j = 0; j < i; j++) seen |= arch->mma[j].a == arch->mma[i].a;
+      if (!seen)
+        n += snprintf(have + n, sizeof have - (size_t)n, "%s%s", n ? ", " : "",
+                      kn_scalar_name(arch->mma[i].a));
     }
-    if (nf8)
-      return kn_error(s->d, s->p->k->module, op->loc,
-                      "not yet supported on %s: fp8 dots mixed with other dots in one kernel",
-                      s->p->arch->name);
-    /* AMDGPU f32: per-thread FMAs (fma_16x32 in layout.c), for every dot of the kernel */
-    bool f32_ok = !nv && s->p->arch->amd && a == KN_F32 && op->opnd[1]->type.elem == KN_F32;
-    nf32 += f32_ok;
-    nmma += !f32_ok;
-    if ((!nv && !s->p->arch->amd) || (a != KN_F16 && a != KN_BF16 && !f32_ok) || (nf32 && nmma))
-      return kn_error(s->d, s->p->k->module, op->loc,
-                      "not yet supported on %s: dot of %s operands (only f16 and bf16 use the "
-                      "matrix instructions so far, and f8e4m3fnuz on gfx942; f32 dots use "
-                      "FMAs on AMDGPU, all of a kernel's dots alike)", s->p->arch->name, kn_scalar_name(a));
+    return kn_error(s->d, s->p->k->module, first->loc,
+                    "dot of %s operands not supported on %s: no matrix instruction takes them "
+                    "(it has instructions for %s)", kn_scalar_name(a), arch->name, have);
   }
-  if (!any) return 0;
-  const kn_mma_id fma_prefs[] = {KN_MMA_FMA_16X32};
-  const kn_mma_id f8_prefs[] = {KN_MMA_MFMA_32X32X16_F8};
-  if (nf32) {
-    prefs = fma_prefs;
-    nprefs = 1;
-  }
-  /* meta MFMA = 16 / 32: the kernel picks the AMDGPU instruction shape (16x16x16 holds a quarter
-   * of 32x32x8's accumulator per lane group: fewer registers per dot, more instructions, and a
-   * different balance the autotuner may prefer).  Only that shape is then tried, so a kernel it
-   * does not fit is an error rather than silently another shape.  NVPTX has one shape and
-   * ignores the key, and so do f32 dots (no MFMA: FMAs). */
   int64_t want = 0;
-  if (kn_func_get_meta(s->p->k, "MFMA", &want) && !nv && !nf32) {
+  bool fma = kn_arch_pick_mma(arch, a, 0, NULL, NULL)->operands == KN_MMA_FMA;
+  if (kn_func_get_meta(s->p->k, "MFMA", &want) && arch->isa == KN_ISA_AMDGPU && !fma) {
     if (want != 16 && want != 32)
       return kn_error(s->d, s->p->k->module, s->p->k->loc,
-                      "MFMA must be 16 (16x16x16) or 32 (32x32x8), not %lld", (long long)want);
-    prefs = want == 16 ? &amd_prefs[1] : &amd_prefs[0];
-    nprefs = 1;
-  }
-  /* fp8: the one fp8 MFMA (32x32x16); MFMA = 32 names its 32x32 shape, 16 has no fp8 form */
-  if (nf8) {
-    if (want == 16)
+                      "MFMA must be 16 (16x16 instructions) or 32 (32x32), not %lld",
+                      (long long)want);
+    if (!kn_arch_pick_mma(arch, a, (int)want, NULL, NULL))
       return kn_error(s->d, s->p->k->module, s->p->k->loc,
-                      "MFMA = 16 has no fp8 form on %s (fp8 dots use 32x32x16)", s->p->arch->name);
-    prefs = f8_prefs;
-    nprefs = 1;
+                      "MFMA = %lld: %s has no %lldx%lld instruction for %s operands",
+                      (long long)want, arch->name, (long long)want, (long long)want,
+                      kn_scalar_name(a));
+  } else {
+    want = 0;
   }
-  for (size_t c = 0; c < nprefs; c++) {
-    const kn_mma_shape *sh = kn_mma_shape_get(prefs[c]);
-    bool fits = true;
-    for (int i = 0; i < s->nops && fits; i++) {
-      kn_op *op = s->ops[i];
-      if (op->opc != KN_OP_DOT) continue;
-      int M = op->res[0]->type.shape[0], N = op->res[0]->type.shape[1];
-      int K = op->opnd[0]->type.shape[1];
-      fits = M % s->p->warps == 0 && (M / s->p->warps) % sh->m == 0 && N % sh->n == 0 &&
-             K % sh->k == 0;
-    }
-    if (fits) {
-      s->shape = sh;
-      /* AMDGPU: transposed (each lane holds a row, see the file comment).  mma.sync m16n8k16
-       * as it is: a quad of lanes (lane / 4) holds a row, so a row reduction is in-thread plus
-       * two butterflies (lane bits 0 and 1), and the accumulator of S = QK^T, columns
-       * 2 * (lane % 4) + {0, 1} + 8j, is already the A fragment of O += PV (k = columns). */
-      s->mma = intern(s, kn_layout_mma(sh, s->p->warps, !nv && sh->k > 1));
-      return 0;
-    }
+  const kn_mma_instr *in = kn_arch_pick_mma(arch, a, (int)want, fits_all, s);
+  if (!in) {
+    char list[160];
+    list_instrs(arch, a, list, sizeof list);
+    return kn_error(s->d, s->p->k->module, first->loc,
+                    "no matrix instruction of %s fits this dot with %d warps (%s operands: %s; "
+                    "the rows per warp must be a multiple of the instruction's m)", arch->name,
+                    s->p->warps, kn_scalar_name(a), list);
   }
-  for (int i = 0; i < s->nops; i++)
-    if (s->ops[i]->opc == KN_OP_DOT)
-      return kn_error(s->d, s->p->k->module, s->ops[i]->loc,
-                      "no matrix instruction of %s fits this dot with %d warps (rows per warp "
-                      "must be a multiple of 16 or 32)", s->p->arch->name, s->p->warps);
-  return -1;
+  const kn_mma_shape *sh = kn_mma_shape_get(in->shape);
+  s->shape = sh;
+  s->p->instr = in;
+  /* AMDGPU: transposed (each lane holds a row, see the file comment).  mma.sync m16n8k16 as it
+   * is: a quad of lanes (lane / 4) holds a row, so a row reduction is in-thread plus two
+   * butterflies (lane bits 0 and 1), and the accumulator of S = QK^T, columns
+   * 2 * (lane % 4) + {0, 1} + 8j, is already the A fragment of O += PV (k = columns). */
+  s->mma = intern(s, kn_layout_mma(sh, s->p->warps, arch->isa == KN_ISA_AMDGPU && sh->k > 1));
+  return 0;
 }
 
 /* the dim whose stride operand is the constant 1 (a compile-time fact only then) */
@@ -498,7 +481,7 @@ static int user_pos(const kn_layout_plan *p, const kn_conversion *c) {
  * are filled by cp.async and how they are scheduled (gpu.h, kn_stage_kind). */
 static void nv_plan_staging(pass *s) {
   kn_layout_plan *p = s->p;
-  if (p->arch->isa != KN_GPU_NVPTX || !s->shape || s->shape->id != KN_MMA_NV_16X8X16) return;
+  if (p->arch->isa != KN_ISA_NVPTX || !s->shape || s->shape->id != KN_MMA_NV_16X8X16) return;
   for (int i = 0; i < p->nconv; i++) {
     kn_conversion *c = &p->conv[i];
     if (c->kind == KN_CONV_FREE || c->user->opc != KN_OP_DOT || c->opnd > 1) continue;
@@ -570,7 +553,7 @@ static void nv_plan_staging(pass *s) {
 
 /* ---- driver ---- */
 
-int kn_assign_layouts(kn_func *k, const kn_gpu_arch *arch, kn_layout_plan *p, kn_diag *d) {
+int kn_assign_layouts(kn_func *k, const kn_arch *arch, kn_layout_plan *p, kn_diag *d) {
   memset(p, 0, sizeof *p);
   p->arena = kn_arena_new();
   p->k = k;

@@ -24,7 +24,6 @@
 
 #include <llvm-c/Types.h>
 
-#include "amdgpu.h"
 #include "ir.h"
 #include "layout.h"
 #include "target.h"
@@ -32,21 +31,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* which leaf operations the lowering emits (lower_gpu.c's per-target table) */
-typedef enum kn_gpu_isa {
-  KN_GPU_AMDGPU = 0,           /* amdgcn-amd-amdhsa, MFMA, wave64 */
-  KN_GPU_NVPTX,                /* nvptx64-nvidia-cuda, mma.sync m16n8k16, warps of 32 */
-} kn_gpu_isa;
-
-/* what the layout pass may use on a target */
-typedef struct kn_gpu_arch {
-  const char *name;            /* "gfx942", "sm_90a" */
-  int lanes;                   /* 64 (AMDGPU), 32 (NVIDIA) */
-  int lds_bytes;               /* shared memory a program may use: 65536, 232448 (sm_90) */
-  const kn_amdgpu_target *amd; /* MFMA intrinsics; NULL for targets without */
-  kn_gpu_isa isa;
-} kn_gpu_arch;
 
 typedef enum kn_conv_kind {
   KN_CONV_FREE,     /* register renaming (regmap) */
@@ -94,10 +78,11 @@ typedef struct kn_lds_buffer {
   int first, last;        /* live range in op positions (program order) */
 } kn_lds_buffer;
 
-typedef struct kn_layout_plan {
+struct kn_layout_plan {
   kn_arena *arena;        /* layouts, tables (freed by kn_layout_plan_free) */
   kn_func *k;
-  const kn_gpu_arch *arch;
+  const kn_arch *arch;     /* the registry entry (compiler/arch.h) */
+  const kn_mma_instr *instr; /* the kernel's matrix instruction (NULL without dots) */
   int warps;
   int nvalues;
   const kn_layout **lay;  /* per value id: its layout (tiles), NULL for scalars */
@@ -107,11 +92,11 @@ typedef struct kn_layout_plan {
   int nbuf;
   kn_lds_buffer *buf;
   int64_t lds_bytes;      /* total after reuse */
-} kn_layout_plan;
+};
 
 /* assign_layouts.c: the layout pass.  0, or -1 with *d (an op or shape the target cannot lay
  * out).  Free the plan with kn_layout_plan_free (also after a failure). */
-int kn_assign_layouts(kn_func *k, const kn_gpu_arch *arch, kn_layout_plan *plan, kn_diag *d);
+int kn_assign_layouts(kn_func *k, const kn_arch *arch, kn_layout_plan *plan, kn_diag *d);
 void kn_layout_plan_free(kn_layout_plan *plan);
 /* finds the conversion of (user, opnd), or NULL when the operand is used as it is */
 const kn_conversion *kn_plan_conversion(const kn_layout_plan *p, const kn_op *user, int opnd);
@@ -128,56 +113,8 @@ int kn_plan_shared(kn_layout_plan *plan, kn_diag *d);
 char *kn_layout_plan_format(const kn_layout_plan *plan);
 
 /* lower_gpu.c: kernel k (verified, inlined) with its plan -> an LLVM module for the plan's
- * arch (AMDGPU or NVPTX, by arch->isa).  kn_lower_amdgpu is the same call under its old name. */
+ * arch (AMDGPU or NVPTX, by arch->isa), with the arch's triple set */
 int kn_lower_gpu(const kn_layout_plan *plan, LLVMContextRef ctx, LLVMModuleRef *out, kn_diag *d);
-int kn_lower_amdgpu(const kn_layout_plan *plan, LLVMContextRef ctx, LLVMModuleRef *out,
-                    kn_diag *d);
-
-/* target_amdgpu.c: the kn_targets, and a one-call compile used by tests and tools */
-extern const kn_target kn_target_gfx90a;
-extern const kn_target kn_target_gfx942;
-const kn_target *kn_gpu_target_by_name(const char *name);
-
-typedef struct kn_gpu_compiled {
-  void *code_object;      /* linked ET_DYN (malloc'd) */
-  size_t code_object_size;
-  char *layout_text;      /* the "layout" stage dump (malloc'd) */
-  char *llvm_text;        /* LLVM IR as lowered, when asked (malloc'd) */
-  int64_t lds_plan_bytes;
-  double ms_lower, ms_optimize, ms_codegen, ms_link;
-} kn_gpu_compiled;
-
-/* copy m, fold, inline, lay out, plan, lower, O3 with the target machine, codegen, link */
-int kn_gpu_compile(const kn_module *m, const char *kernel, const char *arch, bool keep_llvm,
-                   kn_gpu_compiled *out, kn_diag *d);
-void kn_gpu_compiled_free(kn_gpu_compiled *c);
-
-/* ---- target_nvptx.c: the sm_80 and sm_90a kn_targets ----
- * Lowered through the same layout pass and lower_gpu.c (mma.sync m16n8k16, warps of 32), PTX
- * emitted by LLVM's NVPTX backend.  `load` keeps the PTX (the CUDA driver JIT-compiles it when
- * runtime/cuda_device.h loads it); kn_nvptx_loaded_ptx reads it back.  The kernel takes its
- * shared memory as dynamic shared memory: launch it with the compile's smem_bytes and exactly
- * 32 * warps threads per block (.reqntid). */
-extern const kn_target kn_target_sm_80;
-extern const kn_target kn_target_sm_90a;
-const kn_target *kn_nvptx_target_by_name(const char *name);
-/* the PTX (NUL-terminated) and dynamic shared bytes a kn_target `load` of sm_* kept */
-const char *kn_nvptx_loaded_ptx(const kn_loaded *l, int64_t *smem_bytes);
-
-typedef struct kn_nvptx_compiled {
-  char *ptx;              /* NUL-terminated PTX text (malloc'd) */
-  size_t ptx_size;        /* strlen(ptx) */
-  char *layout_text;      /* the "layout" stage dump (malloc'd) */
-  char *llvm_text;        /* LLVM IR as lowered, when asked (malloc'd) */
-  int64_t smem_bytes;     /* dynamic shared memory to launch with */
-  int threads;            /* threads per block: 32 * warps */
-  double ms_lower, ms_optimize, ms_codegen;
-} kn_nvptx_compiled;
-
-/* copy m, fold, inline, lay out, plan, lower, O3 with the NVPTX machine, PTX */
-int kn_nvptx_compile(const kn_module *m, const char *kernel, const char *arch, bool keep_llvm,
-                     kn_nvptx_compiled *out, kn_diag *d);
-void kn_nvptx_compiled_free(kn_nvptx_compiled *c);
 
 #ifdef __cplusplus
 }

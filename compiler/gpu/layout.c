@@ -18,7 +18,10 @@
  *                           D reg j: row 8*(j/4) + 4*(lane/32) + j%4, col lane%32.
  *      16x16x16 f16/bf16_1k: A[lane%16][4*(lane/16)+e], B[4*(lane/16)+e][lane%16],
  *                           D reg j: row 4*(lane/16) + j, col lane%16.
- *      32x32x16 fp8 (gfx942): A[lane%32][8*(lane/32)+e], B[8*(lane/32)+e][lane%32], D as 32x32x8.
+ *      32x32x16 fp8 (gfx942), f16/bf16/fp8 (gfx950): A[lane%32][8*(lane/32)+e],
+ *                           B[8*(lane/32)+e][lane%32], D as 32x32x8.
+ *      16x16x32 f16/bf16 (gfx950): A[lane%16][8*(lane/16)+e], B[8*(lane/16)+e][lane%16],
+ *                           D as 16x16x16.
  *  - NVIDIA mma.sync.m16n8k16 (.f16/.bf16 -> .f32): PTX ISA, "Matrix Fragments for
  *    mma.m16n8k16 with floating point type": groupID = lane>>2, tid = lane%4;
  *      A a_i: row groupID + 8*((i/2)%2), col 2*tid + i%2 + 8*(i/4);
@@ -59,8 +62,9 @@ static const kn_mma_shape mma_shapes[KN_MMA_COUNT] = {
         .acc_reg = {{0, 0}, {1, 0}, {2, 0}, {3, 0}},
         .acc_lane = {{0, 1}, {0, 2}, {0, 4}, {0, 8}, {4, 0}, {8, 0}},
     },
-    [KN_MMA_MFMA_32X32X16_F8] = {
-        .id = KN_MMA_MFMA_32X32X16_F8, .name = "mfma_32x32x16_f8", .m = 32, .n = 32, .k = 16,
+    /* 32x32x16 with 8 consecutive k per lane: gfx942 fp8, gfx950 f16 / bf16 / fp8 */
+    [KN_MMA_MFMA_32X32X16] = {
+        .id = KN_MMA_MFMA_32X32X16, .name = "mfma_32x32x16", .m = 32, .n = 32, .k = 16,
         .lanes = 64, .a_regs = 8, .b_regs = 8, .acc_regs = 16,
         .a_reg = {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}, {0, 5}, {0, 6}, {0, 7}},
         .a_lane = {{1, 0}, {2, 0}, {4, 0}, {8, 0}, {16, 0}, {0, 8}},
@@ -69,6 +73,17 @@ static const kn_mma_shape mma_shapes[KN_MMA_COUNT] = {
         .acc_reg = {{0, 0}, {1, 0}, {2, 0}, {3, 0}, {8, 0}, {9, 0}, {10, 0}, {11, 0},
                     {16, 0}, {17, 0}, {18, 0}, {19, 0}, {24, 0}, {25, 0}, {26, 0}, {27, 0}},
         .acc_lane = {{0, 1}, {0, 2}, {0, 4}, {0, 8}, {0, 16}, {4, 0}},
+    },
+    /* gfx950 f16 / bf16: 8 consecutive k per lane, the D layout of 16x16x16 */
+    [KN_MMA_MFMA_16X16X32] = {
+        .id = KN_MMA_MFMA_16X16X32, .name = "mfma_16x16x32", .m = 16, .n = 16, .k = 32,
+        .lanes = 64, .a_regs = 8, .b_regs = 8, .acc_regs = 4,
+        .a_reg = {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}, {0, 5}, {0, 6}, {0, 7}},
+        .a_lane = {{1, 0}, {2, 0}, {4, 0}, {8, 0}, {0, 8}, {0, 16}},
+        .b_reg = {{0, 0}, {1, 0}, {2, 0}, {3, 0}, {4, 0}, {5, 0}, {6, 0}, {7, 0}},
+        .b_lane = {{0, 1}, {0, 2}, {0, 4}, {0, 8}, {8, 0}, {16, 0}},
+        .acc_reg = {{0, 0}, {1, 0}, {2, 0}, {3, 0}},
+        .acc_lane = {{0, 1}, {0, 2}, {0, 4}, {0, 8}, {4, 0}, {8, 0}},
     },
     [KN_MMA_NV_16X8X16] = {
         .id = KN_MMA_NV_16X8X16, .name = "mma_m16n8k16", .m = 16, .n = 8, .k = 16, .lanes = 32,

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arch.h"
 #include "ir.h"
 
 #ifdef __cplusplus
@@ -53,15 +54,7 @@ extern unsigned kn_gpu_test_breaks;
 
 /* ---- matrix instructions ------------------------------------------------------------------ */
 
-typedef enum kn_mma_id {
-  KN_MMA_MFMA_32X32X8,     /* v_mfma_f32_32x32x8{f16,bf16_1k}: wave64, 4 A / 4 B / 16 acc per lane */
-  KN_MMA_MFMA_16X16X16,    /* v_mfma_f32_16x16x16{f16,bf16_1k}: wave64, 4 / 4 / 4 */
-  KN_MMA_MFMA_32X32X16_F8, /* v_mfma_f32_32x32x16_fp8_fp8 (gfx942): wave64, 8 / 8 / 16 */
-  KN_MMA_NV_16X8X16,       /* mma.sync.m16n8k16 f16/bf16 -> f32: warp32, 8 A / 4 B / 4 acc */
-  KN_MMA_FMA_16X32,        /* no matrix instruction: per-thread f32 FMAs over a 16x32 block per
-                            * wave, k step 1 (f32 dots on AMDGPU): wave64, 2 A / 4 B / 8 acc */
-  KN_MMA_COUNT
-} kn_mma_id;
+/* kn_mma_id (the instruction shapes) is the registry's: compiler/arch.h */
 
 /* One instruction's lane tables in separable form, in its own coordinates:
  *   A (m x k):  lane l, element e  ->  a_reg[e] + sum_b bit_b(l) * a_lane[b]     as (row, k)

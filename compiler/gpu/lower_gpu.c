@@ -86,7 +86,6 @@ typedef struct G {
 /* the target's leaf operations (see "the targets' leaf operations" below) */
 struct leaf_ops {
   const char *name;        /* in messages: "AMDGPU", "NVPTX" */
-  const char *triple;
   void (*ids)(G *g);       /* in the entry block: g->lane, g->warp */
   LLVMValueRef (*program_id)(G *g, int dim);
   void (*barrier)(G *g);   /* every thread of the program, shared memory ordered across it */
@@ -203,40 +202,38 @@ static LLVMValueRef amd_xor_lanes(G *g, LLVMValueRef bits, int mask) {
   return call(g, "llvm.amdgcn.ds.bpermute", g->i32, args, 2);
 }
 
-static const char *mfma_name(const kn_mma_shape *s, kn_scalar t) {
-  if (s->id == KN_MMA_MFMA_32X32X8)
-    return t == KN_BF16 ? "llvm.amdgcn.mfma.f32.32x32x8bf16.1k" : "llvm.amdgcn.mfma.f32.32x32x8f16";
-  if (s->id == KN_MMA_MFMA_16X16X16)
-    return t == KN_BF16 ? "llvm.amdgcn.mfma.f32.16x16x16bf16.1k" : "llvm.amdgcn.mfma.f32.16x16x16f16";
-  if (s->id == KN_MMA_MFMA_32X32X16_F8 && t == KN_F8E4M3FNUZ)
-    return "llvm.amdgcn.mfma.f32.32x32x16.fp8.fp8";
-  return NULL;
-}
-
 static LLVMValueRef pack_vec(G *g, LLVMValueRef *e, int n, kn_scalar t) {
   LLVMValueRef v = LLVMGetUndef(LLVMVectorType(sty(g, t), (unsigned)n));
   for (int k = 0; k < n; k++) v = LLVMBuildInsertElement(g->B, v, e[k], ci32(g, k), "");
   return v;
 }
 
+/* one MFMA of the kernel's instruction (the registry's entry: intrinsic and operand packing) */
 static int amd_mma(G *g, const kn_mma_shape *s, kn_scalar t, bool transposed, LLVMValueRef *a,
                    LLVMValueRef *b, LLVMValueRef *acc) {
-  const char *name = mfma_name(s, t);
-  if (!name || (t != KN_F16 && t != KN_BF16 && t != KN_F8E4M3FNUZ)) return -1;
+  const kn_mma_instr *in = g->p->instr;
+  if (!in || !in->intrinsic || in->shape != s->id || in->a != t) return -1;
   LLVMValueRef av = pack_vec(g, a, s->a_regs, t), bv = pack_vec(g, b, s->b_regs, t);
-  if (t == KN_BF16) {  /* the bf16_1k MFMAs take their operands as <4 x i16> */
+  switch (in->operands) {
+  case KN_MMA_VEC: break;
+  case KN_MMA_VEC_I16:  /* the bf16_1k MFMAs take their operands as <N x i16> */
     av = LLVMBuildBitCast(g->B, av, LLVMVectorType(g->i16, (unsigned)s->a_regs), "");
     bv = LLVMBuildBitCast(g->B, bv, LLVMVectorType(g->i16, (unsigned)s->b_regs), "");
-  } else if (t == KN_F8E4M3FNUZ) {  /* fp8: 8 raw bytes per lane as one i64, byte e = element e */
+    break;
+  case KN_MMA_PACKED_I64:  /* fp8: 8 raw bytes per lane as one i64, byte e = element e */
     av = LLVMBuildBitCast(g->B, av, g->i64, "");
     bv = LLVMBuildBitCast(g->B, bv, g->i64, "");
+    break;
+  case KN_MMA_PAIRS_NV:
+  case KN_MMA_FMA:
+    return -1;
   }
   LLVMValueRef cv = pack_vec(g, acc, s->acc_regs, KN_F32);
   /* transposed: the instruction computes D^T = B^T A^T, B's fragment goes first;
    * cbsz = abid = blgp = 0 */
   LLVMValueRef args[6] = {transposed ? bv : av, transposed ? av : bv, cv, ci32(g, 0), ci32(g, 0),
                           ci32(g, 0)};
-  cv = call(g, name, LLVMTypeOf(cv), args, 6);
+  cv = call(g, in->intrinsic, LLVMTypeOf(cv), args, 6);
   for (int j = 0; j < s->acc_regs; j++) acc[j] = LLVMBuildExtractElement(g->B, cv, ci32(g, j), "");
   return 0;
 }
@@ -264,7 +261,7 @@ static LLVMValueRef amd_shared(G *g, int64_t bytes) {
 }
 
 static const leaf_ops amdgpu_ops = {
-    .name = "AMDGPU", .triple = "amdgcn-amd-amdhsa", .ids = amd_ids,
+    .name = "AMDGPU", .ids = amd_ids,
     .program_id = amd_program_id, .barrier = amd_barrier, .xor_lanes = amd_xor_lanes,
     .mma = amd_mma, .kernel = amd_kernel, .shared = amd_shared,
 };
@@ -303,7 +300,10 @@ static LLVMValueRef nv_xor_lanes(G *g, LLVMValueRef bits, int mask) {
  * operands, and the bf16 form .bf16 with i32 operands. */
 static int nv_mma(G *g, const kn_mma_shape *s, kn_scalar t, bool transposed, LLVMValueRef *a,
                   LLVMValueRef *b, LLVMValueRef *acc) {
-  if (s->id != KN_MMA_NV_16X8X16 || transposed || (t != KN_F16 && t != KN_BF16)) return -1;
+  const kn_mma_instr *in = g->p->instr;
+  if (!in || in->operands != KN_MMA_PAIRS_NV || s->id != KN_MMA_NV_16X8X16 || transposed ||
+      in->a != t)
+    return -1;
   LLVMValueRef args[10];
   for (int i = 0; i < 6; i++) {
     LLVMValueRef *src = i < 4 ? a + 2 * i : b + 2 * (i - 4);
@@ -313,9 +313,7 @@ static int nv_mma(G *g, const kn_mma_shape *s, kn_scalar t, bool transposed, LLV
   for (int j = 0; j < 4; j++) args[6 + j] = acc[j];
   LLVMTypeRef f4[4] = {g->f32, g->f32, g->f32, g->f32};
   LLVMTypeRef rt = LLVMStructTypeInContext(g->C, f4, 4, 0);
-  LLVMValueRef r = call(g, t == KN_BF16 ? "llvm.nvvm.mma.m16n8k16.row.col.bf16"
-                                         : "llvm.nvvm.mma.m16n8k16.row.col.f32.f32",
-                        rt, args, 10);
+  LLVMValueRef r = call(g, in->intrinsic, rt, args, 10);
   for (int j = 0; j < 4; j++) acc[j] = LLVMBuildExtractValue(g->B, r, (unsigned)j, "");
   return 0;
 }
@@ -361,7 +359,7 @@ static LLVMValueRef nv_f32_math(G *g, const char *fname, LLVMValueRef x) {
 }
 
 static const leaf_ops nvptx_ops = {
-    .name = "NVPTX", .triple = "nvptx64-nvidia-cuda", .ids = nv_ids,
+    .name = "NVPTX", .ids = nv_ids,
     .program_id = nv_program_id, .barrier = nv_barrier, .xor_lanes = nv_xor_lanes,
     .mma = nv_mma, .kernel = nv_kernel, .shared = nv_shared, .f32_math = nv_f32_math,
     .nowrap_offsets = true,
@@ -806,7 +804,7 @@ static int lower_elementwise(G *g, kn_op *op) {
     else if (op->opc == KN_OP_SELECT) {
       x = LLVMBuildSelect(g->B, a, get_elem(g, ops[1], op->opnd[1], r), get_elem(g, ops[2], op->opnd[2], r), "");
       /* AMDGPU only: NVPTX keeps predicates in its own registers and ptxas schedules them */
-      if (g->p->arch->isa == KN_GPU_AMDGPU && op->opnd[0]->type.kind == KN_TY_TILE &&
+      if (g->p->arch->isa == KN_ISA_AMDGPU && op->opnd[0]->type.kind == KN_TY_TILE &&
           LLVMIsAInstruction(x)) {
         LLVMBuilderRef mb = LLVMCreateBuilderInContext(LLVMGetTypeContext(LLVMTypeOf(x)));
         sink_mask(mb, a, x);
@@ -1411,10 +1409,9 @@ static int lower_dot(G *g, kn_op *op) {
   const kn_layout *rl = g->p->lay[res->id];
   const kn_mma_shape *s = rl->mma;
   kn_scalar t = A->type.elem;
-  bool fma = rl->kind == KN_LAYOUT_MMA && rl->mma->id == KN_MMA_FMA_16X32 && t == KN_F32;
-  bool f8 = rl->kind == KN_LAYOUT_MMA && rl->mma->id == KN_MMA_MFMA_32X32X16_F8 &&
-            t == KN_F8E4M3FNUZ && Bv->type.elem == KN_F8E4M3FNUZ;
-  if (rl->kind != KN_LAYOUT_MMA || (t != KN_F16 && t != KN_BF16 && !fma && !f8))
+  const kn_mma_instr *in = g->p->instr;
+  bool fma = rl->kind == KN_LAYOUT_MMA && in && in->operands == KN_MMA_FMA && t == KN_F32;
+  if (rl->kind != KN_LAYOUT_MMA || !in || in->a != t || Bv->type.elem != t)
     return unsupported(g, op, "this dot");
   /* operands: stage lazily staged ones now, then read fragments as the instructions need them */
   LLVMValueRef *ra = NULL, *rb = NULL;
@@ -1723,7 +1720,7 @@ static int lower_block(G *g, kn_block *b) {
 int kn_lower_gpu(const kn_layout_plan *p, LLVMContextRef ctx, LLVMModuleRef *out, kn_diag *d) {
   kn_func *k = p->k;
   G g = {.p = p, .d = d, .C = ctx};
-  g.ops = p->arch->isa == KN_GPU_NVPTX ? &nvptx_ops : &amdgpu_ops;
+  g.ops = p->arch->isa == KN_ISA_NVPTX ? &nvptx_ops : &amdgpu_ops;
   g.M = LLVMModuleCreateWithNameInContext(k->name, ctx);
   g.i1 = LLVMInt1TypeInContext(ctx);
   g.i8 = LLVMInt8TypeInContext(ctx);
@@ -1736,7 +1733,7 @@ int kn_lower_gpu(const kn_layout_plan *p, LLVMContextRef ctx, LLVMModuleRef *out
   g.vd = LLVMVoidTypeInContext(ctx);
   g.p1 = LLVMPointerTypeInContext(ctx, 1);
   g.p3 = LLVMPointerTypeInContext(ctx, 3);
-  LLVMSetTarget(g.M, g.ops->triple);
+  LLVMSetTarget(g.M, p->arch->triple);
 
   int np = kn_func_nparams(k);
   LLVMTypeRef *pt = calloc((size_t)(np ? np : 1), sizeof(LLVMTypeRef));
@@ -1803,6 +1800,3 @@ int kn_lower_gpu(const kn_layout_plan *p, LLVMContextRef ctx, LLVMModuleRef *out
   return 0;
 }
 
-int kn_lower_amdgpu(const kn_layout_plan *p, LLVMContextRef ctx, LLVMModuleRef *out, kn_diag *d) {
-  return kn_lower_gpu(p, ctx, out, d);
-}

@@ -108,11 +108,11 @@ int kn_plan_shared(kn_layout_plan *p, kn_diag *d) {
     if (off + b->bytes > p->lds_bytes) p->lds_bytes = off + b->bytes;
   }
   free(order);
-  if (p->lds_bytes > p->arch->lds_bytes) {
+  if (p->lds_bytes > p->arch->shared_bytes) {
     char *text = kn_layout_plan_format(p);
     kn_error(d, p->k->module, p->k->loc, "the shared-memory plan of @%s needs %lld bytes of LDS, "
              "more than the %d of %s:\n%.300s", p->k->name, (long long)p->lds_bytes,
-             p->arch->lds_bytes, p->arch->name, text ? text : "");
+             (int)p->arch->shared_bytes, p->arch->name, text ? text : "");
     free(text);
     return -1;
   }

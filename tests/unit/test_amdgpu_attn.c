@@ -29,6 +29,7 @@
 #include "amdgpu.h"
 #include "attention.h"
 #include "gpu.h"
+#include "target.h"
 
 static bool verbose(void) {
   const char *e = getenv("KILN_TEST_VERBOSE");
@@ -62,26 +63,28 @@ static void compile_one(const char *arch, kn_scalar dt, int hd, bool causal, int
   kn_diag d;
   kn_module *m = kn_module_new("<attn>");
   assert_non_null(kn_attn_fwd_build(m, &desc, &cfg, &d));
-  kn_gpu_compiled c;
   double t0 = now_ms();
+  /* KILN_TEST_DUMP=file: the layout plan and the LLVM IR as lowered of every compile */
   const char *dump = getenv("KILN_TEST_DUMP");
-  int rc = kn_gpu_compile(m, "attn_fwd", arch, dump != NULL, &c, &d);
-  if (!rc && dump) {   /* KILN_TEST_DUMP=prefix: layout plan and LLVM IR of the first compile */
-    char path[512];
-    snprintf(path, sizeof path, "%s.layout", dump);
-    FILE *f = fopen(path, "wx");
-    if (f) fputs(c.layout_text, f), fclose(f);
-    snprintf(path, sizeof path, "%s.ll", dump);
-    f = fopen(path, "wx");
-    if (f) fputs(c.llvm_text, f), fclose(f);
-  }
+  FILE *df = dump ? fopen(dump, "a") : NULL;
+  kn_compile_options o = {.dump_stages = df ? KN_STAGE_LAYOUT | KN_STAGE_LOWERED : 0,
+                          .dump_file = df};
+  kn_kernel *kk = NULL;
+  int rc = kn_compile(m, "attn_fwd", kn_target_get(arch), &o, &kk, &d);
+  if (df) fclose(df);
   if (rc) fail_msg("%s %s D%d causal=%d %dx%d w%d: %s", arch, kn_scalar_name(dt), hd, causal,
                    cfg.block_m, cfg.block_n, cfg.warps, d.rendered[0] ? d.rendered : d.message);
+  kn_artifact c;
+  kn_kernel_take_artifact(kk, &c);
+  const kn_compile_times tm = *kn_kernel_times(kk);
+  kn_kernel_free(kk);
+  assert_int_equal(c.kind, KN_ARTIFACT_CODE_OBJECT);
+  assert_int_equal(c.threads, 64 * cfg.warps);
   r->ms_total = now_ms() - t0;
-  r->lds_plan = c.lds_plan_bytes;
-  r->co_size = c.code_object_size;
+  r->lds_plan = c.shared_bytes;
+  r->co_size = c.size;
   kn_codeobj co;
-  if (kn_codeobj_parse(c.code_object, c.code_object_size, &co, &d)) fail_msg("inspector: %s", d.message);
+  if (kn_codeobj_parse(c.data, c.size, &co, &d)) fail_msg("inspector: %s", d.message);
   assert_int_equal(co.code_object_version, 5);
   const kn_codeobj_kernel *k = kn_codeobj_find(&co, "attn_fwd");
   assert_non_null(k);
@@ -93,7 +96,7 @@ static void compile_one(const char *arch, kn_scalar dt, int hd, bool causal, int
   assert_int_equal(k->kernarg_size, k->explicit_arg_bytes);
   assert_true(k->mfma_count > 0);
   assert_int_equal(k->max_flat_workgroup_size, 64 * cfg.warps);
-  assert_true(k->lds_bytes >= (uint32_t)c.lds_plan_bytes);
+  assert_true(k->lds_bytes >= (uint32_t)c.shared_bytes);
   if (verbose())
     printf("  %s %-4s D%-3d causal=%d %3dx%-3d w%d%s: vgpr %3d agpr %3d sgpr %3d spill %d/%d scratch "
            "%u lds %5u occ %d mfma %3d code %6llu B  %.0f ms (opt %.0f, codegen %.0f, link %.0f)\n",
@@ -101,14 +104,14 @@ static void compile_one(const char *arch, kn_scalar dt, int hd, bool causal, int
            cfg.mfma ? " mfma16" : "", k->vgpr_count, k->agpr_count, k->sgpr_count, k->vgpr_spill_count, k->sgpr_spill_count,
            k->scratch_bytes,
            k->lds_bytes, k->occupancy.waves, k->mfma_count, (unsigned long long)k->code_size,
-           r->ms_total, c.ms_optimize, c.ms_codegen, c.ms_link);
+           r->ms_total, tm.optimize, tm.codegen, tm.link);
   kn_codeobj_free(&co);
   if (co_out) {
-    *co_out = c.code_object;
-    *co_n = c.code_object_size;
-    c.code_object = NULL;
+    *co_out = c.data;
+    *co_n = c.size;
+    c.data = NULL;
   }
-  kn_gpu_compiled_free(&c);
+  kn_artifact_free(&c);
   kn_module_free(m);
 }
 
@@ -280,8 +283,8 @@ static void test_mfma16(void **state) {
   kn_diag d;
   kn_module *m = kn_module_new("<attn>");
   assert_non_null(kn_attn_fwd_build(m, &desc, &cfg, &d));
-  kn_gpu_compiled c;
-  assert_int_equal(kn_gpu_compile(m, "attn_fwd", "gfx942", false, &c, &d), -1);
+  kn_kernel *kk;
+  assert_int_equal(kn_compile(m, "attn_fwd", kn_target_get("gfx942"), NULL, &kk, &d), -1);
   assert_non_null(strstr(d.message, "no matrix instruction"));
   kn_module_free(m);
   cfg.mfma = 8;
@@ -305,8 +308,8 @@ static void test_unsupported(void **state) {
   kn_diag d;
   kn_module *m = kn_parse("t.tile", text, strlen(text), &d);
   assert_non_null(m);
-  kn_gpu_compiled c;
-  assert_int_equal(kn_gpu_compile(m, "k", "gfx942", false, &c, &d), -1);
+  kn_kernel *kk;
+  assert_int_equal(kn_compile(m, "k", kn_target_get("gfx942"), NULL, &kk, &d), -1);
   assert_non_null(strstr(d.message, "not yet supported"));
   assert_non_null(strstr(d.message, "tanh"));
   kn_module_free(m);

@@ -30,6 +30,7 @@
 #include <llvm-c/IRReader.h>
 
 #include "amdgpu.h"
+#include "layout.h"
 #include "msgpack.h"
 
 #define OBJDUMP "/usr/lib/llvm-22/bin/llvm-objdump"
@@ -61,6 +62,15 @@ __attribute__((format(printf, 2, 3))) static void put(sbuf *s, const char *fmt, 
 
 /* The test module's IR text (malloc'd).  Explicit kernarg bytes: mfma_loop 28, reg_hog 20,
  * mfma_fp8 20 (pointers 8, i32 4). */
+
+/* the instruction of t with this shape and operand type, or NULL */
+static const kn_mma_instr *find_mma(const kn_arch *t, int m, int n, int k, kn_scalar a) {
+  for (int i = 0; t && i < t->nmma; i++)
+    if (t->mma[i].m == m && t->mma[i].n == n && t->mma[i].k == k && t->mma[i].a == a)
+      return &t->mma[i];
+  return NULL;
+}
+
 static char *test_ir(bool fp8) {
   sbuf s = {malloc(4096), 0, 4096};
   put(&s,
@@ -189,7 +199,7 @@ static double now_ms(void) {
 /* ---- compiled once, checked by several tests ---- */
 
 typedef struct built {
-  const kn_amdgpu_target *t;
+  const kn_arch *t;
   kn_amdgpu_output out;
   double ms_total;  /* parse -> O3 -> object -> link */
 } built;
@@ -197,7 +207,7 @@ typedef struct built {
 static built gfx942, gfx90a;
 
 static int build(built *b, const char *name) {
-  b->t = kn_amdgpu_target_by_name(name);
+  b->t = kn_arch_get(name);
   if (!b->t) return -1;
   double t0 = now_ms();
   char *ir = test_ir(!strcmp(name, "gfx942"));
@@ -236,51 +246,63 @@ static int teardown(void **state) {
 
 /* ---- the target tables ---- */
 
+/* the registry's AMDGPU entries: facts, and every instruction's lane tables covering its
+ * operands exactly once over the 64 lanes */
 static void test_targets(void **state) {
   (void)state;
-  const kn_amdgpu_target *a = kn_amdgpu_target_by_name("gfx90a");
-  const kn_amdgpu_target *c = kn_amdgpu_target_by_name("gfx942");
+  const kn_arch *a = kn_arch_get("gfx90a"), *c = kn_arch_get("gfx942"), *e = kn_arch_get("gfx950");
   assert_non_null(a);
   assert_non_null(c);
-  assert_null(kn_amdgpu_target_by_name("gfx1100"));
-  assert_ptr_equal(kn_amdgpu_target_by_mach(0x3f), a);
-  assert_ptr_equal(kn_amdgpu_target_by_mach(0x4c), c);
-  assert_ptr_equal(kn_amdgpu_target_at(0), a);
-  assert_null(kn_amdgpu_target_at(2));
-  for (int i = 0; i < 2; i++) {
-    const kn_amdgpu_target *t = i ? c : a;
+  assert_non_null(e);
+  assert_null(kn_arch_get("gfx1100"));
+  assert_ptr_equal(kn_arch_by_elf_mach(0x3f), a);
+  assert_ptr_equal(kn_arch_by_elf_mach(0x4c), c);
+  assert_ptr_equal(kn_arch_by_elf_mach(0x4f), e);
+  for (int i = 0; i < 3; i++) {
+    const kn_arch *t = i == 0 ? a : i == 1 ? c : e;
+    assert_int_equal(t->isa, KN_ISA_AMDGPU);
     assert_string_equal(t->triple, "amdgcn-amd-amdhsa");
-    assert_int_equal(t->wave_size, 64);
-    assert_int_equal(t->lds_bytes, 65536);
-    assert_int_equal(t->vgprs_per_lane, 512);
-    assert_int_equal(t->vgpr_granule, 8);
-    assert_int_equal(t->max_waves_per_simd, 8);
-    const kn_amdgpu_mfma *f = kn_amdgpu_find_mfma(t, 32, 32, 8, KN_F16);
+    assert_int_equal(t->lanes, 64);
+    assert_int_equal(t->shared_bytes, i == 2 ? 163840 : 65536);
+    assert_int_equal(t->amd->vgprs_per_lane, 512);
+    assert_int_equal(t->amd->vgpr_granule, 8);
+    assert_int_equal(t->amd->max_waves_per_simd, 8);
+    const kn_mma_instr *f = find_mma(t, 32, 32, 8, KN_F16);
     assert_non_null(f);
     assert_string_equal(f->intrinsic, "llvm.amdgcn.mfma.f32.32x32x8f16");
-    assert_int_equal(f->acc_per_lane, 16);
-    /* every operand is spread over the 64 lanes exactly */
-    for (int k = 0; k < t->nmfma; k++) {
-      const kn_amdgpu_mfma *m = &t->mfma[k];
-      assert_int_equal(m->m * m->k, 64 * m->a_per_lane);
-      assert_int_equal(m->k * m->n, 64 * m->b_per_lane);
-      assert_int_equal(m->m * m->n, 64 * m->acc_per_lane);
-      assert_int_equal(m->cycles, 4 * m->passes);
+    for (int k = 0; k < t->nmma; k++) {
+      const kn_mma_instr *m = &t->mma[k];
+      const kn_mma_shape *sh = kn_mma_shape_get(m->shape);
+      assert_non_null(sh);
+      assert_int_equal(sh->m, m->m);
+      assert_int_equal(sh->n, m->n);
+      assert_int_equal(sh->k, m->k);
+      if (m->operands == KN_MMA_FMA) continue;
+      assert_int_equal(m->m * m->k, 64 * sh->a_regs);
+      assert_int_equal(m->k * m->n, 64 * sh->b_regs);
+      assert_int_equal(m->m * m->n, 64 * sh->acc_regs);
+      assert_true(m->cycles > 0 && m->cycles % 4 == 0);
     }
-    assert_non_null(kn_amdgpu_find_mfma(t, 32, 32, 8, KN_BF16));
-    assert_non_null(kn_amdgpu_find_mfma(t, 16, 16, 16, KN_F16));
-    assert_non_null(kn_amdgpu_find_mfma(t, 16, 16, 16, KN_BF16));
+    assert_non_null(find_mma(t, 32, 32, 8, KN_BF16));
+    assert_non_null(find_mma(t, 16, 16, 16, KN_F16));
+    assert_non_null(find_mma(t, 16, 16, 16, KN_BF16));
   }
-  assert_null(kn_amdgpu_find_mfma(a, 32, 32, 16, KN_F8E4M3FNUZ));
-  assert_non_null(kn_amdgpu_find_mfma(c, 32, 32, 16, KN_F8E4M3FNUZ));
+  assert_null(find_mma(a, 32, 32, 16, KN_F8E4M3FNUZ));
+  assert_non_null(find_mma(c, 32, 32, 16, KN_F8E4M3FNUZ));
+  assert_null(find_mma(c, 16, 16, 32, KN_F16));
+  /* CDNA 4: the new f16 / bf16 shapes, fp8 in the OCP encoding */
+  assert_non_null(find_mma(e, 16, 16, 32, KN_F16));
+  assert_non_null(find_mma(e, 32, 32, 16, KN_BF16));
+  assert_non_null(find_mma(e, 32, 32, 16, KN_F8E4M3));
+  assert_null(find_mma(e, 32, 32, 16, KN_F8E4M3FNUZ));
   /* CDNA 3 runs the 16-bit MFMAs at twice CDNA 2's rate */
-  assert_int_equal(kn_amdgpu_find_mfma(a, 32, 32, 8, KN_F16)->cycles, 64);
-  assert_int_equal(kn_amdgpu_find_mfma(c, 32, 32, 8, KN_F16)->cycles, 32);
+  assert_int_equal(find_mma(a, 32, 32, 8, KN_F16)->cycles, 64);
+  assert_int_equal(find_mma(c, 32, 32, 8, KN_F16)->cycles, 32);
 }
 
 static void test_occupancy_formula(void **state) {
   (void)state;
-  const kn_amdgpu_target *t = kn_amdgpu_target_by_name("gfx942");
+  const kn_arch *t = kn_arch_get("gfx942");
   kn_amdgpu_occupancy o;
   /* Triton's gfx942 attention kernel: 256 VGPRs -> 2 waves per SIMD */
   o = kn_amdgpu_occupancy_of(t, 256, 0, 60, 0, 256);
@@ -438,13 +460,13 @@ static void check_built(const built *b, bool linked) {
          od, od < 0 ? " (not installed)" : "");
   if (od >= 0) assert_int_equal(total_mfma, od);
   /* the mnemonics are the ones the table names for this target */
-  const kn_amdgpu_mfma *f16 = kn_amdgpu_find_mfma(b->t, 32, 32, 8, KN_F16);
+  const kn_mma_instr *f16 = find_mma(b->t, 32, 32, 8, KN_F16);
   char needle[80];
   snprintf(needle, sizeof needle, "\t%s ", f16->mnemonic);
   assert_non_null(strstr(b->out.asm_text, needle));
   if (fp8) {
     snprintf(needle, sizeof needle, "\t%s ",
-             kn_amdgpu_find_mfma(b->t, 32, 32, 16, KN_F8E4M3FNUZ)->mnemonic);
+             find_mma(b->t, 32, 32, 16, KN_F8E4M3FNUZ)->mnemonic);
     assert_non_null(strstr(b->out.asm_text, needle));
   }
   kn_codeobj_free(&co);
@@ -469,7 +491,7 @@ static void test_relocatable_object(void **state) {
 
 static void test_compile_errors(void **state) {
   (void)state;
-  const kn_amdgpu_target *t = kn_amdgpu_target_by_name("gfx942");
+  const kn_arch *t = kn_arch_get("gfx942");
   LLVMContextRef ctx = LLVMContextCreate();
   kn_amdgpu_output out;
   kn_diag d;
@@ -497,7 +519,7 @@ static void test_compile_errors(void **state) {
   m = parse_ir(ctx, ir);
   free(ir);
   assert_non_null(m);
-  assert_int_equal(kn_amdgpu_compile(kn_amdgpu_target_by_name("gfx90a"), m, NULL, &out, &d), -1);
+  assert_int_equal(kn_amdgpu_compile(kn_arch_get("gfx90a"), m, NULL, &out, &d), -1);
   assert_non_null(strstr(d.message, "llvm.amdgcn.mfma.f32.32x32x16.fp8.fp8"));
   printf("gfx90a with an fp8 MFMA: %s\n", d.message);
   LLVMDisposeModule(m);

@@ -25,6 +25,7 @@
 #include "amdgpu.h"
 #include "emu.h"
 #include "gpu.h"
+#include "target.h"
 #include "interp.h"
 #include "kbuild.h"
 #include "numeric.h"
@@ -145,51 +146,46 @@ static void test_breaks_caught(void **st) {
   }
 }
 
+/* a stage of the pipeline for target, as text (malloc'd) */
+static char *stage_text(const kn_module *m, const char *target, kn_stage stage) {
+  char *buf = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&buf, &n);
+  kn_diag d;
+  int rc = kn_pipeline_dump(m, "k", kn_target_get(target), stage, f, &d);
+  fclose(f);
+  if (rc) fail_msg("%s: %s", target, d.message);
+  return buf;
+}
+
 static void test_gfx942_code_object(void **st) {
   (void)st;
   kb k = build(2);
   kn_diag d;
-  kn_gpu_compiled c;
-  memset(&c, 0, sizeof c);
-  if (kn_gpu_compile(k.m, "k", "gfx942", true, &c, &d)) fail_msg("gfx942: %s", d.message);
-  assert_non_null(strstr(c.llvm_text, "llvm.amdgcn.mfma.f32.32x32x16.fp8.fp8"));
+  kn_kernel *kern;
+  if (kn_compile(k.m, "k", kn_target_get("gfx942"), NULL, &kern, &d)) fail_msg("gfx942: %s", d.message);
+  char *ll = stage_text(k.m, "gfx942", KN_STAGE_LOWERED);
+  assert_non_null(strstr(ll, "llvm.amdgcn.mfma.f32.32x32x16.fp8.fp8"));
+  free(ll);
+  const kn_artifact *a = kn_kernel_artifact(kern);
+  assert_int_equal(a->kind, KN_ARTIFACT_CODE_OBJECT);
   kn_codeobj co;
-  if (kn_codeobj_parse(c.code_object, c.code_object_size, &co, &d)) fail_msg("parse: %s", d.message);
+  if (kn_codeobj_parse(a->data, a->size, &co, &d)) fail_msg("parse: %s", d.message);
   const kn_codeobj_kernel *kk = kn_codeobj_find(&co, "k");
   assert_non_null(kk);
   assert_true(kk->mfma_count > 0);
   assert_int_equal(kk->vgpr_spill_count, 0);
   kn_codeobj_free(&co);
-  kn_gpu_compiled_free(&c);
+  kn_kernel_free(kern);
   kn_module_free(k.m);
 }
 
 static void test_gfx942_asm_mnemonic(void **st) {
   (void)st;
   kb k = build(2);
-  kn_diag d;
-  kn_gpu_compiled c;
-  memset(&c, 0, sizeof c);
-  if (kn_gpu_compile(k.m, "k", "gfx942", true, &c, &d)) fail_msg("gfx942: %s", d.message);
-  /* recompile the kept LLVM IR with assembly output to see the mnemonic */
-  kn_amdgpu_init();
-  LLVMContextRef ctx = LLVMContextCreate();
-  LLVMMemoryBufferRef mb =
-      LLVMCreateMemoryBufferWithMemoryRangeCopy(c.llvm_text, strlen(c.llvm_text), "fp8");
-  LLVMModuleRef mod = NULL;
-  char *msg = NULL;
-  if (LLVMParseIRInContext(ctx, mb, &mod, &msg)) fail_msg("parse IR: %s", msg);
-  kn_amdgpu_options opt = {.emit_asm = true};
-  kn_amdgpu_output out;
-  memset(&out, 0, sizeof out);
-  if (kn_amdgpu_compile(kn_amdgpu_target_by_name("gfx942"), mod, &opt, &out, &d))
-    fail_msg("codegen: %s", d.message);
-  assert_non_null(out.asm_text);
-  if (!strstr(out.asm_text, "v_mfma_f32_32x32x16_fp8_fp8")) fail_msg("no fp8 MFMA in the assembly");
-  kn_amdgpu_output_free(&out);
-  LLVMDisposeModule(mod);
-  LLVMContextDispose(ctx);
-  kn_gpu_compiled_free(&c);
+  char *text = stage_text(k.m, "gfx942", KN_STAGE_ASM);
+  if (!strstr(text, "v_mfma_f32_32x32x16_fp8_fp8")) fail_msg("no fp8 MFMA in the assembly");
+  free(text);
   kn_module_free(k.m);
 }
 
@@ -197,12 +193,10 @@ static void test_gfx90a_error(void **st) {
   (void)st;
   kb k = build(2);
   kn_diag d;
-  kn_gpu_compiled c;
-  memset(&c, 0, sizeof c);
-  assert_int_equal(kn_gpu_compile(k.m, "k", "gfx90a", false, &c, &d), -1);
+  kn_kernel *kern = NULL;
+  assert_int_equal(kn_compile(k.m, "k", kn_target_get("gfx90a"), NULL, &kern, &d), -1);
   if (!strstr(d.message, "not supported on gfx90a")) fail_msg("gfx90a said: %s", d.message);
   if (getenv("KILN_TEST_VERBOSE")) printf("gfx90a: %s\n", d.message);
-  kn_kernel *kern = NULL;
   assert_int_equal(kn_compile(k.m, "k", kn_emu_target("gfx90a-emu"), NULL, &kern, &d), -1);
   if (!strstr(d.message, "not supported on gfx90a")) fail_msg("gfx90a-emu said: %s", d.message);
   kn_module_free(k.m);

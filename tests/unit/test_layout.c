@@ -59,7 +59,7 @@ static void test_coverage(void **state) {
   (void)state;
   const kn_mma_shape *s32 = kn_mma_shape_get(KN_MMA_MFMA_32X32X8);
   const kn_mma_shape *s16 = kn_mma_shape_get(KN_MMA_MFMA_16X16X16);
-  const kn_mma_shape *f8 = kn_mma_shape_get(KN_MMA_MFMA_32X32X16_F8);
+  const kn_mma_shape *f8 = kn_mma_shape_get(KN_MMA_MFMA_32X32X16);
   const kn_mma_shape *nv = kn_mma_shape_get(KN_MMA_NV_16X8X16);
   const kn_mma_shape *fm = kn_mma_shape_get(KN_MMA_FMA_16X32);
   struct { kn_layout l; int r, c, rep; } cases[] = {
@@ -120,7 +120,7 @@ static void isa_a(kn_mma_id id, int i, int k, int *lane, int *e) {
   switch (id) {
   case KN_MMA_MFMA_32X32X8: *lane = i + 32 * (k / 4); *e = k % 4; return;
   case KN_MMA_MFMA_16X16X16: *lane = i + 16 * (k / 4); *e = k % 4; return;
-  case KN_MMA_MFMA_32X32X16_F8: *lane = i + 32 * (k / 8); *e = k % 8; return;
+  case KN_MMA_MFMA_32X32X16: *lane = i + 32 * (k / 8); *e = k % 8; return;
   default: /* mma.sync m16n8k16 a_i: row g + 8*((i/2)%2), col 2t + i%2 + 8*(i/4) */
     *lane = 4 * (i % 8) + (k % 8) / 2;
     *e = (k % 2) + 2 * (i / 8) + 4 * (k / 8);
@@ -130,14 +130,14 @@ static void isa_b(kn_mma_id id, int k, int j, int *lane, int *e) {
   switch (id) {
   case KN_MMA_MFMA_32X32X8: *lane = j + 32 * (k / 4); *e = k % 4; return;
   case KN_MMA_MFMA_16X16X16: *lane = j + 16 * (k / 4); *e = k % 4; return;
-  case KN_MMA_MFMA_32X32X16_F8: *lane = j + 32 * (k / 8); *e = k % 8; return;
+  case KN_MMA_MFMA_32X32X16: *lane = j + 32 * (k / 8); *e = k % 8; return;
   default: *lane = 4 * j + (k % 8) / 2; *e = (k % 2) + 2 * (k / 8);
   }
 }
 static void isa_d(kn_mma_id id, int i, int j, int *lane, int *r) {
   switch (id) {
   case KN_MMA_MFMA_32X32X8:
-  case KN_MMA_MFMA_32X32X16_F8: *lane = j + 32 * ((i / 4) % 2); *r = i % 4 + 4 * (i / 8); return;
+  case KN_MMA_MFMA_32X32X16: *lane = j + 32 * ((i / 4) % 2); *r = i % 4 + 4 * (i / 8); return;
   case KN_MMA_MFMA_16X16X16: *lane = j + 16 * (i / 4); *r = i % 4; return;
   default: *lane = 4 * (i % 8) + j / 2; *r = j % 2 + 2 * (i / 8);
   }
@@ -227,7 +227,7 @@ static void test_mma_tables(void **state) {
   (void)state;
   const kn_mma_shape *s32 = kn_mma_shape_get(KN_MMA_MFMA_32X32X8);
   const kn_mma_shape *s16 = kn_mma_shape_get(KN_MMA_MFMA_16X16X16);
-  const kn_mma_shape *f8 = kn_mma_shape_get(KN_MMA_MFMA_32X32X16_F8);
+  const kn_mma_shape *f8 = kn_mma_shape_get(KN_MMA_MFMA_32X32X16);
   const kn_mma_shape *nv = kn_mma_shape_get(KN_MMA_NV_16X8X16);
   assert_true(matmul_via_tables(s32, false, 128, 64, 64, 4) == 0);
   assert_true(matmul_via_tables(s32, true, 128, 64, 128, 4) == 0);

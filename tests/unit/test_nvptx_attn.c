@@ -38,6 +38,7 @@
 #include "attn_launch_cuda.h"
 #include "cuda_device.h"
 #include "gpu.h"
+#include "target.h"
 #include "interp.h"
 #include "numeric.h"
 #include "passes.h"
@@ -48,8 +49,43 @@ static bool have_ptxas(void) {
   return kn_ptxas_find(path, sizeof path, msg, sizeof msg) == KN_PTXAS_OK;
 }
 
+/* what a test looks at: the artefact (PTX), the layout text, the step times */
+typedef struct nv_compiled {
+  kn_artifact art;
+  char *ptx;              /* = art.data */
+  size_t ptx_size;
+  int64_t smem_bytes;
+  int threads;
+  char *layout_text;
+  kn_compile_times times;
+} nv_compiled;
+
+static int nv_compile(const kn_module *m, const char *arch, FILE *dump, nv_compiled *out,
+                      kn_diag *d) {
+  memset(out, 0, sizeof *out);
+  kn_compile_options o = {.keep_layout = true, .dump_file = dump,
+                          .dump_stages = dump ? KN_STAGE_LAYOUT | KN_STAGE_LOWERED | KN_STAGE_ASM : 0};
+  kn_kernel *k;
+  if (kn_compile(m, "attn_fwd", kn_target_get(arch), &o, &k, d)) return -1;
+  kn_kernel_take_artifact(k, &out->art);
+  out->ptx = out->art.data;
+  out->ptx_size = out->art.size;
+  out->smem_bytes = out->art.shared_bytes;
+  out->threads = out->art.threads;
+  out->layout_text = strdup(kn_kernel_layout_text(k));
+  out->times = *kn_kernel_times(k);
+  kn_kernel_free(k);
+  return 0;
+}
+
+static void nv_compiled_free(nv_compiled *c) {
+  kn_artifact_free(&c->art);
+  free(c->layout_text);
+  memset(c, 0, sizeof *c);
+}
+
 typedef struct compiled {
-  kn_nvptx_compiled c;
+  nv_compiled c;
   kn_ptxas_kernel px;   /* valid when ptxas ran */
   bool ptxas_ran;
 } compiled;
@@ -64,23 +100,14 @@ static void compile_one(const char *arch, const kn_attn_desc *desc, const kn_att
   static int ncompiles;
   const char *dump = getenv("KILN_TEST_DUMP"), *nth = getenv("KILN_TEST_DUMP_NTH");
   if (nth && ncompiles++ != atoi(nth)) dump = NULL;
-  int rc = kn_nvptx_compile(m, "attn_fwd", arch, dump && !dumped, &out->c, &d);
+  FILE *df = dump && !dumped ? fopen(dump, "w") : NULL;
+  int rc = nv_compile(m, arch, df, &out->c, &d);
+  if (df) fclose(df);
   if (rc)
     fail_msg("%s %s D%d causal=%d %dx%d w%d: %s", arch, kn_scalar_name(desc->dtype),
              desc->head_dim, desc->causal, cfg->block_m, cfg->block_n, cfg->warps,
              d.rendered[0] ? d.rendered : d.message);
-  if (dump && !dumped) {
-    dumped = true;
-    const char *ext[] = {"layout", "ll", "ptx"};
-    const char *txt[] = {out->c.layout_text, out->c.llvm_text, out->c.ptx};
-    for (int i = 0; i < 3; i++) {
-      char path[512];
-      snprintf(path, sizeof path, "%s.%s", dump, ext[i]);
-      FILE *f = fopen(path, "w");
-      if (f && txt[i]) fputs(txt[i], f);
-      if (f) fclose(f);
-    }
-  }
+  if (df) dumped = true;
   kn_module_free(m);
   const char *ptx = out->c.ptx;
   assert_non_null(strstr(ptx, ".entry attn_fwd"));
@@ -117,8 +144,8 @@ static void report(const char *arch, const kn_attn_desc *desc, const kn_attn_con
   if (c->ptxas_ran)
     printf(", ptxas: %3d registers, spill %d/%d B, stack %d B", c->px.registers,
            c->px.spill_stores, c->px.spill_loads, c->px.stack_frame);
-  printf("  (lower %.0f, opt %.0f, ptx %.0f ms)\n", c->c.ms_lower, c->c.ms_optimize,
-         c->c.ms_codegen);
+  printf("  (lower %.0f, opt %.0f, ptx %.0f ms)\n", c->c.times.lower, c->c.times.optimize,
+         c->c.times.codegen);
 }
 
 /* the default configs take the fast path: K^T and V copied by cp.async (K^T one iteration
@@ -158,7 +185,7 @@ static void test_default_configs(void **state) {
           report(archs[a], &desc, &cfg, &c);
           no_spills(&c);
           fast_path(&c);
-          kn_nvptx_compiled_free(&c.c);
+          nv_compiled_free(&c.c);
         }
 }
 
@@ -180,7 +207,7 @@ static void test_configs(void **state) {
        * memory and read by ldmatrix in the loop, which is what keeps it near 255 registers */
       if (hd == 128 && cfg.block_m == 128 && cfg.block_n == 64 && cfg.warps == 4)
         assert_non_null(strstr(c.c.layout_text, "ldmatrix, staged once"));
-      kn_nvptx_compiled_free(&c.c);
+      nv_compiled_free(&c.c);
     }
   /* the lse output (a rank-1 store of a row slice) */
   kn_attn_desc desc = {.dtype = KN_BF16, .head_dim = 128, .causal = true, .has_lse = true};
@@ -194,16 +221,16 @@ static void test_configs(void **state) {
     compile_one("sm_90a", &desc, &cfg, &c);
     compile_one("sm_90a", &desc, &cfg16, &c16);
     assert_string_equal(c.c.ptx, c16.c.ptx);
-    kn_nvptx_compiled_free(&c.c);
-    kn_nvptx_compiled_free(&c16.c);
+    nv_compiled_free(&c.c);
+    nv_compiled_free(&c16.c);
   }
   compile_one("sm_80", &desc, &cfg, &c);
   report("sm_80", &desc, &cfg, &c);
   no_spills(&c);
-  kn_nvptx_compiled_free(&c.c);
+  nv_compiled_free(&c.c);
 }
 
-/* the kn_target path: kn_compile through the pipeline keeps the PTX */
+/* the registry's NVIDIA targets through the one pipeline: the artefact is PTX for the arch */
 static void test_target(void **state) {
   (void)state;
   kn_attn_desc desc = {.dtype = KN_F16, .head_dim = 64, .causal = true};
@@ -211,31 +238,25 @@ static void test_target(void **state) {
   kn_diag d;
   kn_module *m = kn_module_new("<attn>");
   assert_non_null(kn_attn_fwd_build(m, &desc, &cfg, &d));
-  const kn_target *t = kn_nvptx_target_by_name("sm_90a");
-  assert_non_null(t);
-  assert_ptr_equal(t, &kn_target_sm_90a);
-  kn_llvm_init();
-  LLVMContextRef ctx = kn_llvm_context_new();
-  kn_module *mc = kn_module_clone(m);
-  kn_fold(mc);
-  assert_int_equal(kn_inline(mc, &d), 0);
-  kn_func *f = kn_module_find(mc, "attn_fwd");
-  LLVMModuleRef mod;
-  if (t->lower(t, f, ctx, &mod, &d)) fail_msg("lower: %s", d.message);
-  LLVMTargetMachineRef tm = t->machine(t, &d);
-  assert_non_null(tm);
-  assert_int_equal(t->optimize(t, mod, tm, &d), 0);
-  kn_loaded l;
-  if (t->load(t, ctx, mod, "attn_fwd", &l, &d)) fail_msg("load: %s", d.message);
-  int64_t smem = -1;
-  const char *ptx = kn_nvptx_loaded_ptx(&l, &smem);
-  assert_non_null(ptx);
-  assert_non_null(strstr(ptx, ".target sm_90a"));
-  assert_non_null(strstr(ptx, "mma.sync.aligned.m16n8k16"));
-  assert_true(smem > 0);
-  t->unload(t, &l);
-  LLVMDisposeTargetMachine(tm);
-  kn_module_free(mc);
+  for (int a = 0; a < 2; a++) {
+    const kn_target *t = kn_target_get(archs[a]);
+    assert_non_null(t);
+    assert_ptr_equal(t->arch, kn_arch_get(archs[a]));
+    kn_kernel *k;
+    if (kn_compile(m, "attn_fwd", t, NULL, &k, &d)) fail_msg("compile: %s", d.message);
+    const kn_artifact *art = kn_kernel_artifact(k);
+    assert_int_equal(art->kind, KN_ARTIFACT_PTX);
+    assert_null(kn_kernel_entry(k));  /* PTX is loaded by the CUDA driver, not here */
+    char want[32];
+    snprintf(want, sizeof want, ".target %s", archs[a]);
+    assert_non_null(strstr(art->data, want));
+    assert_non_null(strstr(art->data, "mma.sync.aligned.m16n8k16"));
+    assert_int_equal(strlen(art->data), art->size);
+    assert_true(art->shared_bytes > 0);
+    assert_int_equal(art->threads, 32 * cfg.warps);
+    assert_string_equal(art->symbol, "attn_fwd");
+    kn_kernel_free(k);
+  }
   kn_module_free(m);
 }
 
@@ -363,7 +384,7 @@ static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, int B,
   kn_cuda_free(dev, o, NULL);
   if (lse) kn_cuda_free(dev, lse, NULL);
   kn_cuda_module_unload(mod);
-  kn_nvptx_compiled_free(&c.c);
+  nv_compiled_free(&c.c);
 }
 
 static void test_gpu(void **state) {

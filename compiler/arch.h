@@ -1,0 +1,139 @@
+/* arch.h — the one registry of kiln's targets: every fact about an architecture, in one table.
+ *
+ * An architecture (kn_arch) is everything the rest of kiln needs to know about a chip family to
+ * compile for it, check what it compiled, find it at run time and tune on it: the LLVM triple,
+ * CPU and features, the wave / warp width, the shared memory one program may use, the matrix
+ * instructions (one kn_mma_instr table per architecture, in the order the layout pass prefers
+ * them), the register and occupancy facts of AMDGPU chips, the compute capability NVIDIA code
+ * needs, whether the AMDGPU emulator can run it, and the measured default tilings.  The layout
+ * pass and the GPU lowering read the instruction table, the code-object inspector the occupancy
+ * facts, discovery the names and compute capabilities, the tuner's space the instruction names
+ * and the defaults, the command line the list.  Nothing else in kiln spells a target name.
+ *
+ * Adding a chip of a known ISA is one entry in arch.c (plus lane tables in compiler/gpu/layout.c
+ * and emulator semantics in compiler/emu/wave_ops.c only for an instruction shape kiln has not
+ * seen before).  The compile targets (compiler/target.h: what runs the pipeline's steps) are
+ * made from these entries by compiler/targets.c, one per architecture, plus "<name>-emu" for
+ * the AMDGPU ones the emulator can run.
+ *
+ * This file is pure data: no LLVM, no I/O; every library may link it (kiln_arch).
+ */
+#ifndef KILN_ARCH_H
+#define KILN_ARCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kn_isa {
+  KN_ISA_HOST = 0,   /* the CPU kiln runs on (LLVM's native target) */
+  KN_ISA_AMDGPU,     /* amdgcn-amd-amdhsa, wave64, MFMA */
+  KN_ISA_NVPTX,      /* nvptx64-nvidia-cuda, warps of 32, mma.sync */
+} kn_isa;
+
+/* The lane tables of an instruction shape (compiler/gpu/layout.c keeps them): which elements of
+ * A, B and the accumulator each lane holds.  Several instructions share one shape (f16 and bf16,
+ * CDNA3 and CDNA4 spellings). */
+typedef enum kn_mma_id {
+  KN_MMA_MFMA_32X32X8,     /* wave64: 4 A / 4 B / 16 acc per lane */
+  KN_MMA_MFMA_16X16X16,    /* wave64: 4 / 4 / 4 */
+  KN_MMA_MFMA_32X32X16,    /* wave64: 8 / 8 / 16 (gfx942 fp8; gfx950 f16, bf16, fp8) */
+  KN_MMA_MFMA_16X16X32,    /* wave64: 8 / 8 / 4 (gfx950 f16, bf16) */
+  KN_MMA_NV_16X8X16,       /* mma.sync.m16n8k16: warp32, 8 A / 4 B / 4 acc */
+  KN_MMA_FMA_16X32,        /* no instruction: per-thread f32 FMAs over a 16x32 block per wave,
+                            * k step 1 (f32 dots on AMDGPU): wave64, 2 A / 4 B / 8 acc */
+  KN_MMA_COUNT
+} kn_mma_id;
+
+/* How the lowering hands a lane's operand elements to the intrinsic. */
+typedef enum kn_mma_operands {
+  KN_MMA_VEC = 0,       /* a vector of the element type (<4 x half>, <8 x bfloat>) */
+  KN_MMA_VEC_I16,       /* a vector of i16 (the bf16 "_1k" MFMAs of CDNA 2/3) */
+  KN_MMA_PACKED_I64,    /* 8 one-byte elements packed into an i64 (fp8 MFMAs) */
+  KN_MMA_PAIRS_NV,      /* mma.sync: pairs of 16-bit elements per 32-bit register */
+  KN_MMA_FMA,           /* no intrinsic: scalar FMAs (KN_MMA_FMA_16X32) */
+} kn_mma_operands;
+
+/* One matrix instruction of an architecture: D(m x n) = A(m x k) B(k x n) + C. */
+typedef struct kn_mma_instr {
+  const char *mnemonic;    /* as LLVM's disassembler spells it on this arch; NULL: none (FMA) */
+  const char *intrinsic;   /* the LLVM intrinsic; NULL for KN_MMA_FMA */
+  kn_mma_id shape;         /* lane tables */
+  int m, n, k;
+  kn_scalar a, b, acc;     /* operand and accumulator element types */
+  kn_mma_operands operands;
+  int cycles;              /* AMDGPU: issue-to-issue cycles of independent MFMAs (0: unknown) */
+} kn_mma_instr;
+
+/* AMDGPU register file, LDS and occupancy facts (compiler/amdgpu's occupancy model) */
+typedef struct kn_amd_facts {
+  unsigned elf_mach;       /* EF_AMDGPU_MACH_* in e_flags & 0xff */
+  int simds_per_cu;        /* 4 */
+  int max_waves_per_simd;  /* 8 */
+  int vgprs_per_lane;      /* 512: the unified VGPR+AGPR file, per lane, per SIMD */
+  int max_arch_vgprs;      /* 256 architectural VGPRs per wave */
+  int max_agprs;           /* 256 accumulation VGPRs per wave */
+  int vgpr_granule;        /* VGPRs are allocated in blocks of this many */
+  int agpr_offset_align;   /* AGPRs start at the VGPR count rounded up to this */
+  int max_sgprs;           /* addressable SGPRs per wave (VCC etc. come on top) */
+  int lds_granule;         /* LDS allocation unit in bytes */
+  int max_barriers_per_cu; /* multi-wave workgroups resident on one CU */
+} kn_amd_facts;
+
+/* The default tiling for head dims up to max_head_dim (the first row that covers the head dim
+ * wins).  Measured per architecture where a device was at hand (bench/RESULTS.md says where). */
+typedef struct kn_arch_default {
+  int max_head_dim;
+  int block_m, block_n, warps;
+} kn_arch_default;
+
+typedef struct kn_arch {
+  const char *name;        /* what --target names; the LLVM CPU of GPU targets */
+  kn_isa isa;
+  const char *chip;        /* "CDNA 3 (MI300)", "Hopper (H100, H200)" */
+  const char *triple;      /* NULL: the host's */
+  const char *features;    /* LLVM target features ("+ptx80"); NULL: the host CPU's */
+  int lanes;               /* wave / warp width; 1 on the host */
+  int64_t shared_bytes;    /* LDS / shared memory one program may use; 0 on the host */
+  const kn_mma_instr *mma; /* matrix instructions, preferred first for each operand type */
+  int nmma;
+  const kn_amd_facts *amd; /* AMDGPU only */
+  int cc_major, cc_minor;  /* NVIDIA: the compute capability the code needs */
+  bool cc_exact;           /* NVIDIA: runs only on exactly that capability ("a" targets) */
+  bool emulated;           /* AMDGPU: the emulator runs it (target "<name>-emu") */
+  const char *why_not_emulated; /* AMDGPU, when !emulated: the reason, for messages */
+  const kn_arch_default *defaults; /* by head dim, ascending; the last row covers the rest */
+  int ndefaults;
+} kn_arch;
+
+/* the registry itself (kn_archs[0] is the host), for static initialisers */
+extern const kn_arch kn_archs[];
+extern const int kn_narchs;
+/* the registry: i-th architecture (NULL past the end), by name, by AMDGPU ELF machine */
+const kn_arch *kn_arch_at(int i);
+const kn_arch *kn_arch_get(const char *name);
+const kn_arch *kn_arch_by_elf_mach(unsigned mach);
+/* the host architecture */
+const kn_arch *kn_arch_host(void);
+/* "host", "AMDGPU", "NVPTX" */
+const char *kn_isa_name(kn_isa isa);
+
+/* The instruction a kernel whose dots take `a` operands uses: the first entry of arch's table
+ * with operands of type a (and m == want_m when want_m is nonzero) that fits every dot
+ * (fits(ctx, instr) true), or NULL.  With fits NULL: the first entry of that type. */
+const kn_mma_instr *kn_arch_pick_mma(const kn_arch *arch, kn_scalar a, int want_m,
+                                     bool (*fits)(void *ctx, const kn_mma_instr *i), void *ctx);
+/* Does instruction i fit a dot of M x N x K run by `warps` warps stacked along M? */
+bool kn_mma_fits(const kn_mma_instr *i, int M, int N, int K, int warps);
+/* the default tiling row for head dim d on arch (never NULL) */
+const kn_arch_default *kn_arch_default_for(const kn_arch *arch, int head_dim);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
