@@ -38,6 +38,7 @@
 #include "api.h"
 #include "device.h"
 #include "interp.h"
+#include "target.h"
 
 /* ---- errors and logging ---- */
 
@@ -641,7 +642,7 @@ static kiln_status to_desc(const kiln_attn_desc *in, kn_attn_desc *out) {
   out->head_dim = in->head_dim;
   out->causal = in->causal != 0;
   out->has_lse = in->has_lse != 0;
-  kn_attn_config c = kn_attn_default_config(out);
+  kn_attn_config c = kn_attn_default_config(NULL, out);
   kn_diag diag;
   if (kn_attn_check(out, &c, &diag)) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
   return KILN_OK;
@@ -663,13 +664,14 @@ void api_tune_key(const kiln_context *ctx, const kn_attn_desc *d, int seqlen, kn
 static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
                                   const kiln_prepare_options *o, kiln_tune_policy policy,
                                   int seqlen, kn_attn_config *c, bool *tuned) {
-  *c = kn_attn_default_config(d);
+  *c = kn_attn_default_config(ctx->target->arch, d);
   *tuned = false;
   if (o && (o->block_m || o->block_n)) {
     c->block_m = o->block_m;
     c->block_n = o->block_n;
     kn_diag diag;
-    if (kn_attn_check(d, c, &diag)) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
+    if (kn_attn_check_on(ctx->target->arch, d, c, &diag))
+      return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
     return KILN_OK;
   }
   if (policy == KILN_TUNE_NONE) return KILN_OK;
@@ -688,7 +690,7 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
     kn_attn_config t = {.block_m = rec.config.block_m, .block_n = rec.config.block_n,
                         .warps = rec.config.warps, .stages = rec.config.stages};
     kn_diag diag;
-    if (kn_attn_check(d, &t, &diag) == 0) {
+    if (kn_attn_check_on(ctx->target->arch, d, &t, &diag) == 0) {
       *c = t;
       *tuned = true;
       atomic_fetch_add(&ctx->stats.tuning_hits, 1);

@@ -30,6 +30,7 @@
 #include "device.h"
 #include "interp.h"
 #include "numeric.h"
+#include "target.h"
 
 /* knobs of the timing method */
 enum {
@@ -167,7 +168,7 @@ static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate 
                       .stages = tc->stages};
   kn_diag diag;
   memset(obj, 0, sizeof *obj);
-  if (kn_attn_check(r->d, &c, &diag)) {
+  if (kn_attn_check_on(r->ctx->target->arch, r->d, &c, &diag)) {
     out->state = KILN_CANDIDATE_INVALID;
     snprintf(out->note, sizeof out->note, "%.159s", diag.message);
     return;
@@ -302,7 +303,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
   if (ctx->kind != KN_DEVICE_HOST)
     return api_fail(KILN_ERR_UNSUPPORTED, "autotuning on %s is not implemented yet (the host "
                     "only); prepare with KILN_TUNE_CACHED or KILN_TUNE_NONE", ctx->target_name);
-  if (kn_space_default(&space, "fwd", ctx->target_name, NULL, 0))
+  if (kn_space_default(&space, "fwd", ctx->target->arch))
     return api_fail(KILN_ERR_UNSUPPORTED, "no tuning space for template fwd");
   /* the request's spec, else $KILN_TUNE_SPACE, each applied over the template's space */
   if (o && o->tune_space) {
@@ -314,13 +315,34 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
   if (seqlen <= 0 || seqlen > (1 << 20))
     return api_fail(KILN_ERR_INVALID, "tuning sequence length %d out of range", seqlen);
 
-  int total = kn_space_size(&space);
-  kiln_tune_candidate *cands = calloc((size_t)total, sizeof *cands);
-  if (!cands) return api_fail(KILN_ERR_NOMEM, "out of memory");
+  /* the points the template can compile on this target: the space never offers the others */
+  int npoints = kn_space_size(&space), total = 0;
+  int *points = malloc(sizeof *points * (size_t)(npoints ? npoints : 1));
+  kiln_tune_candidate *cands = calloc((size_t)(npoints ? npoints : 1), sizeof *cands);
+  if (!cands || !points) {
+    free(points);
+    free(cands);
+    return api_fail(KILN_ERR_NOMEM, "out of memory");
+  }
+  for (int i = 0; i < npoints; i++) {
+    kn_tune_config tc;
+    kn_space_point(&space, i, &tc);
+    kn_attn_config c = {.block_m = tc.block_m, .block_n = tc.block_n, .warps = tc.warps,
+                        .stages = tc.stages};
+    kn_diag diag;
+    if (kn_attn_check_on(ctx->target->arch, d, &c, &diag) == 0) points[total++] = i;
+  }
+  if (total == 0) {
+    free(points);
+    free(cands);
+    return api_fail(KILN_ERR_INVALID, "the tuning space has no configuration that compiles for "
+                    "%s D%d on %s", kn_scalar_name(d->dtype), d->head_dim, ctx->target_name);
+  }
   run r = {.ctx = ctx, .d = d, .space = &space};
   kiln_status s = setup(&r, o, seqlen);
   if (s) {
     teardown(&r);
+    free(points);
     free(cands);
     return s;
   }
@@ -337,7 +359,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
   kn_tune_config best_tc = {0};
   for (int i = 0; i < total; i++) {
     kn_tune_config tc;
-    kn_space_point(&space, i, &tc);
+    kn_space_point(&space, points[i], &tc);
     kn_artifact obj;
     try_candidate(&r, &tc, &cands[i], &obj);
     if (cands[i].state == KILN_CANDIDATE_TIMED &&
@@ -394,6 +416,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
             b->median_us, recorded ? "recorded" : "not recorded");
   }
   kn_artifact_free(&best_obj);
+  free(points);
   if (res) {
     memset(res, 0, sizeof *res);
     res->ncandidates = total;
@@ -425,9 +448,9 @@ kiln_status kiln_tune(kiln_context *ctx, const kiln_attn_desc *desc,
   d.head_dim = desc->head_dim;
   d.causal = desc->causal != 0;
   d.has_lse = desc->has_lse != 0;
-  kn_attn_config c = kn_attn_default_config(&d);
+  kn_attn_config c = kn_attn_default_config(ctx->target->arch, &d);
   kn_diag diag;
-  if (kn_attn_check(&d, &c, &diag)) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
+  if (kn_attn_check_on(ctx->target->arch, &d, &c, &diag)) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
   int seqlen = o && o->seqlen > 0 ? o->seqlen : 1024;
   kn_attn_config best;
   return api_tune(ctx, &d, o, seqlen, 2, out, &best);

@@ -28,16 +28,16 @@ static void set_axis(kn_space *s, kn_space_axis_id id, int n, const int *v) {
   memcpy(a->values, v, sizeof *v * (size_t)n);
 }
 
-int kn_space_default(kn_space *s, const char *template_name, const char *target,
-                     const char *const *matrix_names, int nmatrix) {
+int kn_space_default(kn_space *s, const char *template_name, const kn_arch *arch) {
   memset(s, 0, sizeof *s);
   if (strcmp(template_name, "fwd") != 0) return -1;
   snprintf(s->template_name, sizeof s->template_name, "%s", template_name);
   static const int tiles[] = {16, 32, 64, 128}, one[] = {1}, four[] = {4}, zero[] = {0};
   set_axis(s, KN_AXIS_BLOCK_M, 4, tiles);
   set_axis(s, KN_AXIS_BLOCK_N, 4, tiles);
-  bool host = !target || !strcmp(target, "host");
-  bool amd = target && !strncmp(target, "gfx", 3);
+  if (!arch) arch = kn_arch_host();
+  bool host = arch->isa == KN_ISA_HOST;
+  bool amd = arch->isa == KN_ISA_AMDGPU;
   if (host) {
     set_axis(s, KN_AXIS_WARPS, 1, four);
     set_axis(s, KN_AXIS_STAGES, 1, one);
@@ -52,12 +52,17 @@ int kn_space_default(kn_space *s, const char *template_name, const char *target,
     set_axis(s, KN_AXIS_STAGES, 3, stages);
     set_axis(s, KN_AXIS_WAVES_PER_EU, amd ? 3 : 1, amd ? waves : zero);
   }
-  if (nmatrix > KN_SPACE_MAX_VALUES) nmatrix = KN_SPACE_MAX_VALUES;
+  /* the matrix-instruction axis: the registry's instructions of the arch (the names its
+   * disassembler uses), or "" on the host */
+  int nmatrix = 0;
+  for (int i = 0; i < arch->nmma && nmatrix < KN_SPACE_MAX_VALUES; i++)
+    if (arch->mma[i].mnemonic) nmatrix++;
   s->nmatrix = nmatrix > 0 ? nmatrix : 1;
   int idx[KN_SPACE_MAX_VALUES];
-  for (int i = 0; i < s->nmatrix; i++) {
+  for (int i = 0, j = 0; i < s->nmatrix; i++, j++) {
     idx[i] = i;
-    snprintf(s->matrix_names[i], KN_TUNE_NAME_MAX, "%s", nmatrix > 0 ? matrix_names[i] : "");
+    while (nmatrix && !arch->mma[j].mnemonic) j++;
+    snprintf(s->matrix_names[i], KN_TUNE_NAME_MAX, "%s", nmatrix ? arch->mma[j].mnemonic : "");
   }
   set_axis(s, KN_AXIS_MATRIX, s->nmatrix, idx);
   return 0;

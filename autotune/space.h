@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arch.h"
+
 #include "tunedb.h"
 
 #ifdef __cplusplus
@@ -63,11 +65,11 @@ typedef struct kn_space {
 /* host tile budget per program: larger tiles spill out of L2 and stop paying for themselves */
 #define KN_SPACE_HOST_TILE_BYTES ((uint64_t)4 << 20)
 
-/* The default space of a template ("fwd") for a target ("host", "gfx942", "sm_90a"; matrix
- * instruction names come from the caller, who knows the target's table; may be NULL/0).
- * Returns 0, or -1 for an unknown template. */
-int kn_space_default(kn_space *s, const char *template_name, const char *target,
-                     const char *const *matrix_names, int nmatrix);
+/* The default space of a template ("fwd") for an architecture of the registry (NULL: the host;
+ * the matrix-instruction axis lists the arch's instructions).  The space is a cross product:
+ * the tuner drops the points the template cannot compile on the arch (kn_attn_check_on) before
+ * counting candidates.  Returns 0, or -1 for an unknown template. */
+int kn_space_default(kn_space *s, const char *template_name, const kn_arch *arch);
 
 /* Applies a text spec ("block_m=32,64;max_tile_bytes=1000000") to s.  Returns 0, or -1 with a
  * message in err (unknown knob, bad or too many values, a matrix name the space lacks). */

@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
     }
   }
   if (repeats < 1 || repeats > 1000) return fprintf(stderr, "--repeats: 1..1000\n"), 2;
-  kn_attn_config cfg = kn_attn_default_config(&desc);
+  kn_attn_config cfg = kn_attn_default_config(kn_target_get(target)->arch, &desc);
   if (bm) cfg.block_m = bm;
   if (bn) cfg.block_n = bn;
   if (warps) cfg.warps = warps;

@@ -27,6 +27,7 @@
 #ifndef KILN_ATTENTION_H
 #define KILN_ATTENTION_H
 
+#include "arch.h"
 #include "ir.h"
 
 typedef struct kn_attn_desc {
@@ -49,10 +50,16 @@ typedef struct kn_attn_config {
 
 enum { KN_ATTN_NPARAMS = 24 };
 
-/* the default config for a descriptor */
-kn_attn_config kn_attn_default_config(const kn_attn_desc *d);
+/* the default config for a descriptor on an architecture (NULL: the host): the registry's
+ * measured row for the head dim (compiler/arch.h), always one kn_attn_check_on accepts */
+kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d);
 /* 0 when the descriptor and config are supported, else -1 with the reason in *diag */
 int kn_attn_check(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag);
+/* kn_attn_check, and on a GPU architecture: a matrix instruction of arch fits both dots with the
+ * config's warps (the layout pass's own rule, kn_mma_fits) and the K/V tiles fit its shared
+ * memory.  Every config this accepts compiles; the tuner's space is filtered by it. */
+int kn_attn_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_config *c,
+                     kn_diag *diag);
 /* builds kernel "attn_fwd" into m; NULL with *diag filled when unsupported */
 kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
                            kn_diag *diag);

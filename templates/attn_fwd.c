@@ -48,19 +48,64 @@
 
 static bool is_pow2_in(int x, int lo, int hi) { return x >= lo && x <= hi && (x & (x - 1)) == 0; }
 
-kn_attn_config kn_attn_default_config(const kn_attn_desc *d) {
-  /* The usual FA2 forward shapes: 128 query rows and 64 keys per step up to D = 128; a large head
-   * halves both so the Q tile, the accumulator and the K/V stages still fit in registers and
-   * shared memory.  The autotuner replaces this; it only has to be valid and reasonable. */
-  kn_attn_config c = {.block_m = 128, .block_n = 64, .warps = 4, .stages = 2};
-  if (d->head_dim > 128) {
-    c.block_m = 64;
-    c.block_n = 32;
-    c.warps = 8;
-  } else if (d->head_dim > 64) {
-    c.warps = 8;
-  }
-  return c;
+/* is `in` the instruction the layout pass would take for this kernel's two dots? */
+typedef struct fit_ctx {
+  const kn_attn_desc *d;
+  const kn_attn_config *c;
+} fit_ctx;
+
+static bool fits_both_dots(void *p, const kn_mma_instr *in) {
+  const fit_ctx *f = p;
+  int bm = f->c->block_m, bn = f->c->block_n, hd = f->d->head_dim, w = f->c->warps;
+  return kn_mma_fits(in, bm, bn, hd, w) && kn_mma_fits(in, bm, hd, bn, w); /* S = QK^T, O = PV */
+}
+
+int kn_attn_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_config *c,
+                     kn_diag *diag) {
+  kn_loc nowhere = {0};
+  if (kn_attn_check(d, c, diag)) return -1;
+  if (!arch || arch->isa == KN_ISA_HOST) return 0;
+  fit_ctx f = {d, c};
+  int want = arch->isa == KN_ISA_AMDGPU ? c->mfma : 0;
+  const kn_mma_instr *in = kn_arch_pick_mma(arch, d->dtype, 0, NULL, NULL);
+  if (!in)
+    return kn_error(diag, NULL, nowhere, "attention: %s has no matrix instruction for %s",
+                    arch->name, kn_scalar_name(d->dtype));
+  if (in->operands == KN_MMA_FMA) want = 0;  /* f32 on AMDGPU: FMAs, MFMA ignored */
+  if (!kn_arch_pick_mma(arch, d->dtype, want, fits_both_dots, &f))
+    return kn_error(diag, NULL, nowhere,
+                    "attention: block %dx%d with %d warps does not fit a matrix instruction of %s "
+                    "for %s at head dim %d (the rows per warp, block_m / warps, must be a "
+                    "multiple of the instruction's m; block_n and the head dim of its n and k)",
+                    c->block_m, c->block_n, c->warps, arch->name, kn_scalar_name(d->dtype),
+                    d->head_dim);
+  /* Q staged once, K and V tiles through shared memory: the plan's size when nothing shares
+   * bytes (what the NVPTX plan needs; AMDGPU's reuses some, so a few configs that would fit
+   * are not offered) */
+  int64_t need = ((int64_t)c->block_m + 2 * (int64_t)c->block_n) * d->head_dim *
+                 (int64_t)kn_scalar_size(d->dtype);
+  if (need > arch->shared_bytes)
+    return kn_error(diag, NULL, nowhere, "attention: block %dx%d at head dim %d needs up to %lld "
+                    "bytes of shared memory for Q, K and V; %s has %lld", c->block_m,
+                    c->block_n, d->head_dim, (long long)need, arch->name,
+                    (long long)arch->shared_bytes);
+  return 0;
+}
+
+kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d) {
+  /* the registry's measured row for the head dim (compiler/arch.c); when it does not fit this
+   * dtype (say f32 FMAs on AMDGPU need 32 | head dim), the nearest smaller shape that does */
+  const kn_arch_default *r = kn_arch_default_for(arch, d->head_dim);
+  kn_attn_config c = {.block_m = r->block_m, .block_n = r->block_n, .warps = r->warps, .stages = 2};
+  kn_diag diag;
+  if (kn_attn_check_on(arch, d, &c, &diag) == 0) return c;
+  for (int bm = r->block_m; bm >= 16; bm /= 2)
+    for (int bn = r->block_n; bn >= 16; bn /= 2)
+      for (int w = r->warps; w >= 1; w /= 2) {
+        kn_attn_config t = {.block_m = bm, .block_n = bn, .warps = w, .stages = 2};
+        if (kn_attn_check_on(arch, d, &t, &diag) == 0) return t;
+      }
+  return c;  /* nothing fits: the caller's check reports why */
 }
 
 int kn_attn_check(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag) {

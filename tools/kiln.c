@@ -172,7 +172,8 @@ static int parse_options(int argc, char **argv, int first, options *o) {
     }
   }
   if (!o->prob.kv_heads) o->prob.kv_heads = o->prob.heads;
-  o->cfg = kn_attn_default_config(&o->desc);
+  const kn_target *dt = kn_target_get(o->target);
+  o->cfg = kn_attn_default_config(dt ? dt->arch : NULL, &o->desc);
   if (bm) o->cfg.block_m = bm;
   if (bn) o->cfg.block_n = bn;
   if (warps) o->cfg.warps = warps;

@@ -59,7 +59,7 @@ static void compile_one(const char *arch, kn_scalar dt, int hd, bool causal, int
   kn_attn_desc desc = {.dtype = dt, .head_dim = hd, .causal = causal, .has_lse = with_lse};
   kn_attn_config cfg = {.block_m = bm, .block_n = bn, .warps = warps, .stages = 2,
                         .mfma = mfma_shape};
-  if (bm == 0) cfg = kn_attn_default_config(&desc);
+  if (bm == 0) cfg = kn_attn_default_config(kn_arch_get(arch), &desc);
   kn_diag d;
   kn_module *m = kn_module_new("<attn>");
   assert_non_null(kn_attn_fwd_build(m, &desc, &cfg, &d));

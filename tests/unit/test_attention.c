@@ -173,7 +173,7 @@ static void sweep(kn_scalar dt) {
         else if (nq * nk >= 1000 * 1000) p.heads = 2, p.kv_heads = 1;
         /* lse off in one layout per dtype, so the has_lse=false kernel runs too */
         if (si == 2 && causal) desc.has_lse = false;
-        kn_attn_config cfg = kn_attn_default_config(&desc);
+        kn_attn_config cfg = kn_attn_default_config(NULL, &desc);
         result r = check_case(&desc, &cfg, &p);
         if (r.err_o > worst) worst = r.err_o;
         if (r.err_lse > worst_lse) worst_lse = r.err_lse;
@@ -260,7 +260,7 @@ static void expect_reject(kn_attn_desc desc, kn_attn_config cfg, const char *nee
 static void test_check_rejects(void **state) {
   (void)state;
   kn_attn_desc ok = {.dtype = KN_F16, .head_dim = 64};
-  kn_attn_config cfg = kn_attn_default_config(&ok);
+  kn_attn_config cfg = kn_attn_default_config(NULL, &ok);
   kn_diag d;
   assert_int_equal(kn_attn_check(&ok, &cfg, &d), 0);
   kn_attn_desc bad = ok;
@@ -291,7 +291,7 @@ static void test_check_rejects(void **state) {
   for (int dt = 0; dt < 3; dt++)
     for (int D = 32; D <= 256; D += 16) {
       kn_attn_desc x = {.dtype = (kn_scalar[]){KN_F16, KN_BF16, KN_F32}[dt], .head_dim = D};
-      kn_attn_config c = kn_attn_default_config(&x);
+      kn_attn_config c = kn_attn_default_config(NULL, &x);
       assert_int_equal(kn_attn_check(&x, &c, &d), 0);
     }
 }
@@ -302,7 +302,7 @@ static void test_wrong_kernel_is_caught(void **state) {
   (void)state;
   for (int causal = 0; causal < 2; causal++) {
     kn_attn_desc desc = {.dtype = KN_F32, .head_dim = 64, .causal = causal, .has_lse = true};
-    kn_attn_config cfg = kn_attn_default_config(&desc);
+    kn_attn_config cfg = kn_attn_default_config(NULL, &desc);
     kn_attn_problem p = {.batch = 1, .heads = 2, .kv_heads = 1, .seqlen_q = 17, .seqlen_k = 17};
     result r;
     run_case(&desc, &cfg, &p, true, &r);  /* reference with the causal flag flipped */
@@ -346,7 +346,7 @@ static char *golden_body(const char *name) {
 }
 
 static void check_golden(const char *file, kn_attn_desc desc) {
-  kn_attn_config cfg = kn_attn_default_config(&desc);
+  kn_attn_config cfg = kn_attn_default_config(NULL, &desc);
   kn_module *m = kn_module_new(NULL);
   kn_diag d;
   assert_non_null(kn_attn_fwd_build(m, &desc, &cfg, &d));

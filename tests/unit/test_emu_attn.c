@@ -139,7 +139,7 @@ static void matrix(const char *arch) {
         /* the last asks for MFMA 16x16x16 where 32x32x8 would fit (32 rows per wave): the
          * 16x16 lane tables and their two-butterfly row reductions on the transposed
          * accumulator (64x32 with 4 waves gets 16x16x16 too, as the only shape that fits) */
-        kn_attn_config cfgs[4] = {kn_attn_default_config(&desc), {64, 32, 4, 2, 0},
+        kn_attn_config cfgs[4] = {kn_attn_default_config(kn_arch_get("gfx942"), &desc), {64, 32, 4, 2, 0},
                                   {64, 64, 2, 2, 0}, {128, 64, 4, 2, 16}};
         for (int g = 0; g < 4; g++) {
           if (verbose())
@@ -227,7 +227,7 @@ static void test_breaks_are_caught(void **st) {
     for (int a = 0; a < 2; a++)
       for (int c = 0; c < 2; c++) {
         kn_attn_desc desc = {.dtype = dts[a], .head_dim = 64, .causal = c, .has_lse = true};
-        kn_attn_config cfg = kn_attn_default_config(&desc);
+        kn_attn_config cfg = kn_attn_default_config(kn_arch_get("gfx942"), &desc);
         const char *arch = c ? "gfx90a-emu" : "gfx942-emu";
         kn_kernel *k = compile(kn_emu_target_broken(arch, breaks[b]), arch, &desc, &cfg);
         outcome r;
@@ -259,7 +259,7 @@ static void test_kiln_breaks_are_caught(void **st) {
     for (int c = 0; c < 2; c++)
       for (int s = 0; s < 2; s++) {
         kn_attn_desc desc = {.dtype = KN_F16, .head_dim = 64, .causal = c, .has_lse = true};
-        kn_attn_config cfg = kn_attn_default_config(&desc);
+        kn_attn_config cfg = kn_attn_default_config(kn_arch_get("gfx942"), &desc);
         int nq = shapes[s][0], nk = shapes[s][1];
         for (int broken = 1; broken >= 0; broken--) {
           kn_gpu_test_breaks = broken ? breaks[b] : 0;

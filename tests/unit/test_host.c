@@ -863,7 +863,7 @@ static void test_attention(void **st) {
     for (int b = 0; b < 2; b++)
       for (int c = 0; c < 2; c++) {
         kn_attn_desc desc = {.dtype = dtypes[a], .head_dim = hds[b], .causal = c, .has_lse = true};
-        kn_attn_config cfg = kn_attn_default_config(&desc);
+        kn_attn_config cfg = kn_attn_default_config(NULL, &desc);
         kn_diag d;
         kn_module *m = kn_module_new(NULL);
         kn_func *k = kn_attn_fwd_build(m, &desc, &cfg, &d);

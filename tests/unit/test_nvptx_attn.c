@@ -179,7 +179,7 @@ static void test_default_configs(void **state) {
       for (int hd = 64; hd <= 128; hd += 64)
         for (int causal = 0; causal < 2; causal++) {
           kn_attn_desc desc = {.dtype = t ? KN_BF16 : KN_F16, .head_dim = hd, .causal = causal};
-          kn_attn_config cfg = kn_attn_default_config(&desc);
+          kn_attn_config cfg = kn_attn_default_config(kn_arch_get("sm_90a"), &desc);
           compiled c;
           compile_one(archs[a], &desc, &cfg, &c);
           report(archs[a], &desc, &cfg, &c);
@@ -211,7 +211,7 @@ static void test_configs(void **state) {
     }
   /* the lse output (a rank-1 store of a row slice) */
   kn_attn_desc desc = {.dtype = KN_BF16, .head_dim = 128, .causal = true, .has_lse = true};
-  kn_attn_config cfg = kn_attn_default_config(&desc);
+  kn_attn_config cfg = kn_attn_default_config(kn_arch_get("sm_90a"), &desc);
   compiled c;
   /* the AMDGPU MFMA shape request (meta MFMA) means nothing here: the same PTX */
   {
@@ -234,7 +234,7 @@ static void test_configs(void **state) {
 static void test_target(void **state) {
   (void)state;
   kn_attn_desc desc = {.dtype = KN_F16, .head_dim = 64, .causal = true};
-  kn_attn_config cfg = kn_attn_default_config(&desc);
+  kn_attn_config cfg = kn_attn_default_config(kn_arch_get("sm_90a"), &desc);
   kn_diag d;
   kn_module *m = kn_module_new("<attn>");
   assert_non_null(kn_attn_fwd_build(m, &desc, &cfg, &d));
@@ -266,7 +266,7 @@ static void test_launch_param_widths(void **state) {
   (void)state;
   for (int lse = 0; lse < 2; lse++) {
     kn_attn_desc desc = {.dtype = lse ? KN_BF16 : KN_F16, .head_dim = 64, .has_lse = lse};
-    kn_attn_config cfg = kn_attn_default_config(&desc);
+    kn_attn_config cfg = kn_attn_default_config(kn_arch_get("sm_90a"), &desc);
     kn_diag d;
     kn_module *m = kn_module_new("<attn>");
     kn_func *f = kn_attn_fwd_build(m, &desc, &cfg, &d);
@@ -412,7 +412,7 @@ static void test_gpu(void **state) {
            * and read with ldmatrix in the loop); 128x128 w8 (lse) */
           kn_attn_desc desc = {.dtype = t ? KN_BF16 : KN_F16, .head_dim = hd, .causal = causal,
                                .has_lse = cf % 2 == 1};
-          kn_attn_config cfg = kn_attn_default_config(&desc);
+          kn_attn_config cfg = kn_attn_default_config(kn_arch_get("sm_90a"), &desc);
           if (cf == 1) cfg = (kn_attn_config){.block_m = 64, .block_n = 32, .warps = 4, .stages = 2};
           if (cf == 2) cfg = (kn_attn_config){.block_m = 128, .block_n = 64, .warps = 4, .stages = 2};
           if (cf == 3) cfg = (kn_attn_config){.block_m = 128, .block_n = 128, .warps = 8, .stages = 2};
