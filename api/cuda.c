@@ -71,15 +71,9 @@ kiln_status api_cuda_open(kiln_context *ctx, const kn_device_info *dev, const ch
   /* the tuning key's arch: the target and the GPU model (an H100 and an H200 are both sm_90a
    * but need not agree on a tiling) */
   snprintf(ctx->arch, sizeof ctx->arch, "%s-%.22s", target, p->name);
-  /* the code depends on the target and on LLVM's NVPTX backend; the LLVM version is taken from
-   * the host target's identity (api/ makes no LLVM calls of its own) */
-  char host_id[1024];
-  const char *llvm = "llvm-unknown";
-  if (kn_object_target_id(kn_host_target(), host_id, sizeof host_id) == 0) {
-    const char *at = strstr(host_id, ";llvm-");
-    if (at) llvm = at + 1;
-  }
-  snprintf(ctx->target_id, sizeof ctx->target_id, "nvptx64-nvidia-cuda;%s;%s", target, llvm);
+  /* the code depends on the target and on LLVM's NVPTX backend */
+  snprintf(ctx->target_id, sizeof ctx->target_id, "nvptx64-nvidia-cuda;%s;llvm-%s", target,
+           kiln_llvm_version());
   return KILN_OK;
 }
 

@@ -85,6 +85,11 @@ typedef enum kiln_status {
   KILN_ERR_INSECURE,      /* the cache directory is writable by others (or not ours): refused */
 } kiln_status;
 
+/* the library's version (KILN_VERSION_STRING of the build) and that of the LLVM it compiles
+ * with ("22.1.0") */
+const char *kiln_version(void);
+const char *kiln_llvm_version(void);
+
 /* a short description of a status ("invalid argument") */
 const char *kiln_status_str(kiln_status s);
 /* the message of the last failed kiln call on this thread ("" if none) */
@@ -167,6 +172,9 @@ typedef enum kiln_dtype {
   KILN_F32,       /* binary32 */
 } kiln_dtype;
 
+/* "f16", "bf16", "f32"; NULL for a value that is not a kiln_dtype */
+const char *kiln_dtype_name(kiln_dtype t);
+
 /* What to compute: FlashAttention-2 style forward, O = softmax(Q K^T * scale) V.  Causal masks
  * are aligned bottom-right (query i sees key j iff j <= i + seqlen_k - seqlen_q). */
 typedef struct kiln_attn_desc {
@@ -180,6 +188,9 @@ typedef struct kiln_prepare_options {
   kiln_tune_policy tune_policy; /* KILN_TUNE_CONTEXT: the context's */
   int seqlen;          /* typical sequence length: picks the tuning bucket (0: 1024) */
   int block_m, block_n; /* nonzero: this tiling, no tuning (both must be given) */
+  int warps;           /* nonzero: this many warps (GPU) per program, no tuning; the rest of the
+                          tiling is block_m/block_n if given, else the template's default.  On
+                          the host it is recorded in the kernel but changes nothing */
   /* autotuning (KILN_TUNE_AUTO, kiln_tune): */
   const char *tune_space; /* NULL: $KILN_TUNE_SPACE if set; applied over the template's
                              space, e.g. "block_m=32,64;block_n=32,64;max_tile_bytes=1048576"

@@ -18,7 +18,7 @@ expect tune 0 '^best: block_m=(16|32) block_n=16 warps=4 stages=1 median_us=[0-9
 grep -q 'invalid: attention: BLOCK_N 1000' "$tmp/out" && echo "PASS tune-invalid" ||
   { echo "FAIL tune-invalid"; fails=$((fails + 1)); }
 expect cache-ls 0 '1 entries' -- "$kiln" cache ls --cache-dir "$c"
-expect cache-ls-records 0 'fwd causal\+lse f16 D32 bucket 64 host-' -- "$kiln" cache ls --cache-dir "$c"
+expect cache-ls-records 0 'fwd dtype=f16;d=32;causal=1;lse=1 f16 D32 bucket 64 host-' -- "$kiln" cache ls --cache-dir "$c"
 expect cache-verify 0 '1 entries, 1 valid, 0 corrupt' -- "$kiln" cache verify --cache-dir "$c"
 # a flipped byte in the one entry: verify finds and removes it (exit 1)
 f=$(ls "$c"/objects-v1/* | head -n 1)

@@ -544,7 +544,7 @@ static int check_and_report(const options *o, const void *out, const float *lse,
     fprintf(stderr, "kiln: error: out of host memory for the reference\n");
     return EXIT_USAGE;
   }
-  kn_attn_reference(p, D, o->desc.causal, qd, kd, vd, od, lsed);
+  kn_attn_reference(&o->desc, p, qd, kd, vd, od, lsed);
   double max_err = 0, max_ref = 0, lse_err = 0;
   for (size_t i = 0; i < nq; i++) {
     double got = kn_load_elem(dt, (const char *)out + i * es);

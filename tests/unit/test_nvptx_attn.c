@@ -345,7 +345,7 @@ static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, int B,
   if (kn_cuda_copy_dtoh(dev, oh, o, nq * es, &e)) fail_msg("%s", e.message);
   if (lh && kn_cuda_copy_dtoh(dev, lh, lse, nl * 4, &e)) fail_msg("%s", e.message);
   double *od = malloc(nq * sizeof(double)), *ld = malloc(nl * sizeof(double));
-  kn_attn_reference(&p, D, desc->causal, qd, kd, vd, od, ld);
+  kn_attn_reference(desc, &p, qd, kd, vd, od, ld);
   *err_o = 0;
   *err_lse = 0;
   for (size_t i = 0; i < nq; i++) {
