@@ -23,7 +23,7 @@
  * compiled PTX that the driver refuses is KILN_ERR_COMPILE with the JIT's log.
  *
  * Forward is asynchronous on the caller's stream (a CUstream, NULL: the legacy default stream),
- * through the launch helper shared with the CLI and the tests (templates/attn_launch_cuda.h).
+ * through the launch helper shared with the CLI and the tests (runtime/attn_launch_cuda.h).
  * Launches of one kernel need no lock: the driver is thread-safe and the helper keeps every
  * launch's parameter values on the launching thread's stack.
  *

@@ -19,7 +19,6 @@
 
 #include <llvm-c/Core.h>
 
-#include "device.h"
 #include "passes.h"
 #include "pipeline.h"
 #include "target.h"
@@ -206,19 +205,4 @@ void kn_kernel_free(kn_kernel *k) {
 
 void *kn_kernel_entry(const kn_kernel *k) { return k ? k->loaded.entry : NULL; }
 const char *kn_kernel_name(const kn_kernel *k) { return k ? k->name : NULL; }
-
-int kn_kernel_run_host(kn_kernel *k, const kn_argval *args, const int grid[3], kn_diag *d) {
-  if (!k || !k->loaded.entry)
-    return kn_error(d, NULL, no_loc, "kernel is not runnable on the host");
-  if (k->loaded.status) __atomic_store_n(k->loaded.status, 0, __ATOMIC_RELAXED);
-  int st = kn_host_launch((kn_host_kernel_fn)k->loaded.entry, args, grid);
-  if (st != KN_RT_OK) return kn_error(d, NULL, no_loc, "host launch of @%s: %s", k->name, kn_rt_status_str(st));
-  int status = k->loaded.status ? __atomic_load_n(k->loaded.status, __ATOMIC_RELAXED) : 0;
-  if (status & KN_KSTATUS_DIV_ZERO)
-    return kn_error(d, NULL, no_loc, "@%s: integer division or remainder by zero", k->name);
-  if (status & KN_KSTATUS_SHIFT)
-    return kn_error(d, NULL, no_loc, "@%s: shift amount out of range", k->name);
-  if (status & KN_KSTATUS_STEP)
-    return kn_error(d, NULL, no_loc, "@%s: for step is not positive", k->name);
-  return 0;
-}
+int *kn_kernel_status_word(const kn_kernel *k) { return k ? k->loaded.status : NULL; }

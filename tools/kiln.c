@@ -651,7 +651,7 @@ done:
 }
 
 /* `kiln run --target sm_80|sm_90a` on an NVIDIA GPU: PTX from kn_nvptx_compile, loaded by the
- * driver JIT, launched through the launch helper the API uses (templates/attn_launch_cuda.h) on
+ * driver JIT, launched through the launch helper the API uses (runtime/attn_launch_cuda.h) on
  * device buffers (the output and lse filled with NaN bytes first, so an unwritten element fails),
  * timed with CUDA events (one untimed launch, then --repeats timed ones; the best is reported),
  * checked against the float64 reference.  Exit 3 without a suitable GPU; driver failures after

@@ -15,7 +15,7 @@
  * within kn_attn_tolerance; the output buffer is filled with NaN bytes first, so a row the kernel
  * never writes fails.  Each case prints one line.  Without a GPU the GPU test is a skip.
  *
- * Launches go through the shared helper (templates/attn_launch_cuda.h), whose parameter widths
+ * Launches go through the shared helper (runtime/attn_launch_cuda.h), whose parameter widths
  * are checked everywhere against the template's signature (test_launch_param_widths).
  *
  * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_DUMP=prefix writes the layout plan,
@@ -239,7 +239,7 @@ static void test_target(void **state) {
   kn_module_free(m);
 }
 
-/* the launch helper's parameter widths (templates/attn_launch_cuda.c) are those of the template's
+/* the launch helper's parameter widths (runtime/attn_launch_cuda.c) are those of the template's
  * signature, for every descriptor shape that changes it (dtype only changes pointee types) */
 static void test_launch_param_widths(void **state) {
   (void)state;
