@@ -362,6 +362,9 @@ void kiln_context_destroy(kiln_context *ctx) {
 const char *kiln_context_target(const kiln_context *ctx) { return ctx ? ctx->target_name : ""; }
 const char *kiln_context_device_name(const kiln_context *ctx) { return ctx ? ctx->device_name : ""; }
 const char *kiln_context_cache_dir(const kiln_context *ctx) { return ctx ? ctx->cache_dir : ""; }
+int kiln_context_device_ordinal(const kiln_context *ctx) {
+  return ctx && ctx->kind == KN_DEVICE_CUDA ? ctx->cuda_ordinal : -1;
+}
 
 void kiln_context_stats(kiln_context *ctx, kiln_stats *o) {
   memset(o, 0, sizeof *o);
