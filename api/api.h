@@ -98,8 +98,9 @@ void api_describe(const kn_attn_desc *d, const kn_attn_config *c, char *out, siz
 void api_tune_key(const kiln_context *ctx, const kn_attn_desc *d, int seqlen, kn_tune_key *key);
 /* builds the template for (d, c) into a fresh module; NULL with the reason in *diag */
 kn_module *api_build_module(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag);
-/* the cache key of a built module on the context's target */
-kn_cache_key api_cache_key(const kiln_context *ctx, const kn_module *m);
+/* the cache key of module m, built from (d, c), on the context's target */
+kn_cache_key api_cache_key(const kiln_context *ctx, const kn_attn_desc *d,
+                           const kn_attn_config *c, const kn_module *m);
 /* payload = small header (kernel symbol, ABI version, tile bytes) + the object; malloc'ed */
 void *api_pack(const kn_object *o, size_t *size);
 /* stores a compiled object in the cache (NOT_STORED is logged, counted, and not an error) */

@@ -15,7 +15,8 @@
  *   "KILNPTX1" | ABI u32 | threads u32 | smem bytes u64 | PTX length u64 | PTX (no NUL)
  *
  * PTX is driver-independent, so the cache key (api_cache_key) is (ABI "cuda-ptx-abi-1",
- * "attn_fwd", printed IR, "nvptx64-nvidia-cuda;<sm>;llvm-<version>", "O3", kiln version): the
+ * "attn_fwd", descriptor key, config key, printed IR, "nvptx64-nvidia-cuda;<sm>;llvm-<version>",
+ * "O3", kiln version): the
  * driver version is not in it, and a driver upgrade keeps every entry valid.  The load is
  * cuModuleLoadDataEx (kn_cuda_module_load_ptx): the driver JIT-compiles the PTX for the GPU (and
  * keeps its own compute cache of the result).  A cached payload that is malformed or that the

@@ -6,9 +6,10 @@
  *   2. the tiling: forced, the template default, a tuning-database record, or a tuning run;
  *   3. a second memo level keyed by (descriptor, tiling): two requests that resolve to the same
  *      tiling share one kernel;
- *   4. the disk cache: the template is instantiated and printed, the key hashed from the printed
- *      IR + the target's identity (triple, CPU, features, code model, LLVM version) + compile
- *      options + kiln version + payload ABI; a hit is an object linked into a fresh LLJIT;
+ *   4. the disk cache: the template is instantiated and printed, the key hashed from the
+ *      descriptor's and tiling's canonical keys + the printed IR + the target's identity
+ *      (triple, CPU, features, code model, LLVM version) + compile options + kiln version +
+ *      payload ABI; a hit is an object linked into a fresh LLJIT;
  *   5. a compile to an object, stored in the cache, then loaded the same way — so the code run
  *      after a compile is byte for byte the code a later process loads.
  * Each memo key has an in-flight marker: the first thread to want a key builds it outside the
@@ -464,8 +465,14 @@ kn_module *api_build_module(const kn_attn_desc *d, const kn_attn_config *c, kn_d
   return m;
 }
 
-kn_cache_key api_cache_key(const kiln_context *ctx, const kn_module *m) {
+kn_cache_key api_cache_key(const kiln_context *ctx, const kn_attn_desc *d,
+                           const kn_attn_config *c, const kn_module *m) {
   char *ir = kn_print(m);
+  /* the printed IR determines the code; the canonical keys are in as well, so what a key was
+   * made for is stated in it and no descriptor field can be left out of it */
+  char dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
+  kn_attn_desc_key(d, dk, sizeof dk);
+  kn_attn_config_key(c, ck, sizeof ck);
   /* the payload's ABI names the device kind too: a host object and a PTX payload can never be
    * mistaken for each other, even for one IR */
   const char *abi = ctx->kind == KN_DEVICE_CUDA ? "cuda-ptx-abi-1" : "host-object-abi-1";
@@ -473,6 +480,8 @@ kn_cache_key api_cache_key(const kiln_context *ctx, const kn_module *m) {
   kn_cache_part parts[] = {
       {abi, strlen(abi)},
       {"attn_fwd", 8},
+      {dk, strlen(dk)},
+      {ck, strlen(ck)},
       {ir ? ir : "", ir ? strlen(ir) : 0},
       {ctx->target_id, strlen(ctx->target_id)},
       {opts, sizeof opts - 1},
@@ -565,7 +574,7 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
   k->desc = *d;
   k->cfg = *c;
   pthread_mutex_init(&k->launch_mu, NULL);
-  kn_cache_key key = api_cache_key(ctx, m);
+  kn_cache_key key = api_cache_key(ctx, d, c, m);
   kn_cache_key_hex(&key, k->info.cache_key);
 
   if (ctx->kind == KN_DEVICE_CUDA) {

@@ -391,7 +391,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
     /* the winner's code goes to the cache: the prepare that follows is a cache hit */
     kn_module *m = api_build_module(d, best, &(kn_diag){0});
     if (m && best->block_m == b->block_m && best->block_n == b->block_n) {
-      kn_cache_key ck = api_cache_key(ctx, m);
+      kn_cache_key ck = api_cache_key(ctx, d, best, m);
       api_store(ctx, &ck, &best_obj);
     }
     kn_module_free(m);

@@ -64,6 +64,7 @@ expect ir-agree 0 ' PASS$' -- \
   --block-n 64 --seqlen-q 20 --seqlen-k 20
 expect bad-seed 2 "--seed expects a non-negative integer, got 'abc'" -- "$kiln" run --seed abc
 expect bad-seed-negative 2 "--seed expects a non-negative integer" -- "$kiln" run --seed -1
+expect run-help 0 'not served by the API' -- "$kiln" run --help
 expect version 0 '^kiln [0-9]+\.[0-9]+\.[0-9]+ \(LLVM [0-9]+\.' -- "$kiln" --version
 expect dump-llvm 0 'define .*kiln_attn_fwd' -- "$kiln" dump --stage llvm --target host --head-dim 64
 expect dump-asm 0 'kiln_attn_fwd' -- "$kiln" dump --stage asm --target host --head-dim 64

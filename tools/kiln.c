@@ -157,7 +157,7 @@ static int parse_policy(const char *s, kiln_tune_policy *out) {
   return -1;
 }
 
-/* 0 ok, -1 bad usage (message printed) */
+/* 0 ok, -1 bad usage (message printed), 1 --help (usage printed) */
 static int parse_options(int argc, char **argv, int first, options *o) {
   memset(o, 0, sizeof *o);
   o->target = "auto";
@@ -215,6 +215,9 @@ static int parse_options(int argc, char **argv, int first, options *o) {
     } else if (!strcmp(a, "--dtype") && v) {
       if (parse_dtype(v, &o->desc.dtype)) return -1;
       i++;
+    } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 1;
     } else {
       fprintf(stderr, "kiln: error: unknown or incomplete option '%s'\n", a);
       usage(stderr);
@@ -1262,7 +1265,8 @@ int main(int argc, char **argv) {
   options o;
   if (!strcmp(cmd, "run") || !strcmp(cmd, "dump") || !strcmp(cmd, "compile") ||
       !strcmp(cmd, "tune")) {
-    if (parse_options(argc, argv, 2, &o)) return EXIT_USAGE;
+    int po = parse_options(argc, argv, 2, &o);
+    if (po) return po > 0 ? EXIT_PASS : EXIT_USAGE;
     if (!strcmp(cmd, "tune")) return cmd_tune(&o);
     if (!strcmp(cmd, "compile")) return cmd_compile(&o);
     return !strcmp(cmd, "run") ? cmd_run(&o) : cmd_dump(&o);
