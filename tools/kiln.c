@@ -32,8 +32,6 @@
 #include <sys/stat.h>
 
 #include "attention.h"
-#include "attn_launch_cuda.h"
-#include "cache.h"
 #include "cuda_device.h"
 #include "device.h"
 #include "discover.h"
