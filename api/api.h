@@ -87,16 +87,24 @@ void api_log(kiln_context *ctx, kiln_log_level level, const char *fmt, ...)
  * context is a warning, later ones are info, so a read-only cache costs one warning */
 void api_log_unwritable(kiln_context *ctx, const char *msg);
 kn_tunedb *api_db(kiln_context *ctx);
+/* The one conversion between kiln.h's descriptor and the template's (everything in kiln —
+ * prepare, tune, the command line — converts through these).  from_public checks the dtype and
+ * that the template serves the descriptor (KILN_ERR_UNSUPPORTED with the reason otherwise). */
+kiln_status api_desc_from_public(const kiln_attn_desc *in, kn_attn_desc *out);
+kiln_attn_desc api_desc_to_public(const kn_attn_desc *d);
+/* "attn_fwd [<descriptor key>] [<config key>]": what logs and errors call a kernel */
+void api_describe(const kn_attn_desc *d, const kn_attn_config *c, char *out, size_t n);
+/* the tuning database's key: template "fwd", variant = the descriptor's canonical key */
 void api_tune_key(const kiln_context *ctx, const kn_attn_desc *d, int seqlen, kn_tune_key *key);
 /* builds the template for (d, c) into a fresh module; NULL with the reason in *diag */
 kn_module *api_build_module(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag);
-/* the cache key of a built module on the context's target */
-kn_cache_key api_cache_key(const kiln_context *ctx, const kn_module *m);
+/* the cache key of module m, built from (d, c), on the context's target */
+kn_cache_key api_cache_key(const kiln_context *ctx, const kn_attn_desc *d,
+                           const kn_attn_config *c, const kn_module *m);
 /* payload = small header (kernel symbol, ABI version, tile bytes) + the object; malloc'ed */
 void *api_pack(const kn_artifact *o, size_t *size);
 /* stores a compiled object in the cache (NOT_STORED is logged, counted, and not an error) */
 void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_artifact *o);
-const char *api_dtype_name(kn_scalar s);
 /* the cache lookup of kiln.c: KN_CACHE_OK with a malloc'ed payload, or a miss (corrupt entries
  * counted and logged as warnings) */
 int api_cache_get(kiln_context *ctx, const kn_cache_key *key, const char *hex, void **payload,

@@ -15,7 +15,8 @@
  *   "KILNPTX1" | ABI u32 | threads u32 | smem bytes u64 | PTX length u64 | PTX (no NUL)
  *
  * PTX is driver-independent, so the cache key (api_cache_key) is (ABI "cuda-ptx-abi-1",
- * "attn_fwd", printed IR, "nvptx64-nvidia-cuda;<sm>;llvm-<version>", "O3", kiln version): the
+ * "attn_fwd", descriptor key, config key, printed IR, "nvptx64-nvidia-cuda;<sm>;llvm-<version>",
+ * "O3", kiln version): the
  * driver version is not in it, and a driver upgrade keeps every entry valid.  The load is
  * cuModuleLoadDataEx (kn_cuda_module_load_ptx): the driver JIT-compiles the PTX for the GPU (and
  * keeps its own compute cache of the result).  A cached payload that is malformed or that the
@@ -23,7 +24,7 @@
  * compiled PTX that the driver refuses is KILN_ERR_COMPILE with the JIT's log.
  *
  * Forward is asynchronous on the caller's stream (a CUstream, NULL: the legacy default stream),
- * through the launch helper shared with the CLI and the tests (templates/attn_launch_cuda.h).
+ * through the launch helper shared with the CLI and the tests (runtime/attn_launch_cuda.h).
  * Launches of one kernel need no lock: the driver is thread-safe and the helper keeps every
  * launch's parameter values on the launching thread's stack.
  *

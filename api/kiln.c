@@ -6,9 +6,10 @@
  *   2. the tiling: forced, the template default, a tuning-database record, or a tuning run;
  *   3. a second memo level keyed by (descriptor, tiling): two requests that resolve to the same
  *      tiling share one kernel;
- *   4. the disk cache: the template is instantiated and printed, the key hashed from the printed
- *      IR + the target's identity (triple, CPU, features, code model, LLVM version) + compile
- *      options + kiln version + payload ABI; a hit is an object linked into a fresh LLJIT;
+ *   4. the disk cache: the template is instantiated and printed, the key hashed from the
+ *      descriptor's and tiling's canonical keys + the printed IR + the target's identity
+ *      (triple, CPU, features, code model, LLVM version) + compile options + kiln version +
+ *      payload ABI; a hit is an object linked into a fresh LLJIT;
  *   5. a compile to an object, stored in the cache, then loaded the same way — so the code run
  *      after a compile is byte for byte the code a later process loads.
  * Each memo key has an in-flight marker: the first thread to want a key builds it outside the
@@ -363,6 +364,9 @@ void kiln_context_destroy(kiln_context *ctx) {
 const char *kiln_context_target(const kiln_context *ctx) { return ctx ? ctx->target_name : ""; }
 const char *kiln_context_device_name(const kiln_context *ctx) { return ctx ? ctx->device_name : ""; }
 const char *kiln_context_cache_dir(const kiln_context *ctx) { return ctx ? ctx->cache_dir : ""; }
+int kiln_context_device_ordinal(const kiln_context *ctx) {
+  return ctx && ctx->kind == KN_DEVICE_CUDA ? ctx->cuda_ordinal : -1;
+}
 
 void kiln_context_stats(kiln_context *ctx, kiln_stats *o) {
   memset(o, 0, sizeof *o);
@@ -408,8 +412,6 @@ kn_tunedb *api_db(kiln_context *ctx) {
 #define PAYLOAD_MAGIC "KILNHOB1"
 #define PAYLOAD_ABI 1u
 #define PAYLOAD_HEADER 32
-
-const char *api_dtype_name(kn_scalar s) { return kn_scalar_name(s); }
 
 static void put_le(uint8_t *p, uint64_t v, int n) {
   for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -464,8 +466,14 @@ kn_module *api_build_module(const kn_attn_desc *d, const kn_attn_config *c, kn_d
   return m;
 }
 
-kn_cache_key api_cache_key(const kiln_context *ctx, const kn_module *m) {
+kn_cache_key api_cache_key(const kiln_context *ctx, const kn_attn_desc *d,
+                           const kn_attn_config *c, const kn_module *m) {
   char *ir = kn_print(m);
+  /* the printed IR determines the code; the canonical keys are in as well, so what a key was
+   * made for is stated in it and no descriptor field can be left out of it */
+  char dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
+  kn_attn_desc_key(d, dk, sizeof dk);
+  kn_attn_config_key(c, ck, sizeof ck);
   /* the payload's ABI names the device kind too: a host object and a PTX payload can never be
    * mistaken for each other, even for one IR */
   const char *abi = ctx->kind == KN_DEVICE_CUDA ? "cuda-ptx-abi-1" : "host-object-abi-1";
@@ -473,6 +481,8 @@ kn_cache_key api_cache_key(const kiln_context *ctx, const kn_module *m) {
   kn_cache_part parts[] = {
       {abi, strlen(abi)},
       {"attn_fwd", 8},
+      {dk, strlen(dk)},
+      {ck, strlen(ck)},
       {ir ? ir : "", ir ? strlen(ir) : 0},
       {ctx->target_id, strlen(ctx->target_id)},
       {opts, sizeof opts - 1},
@@ -498,9 +508,11 @@ void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_artifact *o)
   free(payload);
 }
 
-static void describe(const kn_attn_desc *d, const kn_attn_config *c, char *out, size_t n) {
-  snprintf(out, n, "attn_fwd %s D%d%s%s block %dx%d", api_dtype_name(d->dtype), d->head_dim,
-           d->causal ? " causal" : "", d->has_lse ? " lse" : "", c->block_m, c->block_n);
+void api_describe(const kn_attn_desc *d, const kn_attn_config *c, char *out, size_t n) {
+  char dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
+  kn_attn_desc_key(d, dk, sizeof dk);
+  kn_attn_config_key(c, ck, sizeof ck);
+  snprintf(out, n, "attn_fwd [%s] [%s]", dk, ck);
 }
 
 int api_cache_get(kiln_context *ctx, const kn_cache_key *key, const char *hex, void **payload,
@@ -550,8 +562,8 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
                                 bool tuned, kiln_kernel **out) {
   double t0 = now_ms();
   kn_diag diag;
-  char what[160];
-  describe(d, c, what, sizeof what);
+  char what[2 * KN_ATTN_KEY_MAX + 16];
+  api_describe(d, c, what, sizeof what);
   kn_module *m = api_build_module(d, c, &diag);
   if (!m) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
   kiln_kernel *k = calloc(1, sizeof *k);
@@ -563,7 +575,7 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
   k->desc = *d;
   k->cfg = *c;
   pthread_mutex_init(&k->launch_mu, NULL);
-  kn_cache_key key = api_cache_key(ctx, m);
+  kn_cache_key key = api_cache_key(ctx, d, c, m);
   kn_cache_key_hex(&key, k->info.cache_key);
 
   if (ctx->kind == KN_DEVICE_CUDA) {
@@ -597,11 +609,7 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
   }
   kn_module_free(m);
   k->info.prepare_ms = now_ms() - t0;
-  k->info.desc = (kiln_attn_desc){.dtype = d->dtype == KN_F16    ? KILN_F16
-                                           : d->dtype == KN_BF16 ? KILN_BF16
-                                                                 : KILN_F32,
-                                  .head_dim = d->head_dim, .causal = d->causal,
-                                  .has_lse = d->has_lse};
+  k->info.desc = api_desc_to_public(d);
   k->info.block_m = c->block_m;
   k->info.block_n = c->block_n;
   k->info.warps = c->warps;
@@ -618,9 +626,10 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
 /* the second memo level: one kernel per (descriptor, tiling) */
 static kiln_status get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_config *c,
                               bool tuned, kiln_kernel **out) {
-  char key[128];
-  snprintf(key, sizeof key, "k:%d:%d:%d:%d:%d:%d:%d:%d:%d", (int)d->dtype, d->head_dim, d->causal,
-           d->has_lse, c->block_m, c->block_n, c->warps, c->stages, tuned);
+  char key[2 * KN_ATTN_KEY_MAX + 32], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
+  kn_attn_desc_key(d, dk, sizeof dk);
+  kn_attn_config_key(c, ck, sizeof ck);
+  snprintf(key, sizeof key, "kernel|%s|%s|tuned=%d", dk, ck, tuned);
   int m = memo_acquire(ctx, key, out);
   if (m > 0) return KILN_OK;
   if (m < 0) return api_fail(KILN_ERR_NOMEM, "out of memory");
@@ -631,14 +640,49 @@ static kiln_status get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn
   return s;
 }
 
-static kiln_status to_desc(const kiln_attn_desc *in, kn_attn_desc *out) {
-  if (!in) return api_fail(KILN_ERR_INVALID, "null descriptor");
-  switch (in->dtype) {
-  case KILN_F16: out->dtype = KN_F16; break;
-  case KILN_BF16: out->dtype = KN_BF16; break;
-  case KILN_F32: out->dtype = KN_F32; break;
-  default: return api_fail(KILN_ERR_UNSUPPORTED, "dtype %d is not a kiln_dtype", (int)in->dtype);
+/* ---- the descriptor: the one conversion between kiln.h's and the template's ---- */
+
+/* the public dtypes and the template's scalar types, both ways */
+static const struct { kiln_dtype pub; kn_scalar s; } dtypes[] = {
+    {KILN_F16, KN_F16}, {KILN_BF16, KN_BF16}, {KILN_F32, KN_F32}};
+enum { NDTYPES = sizeof dtypes / sizeof dtypes[0] };
+
+const char *kiln_dtype_name(kiln_dtype t) {
+  for (int i = 0; i < NDTYPES; i++)
+    if (dtypes[i].pub == t) return kn_scalar_name(dtypes[i].s);
+  return NULL;
+}
+
+/* api/ makes no LLVM calls of its own: the version is the one in the host target's identity
+ * (kn_object_target_id ends with ";llvm-<version>") */
+static char llvm_version[32];
+static pthread_once_t llvm_version_once = PTHREAD_ONCE_INIT;
+
+static void find_llvm_version(void) {
+  char id[1024];
+  const char *v = "unknown";
+  if (kn_object_target_id(kn_host_target(), id, sizeof id) == 0) {
+    const char *at = strstr(id, ";llvm-");
+    if (at) v = at + 6;
   }
+  snprintf(llvm_version, sizeof llvm_version, "%s", v);
+}
+
+const char *kiln_version(void) { return KILN_VERSION_STRING; }
+
+const char *kiln_llvm_version(void) {
+  pthread_once(&llvm_version_once, find_llvm_version);
+  return llvm_version;
+}
+
+kiln_status api_desc_from_public(const kiln_attn_desc *in, kn_attn_desc *out) {
+  if (!in) return api_fail(KILN_ERR_INVALID, "null descriptor");
+  memset(out, 0, sizeof *out);
+  int i = 0;
+  while (i < NDTYPES && dtypes[i].pub != in->dtype) i++;
+  if (i == NDTYPES)
+    return api_fail(KILN_ERR_UNSUPPORTED, "dtype %d is not a kiln_dtype", (int)in->dtype);
+  out->dtype = dtypes[i].s;
   out->head_dim = in->head_dim;
   out->causal = in->causal != 0;
   out->has_lse = in->has_lse != 0;
@@ -648,16 +692,36 @@ static kiln_status to_desc(const kiln_attn_desc *in, kn_attn_desc *out) {
   return KILN_OK;
 }
 
+kiln_attn_desc api_desc_to_public(const kn_attn_desc *d) {
+  kiln_attn_desc out = {.head_dim = d->head_dim, .causal = d->causal, .has_lse = d->has_lse};
+  for (int i = 0; i < NDTYPES; i++)
+    if (dtypes[i].s == d->dtype) out.dtype = dtypes[i].pub;
+  return out;
+}
+
 void api_tune_key(const kiln_context *ctx, const kn_attn_desc *d, int seqlen, kn_tune_key *key) {
   memset(key, 0, sizeof *key);
   snprintf(key->template_name, sizeof key->template_name, "fwd");
-  snprintf(key->variant, sizeof key->variant, "%s%s", d->causal ? "causal" : "full",
-           d->has_lse ? "+lse" : "");
-  snprintf(key->dtype, sizeof key->dtype, "%s", api_dtype_name(d->dtype));
+  kn_attn_desc_key(d, key->variant, sizeof key->variant);
+  snprintf(key->dtype, sizeof key->dtype, "%s", kn_scalar_name(d->dtype));
   key->head_dim = d->head_dim;
   key->seq_bucket = kn_tune_seq_bucket(seqlen);
   snprintf(key->arch, sizeof key->arch, "%s", ctx->arch);
   snprintf(key->kiln_version, sizeof key->kiln_version, "%s", KILN_VERSION_STRING);
+}
+
+/* a request that forces its tiling (block_m and block_n, or warps): true with *c the template's
+ * default with the forced values in it; no tuning then */
+static bool forced_config(const kiln_context *ctx, const kn_attn_desc *d,
+                          const kiln_prepare_options *o, kn_attn_config *c) {
+  *c = kn_attn_default_config(ctx->target->arch, d);
+  if (!o || (!o->block_m && !o->warps)) return false;
+  if (o->block_m) {
+    c->block_m = o->block_m;
+    c->block_n = o->block_n;
+  }
+  if (o->warps) c->warps = o->warps;
+  return true;
 }
 
 /* the tiling for a request; tuned says whether it came from tuning */
@@ -666,9 +730,7 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
                                   int seqlen, kn_attn_config *c, bool *tuned) {
   *c = kn_attn_default_config(ctx->target->arch, d);
   *tuned = false;
-  if (o && (o->block_m || o->block_n)) {
-    c->block_m = o->block_m;
-    c->block_n = o->block_n;
+  if (forced_config(ctx, d, o, c)) {
     kn_diag diag;
     if (kn_attn_check_on(ctx->target->arch, d, c, &diag))
       return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
@@ -694,13 +756,14 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
       *c = t;
       *tuned = true;
       atomic_fetch_add(&ctx->stats.tuning_hits, 1);
-      api_log(ctx, KILN_LOG_INFO, "tuning record: fwd %s %s D%d bucket %d on %s -> block %dx%d "
-              "(%.1f us)", key.variant, key.dtype, key.head_dim, key.seq_bucket, key.arch,
-              t.block_m, t.block_n, rec.time_us);
+      char ck[KN_ATTN_KEY_MAX];
+      kn_attn_config_key(&t, ck, sizeof ck);
+      api_log(ctx, KILN_LOG_INFO, "tuning record: fwd [%s] bucket %d on %s -> [%s] (%.1f us)",
+              key.variant, key.seq_bucket, key.arch, ck, rec.time_us);
       return KILN_OK;
     }
-    api_log(ctx, KILN_LOG_WARN, "tuning record for fwd %s %s D%d is unusable (%s); ignored",
-            key.variant, key.dtype, key.head_dim, diag.message);
+    api_log(ctx, KILN_LOG_WARN, "tuning record for fwd [%s] is unusable (%s); ignored",
+            key.variant, diag.message);
   }
   if (policy != KILN_TUNE_AUTO) return KILN_OK;
   kn_attn_config best;
@@ -720,7 +783,7 @@ kiln_status kiln_prepare(kiln_context *ctx, const kiln_attn_desc *desc,
   if (!ctx || !out) return api_fail(KILN_ERR_INVALID, "kiln_prepare: null context or output");
   *out = NULL;
   kn_attn_desc d;
-  kiln_status s = to_desc(desc, &d);
+  kiln_status s = api_desc_from_public(desc, &d);
   if (s) return s;
   /* KILN_AUTOTUNE overrides the policy, the context's and the request's alike */
   kiln_tune_policy policy = o && o->tune_policy ? o->tune_policy : ctx->policy;
@@ -730,13 +793,18 @@ kiln_status kiln_prepare(kiln_context *ctx, const kiln_attn_desc *desc,
   if (o && (!o->block_m != !o->block_n))
     return api_fail(KILN_ERR_INVALID, "block_m and block_n must be given together");
   if (o && o->seqlen < 0) return api_fail(KILN_ERR_INVALID, "seqlen %d is negative", o->seqlen);
+  if (o && o->warps < 0) return api_fail(KILN_ERR_INVALID, "warps %d is negative", o->warps);
   int seqlen = o && o->seqlen ? o->seqlen : 1024;
-  bool forced = o && o->block_m;
-  int bucket = forced || policy == KILN_TUNE_NONE ? 0 : kn_tune_seq_bucket(seqlen);
+  kn_attn_config forced;
+  bool is_forced = forced_config(ctx, &d, o, &forced);
+  int bucket = is_forced || policy == KILN_TUNE_NONE ? 0 : kn_tune_seq_bucket(seqlen);
 
-  char key[128];
-  snprintf(key, sizeof key, "r:%d:%d:%d:%d:p%d:b%d:f%dx%d", (int)d.dtype, d.head_dim, d.causal,
-           d.has_lse, (int)policy, bucket, forced ? o->block_m : 0, forced ? o->block_n : 0);
+  /* the request: what is computed, how the tiling is chosen, and the forced tiling if any */
+  char key[2 * KN_ATTN_KEY_MAX + 64], dk[KN_ATTN_KEY_MAX], fk[KN_ATTN_KEY_MAX] = "none";
+  kn_attn_desc_key(&d, dk, sizeof dk);
+  if (is_forced) kn_attn_config_key(&forced, fk, sizeof fk);
+  snprintf(key, sizeof key, "request|%s|policy=%d;bucket=%d|forced=%s", dk, (int)policy, bucket,
+           fk);
   kiln_kernel *k = NULL;
   int m = memo_acquire(ctx, key, &k);
   if (m < 0) return api_fail(KILN_ERR_NOMEM, "out of memory");

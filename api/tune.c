@@ -272,7 +272,7 @@ static kiln_status setup(run *r, const kiln_prepare_options *o, int seqlen) {
       fill(d->dtype, s->v, i ? NULL : vd, r->nk, &seed);
     }
   }
-  if (ok) kn_attn_reference(&r->p, d->head_dim, d->causal, qd, kd, vd, r->ref_o, r->ref_lse);
+  if (ok) kn_attn_reference(d, &r->p, qd, kd, vd, r->ref_o, r->ref_lse);
   free(qd);
   free(kd);
   free(vd);
@@ -349,10 +349,10 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
   atomic_fetch_add(&ctx->stats.tunings, 1);
   kn_tune_key key;
   api_tune_key(ctx, d, seqlen, &key);
-  api_log(ctx, KILN_LOG_INFO, "tuning fwd %s %s D%d bucket %d on %s: %d candidates, problem "
-          "%dx%dx%d^2, %d input sets, %d warm-up + %d timed launches each", key.variant, key.dtype,
-          key.head_dim, key.seq_bucket, key.arch, total, r.p.batch, r.p.heads, seqlen, r.nsets,
-          r.warmup, r.repeats);
+  api_log(ctx, KILN_LOG_INFO, "tuning fwd [%s] bucket %d on %s: %d candidates, problem "
+          "%dx%dx%d^2, %d input sets, %d warm-up + %d timed launches each", key.variant,
+          key.seq_bucket, key.arch, total, r.p.batch, r.p.heads, seqlen, r.nsets, r.warmup,
+          r.repeats);
 
   int ibest = -1;
   kn_artifact best_obj = {0};
@@ -377,9 +377,15 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
 
   kiln_status rc = KILN_OK;
   bool recorded = false;
-  if (ibest < 0) {
-    rc = api_fail(KILN_ERR_RUNTIME, "tuning fwd %s %s D%d: none of %d candidates could be timed",
-                  key.variant, key.dtype, key.head_dim, total);
+  int invalid = 0;
+  for (int i = 0; i < total; i++) invalid += cands[i].state == KILN_CANDIDATE_INVALID;
+  if (ibest < 0 && invalid == total) {
+    /* a space none of whose points the template accepts is a bad request, not a failed run */
+    rc = api_fail(KILN_ERR_INVALID, "tuning fwd [%s]: none of the %d candidates of the space is a "
+                  "tiling the template accepts (%s)", key.variant, total, cands[0].note);
+  } else if (ibest < 0) {
+    rc = api_fail(KILN_ERR_RUNTIME, "tuning fwd [%s]: none of %d candidates could be timed",
+                  key.variant, total);
   } else {
     const kiln_tune_candidate *b = &cands[ibest];
     *best = (kn_attn_config){.block_m = b->block_m, .block_n = b->block_n, .warps = b->warps,
@@ -407,13 +413,14 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
     /* the winner's code goes to the cache: the prepare that follows is a cache hit */
     kn_module *m = api_build_module(d, best, &(kn_diag){0});
     if (m && best->block_m == b->block_m && best->block_n == b->block_n) {
-      kn_cache_key ck = api_cache_key(ctx, m);
+      kn_cache_key ck = api_cache_key(ctx, d, best, m);
       api_store(ctx, &ck, &best_obj);
     }
     kn_module_free(m);
-    api_log(ctx, KILN_LOG_INFO, "tuned fwd %s %s D%d bucket %d: block %dx%d, %.1f us (%s)",
-            key.variant, key.dtype, key.head_dim, key.seq_bucket, best->block_m, best->block_n,
-            b->median_us, recorded ? "recorded" : "not recorded");
+    char ck[KN_ATTN_KEY_MAX];
+    kn_attn_config_key(best, ck, sizeof ck);
+    api_log(ctx, KILN_LOG_INFO, "tuned fwd [%s] bucket %d: [%s], %.1f us (%s)", key.variant,
+            key.seq_bucket, ck, b->median_us, recorded ? "recorded" : "not recorded");
   }
   kn_artifact_free(&best_obj);
   free(points);
@@ -439,18 +446,12 @@ kiln_status kiln_tune(kiln_context *ctx, const kiln_attn_desc *desc,
   if (out) memset(out, 0, sizeof *out);
   if (!ctx || !desc) return api_fail(KILN_ERR_INVALID, "kiln_tune: null context or descriptor");
   kn_attn_desc d;
-  switch (desc->dtype) {
-  case KILN_F16: d.dtype = KN_F16; break;
-  case KILN_BF16: d.dtype = KN_BF16; break;
-  case KILN_F32: d.dtype = KN_F32; break;
-  default: return api_fail(KILN_ERR_UNSUPPORTED, "dtype %d is not a kiln_dtype", (int)desc->dtype);
-  }
-  d.head_dim = desc->head_dim;
-  d.causal = desc->causal != 0;
-  d.has_lse = desc->has_lse != 0;
+  kiln_status s = api_desc_from_public(desc, &d);
+  if (s) return s;
   kn_attn_config c = kn_attn_default_config(ctx->target->arch, &d);
   kn_diag diag;
-  if (kn_attn_check_on(ctx->target->arch, &d, &c, &diag)) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
+  if (kn_attn_check_on(ctx->target->arch, &d, &c, &diag))
+    return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
   int seqlen = o && o->seqlen > 0 ? o->seqlen : 1024;
   kn_attn_config best;
   return api_tune(ctx, &d, o, seqlen, 2, out, &best);

@@ -29,7 +29,6 @@
 
 #include <llvm-c/Core.h>
 
-#include "device.h"
 #include "gpu.h"
 #include "passes.h"
 #include "pipeline.h"
@@ -369,21 +368,4 @@ void kn_kernel_take_artifact(kn_kernel *k, kn_artifact *out) {
   *out = k->art;
   k->art.data = NULL;
   k->art.size = 0;
-}
-
-int kn_kernel_run_host(kn_kernel *k, const kn_argval *args, const int grid[3], kn_diag *d) {
-  if (!k || !k->is_loaded || !k->loaded.entry || k->target->emulated)
-    return kn_error(d, NULL, no_loc, "kernel is not runnable on the host");
-  int *sw = k->loaded.status;
-  if (sw) __atomic_store_n(sw, 0, __ATOMIC_RELAXED);
-  int st = kn_host_launch((kn_host_kernel_fn)k->loaded.entry, args, grid);
-  if (st != KN_RT_OK) return kn_error(d, NULL, no_loc, "host launch of @%s: %s", k->name, kn_rt_status_str(st));
-  int status = sw ? __atomic_load_n(sw, __ATOMIC_RELAXED) : 0;
-  if (status & KN_KSTATUS_DIV_ZERO)
-    return kn_error(d, NULL, no_loc, "@%s: integer division or remainder by zero", k->name);
-  if (status & KN_KSTATUS_SHIFT)
-    return kn_error(d, NULL, no_loc, "@%s: shift amount out of range", k->name);
-  if (status & KN_KSTATUS_STEP)
-    return kn_error(d, NULL, no_loc, "@%s: for step is not positive", k->name);
-  return 0;
 }

@@ -103,10 +103,12 @@ const kn_compile_times *kn_kernel_times(const kn_kernel *k);
 const char *kn_kernel_layout_text(const kn_kernel *k);
 /* the entry point and status word of a loaded kernel (host, emulated), else NULL */
 void *kn_kernel_entry(const kn_kernel *k);
+/* host: the kernel's status word (kiln_<name>.status, compiler/target.h bits), or NULL */
 int *kn_kernel_status_word(const kn_kernel *k);
 
 /* Runs a host-compiled kernel over grid on the host device.  args has one kn_argval per kernel
- * parameter.  Returns 0, or -1 with *d (runtime failure, integer division by zero). */
+ * parameter.  Returns 0, or -1 with *d (runtime failure, integer division by zero).  A launch,
+ * not a compile: defined in runtime/host_run.c (library kiln_host_run). */
 int kn_kernel_run_host(kn_kernel *k, const kn_argval *args, const int grid[3], kn_diag *d);
 
 /* Compiles kernel `name` up to `stage` and prints that stage to out (several kn_stage bits:

@@ -85,6 +85,11 @@ typedef enum kiln_status {
   KILN_ERR_INSECURE,      /* the cache directory is writable by others (or not ours): refused */
 } kiln_status;
 
+/* the library's version (KILN_VERSION_STRING of the build) and that of the LLVM it compiles
+ * with ("22.1.0") */
+const char *kiln_version(void);
+const char *kiln_llvm_version(void);
+
 /* a short description of a status ("invalid argument") */
 const char *kiln_status_str(kiln_status s);
 /* the message of the last failed kiln call on this thread ("" if none) */
@@ -144,6 +149,9 @@ const char *kiln_context_device_name(const kiln_context *ctx);
 /* the cache directory in use, or "" when running without one */
 const char *kiln_context_cache_dir(const kiln_context *ctx);
 
+/* the CUDA ordinal of the context's GPU (buffers for kiln_forward live on it), -1 on the host */
+int kiln_context_device_ordinal(const kiln_context *ctx);
+
 /* counters since the context was created (for tests, monitoring, and "did we compile?") */
 typedef struct kiln_stats {
   uint64_t prepares;        /* kiln_prepare calls that succeeded */
@@ -167,6 +175,9 @@ typedef enum kiln_dtype {
   KILN_F32,       /* binary32 */
 } kiln_dtype;
 
+/* "f16", "bf16", "f32"; NULL for a value that is not a kiln_dtype */
+const char *kiln_dtype_name(kiln_dtype t);
+
 /* What to compute: FlashAttention-2 style forward, O = softmax(Q K^T * scale) V.  Causal masks
  * are aligned bottom-right (query i sees key j iff j <= i + seqlen_k - seqlen_q). */
 typedef struct kiln_attn_desc {
@@ -180,6 +191,9 @@ typedef struct kiln_prepare_options {
   kiln_tune_policy tune_policy; /* KILN_TUNE_CONTEXT: the context's */
   int seqlen;          /* typical sequence length: picks the tuning bucket (0: 1024) */
   int block_m, block_n; /* nonzero: this tiling, no tuning (both must be given) */
+  int warps;           /* nonzero: this many warps (GPU) per program, no tuning; the rest of the
+                          tiling is block_m/block_n if given, else the template's default.  On
+                          the host it is recorded in the kernel but changes nothing */
   /* autotuning (KILN_TUNE_AUTO, kiln_tune): */
   const char *tune_space; /* NULL: $KILN_TUNE_SPACE if set; applied over the template's
                              space, e.g. "block_m=32,64;block_n=32,64;max_tile_bytes=1048576"
@@ -275,6 +289,54 @@ typedef struct kiln_tune_result {
 kiln_status kiln_tune(kiln_context *ctx, const kiln_attn_desc *desc,
                       const kiln_prepare_options *options, kiln_tune_result *out);
 void kiln_tune_result_free(kiln_tune_result *r);
+
+/* ---- the cache directory (what `kiln cache ls|verify|clear` shows and does) ---- */
+
+typedef struct kiln_cache_entry {
+  char key[33];              /* hex key */
+  uint64_t bytes;            /* on disk: header + payload */
+  int64_t last_used;         /* seconds since the epoch */
+} kiln_cache_entry;
+
+typedef struct kiln_tuning_record {
+  char template_name[64];    /* "fwd" */
+  char variant[64];          /* the descriptor's canonical key, "dtype=f16;d=128;causal=1;lse=1" */
+  char dtype[16];
+  int head_dim, seq_bucket;
+  char arch[32];             /* "host-znver3", "sm_90a-NVIDIA H200" */
+  char kiln_version[32];     /* of the kiln that measured (others' records are never matched) */
+  int block_m, block_n, warps, stages;
+  double time_us;
+  int64_t tuned_at;          /* seconds since the epoch */
+} kiln_tuning_record;
+
+typedef struct kiln_cache_listing {
+  uint64_t max_bytes;        /* the size bound (KILN_CACHE_MAX_BYTES) */
+  size_t nentries;           /* entries, most recently used first */
+  kiln_cache_entry *entries;
+  char tuning_db[4200];      /* the tuning database's path; "" when there is none yet */
+  size_t nrecords;           /* its records (every kiln version) */
+  kiln_tuning_record *records;
+} kiln_cache_listing;
+
+/* Lists the context's cache directory; never creates the tuning database.  KILN_ERR_INVALID
+ * for a context without a cache.  Free with kiln_cache_listing_free. */
+kiln_status kiln_cache_list(kiln_context *ctx, kiln_cache_listing *out);
+void kiln_cache_listing_free(kiln_cache_listing *l);
+
+typedef struct kiln_cache_report {
+  size_t entries;            /* examined */
+  size_t valid;
+  size_t removed_corrupt;    /* verify: bad entries removed */
+  size_t removed_temp;       /* stale temp files of crashed writers (clear: all) */
+  size_t removed;            /* clear: entries removed */
+  uint64_t bytes;            /* held afterwards */
+} kiln_cache_report;
+
+/* reads every entry and removes the bad ones (each also a warning to the log) */
+kiln_status kiln_cache_verify(kiln_context *ctx, kiln_cache_report *out);
+/* removes every entry; the tuning records are kept */
+kiln_status kiln_cache_clear(kiln_context *ctx, kiln_cache_report *out);
 
 #ifdef __cplusplus
 }

@@ -74,7 +74,7 @@ class _AttnDesc(ctypes.Structure):
 
 class _PrepareOptions(ctypes.Structure):
     _fields_ = [("tune_policy", ctypes.c_int), ("seqlen", ctypes.c_int),
-                ("block_m", ctypes.c_int), ("block_n", ctypes.c_int),
+                ("block_m", ctypes.c_int), ("block_n", ctypes.c_int), ("warps", ctypes.c_int),
                 ("tune_space", ctypes.c_char_p), ("tune_batch", ctypes.c_int),
                 ("tune_heads", ctypes.c_int), ("tune_warmup", ctypes.c_int),
                 ("tune_repeats", ctypes.c_int)]
@@ -236,8 +236,9 @@ class Context:
         return {n: getattr(s, n) for n in _STATS}
 
     def prepare(self, dtype, head_dim, causal=False, has_lse=False, seqlen=0, block_m=0,
-                block_n=0, tune_policy=TUNE_CONTEXT):
-        """Compile-or-load the attention kernel; dtype is F16/BF16/F32 or a name ("float16")."""
+                block_n=0, warps=0, tune_policy=TUNE_CONTEXT):
+        """Compile-or-load the attention kernel; dtype is F16/BF16/F32 or a name ("float16").
+        block_m/block_n (together) and warps force the tiling (0: chosen by the policy)."""
         if isinstance(dtype, str):
             if dtype not in _DTYPES:
                 raise KilnError(ERR_UNSUPPORTED, "dtype %s: kiln serves float16, bfloat16 and "
@@ -245,7 +246,7 @@ class Context:
             dtype = _DTYPES[dtype]
         desc = _AttnDesc(dtype, head_dim, 1 if causal else 0, 1 if has_lse else 0)
         po = _PrepareOptions(tune_policy=tune_policy, seqlen=seqlen, block_m=block_m,
-                             block_n=block_n)
+                             block_n=block_n, warps=warps)
         k = ctypes.c_void_p()
         _check(library().kiln_prepare(self._handle(), ctypes.byref(desc), ctypes.byref(po),
                                       ctypes.byref(k)))

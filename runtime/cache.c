@@ -64,7 +64,6 @@
 #include <xxhash.h>
 
 #include "cache.h"
-#include "kiln.h"
 
 #define OBJECTS_DIR "objects-v1"
 #define TEMP_PREFIX ".tmp-"
@@ -115,18 +114,6 @@ const char *kn_cache_status_str(int status) {
   case KN_CACHE_EINSECURE: return "cache directory refused (insecure)";
   case KN_CACHE_ENOMEM: return "out of memory";
   default: return "unknown cache status";
-  }
-}
-
-int kn_cache_kiln_status(int status) {
-  switch (status) {
-  case KN_CACHE_OK:
-  case KN_CACHE_MISS:
-  case KN_CACHE_CORRUPT:
-  case KN_CACHE_NOT_STORED: return KILN_OK;
-  case KN_CACHE_EINVAL: return KILN_ERR_INVALID;
-  case KN_CACHE_ENOMEM: return KILN_ERR_NOMEM;
-  default: return KILN_ERR_IO;
   }
 }
 

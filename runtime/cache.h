@@ -58,9 +58,6 @@ typedef enum kn_cache_status {
 } kn_cache_status;
 
 const char *kn_cache_status_str(int status);
-/* the kiln.h status a caller should surface for a cache status (MISS, CORRUPT and NOT_STORED
- * are not failures of the caller's request: KILN_OK) */
-int kn_cache_kiln_status(int status);
 /* what the last non-OK kn_cache_* call on this thread reported ("" if none) */
 const char *kn_cache_message(void);
 

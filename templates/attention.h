@@ -30,23 +30,55 @@
 #include "arch.h"
 #include "ir.h"
 
+/* The descriptor (what is computed) and the config (how it is tiled) are declared from these
+ * field lists, X(kind, type, field, key name), and their canonical key texts below are written
+ * from the same lists: a field added to a list is in the struct, in every key built from it
+ * (memo keys, the tuning database's variant, log and describe text) and in the test that changes
+ * each field and checks the key changes, with no other edit.  kind says how the key prints it:
+ * a scalar type by name, a bool as 0/1, an int in decimal.  Later variants (sliding window,
+ * softcap, ALiBi) are one more line of KN_ATTN_DESC_FIELDS each. */
+enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT };
+
+/* f16, bf16, f32; head_dim 32..256 a multiple of 16 (kn_attn_check); has_lse: store the
+ * log-sum-exp */
+#define KN_ATTN_DESC_FIELDS(X)                             \
+  X(KN_ATTN_FIELD_SCALAR, kn_scalar, dtype, "dtype")       \
+  X(KN_ATTN_FIELD_INT, int, head_dim, "d")                 \
+  X(KN_ATTN_FIELD_BOOL, bool, causal, "causal")            \
+  X(KN_ATTN_FIELD_BOOL, bool, has_lse, "lse")
+
+/* block_m: query rows per program, 16..256, a power of two.  block_n: keys per loop iteration,
+ * 16..256, a power of two.  warps: GPU targets, warps / waves per program (recorded as meta).
+ * stages: GPU targets, software pipeline depth (recorded as meta).  mfma: AMDGPU, the matrix
+ * instruction shape, 16 (16x16x16) or 32 (32x32x8); 0 = the target's choice; recorded as meta
+ * MFMA only when non-zero, so the IR of a config that leaves it 0 is what it was before the field
+ * existed; NVPTX ignores it (one instruction shape). */
+#define KN_ATTN_CONFIG_FIELDS(X)                           \
+  X(KN_ATTN_FIELD_INT, int, block_m, "block_m")            \
+  X(KN_ATTN_FIELD_INT, int, block_n, "block_n")            \
+  X(KN_ATTN_FIELD_INT, int, warps, "warps")                \
+  X(KN_ATTN_FIELD_INT, int, stages, "stages")              \
+  X(KN_ATTN_FIELD_INT, int, mfma, "mfma")
+
+#define KN_ATTN_DECLARE_FIELD(kind, type, field, name) type field;
 typedef struct kn_attn_desc {
-  kn_scalar dtype;  /* f16, bf16, f32 */
-  int head_dim;     /* 32..256, a multiple of 16, see kn_attn_check() */
-  bool causal;
-  bool has_lse;     /* store the log-sum-exp */
+  KN_ATTN_DESC_FIELDS(KN_ATTN_DECLARE_FIELD)
 } kn_attn_desc;
 
 typedef struct kn_attn_config {
-  int block_m;      /* query rows per program: 16..256, a power of two */
-  int block_n;      /* keys per loop iteration: 16..256, a power of two */
-  int warps;        /* GPU targets: warps / waves per program (recorded as meta) */
-  int stages;       /* GPU targets: software pipeline depth (recorded as meta) */
-  int mfma;         /* AMDGPU: matrix instruction shape, 16 (16x16x16) or 32 (32x32x8); 0 = the
-                     * target's choice.  Recorded as meta MFMA only when non-zero, so the IR of a
-                     * config that leaves it 0 is what it was before the field existed; NVPTX
-                     * ignores it (one instruction shape) */
+  KN_ATTN_CONFIG_FIELDS(KN_ATTN_DECLARE_FIELD)
 } kn_attn_config;
+#undef KN_ATTN_DECLARE_FIELD
+
+/* The canonical key text of a descriptor, every field named in list order:
+ * "dtype=f16;d=128;causal=1;lse=1".  snprintf-like: returns the full length (output truncated
+ * to n - 1 characters; buf may be NULL when n is 0).  Equal descriptors give equal texts and
+ * descriptors that differ in any field give different texts. */
+int kn_attn_desc_key(const kn_attn_desc *d, char *buf, size_t n);
+/* the same for a config: "block_m=128;block_n=64;warps=4;stages=2;mfma=0" */
+int kn_attn_config_key(const kn_attn_config *c, char *buf, size_t n);
+/* room for either key (with the fields of today, and some to spare) */
+enum { KN_ATTN_KEY_MAX = 160 };
 
 enum { KN_ATTN_NPARAMS = 24 };
 
@@ -77,10 +109,11 @@ void kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_config *c, const kn_
                        void *q, void *k, void *v, void *o, float *lse, struct kn_argval *out,
                        int grid[3]);
 
-/* Naive float64 attention: the oracle.  q, k, v hold the (already rounded) inputs as doubles in
- * contiguous (B, H, N, D) / (B, HK, N, D) layouts; o gets (B, H, Nq, D) and lse (B, H, Nq)
- * (lse may be NULL).  Same masking rules as the kernel. */
-void kn_attn_reference(const kn_attn_problem *p, int head_dim, bool causal, const double *q,
+/* Naive float64 attention: the oracle of descriptor d (its dtype is that of the kernel whose
+ * inputs were rounded; the reference itself computes in double).  q, k, v hold the (already
+ * rounded) inputs as doubles in contiguous (B, H, N, D) / (B, HK, N, D) layouts; o gets
+ * (B, H, Nq, D) and lse (B, H, Nq) (lse may be NULL).  Same masking rules as the kernel. */
+void kn_attn_reference(const kn_attn_desc *d, const kn_attn_problem *p, const double *q,
                        const double *k, const double *v, double *o, double *lse);
 
 /* Absolute tolerance for an output of this dtype (inputs ~ N(0,1), sm_scale ~ 1/sqrt(D)); the

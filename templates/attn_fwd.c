@@ -46,6 +46,41 @@
 
 /* ---- descriptor / config --------------------------------------------------------------------- */
 
+/* the canonical keys: one "name=value" per field of the list, ';'-separated, snprintf-like */
+typedef struct keytext {
+  char *buf;
+  size_t n;
+  int len;
+} keytext;
+
+static void key_field(keytext *k, int kind, const char *name, long v) {
+  size_t at = (size_t)k->len < k->n ? (size_t)k->len : k->n;
+  char *p = k->n > at ? k->buf + at : NULL;
+  size_t room = k->n - at;
+  const char *sep = k->len ? ";" : "";
+  int w = kind == KN_ATTN_FIELD_SCALAR ? snprintf(p, room, "%s%s=%s", sep, name,
+                                                  kn_scalar_name((kn_scalar)v))
+                                       : snprintf(p, room, "%s%s=%ld", sep, name, v);
+  if (w > 0) k->len += w;
+}
+
+#define KEY_FIELD(kind, type, field, name) key_field(&k, kind, name, (long)x->field);
+
+int kn_attn_desc_key(const kn_attn_desc *x, char *buf, size_t n) {
+  keytext k = {.buf = buf, .n = n};
+  if (buf && n) buf[0] = 0;
+  KN_ATTN_DESC_FIELDS(KEY_FIELD)
+  return k.len;
+}
+
+int kn_attn_config_key(const kn_attn_config *x, char *buf, size_t n) {
+  keytext k = {.buf = buf, .n = n};
+  if (buf && n) buf[0] = 0;
+  KN_ATTN_CONFIG_FIELDS(KEY_FIELD)
+  return k.len;
+}
+#undef KEY_FIELD
+
 static bool is_pow2_in(int x, int lo, int hi) { return x >= lo && x <= hi && (x & (x - 1)) == 0; }
 
 /* is `in` the instruction the layout pass would take for this kernel's two dots? */

@@ -14,10 +14,11 @@
 
 #include "attention.h"
 
-void kn_attn_reference(const kn_attn_problem *p, int head_dim, bool causal, const double *q,
+void kn_attn_reference(const kn_attn_desc *desc, const kn_attn_problem *p, const double *q,
                        const double *k, const double *v, double *o, double *lse) {
   const int B = p->batch, H = p->heads, HK = p->kv_heads, Nq = p->seqlen_q, Nk = p->seqlen_k;
-  const int D = head_dim, group = H / HK;
+  const int D = desc->head_dim, group = H / HK;
+  const bool causal = desc->causal;
   const double scale = p->sm_scale != 0 ? p->sm_scale : 1.0 / sqrt((double)D);
   double *s = malloc(sizeof *s * (size_t)(Nk > 0 ? Nk : 1));  /* (Nk) scores of one row */
   KN_ASSERT(s != NULL);

@@ -17,8 +17,13 @@ expect tune 0 '^best: block_m=(16|32) block_n=16 warps=4 stages=1 median_us=[0-9
   --space "block_m=16,32;block_n=16,1000"
 grep -q 'invalid: attention: BLOCK_N 1000' "$tmp/out" && echo "PASS tune-invalid" ||
   { echo "FAIL tune-invalid"; fails=$((fails + 1)); }
+# a space none of whose values the template accepts is bad usage, as is a malformed one
+expect tune-space-invalid-value 2 'none of the 2 candidates of the space is a tiling' -- \
+  "$kiln" tune --cache-dir "$c" --head-dim 32 --seqlen-q 32 --space "block_m=24;block_n=16,32"
+expect tune-space-malformed 2 'error' -- \
+  "$kiln" tune --cache-dir "$c" --head-dim 32 --seqlen-q 32 --space "block_q=16"
 expect cache-ls 0 '1 entries' -- "$kiln" cache ls --cache-dir "$c"
-expect cache-ls-records 0 'fwd causal\+lse f16 D32 bucket 64 host-' -- "$kiln" cache ls --cache-dir "$c"
+expect cache-ls-records 0 'fwd dtype=f16;d=32;causal=1;lse=1 f16 D32 bucket 64 host-' -- "$kiln" cache ls --cache-dir "$c"
 expect cache-verify 0 '1 entries, 1 valid, 0 corrupt' -- "$kiln" cache verify --cache-dir "$c"
 # a flipped byte in the one entry: verify finds and removes it (exit 1)
 f=$(ls "$c"/objects-v1/* | head -n 1)

@@ -10,6 +10,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 . "$(dirname "$0")/expect.sh"
+# runs through the API (host, sm_*, auto) use the disk cache: never the user's
+export KILN_CACHE_DIR="$tmp/cache"
+unset KILN_AUTOTUNE KILN_TUNE_SPACE KILN_CACHE_FAULT
 
 expect run-interp-causal 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
   "$kiln" run --target interp --head-dim 64 --seqlen-q 200 --seqlen-k 200 --causal
@@ -26,6 +29,43 @@ expect run-auto-is-host 0 'target=host .* PASS' -- \
   sh -c "\"$kiln\" run --target auto --dtype bf16 --seqlen-q 77 --seqlen-k 300 --causal | tr '\n' ' '"
 expect run-host-ir-file 0 ' PASS$' -- \
   "$kiln" run --target host --ir "$tests/golden/attn_fwd_causal_lse.tile" --dtype bf16 --seqlen-q 130 --seqlen-k 61
+# kiln run on the host goes through the API: the second run of a shape loads from the cache
+expect run-host-compiled 0 '^prepare: compiled .*(default tiling)' -- \
+  "$kiln" run --target host --cache-dir "$tmp/c1" --head-dim 32 --seqlen-q 40 --seqlen-k 40
+expect run-host-cache-hit 0 '^prepare: cache hit ' -- \
+  "$kiln" run --target host --cache-dir "$tmp/c1" --head-dim 32 --seqlen-q 40 --seqlen-k 40
+expect run-host-no-cache 0 '^prepare: compiled ' -- \
+  "$kiln" run --target host --no-cache --head-dim 32 --seqlen-q 40 --seqlen-k 40
+expect run-host-warps 0 'warps=2;.*\(forced tiling\)' -- \
+  sh -c "\"$kiln\" run --target host --cache-dir '$tmp/c1' --head-dim 32 --warps 2 --block-m 32 --block-n 32 --seqlen-q 40 --seqlen-k 40 | tr '\n' ' '"
+expect run-host-tune-none 0 ' PASS$' -- \
+  "$kiln" run --target host --cache-dir "$tmp/c1" --tune none --head-dim 32 --seqlen-q 40 --seqlen-k 40
+expect run-bad-tune 2 "--tune expects none, cached or auto, got 'sometimes'" -- \
+  "$kiln" run --target host --tune sometimes
+expect run-host-stages 2 '--stages is not a prepare option' -- "$kiln" run --target host --stages 2
+expect run-interp-cache-dir 2 '--cache-dir, --no-cache and --tune apply to runs through the API' -- \
+  "$kiln" run --target interp --cache-dir "$tmp/c1"
+expect run-sm90a-ir 2 '--ir runs on interp, host and the emulated targets' -- \
+  "$kiln" run --target sm_90a --ir "$tests/golden/attn_fwd_default.tile"
+# --ir: the file's attrs decide; an option that contradicts them is an error naming both values
+ir=$tests/golden/attn_fwd_causal_lse.tile  # bf16, HEAD_DIM 128, CAUSAL 1, BLOCK 128x64
+expect ir-conflict-head-dim 2 '--head-dim 64 conflicts with the kernel.s HEAD_DIM = 128' -- \
+  "$kiln" run --target interp --ir "$ir" --head-dim 64
+expect ir-conflict-block-m 2 '--block-m 64 conflicts with the kernel.s BLOCK_M = 128' -- \
+  "$kiln" run --target interp --ir "$ir" --block-m 64
+expect ir-conflict-block-n 2 '--block-n 32 conflicts with the kernel.s BLOCK_N = 64' -- \
+  "$kiln" run --target interp --ir "$ir" --block-n 32
+expect ir-conflict-dtype 2 '--dtype f16 conflicts with the kernel.s element type bf16' -- \
+  "$kiln" run --target interp --ir "$ir" --dtype f16
+expect ir-conflict-causal 2 '--causal conflicts with the kernel.s CAUSAL = 0' -- \
+  "$kiln" run --target interp --ir "$tests/golden/attn_fwd_default.tile" --causal
+expect ir-agree 0 ' PASS$' -- \
+  "$kiln" run --target interp --ir "$ir" --dtype bf16 --head-dim 128 --causal --block-m 128 \
+  --block-n 64 --seqlen-q 20 --seqlen-k 20
+expect bad-seed 2 "--seed expects a non-negative integer, got 'abc'" -- "$kiln" run --seed abc
+expect bad-seed-negative 2 "--seed expects a non-negative integer" -- "$kiln" run --seed -1
+expect run-help 0 'not served by the API' -- "$kiln" run --help
+expect version 0 '^kiln [0-9]+\.[0-9]+\.[0-9]+ \(LLVM [0-9]+\.' -- "$kiln" --version
 expect dump-llvm 0 'define .*kiln_attn_fwd' -- "$kiln" dump --stage llvm --target host --head-dim 64
 expect dump-asm 0 'kiln_attn_fwd' -- "$kiln" dump --stage asm --target host --head-dim 64
 expect dump-bad-stage 2 "is not a stage" -- "$kiln" dump --stage bogus --target host

@@ -178,6 +178,11 @@ def main():
               info["head_dim"] == 64 and info["causal"] and info["source"] in ("compiled", "cache")
               and st["prepares"] == 2 and st["memo_hits"] == 1 and k1._h.value == k2._h.value,
               "%s %s" % (info, st))
+        # a forced tiling with warps: its own kernel (warps are part of the keys)
+        k3 = ctx.prepare("float16", 64, causal=True, block_m=32, block_n=32, warps=2)
+        i3 = k3.info()
+        check("forced warps", i3["warps"] == 2 and i3["block_m"] == 32 and
+              k3._h.value != k1._h.value, "%s" % i3)
 
     # errors: Python-side checks and the C library's statuses, both as KilnError
     f64 = Tensor("float32", (1, 1, 4, 32))

@@ -6,10 +6,19 @@
  *   kiln dump  --stage S [options]        print a stage of the compile (ir|lowered|llvm|asm)
  *   kiln check FILE.tile                  parse and verify a text IR file
  *   kiln tune  [--target T] [options]     autotune the tiling through the JIT service (kiln.h)
- *   kiln cache ls|verify|clear            the code cache and tuning records (runtime/cache.h)
+ *   kiln cache ls|verify|clear            the code cache and tuning records (kiln.h)
+ *   kiln --version                        kiln's and LLVM's versions
  * `kiln run` ends with one line `max_abs_err=<x> rel_err=<x> tol=<x> PASS|FAIL`.
  * Exit codes: 0 success / PASS, 1 FAIL (a result outside tolerance), 2 bad usage or bad input
- * (malformed IR, unsupported shape or dtype), 3 the target or device is not available.
+ * (malformed IR, unsupported shape or dtype, an option an --ir file contradicts), 3 the target
+ * or device is not available.
+ *
+ * Layering: run (on host, sm_80, sm_90a, auto), tune and cache are clients of the public API
+ * (include/kiln.h), so they use the disk cache and the tuning records exactly as an embedding
+ * process does; the descriptor is kiln.h's kiln_attn_desc, turned into the template's by the
+ * API's one conversion (api_desc_from_public).  What the API does not serve — the interpreter,
+ * the emulated AMDGPU targets, kernels read from --ir files, and the compile/dump paths — uses
+ * the layers below directly, with the same inputs, report lines and reference check.
  *
  * The tool only parses options and prints; building, running and checking live in the library.
  */
@@ -24,8 +33,6 @@
 
 #include "amdgpu.h"
 #include "attention.h"
-#include "attn_launch_cuda.h"
-#include "cache.h"
 #include "cuda_device.h"
 #include "device.h"
 #include "discover.h"
@@ -40,6 +47,8 @@
 #include "target.h"
 #include "tunedb.h"
 
+#include "api.h" /* api_desc_from_public: the one descriptor conversion */
+
 enum { EXIT_PASS = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_NODEV = 3 };
 
 /* ---- options ------------------------------------------------------------------------------ */
@@ -51,20 +60,32 @@ typedef struct options {
   const char *output;  /* compile: -o FILE */
   const char *emit;    /* compile: --emit KIND */
   bool stats;          /* compile: --stats */
-  kn_attn_desc desc;
-  kn_attn_config cfg;
+  kiln_attn_desc desc; /* what the options ask for, as the public API takes it */
+  int block_m, block_n, warps, stages; /* the tiling asked for (0: not given) */
+  struct {
+    bool dtype, head_dim, causal;
+  } given;             /* descriptor options given on the command line (--ir checks them) */
+  kn_attn_desc attn;   /* get_kernel / resolve_attn: the descriptor the kernel computes */
+  kn_attn_config cfg;  /* ... and its tiling */
   kn_attn_problem prob;
   unsigned long long seed;
   int repeats;
-  const char *cache_dir; /* tune, cache: --cache-dir DIR (else $KILN_CACHE_DIR, ...) */
+  const char *cache_dir; /* run, tune, cache: --cache-dir DIR (else $KILN_CACHE_DIR, ...) */
+  bool no_cache;         /* run: --no-cache */
+  kiln_tune_policy tune; /* run: --tune none|cached|auto (default: the API's, cached) */
   const char *space;     /* tune: --space SPEC (autotune/space.h) */
 } options;
 
 static void usage(FILE *f) {
-  fputs("usage: kiln <command> [options]\n"
+  fputs("usage: kiln <command> [options]     (kiln --version: kiln's and LLVM's versions)\n"
         "commands:\n"
         "  targets                 list targets and devices\n"
-        "  run   [--target T]      run the attention kernel on random inputs and check it\n"
+        "  run   [--target T]      run the attention kernel on random inputs and check it;\n"
+        "                          host, sm_80, sm_90a and auto run through the public API\n"
+        "                          (kiln.h: disk cache, tuning records): --cache-dir DIR,\n"
+        "                          --no-cache, --tune none|cached|auto (default cached);\n"
+        "                          interp, gfx90a-emu, gfx942-emu and --ir FILE runs are\n"
+        "                          not served by the API and run the kernel directly\n"
         "  dump  --stage S         print a stage: ir, layout (GPU), lowered, llvm (optimised), asm\n"
         "  compile --target T      ahead-of-time output: -o FILE, --emit hsaco|asm|llvm|layout,\n"
         "                          --stats (registers, spills, LDS, occupancy, MFMA count)\n"
@@ -77,7 +98,8 @@ static void usage(FILE *f) {
         "kernel options:\n"
         "  --dtype f16|bf16|f32  --head-dim D  --batch B  --heads H  --kv-heads HK\n"
         "  --seqlen-q N  --seqlen-k M  --causal  --block-m BM  --block-n BN\n"
-        "  --warps W  --stages S  --seed S  --repeats R  --ir FILE.tile\n"
+        "  --warps W  --stages S (not on the API path)  --seed S  --repeats R  --ir FILE.tile\n"
+        "  (with --ir, the file's kernel attrs decide; an option that contradicts them is an error)\n"
         "targets: interp (reference interpreter), host (CPU through LLVM ORC JIT),\n"
         "         gfx90a, gfx942 (AMDGPU code objects; compile only: no AMD GPU here),\n"
         "         gfx90a-emu, gfx942-emu (the AMDGPU lowering run by the emulator on the CPU),\n"
@@ -99,18 +121,55 @@ static int parse_int(const char *opt, const char *s, long lo, long hi, int *out)
   return 0;
 }
 
-/* 0 ok, -1 bad usage (message printed) */
+/* a 64-bit seed: decimal digits only (strtoull alone takes "abc" as 0 and "-1" as 2^64-1) */
+static int parse_seed(const char *s, unsigned long long *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = s && *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
+  if (!s || *s < '0' || *s > '9' || errno || *end) {
+    fprintf(stderr, "kiln: error: --seed expects a non-negative integer, got '%s'\n", s ? s : "");
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int parse_dtype(const char *s, kiln_dtype *out) {
+  for (kiln_dtype t = KILN_F16; t <= KILN_F32; t++)
+    if (!strcmp(s, kiln_dtype_name(t))) {
+      *out = t;
+      return 0;
+    }
+  fprintf(stderr, "kiln: error: unknown dtype '%s' (expected f16, bf16 or f32)\n", s);
+  return -1;
+}
+
+static int parse_policy(const char *s, kiln_tune_policy *out) {
+  static const struct { const char *name; kiln_tune_policy p; } policies[] = {
+      {"none", KILN_TUNE_NONE}, {"cached", KILN_TUNE_CACHED}, {"auto", KILN_TUNE_AUTO}};
+  for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++)
+    if (!strcmp(s, policies[i].name)) {
+      *out = policies[i].p;
+      return 0;
+    }
+  fprintf(stderr, "kiln: error: --tune expects none, cached or auto, got '%s'\n", s);
+  return -1;
+}
+
+/* 0 ok, -1 bad usage (message printed), 1 --help (usage printed) */
 static int parse_options(int argc, char **argv, int first, options *o) {
   memset(o, 0, sizeof *o);
   o->target = "auto";
-  o->desc = (kn_attn_desc){.dtype = KN_F16, .head_dim = 64, .causal = false, .has_lse = true};
+  o->desc = (kiln_attn_desc){.dtype = KILN_F16, .head_dim = 64, .causal = 0, .has_lse = 1};
   o->prob = (kn_attn_problem){.batch = 1, .heads = 2, .kv_heads = 0, .seqlen_q = 128,
                               .seqlen_k = 128};
   o->seed = 1;
   o->repeats = 1;
-  int bm = 0, bn = 0, warps = 0, stages = 0;
   for (int i = first; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    o->given.dtype |= !strcmp(a, "--dtype");
+    o->given.head_dim |= !strcmp(a, "--head-dim");
+    o->given.causal |= !strcmp(a, "--causal");
 #define INTOPT(name, lo, hi, dst)                                   \
   if (!strcmp(a, name)) {                                           \
     if (parse_int(name, v, lo, hi, &(dst))) return -1;              \
@@ -123,48 +182,41 @@ static int parse_options(int argc, char **argv, int first, options *o) {
     INTOPT("--kv-heads", 1, 1 << 12, o->prob.kv_heads)
     INTOPT("--seqlen-q", 1, 1 << 24, o->prob.seqlen_q)
     INTOPT("--seqlen-k", 1, 1 << 24, o->prob.seqlen_k)
-    INTOPT("--block-m", 1, 4096, bm)
-    INTOPT("--block-n", 1, 4096, bn)
-    INTOPT("--warps", 1, 64, warps)
-    INTOPT("--stages", 1, 16, stages)
+    INTOPT("--block-m", 1, 4096, o->block_m)
+    INTOPT("--block-n", 1, 4096, o->block_n)
+    INTOPT("--warps", 1, 64, o->warps)
+    INTOPT("--stages", 1, 16, o->stages)
     INTOPT("--repeats", 1, 1000, o->repeats)
 #undef INTOPT
-    if (!strcmp(a, "--causal")) {
-      o->desc.causal = true;
-    } else if (!strcmp(a, "--seed") && v) {
-      o->seed = strtoull(v, NULL, 10);
+    const char **str = !strcmp(a, "--target")                       ? &o->target
+                       : !strcmp(a, "--stage")                      ? &o->stage
+                       : !strcmp(a, "-o") || !strcmp(a, "--output") ? &o->output
+                       : !strcmp(a, "--emit")                       ? &o->emit
+                       : !strcmp(a, "--ir")                         ? &o->ir_file
+                       : !strcmp(a, "--cache-dir")                  ? &o->cache_dir
+                       : !strcmp(a, "--space")                      ? &o->space
+                                                                    : NULL;
+    if (str && v) {
+      *str = v;
       i++;
-    } else if (!strcmp(a, "--target") && v) {
-      o->target = v;
-      i++;
-    } else if (!strcmp(a, "--stage") && v) {
-      o->stage = v;
-      i++;
+    } else if (!strcmp(a, "--causal")) {
+      o->desc.causal = 1;
     } else if (!strcmp(a, "--stats")) {
       o->stats = true;
-    } else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && v) {
-      o->output = v;
+    } else if (!strcmp(a, "--no-cache")) {
+      o->no_cache = true;
+    } else if (!strcmp(a, "--seed") && v) {
+      if (parse_seed(v, &o->seed)) return -1;
       i++;
-    } else if (!strcmp(a, "--emit") && v) {
-      o->emit = v;
-      i++;
-    } else if (!strcmp(a, "--ir") && v) {
-      o->ir_file = v;
-      i++;
-    } else if (!strcmp(a, "--cache-dir") && v) {
-      o->cache_dir = v;
-      i++;
-    } else if (!strcmp(a, "--space") && v) {
-      o->space = v;
+    } else if (!strcmp(a, "--tune") && v) {
+      if (parse_policy(v, &o->tune)) return -1;
       i++;
     } else if (!strcmp(a, "--dtype") && v) {
-      int s = kn_scalar_from_name(v, strlen(v));
-      if (s < 0) {
-        fprintf(stderr, "kiln: error: unknown dtype '%s' (expected f16, bf16 or f32)\n", v);
-        return -1;
-      }
-      o->desc.dtype = (kn_scalar)s;
+      if (parse_dtype(v, &o->desc.dtype)) return -1;
       i++;
+    } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 1;
     } else {
       fprintf(stderr, "kiln: error: unknown or incomplete option '%s'\n", a);
       usage(stderr);
@@ -172,12 +224,22 @@ static int parse_options(int argc, char **argv, int first, options *o) {
     }
   }
   if (!o->prob.kv_heads) o->prob.kv_heads = o->prob.heads;
+  return 0;
+}
+
+/* o->attn and o->cfg from the options: the descriptor through the API's one conversion, the
+ * template's default tiling with what was given.  -1 after a message (unsupported). */
+static int resolve_attn(options *o) {
+  if (api_desc_from_public(&o->desc, &o->attn)) {
+    fprintf(stderr, "kiln: error: unsupported attention request: %s\n", kiln_last_error());
+    return -1;
+  }
   const kn_target *dt = kn_target_get(o->target);
-  o->cfg = kn_attn_default_config(dt ? dt->arch : NULL, &o->desc);
-  if (bm) o->cfg.block_m = bm;
-  if (bn) o->cfg.block_n = bn;
-  if (warps) o->cfg.warps = warps;
-  if (stages) o->cfg.stages = stages;
+  o->cfg = kn_attn_default_config(dt ? dt->arch : NULL, &o->attn);
+  if (o->block_m) o->cfg.block_m = o->block_m;
+  if (o->block_n) o->cfg.block_n = o->block_n;
+  if (o->warps) o->cfg.warps = o->warps;
+  if (o->stages) o->cfg.stages = o->stages;
   return 0;
 }
 
@@ -230,13 +292,60 @@ static kn_module *load_ir(const char *path) {
   return m;
 }
 
+/* An --ir file's kernel records what it computes as attrs (HEAD_DIM, CAUSAL, HAS_LSE, BLOCK_M,
+ * BLOCK_N, WARPS, STAGES) and its dtype in its parameter types: those decide the grid and the
+ * reference.  An option given on the command line that says otherwise is an error naming both
+ * values; one that agrees is fine.  -1 after a message. */
+static int apply_ir_attrs(options *o, kn_func *k) {
+  const struct { const char *attr, *opt; int *dst; int given; } ints[] = {
+      {"HEAD_DIM", "--head-dim", &o->attn.head_dim, o->given.head_dim},
+      {"BLOCK_M", "--block-m", &o->cfg.block_m, o->block_m},
+      {"BLOCK_N", "--block-n", &o->cfg.block_n, o->block_n},
+      {"WARPS", "--warps", &o->cfg.warps, o->warps},
+      {"STAGES", "--stages", &o->cfg.stages, o->stages}};
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+    int64_t v;
+    if (!kn_func_get_meta(k, ints[i].attr, &v)) continue;
+    if (ints[i].given && v != *ints[i].dst) {
+      fprintf(stderr, "kiln: error: %s: %s %d conflicts with the kernel's %s = %lld (leave the "
+              "option out or give the file's value)\n", o->ir_file, ints[i].opt, *ints[i].dst,
+              ints[i].attr, (long long)v);
+      return -1;
+    }
+    *ints[i].dst = (int)v;
+  }
+  int64_t v;
+  if (kn_func_get_meta(k, "CAUSAL", &v)) {
+    if (o->given.causal && !v) {
+      fprintf(stderr, "kiln: error: %s: --causal conflicts with the kernel's CAUSAL = 0\n",
+              o->ir_file);
+      return -1;
+    }
+    o->attn.causal = v != 0;
+  }
+  if (kn_func_get_meta(k, "HAS_LSE", &v)) o->attn.has_lse = v != 0;
+  kn_type q = kn_func_nparams(k) > 0 ? kn_func_param(k, 0)->type : (kn_type){0};
+  if (q.kind == KN_TY_PTR) {
+    if (o->given.dtype && q.elem != o->attn.dtype) {
+      fprintf(stderr, "kiln: error: %s: --dtype %s conflicts with the kernel's element type %s "
+              "(ptr<%s> q)\n", o->ir_file, kn_scalar_name(o->attn.dtype),
+              kn_scalar_name((kn_scalar)q.elem), kn_scalar_name((kn_scalar)q.elem));
+      return -1;
+    }
+    o->attn.dtype = (kn_scalar)q.elem;
+  }
+  return 0;
+}
+
 /* the kernel to run: the template, or the first kernel of --ir FILE (checked against the
- * template's parameter list so the same arguments and reference apply) */
+ * template's parameter list so the same arguments and reference apply); resolves o->attn and
+ * o->cfg */
 static kn_func *get_kernel(options *o, kn_module **mout) {
   kn_diag d;
   *mout = NULL;
   kn_module *m = NULL;
   kn_func *k = NULL;
+  if (resolve_attn(o)) return NULL;
   if (o->ir_file) {
     if (!(m = load_ir(o->ir_file))) return NULL;
     for (int i = 0; i < m->nfuncs && !k; i++)
@@ -246,16 +355,13 @@ static kn_func *get_kernel(options *o, kn_module **mout) {
       kn_module_free(m);
       return NULL;
     }
-    /* a kernel written for the attention signature records its tiling as attrs: those decide
-     * the grid and the reference, whatever the command line said */
-    int64_t v;
-    if (kn_func_get_meta(k, "HEAD_DIM", &v)) o->desc.head_dim = (int)v;
-    if (kn_func_get_meta(k, "CAUSAL", &v)) o->desc.causal = v != 0;
-    if (kn_func_get_meta(k, "HAS_LSE", &v)) o->desc.has_lse = v != 0;
-    if (kn_func_get_meta(k, "BLOCK_M", &v)) o->cfg.block_m = (int)v;
-    if (kn_func_get_meta(k, "BLOCK_N", &v)) o->cfg.block_n = (int)v;
+    if (apply_ir_attrs(o, k)) {
+      kn_module_free(m);
+      return NULL;
+    }
   }
-  if (kn_attn_check(&o->desc, &o->cfg, &d)) {
+  const kn_target *tt = o->ir_file ? NULL : kn_target_get(o->target);
+  if (kn_attn_check_on(tt ? tt->arch : NULL, &o->attn, &o->cfg, &d)) {
     fprintf(stderr, "kiln: error: unsupported attention request: %s\n", d.message);
     kn_module_free(m);
     return NULL;
@@ -263,7 +369,7 @@ static kn_func *get_kernel(options *o, kn_module **mout) {
   if (o->ir_file) {
     /* compare with the template's signature */
     kn_module *ref = kn_module_new(NULL);
-    kn_func *t = kn_attn_fwd_build(ref, &o->desc, &o->cfg, &d);
+    kn_func *t = kn_attn_fwd_build(ref, &o->attn, &o->cfg, &d);
     bool same = t && kn_func_nparams(t) == kn_func_nparams(k);
     for (int i = 0; same && i < kn_func_nparams(t); i++)
       same = kn_ty_eq(kn_func_param(t, i)->type, kn_func_param(k, i)->type);
@@ -272,13 +378,13 @@ static kn_func *get_kernel(options *o, kn_module **mout) {
       fprintf(stderr,
               "kiln: error: %s: kernel @%s does not take the attention forward parameters "
               "(see templates/attention.h) for dtype %s\n",
-              o->ir_file, k->name, kn_scalar_name(o->desc.dtype));
+              o->ir_file, k->name, kn_scalar_name(o->attn.dtype));
       kn_module_free(m);
       return NULL;
     }
   } else {
     m = kn_module_new("<attn_fwd>");
-    k = kn_attn_fwd_build(m, &o->desc, &o->cfg, &d);
+    k = kn_attn_fwd_build(m, &o->attn, &o->cfg, &d);
     if (!k || kn_verify(m, &d)) {
       fprintf(stderr, "kiln: internal error: the attention template is invalid:\n%s", d.rendered);
       kn_module_free(m);
@@ -358,14 +464,6 @@ static const kn_device_info *cuda_device_for(const char *target) {
       return d;
   }
   return NULL;
-}
-
-/* `kiln run --target auto`: an NVIDIA GPU kiln can run on, else the host (AMD GPUs run only
- * under emulation from the command line) */
-static const char *run_auto_target(void) {
-  const kn_device_info *d = cuda_device_for("sm_80");
-  if (d) return d->target;
-  return auto_target();
 }
 
 static void print_driver(const char *what, const kn_driver_report *r) {
@@ -467,6 +565,37 @@ static int cmd_dump(options *o) {
   return rc;
 }
 
+/* ---- run ---------------------------------------------------------------------------------
+ * Two ways to a kernel, one of everything else.  Through the public API (host, sm_80, sm_90a,
+ * auto; no --ir): kiln_context_create on the device, kiln_prepare (memo, disk cache, tuning
+ * records, tuning policy), kiln_forward on host buffers or on device buffers allocated here.
+ * Directly (interp, the emulated gfx targets, and any --ir file, which the API does not serve):
+ * the kernel is built (or read), compiled for the target and run by the interpreter, the
+ * emulator or the host device.  Both make the same random inputs, print the same report lines
+ * and check against the same float64 reference (inputs_make, print_header, print_timing,
+ * check_and_report). */
+
+static void cli_log(void *user, kiln_log_level level, const char *msg) {
+  (void)user;
+  if (level <= KILN_LOG_WARN)
+    fprintf(stderr, "kiln: %s: %s\n", level == KILN_LOG_ERROR ? "error" : "warning", msg);
+}
+
+static int exit_of(kiln_status s) {
+  switch (s) {
+  case KILN_OK: return EXIT_PASS;
+  case KILN_ERR_NO_DEVICE: return EXIT_NODEV;
+  case KILN_ERR_RUNTIME: return EXIT_FAIL;
+  default: return EXIT_USAGE;
+  }
+}
+
+/* a failed API call: its message, and the exit code of its status */
+static int fail_api(kiln_status s) {
+  fprintf(stderr, "kiln: error: %s\n", kiln_last_error());
+  return exit_of(s);
+}
+
 /* the random inputs of a run: buffers in the kernel's dtype and their float64 twins (what the
  * reference sees), plus the output and lse buffers on the host */
 typedef struct run_inputs {
@@ -485,8 +614,8 @@ static void inputs_free(run_inputs *in) {
 /* 0, or -1 after a message (out of host memory) */
 static int inputs_make(const options *o, run_inputs *in) {
   const kn_attn_problem *p = &o->prob;
-  const int D = o->desc.head_dim;
-  kn_scalar dt = o->desc.dtype;
+  const int D = o->attn.head_dim;
+  kn_scalar dt = o->attn.dtype;
   size_t es = kn_scalar_size(dt);
   memset(in, 0, sizeof *in);
   in->nq = (size_t)p->batch * p->heads * p->seqlen_q * D;
@@ -507,79 +636,66 @@ static int inputs_make(const options *o, run_inputs *in) {
   return 0;
 }
 
-/* what every run does first: the problem's sanity and the kernel (template or --ir file);
- * NULL after a message */
-static kn_func *run_kernel(options *o, kn_module **m, double *t_build) {
+/* the first line of every run: where, what (the descriptor's and tiling's keys), the problem */
+static void print_header(const options *o, const char *target, const char *device) {
   const kn_attn_problem *p = &o->prob;
-  if (p->heads % p->kv_heads) {
-    fprintf(stderr, "kiln: error: --heads %d is not a multiple of --kv-heads %d\n", p->heads,
-            p->kv_heads);
-    return NULL;
-  }
-  double t0 = now_s();
-  kn_func *k = get_kernel(o, m);
-  *t_build = now_s() - t0;
-  return k;
+  char what[2 * KN_ATTN_KEY_MAX + 16];
+  api_describe(&o->attn, &o->cfg, what, sizeof what);
+  printf("kiln run: target=%s device=%s kernel=%s B=%d H=%d HK=%d Nq=%d Nk=%d seed=%llu\n", target,
+         device, what, p->batch, p->heads, p->kv_heads, p->seqlen_q, p->seqlen_k, o->seed);
+}
+
+/* "<how the kernel was had>  run: <best> ms (best of R<, clock>)  <rate> GFLOP/s" */
+static void print_timing(const options *o, const char *had, double best_ms, const char *clock) {
+  const kn_attn_problem *p = &o->prob;
+  double flops = 4.0 * p->batch * p->heads * (double)p->seqlen_q * p->seqlen_k * o->attn.head_dim;
+  if (o->attn.causal) flops *= 0.5;
+  printf("%s  run: %.3f ms (best of %d%s)  %.3f GFLOP/s\n", had, best_ms, o->repeats, clock,
+         flops / (best_ms * 1e-3) * 1e-9);
 }
 
 /* compares the kernel's output (and lse) with the float64 reference and prints the contract's
  * last line; EXIT_PASS or EXIT_FAIL */
-static int check_and_report(const options *o, const void *out, const float *lse,
-                            const double *qd, const double *kd, const double *vd) {
+static int check_and_report(const options *o, const run_inputs *in) {
   const kn_attn_problem *p = &o->prob;
-  const int D = o->desc.head_dim;
-  kn_scalar dt = o->desc.dtype;
-  size_t es = kn_scalar_size(dt);
-  size_t nq = (size_t)p->batch * p->heads * p->seqlen_q * D, nl = (size_t)p->batch * p->heads * p->seqlen_q;
+  kn_scalar dt = o->attn.dtype;
+  size_t es = kn_scalar_size(dt), nq = in->nq, nl = in->nl;
   double *od = malloc(nq * 8), *lsed = malloc(nl * 8);
   if (!od || !lsed) {
     free(od), free(lsed);
     fprintf(stderr, "kiln: error: out of host memory for the reference\n");
     return EXIT_USAGE;
   }
-  kn_attn_reference(p, D, o->desc.causal, qd, kd, vd, od, lsed);
+  kn_attn_reference(&o->attn, p, in->qd, in->kd, in->vd, od, lsed);
   double max_err = 0, max_ref = 0, lse_err = 0;
   for (size_t i = 0; i < nq; i++) {
-    double got = kn_load_elem(dt, (const char *)out + i * es);
+    double got = kn_load_elem(dt, (const char *)in->out + i * es);
     double e = fabs(got - od[i]);
     if (!(e <= max_err)) max_err = e; /* NaN sticks */
     if (fabs(od[i]) > max_ref) max_ref = fabs(od[i]);
   }
-  for (size_t i = 0; o->desc.has_lse && i < nl; i++) {
-    double e = isinf(lsed[i]) && lse[i] == lsed[i] ? 0 : fabs(lse[i] - lsed[i]);
+  for (size_t i = 0; o->attn.has_lse && i < nl; i++) {
+    double e = isinf(lsed[i]) && in->lse[i] == lsed[i] ? 0 : fabs(in->lse[i] - lsed[i]);
     if (!(e <= lse_err)) lse_err = e;
   }
   double tol = kn_attn_tolerance(dt);
   double lse_tol = kn_attn_lse_tolerance(dt);
   bool pass = max_err <= tol && lse_err <= lse_tol;
-  if (o->desc.has_lse) printf("lse: max_abs_err=%.3g tol=%.3g\n", lse_err, lse_tol);
+  if (o->attn.has_lse) printf("lse: max_abs_err=%.3g tol=%.3g\n", lse_err, lse_tol);
   printf("max_abs_err=%.3g rel_err=%.3g tol=%.3g %s\n", max_err,
          max_ref > 0 ? max_err / max_ref : max_err, tol, pass ? "PASS" : "FAIL");
   free(od), free(lsed);
   return pass ? EXIT_PASS : EXIT_FAIL;
 }
 
-static int cmd_run_cuda(options *o, const kn_target *t);
-
-static int cmd_run(options *o) {
-  const kn_target *t = NULL;
-  if (!strcmp(o->target, "auto")) o->target = run_auto_target();
-  if (strcmp(o->target, "interp") && !(t = find_target(o->target))) return EXIT_NODEV;
-  const char *target = t ? t->name : "interp";
+/* the direct path: interp (t NULL), an emulated target, or the host with an --ir file */
+static int run_direct(options *o, const kn_target *t) {
   bool emu = t && t->emulated;
-  if (t && t->arch->isa == KN_ISA_NVPTX) return cmd_run_cuda(o, t);
-  if (t && t->arch->isa != KN_ISA_HOST && !emu) {
-    fprintf(stderr,
-            "kiln: error: no %s device is present to run on (compile for it with `kiln compile "
-            "--target %s`, or run its lowering under emulation with --target %s-emu)\n",
-            t->name, t->name, t->name);
-    return EXIT_NODEV;
-  }
-  const kn_attn_problem *p = &o->prob;
   kn_module *m;
-  double t_build, t_compile = 0;
-  kn_func *k = run_kernel(o, &m, &t_build);
+  double t0 = now_s(), t_compile = 0;
+  kn_func *k = get_kernel(o, &m);
   if (!k) return EXIT_USAGE;
+  double t_build = now_s() - t0;
   kn_kernel *compiled = NULL;
   if (t) {
     kn_diag d;
@@ -591,26 +707,23 @@ static int cmd_run(options *o) {
     }
     t_compile = now_s() - t1;
   }
-
-  const int D = o->desc.head_dim;
-  kn_scalar dt = o->desc.dtype;
-  size_t es = kn_scalar_size(dt);
+  size_t es = kn_scalar_size(o->attn.dtype);
   run_inputs in;
   if (inputs_make(o, &in)) {
     kn_kernel_free(compiled);
     kn_module_free(m);
     return EXIT_USAGE;
   }
-
   kn_argval args[KN_ATTN_NPARAMS];
   int grid[3];
-  kn_attn_fill_args(&o->desc, &o->cfg, p, in.q, in.k, in.v, in.out, in.lse, args, grid);
+  kn_attn_fill_args(&o->attn, &o->cfg, &o->prob, in.q, in.k, in.v, in.out, in.lse, args, grid);
   kn_region regions[] = {{in.q, in.nq * es}, {in.k, in.nk * es}, {in.v, in.nk * es},
                          {in.out, in.nq * es}, {in.lse, in.nl * sizeof(float)}};
-  printf("kiln run: target=%s kernel=%s dtype=%s B=%d H=%d HK=%d Nq=%d Nk=%d D=%d causal=%d "
-         "block=%dx%d seed=%llu\n",
-         target, k->name, kn_scalar_name(dt), p->batch, p->heads, p->kv_heads, p->seqlen_q,
-         p->seqlen_k, D, o->desc.causal, o->cfg.block_m, o->cfg.block_n, o->seed);
+  char device[96];
+  if (!t) snprintf(device, sizeof device, "interpreter");
+  else if (emu) snprintf(device, sizeof device, "emulator");
+  else kn_host_cpu_name(device, sizeof device);
+  print_header(o, t ? t->name : "interp", device);
 
   int rc = EXIT_PASS;
   double best = INFINITY;
@@ -627,15 +740,13 @@ static int cmd_run(options *o) {
       rc = EXIT_USAGE;
       goto done;
     }
-    double t = now_s() - t1;
-    if (t < best) best = t;
+    double dt = now_s() - t1;
+    if (dt < best) best = dt;
   }
-  double flops = 4.0 * p->batch * p->heads * (double)p->seqlen_q * p->seqlen_k * D;
-  if (o->desc.causal) flops *= 0.5;
-  printf("build: %.3f ms  compile: %.1f ms  run: %.3f ms (best of %d)  %.3f GFLOP/s\n",
-         t_build * 1e3, t_compile * 1e3, best * 1e3, o->repeats, flops / best * 1e-9);
-
-  rc = check_and_report(o, in.out, in.lse, in.qd, in.kd, in.vd);
+  char had[96];
+  snprintf(had, sizeof had, "build: %.3f ms  compile: %.1f ms", t_build * 1e3, t_compile * 1e3);
+  print_timing(o, had, best * 1e3, "");
+  rc = check_and_report(o, &in);
 done:
   inputs_free(&in);
   kn_kernel_free(compiled);
@@ -643,110 +754,75 @@ done:
   return rc;
 }
 
-/* `kiln run --target sm_80|sm_90a` on an NVIDIA GPU: PTX from kn_nvptx_compile, loaded by the
- * driver JIT, launched through the launch helper the API uses (templates/attn_launch_cuda.h) on
- * device buffers (the output and lse filled with NaN bytes first, so an unwritten element fails),
- * timed with CUDA events (one untimed launch, then --repeats timed ones; the best is reported),
- * checked against the float64 reference.  Exit 3 without a suitable GPU; driver failures after
- * the compile are FAIL (1). */
-static int cmd_run_cuda(options *o, const kn_target *t) {
-  const kn_device_info *di = cuda_device_for(t->name);
-  if (!di) {
-    const kn_device_list *l = devices();
-    fprintf(stderr, "kiln: error: no %s device is present to run on (%s); compile for it with "
-            "`kiln compile --target %s`\n", t->name,
-            !l->cuda.present ? l->cuda.reason
-            : !strcmp(t->name, "sm_90a") ? "sm_90a needs a compute capability 9.0 GPU"
-                                          : "kiln needs an NVIDIA GPU of compute capability 8.0+",
-            t->name);
-    return EXIT_NODEV;
-  }
+static kiln_attn_args attn_args(const options *o, const void *q, const void *k, const void *v,
+                                void *out, float *lse) {
   const kn_attn_problem *p = &o->prob;
-  kn_module *m;
-  double t_build;
-  kn_func *k = run_kernel(o, &m, &t_build);
-  if (!k) return EXIT_USAGE;
-  double t1 = now_s();
-  kn_artifact c;
-  kn_diag d;
-  if (kn_compile_artifact(m, k->name, t, NULL, &c, &d)) {
-    fprintf(stderr, "kiln: error: compiling for %s failed:\n%s", t->name, d.rendered);
-    kn_module_free(m);
-    return EXIT_USAGE;
-  }
-  double t_compile = now_s() - t1;
+  return (kiln_attn_args){.q = q, .k = k, .v = v, .o = out, .lse = o->attn.has_lse ? lse : NULL,
+                          .batch = p->batch, .heads = p->heads, .kv_heads = p->kv_heads,
+                          .seqlen_q = p->seqlen_q, .seqlen_k = p->seqlen_k};
+}
 
-  const int D = o->desc.head_dim;
-  kn_scalar dt = o->desc.dtype;
-  size_t es = kn_scalar_size(dt);
-  run_inputs in;
-  if (inputs_make(o, &in)) {
-    kn_artifact_free(&c);
-    kn_module_free(m);
-    return EXIT_USAGE;
+/* kiln_forward on the host: host buffers, wall-clock time; *best_ms the best of --repeats */
+static int forward_host(const options *o, kiln_kernel *k, run_inputs *in, double *best_ms) {
+  kiln_attn_args a = attn_args(o, in->q, in->k, in->v, in->out, in->lse);
+  *best_ms = INFINITY;
+  for (int r = 0; r < o->repeats; r++) {
+    double t1 = now_s();
+    kiln_status s = kiln_forward(k, &a, NULL);
+    if (s) return fail_api(s);
+    double ms = (now_s() - t1) * 1e3;
+    if (ms < *best_ms) *best_ms = ms;
   }
-  size_t nq = in.nq, nk = in.nk, nl = in.nl;
+  return EXIT_PASS;
+}
+
+/* kiln_forward on a CUDA device: device buffers (the output and lse filled with NaN bytes first,
+ * so an unwritten element fails), one checked launch, then --repeats launches timed with CUDA
+ * events; driver failures are FAIL (1) */
+static int forward_cuda(const options *o, kiln_kernel *k, int ordinal, run_inputs *in,
+                        double *best_ms) {
+  size_t es = kn_scalar_size(o->attn.dtype), nq = in->nq, nk = in->nk, nl = in->nl;
   kn_cuda_device *dev = NULL;
-  kn_cuda_module *mod = NULL;
   kn_cuda_event ev[2] = {NULL, NULL};
   kn_cuda_ptr dq = 0, dk = 0, dv = 0, dout = 0, dl = 0;
   kn_cuda_error e = {0};
+  kiln_status s = KILN_OK;
   int rc = EXIT_FAIL;
-
-  kn_cuda_kernel *fn;
-  double t2 = now_s();
-  if (kn_cuda_device_open(di->ordinal, &dev, &e) ||
-      kn_cuda_module_load_ptx(dev, c.data, &mod, &e) ||
-      kn_cuda_module_kernel(mod, k->name, &fn, &e))
-    goto driver_error;
-  double t_load = now_s() - t2;
-  if (kn_cuda_alloc(dev, nq * es, &dq, &e) || kn_cuda_alloc(dev, nk * es, &dk, &e) ||
-      kn_cuda_alloc(dev, nk * es, &dv, &e) || kn_cuda_alloc(dev, nq * es, &dout, &e) ||
-      kn_cuda_alloc(dev, nl * sizeof(float), &dl, &e) ||
-      kn_cuda_copy_htod(dev, dq, in.q, nq * es, &e) ||
-      kn_cuda_copy_htod(dev, dk, in.k, nk * es, &e) ||
-      kn_cuda_copy_htod(dev, dv, in.v, nk * es, &e) ||
+  *best_ms = INFINITY;
+  if (kn_cuda_device_open(ordinal, &dev, &e) || kn_cuda_alloc(dev, nq * es, &dq, &e) ||
+      kn_cuda_alloc(dev, nk * es, &dk, &e) || kn_cuda_alloc(dev, nk * es, &dv, &e) ||
+      kn_cuda_alloc(dev, nq * es, &dout, &e) || kn_cuda_alloc(dev, nl * sizeof(float), &dl, &e) ||
+      kn_cuda_copy_htod(dev, dq, in->q, nq * es, &e) ||
+      kn_cuda_copy_htod(dev, dk, in->k, nk * es, &e) ||
+      kn_cuda_copy_htod(dev, dv, in->v, nk * es, &e) ||
       kn_cuda_memset8(dev, dout, 0xff, nq * es, &e) ||
       kn_cuda_memset8(dev, dl, 0xff, nl * sizeof(float), &e) ||
       kn_cuda_event_create(dev, &ev[0], &e) || kn_cuda_event_create(dev, &ev[1], &e))
     goto driver_error;
-
-  kn_argval args[KN_ATTN_NPARAMS];
-  int grid[3];
-  kn_attn_fill_args(&o->desc, &o->cfg, p, (void *)(uintptr_t)dq, (void *)(uintptr_t)dk,
-                    (void *)(uintptr_t)dv, (void *)(uintptr_t)dout, (float *)(uintptr_t)dl, args,
-                    grid);
-  kn_attn_cuda_launch_info li = {.threads = c.threads, .smem_bytes = c.shared_bytes};
-  printf("kiln run: target=%s device=%s kernel=%s dtype=%s B=%d H=%d HK=%d Nq=%d Nk=%d D=%d "
-         "causal=%d block=%dx%d warps=%d smem=%lld seed=%llu\n",
-         t->name, di->name, k->name, kn_scalar_name(dt), p->batch, p->heads, p->kv_heads,
-         p->seqlen_q, p->seqlen_k, D, o->desc.causal, o->cfg.block_m, o->cfg.block_n,
-         c.threads / 32, (long long)c.shared_bytes, o->seed);
+  kiln_attn_args a = attn_args(o, (void *)(uintptr_t)dq, (void *)(uintptr_t)dk,
+                               (void *)(uintptr_t)dv, (void *)(uintptr_t)dout,
+                               (float *)(uintptr_t)dl);
   /* the first launch is the one checked (and warms the module up); then the timed ones */
-  if (kn_attn_cuda_launch(fn, &li, args, grid, NULL, &e) || kn_cuda_device_sync(dev, &e) ||
-      kn_cuda_copy_dtoh(dev, in.out, dout, nq * es, &e) ||
-      kn_cuda_copy_dtoh(dev, in.lse, dl, nl * sizeof(float), &e))
+  if ((s = kiln_forward(k, &a, NULL))) goto api_error;
+  if (kn_cuda_device_sync(dev, &e) || kn_cuda_copy_dtoh(dev, in->out, dout, nq * es, &e) ||
+      kn_cuda_copy_dtoh(dev, in->lse, dl, nl * sizeof(float), &e))
     goto driver_error;
-  float best = INFINITY;
   for (int r = 0; r < o->repeats; r++) {
     float ms;
-    if (kn_cuda_event_record(dev, ev[0], NULL, &e) ||
-        kn_attn_cuda_launch(fn, &li, args, grid, NULL, &e) ||
-        kn_cuda_event_record(dev, ev[1], NULL, &e) || kn_cuda_event_sync(dev, ev[1], &e) ||
+    if (kn_cuda_event_record(dev, ev[0], NULL, &e)) goto driver_error;
+    if ((s = kiln_forward(k, &a, NULL))) goto api_error;
+    if (kn_cuda_event_record(dev, ev[1], NULL, &e) || kn_cuda_event_sync(dev, ev[1], &e) ||
         kn_cuda_event_elapsed(dev, ev[0], ev[1], &ms, &e))
       goto driver_error;
-    if (ms < best) best = ms;
+    if (ms < *best_ms) *best_ms = ms;
   }
-  double flops = 4.0 * p->batch * p->heads * (double)p->seqlen_q * p->seqlen_k * D;
-  if (o->desc.causal) flops *= 0.5;
-  printf("build: %.3f ms  compile: %.1f ms  load: %.1f ms  run: %.3f ms (best of %d, CUDA events)"
-         "  %.3f TFLOP/s\n", t_build * 1e3, t_compile * 1e3, t_load * 1e3, best, o->repeats,
-         flops / (best * 1e-3) * 1e-12);
-  rc = check_and_report(o, in.out, in.lse, in.qd, in.kd, in.vd);
+  rc = EXIT_PASS;
+  goto done;
+api_error:
+  rc = fail_api(s);
   goto done;
 driver_error:
   fprintf(stderr, "kiln: error: %s\n", e.message);
-  rc = EXIT_FAIL;
 done:
   if (dev) {
     kn_cuda_ptr bufs[] = {dq, dk, dv, dout, dl};
@@ -754,13 +830,95 @@ done:
       if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
     for (int i = 0; i < 2; i++)
       if (ev[i]) kn_cuda_event_destroy(dev, ev[i]);
-    if (mod) kn_cuda_module_unload(mod);
     kn_cuda_device_close(dev);
   }
-  inputs_free(&in);
-  kn_artifact_free(&c);
-  kn_module_free(m);
   return rc;
+}
+
+/* the API path: target is the device ("host", "sm_80", "sm_90a", "auto") */
+static int run_api(options *o, const char *target) {
+  if (o->stages) {
+    fprintf(stderr, "kiln: error: --stages is not a prepare option of the API (runs on host, "
+            "sm_80, sm_90a and auto go through it); use --target interp or an emulated target\n");
+    return EXIT_USAGE;
+  }
+  if (resolve_attn(o)) return EXIT_USAGE;
+  kiln_context_options co = {.cache_dir = o->cache_dir, .no_cache = o->no_cache,
+                             .device = target, .log = cli_log, .tune_policy = o->tune};
+  kiln_context *ctx;
+  kiln_status s = kiln_context_create(&co, &ctx);
+  if (s == KILN_ERR_NO_DEVICE) {
+    fprintf(stderr, "kiln: error: no %s device is present to run on (%s); compile for it with "
+            "`kiln compile --target %s`\n", target, kiln_last_error(), target);
+    return EXIT_NODEV;
+  }
+  if (s) return fail_api(s);
+  const kn_attn_problem *p = &o->prob;
+  bool blocks = o->block_m || o->block_n;
+  kiln_prepare_options po = {.seqlen = p->seqlen_q > p->seqlen_k ? p->seqlen_q : p->seqlen_k,
+                             .block_m = blocks ? o->cfg.block_m : 0,
+                             .block_n = blocks ? o->cfg.block_n : 0, .warps = o->warps};
+  kiln_kernel *k;
+  kiln_kernel_info info;
+  run_inputs in = {0};
+  int rc = EXIT_USAGE;
+  if ((s = kiln_prepare(ctx, &o->desc, &po, &k)) || (s = kiln_kernel_get_info(k, &info))) {
+    rc = fail_api(s);
+    goto done;
+  }
+  o->cfg.block_m = info.block_m, o->cfg.block_n = info.block_n;
+  o->cfg.warps = info.warps, o->cfg.stages = info.stages;
+  if (inputs_make(o, &in)) goto done;
+  print_header(o, kiln_context_target(ctx), kiln_context_device_name(ctx));
+  int ordinal = kiln_context_device_ordinal(ctx);
+  double best;
+  rc = ordinal < 0 ? forward_host(o, k, &in, &best) : forward_cuda(o, k, ordinal, &in, &best);
+  if (rc == EXIT_PASS) {
+    char had[96];
+    snprintf(had, sizeof had, "prepare: %s %.1f ms (%s tiling)",
+             info.source == KILN_SOURCE_CACHE ? "cache hit" : "compiled", info.prepare_ms,
+             info.tuned ? "tuned" : blocks || o->warps ? "forced" : "default");
+    print_timing(o, had, best, ordinal < 0 ? "" : ", CUDA events");
+    rc = check_and_report(o, &in);
+  }
+done:
+  inputs_free(&in);
+  kiln_context_destroy(ctx);
+  return rc;
+}
+
+static int cmd_run(options *o) {
+  const kn_attn_problem *p = &o->prob;
+  if (p->heads % p->kv_heads) {
+    fprintf(stderr, "kiln: error: --heads %d is not a multiple of --kv-heads %d\n", p->heads,
+            p->kv_heads);
+    return EXIT_USAGE;
+  }
+  const char *tg = o->target;
+  bool cuda = !strcmp(tg, "sm_80") || !strcmp(tg, "sm_90a");
+  if (!o->ir_file && (cuda || !strcmp(tg, "host") || !strcmp(tg, "auto"))) return run_api(o, tg);
+  /* not served by the API: the direct path */
+  if (o->cache_dir || o->no_cache || o->tune) {
+    fprintf(stderr, "kiln: error: --cache-dir, --no-cache and --tune apply to runs through the "
+            "API (--target host, sm_80, sm_90a or auto, without --ir)\n");
+    return EXIT_USAGE;
+  }
+  if (cuda) {
+    fprintf(stderr, "kiln: error: --ir runs on interp, host and the emulated targets (on %s, "
+            "kiln run goes through the API, which runs the template)\n", tg);
+    return EXIT_USAGE;
+  }
+  if (!strcmp(tg, "interp")) return run_direct(o, NULL);
+  const kn_target *t = find_target(tg);
+  if (!t) return EXIT_NODEV;
+  if (t != kn_host_target() && kn_emu_target(t->name) != t) {
+    fprintf(stderr,
+            "kiln: error: no %s device is present to run on (compile for it with `kiln compile "
+            "--target %s`, or run its lowering under emulation with --target %s-emu)\n",
+            t->name, t->name, t->name);
+    return EXIT_NODEV;
+  }
+  return run_direct(o, t);
 }
 
 /* writes n bytes to path, or to stdout when path is NULL or "-" */
@@ -940,21 +1098,6 @@ static int cmd_compile(options *o) {
 
 /* ---- tune and cache (the JIT service, include/kiln.h) ----------------------------------- */
 
-static void cli_log(void *user, kiln_log_level level, const char *msg) {
-  (void)user;
-  if (level <= KILN_LOG_WARN)
-    fprintf(stderr, "kiln: %s: %s\n", level == KILN_LOG_ERROR ? "error" : "warning", msg);
-}
-
-static int exit_of(kiln_status s) {
-  switch (s) {
-  case KILN_OK: return EXIT_PASS;
-  case KILN_ERR_NO_DEVICE: return EXIT_NODEV;
-  case KILN_ERR_RUNTIME: return EXIT_FAIL;
-  default: return EXIT_USAGE;
-  }
-}
-
 static const char *state_name(kiln_candidate_state s) {
   switch (s) {
   case KILN_CANDIDATE_TIMED: return "timed";
@@ -976,34 +1119,23 @@ static int cmd_tune(options *o) {
     fprintf(stderr, "kiln: error: kiln tune tunes the attention template (no --ir)\n");
     return EXIT_USAGE;
   }
+  if (resolve_attn(o)) return EXIT_USAGE;
   kiln_context_options co = {.cache_dir = o->cache_dir, .device = "host", .log = cli_log};
   kiln_context *ctx;
   kiln_status s = kiln_context_create(&co, &ctx);
-  if (s) {
-    fprintf(stderr, "kiln: error: %s\n", kiln_last_error());
-    return exit_of(s);
-  }
-  kiln_attn_desc d = {.dtype = o->desc.dtype == KN_BF16  ? KILN_BF16
-                               : o->desc.dtype == KN_F32 ? KILN_F32
-                                                         : KILN_F16,
-                      .head_dim = o->desc.head_dim, .causal = o->desc.causal,
-                      .has_lse = o->desc.has_lse};
-  if (o->desc.dtype != KN_F16 && o->desc.dtype != KN_BF16 && o->desc.dtype != KN_F32) {
-    fprintf(stderr, "kiln: error: kiln tune serves f16, bf16 and f32\n");
-    kiln_context_destroy(ctx);
-    return EXIT_USAGE;
-  }
+  if (s) return fail_api(s);
   int seqlen = o->prob.seqlen_q > o->prob.seqlen_k ? o->prob.seqlen_q : o->prob.seqlen_k;
   kiln_prepare_options po = {.seqlen = seqlen, .tune_space = o->space,
                              .tune_batch = o->prob.batch, .tune_heads = o->prob.heads,
                              .tune_repeats = o->repeats > 1 ? o->repeats : 0};
-  printf("kiln tune: target=host device=%s kernel=attn_fwd dtype=%s D=%d causal=%d lse=%d "
-         "seqlen=%d (bucket %d) cache=%s\n",
-         kiln_context_device_name(ctx), kn_scalar_name(o->desc.dtype), d.head_dim, d.causal,
-         d.has_lse, seqlen, kn_tune_seq_bucket(seqlen), kiln_context_cache_dir(ctx));
+  char dk[KN_ATTN_KEY_MAX];
+  kn_attn_desc_key(&o->attn, dk, sizeof dk);
+  printf("kiln tune: target=host device=%s kernel=attn_fwd [%s] seqlen=%d (bucket %d) cache=%s\n",
+         kiln_context_device_name(ctx), dk, seqlen, kn_tune_seq_bucket(seqlen),
+         kiln_context_cache_dir(ctx));
   fflush(stdout);
   kiln_tune_result r;
-  s = kiln_tune(ctx, &d, &po, &r);
+  s = kiln_tune(ctx, &o->desc, &po, &r);
   if (r.candidates) {
     printf("space: %s\nproblem: batch %d x heads %d x %d^2\n", r.space, r.batch, r.heads,
            r.seqlen);
@@ -1032,6 +1164,35 @@ static int cmd_tune(options *o) {
   return exit_of(s);
 }
 
+/* kiln cache ls: the entries and the tuning records (kiln_cache_list) */
+static int cache_ls(kiln_context *ctx) {
+  kiln_cache_listing l;
+  kiln_status s = kiln_cache_list(ctx, &l);
+  if (s) return fail_api(s);
+  printf("cache %s (bound %llu bytes)\n", kiln_context_cache_dir(ctx),
+         (unsigned long long)l.max_bytes);
+  uint64_t total = 0;
+  for (size_t i = 0; i < l.nentries; i++) {
+    char when[32];
+    time_t t = (time_t)l.entries[i].last_used;
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
+    printf("  %s  %10llu bytes  last used %s\n", l.entries[i].key,
+           (unsigned long long)l.entries[i].bytes, when);
+    total += l.entries[i].bytes;
+  }
+  printf("%zu entries, %llu bytes\n", l.nentries, (unsigned long long)total);
+  if (l.tuning_db[0]) printf("tuning records (%s):\n", l.tuning_db);
+  for (size_t i = 0; i < l.nrecords; i++) {
+    const kiln_tuning_record *t = &l.records[i];
+    printf("  %s %s %s D%d bucket %d %s kiln %s: block %dx%d warps %d stages %d, %.1f us\n",
+           t->template_name, t->variant, t->dtype, t->head_dim, t->seq_bucket, t->arch,
+           t->kiln_version, t->block_m, t->block_n, t->warps, t->stages, t->time_us);
+  }
+  kiln_cache_listing_free(&l);
+  return EXIT_PASS;
+}
+
+/* kiln cache ls|verify|clear, through the public API on a host context of the directory */
 static int cmd_cache(int argc, char **argv) {
   const char *sub = argc >= 3 ? argv[2] : "", *dir = NULL;
   for (int i = 3; i < argc; i++) {
@@ -1046,79 +1207,32 @@ static int cmd_cache(int argc, char **argv) {
     fprintf(stderr, "usage: kiln cache ls|verify|clear [--cache-dir DIR]\n");
     return EXIT_USAGE;
   }
-  kn_cache_config cc = {.dir = dir};
-  kn_cache *c;
-  int cs = kn_cache_open(&cc, &c);
-  if (cs != KN_CACHE_OK) {
-    fprintf(stderr, "kiln: error: %s\n", kn_cache_message());
-    return EXIT_USAGE;
-  }
+  kiln_context_options co = {.cache_dir = dir, .device = "host", .log = cli_log,
+                             .tune_policy = KILN_TUNE_NONE};
+  kiln_context *ctx;
+  kiln_status s = kiln_context_create(&co, &ctx);
+  if (s) return fail_api(s);
   int rc = EXIT_PASS;
-  kn_cache_report r;
+  kiln_cache_report r;
+  const char *d = kiln_context_cache_dir(ctx);
   if (!strcmp(sub, "ls")) {
-    kn_cache_entry *e;
-    size_t n;
-    if (kn_cache_list(c, &e, &n) != KN_CACHE_OK) {
-      fprintf(stderr, "kiln: error: %s\n", kn_cache_message());
-      kn_cache_close(c);
-      return EXIT_USAGE;
-    }
-    printf("cache %s (bound %llu bytes)\n", kn_cache_dir(c),
-           (unsigned long long)kn_cache_max_bytes(c));
-    uint64_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-      char hex[33], when[32];
-      kn_cache_key_hex(&e[i].key, hex);
-      time_t t = (time_t)e[i].last_used;
-      strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
-      printf("  %s  %10llu bytes  last used %s\n", hex, (unsigned long long)e[i].file_bytes,
-             when);
-      total += e[i].file_bytes;
-    }
-    printf("%zu entries, %llu bytes\n", n, (unsigned long long)total);
-    free(e);
-    /* tuning records, only if the database exists (ls must not create one) */
-    char path[4200];
-    struct stat st;
-    snprintf(path, sizeof path, "%s/%s", kn_cache_dir(c), KN_TUNEDB_FILE);
-    kn_tunedb *db;
-    if (stat(path, &st) == 0 && kn_tunedb_open(path, &db) >= 0) {
-      kn_tune_record *recs;
-      size_t nr = 0;
-      if (kn_tunedb_list(db, &recs, &nr) == KN_TUNEDB_OK) {
-        printf("tuning records (%s):\n", path);
-        for (size_t i = 0; i < nr; i++) {
-          const kn_tune_record *t = &recs[i];
-          printf("  %s %s %s D%d bucket %d %s kiln %s: block %dx%d warps %d stages %d, %.1f us\n",
-                 t->key.template_name, t->key.variant, t->key.dtype, t->key.head_dim,
-                 t->key.seq_bucket, t->key.arch, t->key.kiln_version, t->config.block_m,
-                 t->config.block_n, t->config.warps, t->config.stages, t->time_us);
-        }
-        free(recs);
-      }
-      kn_tunedb_close(db);
-    }
+    rc = cache_ls(ctx);
   } else if (!strcmp(sub, "verify")) {
-    if (kn_cache_verify(c, &r) != KN_CACHE_OK) {
-      fprintf(stderr, "kiln: error: %s\n", kn_cache_message());
-      rc = EXIT_USAGE;
+    if ((s = kiln_cache_verify(ctx, &r))) {
+      rc = fail_api(s);
     } else {
       printf("cache %s: %zu entries, %zu valid, %zu corrupt removed, %zu stale temp files "
-             "removed, %llu bytes\n", kn_cache_dir(c), r.entries, r.valid, r.removed_corrupt,
-             r.removed_temp, (unsigned long long)r.bytes);
+             "removed, %llu bytes\n", d, r.entries, r.valid, r.removed_corrupt, r.removed_temp,
+             (unsigned long long)r.bytes);
       if (r.removed_corrupt) rc = EXIT_FAIL;
     }
+  } else if ((s = kiln_cache_clear(ctx, &r))) {
+    rc = fail_api(s);
   } else {
-    if (kn_cache_clear(c, &r) != KN_CACHE_OK) {
-      fprintf(stderr, "kiln: error: %s\n", kn_cache_message());
-      rc = EXIT_USAGE;
-    } else {
-      printf("cache %s: removed %zu entries and %zu temp files (tuning records kept: %s/%s)\n",
-             kn_cache_dir(c), r.removed_evicted, r.removed_temp, kn_cache_dir(c),
-             KN_TUNEDB_FILE);
-    }
+    printf("cache %s: removed %zu entries and %zu temp files (tuning records kept: %s/%s)\n", d,
+           r.removed, r.removed_temp, d, KN_TUNEDB_FILE);
   }
-  kn_cache_close(c);
+  kiln_context_destroy(ctx);
   return rc;
 }
 
@@ -1126,6 +1240,10 @@ int main(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? EXIT_USAGE : EXIT_PASS;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("kiln %s (LLVM %s)\n", kiln_version(), kiln_llvm_version());
+    return EXIT_PASS;
   }
   const char *cmd = argv[1];
   if (!strcmp(cmd, "targets")) return cmd_targets();
@@ -1135,7 +1253,8 @@ int main(int argc, char **argv) {
   options o;
   if (!strcmp(cmd, "run") || !strcmp(cmd, "dump") || !strcmp(cmd, "compile") ||
       !strcmp(cmd, "tune")) {
-    if (parse_options(argc, argv, 2, &o)) return EXIT_USAGE;
+    int po = parse_options(argc, argv, 2, &o);
+    if (po) return po > 0 ? EXIT_PASS : EXIT_USAGE;
     if (!strcmp(cmd, "tune")) return cmd_tune(&o);
     if (!strcmp(cmd, "compile")) return cmd_compile(&o);
     return !strcmp(cmd, "run") ? cmd_run(&o) : cmd_dump(&o);

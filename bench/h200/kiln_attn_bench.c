@@ -174,7 +174,7 @@ static void check_case(const kn_attn_desc *desc, const kernel *kk, int HK, int N
     unsigned char *oh = malloc(nq * es);
     double *od = malloc(nq * sizeof(double));
     if (oh && od && !kn_cuda_copy_dtoh(dev, oh, b.o, nq * es, &e)) {
-      kn_attn_reference(&p, D, desc->causal, qd, kd, vd, od, NULL);
+      kn_attn_reference(desc, &p, qd, kd, vd, od, NULL);
       err = 0;
       for (size_t i = 0; i < nq; i++) {
         double dd = fabs(kn_load_elem(t, oh + i * es) - od[i]);

@@ -39,6 +39,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "attention.h"
 #include "cache.h"
 #include "kiln.h"
@@ -101,8 +102,11 @@ static kiln_context *make_ctx(const char *dir, logcap *l, kiln_tune_policy p) {
   return ctx;
 }
 
-static kn_scalar scalar_of(kiln_dtype d) {
-  return d == KILN_F16 ? KN_F16 : d == KILN_BF16 ? KN_BF16 : KN_F32;
+/* the template's descriptor of a public one (the API's own conversion) */
+static kn_attn_desc internal_desc(const kiln_attn_desc *d) {
+  kn_attn_desc x;
+  if (api_desc_from_public(d, &x)) fail_msg("descriptor: %s", kiln_last_error());
+  return x;
 }
 
 static uint64_t rng(uint64_t *s) {
@@ -123,7 +127,8 @@ typedef struct shape {
 
 /* runs k on random inputs and compares with the reference; returns 0 when within tolerance */
 static int check_forward(kiln_kernel *k, const kiln_attn_desc *d, shape s, uint64_t seed) {
-  kn_scalar t = scalar_of(d->dtype);
+  const kn_attn_desc idesc = internal_desc(d);
+  kn_scalar t = idesc.dtype;
   size_t es = kn_scalar_size(t), D = (size_t)d->head_dim;
   size_t nq = (size_t)s.batch * s.heads * s.seqlen_q * D;     /* (B, H, Nq, D) */
   size_t nk = (size_t)s.batch * s.kv_heads * s.seqlen_k * D;  /* (B, HK, Nk, D) */
@@ -175,7 +180,7 @@ static int check_forward(kiln_kernel *k, const kiln_attn_desc *d, shape s, uint6
     rc = -1;
   } else {
     kn_attn_problem p = {s.batch, s.heads, s.kv_heads, s.seqlen_q, s.seqlen_k, 0};
-    kn_attn_reference(&p, d->head_dim, d->causal, qd, kd, vd, od, ld);
+    kn_attn_reference(&idesc, &p, qd, kd, vd, od, ld);
     double err = 0, lerr = 0;
     for (int b = 0; b < s.batch; b++)
       for (int h = 0; h < s.heads; h++)
@@ -255,7 +260,7 @@ static void test_prepare_forward(void **state) {
   assert_int_equal(st.memo_hits, 1);
   assert_int_equal(st.launches, 2);
   assert_int_equal(l.count[KILN_LOG_WARN], 0);
-  assert_non_null(strstr(l.text, "compiled: attn_fwd f16 D64 causal lse"));
+  assert_non_null(strstr(l.text, "compiled: attn_fwd [dtype=f16;d=64;causal=1;lse=1]"));
   /* a forced tiling, f32 without lse, ragged */
   kiln_attn_desc d32 = {KILN_F32, 32, 0, 0};
   kiln_prepare_options force = {.block_m = 16, .block_n = 32};
@@ -264,6 +269,25 @@ static void test_prepare_forward(void **state) {
   assert_int_equal(info.block_m, 16);
   assert_int_equal(info.block_n, 32);
   assert_int_equal(check_forward(k, &d32, (shape){1, 3, 1, 33, 17, 1}, 3), 0);
+  /* warps are part of the forced tiling and of the keys: another kernel, alone or with blocks */
+  kiln_kernel *kw, *kw2;
+  kiln_prepare_options warps = {.warps = 2};
+  assert_int_equal(kiln_prepare(ctx, &d32, &warps, &kw), KILN_OK);
+  assert_int_equal(kiln_kernel_get_info(kw, &info), KILN_OK);
+  assert_int_equal(info.warps, 2);
+  assert_ptr_not_equal(kw, k);
+  force.warps = 2;
+  assert_int_equal(kiln_prepare(ctx, &d32, &force, &kw2), KILN_OK);
+  assert_ptr_not_equal(kw2, k);
+  assert_ptr_not_equal(kw2, kw);
+  assert_int_equal(kiln_kernel_get_info(kw2, &info), KILN_OK);
+  assert_int_equal(info.warps, 2);
+  assert_int_equal(info.block_m, 16);
+  assert_int_equal(check_forward(kw2, &d32, (shape){1, 2, 1, 20, 20, 0}, 5), 0);
+  warps.warps = 3;
+  assert_int_equal(kiln_prepare(ctx, &d32, &warps, &kw), KILN_ERR_UNSUPPORTED);
+  warps.warps = -1;
+  assert_int_equal(kiln_prepare(ctx, &d32, &warps, &kw), KILN_ERR_INVALID);
   kiln_context_destroy(ctx);
 
   /* a second context on the same directory loads from the cache */
@@ -275,7 +299,7 @@ static void test_prepare_forward(void **state) {
   kiln_context_stats(ctx, &st);
   assert_int_equal(st.compiles, 0);
   assert_int_equal(st.cache_hits, 1);
-  assert_non_null(strstr(l2.text, "cache hit: attn_fwd f16 D64 causal lse"));
+  assert_non_null(strstr(l2.text, "cache hit: attn_fwd [dtype=f16;d=64;causal=1;lse=1]"));
   kiln_context_destroy(ctx);
   rm_dir(dir);
 }
@@ -580,7 +604,7 @@ static void test_second_start(void **state) {
   assert_int_equal(stat_of(out, "compiles"), 0);
   assert_int_equal(stat_of(out, "tuning_hits"), 1);
   assert_int_equal(stat_of(out, "cache_hits"), 1);
-  assert_non_null(strstr(out, "info: cache hit: attn_fwd f16 D32"));
+  assert_non_null(strstr(out, "info: cache hit: attn_fwd [dtype=f16;d=32;"));
   assert_non_null(strstr(out, "info: tuning record: fwd"));
   assert_null(strstr(out, "info: compiled"));
   assert_null(strstr(out, "info: tuning fwd"));
@@ -635,7 +659,7 @@ static void test_tune_prune_record(void **state) {
   assert_int_equal(recs[0].config.block_m, 16);
   assert_int_equal(recs[0].config.block_n, 16);
   assert_int_equal(recs[0].key.seq_bucket, 64);
-  assert_string_equal(recs[0].key.variant, "causal+lse");
+  assert_string_equal(recs[0].key.variant, "dtype=f32;d=32;causal=1;lse=1");
   free(recs);
   kn_tunedb_close(db);
   rm_dir(dir);

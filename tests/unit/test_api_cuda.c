@@ -39,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "attention.h"
 #include "cuda_device.h"
 #include "kiln.h"
@@ -101,8 +102,11 @@ static double normal(uint64_t *s) {
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static kn_scalar scalar_of(kiln_dtype d) {
-  return d == KILN_F16 ? KN_F16 : d == KILN_BF16 ? KN_BF16 : KN_F32;
+/* the template's descriptor of a public one (the API's own conversion) */
+static kn_attn_desc internal_desc(const kiln_attn_desc *d) {
+  kn_attn_desc x;
+  if (api_desc_from_public(d, &x)) fail_msg("descriptor: %s", kiln_last_error());
+  return x;
 }
 
 typedef struct shape {
@@ -117,7 +121,8 @@ static kn_cuda_device *dev; /* opened once, for buffers */
  * filled with NaN bytes first, so a row the kernel never writes fails. */
 static int check_forward(kiln_kernel *k, const kiln_attn_desc *d, shape s, uint64_t sd,
                          kn_cuda_stream stream, char *why, size_t nwhy) {
-  kn_scalar t = scalar_of(d->dtype);
+  const kn_attn_desc idesc = internal_desc(d);
+  kn_scalar t = idesc.dtype;
   size_t es = kn_scalar_size(t), D = (size_t)d->head_dim;
   size_t nq = (size_t)s.batch * s.heads * s.seqlen_q * D;
   size_t nk = (size_t)s.batch * s.kv_heads * s.seqlen_k * D;
@@ -177,7 +182,7 @@ static int check_forward(kiln_kernel *k, const kiln_attn_desc *d, shape s, uint6
     fail_msg("%s", e.message);
   kn_attn_problem p = {.batch = s.batch, .heads = s.heads, .kv_heads = s.kv_heads,
                        .seqlen_q = s.seqlen_q, .seqlen_k = s.seqlen_k};
-  kn_attn_reference(&p, d->head_dim, d->causal, q, kk, v, ro, rl);
+  kn_attn_reference(&idesc, &p, q, kk, v, ro, rl);
   double err = 0, lerr = 0;
   for (size_t i = 0; i < nq; i++) {
     size_t dd = i % D, r = i / D, n = r % s.seqlen_q, hb = r / s.seqlen_q, h = hb % s.heads,

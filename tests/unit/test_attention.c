@@ -120,7 +120,9 @@ static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, const 
     fail_msg("interp (seed %llu): %s", (unsigned long long)seed, diag.rendered);
   res->dots = stats.ops[KN_OP_DOT];
 
-  kn_attn_reference(p, D, desc->causal ^ flip_ref_causal, qd, kd, vd, od, lsed);
+  kn_attn_desc ref_desc = *desc;
+  ref_desc.causal = desc->causal ^ flip_ref_causal;
+  kn_attn_reference(&ref_desc, p, qd, kd, vd, od, lsed);
   res->err_o = 0;
   for (size_t i = 0; i < nq; i++) {
     double e = abs_err(kn_load_elem(dt, o + i * sz), od[i]);
@@ -382,12 +384,65 @@ static void test_golden_causal_lse(void **state) {
                (kn_attn_desc){.dtype = KN_BF16, .head_dim = 128, .causal = true, .has_lse = true});
 }
 
+/* ---- the canonical keys ------------------------------------------------------------------------- */
+
+/* another value of a field of this kind: a different dtype, the other bool, a different int */
+static long other_value(int kind, long v) {
+  switch (kind) {
+  case KN_ATTN_FIELD_SCALAR: return v == KN_F16 ? KN_BF16 : KN_F16;
+  case KN_ATTN_FIELD_BOOL: return !v;
+  default: return v + 16;
+  }
+}
+
+/* Every field of the descriptor and of the config, taken from the same field lists the structs
+ * are declared from: changing any one of them changes the key, and the key names it.  A field
+ * added to a list is covered here without editing this test. */
+static void test_keys_cover_every_field(void **state) {
+  (void)state;
+  kn_attn_desc d0 = {.dtype = KN_F16, .head_dim = 128, .causal = true, .has_lse = true};
+  kn_attn_config c0 = kn_attn_default_config(NULL, &d0);
+  char k0[KN_ATTN_KEY_MAX], k1[KN_ATTN_KEY_MAX];
+  int fields = 0;
+#define CHANGE_ONE(keyfn, base, kind, type, field, name)                                     \
+  {                                                                                           \
+    __typeof__(base) x = base;                                                                \
+    x.field = (type)other_value(kind, (long)base.field);                                      \
+    assert_true(keyfn(&base, k0, sizeof k0) < KN_ATTN_KEY_MAX);                               \
+    assert_true(keyfn(&x, k1, sizeof k1) < KN_ATTN_KEY_MAX);                                  \
+    if (!strcmp(k0, k1)) fail_msg("changing field %s leaves the key '%s' unchanged", #field, k0); \
+    assert_non_null(strstr(k1, name "="));                                                    \
+    fields++;                                                                                 \
+  }
+#define DESC_FIELD(kind, type, field, name) CHANGE_ONE(kn_attn_desc_key, d0, kind, type, field, name)
+#define CONFIG_FIELD(kind, type, field, name) \
+  CHANGE_ONE(kn_attn_config_key, c0, kind, type, field, name)
+  KN_ATTN_DESC_FIELDS(DESC_FIELD)
+  KN_ATTN_CONFIG_FIELDS(CONFIG_FIELD)
+#undef DESC_FIELD
+#undef CONFIG_FIELD
+#undef CHANGE_ONE
+  assert_true(fields >= 9);
+  /* the text itself is a contract (tuning-database records, logs) */
+  kn_attn_desc_key(&d0, k0, sizeof k0);
+  assert_string_equal(k0, "dtype=f16;d=128;causal=1;lse=1");
+  kn_attn_config c = {.block_m = 64, .block_n = 32, .warps = 4, .stages = 2};
+  kn_attn_config_key(&c, k0, sizeof k0);
+  assert_string_equal(k0, "block_m=64;block_n=32;warps=4;stages=2;mfma=0");
+  /* snprintf-like: the full length however small the buffer, always terminated */
+  char tiny[8];
+  assert_int_equal(kn_attn_desc_key(&d0, tiny, sizeof tiny), 30);
+  assert_string_equal(tiny, "dtype=f");
+  assert_int_equal(kn_attn_desc_key(&d0, NULL, 0), 30);
+}
+
 int main(void) {
   const char *env = getenv("KILN_TEST_SEED");
   seed_base = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) * 1000003u;
   printf("[ attention ] seed base %llu (KILN_TEST_SEED=%llu replays this run)\n",
          (unsigned long long)seed_base, (unsigned long long)seed_base);
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_keys_cover_every_field),
       cmocka_unit_test(test_check_rejects),
       cmocka_unit_test(test_golden_default),
       cmocka_unit_test(test_golden_causal_lse),

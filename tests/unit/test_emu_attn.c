@@ -93,7 +93,7 @@ static void run_problem(kn_kernel *kern, const kn_attn_desc *desc, const kn_attn
   r->rc = kn_emu_run(kern, args, grid, regions, 5, &opt, &d);
   double t1 = now_s();
   snprintf(r->msg, sizeof r->msg, "%s", r->rc ? d.message : "");
-  kn_attn_reference(&p, hd, desc->causal, qd, kd, vd, od, lsed);
+  kn_attn_reference(desc, &p, qd, kd, vd, od, lsed);
   r->err = r->lse_err = 0;
   for (size_t i = 0; i < nqe; i++) {
     double e = fabs(kn_load_elem(dt, (char *)o + i * es) - od[i]);

@@ -833,7 +833,7 @@ static void attn_case(kn_kernel *kern, const kn_attn_desc *desc, const kn_attn_c
   if (kn_kernel_run_host(kern, args, grid, &d)) fail_msg("run: %s", d.message);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double rt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-  kn_attn_reference(&p, hd, desc->causal, qd, kd, vd, od, lsed);
+  kn_attn_reference(desc, &p, qd, kd, vd, od, lsed);
   double tol = kn_attn_tolerance(dt), lse_tol = kn_attn_lse_tolerance(dt), worst = 0, worst_lse = 0;
   for (size_t i = 0; i < nqe; i++) {
     double x = kn_load_elem(dt, (char *)o + i * es), e = fabs(x - od[i]);

@@ -15,7 +15,7 @@
  * within kn_attn_tolerance; the output buffer is filled with NaN bytes first, so a row the kernel
  * never writes fails.  Each case prints one line.  Without a GPU the GPU test is a skip.
  *
- * Launches go through the shared helper (templates/attn_launch_cuda.h), whose parameter widths
+ * Launches go through the shared helper (runtime/attn_launch_cuda.h), whose parameter widths
  * are checked everywhere against the template's signature (test_launch_param_widths).
  *
  * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_DUMP=prefix writes the layout plan,
@@ -260,7 +260,7 @@ static void test_target(void **state) {
   kn_module_free(m);
 }
 
-/* the launch helper's parameter widths (templates/attn_launch_cuda.c) are those of the template's
+/* the launch helper's parameter widths (runtime/attn_launch_cuda.c) are those of the template's
  * signature, for every descriptor shape that changes it (dtype only changes pointee types) */
 static void test_launch_param_widths(void **state) {
   (void)state;
@@ -366,7 +366,7 @@ static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, int B,
   if (kn_cuda_copy_dtoh(dev, oh, o, nq * es, &e)) fail_msg("%s", e.message);
   if (lh && kn_cuda_copy_dtoh(dev, lh, lse, nl * 4, &e)) fail_msg("%s", e.message);
   double *od = malloc(nq * sizeof(double)), *ld = malloc(nl * sizeof(double));
-  kn_attn_reference(&p, D, desc->causal, qd, kd, vd, od, ld);
+  kn_attn_reference(desc, &p, qd, kd, vd, od, ld);
   *err_o = 0;
   *err_lse = 0;
   for (size_t i = 0; i < nq; i++) {

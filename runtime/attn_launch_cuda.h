@@ -7,11 +7,11 @@
  * the public API's CUDA path (api/), `kiln run --target sm_*` (tools/), the NVPTX tests and the
  * H200 benchmark all pack and launch through it.
  *
- * Why here, in a small library of its own (kiln_attn_cuda) beside the templates: it needs both
- * the argument type of the IR layer (kn_argval, ir/interp.h) and the CUDA device
- * (runtime/cuda_device.h).  runtime/ must not include IR internals, so it cannot live there; the
- * templates' own library must not pull libdl and the driver loader into every IR-only binary, so
- * it is not in kiln_templates either.  It knows nothing of LLVM or of the compiler.
+ * Why in runtime/ but in a small library of its own (kiln_attn_cuda): launches live in runtime/,
+ * but this one needs the argument type of the IR layer (kn_argval, ir/interp.h) and the
+ * template's parameter count besides the CUDA device (cuda_device.h), and kiln_cuda must stay
+ * free of IR internals; the templates' library must not pull libdl and the driver loader into
+ * every IR-only binary either.  It knows nothing of LLVM or of the compiler.
  *
  * The widths follow the template's parameter order (5 pointers, f32 sm_scale, 4 x i32, 14 x i64);
  * kn_attn_cuda_param_bytes() exposes them so a test can check them against the built kernel's
