@@ -324,6 +324,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
     free(cands);
     return api_fail(KILN_ERR_NOMEM, "out of memory");
   }
+  char why[300] = "";
   for (int i = 0; i < npoints; i++) {
     kn_tune_config tc;
     kn_space_point(&space, i, &tc);
@@ -331,12 +332,18 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
                         .stages = tc.stages};
     kn_diag diag;
     if (kn_attn_check_on(ctx->target->arch, d, &c, &diag) == 0) points[total++] = i;
+    else if (!why[0]) snprintf(why, sizeof why, "%.299s", diag.message);
   }
+  if (total < npoints)
+    api_log(ctx, KILN_LOG_INFO, "tuning space: %d of %d points offered on %s (the others cannot "
+            "compile there, e.g. %s)", total, npoints, ctx->target_name, why);
   if (total == 0) {
     free(points);
     free(cands);
-    return api_fail(KILN_ERR_INVALID, "the tuning space has no configuration that compiles for "
-                    "%s D%d on %s", kn_scalar_name(d->dtype), d->head_dim, ctx->target_name);
+    /* a space none of whose points the template accepts is a bad request, not a failed run */
+    return api_fail(KILN_ERR_INVALID, "none of the %d points of the tuning space is a tiling the "
+                    "template accepts for %s D%d on %s (%s)", npoints, kn_scalar_name(d->dtype),
+                    d->head_dim, ctx->target_name, why);
   }
   run r = {.ctx = ctx, .d = d, .space = &space};
   kiln_status s = setup(&r, o, seqlen);

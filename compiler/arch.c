@@ -110,9 +110,10 @@ static const kn_arch_default host_defaults[] = {{128, 128, 64, 4}, {256, 64, 32,
  * measured against Triton's in bench/RESULTS.md (no spills at D 128); above, 16 rows per wave
  * (16x16 MFMAs) */
 static const kn_arch_default amd_defaults[] = {{128, 128, 64, 4}, {256, 64, 32, 4}};
-/* NVIDIA: 4 warps of 32 rows up to D 128 (measured on an H200, bench/RESULTS.md: faster than 8
- * warps at D 64 and D 128); above, 4 warps of 16 rows */
-static const kn_arch_default nv_defaults[] = {{128, 128, 64, 4}, {256, 64, 32, 4}};
+/* NVIDIA: 4 warps of 32 rows at D 64, 8 warps of 16 rows at D 128 (4 warps of 32 rows spill a
+ * few registers there under ptxas); above, 4 warps of 16 rows */
+static const kn_arch_default nv_defaults[] = {{64, 128, 64, 4}, {128, 128, 64, 8},
+                                              {256, 64, 32, 4}};
 
 /* ---- the registry ------------------------------------------------------------------------- */
 

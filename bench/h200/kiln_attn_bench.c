@@ -358,17 +358,96 @@ static void throughput(bool quick) {
   }
 }
 
+/* --defaults: which tiling is fastest per head dim on this GPU (sm_90a), and how the registry's
+ * default (kn_attn_default_config, compiler/arch.c) compares: f16, batch 4, 32 heads, N 4096,
+ * causal off and on; every candidate the template accepts on sm_90a (kn_attn_check_on) is
+ * checked against float64 on a ragged shape first, then timed.  One CSV line per candidate and
+ * a table: best config, default config, default / best time. */
+static void defaults_table(uint64_t seed) {
+  const int B = 4, H = 32, N = 4096;
+  static const int dims[] = {64, 96, 128, 192, 256};
+  static const kn_attn_config dc[] = {{128, 64, 4, 2, 0}, {128, 64, 8, 2, 0}, {128, 128, 8, 2, 0},
+                                      {128, 32, 4, 2, 0}, {64, 64, 4, 2, 0},  {64, 32, 4, 2, 0},
+                                      {64, 64, 2, 2, 0},  {64, 32, 2, 2, 0}};
+  enum { NC = sizeof dc / sizeof dc[0] };
+  const kn_arch *arch = kn_arch_get("sm_90a");
+  size_t es = 2, maxn = (size_t)B * H * N * 256;
+  bufs b = {0};
+  kn_cuda_error e;
+  unsigned char *h = malloc(maxn * es);
+  if (!h) return;
+  uint64_t rng = seed | 1;
+  for (size_t i = 0; i < maxn; i++) kn_store_elem(KN_F16, h + i * es, kn_round(KN_F16, normal(&rng)));
+  kn_cuda_ptr *ps[4] = {&b.q, &b.k, &b.v, &b.o};
+  for (int i = 0; i < 4; i++)
+    if (kn_cuda_alloc(dev, maxn * es, ps[i], &e) || kn_cuda_copy_htod(dev, *ps[i], h, maxn * es, &e)) {
+      printf("# buffers: %s\n", e.message);
+      failures++;
+      free(h);
+      return;
+    }
+  free(h);
+  printf("## defaults: sm_90a f16, batch %d, %d heads, N %d, median of 15\n", B, H, N);
+  printf("csv,defaults,D,causal,block_m,block_n,warps,ms,tflops\n");
+  char table[4096];
+  int tl = snprintf(table, sizeof table, "\n| D | causal | best | best TFLOP/s | default | "
+                    "default TFLOP/s | default / best time |\n|---|---|---|---|---|---|---|\n");
+  for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+    for (int causal = 0; causal < 2; causal++) {
+      kn_attn_desc desc = {.dtype = KN_F16, .head_dim = dims[di], .causal = causal};
+      kn_attn_config def = kn_attn_default_config(arch, &desc);
+      kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = H, .seqlen_q = N, .seqlen_k = N};
+      double flops = 4.0 * B * H * (double)N * N * desc.head_dim * (causal ? 0.5 : 1.0);
+      double best_ms = 1e30, def_ms = -1;
+      kn_attn_config best_cfg = def;
+      for (int c = 0; c <= NC; c++) {
+        kn_attn_config cfg = c < NC ? dc[c] : def;
+        kn_diag d;
+        if (kn_attn_check_on(arch, &desc, &cfg, &d)) continue;
+        kernel kk;
+        if (build(&desc, &cfg, &kk)) continue;
+        int before = failures;
+        check_case(&desc, &kk, 1, 129, 301, seed);  /* ragged, GQA: against float64 first */
+        if (failures != before) {
+          unload(&kk);
+          continue;
+        }
+        double ms = time_kernel(&kk, &desc, &p, &b, 2, 15);
+        unload(&kk);
+        if (ms <= 0) continue;
+        printf("csv,defaults,%d,%d,%d,%d,%d,%.4f,%.1f\n", desc.head_dim, causal, cfg.block_m,
+               cfg.block_n, cfg.warps, ms, flops / (ms * 1e-3) / 1e12);
+        bool is_def = cfg.block_m == def.block_m && cfg.block_n == def.block_n &&
+                      cfg.warps == def.warps;
+        if (is_def) def_ms = ms;
+        if (ms < best_ms) best_ms = ms, best_cfg = cfg;
+      }
+      if (tl < (int)sizeof table)
+        tl += snprintf(table + tl, sizeof table - (size_t)tl,
+                       "| %d | %s | %dx%d, %d warps | %.0f | %dx%d, %d warps | %.0f | %.2f |\n",
+                       desc.head_dim, causal ? "yes" : "no", best_cfg.block_m, best_cfg.block_n,
+                       best_cfg.warps, flops / (best_ms * 1e-3) / 1e12, def.block_m, def.block_n,
+                       def.warps, def_ms > 0 ? flops / (def_ms * 1e-3) / 1e12 : 0,
+                       def_ms > 0 ? def_ms / best_ms : 0);
+    }
+  fputs(table, stdout);
+  kn_cuda_free(dev, b.q, NULL), kn_cuda_free(dev, b.k, NULL), kn_cuda_free(dev, b.v, NULL),
+      kn_cuda_free(dev, b.o, NULL);
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  bool quick = false, check = true, perf = true;
+  bool quick = false, check = true, perf = true, defaults = false;
   uint64_t seed = (uint64_t)time(NULL);
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = true;
     else if (!strcmp(argv[i], "--no-check")) check = false;
     else if (!strcmp(argv[i], "--no-perf")) perf = false;
+    else if (!strcmp(argv[i], "--defaults")) defaults = true;
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
     else {
-      fprintf(stderr, "usage: %s [--quick] [--no-check] [--no-perf] [--seed N]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--no-check] [--no-perf] [--defaults] [--seed N]\n",
+              argv[0]);
       return 2;
     }
   }
@@ -380,6 +459,7 @@ int main(int argc, char **argv) {
   const kn_cuda_props *pr = kn_cuda_device_get_props(dev);
   printf("# device 0: %s, sm_%d%d, %d SMs, driver %d; seed %llu\n", pr->name, pr->cc_major,
          pr->cc_minor, pr->sm_count, kn_cuda_driver_version(), (unsigned long long)seed);
+  if (defaults) defaults_table(seed);
   if (check) correctness(seed);
   if (perf) throughput(quick);
   printf("# %d failure(s)\n", failures);
