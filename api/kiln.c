@@ -468,6 +468,8 @@ kn_cache_key api_cache_key(const kiln_context *ctx, const kn_module *m) {
   /* the payload's ABI names the device kind too: a host object and a PTX payload can never be
    * mistaken for each other, even for one IR */
   const char *abi = ctx->kind == KN_DEVICE_CUDA ? "cuda-ptx-abi-1" : "host-object-abi-1";
+  /* the compile options: kn_compile_object with NULL (O3, unchecked); an option that changes the
+   * code, such as kn_compile_options.check_bounds, must be named here when it is used */
   static const char opts[] = "O3";
   kn_cache_part parts[] = {
       {abi, strlen(abi)},

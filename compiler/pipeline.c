@@ -13,6 +13,10 @@
  *
  * Dumps: KILN_DUMP=ir,lowered,llvm,asm (or options.dump_stages) prints those stages as they are
  * produced, to stderr or options.dump_file, each preceded by one comment line naming it.
+ *
+ * Checked mode (options.check_bounds) swaps the target's `lower` for its `lower_checked` (a target
+ * without one refuses); everything else is the same pipeline.  Host launches go through
+ * host_run.c, which also decodes the status word and runs the checker.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +24,7 @@
 #include <llvm-c/Core.h>
 
 #include "device.h"
+#include "host_run.h"
 #include "passes.h"
 #include "pipeline.h"
 #include "target.h"
@@ -28,6 +33,7 @@ struct kn_kernel {
   const kn_target *target;
   char name[128];
   int nparams;
+  bool checked;          /* compiled with check_bounds: runs with the checker argument */
   kn_loaded loaded;
 };
 
@@ -60,6 +66,7 @@ typedef struct compile {
   unsigned dump;         /* kn_stage bits to print */
   FILE *out;
   bool verify_each;
+  bool check_bounds;
   unsigned stop_after;   /* a kn_stage bit, or 0 to go all the way to loading */
   kn_diag *d;
   LLVMContextRef ctx;
@@ -123,7 +130,11 @@ static int compile_run(compile *c, const kn_module *src, const char *name, kn_ke
 
   /* to LLVM */
   c->ctx = kn_llvm_context_new();
-  if (t->lower(t, c->k, c->ctx, &c->mod, d)) return -1;
+  int (*lower)(const kn_target *, kn_func *, LLVMContextRef, LLVMModuleRef *, kn_diag *) =
+      c->check_bounds ? t->lower_checked : t->lower;
+  if (!lower)
+    return kn_error(d, NULL, no_loc, "target %s has no checked mode (check_bounds)", t->name);
+  if (lower(t, c->k, c->ctx, &c->mod, d)) return -1;
   dump_llvm(c, KN_STAGE_LOWERED, "LLVM IR as lowered");
   if (kn_llvm_verify(c->mod, d)) return -1;
   if (c->stop_after == KN_STAGE_LOWERED) return 0;
@@ -151,6 +162,7 @@ static int compile_run(compile *c, const kn_module *src, const char *name, kn_ke
   kk->target = t;
   snprintf(kk->name, sizeof kk->name, "%s", c->k->name);
   kk->nparams = kn_func_nparams(c->k);
+  kk->checked = c->check_bounds;
   *out = kk;
   return 0;
 }
@@ -178,6 +190,7 @@ int kn_compile(const kn_module *m, const char *name, const kn_target *t,
   c.dump = env_dump() | (opts ? opts->dump_stages : 0);
   c.out = opts && opts->dump_file ? opts->dump_file : stderr;
   c.verify_each = env_verify_each() || (opts && opts->verify_each);
+  c.check_bounds = opts && opts->check_bounds;
   int rc = compile_run(&c, m, name, out);
   compile_cleanup(&c);
   return rc;
@@ -207,18 +220,19 @@ void kn_kernel_free(kn_kernel *k) {
 void *kn_kernel_entry(const kn_kernel *k) { return k ? k->loaded.entry : NULL; }
 const char *kn_kernel_name(const kn_kernel *k) { return k ? k->name : NULL; }
 
-int kn_kernel_run_host(kn_kernel *k, const kn_argval *args, const int grid[3], kn_diag *d) {
+int kn_kernel_run_host_checked(kn_kernel *k, const kn_argval *args, const int grid[3],
+                               const kn_region *regions, int nregions, kn_diag *d) {
   if (!k || !k->loaded.entry)
     return kn_error(d, NULL, no_loc, "kernel is not runnable on the host");
-  if (k->loaded.status) __atomic_store_n(k->loaded.status, 0, __ATOMIC_RELAXED);
-  int st = kn_host_launch((kn_host_kernel_fn)k->loaded.entry, args, grid);
-  if (st != KN_RT_OK) return kn_error(d, NULL, no_loc, "host launch of @%s: %s", k->name, kn_rt_status_str(st));
-  int status = k->loaded.status ? __atomic_load_n(k->loaded.status, __ATOMIC_RELAXED) : 0;
-  if (status & KN_KSTATUS_DIV_ZERO)
-    return kn_error(d, NULL, no_loc, "@%s: integer division or remainder by zero", k->name);
-  if (status & KN_KSTATUS_SHIFT)
-    return kn_error(d, NULL, no_loc, "@%s: shift amount out of range", k->name);
-  if (status & KN_KSTATUS_STEP)
-    return kn_error(d, NULL, no_loc, "@%s: for step is not positive", k->name);
-  return 0;
+  if (regions && !k->checked)
+    return kn_error(d, NULL, no_loc, "@%s was compiled without check_bounds: nothing to check "
+                    "its accesses with", k->name);
+  char name[136];
+  snprintf(name, sizeof name, "@%s", k->name);
+  return kn_host_run(name, (kn_host_kernel_fn)k->loaded.entry, k->loaded.status, args,
+                     k->nparams, grid, k->checked, regions, nregions, d);
+}
+
+int kn_kernel_run_host(kn_kernel *k, const kn_argval *args, const int grid[3], kn_diag *d) {
+  return kn_kernel_run_host_checked(k, args, grid, NULL, 0, d);
 }

@@ -39,6 +39,10 @@ typedef struct kn_compile_options {
   unsigned dump_stages;  /* kn_stage bits, ORed with $KILN_DUMP */
   FILE *dump_file;       /* NULL: stderr */
   bool verify_each;      /* kn_verify between kiln passes (also: debug builds, KILN_VERIFY_EACH=1) */
+  bool check_bounds;     /* checked mode (host only, compiler/host_run.h): every global load and
+                            store of a live element is checked against the launch's regions; it
+                            changes the code and its ABI, so a cache of compiled code must key on
+                            it (the API compiles unchecked: api/kiln.c api_cache_key) */
 } kn_compile_options;
 
 /* the host target (compiler/target.h describes the struct) */
@@ -54,8 +58,15 @@ void *kn_kernel_entry(const kn_kernel *k);
 const char *kn_kernel_name(const kn_kernel *k);
 
 /* Runs a host-compiled kernel over grid on the host device.  args has one kn_argval per kernel
- * parameter.  Returns 0, or -1 with *d (runtime failure, integer division by zero). */
+ * parameter.  Returns 0, or -1 with *d (runtime failure, integer division by zero).  A kernel
+ * compiled with check_bounds runs here with nothing checked. */
 int kn_kernel_run_host(kn_kernel *k, const kn_argval *args, const int grid[3], kn_diag *d);
+/* The same for a kernel compiled with check_bounds: every global access of a live element must
+ * lie in one of regions[0 .. nregions); the first that does not (as the interpreter would find
+ * it) is skipped and reported as the error, naming the kernel, the op's location, the element,
+ * the program, the address and the nearest region.  -1 for a kernel compiled without it. */
+int kn_kernel_run_host_checked(kn_kernel *k, const kn_argval *args, const int grid[3],
+                               const kn_region *regions, int nregions, kn_diag *d);
 
 /* Compiles kernel `name` up to `stage` and prints that stage to out (several kn_stage bits:
  * prints each, stopping after the last). */
@@ -67,7 +78,7 @@ int kn_pipeline_dump(const kn_module *m, const char *name, const kn_target *t, k
  * becomes a relocatable object in memory (PIC, small code model, the host CPU's features), and
  * the lowering's tile storage is measured on the way (the host's resource for the autotuner).
  * kn_object_load() links such an object into a fresh LLJIT; the result runs like a kn_kernel.
- * Host target only so far (other targets: -1 with a message). */
+ * Host target only so far (other targets: -1 with a message), and unchecked (check_bounds: -1). */
 typedef struct kn_object {
   void *data;             /* the object file (ELF on Linux), malloc'ed */
   size_t size;

@@ -18,6 +18,8 @@
  * would have reported (integer division by zero, a shift out of range, a for step <= 0); the
  * launcher clears it before and reads it after a launch.  The program carries on with a defined
  * result (0 for the division and shift, no iteration for the loop) instead of trapping.
+ * A kernel lowered by `lower_checked` (checked mode) takes one more argument, args[nparams].p,
+ * the launch's checker, and calls kn_rt_check_access before every global access (host_run.h).
  */
 #ifndef KILN_TARGET_H
 #define KILN_TARGET_H
@@ -68,6 +70,9 @@ struct kn_target {
   /* Writes kernel `k` of a verified, call-free module into a new LLVM module in ctx. */
   int (*lower)(const kn_target *t, kn_func *k, LLVMContextRef ctx, LLVMModuleRef *out,
                kn_diag *d);
+  /* The same with every global access checked (kn_compile_options.check_bounds); NULL: none. */
+  int (*lower_checked)(const kn_target *t, kn_func *k, LLVMContextRef ctx, LLVMModuleRef *out,
+                       kn_diag *d);
   /* A target machine for this target (the caller disposes of it), or NULL with *d filled. */
   LLVMTargetMachineRef (*machine)(const kn_target *t, kn_diag *d);
   /* Runs the LLVM optimisation pipeline (e.g. "default<O3>") on the module. */
@@ -121,9 +126,11 @@ void kn_jit_unload(kn_loaded *l);
  * libm/libc) as absolute symbols, so that a static binary links too */
 int kn_jit_define_helpers(LLVMOrcLLJITRef J, kn_diag *d);
 
-/* lower_host.c: the host target's `lower` */
+/* lower_host.c: the host target's `lower` and `lower_checked` */
 int kn_lower_host(const kn_target *t, kn_func *k, LLVMContextRef ctx, LLVMModuleRef *out,
                   kn_diag *d);
+int kn_lower_host_checked(const kn_target *t, kn_func *k, LLVMContextRef ctx, LLVMModuleRef *out,
+                          kn_diag *d);
 
 /* ---- C helpers the JIT'ed host code calls (absolute symbols) ---- */
 double kn_rt_round(int32_t scalar, double x);          /* kn_round */

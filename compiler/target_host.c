@@ -33,6 +33,7 @@ const kn_target kn_target_host = {
     .matrix = NULL,
     .nmatrix = 0,
     .lower = kn_lower_host,
+    .lower_checked = kn_lower_host_checked,
     .machine = host_machine,
     .optimize = kn_target_optimize_o3,
     .emit_asm = kn_target_emit_asm,

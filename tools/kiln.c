@@ -50,6 +50,7 @@ typedef struct options {
   const char *output;  /* compile: -o FILE */
   const char *emit;    /* compile: --emit KIND */
   bool stats;          /* compile: --stats */
+  bool check_bounds;   /* run: --check-bounds (host: every global access checked) */
   kn_attn_desc desc;
   kn_attn_config cfg;
   kn_attn_problem prob;
@@ -77,6 +78,7 @@ static void usage(FILE *f) {
         "  --dtype f16|bf16|f32  --head-dim D  --batch B  --heads H  --kv-heads HK\n"
         "  --seqlen-q N  --seqlen-k M  --causal  --block-m BM  --block-n BN\n"
         "  --warps W  --stages S  --seed S  --repeats R  --ir FILE.tile\n"
+        "  --check-bounds (run, host: check every load and store against the buffers)\n"
         "targets: interp (reference interpreter), host (CPU through LLVM ORC JIT),\n"
         "         gfx90a, gfx942 (AMDGPU code objects; compile only: no AMD GPU here),\n"
         "         gfx90a-emu, gfx942-emu (the AMDGPU lowering run by the emulator on the CPU),\n"
@@ -141,6 +143,8 @@ static int parse_options(int argc, char **argv, int first, options *o) {
       i++;
     } else if (!strcmp(a, "--stats")) {
       o->stats = true;
+    } else if (!strcmp(a, "--check-bounds")) {
+      o->check_bounds = true;
     } else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && v) {
       o->output = v;
       i++;
@@ -574,6 +578,11 @@ static int cmd_run(options *o) {
   if (strcmp(o->target, "interp") && !(t = find_target(o->target))) return EXIT_NODEV;
   const char *target = t ? t->name : "interp";
   bool emu = t && kn_emu_target(t->name) == t;
+  if (o->check_bounds && t && t != kn_host_target() && !emu) {
+    fprintf(stderr, "kiln: error: --check-bounds is for --target host (interp and the -emu "
+            "targets always check)\n");
+    return EXIT_USAGE;
+  }
   if (t && kn_nvptx_target_by_name(t->name) == t) return cmd_run_cuda(o, t);
   if (t && t != kn_host_target() && !emu) {
     fprintf(stderr,
@@ -591,7 +600,8 @@ static int cmd_run(options *o) {
   if (t) {
     kn_diag d;
     double t1 = now_s();
-    if (kn_compile(m, k->name, t, NULL, &compiled, &d)) {
+    kn_compile_options copts = {.check_bounds = o->check_bounds && !emu};
+    if (kn_compile(m, k->name, t, &copts, &compiled, &d)) {
       fprintf(stderr, "kiln: error: compiling for %s failed:\n%s", t->name, d.rendered);
       kn_module_free(m);
       return EXIT_USAGE;
@@ -625,9 +635,10 @@ static int cmd_run(options *o) {
     kn_diag d;
     double t1 = now_s();
     /* the emulator checks every global access against the caller's buffers, like the
-     * interpreter; the host target runs unchecked at full speed */
+     * interpreter; the host target runs unchecked at full speed unless --check-bounds */
     int err = emu        ? kn_emu_run(compiled, args, grid, regions, 5, NULL, &d)
-              : compiled ? kn_kernel_run_host(compiled, args, grid, &d)
+              : compiled ? kn_kernel_run_host_checked(compiled, args, grid,
+                                                      o->check_bounds ? regions : NULL, 5, &d)
                          : kn_interp_run(k, args, grid, regions, 5, NULL, &d);
     if (err) {
       fprintf(stderr, "kiln: error: the kernel failed to run:\n%s", d.rendered);
