@@ -107,6 +107,9 @@ void api_cache_reject(kiln_context *ctx, const kn_cache_key *key, const char *he
 /* a cache put; a put that cannot store is counted (its warning came from the cache's log) */
 void api_cache_put(kiln_context *ctx, const kn_cache_key *key, const void *payload, size_t n);
 
+/* status.c: the public status of an internal one (outcomes that are not errors are KILN_OK) */
+kiln_status api_status_of(kn_status s);
+
 /* cuda.c: the CUDA device.  open: discovery's device -> ctx (target, ids, the device's
  * primary context).  build: compile-or-load k's module (k->info.source/cache_key are filled).
  * forward: launch on the caller's stream.  unload/close: for destroy. */

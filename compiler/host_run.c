@@ -109,13 +109,13 @@ int kn_host_run(const char *name, kn_host_kernel_fn fn, int *status, const kn_ar
   /* the status word is per kernel: launches of one kernel are serialised by the pool, so the bits
    * read belong to this launch */
   if (status) __atomic_store_n(status, 0, __ATOMIC_RELAXED);
-  int st = kn_host_launch(fn, checked ? ext : args, grid);
+  kn_diag why;
+  kn_status st = kn_host_launch(fn, checked ? ext : args, grid, &why);
   if (checked) {
     pthread_mutex_destroy(&chk.mu);
     free(ext);
   }
-  if (st != KN_RT_OK)
-    return kn_error(d, NULL, no_loc, "host launch of %s: %s", name, kn_rt_status_str(st));
+  if (st != KN_OK) return kn_error(d, NULL, no_loc, "host launch of %s: %s", name, why.message);
   if (chk.first != INT64_MAX) return violation(name, &chk, d);
   int bits = status ? __atomic_load_n(status, __ATOMIC_RELAXED) : 0;
   if (bits & KN_KSTATUS_DIV_ZERO)
