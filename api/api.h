@@ -97,10 +97,10 @@ void *api_pack(const kn_object *o, size_t *size);
 /* stores a compiled object in the cache (NOT_STORED is logged, counted, and not an error) */
 void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_object *o);
 const char *api_dtype_name(kn_scalar s);
-/* the cache lookup of kiln.c: KN_CACHE_OK with a malloc'ed payload, or a miss (corrupt entries
+/* the cache lookup of kiln.c: KN_OK with a malloc'ed payload, or a miss (corrupt entries
  * counted and logged as warnings) */
-int api_cache_get(kiln_context *ctx, const kn_cache_key *key, const char *hex, void **payload,
-                  size_t *size);
+kn_status api_cache_get(kiln_context *ctx, const kn_cache_key *key, const char *hex,
+                        void **payload, size_t *size);
 /* a checksummed entry whose payload is not a loadable kernel: warn, count, remove */
 void api_cache_reject(kiln_context *ctx, const kn_cache_key *key, const char *hex,
                       const char *why);

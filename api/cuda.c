@@ -146,7 +146,7 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
   kn_cuda_error e;
   void *payload;
   size_t size;
-  if (api_cache_get(ctx, key, hex, &payload, &size) == KN_CACHE_OK) {
+  if (api_cache_get(ctx, key, hex, &payload, &size) == KN_OK) {
     char *ptx = NULL;
     int threads = 0;
     int64_t smem = 0;

@@ -365,12 +365,13 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
     kn_tunedb *db = record ? api_db(ctx) : NULL;
     if (db) {
       kn_tune_record rec = {.key = key, .config = best_tc, .time_us = b->median_us};
-      int ps = kn_tunedb_put(db, &rec, record == 1);
-      recorded = ps == KN_TUNEDB_OK;
-      if (ps == KN_TUNEDB_NOT_REPLACED) {
+      kn_diag why;
+      kn_status ps = kn_tunedb_put(db, &rec, record == 1, &why);
+      recorded = ps == KN_OK;
+      if (ps == KN_NOT_REPLACED) {
         /* another process recorded a faster tiling meanwhile: use that one, as it will */
         kn_tune_record theirs;
-        if (kn_tunedb_get(db, &key, &theirs) == KN_TUNEDB_OK) {
+        if (kn_tunedb_get(db, &key, &theirs, NULL) == KN_OK) {
           best->block_m = theirs.config.block_m;
           best->block_n = theirs.config.block_n;
           best->warps = theirs.config.warps;
@@ -378,7 +379,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
         }
       } else if (ps < 0) {
         char msg[1200];
-        snprintf(msg, sizeof msg, "tuning result not recorded: %s", kn_tunedb_message());
+        snprintf(msg, sizeof msg, "tuning result not recorded: %s", why.message);
         api_log_unwritable(ctx, msg);
       }
     }

@@ -1070,9 +1070,9 @@ static int cmd_cache(int argc, char **argv) {
   }
   kn_cache_config cc = {.dir = dir};
   kn_cache *c;
-  int cs = kn_cache_open(&cc, &c);
-  if (cs != KN_CACHE_OK) {
-    fprintf(stderr, "kiln: error: %s\n", kn_cache_message());
+  kn_diag why;
+  if (kn_cache_open(&cc, &c, &why) != KN_OK) {
+    fprintf(stderr, "kiln: error: %s\n", why.message);
     return EXIT_USAGE;
   }
   int rc = EXIT_PASS;
@@ -1080,8 +1080,8 @@ static int cmd_cache(int argc, char **argv) {
   if (!strcmp(sub, "ls")) {
     kn_cache_entry *e;
     size_t n;
-    if (kn_cache_list(c, &e, &n) != KN_CACHE_OK) {
-      fprintf(stderr, "kiln: error: %s\n", kn_cache_message());
+    if (kn_cache_list(c, &e, &n, &why) != KN_OK) {
+      fprintf(stderr, "kiln: error: %s\n", why.message);
       kn_cache_close(c);
       return EXIT_USAGE;
     }
@@ -1104,10 +1104,10 @@ static int cmd_cache(int argc, char **argv) {
     struct stat st;
     snprintf(path, sizeof path, "%s/%s", kn_cache_dir(c), KN_TUNEDB_FILE);
     kn_tunedb *db;
-    if (stat(path, &st) == 0 && kn_tunedb_open(path, &db) >= 0) {
+    if (stat(path, &st) == 0 && !kn_status_failed(kn_tunedb_open(path, &db, NULL))) {
       kn_tune_record *recs;
       size_t nr = 0;
-      if (kn_tunedb_list(db, &recs, &nr) == KN_TUNEDB_OK) {
+      if (kn_tunedb_list(db, &recs, &nr, NULL) == KN_OK) {
         printf("tuning records (%s):\n", path);
         for (size_t i = 0; i < nr; i++) {
           const kn_tune_record *t = &recs[i];
@@ -1121,8 +1121,8 @@ static int cmd_cache(int argc, char **argv) {
       kn_tunedb_close(db);
     }
   } else if (!strcmp(sub, "verify")) {
-    if (kn_cache_verify(c, &r) != KN_CACHE_OK) {
-      fprintf(stderr, "kiln: error: %s\n", kn_cache_message());
+    if (kn_cache_verify(c, &r, &why) != KN_OK) {
+      fprintf(stderr, "kiln: error: %s\n", why.message);
       rc = EXIT_USAGE;
     } else {
       printf("cache %s: %zu entries, %zu valid, %zu corrupt removed, %zu stale temp files "
@@ -1131,8 +1131,8 @@ static int cmd_cache(int argc, char **argv) {
       if (r.removed_corrupt) rc = EXIT_FAIL;
     }
   } else {
-    if (kn_cache_clear(c, &r) != KN_CACHE_OK) {
-      fprintf(stderr, "kiln: error: %s\n", kn_cache_message());
+    if (kn_cache_clear(c, &r, &why) != KN_OK) {
+      fprintf(stderr, "kiln: error: %s\n", why.message);
       rc = EXIT_USAGE;
     } else {
       printf("cache %s: removed %zu entries and %zu temp files (tuning records kept: %s/%s)\n",
