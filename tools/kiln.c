@@ -846,10 +846,9 @@ static int compile_nvptx(options *o, const kn_target *t, kn_module *m, kn_func *
   if (rc == 0 && (cubin || o->stats)) {
     kn_ptxas_options po = {.arch = t->name, .opt_level = 3, .want_cubin = cubin};
     kn_ptxas_result r;
-    char msg[1024];
-    int st = kn_ptxas_run(c.ptx, c.ptx_size, &po, &r, msg, sizeof msg);
-    if (st) {
-      fprintf(stderr, "kiln: error: ptxas: %s\n", msg);
+    kn_diag why;
+    if (kn_ptxas_run(c.ptx, c.ptx_size, &po, &r, &why) != KN_OK) {
+      fprintf(stderr, "kiln: ptxas: %s", why.rendered); /* "error: ...\n", ptxas's lines whole */
       rc = cubin ? EXIT_NODEV : EXIT_PASS;  /* --stats without ptxas: the PTX is still written */
     } else {
       if (cubin) rc = write_out(o->output, r.cubin, r.cubin_size);

@@ -691,9 +691,10 @@ static void test_gpu_dynamic_shared(void **state) {
 static void test_gpu_cubin(void **state) {
   NEED_GPU(g);
   if (g->fake) skip(); /* the fake cannot tell a cubin from anything else */
-  char path[512], msg[4096];
-  if (kn_ptxas_find(path, sizeof path, msg, sizeof msg) != KN_PTXAS_OK) {
-    print_message("%s\n", msg);
+  char path[512];
+  kn_diag msg;
+  if (kn_ptxas_find(path, sizeof path, &msg) != KN_OK) {
+    print_message("%s\n", msg.message);
     skip();
   }
   const kn_cuda_props *p = kn_cuda_device_get_props(g->dev);
@@ -703,8 +704,8 @@ static void test_gpu_cubin(void **state) {
            p->cc_major == 9 && p->cc_minor == 0 ? "a" : "");
   kn_ptxas_options o = {.arch = arch, .opt_level = 3, .want_cubin = true};
   kn_ptxas_result r;
-  int st = kn_ptxas_run(vadd_ptx, strlen(vadd_ptx), &o, &r, msg, sizeof msg);
-  if (st != KN_PTXAS_OK) fail_msg("ptxas %s: %s", arch, msg);
+  if (kn_ptxas_run(vadd_ptx, strlen(vadd_ptx), &o, &r, &msg) != KN_OK)
+    fail_msg("ptxas %s: %s", arch, msg.rendered);
   kn_cuda_error err;
   kn_cuda_module *m = NULL;
   OK(kn_cuda_module_load_cubin(g->dev, r.cubin, r.cubin_size, &m, &err));

@@ -44,8 +44,8 @@
 #include "ptxas.h"
 
 static bool have_ptxas(void) {
-  char path[512], msg[256];
-  return kn_ptxas_find(path, sizeof path, msg, sizeof msg) == KN_PTXAS_OK;
+  char path[512];
+  return kn_ptxas_find(path, sizeof path, NULL) == KN_OK;
 }
 
 typedef struct compiled {
@@ -93,9 +93,9 @@ static void compile_one(const char *arch, const kn_attn_desc *desc, const kn_att
   if (!have_ptxas()) return;
   kn_ptxas_options o = {.arch = arch, .opt_level = 3};
   kn_ptxas_result r;
-  char msg[4096];
-  int st = kn_ptxas_run(ptx, out->c.ptx_size, &o, &r, msg, sizeof msg);
-  if (st != KN_PTXAS_OK) fail_msg("ptxas %s: %s", arch, msg);
+  kn_diag msg;
+  if (kn_ptxas_run(ptx, out->c.ptx_size, &o, &r, &msg) != KN_OK)
+    fail_msg("ptxas %s: %s", arch, msg.rendered);
   const kn_ptxas_kernel *k = kn_ptxas_find_kernel(&r, "attn_fwd");
   assert_non_null(k);
   out->px = *k;
