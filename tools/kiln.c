@@ -708,7 +708,7 @@ static int cmd_run_cuda(options *o, const kn_target *t) {
   kn_cuda_module *mod = NULL;
   kn_cuda_event ev[2] = {NULL, NULL};
   kn_cuda_ptr dq = 0, dk = 0, dv = 0, dout = 0, dl = 0;
-  kn_cuda_error e = {0};
+  kn_diag e = {0};
   int rc = EXIT_FAIL;
 
   kn_cuda_kernel *fn;
@@ -763,7 +763,7 @@ static int cmd_run_cuda(options *o, const kn_target *t) {
   rc = check_and_report(o, in.out, in.lse, in.qd, in.kd, in.vd);
   goto done;
 driver_error:
-  fprintf(stderr, "kiln: error: %s\n", e.message);
+  fprintf(stderr, "kiln: %s", e.rendered); /* "error: ...\n", a JIT log whole */
   rc = EXIT_FAIL;
 done:
   if (dev) {

@@ -300,7 +300,7 @@ static kn_cuda_ptr upload_random(kn_scalar t, size_t n, uint64_t *rng, double **
     kn_store_elem(t, h + i * es, x[i]);
   }
   kn_cuda_ptr p;
-  kn_cuda_error e;
+  kn_diag e;
   if (kn_cuda_alloc(dev, n * es, &p, &e) || kn_cuda_copy_htod(dev, p, h, n * es, &e))
     fail_msg("%s", e.message);
   free(h);
@@ -313,7 +313,7 @@ static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, int B,
                      int Nq, int Nk, double *err_o, double *err_lse) {
   compiled c;
   compile_one("sm_90a", desc, cfg, &c);
-  kn_cuda_error e;
+  kn_diag e;
   kn_cuda_module *mod;
   if (kn_cuda_module_load_ptx(dev, c.c.ptx, &mod, &e)) fail_msg("%s", e.message);
   kn_cuda_kernel *k;
@@ -368,8 +368,8 @@ static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, int B,
 
 static void test_gpu(void **state) {
   (void)state;
-  kn_cuda_error e;
-  if (kn_cuda_init(&e) != KN_CUDA_OK) {
+  kn_diag e;
+  if (kn_cuda_init(&e) != KN_OK) {
     printf("  (no GPU: %s)\n", e.message);
     skip();
     return;
