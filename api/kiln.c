@@ -195,8 +195,8 @@ static kiln_tune_policy env_policy(kiln_context *ctx) {
  * compute capability 9.0 GPU).  NULL with the reason in *why. */
 static const kn_device_info *find_cuda(const char *device, char *why, size_t n) {
   pthread_once(&discover_once, discover_devices);
-  if (!discovered.cuda.present) {
-    snprintf(why, n, "no CUDA device: %s", discovered.cuda.reason);
+  if (discovered.cuda.status != KN_OK) {
+    snprintf(why, n, "no CUDA device: %s", discovered.cuda.why.message);
     return NULL;
   }
   int ordinal = -1;

@@ -373,11 +373,11 @@ static const char *run_auto_target(void) {
 }
 
 static void print_driver(const char *what, const kn_driver_report *r) {
-  if (r->present)
+  if (r->status == KN_OK)
     printf("  %-6s driver %s, version %d, %d device(s)\n", what, r->library, r->version,
            r->device_count);
   else
-    printf("  %-6s not present: %s\n", what, r->reason);
+    printf("  %-6s not present: %s\n", what, r->why.message);
 }
 
 static int cmd_targets(void) {
@@ -673,7 +673,7 @@ static int cmd_run_cuda(options *o, const kn_target *t) {
     const kn_device_list *l = devices();
     fprintf(stderr, "kiln: error: no %s device is present to run on (%s); compile for it with "
             "`kiln compile --target %s`\n", t->name,
-            !l->cuda.present ? l->cuda.reason
+            l->cuda.status != KN_OK ? l->cuda.why.message
             : !strcmp(t->name, "sm_90a") ? "sm_90a needs a compute capability 9.0 GPU"
                                           : "kiln needs an NVIDIA GPU of compute capability 8.0+",
             t->name);
