@@ -296,20 +296,20 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
                      int seqlen, int record, kiln_tune_result *res, kn_attn_config *best) {
   double t_start = now_us();
   kn_space space;
-  char err[256];
+  kn_diag why;
   /* candidates are host objects timed on the host's clock; timing PTX kernels with CUDA events
    * is not written yet (kiln.h: tuning on CUDA) */
   if (ctx->kind != KN_DEVICE_HOST)
     return api_fail(KILN_ERR_UNSUPPORTED, "autotuning on %s is not implemented yet (the host "
                     "only); prepare with KILN_TUNE_CACHED or KILN_TUNE_NONE", ctx->target_name);
-  if (kn_space_default(&space, "fwd", ctx->target_name, NULL, 0))
-    return api_fail(KILN_ERR_UNSUPPORTED, "no tuning space for template fwd");
+  kn_status st = kn_space_default(&space, "fwd", ctx->target_name, NULL, 0, &why);
+  if (st != KN_OK) return api_fail(api_status_of(st), "%s", why.message);
   /* the request's spec, else $KILN_TUNE_SPACE, each applied over the template's space */
   if (o && o->tune_space) {
-    if (kn_space_apply(&space, o->tune_space, err, sizeof err))
-      return api_fail(KILN_ERR_INVALID, "%s", err);
-  } else if (ctx->env_space[0] && kn_space_apply(&space, ctx->env_space, err, sizeof err)) {
-    return api_fail(KILN_ERR_INVALID, "KILN_TUNE_SPACE: %s", err);
+    if ((st = kn_space_apply(&space, o->tune_space, &why)) != KN_OK)
+      return api_fail(api_status_of(st), "%s", why.message);
+  } else if (ctx->env_space[0] && (st = kn_space_apply(&space, ctx->env_space, &why)) != KN_OK) {
+    return api_fail(api_status_of(st), "KILN_TUNE_SPACE: %s", why.message);
   }
   if (seqlen <= 0 || seqlen > (1 << 20))
     return api_fail(KILN_ERR_INVALID, "tuning sequence length %d out of range", seqlen);

@@ -1,7 +1,8 @@
 /* test_tunedb.c — the SQLite tuning database: round trips, the sequence-length bucket, 8
  * processes writing and reading at once, and files that are not ours (garbage, another
  * application's database, a truncated database, a newer schema) handled without a crash and
- * without destroying anything that might matter.
+ * without destroying anything that might matter.  Also the errors of the search spaces beside
+ * it (space.h).
  */
 #define _GNU_SOURCE
 #include <stdarg.h>
@@ -25,6 +26,7 @@
 #include <sqlite3.h>
 
 #include "kiln.h"
+#include "space.h"
 #include "tunedb.h"
 
 static char g_root[256]; /* short: every path below fits its buffer */
@@ -353,9 +355,25 @@ static void test_truncated_database(void **state) {
   assert_int_equal(count_aside(), 1);
 }
 
+/* a space spec that cannot be applied, and a template without a space, are errors naming why */
+static void test_space_errors(void **state) {
+  (void)state;
+  kn_space s;
+  assert_int_equal(kn_space_default(&s, "bwd", "host", NULL, 0, &diag), KN_E_UNSUPPORTED);
+  assert_non_null(strstr(diag.message, "bwd"));
+  assert_int_equal(kn_space_default(&s, "fwd", "host", NULL, 0, &diag), KN_OK);
+  assert_int_equal(kn_space_apply(&s, "block_m=16;bogus=1", &diag), KN_E_INVALID);
+  assert_non_null(strstr(diag.message, "unknown knob 'bogus'"));
+  assert_int_equal(kn_space_apply(&s, "max_tile_bytes=lots", &diag), KN_E_INVALID);
+  assert_non_null(strstr(diag.message, "max_tile_bytes=lots is not a number"));
+  assert_int_equal(kn_space_apply(&s, "block_m=16,32;block_n=16", &diag), KN_OK);
+  assert_int_equal(kn_space_size(&s), 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bucket),
+      cmocka_unit_test(test_space_errors),
       cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_invalid, setup, teardown),
       cmocka_unit_test_setup_teardown(test_default_path, setup, teardown),
