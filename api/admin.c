@@ -20,8 +20,8 @@ static kiln_status need_cache(kiln_context *ctx, const char *what) {
   return KILN_OK;
 }
 
-static kiln_status cache_fail(const char *what) {
-  return api_fail(KILN_ERR_IO, "%s: %s", what, kn_cache_message());
+static kiln_status layer_fail(kn_status st, const char *what, const kn_diag *why) {
+  return api_fail(api_status_of(st), "%s: %s", what, why->message);
 }
 
 static void copy_record(const kn_tune_record *t, kiln_tuning_record *r) {
@@ -44,18 +44,19 @@ static void copy_record(const kn_tune_record *t, kiln_tuning_record *r) {
 /* the records of an existing tuning database into *l (none when there is no file) */
 static kiln_status list_records(kiln_context *ctx, kiln_cache_listing *l) {
   char path[sizeof l->tuning_db];
-  struct stat st;
+  struct stat sb;
   snprintf(path, sizeof path, "%s/%s", ctx->cache_dir, KN_TUNEDB_FILE);
-  if (stat(path, &st) != 0) return KILN_OK;
+  if (stat(path, &sb) != 0) return KILN_OK;
   kn_tunedb *db;
-  if (kn_tunedb_open(path, &db) < 0)
-    return api_fail(KILN_ERR_IO, "tuning database %s: %s", path, kn_tunedb_message());
+  kn_diag why;
+  kn_status st = kn_tunedb_open(path, &db, &why);
+  if (kn_status_failed(st)) return layer_fail(st, path, &why);
   snprintf(l->tuning_db, sizeof l->tuning_db, "%s", path);
   kn_tune_record *recs = NULL;
   size_t n = 0;
   kiln_status s = KILN_OK;
-  if (kn_tunedb_list(db, &recs, &n) != KN_TUNEDB_OK) {
-    s = api_fail(KILN_ERR_IO, "tuning database %s: %s", path, kn_tunedb_message());
+  if ((st = kn_tunedb_list(db, &recs, &n, &why)) != KN_OK) {
+    s = layer_fail(st, path, &why);
   } else if (n && !(l->records = calloc(n, sizeof *l->records))) {
     s = api_fail(KILN_ERR_NOMEM, "out of memory");
   } else {
@@ -75,7 +76,9 @@ kiln_status kiln_cache_list(kiln_context *ctx, kiln_cache_listing *out) {
   out->max_bytes = kn_cache_max_bytes(ctx->cache);
   kn_cache_entry *e;
   size_t n;
-  if (kn_cache_list(ctx->cache, &e, &n) != KN_CACHE_OK) return cache_fail("listing the cache");
+  kn_diag why;
+  kn_status st = kn_cache_list(ctx->cache, &e, &n, &why);
+  if (st != KN_OK) return layer_fail(st, "listing the cache", &why);
   if (n && !(out->entries = calloc(n, sizeof *out->entries))) {
     free(e);
     return api_fail(KILN_ERR_NOMEM, "out of memory");
@@ -110,13 +113,16 @@ static void copy_report(const kn_cache_report *r, kiln_cache_report *out) {
 }
 
 /* verify or clear: the storage layer's operation on the context's cache, its report copied */
-static kiln_status cache_op(kiln_context *ctx, int (*op)(kn_cache *, kn_cache_report *),
+static kiln_status cache_op(kiln_context *ctx,
+                            kn_status (*op)(kn_cache *, kn_cache_report *, kn_diag *),
                             const char *what, kiln_cache_report *out) {
   if (out) memset(out, 0, sizeof *out);
   kiln_status s = need_cache(ctx, what);
   if (s) return s;
   kn_cache_report r;
-  if (op(ctx->cache, &r) != KN_CACHE_OK) return cache_fail(what);
+  kn_diag why;
+  kn_status st = op(ctx->cache, &r, &why);
+  if (st != KN_OK) return layer_fail(st, what, &why);
   copy_report(&r, out);
   return KILN_OK;
 }

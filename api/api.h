@@ -105,15 +105,18 @@ kn_cache_key api_cache_key(const kiln_context *ctx, const kn_attn_desc *d,
 void *api_pack(const kn_artifact *o, size_t *size);
 /* stores a compiled object in the cache (NOT_STORED is logged, counted, and not an error) */
 void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_artifact *o);
-/* the cache lookup of kiln.c: KN_CACHE_OK with a malloc'ed payload, or a miss (corrupt entries
+/* the cache lookup of kiln.c: KN_OK with a malloc'ed payload, or a miss (corrupt entries
  * counted and logged as warnings) */
-int api_cache_get(kiln_context *ctx, const kn_cache_key *key, const char *hex, void **payload,
-                  size_t *size);
+kn_status api_cache_get(kiln_context *ctx, const kn_cache_key *key, const char *hex,
+                        void **payload, size_t *size);
 /* a checksummed entry whose payload is not a loadable kernel: warn, count, remove */
 void api_cache_reject(kiln_context *ctx, const kn_cache_key *key, const char *hex,
                       const char *why);
 /* a cache put; a put that cannot store is counted (its warning came from the cache's log) */
 void api_cache_put(kiln_context *ctx, const kn_cache_key *key, const void *payload, size_t n);
+
+/* status.c: the public status of an internal one (outcomes that are not errors are KILN_OK) */
+kiln_status api_status_of(kn_status s);
 
 /* cuda.c: the CUDA device.  open: discovery's device -> ctx (target, ids, the device's
  * primary context).  build: compile-or-load k's module (k->info.source/cache_key are filled).

@@ -51,16 +51,18 @@ static uint64_t get_le(const uint8_t *p, int n) {
   return v;
 }
 
-static kiln_status cuda_fail(kiln_status s, const char *what, const kn_cuda_error *e) {
+static kiln_status cuda_fail(kiln_status s, const char *what, const kn_diag *e) {
   return api_fail(s, "%s: %s", what, e->message);
 }
 
 kiln_status api_cuda_open(kiln_context *ctx, const kn_device_info *dev, const char *target) {
   const kn_target *t = kn_target_get(target);
   if (!t) return api_fail(KILN_ERR_UNSUPPORTED, "target %s is not compiled into this kiln", target);
-  kn_cuda_error e;
-  if (kn_cuda_init(&e) != KN_CUDA_OK) return cuda_fail(KILN_ERR_NO_DEVICE, "CUDA", &e);
-  if (kn_cuda_device_open(dev->ordinal, &ctx->cuda, &e) != KN_CUDA_OK)
+  kn_diag e;
+  kn_status st = kn_cuda_init(&e);
+  if (st != KN_OK) return cuda_fail(api_status_of(st), "CUDA", &e);
+  /* whatever the driver says, a device that cannot be opened is no device to the caller */
+  if (kn_cuda_device_open(dev->ordinal, &ctx->cuda, &e) != KN_OK)
     return cuda_fail(KILN_ERR_NO_DEVICE, "opening the CUDA device", &e);
   const kn_cuda_props *p = kn_cuda_device_get_props(ctx->cuda);
   ctx->kind = KN_DEVICE_CUDA;
@@ -126,7 +128,7 @@ static const char *unpack(const uint8_t *p, size_t size, char **ptx, int *thread
 
 /* loads ptx into k; 0, or -1 with the driver's message in e */
 static int load(kiln_context *ctx, kiln_kernel *k, const char *ptx, int threads, int64_t smem,
-                kn_cuda_error *e) {
+                kn_diag *e) {
   if (kn_cuda_module_load_ptx(ctx->cuda, ptx, &k->cu_mod, e)) return -1;
   if (kn_cuda_module_kernel(k->cu_mod, "attn_fwd", &k->cu_fn, e)) {
     api_cuda_unload(k);
@@ -139,10 +141,10 @@ static int load(kiln_context *ctx, kiln_kernel *k, const char *ptx, int threads,
 kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m,
                            const kn_cache_key *key, const char *what) {
   const char *hex = k->info.cache_key;
-  kn_cuda_error e;
+  kn_diag e;
   void *payload;
   size_t size;
-  if (api_cache_get(ctx, key, hex, &payload, &size) == KN_CACHE_OK) {
+  if (api_cache_get(ctx, key, hex, &payload, &size) == KN_OK) {
     char *ptx = NULL;
     int threads = 0;
     int64_t smem = 0;
@@ -187,11 +189,9 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
 
 kiln_status api_cuda_forward(kiln_kernel *k, const kn_argval *args, const int grid[3],
                              void *stream) {
-  kn_cuda_error e;
-  int st = kn_attn_cuda_launch(k->cu_fn, &k->cu_launch, args, grid, (kn_cuda_stream)stream, &e);
-  if (st == KN_CUDA_OK) return KILN_OK;
-  return api_fail(st == KN_CUDA_EINVAL ? KILN_ERR_UNSUPPORTED
-                  : st == KN_CUDA_ENOMEM ? KILN_ERR_NOMEM
-                                         : KILN_ERR_RUNTIME,
-                  "kiln_forward on %s: %s", k->ctx->device_name, e.message);
+  kn_diag e;
+  kn_status st =
+      kn_attn_cuda_launch(k->cu_fn, &k->cu_launch, args, grid, (kn_cuda_stream)stream, &e);
+  if (st == KN_OK) return KILN_OK;
+  return api_fail(api_status_of(st), "kiln_forward on %s: %s", k->ctx->device_name, e.message);
 }

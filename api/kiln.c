@@ -197,8 +197,8 @@ static kiln_tune_policy env_policy(kiln_context *ctx) {
  * compute capability 9.0 GPU).  NULL with the reason in *why. */
 static const kn_device_info *find_cuda(const char *device, char *why, size_t n) {
   pthread_once(&discover_once, discover_devices);
-  if (!discovered.cuda.present) {
-    snprintf(why, n, "no CUDA device: %s", discovered.cuda.reason);
+  if (discovered.cuda.status != KN_OK) {
+    snprintf(why, n, "no CUDA device: %s", discovered.cuda.why.message);
     return NULL;
   }
   int ordinal = -1;
@@ -314,17 +314,18 @@ kiln_status kiln_context_create(const kiln_context_options *options, kiln_contex
   }
   if (!options->no_cache) {
     kn_cache_config cc = {.dir = options->cache_dir, .log = cache_log, .log_user = ctx};
-    int cs = kn_cache_open(&cc, &ctx->cache);
-    if (cs == KN_CACHE_EINSECURE) {
-      api_fail(KILN_ERR_INSECURE, "%s", kn_cache_message());
+    kn_diag why;
+    kn_status cs = kn_cache_open(&cc, &ctx->cache, &why);
+    if (cs == KN_E_INSECURE) {
+      s = api_fail(api_status_of(cs), "%s", why.message);
       api_log(ctx, KILN_LOG_ERROR, "%s", tl_error);
       kiln_context_destroy(ctx);
-      return KILN_ERR_INSECURE;
+      return s;
     }
-    if (cs != KN_CACHE_OK) {
+    if (cs != KN_OK) {
       /* no usable directory (no HOME, mkdir failed): run uncached, say so once */
       char msg[1200];
-      snprintf(msg, sizeof msg, "%s; running without a cache", kn_cache_message());
+      snprintf(msg, sizeof msg, "%s; running without a cache", why.message);
       api_log_unwritable(ctx, msg);
       ctx->cache = NULL;
     } else {
@@ -390,13 +391,14 @@ kn_tunedb *api_db(kiln_context *ctx) {
     ctx->db_tried = true;
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", ctx->cache_dir, KN_TUNEDB_FILE);
-    int s = kn_tunedb_open(path, &ctx->db);
-    if (s == KN_TUNEDB_RECREATED) {
-      api_log(ctx, KILN_LOG_WARN, "%s", kn_tunedb_message());
-    } else if (s != KN_TUNEDB_OK) {
+    kn_diag why;
+    kn_status s = kn_tunedb_open(path, &ctx->db, &why);
+    if (s == KN_RECREATED) {
+      api_log(ctx, KILN_LOG_WARN, "%s", why.message);
+    } else if (s != KN_OK) {
       char msg[5400];
       snprintf(msg, sizeof msg, "tuning database %s unusable (%s); tuning results are not kept",
-               path, kn_tunedb_message());
+               path, why.message);
       api_log_unwritable(ctx, msg);
       ctx->db = NULL;
     }
@@ -477,6 +479,8 @@ kn_cache_key api_cache_key(const kiln_context *ctx, const kn_attn_desc *d,
   /* the payload's ABI names the device kind too: a host object and a PTX payload can never be
    * mistaken for each other, even for one IR */
   const char *abi = ctx->kind == KN_DEVICE_CUDA ? "cuda-ptx-abi-1" : "host-object-abi-1";
+  /* the compile options: kn_compile_object with NULL (O3, unchecked); an option that changes the
+   * code, such as kn_compile_options.check_bounds, must be named here when it is used */
   static const char opts[] = "O3";
   kn_cache_part parts[] = {
       {abi, strlen(abi)},
@@ -495,7 +499,7 @@ kn_cache_key api_cache_key(const kiln_context *ctx, const kn_attn_desc *d,
 
 void api_cache_put(kiln_context *ctx, const kn_cache_key *key, const void *payload, size_t n) {
   if (!ctx->cache) return;
-  if (kn_cache_put(ctx->cache, key, payload, n) == KN_CACHE_NOT_STORED)
+  if (kn_cache_put(ctx->cache, key, payload, n, NULL) == KN_NOT_STORED)
     atomic_fetch_add(&ctx->stats.not_stored, 1);
 }
 
@@ -515,16 +519,18 @@ void api_describe(const kn_attn_desc *d, const kn_attn_config *c, char *out, siz
   snprintf(out, n, "attn_fwd [%s] [%s]", dk, ck);
 }
 
-int api_cache_get(kiln_context *ctx, const kn_cache_key *key, const char *hex, void **payload,
-                  size_t *size) {
+kn_status api_cache_get(kiln_context *ctx, const kn_cache_key *key, const char *hex,
+                        void **payload, size_t *size) {
   *payload = NULL;
   *size = 0;
-  if (!ctx->cache) return KN_CACHE_MISS;
+  if (!ctx->cache) return KN_MISS;
+  kn_diag why;
   tl_in_cache_get = true;
-  int cs = kn_cache_get(ctx->cache, key, payload, size);
+  kn_status cs = kn_cache_get(ctx->cache, key, payload, size, &why);
   tl_in_cache_get = false;
-  if (cs == KN_CACHE_CORRUPT) atomic_fetch_add(&ctx->stats.corrupt_entries, 1);
-  if (cs < 0) api_log(ctx, KILN_LOG_DEBUG, "cache get %s: %s", hex, kn_cache_message());
+  /* a corrupt entry was removed and warned of through the log callback: a miss */
+  if (cs == KN_E_CORRUPT) atomic_fetch_add(&ctx->stats.corrupt_entries, 1);
+  else if (cs < 0) api_log(ctx, KILN_LOG_DEBUG, "cache get %s: %s", hex, why.message);
   return cs;
 }
 
@@ -535,7 +541,7 @@ void api_cache_reject(kiln_context *ctx, const kn_cache_key *key, const char *he
   api_log(ctx, KILN_LOG_WARN, "cache entry %s/objects-v1/%s is not a loadable kernel (%s); "
           "removed, rebuilding", ctx->cache_dir, hex, why);
   atomic_fetch_add(&ctx->stats.corrupt_entries, 1);
-  kn_cache_remove(ctx->cache, key);
+  kn_cache_remove(ctx->cache, key, NULL);
 }
 
 /* cache lookup: 0 with *obj loaded, or -1 (miss, corrupt, bad payload: all logged) */
@@ -543,7 +549,7 @@ static int load_cached(kiln_context *ctx, const kn_cache_key *key, const char *h
                        kn_host_object **obj) {
   void *payload = NULL;
   size_t size = 0;
-  if (api_cache_get(ctx, key, hex, &payload, &size) != KN_CACHE_OK) return -1;
+  if (api_cache_get(ctx, key, hex, &payload, &size) != KN_OK) return -1;
   char symbol[160];
   const uint8_t *bytes;
   size_t nbytes;
@@ -748,7 +754,7 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
   api_tune_key(ctx, d, seqlen, &key);
   kn_tunedb *db = api_db(ctx);
   kn_tune_record rec;
-  if (db && kn_tunedb_get(db, &key, &rec) == KN_TUNEDB_OK) {
+  if (db && kn_tunedb_get(db, &key, &rec, NULL) == KN_OK) {
     kn_attn_config t = {.block_m = rec.config.block_m, .block_n = rec.config.block_n,
                         .warps = rec.config.warps, .stages = rec.config.stages};
     kn_diag diag;

@@ -297,20 +297,20 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
                      int seqlen, int record, kiln_tune_result *res, kn_attn_config *best) {
   double t_start = now_us();
   kn_space space;
-  char err[256];
+  kn_diag why;
   /* candidates are host objects timed on the host's clock; timing PTX kernels with CUDA events
    * is not written yet (kiln.h: tuning on CUDA) */
   if (ctx->kind != KN_DEVICE_HOST)
     return api_fail(KILN_ERR_UNSUPPORTED, "autotuning on %s is not implemented yet (the host "
                     "only); prepare with KILN_TUNE_CACHED or KILN_TUNE_NONE", ctx->target_name);
-  if (kn_space_default(&space, "fwd", ctx->target->arch))
-    return api_fail(KILN_ERR_UNSUPPORTED, "no tuning space for template fwd");
+  kn_status st = kn_space_default(&space, "fwd", ctx->target->arch, &why);
+  if (st != KN_OK) return api_fail(api_status_of(st), "%s", why.message);
   /* the request's spec, else $KILN_TUNE_SPACE, each applied over the template's space */
   if (o && o->tune_space) {
-    if (kn_space_apply(&space, o->tune_space, err, sizeof err))
-      return api_fail(KILN_ERR_INVALID, "%s", err);
-  } else if (ctx->env_space[0] && kn_space_apply(&space, ctx->env_space, err, sizeof err)) {
-    return api_fail(KILN_ERR_INVALID, "KILN_TUNE_SPACE: %s", err);
+    if ((st = kn_space_apply(&space, o->tune_space, &why)) != KN_OK)
+      return api_fail(api_status_of(st), "%s", why.message);
+  } else if (ctx->env_space[0] && (st = kn_space_apply(&space, ctx->env_space, &why)) != KN_OK) {
+    return api_fail(api_status_of(st), "KILN_TUNE_SPACE: %s", why.message);
   }
   if (seqlen <= 0 || seqlen > (1 << 20))
     return api_fail(KILN_ERR_INVALID, "tuning sequence length %d out of range", seqlen);
@@ -324,7 +324,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
     free(cands);
     return api_fail(KILN_ERR_NOMEM, "out of memory");
   }
-  char why[300] = "";
+  char first_why[300] = "";
   for (int i = 0; i < npoints; i++) {
     kn_tune_config tc;
     kn_space_point(&space, i, &tc);
@@ -332,18 +332,18 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
                         .stages = tc.stages};
     kn_diag diag;
     if (kn_attn_check_on(ctx->target->arch, d, &c, &diag) == 0) points[total++] = i;
-    else if (!why[0]) snprintf(why, sizeof why, "%.299s", diag.message);
+    else if (!first_why[0]) snprintf(first_why, sizeof first_why, "%.299s", diag.message);
   }
   if (total < npoints)
     api_log(ctx, KILN_LOG_INFO, "tuning space: %d of %d points offered on %s (the others cannot "
-            "compile there, e.g. %s)", total, npoints, ctx->target_name, why);
+            "compile there, e.g. %s)", total, npoints, ctx->target_name, first_why);
   if (total == 0) {
     free(points);
     free(cands);
     /* a space none of whose points the template accepts is a bad request, not a failed run */
     return api_fail(KILN_ERR_INVALID, "none of the %d points of the tuning space is a tiling the "
                     "template accepts for %s D%d on %s (%s)", npoints, kn_scalar_name(d->dtype),
-                    d->head_dim, ctx->target_name, why);
+                    d->head_dim, ctx->target_name, first_why);
   }
   run r = {.ctx = ctx, .d = d, .space = &space};
   kiln_status s = setup(&r, o, seqlen);
@@ -400,12 +400,13 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
     kn_tunedb *db = record ? api_db(ctx) : NULL;
     if (db) {
       kn_tune_record rec = {.key = key, .config = best_tc, .time_us = b->median_us};
-      int ps = kn_tunedb_put(db, &rec, record == 1);
-      recorded = ps == KN_TUNEDB_OK;
-      if (ps == KN_TUNEDB_NOT_REPLACED) {
+      kn_diag why;
+      kn_status ps = kn_tunedb_put(db, &rec, record == 1, &why);
+      recorded = ps == KN_OK;
+      if (ps == KN_NOT_REPLACED) {
         /* another process recorded a faster tiling meanwhile: use that one, as it will */
         kn_tune_record theirs;
-        if (kn_tunedb_get(db, &key, &theirs) == KN_TUNEDB_OK) {
+        if (kn_tunedb_get(db, &key, &theirs, NULL) == KN_OK) {
           best->block_m = theirs.config.block_m;
           best->block_n = theirs.config.block_n;
           best->warps = theirs.config.warps;
@@ -413,7 +414,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
         }
       } else if (ps < 0) {
         char msg[1200];
-        snprintf(msg, sizeof msg, "tuning result not recorded: %s", kn_tunedb_message());
+        snprintf(msg, sizeof msg, "tuning result not recorded: %s", why.message);
         api_log_unwritable(ctx, msg);
       }
     }

@@ -28,9 +28,11 @@ static void set_axis(kn_space *s, kn_space_axis_id id, int n, const int *v) {
   memcpy(a->values, v, sizeof *v * (size_t)n);
 }
 
-int kn_space_default(kn_space *s, const char *template_name, const kn_arch *arch) {
+kn_status kn_space_default(kn_space *s, const char *template_name, const kn_arch *arch,
+                           kn_diag *d) {
   memset(s, 0, sizeof *s);
-  if (strcmp(template_name, "fwd") != 0) return -1;
+  if (strcmp(template_name, "fwd") != 0)
+    return kn_diag_set(d, KN_E_UNSUPPORTED, "no tuning space for template %s", template_name);
   snprintf(s->template_name, sizeof s->template_name, "%s", template_name);
   static const int tiles[] = {16, 32, 64, 128}, one[] = {1}, four[] = {4}, zero[] = {0};
   set_axis(s, KN_AXIS_BLOCK_M, 4, tiles);
@@ -65,25 +67,20 @@ int kn_space_default(kn_space *s, const char *template_name, const kn_arch *arch
     snprintf(s->matrix_names[i], KN_TUNE_NAME_MAX, "%s", nmatrix ? arch->mma[j].mnemonic : "");
   }
   set_axis(s, KN_AXIS_MATRIX, s->nmatrix, idx);
-  return 0;
+  return KN_OK;
 }
 
-static int fail(char *err, size_t n, const char *fmt, const char *a, const char *b) {
-  snprintf(err, n, fmt, a, b);
-  return -1;
-}
-
-int kn_space_apply(kn_space *s, const char *spec, char *err, size_t errsize) {
-  if (!spec) return 0;
+kn_status kn_space_apply(kn_space *s, const char *spec, kn_diag *d) {
+  if (!spec) return KN_OK;
   char buf[1024];
   if (snprintf(buf, sizeof buf, "%s", spec) >= (int)sizeof buf)
-    return fail(err, errsize, "tuning space spec too long%s%s", "", "");
+    return kn_diag_set(d, KN_E_INVALID, "tuning space spec too long");
   char *save = NULL;
   for (char *item = strtok_r(buf, ";", &save); item; item = strtok_r(NULL, ";", &save)) {
     while (*item == ' ') item++;
     if (!*item) continue;
     char *eq = strchr(item, '=');
-    if (!eq) return fail(err, errsize, "tuning space: '%s' is not name=values%s", item, "");
+    if (!eq) return kn_diag_set(d, KN_E_INVALID, "tuning space: '%s' is not name=values", item);
     *eq = 0;
     const char *name = item, *vals = eq + 1;
     if (!strncmp(name, "max_", 4)) {
@@ -91,32 +88,32 @@ int kn_space_apply(kn_space *s, const char *spec, char *err, size_t errsize) {
       errno = 0;
       unsigned long long v = strtoull(vals, &end, 10);
       if (errno || end == vals || *end)
-        return fail(err, errsize, "tuning space: limit %s=%s is not a number", name, vals);
+        return kn_diag_set(d, KN_E_INVALID, "tuning space: limit %s=%s is not a number", name, vals);
       if (!strcmp(name, "max_tile_bytes")) s->limits.max_tile_bytes = v;
       else if (!strcmp(name, "max_vgprs")) s->limits.max_vgprs = (int)v;
       else if (!strcmp(name, "max_lds_bytes")) s->limits.max_lds_bytes = v;
       else if (!strcmp(name, "max_spill_bytes")) s->limits.max_spill_bytes = v;
-      else return fail(err, errsize, "tuning space: unknown limit '%s'%s", name, "");
+      else return kn_diag_set(d, KN_E_INVALID, "tuning space: unknown limit '%s'", name);
       continue;
     }
     int id = -1;
     for (int i = 0; i < KN_AXIS_COUNT; i++)
       if (!strcmp(name, axis_names[i])) id = i;
-    if (id < 0) return fail(err, errsize, "tuning space: unknown knob '%s'%s", name, "");
+    if (id < 0) return kn_diag_set(d, KN_E_INVALID, "tuning space: unknown knob '%s'", name);
     int v[KN_SPACE_MAX_VALUES], n = 0;
     char vbuf[512];
     snprintf(vbuf, sizeof vbuf, "%s", vals);
     char *vsave = NULL;
     for (char *t = strtok_r(vbuf, ",", &vsave); t; t = strtok_r(NULL, ",", &vsave)) {
       if (n == KN_SPACE_MAX_VALUES)
-        return fail(err, errsize, "tuning space: too many values for %s%s", name, "");
+        return kn_diag_set(d, KN_E_INVALID, "tuning space: too many values for %s", name);
       if (id == KN_AXIS_MATRIX) {
         int found = -1;
         for (int m = 0; m < s->nmatrix; m++)
           if (!strcmp(t, s->matrix_names[m])) found = m;
         if (found < 0)
-          return fail(err, errsize, "tuning space: the target has no matrix instruction '%s'%s",
-                      t, "");
+          return kn_diag_set(d, KN_E_INVALID,
+                             "tuning space: the target has no matrix instruction '%s'", t);
         v[n++] = found;
         continue;
       }
@@ -124,15 +121,15 @@ int kn_space_apply(kn_space *s, const char *spec, char *err, size_t errsize) {
       errno = 0;
       long x = strtol(t, &end, 10);
       if (errno || end == t || *end || x < 0 || x > 1 << 20)
-        return fail(err, errsize, "tuning space: bad value '%s' for %s", t, name);
+        return kn_diag_set(d, KN_E_INVALID, "tuning space: bad value '%s' for %s", t, name);
       v[n++] = (int)x;
     }
-    if (!n) return fail(err, errsize, "tuning space: no values for %s%s", name, "");
+    if (!n) return kn_diag_set(d, KN_E_INVALID, "tuning space: no values for %s", name);
     set_axis(s, (kn_space_axis_id)id, n, v);
   }
   if (kn_space_size(s) > KN_SPACE_MAX_CANDIDATES)
-    return fail(err, errsize, "tuning space: more than 4096 candidates%s%s", "", "");
-  return 0;
+    return kn_diag_set(d, KN_E_INVALID, "tuning space: more than 4096 candidates");
+  return KN_OK;
 }
 
 int kn_space_size(const kn_space *s) {

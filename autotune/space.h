@@ -13,6 +13,8 @@
  * Text form (KILN_TUNE_SPACE, `kiln tune --space`): semicolon-separated `name=v1,v2,...`, e.g.
  *   "block_m=32,64;block_n=32;max_tile_bytes=1048576"
  * Each named axis replaces the default values of that axis; a limit sets that limit.
+ *
+ * Errors: a kn_status with the message in the caller's kn_diag (base/status.h).
  */
 #ifndef KILN_SPACE_H
 #define KILN_SPACE_H
@@ -68,12 +70,14 @@ typedef struct kn_space {
 /* The default space of a template ("fwd") for an architecture of the registry (NULL: the host;
  * the matrix-instruction axis lists the arch's instructions).  The space is a cross product:
  * the tuner drops the points the template cannot compile on the arch (kn_attn_check_on) before
- * counting candidates.  Returns 0, or -1 for an unknown template. */
-int kn_space_default(kn_space *s, const char *template_name, const kn_arch *arch);
+ * counting candidates.  Returns KN_OK, or KN_E_UNSUPPORTED for an unknown template. */
+kn_status kn_space_default(kn_space *s, const char *template_name, const kn_arch *arch,
+                           kn_diag *d);
 
-/* Applies a text spec ("block_m=32,64;max_tile_bytes=1000000") to s.  Returns 0, or -1 with a
- * message in err (unknown knob, bad or too many values, a matrix name the space lacks). */
-int kn_space_apply(kn_space *s, const char *spec, char *err, size_t errsize);
+/* Applies a text spec ("block_m=32,64;max_tile_bytes=1000000") to s.  Returns KN_OK, or
+ * KN_E_INVALID with the message in *d (unknown knob, bad or too many values, a matrix name the
+ * space lacks). */
+kn_status kn_space_apply(kn_space *s, const char *spec, kn_diag *d);
 
 /* number of points in the cross product */
 int kn_space_size(const kn_space *s);

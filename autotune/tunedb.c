@@ -28,7 +28,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,32 +46,6 @@ struct kn_tunedb {
   char path[PATH_MAX];
 };
 
-static _Thread_local char tl_message[1024];
-
-const char *kn_tunedb_message(void) { return tl_message; }
-
-static int say(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int say(int status, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(tl_message, sizeof tl_message, fmt, ap);
-  va_end(ap);
-  return status;
-}
-
-const char *kn_tunedb_status_str(int status) {
-  switch (status) {
-  case KN_TUNEDB_OK: return "ok";
-  case KN_TUNEDB_MISS: return "no tuning record";
-  case KN_TUNEDB_RECREATED: return "tuning database recreated";
-  case KN_TUNEDB_NOT_REPLACED: return "a faster record is already stored";
-  case KN_TUNEDB_EINVAL: return "invalid tuning key or record";
-  case KN_TUNEDB_EIO: return "tuning database error";
-  case KN_TUNEDB_ENEWER: return "tuning database has a newer schema";
-  case KN_TUNEDB_ENOMEM: return "out of memory";
-  default: return "unknown tuning database status";
-  }
-}
 
 int kn_tune_seq_bucket(int64_t n) {
   int b = 1;
@@ -239,28 +212,29 @@ static int move_aside(const char *path, char *aside, size_t size) {
   return 0;
 }
 
-int kn_tunedb_open(const char *path, kn_tunedb **out) {
-  if (!out) return say(KN_TUNEDB_EINVAL, "kn_tunedb_open: null output");
+kn_status kn_tunedb_open(const char *path, kn_tunedb **out, kn_diag *d) {
+  if (!out) return kn_diag_set(d, KN_E_INVALID, "kn_tunedb_open: null output");
   *out = NULL;
   kn_tunedb *t = calloc(1, sizeof *t);
-  if (!t) return say(KN_TUNEDB_ENOMEM, "out of memory opening the tuning database");
+  if (!t) return kn_diag_set(d, KN_E_NOMEM, "out of memory opening the tuning database");
   if (path) {
     if (snprintf(t->path, sizeof t->path, "%s", path) >= (int)sizeof t->path) {
       free(t);
-      return say(KN_TUNEDB_EINVAL, "tuning database path too long");
+      return kn_diag_set(d, KN_E_INVALID, "tuning database path too long");
     }
   } else {
     char dir[PATH_MAX - 32];
-    if (kn_cache_default_dir(dir, sizeof dir) != KN_CACHE_OK || kn_cache_ensure_dir(dir) != KN_CACHE_OK) {
+    kn_diag why;
+    if (kn_cache_default_dir(dir, sizeof dir, &why) != KN_OK || kn_cache_ensure_dir(dir, &why) != KN_OK) {
       free(t);
-      return say(KN_TUNEDB_EIO, "tuning database: %s", kn_cache_message());
+      return kn_diag_set(d, KN_E_IO, "tuning database: %s", why.message);
     }
     snprintf(t->path, sizeof t->path, "%s/%s", dir, KN_TUNEDB_FILE);
   }
 
   char why[512] = "";
   file_state fs = open_checked(t->path, &t->db, why, sizeof why);
-  int status = KN_TUNEDB_OK;
+  kn_status status = KN_OK;
   if (fs == FILE_BAD) {
     /* check again under the lock, so only one process moves a bad file aside */
     char lock[PATH_MAX + 8];
@@ -273,31 +247,31 @@ int kn_tunedb_open(const char *path, kn_tunedb **out) {
       char first_why[512];
       snprintf(first_why, sizeof first_why, "%s", why);
       if (move_aside(t->path, aside, sizeof aside) != 0) {
-        say(KN_TUNEDB_EIO, "tuning database %s is unusable (%s) and cannot be moved aside: %s",
+        kn_diag_set(d, KN_E_IO, "tuning database %s is unusable (%s) and cannot be moved aside: %s",
             t->path, first_why, strerror(errno));
         fs = FILE_ERROR;
-        status = KN_TUNEDB_EIO;
+        status = KN_E_IO;
       } else {
         fs = open_checked(t->path, &t->db, why, sizeof why);
         if (fs == FILE_OK)
-          status = say(KN_TUNEDB_RECREATED, "tuning database %s was unusable (%s); moved aside to "
+          status = kn_diag_set(d, KN_RECREATED, "tuning database %s was unusable (%s); moved aside to "
                        "%s and started afresh", t->path, first_why, aside);
       }
     }
     if (lfd >= 0) close(lfd); /* releases the lock */
   }
   if (fs == FILE_NEWER) {
-    say(KN_TUNEDB_ENEWER, "tuning database %s: %s; left untouched, tuning results will not "
+    kn_diag_set(d, KN_E_UNSUPPORTED, "tuning database %s: %s; left untouched, tuning results will not "
         "be saved (use a newer kiln, or another KILN_CACHE_DIR)", t->path, why);
     free(t);
-    return KN_TUNEDB_ENEWER;
+    return KN_E_UNSUPPORTED;
   }
   if (fs != FILE_OK) {
-    if (status == KN_TUNEDB_OK) say(KN_TUNEDB_EIO, "cannot open tuning database %s: %s", t->path, why);
+    if (status == KN_OK) kn_diag_set(d, KN_E_IO, "cannot open tuning database %s: %s", t->path, why);
     free(t);
-    return KN_TUNEDB_EIO;
+    return KN_E_IO;
   }
-  if (status == KN_TUNEDB_OK) tl_message[0] = 0;
+  if (status == KN_OK) kn_diag_clear(d);
   *out = t;
   return status;
 }
@@ -317,17 +291,17 @@ static bool name_ok(const char *s, size_t size, bool may_be_empty) {
   return n < size && (may_be_empty || n > 0);
 }
 
-static int check_key(const kn_tune_key *k) {
+static kn_status check_key(const kn_tune_key *k, kn_diag *d) {
   if (!name_ok(k->template_name, sizeof k->template_name, false) ||
       !name_ok(k->variant, sizeof k->variant, true) || !name_ok(k->dtype, sizeof k->dtype, false) ||
       !name_ok(k->arch, sizeof k->arch, false) ||
       !name_ok(k->kiln_version, sizeof k->kiln_version, false))
-    return say(KN_TUNEDB_EINVAL, "tuning key: template, dtype, arch and kiln version must be "
+    return kn_diag_set(d, KN_E_INVALID, "tuning key: template, dtype, arch and kiln version must be "
                "non-empty, NUL-terminated strings");
   if (k->head_dim <= 0 || k->seq_bucket <= 0)
-    return say(KN_TUNEDB_EINVAL, "tuning key: head_dim (%d) and seq_bucket (%d) must be positive",
+    return kn_diag_set(d, KN_E_INVALID, "tuning key: head_dim (%d) and seq_bucket (%d) must be positive",
                k->head_dim, k->seq_bucket);
-  return KN_TUNEDB_OK;
+  return KN_OK;
 }
 
 static void bind_key(sqlite3_stmt *st, const kn_tune_key *k) {
@@ -364,41 +338,42 @@ static void read_row(sqlite3_stmt *st, kn_tune_record *r) {
   r->tuned_at = sqlite3_column_int64(st, 14);
 }
 
-static int db_error(kn_tunedb *t, const char *what) {
-  return say(KN_TUNEDB_EIO, "tuning database %s: %s: %s", t->path, what, sqlite3_errmsg(t->db));
+static kn_status db_error(kn_tunedb *t, const char *what, kn_diag *d) {
+  return kn_diag_set(d, KN_E_IO, "tuning database %s: %s: %s", t->path, what, sqlite3_errmsg(t->db));
 }
 
-int kn_tunedb_get(kn_tunedb *t, const kn_tune_key *key, kn_tune_record *out) {
-  if (!t || !key || !out) return say(KN_TUNEDB_EINVAL, "kn_tunedb_get: null argument");
-  int s = check_key(key);
+kn_status kn_tunedb_get(kn_tunedb *t, const kn_tune_key *key, kn_tune_record *out, kn_diag *d) {
+  if (!t || !key || !out) return kn_diag_set(d, KN_E_INVALID, "kn_tunedb_get: null argument");
+  kn_status s = check_key(key, d);
   if (s) return s;
   sqlite3_stmt *st;
   if (sqlite3_prepare_v2(t->db, "SELECT " COLUMNS " FROM tuning WHERE " KEY_WHERE, -1, &st, NULL) != SQLITE_OK)
-    return db_error(t, "get");
+    return db_error(t, "get", d);
   bind_key(st, key);
   int rc = sqlite3_step(st);
   if (rc == SQLITE_ROW) {
     read_row(st, out);
-    s = KN_TUNEDB_OK;
+    s = KN_OK;
+    kn_diag_clear(d);
   } else if (rc == SQLITE_DONE) {
-    s = KN_TUNEDB_MISS;
+    s = kn_diag_set(d, KN_MISS, "no tuning record for the key");
   } else {
-    s = db_error(t, "get");
+    s = db_error(t, "get", d);
   }
   sqlite3_finalize(st);
   return s;
 }
 
-int kn_tunedb_put(kn_tunedb *t, const kn_tune_record *rec, int only_if_faster) {
-  if (!t || !rec) return say(KN_TUNEDB_EINVAL, "kn_tunedb_put: null argument");
-  int s = check_key(&rec->key);
+kn_status kn_tunedb_put(kn_tunedb *t, const kn_tune_record *rec, int only_if_faster, kn_diag *d) {
+  if (!t || !rec) return kn_diag_set(d, KN_E_INVALID, "kn_tunedb_put: null argument");
+  kn_status s = check_key(&rec->key, d);
   if (s) return s;
   if (!name_ok(rec->config.matrix_instr, sizeof rec->config.matrix_instr, true) ||
       !(rec->time_us >= 0))
-    return say(KN_TUNEDB_EINVAL, "tuning record: bad matrix instruction name or time");
+    return kn_diag_set(d, KN_E_INVALID, "tuning record: bad matrix instruction name or time");
   /* IMMEDIATE takes the write lock now (waiting up to the busy timeout), so the compare and the
    * write below see and change the same state */
-  if (sqlite3_exec(t->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) return db_error(t, "begin");
+  if (sqlite3_exec(t->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) return db_error(t, "begin", d);
   sqlite3_stmt *st = NULL;
   if (only_if_faster) {
     if (sqlite3_prepare_v2(t->db, "SELECT time_us FROM tuning WHERE " KEY_WHERE, -1, &st, NULL) != SQLITE_OK)
@@ -408,7 +383,7 @@ int kn_tunedb_put(kn_tunedb *t, const kn_tune_record *rec, int only_if_faster) {
     if (rc == SQLITE_ROW && sqlite3_column_double(st, 0) <= rec->time_us) {
       sqlite3_finalize(st);
       sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL);
-      return say(KN_TUNEDB_NOT_REPLACED, "a faster record is already stored");
+      return kn_diag_set(d, KN_NOT_REPLACED, "a faster record is already stored");
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) goto fail;
     sqlite3_finalize(st);
@@ -430,26 +405,27 @@ int kn_tunedb_put(kn_tunedb *t, const kn_tune_record *rec, int only_if_faster) {
   if (sqlite3_step(st) != SQLITE_DONE) goto fail;
   sqlite3_finalize(st);
   if (sqlite3_exec(t->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
-    s = db_error(t, "commit");
+    s = db_error(t, "commit", d);
     sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL);
     return s;
   }
-  return KN_TUNEDB_OK;
+  kn_diag_clear(d);
+  return KN_OK;
 fail:
-  s = db_error(t, "put");
+  s = db_error(t, "put", d);
   sqlite3_finalize(st);
   sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL);
   return s;
 }
 
-int kn_tunedb_list(kn_tunedb *t, kn_tune_record **records, size_t *count) {
-  if (!t || !records || !count) return say(KN_TUNEDB_EINVAL, "kn_tunedb_list: null argument");
+kn_status kn_tunedb_list(kn_tunedb *t, kn_tune_record **records, size_t *count, kn_diag *d) {
+  if (!t || !records || !count) return kn_diag_set(d, KN_E_INVALID, "kn_tunedb_list: null argument");
   *records = NULL;
   *count = 0;
   sqlite3_stmt *st;
   if (sqlite3_prepare_v2(t->db, "SELECT " COLUMNS " FROM tuning ORDER BY template, variant, dtype, "
                          "head_dim, seq_bucket, arch, kiln_version", -1, &st, NULL) != SQLITE_OK)
-    return db_error(t, "list");
+    return db_error(t, "list", d);
   kn_tune_record *v = NULL;
   size_t n = 0, cap = 0;
   int rc;
@@ -460,14 +436,14 @@ int kn_tunedb_list(kn_tunedb *t, kn_tune_record **records, size_t *count) {
       if (!nv) {
         free(v);
         sqlite3_finalize(st);
-        return say(KN_TUNEDB_ENOMEM, "out of memory listing the tuning database");
+        return kn_diag_set(d, KN_E_NOMEM, "out of memory listing the tuning database");
       }
       v = nv;
     }
     read_row(st, &v[n++]);
   }
   if (rc != SQLITE_DONE) {
-    int s = db_error(t, "list");
+    kn_status s = db_error(t, "list", d);
     free(v);
     sqlite3_finalize(st);
     return s;
@@ -475,18 +451,18 @@ int kn_tunedb_list(kn_tunedb *t, kn_tune_record **records, size_t *count) {
   sqlite3_finalize(st);
   *records = v;
   *count = n;
-  return KN_TUNEDB_OK;
+  return KN_OK;
 }
 
-int kn_tunedb_prune(kn_tunedb *t, const char *keep_version, size_t *removed) {
-  if (!t) return say(KN_TUNEDB_EINVAL, "kn_tunedb_prune: null database");
+kn_status kn_tunedb_prune(kn_tunedb *t, const char *keep_version, size_t *removed, kn_diag *d) {
+  if (!t) return kn_diag_set(d, KN_E_INVALID, "kn_tunedb_prune: null database");
   sqlite3_stmt *st;
   const char *sql = keep_version ? "DELETE FROM tuning WHERE kiln_version <> ?1" : "DELETE FROM tuning";
-  if (sqlite3_prepare_v2(t->db, sql, -1, &st, NULL) != SQLITE_OK) return db_error(t, "prune");
+  if (sqlite3_prepare_v2(t->db, sql, -1, &st, NULL) != SQLITE_OK) return db_error(t, "prune", d);
   if (keep_version) sqlite3_bind_text(st, 1, keep_version, -1, SQLITE_STATIC);
   int rc = sqlite3_step(st);
   if (removed) *removed = rc == SQLITE_DONE ? (size_t)sqlite3_changes(t->db) : 0;
   sqlite3_finalize(st);
-  if (rc != SQLITE_DONE) return db_error(t, "prune");
-  return KN_TUNEDB_OK;
+  if (rc != SQLITE_DONE) return db_error(t, "prune", d);
+  return KN_OK;
 }

@@ -14,11 +14,12 @@
  *
  * Schema version: PRAGMA user_version.  A file that is not a database, is corrupt, belongs to
  * another application, or has an older schema is moved aside to <path>.bad-<time> (with its
- * -wal/-shm) and a fresh database is made (status KN_TUNEDB_RECREATED, with a message).  A
- * file with a newer schema (a later kiln) is left untouched and refused (KN_TUNEDB_ENEWER): the
+ * -wal/-shm) and a fresh database is made (the outcome KN_RECREATED, with a message).  A file
+ * with a newer schema (a later kiln) is left untouched and refused (KN_E_UNSUPPORTED): the
  * caller tunes without persisting rather than destroying the newer kiln's records.
  *
- * Errors: status + kn_tunedb_message() (per thread, like the cache).  Nothing is printed.
+ * Errors: a kn_status with the message in the caller's kn_diag (base/status.h; NULL allowed),
+ * like the cache.  Nothing is printed.
  * Threads: a handle may be shared by threads (SQLite serialised mode).
  */
 #ifndef KILN_TUNEDB_H
@@ -26,6 +27,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,19 +40,15 @@ extern "C" {
 #define KN_TUNEDB_BUSY_TIMEOUT_MS 10000
 #define KN_TUNE_NAME_MAX 64
 
-typedef enum kn_tunedb_status {
-  KN_TUNEDB_OK = 0,
-  KN_TUNEDB_MISS = 1,       /* no record for the key */
-  KN_TUNEDB_RECREATED = 2,  /* open: a bad or old database was moved aside; a fresh one is open */
-  KN_TUNEDB_NOT_REPLACED = 3, /* put with only_if_faster: the stored record is faster */
-  KN_TUNEDB_EINVAL = -1,    /* bad argument (empty or over-long name, non-positive size) */
-  KN_TUNEDB_EIO = -2,       /* cannot open or write the database (SQLite's message follows) */
-  KN_TUNEDB_ENEWER = -3,    /* the file has a newer schema; left untouched */
-  KN_TUNEDB_ENOMEM = -4,
-} kn_tunedb_status;
-
-const char *kn_tunedb_status_str(int status);
-const char *kn_tunedb_message(void);
+/* The statuses the database returns:
+ *   KN_OK
+ *   KN_MISS            get: no record for the key (outcome)
+ *   KN_RECREATED       open: a bad or old database was moved aside; a fresh one is open (outcome)
+ *   KN_NOT_REPLACED    put with only_if_faster: the stored record is faster (outcome)
+ *   KN_E_INVALID       a bad argument (empty or over-long name, non-positive size)
+ *   KN_E_IO            cannot open or write the database (SQLite's message follows)
+ *   KN_E_UNSUPPORTED   open: the file has a newer schema; left untouched
+ *   KN_E_NOMEM */
 
 typedef struct kn_tune_key {
   char template_name[KN_TUNE_NAME_MAX]; /* "fwd", "decode", "bwd" */
@@ -83,21 +82,22 @@ int kn_tune_seq_bucket(int64_t n);
 typedef struct kn_tunedb kn_tunedb;
 
 /* path NULL: <kn_cache_default_dir()>/tuning.sqlite3, creating the directory 0700.
- * KN_TUNEDB_OK or KN_TUNEDB_RECREATED give a handle; other statuses leave *out NULL. */
-int kn_tunedb_open(const char *path, kn_tunedb **out);
+ * KN_OK or KN_RECREATED give a handle; other statuses leave *out NULL. */
+kn_status kn_tunedb_open(const char *path, kn_tunedb **out, kn_diag *d);
 void kn_tunedb_close(kn_tunedb *db);
 const char *kn_tunedb_path(const kn_tunedb *db);
 
-/* KN_TUNEDB_OK (filled *out) or KN_TUNEDB_MISS */
-int kn_tunedb_get(kn_tunedb *db, const kn_tune_key *key, kn_tune_record *out);
+/* KN_OK (filled *out) or KN_MISS */
+kn_status kn_tunedb_get(kn_tunedb *db, const kn_tune_key *key, kn_tune_record *out, kn_diag *d);
 /* inserts or replaces the record for rec->key; with only_if_faster an existing record with a
- * smaller time_us is kept (decided inside one transaction, so racing tuners agree) */
-int kn_tunedb_put(kn_tunedb *db, const kn_tune_record *rec, int only_if_faster);
+ * smaller time_us is kept (KN_NOT_REPLACED; decided inside one transaction, so racing tuners
+ * agree) */
+kn_status kn_tunedb_put(kn_tunedb *db, const kn_tune_record *rec, int only_if_faster, kn_diag *d);
 /* every record (all versions), ordered by key; *records is malloc'ed (free() it) */
-int kn_tunedb_list(kn_tunedb *db, kn_tune_record **records, size_t *count);
+kn_status kn_tunedb_list(kn_tunedb *db, kn_tune_record **records, size_t *count, kn_diag *d);
 /* removes every record of other kiln versions than `keep_version` (NULL: all records);
  * *removed may be NULL */
-int kn_tunedb_prune(kn_tunedb *db, const char *keep_version, size_t *removed);
+kn_status kn_tunedb_prune(kn_tunedb *db, const char *keep_version, size_t *removed, kn_diag *d);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,8 @@
  * Host JIT: one LLJIT per compiled kernel, so a kernel owns its code and frees it with the JIT
  * (kn_jit_unload), and compiles on different threads share nothing.  The JIT's target machine is
  * the host CPU with its features (the code runs where it was compiled).  The JIT'ed code calls a
- * few C functions: kiln's numeric helpers (kn_rt_round, kn_rt_encode) and libm/libc functions
+ * few C functions: kiln's numeric helpers (kn_rt_round, kn_rt_encode), checked mode's
+ * kn_rt_check_access (host_run.c) and libm/libc functions
  * LLVM emits calls to; these are defined as absolute symbols (addresses taken here), so linking
  * does not depend on the process exporting them (a static binary does not); a process symbol
  * generator is added as well for anything else LLVM's codegen may call (e.g. __truncdfhf2).
@@ -28,6 +29,7 @@
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
 
+#include "host_run.h"
 #include "numeric.h"
 #include "target.h"
 
@@ -209,6 +211,7 @@ int kn_jit_define_helpers(LLVMOrcLLJITRef J, kn_diag *d) {
       {"kn_rt_round", (void *)(uintptr_t)kn_rt_round},
       {"kn_rt_encode", (void *)(uintptr_t)kn_rt_encode},
       {"kn_rt_int_to_float", (void *)(uintptr_t)kn_rt_int_to_float},
+      {"kn_rt_check_access", (void *)(uintptr_t)kn_rt_check_access},
       {"exp", (void *)(uintptr_t)exp},
       {"exp2", (void *)(uintptr_t)exp2},
       {"log", (void *)(uintptr_t)log},

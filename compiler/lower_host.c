@@ -26,6 +26,10 @@
  *    Reductions run in index order (first element, then op with each next one).
  *  - Loads and stores branch around dead elements (bounds, mask) so no dead address is touched;
  *    the vectoriser turns that into masked loads/stores where the CPU has them.
+ *  - Checked mode (kn_lower_host_checked, see host_run.h): behind that branch, every live access
+ *    first calls kn_rt_check_access with the launch's checker (one more kernel argument), a
+ *    constant site naming the op and its location, the element and the program; an access it
+ *    refuses is skipped (a load gives `other`, or 0).  The call keeps those loops scalar.
  *  - for/if results and loop-carried values live in slots (allocas; mem2reg turns scalar ones
  *    into phis); a yield copies into the slots, through a temporary when a yielded value is
  *    another slot of the same loop (parallel-copy semantics).
@@ -43,6 +47,7 @@
 #include <llvm-c/Core.h>
 
 #include "device.h"
+#include "host_run.h"
 #include "numeric.h"
 #include "target.h"
 
@@ -68,6 +73,9 @@ typedef struct lower {
   LLVMValueRef args, pid[3], nprog[3];
   LLVMValueRef err;        /* i32 slot: KN_KSTATUS_* bits of this program */
   LLVMValueRef status;     /* the global status word */
+  bool checked;            /* checked mode: */
+  LLVMValueRef check;      /*   the launch's checker (args[nparams].p) */
+  LLVMValueRef site;       /*   the kn_check_site of the load/store being lowered */
   LLVMValueRef f8tab[KN_SCALAR_COUNT];
   size_t tile_bytes;
   LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, ptr, vd;
@@ -628,29 +636,64 @@ static void mem_loop(lower *L, const kn_value *tile, int rank,
   loop_close(L, &li);
 }
 
+/* the branches around an access that must not happen: a dead element, and in checked mode one
+ * the checker refuses; skip[] are the blocks that branch straight to join */
+typedef struct guard {
+  LLVMBasicBlockRef join, skip[2];
+  int nskip;
+} guard;
+
+static void guard_branch(lower *L, guard *g, LLVMValueRef cond, const char *name) {
+  LLVMBasicBlockRef go = LLVMAppendBasicBlockInContext(L->C, L->fn, name);
+  if (!g->join) g->join = LLVMAppendBasicBlockInContext(L->C, L->fn, "mem.join");
+  g->skip[g->nskip++] = LLVMGetInsertBlock(L->B);
+  LLVMBuildCondBr(L->B, cond, go, g->join);
+  LLVMPositionBuilderAtEnd(L->B, go);
+}
+
+/* opens the block of the access of element `coord` at p when something guards it (else returns
+ * false and the caller emits the access in place) */
+static bool guard_open(lower *L, guard *g, const kn_mem_operands *mo, kn_scalar s, LLVMValueRef p,
+                       LLVMValueRef live, const LLVMValueRef *coord) {
+  *g = (guard){0};
+  if (!live && !L->checked) return false;
+  if (live) guard_branch(L, g, live, "mem.live");
+  if (L->checked) {
+    LLVMTypeRef pt[9] = {L->ptr, L->ptr, L->i64, L->i64, L->i64, L->i64, L->i32, L->i32, L->i32};
+    LLVMValueRef a[9] = {L->check, L->site, LLVMBuildPtrToInt(L->B, p, L->i64, ""),
+                         ci64(L, (int64_t)kn_scalar_size(s)), coord[0],
+                         mo->rank == 2 ? coord[1] : ci64(L, -1), L->pid[0], L->pid[1], L->pid[2]};
+    LLVMValueRef ok = call_fn(L, "kn_rt_check_access", L->i32, pt, 9, a, false);
+    guard_branch(L, g, LLVMBuildICmp(L->B, LLVMIntNE, ok, ci32(L, 0), ""), "mem.ok");
+  }
+  return true;
+}
+
+/* ends the access's block at join; returns the block that ended */
+static LLVMBasicBlockRef guard_close(lower *L, guard *g) {
+  LLVMBasicBlockRef end = LLVMGetInsertBlock(L->B);
+  LLVMBuildBr(L->B, g->join);
+  LLVMPositionBuilderAtEnd(L->B, g->join);
+  return end;
+}
+
 static void load_body(lower *L, const kn_op *op, const kn_mem_operands *mo, LLVMValueRef *coord,
                       LLVMValueRef lin, void *ctx) {
   const kn_value *r = op->res[0];
   kn_scalar s = elem(r);
   LLVMValueRef live, p = mem_addr(L, mo, s, coord, lin, &live);
+  LLVMValueRef dead = mo->other ? get(L, mo->other, NULL) : LLVMConstNull(reg_type(L, s));
   LLVMValueRef v;
-  if (!live) {
+  guard g;
+  if (!guard_open(L, &g, mo, s, p, live, coord)) {
     v = load_mem(L, s, p, 1);
   } else {
-    LLVMValueRef dead = mo->other ? get(L, mo->other, NULL) : LLVMConstNull(reg_type(L, s));
-    LLVMBasicBlockRef from = LLVMGetInsertBlock(L->B);
-    LLVMBasicBlockRef ld = LLVMAppendBasicBlockInContext(L->C, L->fn, "ld");
-    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(L->C, L->fn, "ld.join");
-    LLVMBuildCondBr(L->B, live, ld, join);
-    LLVMPositionBuilderAtEnd(L->B, ld);
     LLVMValueRef x = load_mem(L, s, p, 1);
-    LLVMBasicBlockRef ld_end = LLVMGetInsertBlock(L->B);
-    LLVMBuildBr(L->B, join);
-    LLVMPositionBuilderAtEnd(L->B, join);
+    LLVMBasicBlockRef end = guard_close(L, &g);
     v = LLVMBuildPhi(L->B, reg_type(L, s), "");
-    LLVMValueRef vals[2] = {dead, x};
-    LLVMBasicBlockRef bbs[2] = {from, ld_end};
-    LLVMAddIncoming(v, vals, bbs, 2);
+    LLVMValueRef vals[3] = {x, dead, dead};
+    LLVMBasicBlockRef bbs[3] = {end, g.skip[0], g.skip[1]};
+    LLVMAddIncoming(v, vals, bbs, 1 + (unsigned)g.nskip);
   }
   if (is_tile(r)) store_elem(L, s, (LLVMValueRef)ctx, lin, v);
   else *(LLVMValueRef *)ctx = v;
@@ -662,22 +705,41 @@ static void store_body(lower *L, const kn_op *op, const kn_mem_operands *mo, LLV
   kn_scalar s = elem(mo->value);
   LLVMValueRef live, p = mem_addr(L, mo, s, coord, lin, &live);
   LLVMValueRef v = get(L, mo->value, lin);
-  if (!live) {
-    store_mem(L, s, p, v, 1);
-    return;
-  }
-  LLVMBasicBlockRef st = LLVMAppendBasicBlockInContext(L->C, L->fn, "st");
-  LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(L->C, L->fn, "st.join");
-  LLVMBuildCondBr(L->B, live, st, join);
-  LLVMPositionBuilderAtEnd(L->B, st);
+  guard g;
+  bool guarded = guard_open(L, &g, mo, s, p, live, coord);
   store_mem(L, s, p, v, 1);
-  LLVMBuildBr(L->B, join);
-  LLVMPositionBuilderAtEnd(L->B, join);
+  if (guarded) guard_close(L, &g);
+}
+
+/* a private constant C string of the module (NULL: a null pointer) */
+static LLVMValueRef const_cstr(lower *L, const char *text) {
+  if (!text) return LLVMConstNull(L->ptr);
+  size_t n = strlen(text);
+  LLVMValueRef g = LLVMAddGlobal(L->M, LLVMArrayType2(L->i8, n + 1), "kiln.check.str");
+  LLVMSetInitializer(g, LLVMConstStringInContext2(L->C, text, n, 0));
+  LLVMSetGlobalConstant(g, 1);
+  LLVMSetLinkage(g, LLVMPrivateLinkage);
+  LLVMSetUnnamedAddress(g, LLVMGlobalUnnamedAddr);
+  return g;
+}
+
+/* checked mode: the kn_check_site {op, file, line, col} of a load or store, for its accesses */
+static void set_site(lower *L, const kn_op *op) {
+  if (!L->checked) return;
+  const char *file = op->loc.file ? op->loc.file : L->m->filename;
+  LLVMValueRef f[4] = {const_cstr(L, op->opc == KN_OP_LOAD ? "load" : "store"), const_cstr(L, file),
+                       ci32(L, op->loc.line), ci32(L, op->loc.col)};
+  LLVMValueRef init = LLVMConstStructInContext(L->C, f, 4, 0);
+  L->site = LLVMAddGlobal(L->M, LLVMTypeOf(init), "kiln.check.site");
+  LLVMSetInitializer(L->site, init);
+  LLVMSetGlobalConstant(L->site, 1);
+  LLVMSetLinkage(L->site, LLVMPrivateLinkage);
 }
 
 static void lower_load(lower *L, const kn_op *op) {
   kn_mem_operands mo;
   kn_mem_operands_get(op, &mo);
+  set_site(L, op);
   const kn_value *r = op->res[0];
   if (is_tile(r)) {
     LLVMValueRef buf = tile_alloc(L, r->type);
@@ -693,6 +755,7 @@ static void lower_load(lower *L, const kn_op *op) {
 static void lower_store(lower *L, const kn_op *op) {
   kn_mem_operands mo;
   kn_mem_operands_get(op, &mo);
+  set_site(L, op);
   mem_loop(L, mo.value, mo.rank, store_body, op, &mo, NULL);
 }
 
@@ -1007,11 +1070,9 @@ static LLVMValueRef load_param(lower *L, int i, kn_type t) {
   return from_f64(L, s, LLVMBuildLoad2(L->B, L->f64, p, ""));
 }
 
-int kn_lower_host(const kn_target *t, kn_func *k, const kn_layout_plan *plan, LLVMContextRef ctx,
-                  LLVMModuleRef *out, kn_diag *d) {
-  (void)plan;
-  (void)t;
-  lower L = {.C = ctx, .k = k, .m = k->module, .d = d};
+static int lower_kernel(kn_func *k, LLVMContextRef ctx, bool checked, LLVMModuleRef *out,
+                        kn_diag *d) {
+  lower L = {.C = ctx, .k = k, .m = k->module, .d = d, .checked = checked};
   if (!k->is_kernel) return kn_error(d, k->module, k->loc, "'@%s' is not a kernel", k->name);
   int nv = kn_func_number(k);
   L.vals = calloc((size_t)nv + 1, sizeof *L.vals);
@@ -1069,6 +1130,7 @@ int kn_lower_host(const kn_target *t, kn_func *k, const kn_layout_plan *plan, LL
     }
     set_value(&L, p, load_param(&L, i, p->type), false);
   }
+  if (checked) L.check = load_param(&L, kn_func_nparams(k), kn_ty_ptr(KN_I32)); /* a pointer */
   if (!L.failed) lower_block(&L, k->body, NULL);
   if (!L.failed && !LLVMGetBasicBlockTerminator(LLVMGetInsertBlock(L.B))) lower_return(&L);
   if (!L.failed && L.tile_bytes > KN_HOST_TILE_BYTES_MAX) {
@@ -1086,4 +1148,18 @@ int kn_lower_host(const kn_target *t, kn_func *k, const kn_layout_plan *plan, LL
   }
   *out = L.M;
   return 0;
+}
+
+int kn_lower_host(const kn_target *t, kn_func *k, const kn_layout_plan *plan, LLVMContextRef ctx,
+                  LLVMModuleRef *out, kn_diag *d) {
+  (void)t;
+  (void)plan;
+  return lower_kernel(k, ctx, false, out, d);
+}
+
+int kn_lower_host_checked(const kn_target *t, kn_func *k, const kn_layout_plan *plan,
+                          LLVMContextRef ctx, LLVMModuleRef *out, kn_diag *d) {
+  (void)t;
+  (void)plan;
+  return lower_kernel(k, ctx, true, out, d);
 }

@@ -30,6 +30,7 @@
 #include <llvm-c/TargetMachine.h>
 
 #include "device.h"
+#include "host_run.h"
 #include "pipeline.h"
 #include "target.h"
 
@@ -175,18 +176,6 @@ void kn_object_unload(kn_host_object *h) {
 
 int kn_object_run_host(kn_host_object *h, const kn_argval *args, const int grid[3], kn_diag *d) {
   if (!h || !h->entry) return kn_error(d, NULL, no_loc, "object is not loaded");
-  /* the status word is per kernel: the caller serialises launches of one object (host launches
-   * are serialised by the pool anyway) so the bits read belong to this launch */
-  if (h->status) __atomic_store_n(h->status, 0, __ATOMIC_RELAXED);
-  int st = kn_host_launch(h->entry, args, grid);
-  if (st != KN_RT_OK)
-    return kn_error(d, NULL, no_loc, "host launch of %s: %s", h->symbol, kn_rt_status_str(st));
-  int status = h->status ? __atomic_load_n(h->status, __ATOMIC_RELAXED) : 0;
-  if (status & KN_KSTATUS_DIV_ZERO)
-    return kn_error(d, NULL, no_loc, "%s: integer division or remainder by zero", h->symbol);
-  if (status & KN_KSTATUS_SHIFT)
-    return kn_error(d, NULL, no_loc, "%s: shift amount out of range", h->symbol);
-  if (status & KN_KSTATUS_STEP)
-    return kn_error(d, NULL, no_loc, "%s: for step is not positive", h->symbol);
-  return 0;
+  /* the caller serialises launches of one object: its status word is shared */
+  return kn_host_run(h->symbol, h->entry, h->status, args, 0, grid, false, NULL, 0, d);
 }

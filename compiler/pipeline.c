@@ -22,6 +22,10 @@
  * Dumps: KILN_DUMP=ir,layout,lowered,llvm,asm (or options.dump_stages) print those stages as they
  * are produced, to stderr or options.dump_file, each preceded by one comment line naming it.  An
  * unknown word in KILN_DUMP fails the compile with the list of stages.
+ *
+ * Checked mode (options.check_bounds, the host only) swaps the target's `lower` for its
+ * `lower_checked`: every load and store then asks host_run.c's checker first; a target without
+ * one refuses.  Everything else is the same pipeline.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +34,7 @@
 #include <llvm-c/Core.h>
 
 #include "gpu.h"
+#include "host_run.h"
 #include "passes.h"
 #include "pipeline.h"
 #include "target.h"
@@ -38,6 +43,8 @@ struct kn_kernel {
   const kn_target *target;
   char name[128];
   kn_artifact art;
+  int nparams;
+  bool checked;          /* compiled with check_bounds: runs with the checker argument */
   kn_loaded loaded;
   bool is_loaded;
   char *layout_text;
@@ -102,6 +109,7 @@ typedef struct compile {
   bool verify_each;
   bool no_load;
   bool keep_layout;
+  bool check_bounds;
   unsigned stop_after;   /* a kn_stage bit, or 0 to go all the way */
   kn_diag *d;
   kn_layout_plan plan;
@@ -219,6 +227,8 @@ static int compile_run(compile *c, const kn_module *src, const char *name) {
 
   if (front(c, src, name)) return -1;
   snprintf(kk->name, sizeof kk->name, "%s", c->k->name);
+  kk->nparams = kn_func_nparams(c->k);
+  kk->checked = c->check_bounds;
   snprintf(kk->art.symbol, sizeof kk->art.symbol, t->arch->isa == KN_ISA_HOST || t->emulated
            ? "kiln_%s" : "%s", c->k->name);
   kk->times.front = lap(c);
@@ -229,7 +239,11 @@ static int compile_run(compile *c, const kn_module *src, const char *name) {
   if (c->stop_after == KN_STAGE_LAYOUT) return 0;
 
   c->ctx = kn_llvm_context_new();
-  if (t->lower(t, c->k, c->has_plan ? &c->plan : NULL, c->ctx, &c->mod, d)) return -1;
+  int (*lower)(const kn_target *, kn_func *, const kn_layout_plan *, LLVMContextRef,
+               LLVMModuleRef *, kn_diag *) = c->check_bounds ? t->lower_checked : t->lower;
+  if (!lower)
+    return kn_error(d, NULL, no_loc, "target %s has no checked mode (check_bounds)", t->name);
+  if (lower(t, c->k, c->has_plan ? &c->plan : NULL, c->ctx, &c->mod, d)) return -1;
   dump_llvm(c, KN_STAGE_LOWERED, "LLVM IR as lowered");
   if (kn_llvm_verify(c->mod, d)) return -1;
   if (!(c->tm = t->machine(t, d))) return -1;
@@ -313,6 +327,7 @@ int kn_compile(const kn_module *m, const char *name, const kn_target *t,
   c.verify_each = env_verify_each() || (opts && opts->verify_each);
   c.no_load = opts && opts->no_load;
   c.keep_layout = opts && opts->keep_layout;
+  c.check_bounds = opts && opts->check_bounds;
   return run(&c, m, name, out);
 }
 
@@ -322,6 +337,10 @@ int kn_compile_artifact(const kn_module *m, const char *name, const kn_target *t
   o.no_load = true;
   kn_kernel *k;
   memset(out, 0, sizeof *out);
+  /* checked code takes the checker as an extra argument: its artefact would not run like others */
+  if (o.check_bounds)
+    return kn_error(d, NULL, no_loc, "artefacts are compiled unchecked (check_bounds is for "
+                    "kn_compile and kn_kernel_run_host_checked)");
   if (kn_compile(m, name, t, &o, &k, d)) return -1;
   kn_kernel_take_artifact(k, out);
   kn_kernel_free(k);
@@ -363,6 +382,8 @@ const kn_compile_times *kn_kernel_times(const kn_kernel *k) { return k ? &k->tim
 const char *kn_kernel_layout_text(const kn_kernel *k) { return k ? k->layout_text : NULL; }
 void *kn_kernel_entry(const kn_kernel *k) { return k && k->is_loaded ? k->loaded.entry : NULL; }
 int *kn_kernel_status_word(const kn_kernel *k) { return k && k->is_loaded ? k->loaded.status : NULL; }
+int kn_kernel_nparams(const kn_kernel *k) { return k ? k->nparams : 0; }
+bool kn_kernel_checked(const kn_kernel *k) { return k && k->checked; }
 
 void kn_kernel_take_artifact(kn_kernel *k, kn_artifact *out) {
   *out = k->art;

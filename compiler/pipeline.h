@@ -71,6 +71,10 @@ typedef struct kn_compile_options {
   bool verify_each;      /* kn_verify between kiln passes (also: debug builds, KILN_VERIFY_EACH=1) */
   bool no_load;          /* stop at the artefact: do not load it even where the target could */
   bool keep_layout;      /* GPU: keep the layout stage's text (kn_kernel_layout_text) */
+  bool check_bounds;     /* checked mode (host only, compiler/host_run.h): every global load and
+                            store of a live element is checked against the launch's regions; it
+                            changes the code and its ABI, so a cache of compiled code must key on
+                            it (the API compiles unchecked: api/kiln.c api_cache_key) */
 } kn_compile_options;
 
 /* wall time of each step of one compile, in ms */
@@ -105,11 +109,20 @@ const char *kn_kernel_layout_text(const kn_kernel *k);
 void *kn_kernel_entry(const kn_kernel *k);
 /* host: the kernel's status word (kiln_<name>.status, compiler/target.h bits), or NULL */
 int *kn_kernel_status_word(const kn_kernel *k);
+/* the kernel's parameter count, and whether it was compiled with check_bounds */
+int kn_kernel_nparams(const kn_kernel *k);
+bool kn_kernel_checked(const kn_kernel *k);
 
 /* Runs a host-compiled kernel over grid on the host device.  args has one kn_argval per kernel
- * parameter.  Returns 0, or -1 with *d (runtime failure, integer division by zero).  A launch,
- * not a compile: defined in runtime/host_run.c (library kiln_host_run). */
-int kn_kernel_run_host(kn_kernel *k, const kn_argval *args, const int grid[3], kn_diag *d);
+ * parameter.  Returns 0, or -1 with *d (runtime failure, integer division by zero).  A kernel
+ * compiled with check_bounds runs here with nothing checked.  Launches, not compiles: defined in
+ * runtime/kernel_run.c (library kiln_host_run). */int kn_kernel_run_host(kn_kernel *k, const kn_argval *args, const int grid[3], kn_diag *d);
+/* The same for a kernel compiled with check_bounds: every global access of a live element must
+ * lie in one of regions[0 .. nregions); the first that does not (as the interpreter would find
+ * it) is skipped and reported as the error, naming the kernel, the op's location, the element,
+ * the program, the address and the nearest region.  -1 for a kernel compiled without it. */
+int kn_kernel_run_host_checked(kn_kernel *k, const kn_argval *args, const int grid[3],
+                               const kn_region *regions, int nregions, kn_diag *d);
 
 /* Compiles kernel `name` up to `stage` and prints that stage to out (several kn_stage bits:
  * prints each, stopping after the last). */

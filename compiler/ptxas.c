@@ -26,7 +26,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,31 +38,6 @@ extern char **environ;
 /* a log larger than this is cut (a runaway ptxas must not exhaust memory) */
 #define KN_PTXAS_LOG_MAX ((size_t)16 << 20)
 
-const char *kn_ptxas_status_str(int status) {
-  switch (status) {
-  case KN_PTXAS_OK: return "ok";
-  case KN_PTXAS_NOT_FOUND: return "ptxas not found (set KILN_PTXAS)";
-  case KN_PTXAS_EFAIL: return "ptxas rejected the PTX";
-  case KN_PTXAS_EIO: return "cannot run ptxas";
-  case KN_PTXAS_EINVAL: return "invalid argument";
-  case KN_PTXAS_ENOMEM: return "out of memory";
-  case KN_PTXAS_EPARSE: return "cannot read the ptxas -v report";
-  default: return "unknown ptxas status";
-  }
-}
-
-static int msgf(char *msg, size_t n, int status, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int msgf(char *msg, size_t n, int status, const char *fmt, ...) {
-  if (msg && n) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, n, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
-
 /* ---- finding ptxas ---- */
 
 static bool executable(const char *p) {
@@ -71,21 +45,21 @@ static bool executable(const char *p) {
   return stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, X_OK) == 0;
 }
 
-int kn_ptxas_find(char *path, size_t path_size, char *msg, size_t msg_size) {
-  if (!path || path_size == 0) return msgf(msg, msg_size, KN_PTXAS_EINVAL, "no path buffer");
+kn_status kn_ptxas_find(char *path, size_t path_size, kn_diag *d) {
+  if (!path || path_size == 0) return kn_diag_set(d, KN_E_INVALID, "no path buffer");
   path[0] = '\0';
   const char *env = getenv("KILN_PTXAS");
   if (env && *env) {
     if (strcmp(env, "none") == 0)
-      return msgf(msg, msg_size, KN_PTXAS_NOT_FOUND,
+      return kn_diag_set(d, KN_E_NODEV,
                   "ptxas not found (disabled by KILN_PTXAS=none)");
     if (!executable(env))
-      return msgf(msg, msg_size, KN_PTXAS_NOT_FOUND,
+      return kn_diag_set(d, KN_E_NODEV,
                   "ptxas not found (KILN_PTXAS=%s is not an executable file; set KILN_PTXAS)",
                   env);
-    if (strlen(env) >= path_size) return msgf(msg, msg_size, KN_PTXAS_EINVAL, "path too long");
+    if (strlen(env) >= path_size) return kn_diag_set(d, KN_E_INVALID, "path too long");
     strcpy(path, env);
-    return KN_PTXAS_OK;
+    return KN_OK;
   }
   const char *pathvar = getenv("PATH");
   if (pathvar) {
@@ -99,7 +73,7 @@ int kn_ptxas_find(char *path, size_t path_size, char *msg, size_t msg_size) {
       else cand[0] = '\0';
       if (cand[0] && executable(cand) && strlen(cand) < path_size) {
         strcpy(path, cand);
-        return KN_PTXAS_OK;
+        return KN_OK;
       }
       p += n;
       if (*p == ':') p++;
@@ -108,9 +82,9 @@ int kn_ptxas_find(char *path, size_t path_size, char *msg, size_t msg_size) {
   static const char fallback[] = "/usr/local/cuda/bin/ptxas";
   if (executable(fallback) && sizeof fallback <= path_size) {
     strcpy(path, fallback);
-    return KN_PTXAS_OK;
+    return KN_OK;
   }
-  return msgf(msg, msg_size, KN_PTXAS_NOT_FOUND,
+  return kn_diag_set(d, KN_E_NODEV,
               "ptxas not found (set KILN_PTXAS; searched PATH and %s)", fallback);
 }
 
@@ -192,7 +166,7 @@ static bool frame_line(const char *s, kn_ptxas_kernel *k) {
   return true;
 }
 
-int kn_ptxas_parse(const char *log, kn_ptxas_kernel **out, int *n) {
+kn_status kn_ptxas_parse(const char *log, kn_ptxas_kernel **out, int *n, kn_diag *d) {
   *out = NULL;
   *n = 0;
   klist l = {0};
@@ -226,18 +200,20 @@ int kn_ptxas_parse(const char *log, kn_ptxas_kernel **out, int *n) {
   }
   for (int i = 0; i < l.n; i++)
     if (l.has_used[i] == 0) {
+      kn_diag_set(d, KN_E_CORRUPT, "the report of entry function '%s' has no \"Used\" line",
+                  l.v[i].name);
       free(l.v);
       free(l.has_used);
-      return KN_PTXAS_EPARSE;
+      return KN_E_CORRUPT;
     }
   free(l.has_used);
   *out = l.v;
   *n = l.n;
-  return KN_PTXAS_OK;
+  return KN_OK;
 oom:
   free(l.v);
   free(l.has_used);
-  return KN_PTXAS_ENOMEM;
+  return kn_diag_set(d, KN_E_NOMEM, "out of memory reading the ptxas report");
 }
 
 /* ---- running it ---- */
@@ -327,25 +303,25 @@ static void remove_dir(const char *dir, const char *in, const char *outp) {
   rmdir(dir);
 }
 
-int kn_ptxas_run(const char *ptx, size_t len, const kn_ptxas_options *opts,
-                 kn_ptxas_result *out, char *msg, size_t msg_size) {
+kn_status kn_ptxas_run(const char *ptx, size_t len, const kn_ptxas_options *opts,
+                       kn_ptxas_result *out, kn_diag *d) {
   if (out) memset(out, 0, sizeof *out);
-  if (msg && msg_size) msg[0] = '\0';
-  if (!ptx || !opts || !out) return msgf(msg, msg_size, KN_PTXAS_EINVAL, "NULL argument");
+  kn_diag_clear(d);
+  if (!ptx || !opts || !out) return kn_diag_set(d, KN_E_INVALID, "NULL argument");
   if (!arch_ok(opts->arch))
-    return msgf(msg, msg_size, KN_PTXAS_EINVAL, "bad ptxas architecture '%s'",
+    return kn_diag_set(d, KN_E_INVALID, "bad ptxas architecture '%s'",
                 opts->arch ? opts->arch : "(null)");
   char exe[512];
-  int st = kn_ptxas_find(exe, sizeof exe, msg, msg_size);
-  if (st != KN_PTXAS_OK) return st;
+  kn_status st = kn_ptxas_find(exe, sizeof exe, d);
+  if (st != KN_OK) return st;
 
   const char *tmp = getenv("TMPDIR");
   if (!tmp || !*tmp) tmp = "/tmp";
   char dir[4096], in[4200], outp[4200];
   if (snprintf(dir, sizeof dir, "%s/kiln-ptxas-XXXXXX", tmp) >= (int)sizeof dir)
-    return msgf(msg, msg_size, KN_PTXAS_EIO, "TMPDIR too long");
+    return kn_diag_set(d, KN_E_IO, "TMPDIR too long");
   if (!mkdtemp(dir))
-    return msgf(msg, msg_size, KN_PTXAS_EIO, "mkdtemp %s: %s", dir, strerror(errno));
+    return kn_diag_set(d, KN_E_IO, "mkdtemp %s: %s", dir, strerror(errno));
   snprintf(in, sizeof in, "%s/in.ptx", dir);
   snprintf(outp, sizeof outp, "%s/out.cubin", dir);
 
@@ -354,7 +330,7 @@ int kn_ptxas_run(const char *ptx, size_t len, const kn_ptxas_options *opts,
     int e = errno;
     if (fd >= 0) close(fd);
     remove_dir(dir, in, outp);
-    return msgf(msg, msg_size, KN_PTXAS_EIO, "cannot write %s: %s", in, strerror(e));
+    return kn_diag_set(d, KN_E_IO, "cannot write %s: %s", in, strerror(e));
   }
 
   char archopt[32], optopt[8], regopt[32];
@@ -380,7 +356,7 @@ int kn_ptxas_run(const char *ptx, size_t len, const kn_ptxas_options *opts,
   if (pipe2(pfd, O_CLOEXEC) != 0) {
     int e = errno;
     remove_dir(dir, in, outp);
-    return msgf(msg, msg_size, KN_PTXAS_EIO, "pipe: %s", strerror(e));
+    return kn_diag_set(d, KN_E_IO, "pipe: %s", strerror(e));
   }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -394,7 +370,7 @@ int kn_ptxas_run(const char *ptx, size_t len, const kn_ptxas_options *opts,
   if (se != 0) {
     close(pfd[0]);
     remove_dir(dir, in, outp);
-    return msgf(msg, msg_size, KN_PTXAS_EIO, "cannot run %s: %s", exe, strerror(se));
+    return kn_diag_set(d, KN_E_IO, "cannot run %s: %s", exe, strerror(se));
   }
 
   size_t cap = 4096, n = 0;
@@ -425,7 +401,7 @@ int kn_ptxas_run(const char *ptx, size_t len, const kn_ptxas_options *opts,
   if (oom) {
     free(log);
     remove_dir(dir, in, outp);
-    return msgf(msg, msg_size, KN_PTXAS_ENOMEM, "out of memory reading ptxas's output");
+    return kn_diag_set(d, KN_E_NOMEM, "out of memory reading ptxas's output");
   }
   log[n] = '\0';
 
@@ -433,19 +409,20 @@ int kn_ptxas_run(const char *ptx, size_t len, const kn_ptxas_options *opts,
     char lines[3072];
     error_lines(log, lines, sizeof lines);
     if (WIFSIGNALED(wstatus))
-      msgf(msg, msg_size, KN_PTXAS_EFAIL, "%s %s killed by signal %d:\n%s", exe, archopt,
+      kn_diag_set(d, KN_E_COMPILE, "%s %s killed by signal %d:\n%s", exe, archopt,
            WTERMSIG(wstatus), lines);
     else
-      msgf(msg, msg_size, KN_PTXAS_EFAIL, "%s %s failed (exit %d):\n%s", exe, archopt,
+      kn_diag_set(d, KN_E_COMPILE, "%s %s failed (exit %d):\n%s", exe, archopt,
            WEXITSTATUS(wstatus), lines);
     free(log);
     remove_dir(dir, in, outp);
-    return KN_PTXAS_EFAIL;
+    return KN_E_COMPILE;
   }
 
-  st = kn_ptxas_parse(log, &out->kernels, &out->nkernels);
-  if (st != KN_PTXAS_OK) {
-    msgf(msg, msg_size, st, "%s -v report: %s:\n%s", exe, kn_ptxas_status_str(st), log);
+  kn_diag why;
+  st = kn_ptxas_parse(log, &out->kernels, &out->nkernels, &why);
+  if (st != KN_OK) {
+    kn_diag_set(d, st, "%s -v report: %s:\n%s", exe, why.message, log);
     free(log);
     remove_dir(dir, in, outp);
     return st;
@@ -455,12 +432,12 @@ int kn_ptxas_run(const char *ptx, size_t len, const kn_ptxas_options *opts,
     kn_ptxas_result_free(out);
     free(log);
     remove_dir(dir, in, outp);
-    return msgf(msg, msg_size, KN_PTXAS_EIO, "cannot read %s: %s", outp, strerror(e));
+    return kn_diag_set(d, KN_E_IO, "cannot read %s: %s", outp, strerror(e));
   }
   remove_dir(dir, in, outp);
   out->log = log;
   snprintf(out->ptxas, sizeof out->ptxas, "%s", exe);
-  return KN_PTXAS_OK;
+  return KN_OK;
 }
 
 void kn_ptxas_result_free(kn_ptxas_result *r) {

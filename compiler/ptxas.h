@@ -9,9 +9,15 @@
  * ptxas is found at run time: $KILN_PTXAS, else `ptxas` on the PATH, else
  * /usr/local/cuda/bin/ptxas.  It is run as a subprocess (posix_spawn, no shell) on a private
  * temporary directory; its output (stdout and stderr together) is kept as the log.  Absent, it
- * is KN_PTXAS_NOT_FOUND with "ptxas not found (set KILN_PTXAS)", which callers treat as
- * "check skipped".  Calls are independent and may run on several threads at once.  Nothing here
+ * is KN_E_NODEV with "ptxas not found (set KILN_PTXAS...)", which callers treat as "check
+ * skipped".  Calls are independent and may run on several threads at once.  Nothing here
  * prints or exits.
+ *
+ * Errors: a kn_status with the message in the caller's kn_diag (base/status.h): KN_E_NODEV (no
+ * ptxas), KN_E_COMPILE (ptxas rejected the PTX, or crashed; its error lines follow, whole in
+ * `rendered`), KN_E_IO (temporary files, pipes, the spawn), KN_E_INVALID (no PTX, an arch ptxas
+ * cannot be asked for), KN_E_NOMEM, KN_E_CORRUPT (ptxas succeeded but its -v report could not be
+ * read).
  */
 #ifndef KILN_PTXAS_H
 #define KILN_PTXAS_H
@@ -19,21 +25,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum kn_ptxas_status {
-  KN_PTXAS_OK = 0,
-  KN_PTXAS_NOT_FOUND = -1, /* no ptxas: skip the check */
-  KN_PTXAS_EFAIL = -2,     /* ptxas rejected the PTX (or crashed); the message has its output */
-  KN_PTXAS_EIO = -3,       /* temporary files, pipes or the spawn failed */
-  KN_PTXAS_EINVAL = -4,    /* a bad argument (no PTX, an arch ptxas cannot be asked for) */
-  KN_PTXAS_ENOMEM = -5,
-  KN_PTXAS_EPARSE = -6,    /* ptxas succeeded but its -v report could not be read */
-} kn_ptxas_status;
-
-const char *kn_ptxas_status_str(int status);
 
 /* what ptxas -v says about one entry (or device) function */
 typedef struct kn_ptxas_kernel {
@@ -64,23 +60,23 @@ typedef struct kn_ptxas_result {
   char ptxas[512];           /* the ptxas that ran */
 } kn_ptxas_result;
 
-/* Finds ptxas (see above); writes its path.  KN_PTXAS_OK or KN_PTXAS_NOT_FOUND with msg. */
-int kn_ptxas_find(char *path, size_t path_size, char *msg, size_t msg_size);
+/* Finds ptxas (see above); writes its path.  KN_OK, or KN_E_NODEV with why in *d. */
+kn_status kn_ptxas_find(char *path, size_t path_size, kn_diag *d);
 
 /* Assembles `len` bytes of PTX text with `ptxas -arch=<arch> -O<n> -v`.  On success fills *out
- * (free it with kn_ptxas_result_free).  On failure returns a status and writes a message to msg
- * (ptxas's own error lines for KN_PTXAS_EFAIL); *out is left empty. */
-int kn_ptxas_run(const char *ptx, size_t len, const kn_ptxas_options *opts,
-                 kn_ptxas_result *out, char *msg, size_t msg_size);
+ * (free it with kn_ptxas_result_free).  On failure returns a status with the message in *d
+ * (ptxas's own error lines for KN_E_COMPILE); *out is left empty. */
+kn_status kn_ptxas_run(const char *ptx, size_t len, const kn_ptxas_options *opts,
+                       kn_ptxas_result *out, kn_diag *d);
 void kn_ptxas_result_free(kn_ptxas_result *r);
 
 /* the entry of kernel `name` in r, or NULL */
 const kn_ptxas_kernel *kn_ptxas_find_kernel(const kn_ptxas_result *r, const char *name);
 
-/* Parses a ptxas -v log into kernels (malloc'd array; *n entries).  Returns KN_PTXAS_OK,
- * KN_PTXAS_ENOMEM, or KN_PTXAS_EPARSE when a function's report is incomplete.  Exposed for
- * tests and for logs captured elsewhere (nvcc -Xptxas -v). */
-int kn_ptxas_parse(const char *log, kn_ptxas_kernel **out, int *n);
+/* Parses a ptxas -v log into kernels (malloc'd array; *n entries).  Returns KN_OK, KN_E_NOMEM,
+ * or KN_E_CORRUPT when a function's report is incomplete (naming it in *d).  Exposed for tests
+ * and for logs captured elsewhere (nvcc -Xptxas -v). */
+kn_status kn_ptxas_parse(const char *log, kn_ptxas_kernel **out, int *n, kn_diag *d);
 
 #ifdef __cplusplus
 }

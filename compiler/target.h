@@ -19,6 +19,8 @@
  * would have reported (integer division by zero, a shift out of range, a for step <= 0); the
  * launcher clears it before and reads it after a launch.  The program carries on with a defined
  * result (0 for the division and shift, no iteration for the loop) instead of trapping.
+ * A kernel lowered by `lower_checked` (checked mode) takes one more argument, args[nparams].p,
+ * the launch's checker, and calls kn_rt_check_access before every global access (host_run.h).
  */
 #ifndef KILN_TARGET_H
 #define KILN_TARGET_H
@@ -66,6 +68,9 @@ struct kn_target {
    * module in ctx with the target's triple and data layout set */
   int (*lower)(const kn_target *t, kn_func *k, const kn_layout_plan *plan, LLVMContextRef ctx,
                LLVMModuleRef *out, kn_diag *d);
+  /* the same with every global access checked (kn_compile_options.check_bounds); NULL: none */
+  int (*lower_checked)(const kn_target *t, kn_func *k, const kn_layout_plan *plan,
+                       LLVMContextRef ctx, LLVMModuleRef *out, kn_diag *d);
   /* a target machine (the caller disposes of it), or NULL with *d */
   LLVMTargetMachineRef (*machine)(const kn_target *t, kn_diag *d);
   /* the optimised module -> the artefact's bytes (object file, PTX) */
@@ -126,9 +131,11 @@ void kn_jit_unload(kn_loaded *l);
  * libm/libc) as absolute symbols, so that a static binary links too */
 int kn_jit_define_helpers(LLVMOrcLLJITRef J, kn_diag *d);
 
-/* lower_host.c: the host target's `lower` */
+/* lower_host.c: the host target's `lower` and `lower_checked` */
 int kn_lower_host(const kn_target *t, kn_func *k, const kn_layout_plan *plan, LLVMContextRef ctx,
                   LLVMModuleRef *out, kn_diag *d);
+int kn_lower_host_checked(const kn_target *t, kn_func *k, const kn_layout_plan *plan,
+                          LLVMContextRef ctx, LLVMModuleRef *out, kn_diag *d);
 
 /* ---- C helpers the JIT'ed host code calls (absolute symbols) ---- */
 double kn_rt_round(int32_t scalar, double x);          /* kn_round */

@@ -18,6 +18,7 @@ const kn_target kn_target_host = {
     .arch = &kn_archs[0],
     .artifact = KN_ARTIFACT_HOST_OBJECT,
     .lower = kn_lower_host,
+    .lower_checked = kn_lower_host_checked,
     .machine = host_machine,
     .codegen = kn_host_codegen,
     .load = kn_host_load,

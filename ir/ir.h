@@ -12,8 +12,9 @@
  * carries a dense per-function id (kn_func_number()) for passes that want side arrays.
  *
  * Errors: user errors (bad text, a verifier rule) come back as -1 with a kn_diag holding
- * "file:line:col: error: message" plus the source line and a caret; internal invariant failures
- * abort through KN_ASSERT with file:line.
+ * "file:line:col: error: message" plus the source line and a caret (kn_diag, the message carrier
+ * of every layer: base/status.h); internal invariant failures abort through KN_ASSERT with
+ * file:line.
  */
 #ifndef KILN_IR_H
 #define KILN_IR_H
@@ -21,6 +22,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -140,18 +143,7 @@ enum {
   KN_MEM_OTHER = 1 << 2,   /* other %x: scalar of the element type, the value of dead elements (load) */
 };
 
-/* ---- source locations and diagnostics ---------------------------------------------------------- */
-
-typedef struct kn_loc {
-  const char *file;  /* NULL for built IR */
-  int line, col;     /* 1-based; 0 when unknown */
-} kn_loc;
-
-typedef struct kn_diag {
-  kn_loc loc;
-  char message[512];   /* just the message, e.g. "unknown op 'fooo'" */
-  char rendered[2048]; /* "file:line:col: error: message\n<source line>\n<caret line>\n" */
-} kn_diag;
+/* ---- source locations and diagnostics: kn_loc and kn_diag (base/status.h) ------------------------ */
 
 /* ---- the IR graph -------------------------------------------------------------------------------- */
 

@@ -42,25 +42,17 @@ void kn_attn_cuda_pack(const kn_argval *args, kn_attn_cuda_params *out) {
   }
 }
 
-int kn_attn_cuda_launch(kn_cuda_kernel *k, const kn_attn_cuda_launch_info *li,
-                        const kn_argval *args, const int grid[3], kn_cuda_stream stream,
-                        kn_cuda_error *err) {
+kn_status kn_attn_cuda_launch(kn_cuda_kernel *k, const kn_attn_cuda_launch_info *li,
+                              const kn_argval *args, const int grid[3], kn_cuda_stream stream,
+                              kn_diag *err) {
   /* CUDA's grid limits: x < 2^31, y and z <= 65535.  grid.y is batch * heads. */
+  if (grid && grid[1] > 65535)
+    return kn_diag_set(err, KN_E_UNSUPPORTED,
+                       "attention launch: batch * heads = %d exceeds the CUDA grid's y limit "
+                       "(65535)", grid[1]);
   if (!k || !li || !args || !grid || li->threads <= 0 || li->smem_bytes < 0 ||
-      li->smem_bytes > INT32_MAX || grid[0] < 0 || grid[1] < 0 || grid[1] > 65535 ||
-      grid[2] != 1) {
-    if (err) {
-      err->status = KN_CUDA_EINVAL;
-      err->driver_code = 0;
-      if (grid && grid[1] > 65535)
-        snprintf(err->message, sizeof err->message,
-                 "attention launch: batch * heads = %d exceeds the CUDA grid's y limit (65535)",
-                 grid[1]);
-      else
-        snprintf(err->message, sizeof err->message, "attention launch: bad arguments");
-    }
-    return KN_CUDA_EINVAL;
-  }
+      li->smem_bytes > INT32_MAX || grid[0] < 0 || grid[1] < 0 || grid[2] != 1)
+    return kn_diag_set(err, KN_E_INVALID, "attention launch: bad arguments");
   kn_attn_cuda_params p;
   kn_attn_cuda_pack(args, &p);
   unsigned g3[3] = {(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};

@@ -53,10 +53,10 @@ typedef struct kn_attn_cuda_launch_info {
 
 /* Packs args and launches k over grid (kn_attn_fill_args' grid) on `stream` (NULL: the legacy
  * default stream); asynchronous, as kn_cuda_launch.  Grids the hardware cannot launch (a y
- * dimension above 65535, i.e. batch * heads too large) are KN_CUDA_EINVAL with a message,
- * before the driver is asked.  Returns a kn_cuda_status; err (may be NULL) gets the message. */
-int kn_attn_cuda_launch(kn_cuda_kernel *k, const kn_attn_cuda_launch_info *li,
-                        const kn_argval *args, const int grid[3], kn_cuda_stream stream,
-                        kn_cuda_error *err);
+ * dimension above 65535, i.e. batch * heads too large) are KN_E_UNSUPPORTED with a message,
+ * before the driver is asked.  Returns a kn_status; err (may be NULL) gets the message. */
+kn_status kn_attn_cuda_launch(kn_cuda_kernel *k, const kn_attn_cuda_launch_info *li,
+                              const kn_argval *args, const int grid[3], kn_cuda_stream stream,
+                              kn_diag *err);
 
 #endif

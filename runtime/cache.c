@@ -83,38 +83,12 @@ struct kn_cache {
   _Atomic uint64_t tmp_counter;
 };
 
-/* ---- status and messages ---- */
+/* ---- messages ---- */
 
-static _Thread_local char tl_message[1024];
-
-const char *kn_cache_message(void) { return tl_message; }
-
-static int say(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int say(int status, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(tl_message, sizeof tl_message, fmt, ap);
-  va_end(ap);
-  return status;
-}
-
-/* a warning goes both to the thread's message and to the log callback */
-static void warn(kn_cache *c, int level) {
-  if (c && c->log) c->log(c->log_user, level, tl_message);
-}
-
-const char *kn_cache_status_str(int status) {
-  switch (status) {
-  case KN_CACHE_OK: return "ok";
-  case KN_CACHE_MISS: return "not in the cache";
-  case KN_CACHE_CORRUPT: return "corrupt cache entry removed";
-  case KN_CACHE_NOT_STORED: return "not stored in the cache";
-  case KN_CACHE_EINVAL: return "invalid argument";
-  case KN_CACHE_EIO: return "cache directory unusable";
-  case KN_CACHE_EINSECURE: return "cache directory refused (insecure)";
-  case KN_CACHE_ENOMEM: return "out of memory";
-  default: return "unknown cache status";
-  }
+/* a warning (level 1) or a note (2) goes both to the caller's kn_diag and to the log callback */
+static kn_status warn(kn_cache *c, int level, kn_status s, kn_diag *d) {
+  if (c && c->log) c->log(c->log_user, level, d->message);
+  return s;
 }
 
 /* ---- keys ---- */
@@ -202,48 +176,48 @@ static void build_header(uint8_t h[KN_CACHE_HEADER_BYTES], const kn_cache_key *k
 
 /* ---- directories ---- */
 
-int kn_cache_default_dir(char *out, size_t size) {
-  const char *d = getenv("KILN_CACHE_DIR");
+kn_status kn_cache_default_dir(char *out, size_t size, kn_diag *d) {
+  const char *e = getenv("KILN_CACHE_DIR");
   int n;
-  if (d && *d) {
-    n = snprintf(out, size, "%s", d);
-  } else if ((d = getenv("XDG_CACHE_HOME")) && d[0] == '/') {
+  if (e && *e) {
+    n = snprintf(out, size, "%s", e);
+  } else if ((e = getenv("XDG_CACHE_HOME")) && e[0] == '/') {
     /* the XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored */
-    n = snprintf(out, size, "%s/kiln", d);
-  } else if ((d = getenv("HOME")) && *d) {
-    n = snprintf(out, size, "%s/.cache/kiln", d);
+    n = snprintf(out, size, "%s/kiln", e);
+  } else if ((e = getenv("HOME")) && *e) {
+    n = snprintf(out, size, "%s/.cache/kiln", e);
   } else {
-    return say(KN_CACHE_EIO, "no cache directory: none of KILN_CACHE_DIR, XDG_CACHE_HOME, HOME is set");
+    return kn_diag_set(d, KN_E_IO, "no cache directory: none of KILN_CACHE_DIR, XDG_CACHE_HOME, HOME is set");
   }
-  if (n < 0 || (size_t)n >= size) return say(KN_CACHE_EINVAL, "cache directory path too long");
+  if (n < 0 || (size_t)n >= size) return kn_diag_set(d, KN_E_INVALID, "cache directory path too long");
   /* trailing slashes would give "dir//objects" in messages; keep "/" itself */
   while (n > 1 && out[n - 1] == '/') out[--n] = 0;
-  return KN_CACHE_OK;
+  return KN_OK;
 }
 
 /* refuses a directory the effective user does not own or that others may write into: anyone
  * who can write there can plant entries that kiln would load and run */
-static int check_dir_stat(const char *path, const struct stat *st) {
-  if (!S_ISDIR(st->st_mode)) return say(KN_CACHE_EIO, "cache path %s is not a directory", path);
+static kn_status check_dir_stat(const char *path, const struct stat *st, kn_diag *d) {
+  if (!S_ISDIR(st->st_mode)) return kn_diag_set(d, KN_E_IO, "cache path %s is not a directory", path);
   if (st->st_uid != geteuid())
-    return say(KN_CACHE_EINSECURE,
+    return kn_diag_set(d, KN_E_INSECURE,
                "cache directory %s is owned by uid %u, not by the current user (uid %u); "
                "refusing to use it (set KILN_CACHE_DIR to a directory of your own)",
                path, (unsigned)st->st_uid, (unsigned)geteuid());
   if (st->st_mode & (S_IWGRP | S_IWOTH))
-    return say(KN_CACHE_EINSECURE,
+    return kn_diag_set(d, KN_E_INSECURE,
                "cache directory %s is writable by %s (mode %04o); refusing to use it "
                "(chmod 0700 %s, or set KILN_CACHE_DIR)",
                path, (st->st_mode & S_IWOTH) ? "all users" : "its group",
                (unsigned)(st->st_mode & 07777), path);
-  return KN_CACHE_OK;
+  return KN_OK;
 }
 
 /* mkdir -p with mode 0700 for every component it creates */
-static int make_dirs(const char *dir) {
+static kn_status make_dirs(const char *dir, kn_diag *d) {
   char p[PATH_MAX];
   size_t n = strlen(dir);
-  if (n == 0 || n >= sizeof p) return say(KN_CACHE_EINVAL, "bad cache directory path");
+  if (n == 0 || n >= sizeof p) return kn_diag_set(d, KN_E_INVALID, "bad cache directory path");
   memcpy(p, dir, n + 1);
   for (size_t i = 1; i <= n; i++) {
     if (p[i] != '/' && p[i] != 0) continue;
@@ -254,20 +228,21 @@ static int make_dirs(const char *dir) {
       /* a component may exist as something mkdir cannot create over; stat says */
       struct stat st;
       if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
-        return say(KN_CACHE_EIO, "cannot create cache directory %s: %s", p, strerror(e));
+        return kn_diag_set(d, KN_E_IO, "cannot create cache directory %s: %s", p, strerror(e));
     }
     p[i] = saved;
   }
-  return KN_CACHE_OK;
+  return KN_OK;
 }
 
-int kn_cache_ensure_dir(const char *dir) {
-  if (!dir || !*dir) return say(KN_CACHE_EINVAL, "empty cache directory path");
-  int s = make_dirs(dir);
+kn_status kn_cache_ensure_dir(const char *dir, kn_diag *d) {
+  if (!dir || !*dir) return kn_diag_set(d, KN_E_INVALID, "empty cache directory path");
+  kn_status s = make_dirs(dir, d);
   if (s) return s;
   struct stat st;
-  if (stat(dir, &st) != 0) return say(KN_CACHE_EIO, "cannot stat cache directory %s: %s", dir, strerror(errno));
-  return check_dir_stat(dir, &st);
+  if (stat(dir, &st) != 0)
+    return kn_diag_set(d, KN_E_IO, "cannot stat cache directory %s: %s", dir, strerror(errno));
+  return check_dir_stat(dir, &st, d);
 }
 
 static int parse_bytes(const char *s, uint64_t *out) {
@@ -320,26 +295,28 @@ void kn_cache_set_fault(kn_cache *c, kn_cache_fault_stage stage, int err) {
   atomic_store(&c->fault_stage, (int)stage);
 }
 
-int kn_cache_open(const kn_cache_config *config, kn_cache **out) {
+kn_status kn_cache_open(const kn_cache_config *config, kn_cache **out, kn_diag *d) {
   kn_cache_config none = {0};
-  if (!out) return say(KN_CACHE_EINVAL, "kn_cache_open: null output");
+  kn_diag own;
+  if (!d) d = &own; /* the read-only warning goes to the log too */
+  if (!out) return kn_diag_set(d, KN_E_INVALID, "kn_cache_open: null output");
   *out = NULL;
   if (!config) config = &none;
 
   kn_cache *c = calloc(1, sizeof *c);
-  if (!c) return say(KN_CACHE_ENOMEM, "out of memory opening the cache");
+  if (!c) return kn_diag_set(d, KN_E_NOMEM, "out of memory opening the cache");
   c->objfd = -1;
   c->est_bytes = -1;
   c->log = config->log;
   c->log_user = config->log_user;
   pthread_mutex_init(&c->mu, NULL);
 
-  int s = KN_CACHE_OK;
+  kn_status s = KN_OK;
   if (config->dir) {
     if (snprintf(c->dir, sizeof c->dir, "%s", config->dir) >= (int)sizeof c->dir)
-      s = say(KN_CACHE_EINVAL, "cache directory path too long");
+      s = kn_diag_set(d, KN_E_INVALID, "cache directory path too long");
   } else {
-    s = kn_cache_default_dir(c->dir, sizeof c->dir);
+    s = kn_cache_default_dir(c->dir, sizeof c->dir, d);
   }
   if (s) goto fail;
 
@@ -348,36 +325,36 @@ int kn_cache_open(const kn_cache_config *config, kn_cache **out) {
     const char *m = getenv("KILN_CACHE_MAX_BYTES");
     c->max_bytes = KN_CACHE_DEFAULT_MAX_BYTES;
     if (m && *m && parse_bytes(m, &c->max_bytes) != 0) {
-      s = say(KN_CACHE_EINVAL, "KILN_CACHE_MAX_BYTES=%s is not a size (bytes, or a number with "
+      s = kn_diag_set(d, KN_E_INVALID, "KILN_CACHE_MAX_BYTES=%s is not a size (bytes, or a number with "
               "a K, M, G or T suffix)", m);
       goto fail;
     }
     if (!c->max_bytes) c->max_bytes = UINT64_MAX; /* "0" in the environment: unbounded */
   }
 
-  if ((s = make_dirs(c->dir))) goto fail;
+  if ((s = make_dirs(c->dir, d))) goto fail;
   int topfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (topfd < 0) {
-    s = say(KN_CACHE_EIO, "cannot open cache directory %s: %s", c->dir, strerror(errno));
+    s = kn_diag_set(d, KN_E_IO, "cannot open cache directory %s: %s", c->dir, strerror(errno));
     goto fail;
   }
   struct stat st;
-  if (fstat(topfd, &st) != 0 || (s = check_dir_stat(c->dir, &st))) {
-    if (!s) s = say(KN_CACHE_EIO, "cannot stat cache directory %s: %s", c->dir, strerror(errno));
+  if (fstat(topfd, &st) != 0 || (s = check_dir_stat(c->dir, &st, d))) {
+    if (!s) s = kn_diag_set(d, KN_E_IO, "cannot stat cache directory %s: %s", c->dir, strerror(errno));
     close(topfd);
     goto fail;
   }
   if (snprintf(c->objdir, sizeof c->objdir, "%s/%s", c->dir, OBJECTS_DIR) >= (int)sizeof c->objdir) {
-    s = say(KN_CACHE_EINVAL, "cache directory path too long");
+    s = kn_diag_set(d, KN_E_INVALID, "cache directory path too long");
     close(topfd);
     goto fail;
   }
   if (mkdirat(topfd, OBJECTS_DIR, 0700) != 0 && errno != EEXIST) {
     /* a read-only cache: usable for nothing, but not an error — every get misses and every
      * put reports NOT_STORED, and the caller runs uncached */
-    say(KN_CACHE_NOT_STORED, "cache directory %s is not writable (%s); running without a cache",
+    kn_diag_set(d, KN_NOT_STORED, "cache directory %s is not writable (%s); running without a cache",
         c->dir, strerror(errno));
-    warn(c, 1);
+    warn(c, 1, KN_OK, d);
     close(topfd);
     goto done;
   }
@@ -385,18 +362,18 @@ int kn_cache_open(const kn_cache_config *config, kn_cache **out) {
   int e = errno;
   close(topfd);
   if (c->objfd < 0) {
-    s = say(e == ELOOP || e == ENOTDIR ? KN_CACHE_EINSECURE : KN_CACHE_EIO,
-            "cannot open %s: %s", c->objdir, strerror(e));
+    s = kn_diag_set(d, e == ELOOP || e == ENOTDIR ? KN_E_INSECURE : KN_E_IO, "cannot open %s: %s",
+                    c->objdir, strerror(e));
     goto fail;
   }
-  if (fstat(c->objfd, &st) != 0 || (s = check_dir_stat(c->objdir, &st))) {
-    if (!s) s = say(KN_CACHE_EIO, "cannot stat %s: %s", c->objdir, strerror(errno));
+  if (fstat(c->objfd, &st) != 0 || (s = check_dir_stat(c->objdir, &st, d))) {
+    if (!s) s = kn_diag_set(d, KN_E_IO, "cannot stat %s: %s", c->objdir, strerror(errno));
     goto fail;
   }
 done:
   fault_from_env(c);
   *out = c;
-  return KN_CACHE_OK;
+  return KN_OK; /* read-only: with the warning in *d */
 fail:
   kn_cache_close(c);
   return s;
@@ -435,25 +412,24 @@ static int remove_if_same(kn_cache *c, const char *name, const struct stat *st) 
 }
 
 /* Reads and checks the entry `name`.  On OK with payload != NULL, *payload is malloc'ed.
- * On CORRUPT the entry has been removed and tl_message says why. */
-static int read_entry(kn_cache *c, const char *name, const kn_cache_key *key, void **payload,
-                      size_t *size, bool touch) {
+ * On KN_E_CORRUPT the entry has been removed and *d (also logged) says why. */
+static kn_status read_entry(kn_cache *c, const char *name, const kn_cache_key *key, void **payload,
+                            size_t *size, bool touch, kn_diag *d) {
   int fd = openat(c->objfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
-    if (errno == ENOENT) return say(KN_CACHE_MISS, "no cache entry %s", name);
+    if (errno == ENOENT) return kn_diag_set(d, KN_MISS, "no cache entry %s", name);
     if (errno == ELOOP) { /* a symlink where an entry belongs: never follow it, drop it */
       unlinkat(c->objfd, name, 0);
-      say(KN_CACHE_CORRUPT, "cache entry %s/%s is a symbolic link; removed", c->objdir, name);
-      warn(c, 1);
-      return KN_CACHE_CORRUPT;
+      kn_diag_set(d, KN_E_CORRUPT, "cache entry %s/%s is a symbolic link; removed", c->objdir, name);
+      return warn(c, 1, KN_E_CORRUPT, d);
     }
-    return say(KN_CACHE_MISS, "cannot open cache entry %s/%s: %s", c->objdir, name, strerror(errno));
+    return kn_diag_set(d, KN_MISS, "cannot open cache entry %s/%s: %s", c->objdir, name, strerror(errno));
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
     int e = errno;
     close(fd);
-    return say(KN_CACHE_MISS, "cannot stat cache entry %s/%s: %s", c->objdir, name, strerror(e));
+    return kn_diag_set(d, KN_MISS, "cannot stat cache entry %s/%s: %s", c->objdir, name, strerror(e));
   }
   const char *why = NULL;
   char whybuf[128];
@@ -480,7 +456,7 @@ static int read_entry(kn_cache *c, const char *name, const kn_cache_key *key, vo
     why = whybuf;
   } else if (len > SIZE_MAX - 1 || !(data = malloc(len ? (size_t)len : 1))) {
     close(fd);
-    return say(KN_CACHE_ENOMEM, "out of memory reading cache entry %s/%s (%llu bytes)", c->objdir,
+    return kn_diag_set(d, KN_E_NOMEM, "out of memory reading cache entry %s/%s (%llu bytes)", c->objdir,
                name, (unsigned long long)len);
   } else if (read_full(fd, data, (size_t)len, KN_CACHE_HEADER_BYTES) != 0) {
     why = "unreadable payload";
@@ -493,10 +469,9 @@ static int read_entry(kn_cache *c, const char *name, const kn_cache_key *key, vo
     free(data);
     int err = remove_if_same(c, name, &st);
     close(fd);
-    say(KN_CACHE_CORRUPT, "cache entry %s/%s is corrupt (%s); %s%s", c->objdir, name, why,
+    kn_diag_set(d, KN_E_CORRUPT, "cache entry %s/%s is corrupt (%s); %s%s", c->objdir, name, why,
         err ? "could not be removed: " : "removed", err ? strerror(err) : "");
-    warn(c, 1);
-    return KN_CACHE_CORRUPT;
+    return warn(c, 1, KN_E_CORRUPT, d);
   }
   if (touch) futimens(fd, NULL); /* LRU: a hit is a use (fails harmlessly if read-only) */
   close(fd);
@@ -506,17 +481,20 @@ static int read_entry(kn_cache *c, const char *name, const kn_cache_key *key, vo
   } else {
     free(data);
   }
-  return KN_CACHE_OK;
+  return KN_OK;
 }
 
-int kn_cache_get(kn_cache *c, const kn_cache_key *key, void **payload, size_t *size) {
-  if (!c || !key || !payload || !size) return say(KN_CACHE_EINVAL, "kn_cache_get: null argument");
+kn_status kn_cache_get(kn_cache *c, const kn_cache_key *key, void **payload, size_t *size,
+                       kn_diag *d) {
+  if (!c || !key || !payload || !size) return kn_diag_set(d, KN_E_INVALID, "kn_cache_get: null argument");
+  kn_diag own;
+  if (!d) d = &own;
   *payload = NULL;
   *size = 0;
-  if (c->objfd < 0) return say(KN_CACHE_MISS, "cache %s is not usable (read-only)", c->dir);
+  if (c->objfd < 0) return kn_diag_set(d, KN_MISS, "cache %s is not usable (read-only)", c->dir);
   char name[33];
   kn_cache_key_hex(key, name);
-  return read_entry(c, name, key, payload, size, true);
+  return read_entry(c, name, key, payload, size, true, d);
 }
 
 /* ---- writing ---- */
@@ -537,7 +515,7 @@ static int fault_at(kn_cache *c, kn_cache_fault_stage stage) {
   return atomic_load(&c->fault_stage) == (int)stage ? atomic_load(&c->fault_err) : 0;
 }
 
-static int scan_and_evict(kn_cache *c, uint64_t target, kn_cache_report *r);
+static kn_status scan_and_evict(kn_cache *c, uint64_t target, kn_cache_report *r, kn_diag *d);
 
 /* bookkeeping after a successful put: evict when this process's estimate passes the bound */
 static void account_put(kn_cache *c, uint64_t file_bytes) {
@@ -546,30 +524,29 @@ static void account_put(kn_cache *c, uint64_t file_bytes) {
   if (c->est_bytes >= 0) c->est_bytes += (int64_t)file_bytes;
   if (c->est_bytes < 0 || (uint64_t)c->est_bytes > c->max_bytes) {
     kn_cache_report r = {0};
-    char saved[sizeof tl_message];
-    memcpy(saved, tl_message, sizeof saved); /* eviction must not change put's message */
-    if (scan_and_evict(c, c->max_bytes - c->max_bytes / 10, &r) == KN_CACHE_OK)
+    kn_diag note; /* eviction's own: put's caller hears of it through the log only */
+    if (scan_and_evict(c, c->max_bytes - c->max_bytes / 10, &r, &note) == KN_OK)
       c->est_bytes = (int64_t)r.bytes;
-    memcpy(tl_message, saved, sizeof saved);
   }
   pthread_mutex_unlock(&c->mu);
 }
 
-int kn_cache_put(kn_cache *c, const kn_cache_key *key, const void *payload, size_t size) {
-  if (!c || !key || (!payload && size)) return say(KN_CACHE_EINVAL, "kn_cache_put: null argument");
+kn_status kn_cache_put(kn_cache *c, const kn_cache_key *key, const void *payload, size_t size,
+                       kn_diag *d) {
+  if (!c || !key || (!payload && size)) return kn_diag_set(d, KN_E_INVALID, "kn_cache_put: null argument");
+  kn_diag own;
+  if (!d) d = &own;
   char name[33];
   kn_cache_key_hex(key, name);
-  tl_message[0] = 0;
+  kn_diag_clear(d);
   if (c->objfd < 0) {
-    say(KN_CACHE_NOT_STORED, "cache %s is not writable; %s not stored", c->dir, name);
-    warn(c, 1);
-    return KN_CACHE_NOT_STORED;
+    kn_diag_set(d, KN_NOT_STORED, "cache %s is not writable; %s not stored", c->dir, name);
+    return warn(c, 1, KN_NOT_STORED, d);
   }
   if (c->max_bytes != UINT64_MAX && (uint64_t)size + KN_CACHE_HEADER_BYTES > c->max_bytes) {
-    say(KN_CACHE_NOT_STORED, "cache entry %s (%zu bytes) is larger than the cache bound (%llu "
+    kn_diag_set(d, KN_NOT_STORED, "cache entry %s (%zu bytes) is larger than the cache bound (%llu "
         "bytes, KILN_CACHE_MAX_BYTES); not stored", name, size, (unsigned long long)c->max_bytes);
-    warn(c, 1);
-    return KN_CACHE_NOT_STORED;
+    return warn(c, 1, KN_NOT_STORED, d);
   }
 
   uint8_t h[KN_CACHE_HEADER_BYTES];
@@ -622,22 +599,21 @@ int kn_cache_put(kn_cache *c, const kn_cache_key *key, const void *payload, size
     err = EEXIST;
   }
   if (err) {
-    say(KN_CACHE_NOT_STORED, "cache entry %s not stored in %s (%s: %s); continuing without caching it",
+    kn_diag_set(d, KN_NOT_STORED, "cache entry %s not stored in %s (%s: %s); continuing without caching it",
         name, c->objdir, stage, strerror(err));
-    warn(c, 1);
-    return KN_CACHE_NOT_STORED;
+    return warn(c, 1, KN_NOT_STORED, d);
   }
   account_put(c, (uint64_t)size + KN_CACHE_HEADER_BYTES);
-  return KN_CACHE_OK;
+  return KN_OK;
 }
 
-int kn_cache_remove(kn_cache *c, const kn_cache_key *key) {
-  if (!c || !key) return say(KN_CACHE_EINVAL, "kn_cache_remove: null argument");
-  if (c->objfd < 0) return KN_CACHE_OK;
+kn_status kn_cache_remove(kn_cache *c, const kn_cache_key *key, kn_diag *d) {
+  if (!c || !key) return kn_diag_set(d, KN_E_INVALID, "kn_cache_remove: null argument");
+  if (c->objfd < 0) return KN_OK;
   char name[33];
   kn_cache_key_hex(key, name);
   unlinkat(c->objfd, name, 0);
-  return KN_CACHE_OK;
+  return KN_OK;
 }
 
 /* ---- scanning: list, verify, clear, evict ---- */
@@ -662,18 +638,19 @@ static int cmp_oldest_first(const void *a, const void *b) {
 
 /* Lists entries (names that are 32 hex digits, regular files) into sr.  Temp files count in
  * the total; with remove_temps 1 stale ones are removed, with 2 all of them. */
-static int scan(kn_cache *c, scan_result *sr, int remove_temps, kn_cache_report *r) {
+static kn_status scan(kn_cache *c, scan_result *sr, int remove_temps, kn_cache_report *r,
+                      kn_diag *d) {
   memset(sr, 0, sizeof *sr);
   int fd = openat(c->objfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-  if (!d) {
+  DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!dir) {
     int e = errno;
     if (fd >= 0) close(fd);
-    return say(KN_CACHE_EIO, "cannot read cache directory %s: %s", c->objdir, strerror(e));
+    return kn_diag_set(d, KN_E_IO, "cannot read cache directory %s: %s", c->objdir, strerror(e));
   }
   time_t now = time(NULL);
   struct dirent *de;
-  while ((de = readdir(d))) {
+  while ((de = readdir(dir))) {
     struct stat st;
     if (!strncmp(de->d_name, TEMP_PREFIX, strlen(TEMP_PREFIX))) {
       if (fstatat(c->objfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
@@ -692,10 +669,10 @@ static int scan(kn_cache *c, scan_result *sr, int remove_temps, kn_cache_report 
       size_t cap = sr->cap ? 2 * sr->cap : 64;
       scan_item *ni = realloc(sr->items, cap * sizeof *ni);
       if (!ni) {
-        closedir(d);
+        closedir(dir);
         free(sr->items);
         sr->items = NULL;
-        return say(KN_CACHE_ENOMEM, "out of memory listing %s", c->objdir);
+        return kn_diag_set(d, KN_E_NOMEM, "out of memory listing %s", c->objdir);
       }
       sr->items = ni, sr->cap = cap;
     }
@@ -707,14 +684,14 @@ static int scan(kn_cache *c, scan_result *sr, int remove_temps, kn_cache_report 
     memcpy(it->name, de->d_name, 33);
     sr->total += (uint64_t)st.st_size;
   }
-  closedir(d);
+  closedir(dir);
   qsort(sr->items, sr->n, sizeof *sr->items, cmp_oldest_first);
-  return KN_CACHE_OK;
+  return KN_OK;
 }
 
-static int scan_and_evict(kn_cache *c, uint64_t target, kn_cache_report *r) {
+static kn_status scan_and_evict(kn_cache *c, uint64_t target, kn_cache_report *r, kn_diag *d) {
   scan_result sr;
-  int s = scan(c, &sr, 1, r);
+  kn_status s = scan(c, &sr, 1, r, d);
   if (s) return s;
   size_t evicted = 0;
   uint64_t freed = 0;
@@ -732,63 +709,69 @@ static int scan_and_evict(kn_cache *c, uint64_t target, kn_cache_report *r) {
   }
   free(sr.items);
   if (evicted) {
-    say(KN_CACHE_OK, "cache %s: evicted %zu least recently used entries (%llu bytes) to stay "
+    kn_diag_set(d, KN_OK, "cache %s: evicted %zu least recently used entries (%llu bytes) to stay "
         "under %llu bytes", c->objdir, evicted, (unsigned long long)freed, (unsigned long long)target);
-    warn(c, 2);
+    warn(c, 2, KN_OK, d);
   }
-  return KN_CACHE_OK;
+  return KN_OK;
 }
 
-int kn_cache_evict(kn_cache *c, uint64_t target, kn_cache_report *report) {
-  if (!c) return say(KN_CACHE_EINVAL, "kn_cache_evict: null cache");
+kn_status kn_cache_evict(kn_cache *c, uint64_t target, kn_cache_report *report, kn_diag *d) {
+  if (!c) return kn_diag_set(d, KN_E_INVALID, "kn_cache_evict: null cache");
+  kn_diag own;
+  if (!d) d = &own;
+  kn_diag_clear(d);
   if (report) memset(report, 0, sizeof *report);
-  if (c->objfd < 0) return KN_CACHE_OK;
+  if (c->objfd < 0) return KN_OK;
   pthread_mutex_lock(&c->mu);
-  int s = scan_and_evict(c, target, report);
+  kn_status s = scan_and_evict(c, target, report, d);
   if (!s && report) c->est_bytes = (int64_t)report->bytes;
   pthread_mutex_unlock(&c->mu);
   return s;
 }
 
-int kn_cache_list(kn_cache *c, kn_cache_entry **entries, size_t *count) {
-  if (!c || !entries || !count) return say(KN_CACHE_EINVAL, "kn_cache_list: null argument");
+kn_status kn_cache_list(kn_cache *c, kn_cache_entry **entries, size_t *count, kn_diag *d) {
+  if (!c || !entries || !count) return kn_diag_set(d, KN_E_INVALID, "kn_cache_list: null argument");
   *entries = NULL;
   *count = 0;
-  if (c->objfd < 0) return KN_CACHE_OK;
+  if (c->objfd < 0) return KN_OK;
   scan_result sr;
-  int s = scan(c, &sr, 0, NULL);
+  kn_status s = scan(c, &sr, 0, NULL, d);
   if (s) return s;
   kn_cache_entry *out = malloc((sr.n ? sr.n : 1) * sizeof *out);
   if (!out) {
     free(sr.items);
-    return say(KN_CACHE_ENOMEM, "out of memory listing %s", c->objdir);
+    return kn_diag_set(d, KN_E_NOMEM, "out of memory listing %s", c->objdir);
   }
   for (size_t i = 0; i < sr.n; i++) out[i] = sr.items[sr.n - 1 - i].e; /* most recent first */
   free(sr.items);
   *entries = out;
   *count = sr.n;
-  return KN_CACHE_OK;
+  return KN_OK;
 }
 
-int kn_cache_verify(kn_cache *c, kn_cache_report *report) {
+kn_status kn_cache_verify(kn_cache *c, kn_cache_report *report, kn_diag *d) {
   kn_cache_report r = {0};
-  if (!c) return say(KN_CACHE_EINVAL, "kn_cache_verify: null cache");
+  if (!c) return kn_diag_set(d, KN_E_INVALID, "kn_cache_verify: null cache");
+  kn_diag own;
+  if (!d) d = &own;
+  kn_diag_clear(d);
   if (report) *report = r;
-  if (c->objfd < 0) return KN_CACHE_OK;
+  if (c->objfd < 0) return KN_OK;
   scan_result sr;
-  int s = scan(c, &sr, 1, &r);
+  kn_status s = scan(c, &sr, 1, &r, d);
   if (s) return s;
   r.entries = sr.n;
   r.bytes = sr.total;
   for (size_t i = 0; i < sr.n; i++) {
     /* verification reads every entry but is not a use: it leaves the LRU order alone */
-    int e = read_entry(c, sr.items[i].name, &sr.items[i].e.key, NULL, NULL, false);
-    if (e == KN_CACHE_OK) {
+    kn_status e = read_entry(c, sr.items[i].name, &sr.items[i].e.key, NULL, NULL, false, d);
+    if (e == KN_OK) {
       r.valid++;
-    } else if (e == KN_CACHE_CORRUPT) {
+    } else if (e == KN_E_CORRUPT) {
       r.removed_corrupt++;
       r.bytes -= sr.items[i].e.file_bytes;
-    } else if (e == KN_CACHE_MISS) {
+    } else if (e == KN_MISS) {
       r.bytes -= sr.items[i].e.file_bytes; /* removed by someone else meanwhile */
     } else {
       free(sr.items);
@@ -801,21 +784,21 @@ int kn_cache_verify(kn_cache *c, kn_cache_report *report) {
   pthread_mutex_unlock(&c->mu);
   if (report) *report = r;
   if (r.removed_corrupt)
-    say(KN_CACHE_OK, "cache %s: %zu of %zu entries were corrupt and have been removed", c->objdir,
+    kn_diag_set(d, KN_OK, "cache %s: %zu of %zu entries were corrupt and have been removed", c->objdir,
         r.removed_corrupt, r.entries);
   else
-    tl_message[0] = 0;
-  return KN_CACHE_OK;
+    kn_diag_clear(d);
+  return KN_OK;
 }
 
-int kn_cache_clear(kn_cache *c, kn_cache_report *report) {
+kn_status kn_cache_clear(kn_cache *c, kn_cache_report *report, kn_diag *d) {
   kn_cache_report r = {0};
-  if (!c) return say(KN_CACHE_EINVAL, "kn_cache_clear: null cache");
+  if (!c) return kn_diag_set(d, KN_E_INVALID, "kn_cache_clear: null cache");
   if (report) *report = r;
-  if (c->objfd < 0) return KN_CACHE_OK;
+  if (c->objfd < 0) return KN_OK;
   pthread_mutex_lock(&c->mu);
   scan_result sr;
-  int s = scan(c, &sr, 2, &r);
+  kn_status s = scan(c, &sr, 2, &r, d);
   if (!s) {
     r.entries = sr.n;
     for (size_t i = 0; i < sr.n; i++)

@@ -14,17 +14,17 @@
  * Guarantees (docs/runtime.md has the reasoning):
  *  - a get returns exactly the bytes some put stored under that key, or a miss: a truncated or
  *    corrupted entry is detected (length + XXH3-128 checksum over header and payload),
- *    removed, reported (KN_CACHE_CORRUPT) and treated as a miss;
+ *    removed, reported (KN_E_CORRUPT) and treated as a miss;
  *  - a put is atomic (temp file in the same directory, fsync, rename); any number of processes
  *    may put the same key at once; a put that cannot write (read-only, full disk, quota) returns
- *    KN_CACHE_NOT_STORED and leaves nothing behind — the caller just continues uncached;
+ *    KN_NOT_STORED and leaves nothing behind — the caller just continues uncached;
  *  - the total size is kept near KILN_CACHE_MAX_BYTES by evicting the least recently used
  *    entries (a hit refreshes the entry's mtime).
  *
- * Errors: every call returns a kn_cache_status; when it is not KN_CACHE_OK, kn_cache_message()
- * (per thread, valid until the next kn_cache_* call on that thread) says what happened, naming
- * the file or directory.  The library never prints; a log callback, if given, receives the
- * warnings (corrupt entry removed, entry not stored) as they happen.
+ * Errors: every call returns a kn_status (base/status.h) and, when it is not KN_OK, says in the
+ * caller's kn_diag (which may be NULL) what happened, naming the file or directory.  The outcomes
+ * KN_MISS and KN_NOT_STORED are not errors.  The library never prints; a log callback, if given,
+ * receives the warnings (corrupt entry removed, entry not stored) as they happen.
  *
  * Threads: a kn_cache handle may be used from several threads at once.
  */
@@ -33,6 +33,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,22 +46,15 @@ extern "C" {
 /* a temp file older than this is a crashed writer's leftover and may be removed */
 #define KN_CACHE_STALE_TEMP_SECONDS 3600
 
-typedef enum kn_cache_status {
-  KN_CACHE_OK = 0,
-  /* non-fatal outcomes: the caller carries on (compiles, runs uncached) */
-  KN_CACHE_MISS = 1,       /* no entry for the key */
-  KN_CACHE_CORRUPT = 2,    /* an entry was bad (truncated, checksum, header); removed; a miss */
-  KN_CACHE_NOT_STORED = 3, /* put could not write (read-only, ENOSPC, EDQUOT...); nothing left */
-  /* errors */
-  KN_CACHE_EINVAL = -1,    /* bad argument */
-  KN_CACHE_EIO = -2,       /* the cache directory cannot be used (missing HOME, mkdir failed) */
-  KN_CACHE_EINSECURE = -3, /* the directory is writable by others or not ours: refused */
-  KN_CACHE_ENOMEM = -4,    /* out of memory */
-} kn_cache_status;
-
-const char *kn_cache_status_str(int status);
-/* what the last non-OK kn_cache_* call on this thread reported ("" if none) */
-const char *kn_cache_message(void);
+/* The statuses the cache returns:
+ *   KN_OK
+ *   KN_MISS         get: no entry for the key (outcome)
+ *   KN_NOT_STORED   put: could not write (read-only, ENOSPC, EDQUOT...); nothing left (outcome)
+ *   KN_E_CORRUPT    get: the entry was bad (truncated, checksum, header); removed: a miss
+ *   KN_E_INVALID    a bad argument
+ *   KN_E_IO         the cache directory cannot be used (no HOME, mkdir failed)
+ *   KN_E_INSECURE   the directory is writable by others or not ours: refused
+ *   KN_E_NOMEM */
 
 /* ---- keys ---- */
 
@@ -95,31 +90,34 @@ typedef struct kn_cache_config {
 
 typedef struct kn_cache kn_cache;
 
-/* the directory a NULL config->dir resolves to (not created); KN_CACHE_EIO when neither
+/* the directory a NULL config->dir resolves to (not created); KN_E_IO when neither
  * KILN_CACHE_DIR, XDG_CACHE_HOME nor HOME is set */
-int kn_cache_default_dir(char *out, size_t size);
+kn_status kn_cache_default_dir(char *out, size_t size, kn_diag *d);
 /* creates dir (and missing parents) with mode 0700 and checks it is a directory owned by the
  * effective user and not writable by group or others; shared by the tuning database */
-int kn_cache_ensure_dir(const char *dir);
+kn_status kn_cache_ensure_dir(const char *dir, kn_diag *d);
 
 /* opens (creating) the cache.  On success *out is a handle; otherwise *out is NULL and the
  * status is an error.  Opening is cheap: it does not scan the entries.  A cache directory that
- * exists but whose objects directory cannot be created (read-only) still opens: every get
- * misses, every put returns KN_CACHE_NOT_STORED, and a warning goes to the log callback. */
-int kn_cache_open(const kn_cache_config *config, kn_cache **out);
+ * exists but whose objects directory cannot be created (read-only) still opens (KN_OK, with the
+ * warning in *d and sent to the log callback): every get misses, every put is KN_NOT_STORED. */
+kn_status kn_cache_open(const kn_cache_config *config, kn_cache **out, kn_diag *d);
 void kn_cache_close(kn_cache *cache);
 const char *kn_cache_dir(const kn_cache *cache);          /* the resolved cache directory */
 uint64_t kn_cache_max_bytes(const kn_cache *cache);
 
 /* ---- entries ---- */
 
-/* On KN_CACHE_OK, *payload is a malloc'ed copy (free() it; a 0-byte payload gives a non-NULL
- * pointer) and *size its length; on any other status *payload is NULL. */
-int kn_cache_get(kn_cache *cache, const kn_cache_key *key, void **payload, size_t *size);
-/* KN_CACHE_OK or KN_CACHE_NOT_STORED (with a message), or an argument error */
-int kn_cache_put(kn_cache *cache, const kn_cache_key *key, const void *payload, size_t size);
-/* removes the entry if present (KN_CACHE_OK either way) */
-int kn_cache_remove(kn_cache *cache, const kn_cache_key *key);
+/* On KN_OK, *payload is a malloc'ed copy (free() it; a 0-byte payload gives a non-NULL
+ * pointer) and *size its length; on any other status (KN_MISS, KN_E_CORRUPT...) *payload is
+ * NULL. */
+kn_status kn_cache_get(kn_cache *cache, const kn_cache_key *key, void **payload, size_t *size,
+                       kn_diag *d);
+/* KN_OK or KN_NOT_STORED (with a message), or an argument error */
+kn_status kn_cache_put(kn_cache *cache, const kn_cache_key *key, const void *payload, size_t size,
+                       kn_diag *d);
+/* removes the entry if present (KN_OK either way) */
+kn_status kn_cache_remove(kn_cache *cache, const kn_cache_key *key, kn_diag *d);
 
 typedef struct kn_cache_entry {
   kn_cache_key key;
@@ -130,7 +128,7 @@ typedef struct kn_cache_entry {
 
 /* all entries, most recently used first; *entries is malloc'ed (free() it).  Entries are not
  * verified here (kn_cache_verify does that). */
-int kn_cache_list(kn_cache *cache, kn_cache_entry **entries, size_t *count);
+kn_status kn_cache_list(kn_cache *cache, kn_cache_entry **entries, size_t *count, kn_diag *d);
 
 typedef struct kn_cache_report {
   size_t entries;        /* entries examined */
@@ -141,13 +139,14 @@ typedef struct kn_cache_report {
   uint64_t bytes;        /* bytes held after the operation */
 } kn_cache_report;
 
-/* reads every entry, removes bad ones (and stale temp files); report may be NULL */
-int kn_cache_verify(kn_cache *cache, kn_cache_report *report);
+/* reads every entry, removes bad ones (and stale temp files); report may be NULL.  When bad
+ * entries were removed, *d holds a note of how many, with KN_OK. */
+kn_status kn_cache_verify(kn_cache *cache, kn_cache_report *report, kn_diag *d);
 /* removes every entry and temp file kiln wrote (other files are left alone) */
-int kn_cache_clear(kn_cache *cache, kn_cache_report *report);
+kn_status kn_cache_clear(kn_cache *cache, kn_cache_report *report, kn_diag *d);
 /* evicts least-recently-used entries until the total is at most `target` bytes (put does this
- * on its own to ~90% of the bound when the bound is exceeded) */
-int kn_cache_evict(kn_cache *cache, uint64_t target, kn_cache_report *report);
+ * on its own to ~90% of the bound when the bound is exceeded); a note in *d when it removed any */
+kn_status kn_cache_evict(kn_cache *cache, uint64_t target, kn_cache_report *report, kn_diag *d);
 
 /* ---- fault injection (tests) ----
  * Makes one stage of every later put fail with an errno, as if the disk were full or read-only,

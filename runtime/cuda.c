@@ -19,7 +19,6 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -142,7 +141,6 @@ static struct {
   bool present;
   int count;
   int version;
-  int init_code;         /* the CUresult of the failing call, if any */
   char library[512];
   char reason[1024];
 } g;
@@ -172,42 +170,7 @@ struct kn_cuda_module {
   struct kn_cuda_kernel *kernels;
 };
 
-const char *kn_cuda_status_str(int status) {
-  switch (status) {
-  case KN_CUDA_OK: return "ok";
-  case KN_CUDA_NOT_PRESENT: return "CUDA device not present";
-  case KN_CUDA_EINVAL: return "invalid argument";
-  case KN_CUDA_EDRIVER: return "CUDA driver call failed";
-  case KN_CUDA_EJIT: return "CUDA module load failed";
-  case KN_CUDA_ENOMEM: return "out of memory";
-  case KN_CUDA_ENOTFOUND: return "kernel not found in module";
-  default: return "unknown CUDA status";
-  }
-}
-
-/* ---- errors ---- */
-
-static int set_err(kn_cuda_error *err, int status, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int set_err(kn_cuda_error *err, int status, int code, const char *fmt, ...) {
-  if (err) {
-    err->status = status;
-    err->driver_code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
-
-static void clear_err(kn_cuda_error *err) {
-  if (err) {
-    err->status = KN_CUDA_OK;
-    err->driver_code = 0;
-    err->message[0] = '\0';
-  }
-}
+/* ---- errors: kn_status, the message in the caller's kn_diag `err` (base/status.h) ---- */
 
 /* "CUDA_ERROR_X (text)" for a CUresult, from the driver when it can say */
 static void describe(CUresult r, char *buf, size_t n) {
@@ -231,11 +194,11 @@ static void describe(CUresult r, char *buf, size_t n) {
 }
 
 /* the status a failed driver call maps to, with "call: CUDA_ERROR_X (text)" */
-static int driver_err(kn_cuda_error *err, const char *call, CUresult r) {
+static kn_status driver_err(kn_diag *err, const char *call, CUresult r) {
   char what[256];
   describe(r, what, sizeof what);
-  int status = r == CUDA_ERROR_OUT_OF_MEMORY ? KN_CUDA_ENOMEM : KN_CUDA_EDRIVER;
-  return set_err(err, status, r, "%s: %s", call, what);
+  kn_status status = r == CUDA_ERROR_OUT_OF_MEMORY ? KN_E_NOMEM : KN_E_RUNTIME;
+  return kn_diag_set(err, status, "%s: %s", call, what);
 }
 
 /* ---- initialisation ---- */
@@ -293,7 +256,6 @@ static void driver_init(void) {
   if (r != CUDA_SUCCESS) {
     char what[256];
     describe(r, what, sizeof what);
-    g.init_code = r;
     snprintf(g.reason, sizeof g.reason, "cuInit: %s (library %s)", what, lib);
     return;
   }
@@ -303,12 +265,10 @@ static void driver_init(void) {
   if (r != CUDA_SUCCESS) {
     char what[256];
     describe(r, what, sizeof what);
-    g.init_code = r;
     snprintf(g.reason, sizeof g.reason, "cuDeviceGetCount: %s", what);
     return;
   }
   if (n <= 0) {
-    g.init_code = CUDA_ERROR_NO_DEVICE;
     snprintf(g.reason, sizeof g.reason, "the CUDA driver (%s) reports no device", lib);
     return;
   }
@@ -316,13 +276,13 @@ static void driver_init(void) {
   g.present = true;
 }
 
-int kn_cuda_init(kn_cuda_error *err) {
+kn_status kn_cuda_init(kn_diag *err) {
   pthread_once(&g_once, driver_init);
   if (!g.present)
-    return set_err(err, KN_CUDA_NOT_PRESENT, g.init_code, "CUDA device not present: %s",
+    return kn_diag_set(err, KN_E_NODEV, "CUDA device not present: %s",
                    g.reason);
-  clear_err(err);
-  return KN_CUDA_OK;
+  kn_diag_clear(err);
+  return KN_OK;
 }
 
 int kn_cuda_device_count(void) {
@@ -343,16 +303,16 @@ const char *kn_cuda_library(void) {
 /* ---- contexts ---- */
 
 /* Makes dev's context current for this thread if it is not; *pushed says whether to pop. */
-static int ctx_enter(kn_cuda_device *dev, bool *pushed, kn_cuda_error *err) {
+static kn_status ctx_enter(kn_cuda_device *dev, bool *pushed, kn_diag *err) {
   *pushed = false;
   CUcontext cur = NULL;
   CUresult r = g.api.CtxGetCurrent(&cur);
   if (r != CUDA_SUCCESS) return driver_err(err, "cuCtxGetCurrent", r);
-  if (cur == dev->ctx) return KN_CUDA_OK;
+  if (cur == dev->ctx) return KN_OK;
   r = g.api.CtxPushCurrent(dev->ctx);
   if (r != CUDA_SUCCESS) return driver_err(err, "cuCtxPushCurrent_v2", r);
   *pushed = true;
-  return KN_CUDA_OK;
+  return KN_OK;
 }
 
 static void ctx_leave(bool pushed) {
@@ -363,45 +323,45 @@ static void ctx_leave(bool pushed) {
 }
 
 /* Checks the driver and dev, enters dev's context; on failure returns the status. */
-#define ENTER(dev, err)                                                                      \
-  bool pushed_;                                                                              \
-  do {                                                                                       \
-    if (!(dev)) return set_err(err, KN_CUDA_EINVAL, 0, "%s: no device", __func__);          \
-    int st_ = ctx_enter(dev, &pushed_, err);                                                 \
-    if (st_ != KN_CUDA_OK) return st_;                                                       \
+#define ENTER(dev, err)                                                                  \
+  bool pushed_;                                                                          \
+  do {                                                                                   \
+    if (!(dev)) return kn_diag_set(err, KN_E_INVALID, "%s: no device", __func__);        \
+    kn_status st_ = ctx_enter(dev, &pushed_, err);                                       \
+    if (st_ != KN_OK) return st_;                                                        \
   } while (0)
 #define LEAVE() ctx_leave(pushed_)
 
 /* one driver call inside dev's context: returns OK or the mapped error */
-#define CALL(dev, err, call, ...)                                                            \
-  do {                                                                                       \
-    ENTER(dev, err);                                                                         \
-    CUresult r_ = g.api.call(__VA_ARGS__);                                                   \
-    LEAVE();                                                                                 \
-    if (r_ != CUDA_SUCCESS) return driver_err(err, "cu" #call, r_);                          \
-    clear_err(err);                                                                          \
-    return KN_CUDA_OK;                                                                       \
+#define CALL(dev, err, call, ...)                                                        \
+  do {                                                                                   \
+    ENTER(dev, err);                                                                     \
+    CUresult r_ = g.api.call(__VA_ARGS__);                                               \
+    LEAVE();                                                                             \
+    if (r_ != CUDA_SUCCESS) return driver_err(err, "cu" #call, r_);                      \
+    kn_diag_clear(err);                                                                  \
+    return KN_OK;                                                                        \
   } while (0)
 
 /* ---- devices ---- */
 
-static int check_ordinal(int ordinal, CUdevice *out, kn_cuda_error *err) {
-  int st = kn_cuda_init(err);
-  if (st != KN_CUDA_OK) return st;
+static kn_status check_ordinal(int ordinal, CUdevice *out, kn_diag *err) {
+  kn_status st = kn_cuda_init(err);
+  if (st != KN_OK) return st;
   if (ordinal < 0 || ordinal >= g.count)
-    return set_err(err, KN_CUDA_EINVAL, 0, "CUDA device %d does not exist (%d present)",
+    return kn_diag_set(err, KN_E_INVALID, "CUDA device %d does not exist (%d present)",
                    ordinal, g.count);
   CUresult r = g.api.DeviceGet(out, ordinal);
   if (r != CUDA_SUCCESS) return driver_err(err, "cuDeviceGet", r);
-  return KN_CUDA_OK;
+  return KN_OK;
 }
 
-int kn_cuda_device_props(int ordinal, kn_cuda_props *out, kn_cuda_error *err) {
-  if (!out) return set_err(err, KN_CUDA_EINVAL, 0, "kn_cuda_device_props: out is NULL");
+kn_status kn_cuda_device_props(int ordinal, kn_cuda_props *out, kn_diag *err) {
+  if (!out) return kn_diag_set(err, KN_E_INVALID, "kn_cuda_device_props: out is NULL");
   memset(out, 0, sizeof *out);
   CUdevice d;
-  int st = check_ordinal(ordinal, &d, err);
-  if (st != KN_CUDA_OK) return st;
+  kn_status st = check_ordinal(ordinal, &d, err);
+  if (st != KN_OK) return st;
   CUresult r = g.api.DeviceGetName(out->name, (int)sizeof out->name - 1, d);
   if (r != CUDA_SUCCESS) return driver_err(err, "cuDeviceGetName", r);
   static const struct {
@@ -437,20 +397,20 @@ int kn_cuda_device_props(int ordinal, kn_cuda_props *out, kn_cuda_error *err) {
   r = g.api.DeviceTotalMem(&mem, d);
   if (r != CUDA_SUCCESS) return driver_err(err, "cuDeviceTotalMem_v2", r);
   out->total_memory = mem;
-  clear_err(err);
-  return KN_CUDA_OK;
+  kn_diag_clear(err);
+  return KN_OK;
 }
 
-int kn_cuda_device_open(int ordinal, kn_cuda_device **out, kn_cuda_error *err) {
-  if (!out) return set_err(err, KN_CUDA_EINVAL, 0, "kn_cuda_device_open: out is NULL");
+kn_status kn_cuda_device_open(int ordinal, kn_cuda_device **out, kn_diag *err) {
+  if (!out) return kn_diag_set(err, KN_E_INVALID, "kn_cuda_device_open: out is NULL");
   *out = NULL;
   CUdevice d;
-  int st = check_ordinal(ordinal, &d, err);
-  if (st != KN_CUDA_OK) return st;
+  kn_status st = check_ordinal(ordinal, &d, err);
+  if (st != KN_OK) return st;
   kn_cuda_device *dev = calloc(1, sizeof *dev);
-  if (!dev) return set_err(err, KN_CUDA_ENOMEM, 0, "kn_cuda_device_open: out of memory");
+  if (!dev) return kn_diag_set(err, KN_E_NOMEM, "kn_cuda_device_open: out of memory");
   st = kn_cuda_device_props(ordinal, &dev->props, err);
-  if (st != KN_CUDA_OK) {
+  if (st != KN_OK) {
     free(dev);
     return st;
   }
@@ -462,8 +422,8 @@ int kn_cuda_device_open(int ordinal, kn_cuda_device **out, kn_cuda_error *err) {
   dev->ordinal = ordinal;
   dev->dev = d;
   *out = dev;
-  clear_err(err);
-  return KN_CUDA_OK;
+  kn_diag_clear(err);
+  return KN_OK;
 }
 
 void kn_cuda_device_close(kn_cuda_device *dev) {
@@ -478,7 +438,7 @@ const kn_cuda_props *kn_cuda_device_get_props(const kn_cuda_device *dev) {
 
 void *kn_cuda_device_context(const kn_cuda_device *dev) { return dev ? dev->ctx : NULL; }
 
-int kn_cuda_device_sync(kn_cuda_device *dev, kn_cuda_error *err) {
+kn_status kn_cuda_device_sync(kn_cuda_device *dev, kn_diag *err) {
   CALL(dev, err, CtxSynchronize);
 }
 
@@ -490,11 +450,11 @@ static void trim_log(char *log) {
   while (n > 0 && (log[n - 1] == '\n' || log[n - 1] == ' ' || log[n - 1] == '\r')) log[--n] = 0;
 }
 
-static int module_load(kn_cuda_device *dev, const void *image, bool is_ptx,
-                       kn_cuda_module **out, kn_cuda_error *err) {
-  if (!out) return set_err(err, KN_CUDA_EINVAL, 0, "module load: out is NULL");
+static kn_status module_load(kn_cuda_device *dev, const void *image, bool is_ptx,
+                             kn_cuda_module **out, kn_diag *err) {
+  if (!out) return kn_diag_set(err, KN_E_INVALID, "module load: out is NULL");
   *out = NULL;
-  if (!image) return set_err(err, KN_CUDA_EINVAL, 0, "module load: no image");
+  if (!image) return kn_diag_set(err, KN_E_INVALID, "module load: no image");
   kn_cuda_module *m = calloc(1, sizeof *m);
   char *info = calloc(1, KN_CUDA_JIT_LOG_BYTES);
   char *elog = calloc(1, KN_CUDA_JIT_LOG_BYTES);
@@ -502,7 +462,7 @@ static int module_load(kn_cuda_device *dev, const void *image, bool is_ptx,
     free(m);
     free(info);
     free(elog);
-    return set_err(err, KN_CUDA_ENOMEM, 0, "module load: out of memory");
+    return kn_diag_set(err, KN_E_NOMEM, "module load: out of memory");
   }
   /* The log sizes are in/out: on return they hold the bytes the driver wrote. */
   CUjit_option opts[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
@@ -511,8 +471,8 @@ static int module_load(kn_cuda_device *dev, const void *image, bool is_ptx,
   void *vals[] = {info, (void *)(uintptr_t)(KN_CUDA_JIT_LOG_BYTES - 1), elog,
                   (void *)(uintptr_t)(KN_CUDA_JIT_LOG_BYTES - 1), (void *)(uintptr_t)1};
   bool pushed;
-  int st = ctx_enter(dev, &pushed, err);
-  if (st != KN_CUDA_OK) {
+  kn_status st = ctx_enter(dev, &pushed, err);
+  if (st != KN_OK) {
     free(m);
     free(info);
     free(elog);
@@ -525,8 +485,8 @@ static int module_load(kn_cuda_device *dev, const void *image, bool is_ptx,
   if (r != CUDA_SUCCESS) {
     char what[256];
     describe(r, what, sizeof what);
-    st = r == CUDA_ERROR_OUT_OF_MEMORY ? KN_CUDA_ENOMEM : KN_CUDA_EJIT;
-    set_err(err, st, r, "cuModuleLoadDataEx (%s, sm_%d%d): %s%s%s", is_ptx ? "PTX" : "cubin",
+    st = r == CUDA_ERROR_OUT_OF_MEMORY ? KN_E_NOMEM : KN_E_COMPILE;
+    kn_diag_set(err, st, "cuModuleLoadDataEx (%s, sm_%d%d): %s%s%s", is_ptx ? "PTX" : "cubin",
             dev->props.cc_major, dev->props.cc_minor, what, elog[0] ? "\nJIT log:\n" : "",
             elog);
     free(m);
@@ -539,22 +499,22 @@ static int module_load(kn_cuda_device *dev, const void *image, bool is_ptx,
   m->log = info;
   pthread_mutex_init(&m->mu, NULL);
   *out = m;
-  clear_err(err);
-  return KN_CUDA_OK;
+  kn_diag_clear(err);
+  return KN_OK;
 }
 
-int kn_cuda_module_load_ptx(kn_cuda_device *dev, const char *ptx, kn_cuda_module **out,
-                            kn_cuda_error *err) {
-  if (!dev) return set_err(err, KN_CUDA_EINVAL, 0, "kn_cuda_module_load_ptx: no device");
+kn_status kn_cuda_module_load_ptx(kn_cuda_device *dev, const char *ptx, kn_cuda_module **out,
+                                  kn_diag *err) {
+  if (!dev) return kn_diag_set(err, KN_E_INVALID, "kn_cuda_module_load_ptx: no device");
   return module_load(dev, ptx, true, out, err);
 }
 
-int kn_cuda_module_load_cubin(kn_cuda_device *dev, const void *image, size_t size,
-                              kn_cuda_module **out, kn_cuda_error *err) {
-  if (!dev) return set_err(err, KN_CUDA_EINVAL, 0, "kn_cuda_module_load_cubin: no device");
+kn_status kn_cuda_module_load_cubin(kn_cuda_device *dev, const void *image, size_t size,
+                                    kn_cuda_module **out, kn_diag *err) {
+  if (!dev) return kn_diag_set(err, KN_E_INVALID, "kn_cuda_module_load_cubin: no device");
   /* The driver reads the ELF header for the size; check it is one before handing it over. */
   if (!image || size < 64 || memcmp(image, "\177ELF", 4) != 0)
-    return set_err(err, KN_CUDA_EINVAL, 0, "kn_cuda_module_load_cubin: not an ELF cubin");
+    return kn_diag_set(err, KN_E_INVALID, "kn_cuda_module_load_cubin: not an ELF cubin");
   return module_load(dev, image, false, out, err);
 }
 
@@ -563,7 +523,7 @@ const char *kn_cuda_module_log(const kn_cuda_module *m) { return m && m->log ? m
 void kn_cuda_module_unload(kn_cuda_module *m) {
   if (!m) return;
   bool pushed;
-  if (ctx_enter(m->dev, &pushed, NULL) == KN_CUDA_OK) {
+  if (ctx_enter(m->dev, &pushed, NULL) == KN_OK) {
     g.api.ModuleUnload(m->mod);
     ctx_leave(pushed);
   }
@@ -578,23 +538,23 @@ void kn_cuda_module_unload(kn_cuda_module *m) {
   free(m);
 }
 
-int kn_cuda_module_kernel(kn_cuda_module *m, const char *name, kn_cuda_kernel **out,
-                          kn_cuda_error *err) {
+kn_status kn_cuda_module_kernel(kn_cuda_module *m, const char *name, kn_cuda_kernel **out,
+                                kn_diag *err) {
   if (!m || !name || !out)
-    return set_err(err, KN_CUDA_EINVAL, 0, "kn_cuda_module_kernel: NULL argument");
+    return kn_diag_set(err, KN_E_INVALID, "kn_cuda_module_kernel: NULL argument");
   *out = NULL;
   pthread_mutex_lock(&m->mu);
   for (kn_cuda_kernel *k = m->kernels; k; k = k->next)
     if (strcmp(k->name, name) == 0) {
       *out = k;
       pthread_mutex_unlock(&m->mu);
-      clear_err(err);
-      return KN_CUDA_OK;
+      kn_diag_clear(err);
+      return KN_OK;
     }
   CUfunction fn = NULL;
   bool pushed;
-  int st = ctx_enter(m->dev, &pushed, err);
-  if (st != KN_CUDA_OK) {
+  kn_status st = ctx_enter(m->dev, &pushed, err);
+  if (st != KN_OK) {
     pthread_mutex_unlock(&m->mu);
     return st;
   }
@@ -605,7 +565,7 @@ int kn_cuda_module_kernel(kn_cuda_module *m, const char *name, kn_cuda_kernel **
     if (r == CUDA_ERROR_NOT_FOUND) {
       char what[256];
       describe(r, what, sizeof what);
-      return set_err(err, KN_CUDA_ENOTFOUND, r, "cuModuleGetFunction(\"%s\"): %s", name, what);
+      return kn_diag_set(err, KN_E_INVALID, "cuModuleGetFunction(\"%s\"): %s", name, what);
     }
     return driver_err(err, "cuModuleGetFunction", r);
   }
@@ -615,7 +575,7 @@ int kn_cuda_module_kernel(kn_cuda_module *m, const char *name, kn_cuda_kernel **
     pthread_mutex_unlock(&m->mu);
     free(k);
     free(copy);
-    return set_err(err, KN_CUDA_ENOMEM, 0, "kn_cuda_module_kernel: out of memory");
+    return kn_diag_set(err, KN_E_NOMEM, "kn_cuda_module_kernel: out of memory");
   }
   k->fn = fn;
   k->dev = m->dev;
@@ -626,13 +586,13 @@ int kn_cuda_module_kernel(kn_cuda_module *m, const char *name, kn_cuda_kernel **
   m->kernels = k;
   pthread_mutex_unlock(&m->mu);
   *out = k;
-  clear_err(err);
-  return KN_CUDA_OK;
+  kn_diag_clear(err);
+  return KN_OK;
 }
 
-int kn_cuda_kernel_attrs_get(const kn_cuda_kernel *k, kn_cuda_kernel_attrs *out,
-                             kn_cuda_error *err) {
-  if (!k || !out) return set_err(err, KN_CUDA_EINVAL, 0, "kn_cuda_kernel_attrs_get: NULL");
+kn_status kn_cuda_kernel_attrs_get(const kn_cuda_kernel *k, kn_cuda_kernel_attrs *out,
+                                   kn_diag *err) {
+  if (!k || !out) return kn_diag_set(err, KN_E_INVALID, "kn_cuda_kernel_attrs_get: NULL");
   static const struct {
     int attr;
     size_t offset;
@@ -649,18 +609,18 @@ int kn_cuda_kernel_attrs_get(const kn_cuda_kernel *k, kn_cuda_kernel_attrs *out,
     if (r != CUDA_SUCCESS) return driver_err(err, "cuFuncGetAttribute", r);
     memcpy((char *)out + attrs[i].offset, &v, sizeof v);
   }
-  clear_err(err);
-  return KN_CUDA_OK;
+  kn_diag_clear(err);
+  return KN_OK;
 }
 
 /* ---- launch ---- */
 
 /* Raises k's dynamic shared memory limit to at least `bytes` (never lowers it: another thread
  * may be launching with a larger size). */
-static int raise_dyn_limit(kn_cuda_kernel *k, int bytes, kn_cuda_error *err) {
-  if (atomic_load_explicit(&k->dyn_limit, memory_order_acquire) >= bytes) return KN_CUDA_OK;
+static kn_status raise_dyn_limit(kn_cuda_kernel *k, int bytes, kn_diag *err) {
+  if (atomic_load_explicit(&k->dyn_limit, memory_order_acquire) >= bytes) return KN_OK;
   pthread_mutex_lock(&k->raise_mu);
-  int st = KN_CUDA_OK;
+  kn_status st = KN_OK;
   if (atomic_load_explicit(&k->dyn_limit, memory_order_relaxed) < bytes) {
     CUresult r = g.api.FuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                         bytes);
@@ -678,38 +638,37 @@ static int raise_dyn_limit(kn_cuda_kernel *k, int bytes, kn_cuda_error *err) {
   return st;
 }
 
-int kn_cuda_launch(kn_cuda_kernel *k, const unsigned grid[3], const unsigned block[3],
-                   unsigned dyn_shared, kn_cuda_stream stream, void **params,
-                   kn_cuda_error *err) {
+kn_status kn_cuda_launch(kn_cuda_kernel *k, const unsigned grid[3], const unsigned block[3],
+                         unsigned dyn_shared, kn_cuda_stream stream, void **params, kn_diag *err) {
   if (!k || !grid || !block)
-    return set_err(err, KN_CUDA_EINVAL, 0, "kn_cuda_launch: NULL kernel, grid or block");
+    return kn_diag_set(err, KN_E_INVALID, "kn_cuda_launch: NULL kernel, grid or block");
   if (dyn_shared > (unsigned)INT32_MAX)
-    return set_err(err, KN_CUDA_EINVAL, 0, "kn_cuda_launch: dynamic shared memory too large");
+    return kn_diag_set(err, KN_E_INVALID, "kn_cuda_launch: dynamic shared memory too large");
   ENTER(k->dev, err);
-  int st = KN_CUDA_OK;
+  kn_status st = KN_OK;
   if (dyn_shared > KN_CUDA_DEFAULT_SHARED) st = raise_dyn_limit(k, (int)dyn_shared, err);
   CUresult r = CUDA_SUCCESS;
-  if (st == KN_CUDA_OK)
+  if (st == KN_OK)
     r = g.api.LaunchKernel(k->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
                            dyn_shared, (CUstream)stream, params, NULL);
   LEAVE();
-  if (st != KN_CUDA_OK) return st;
+  if (st != KN_OK) return st;
   if (r != CUDA_SUCCESS) {
     char what[256];
     describe(r, what, sizeof what);
-    return set_err(err, r == CUDA_ERROR_OUT_OF_MEMORY ? KN_CUDA_ENOMEM : KN_CUDA_EDRIVER, r,
-                   "cuLaunchKernel(%s, grid %ux%ux%u, block %ux%ux%u, dynamic shared %u): %s",
-                   k->name, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                   dyn_shared, what);
+    return kn_diag_set(err, r == CUDA_ERROR_OUT_OF_MEMORY ? KN_E_NOMEM : KN_E_RUNTIME,
+                       "cuLaunchKernel(%s, grid %ux%ux%u, block %ux%ux%u, dynamic shared %u): %s",
+                       k->name, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                       dyn_shared, what);
   }
-  clear_err(err);
-  return KN_CUDA_OK;
+  kn_diag_clear(err);
+  return KN_OK;
 }
 
 /* ---- memory ---- */
 
-int kn_cuda_alloc(kn_cuda_device *dev, size_t bytes, kn_cuda_ptr *out, kn_cuda_error *err) {
-  if (!out) return set_err(err, KN_CUDA_EINVAL, 0, "kn_cuda_alloc: out is NULL");
+kn_status kn_cuda_alloc(kn_cuda_device *dev, size_t bytes, kn_cuda_ptr *out, kn_diag *err) {
+  if (!out) return kn_diag_set(err, KN_E_INVALID, "kn_cuda_alloc: out is NULL");
   *out = 0;
   CUdeviceptr p = 0;
   ENTER(dev, err);
@@ -721,52 +680,52 @@ int kn_cuda_alloc(kn_cuda_device *dev, size_t bytes, kn_cuda_ptr *out, kn_cuda_e
     return driver_err(err, call, r);
   }
   *out = p;
-  clear_err(err);
-  return KN_CUDA_OK;
+  kn_diag_clear(err);
+  return KN_OK;
 }
 
-int kn_cuda_free(kn_cuda_device *dev, kn_cuda_ptr p, kn_cuda_error *err) {
+kn_status kn_cuda_free(kn_cuda_device *dev, kn_cuda_ptr p, kn_diag *err) {
   if (!p) {
-    clear_err(err);
-    return KN_CUDA_OK;
+    kn_diag_clear(err);
+    return KN_OK;
   }
   CALL(dev, err, MemFree, (CUdeviceptr)p);
 }
 
-int kn_cuda_copy_htod(kn_cuda_device *dev, kn_cuda_ptr dst, const void *src, size_t bytes,
-                      kn_cuda_error *err) {
+kn_status kn_cuda_copy_htod(kn_cuda_device *dev, kn_cuda_ptr dst, const void *src, size_t bytes,
+                            kn_diag *err) {
   CALL(dev, err, MemcpyHtoD, (CUdeviceptr)dst, src, bytes);
 }
 
-int kn_cuda_copy_dtoh(kn_cuda_device *dev, void *dst, kn_cuda_ptr src, size_t bytes,
-                      kn_cuda_error *err) {
+kn_status kn_cuda_copy_dtoh(kn_cuda_device *dev, void *dst, kn_cuda_ptr src, size_t bytes,
+                            kn_diag *err) {
   CALL(dev, err, MemcpyDtoH, dst, (CUdeviceptr)src, bytes);
 }
 
-int kn_cuda_copy_dtod(kn_cuda_device *dev, kn_cuda_ptr dst, kn_cuda_ptr src, size_t bytes,
-                      kn_cuda_error *err) {
+kn_status kn_cuda_copy_dtod(kn_cuda_device *dev, kn_cuda_ptr dst, kn_cuda_ptr src, size_t bytes,
+                            kn_diag *err) {
   CALL(dev, err, MemcpyDtoD, (CUdeviceptr)dst, (CUdeviceptr)src, bytes);
 }
 
-int kn_cuda_memset8(kn_cuda_device *dev, kn_cuda_ptr dst, unsigned char value, size_t bytes,
-                    kn_cuda_error *err) {
+kn_status kn_cuda_memset8(kn_cuda_device *dev, kn_cuda_ptr dst, unsigned char value, size_t bytes,
+                          kn_diag *err) {
   CALL(dev, err, MemsetD8, (CUdeviceptr)dst, value, bytes);
 }
 
-int kn_cuda_copy_htod_async(kn_cuda_device *dev, kn_cuda_ptr dst, const void *src,
-                            size_t bytes, kn_cuda_stream stream, kn_cuda_error *err) {
+kn_status kn_cuda_copy_htod_async(kn_cuda_device *dev, kn_cuda_ptr dst, const void *src,
+                                  size_t bytes, kn_cuda_stream stream, kn_diag *err) {
   CALL(dev, err, MemcpyHtoDAsync, (CUdeviceptr)dst, src, bytes, (CUstream)stream);
 }
 
-int kn_cuda_copy_dtoh_async(kn_cuda_device *dev, void *dst, kn_cuda_ptr src, size_t bytes,
-                            kn_cuda_stream stream, kn_cuda_error *err) {
+kn_status kn_cuda_copy_dtoh_async(kn_cuda_device *dev, void *dst, kn_cuda_ptr src, size_t bytes,
+                                  kn_cuda_stream stream, kn_diag *err) {
   CALL(dev, err, MemcpyDtoHAsync, dst, (CUdeviceptr)src, bytes, (CUstream)stream);
 }
 
 /* ---- streams and events ---- */
 
-int kn_cuda_stream_create(kn_cuda_device *dev, kn_cuda_stream *out, kn_cuda_error *err) {
-  if (!out) return set_err(err, KN_CUDA_EINVAL, 0, "kn_cuda_stream_create: out is NULL");
+kn_status kn_cuda_stream_create(kn_cuda_device *dev, kn_cuda_stream *out, kn_diag *err) {
+  if (!out) return kn_diag_set(err, KN_E_INVALID, "kn_cuda_stream_create: out is NULL");
   *out = NULL;
   CALL(dev, err, StreamCreate, (CUstream *)out, CU_STREAM_NON_BLOCKING);
 }
@@ -774,17 +733,17 @@ int kn_cuda_stream_create(kn_cuda_device *dev, kn_cuda_stream *out, kn_cuda_erro
 void kn_cuda_stream_destroy(kn_cuda_device *dev, kn_cuda_stream s) {
   if (!dev || !s) return;
   bool pushed;
-  if (ctx_enter(dev, &pushed, NULL) != KN_CUDA_OK) return;
+  if (ctx_enter(dev, &pushed, NULL) != KN_OK) return;
   g.api.StreamDestroy((CUstream)s);
   ctx_leave(pushed);
 }
 
-int kn_cuda_stream_sync(kn_cuda_device *dev, kn_cuda_stream s, kn_cuda_error *err) {
+kn_status kn_cuda_stream_sync(kn_cuda_device *dev, kn_cuda_stream s, kn_diag *err) {
   CALL(dev, err, StreamSynchronize, (CUstream)s);
 }
 
-int kn_cuda_event_create(kn_cuda_device *dev, kn_cuda_event *out, kn_cuda_error *err) {
-  if (!out) return set_err(err, KN_CUDA_EINVAL, 0, "kn_cuda_event_create: out is NULL");
+kn_status kn_cuda_event_create(kn_cuda_device *dev, kn_cuda_event *out, kn_diag *err) {
+  if (!out) return kn_diag_set(err, KN_E_INVALID, "kn_cuda_event_create: out is NULL");
   *out = NULL;
   CALL(dev, err, EventCreate, (CUevent *)out, CU_EVENT_DEFAULT);
 }
@@ -792,23 +751,23 @@ int kn_cuda_event_create(kn_cuda_device *dev, kn_cuda_event *out, kn_cuda_error 
 void kn_cuda_event_destroy(kn_cuda_device *dev, kn_cuda_event e) {
   if (!dev || !e) return;
   bool pushed;
-  if (ctx_enter(dev, &pushed, NULL) != KN_CUDA_OK) return;
+  if (ctx_enter(dev, &pushed, NULL) != KN_OK) return;
   g.api.EventDestroy((CUevent)e);
   ctx_leave(pushed);
 }
 
-int kn_cuda_event_record(kn_cuda_device *dev, kn_cuda_event e, kn_cuda_stream s,
-                         kn_cuda_error *err) {
+kn_status kn_cuda_event_record(kn_cuda_device *dev, kn_cuda_event e, kn_cuda_stream s,
+                               kn_diag *err) {
   CALL(dev, err, EventRecord, (CUevent)e, (CUstream)s);
 }
 
-int kn_cuda_event_sync(kn_cuda_device *dev, kn_cuda_event e, kn_cuda_error *err) {
+kn_status kn_cuda_event_sync(kn_cuda_device *dev, kn_cuda_event e, kn_diag *err) {
   CALL(dev, err, EventSynchronize, (CUevent)e);
 }
 
-int kn_cuda_event_elapsed(kn_cuda_device *dev, kn_cuda_event start, kn_cuda_event end,
-                          float *ms, kn_cuda_error *err) {
-  if (!ms) return set_err(err, KN_CUDA_EINVAL, 0, "kn_cuda_event_elapsed: ms is NULL");
+kn_status kn_cuda_event_elapsed(kn_cuda_device *dev, kn_cuda_event start, kn_cuda_event end,
+                                float *ms, kn_diag *err) {
+  if (!ms) return kn_diag_set(err, KN_E_INVALID, "kn_cuda_event_elapsed: ms is NULL");
   *ms = 0;
   CALL(dev, err, EventElapsedTime, ms, (CUevent)start, (CUevent)end);
 }

@@ -4,4 +4,4 @@
 find_package(Threads REQUIRED)
 add_library(kiln_cuda STATIC ${CMAKE_CURRENT_LIST_DIR}/cuda.c)
 target_include_directories(kiln_cuda PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(kiln_cuda PUBLIC ${CMAKE_DL_LIBS} Threads::Threads)
+target_link_libraries(kiln_cuda PUBLIC kiln_base ${CMAKE_DL_LIBS} Threads::Threads)

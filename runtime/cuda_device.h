@@ -4,7 +4,7 @@
  * $KILN_CUDA_LIBRARY) on the first call that needs it, once per process (pthread_once), and
  * declares the few driver types it uses itself, so neither cuda.h nor a CUDA toolkit is needed
  * to build kiln.  A missing library, a stub library, a failed cuInit or zero devices all give
- * KN_CUDA_NOT_PRESENT with the reason (the dlopen error names the library tried); nothing here
+ * KN_E_NODEV with the reason (the dlopen error names the library tried); nothing here
  * crashes, prints or exits.  Once loaded and initialised the driver stays loaded for the life of
  * the process (it starts threads and registers exit handlers; unloading under them crashes).
  *
@@ -21,10 +21,14 @@
  * A module and its kernels may be used by many threads at once; unloading a module or closing
  * a device while another thread still uses it is the caller's error, as with the driver.
  *
- * Errors: every call returns KN_CUDA_OK or a negative kn_cuda_status and, when err is not NULL,
- * fills err->message with the driver call and its error name, e.g.
+ * Errors: every call returns a kn_status (base/status.h) and, when err is not NULL, writes into
+ * the kn_diag the driver call and its error name, e.g.
  *   "cuModuleLoadDataEx: CUDA_ERROR_INVALID_PTX (a PTX JIT compilation failed)"
- * followed, for a failed PTX load, by the driver JIT's error log.
+ * followed, for a failed PTX load, by the driver JIT's error log (whole in err->rendered, up to
+ * its size).  KN_E_NODEV: no libcuda, a stub, cuInit failed, or no device; KN_E_INVALID: a bad
+ * argument (NULL, an ordinal out of range, a kernel name the module lacks); KN_E_RUNTIME: a
+ * driver call failed; KN_E_COMPILE: the driver could not compile or load a module; KN_E_NOMEM:
+ * host or device memory exhausted.
  */
 #ifndef KILN_CUDA_H
 #define KILN_CUDA_H
@@ -32,35 +36,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum kn_cuda_status {
-  KN_CUDA_OK = 0,
-  KN_CUDA_NOT_PRESENT = -1, /* no libcuda, a stub, cuInit failed, or no device */
-  KN_CUDA_EINVAL = -2,      /* a bad argument from the caller (NULL, ordinal out of range...) */
-  KN_CUDA_EDRIVER = -3,     /* a driver call failed; the message names it and its error */
-  KN_CUDA_EJIT = -4,        /* the driver could not compile/load the module; the log follows */
-  KN_CUDA_ENOMEM = -5,      /* host or device memory exhausted */
-  KN_CUDA_ENOTFOUND = -6,   /* no kernel of that name in the module */
-} kn_cuda_status;
-
-#define KN_CUDA_MESSAGE_BYTES 4096
-
-typedef struct kn_cuda_error {
-  int status;                          /* the kn_cuda_status returned */
-  int driver_code;                     /* the CUresult of the failing call, 0 if none */
-  char message[KN_CUDA_MESSAGE_BYTES]; /* see the file comment; "" on success */
-} kn_cuda_error;
-
-const char *kn_cuda_status_str(int status);
-
 /* ---- the driver ---- */
 
 /* Loads and initialises the driver (once; later calls return the first result).  Returns
- * KN_CUDA_OK when at least one device is present, else KN_CUDA_NOT_PRESENT with the reason. */
-int kn_cuda_init(kn_cuda_error *err);
+ * KN_OK when at least one device is present, else KN_E_NODEV with the reason. */
+kn_status kn_cuda_init(kn_diag *err);
 /* number of devices (0 when not present) */
 int kn_cuda_device_count(void);
 /* the driver's version (e.g. 13000), 0 when not present */
@@ -84,9 +70,9 @@ typedef struct kn_cuda_props {
 typedef struct kn_cuda_device kn_cuda_device;
 
 /* Properties of device `ordinal` (no context is created). */
-int kn_cuda_device_props(int ordinal, kn_cuda_props *out, kn_cuda_error *err);
+kn_status kn_cuda_device_props(int ordinal, kn_cuda_props *out, kn_diag *err);
 /* Retains the primary context of device `ordinal`.  Each open needs one close. */
-int kn_cuda_device_open(int ordinal, kn_cuda_device **out, kn_cuda_error *err);
+kn_status kn_cuda_device_open(int ordinal, kn_cuda_device **out, kn_diag *err);
 /* Releases the primary context (the driver frees it when its last user releases it). */
 void kn_cuda_device_close(kn_cuda_device *dev);
 const kn_cuda_props *kn_cuda_device_get_props(const kn_cuda_device *dev);
@@ -101,11 +87,11 @@ typedef struct kn_cuda_kernel kn_cuda_kernel;
 /* Loads NUL-terminated PTX text; the driver JIT-compiles it for the device.  On failure the
  * message carries the JIT's error log.  The JIT's info log (registers etc., verbose) stays with
  * the module: kn_cuda_module_log(). */
-int kn_cuda_module_load_ptx(kn_cuda_device *dev, const char *ptx, kn_cuda_module **out,
-                            kn_cuda_error *err);
+kn_status kn_cuda_module_load_ptx(kn_cuda_device *dev, const char *ptx, kn_cuda_module **out,
+                                  kn_diag *err);
 /* Loads a cubin (an ELF image made by ptxas for this device's architecture). */
-int kn_cuda_module_load_cubin(kn_cuda_device *dev, const void *image, size_t size,
-                              kn_cuda_module **out, kn_cuda_error *err);
+kn_status kn_cuda_module_load_cubin(kn_cuda_device *dev, const void *image, size_t size,
+                                    kn_cuda_module **out, kn_diag *err);
 /* the JIT's info log of a PTX load ("" for a cubin or when the driver said nothing) */
 const char *kn_cuda_module_log(const kn_cuda_module *m);
 /* Unloads the module; its kernels become invalid. */
@@ -119,12 +105,12 @@ typedef struct kn_cuda_kernel_attrs {
   int max_threads_per_block;  /* the most threads a launch of it may have */
 } kn_cuda_kernel_attrs;
 
-/* The kernel `name` (an .entry of the module), owned by the module; KN_CUDA_ENOTFOUND if none.
+/* The kernel `name` (an .entry of the module), owned by the module; KN_E_INVALID if none.
  * Looking the same name up twice gives the same kernel. */
-int kn_cuda_module_kernel(kn_cuda_module *m, const char *name, kn_cuda_kernel **out,
-                          kn_cuda_error *err);
-int kn_cuda_kernel_attrs_get(const kn_cuda_kernel *k, kn_cuda_kernel_attrs *out,
-                             kn_cuda_error *err);
+kn_status kn_cuda_module_kernel(kn_cuda_module *m, const char *name, kn_cuda_kernel **out,
+                                kn_diag *err);
+kn_status kn_cuda_kernel_attrs_get(const kn_cuda_kernel *k, kn_cuda_kernel_attrs *out,
+                                   kn_diag *err);
 
 /* Streams and events are the driver's CUstream / CUevent.  A NULL stream is the context's
  * legacy default stream. */
@@ -137,48 +123,47 @@ typedef struct kn_cuda_event_ *kn_cuda_event;
  * Above 48 KiB of dynamic shared memory the kernel's limit is raised first
  * (cuFuncSetAttribute), once per kernel and size.  Asynchronous: errors of the kernel itself
  * show at the next synchronising call. */
-int kn_cuda_launch(kn_cuda_kernel *k, const unsigned grid[3], const unsigned block[3],
-                   unsigned dyn_shared, kn_cuda_stream stream, void **params,
-                   kn_cuda_error *err);
+kn_status kn_cuda_launch(kn_cuda_kernel *k, const unsigned grid[3], const unsigned block[3],
+                         unsigned dyn_shared, kn_cuda_stream stream, void **params, kn_diag *err);
 
 /* ---- memory ---- */
 
 typedef uint64_t kn_cuda_ptr; /* the driver's CUdeviceptr */
 
-int kn_cuda_alloc(kn_cuda_device *dev, size_t bytes, kn_cuda_ptr *out, kn_cuda_error *err);
-int kn_cuda_free(kn_cuda_device *dev, kn_cuda_ptr p, kn_cuda_error *err);
+kn_status kn_cuda_alloc(kn_cuda_device *dev, size_t bytes, kn_cuda_ptr *out, kn_diag *err);
+kn_status kn_cuda_free(kn_cuda_device *dev, kn_cuda_ptr p, kn_diag *err);
 /* synchronous copies and fill */
-int kn_cuda_copy_htod(kn_cuda_device *dev, kn_cuda_ptr dst, const void *src, size_t bytes,
-                      kn_cuda_error *err);
-int kn_cuda_copy_dtoh(kn_cuda_device *dev, void *dst, kn_cuda_ptr src, size_t bytes,
-                      kn_cuda_error *err);
-int kn_cuda_copy_dtod(kn_cuda_device *dev, kn_cuda_ptr dst, kn_cuda_ptr src, size_t bytes,
-                      kn_cuda_error *err);
-int kn_cuda_memset8(kn_cuda_device *dev, kn_cuda_ptr dst, unsigned char value, size_t bytes,
-                    kn_cuda_error *err);
+kn_status kn_cuda_copy_htod(kn_cuda_device *dev, kn_cuda_ptr dst, const void *src, size_t bytes,
+                            kn_diag *err);
+kn_status kn_cuda_copy_dtoh(kn_cuda_device *dev, void *dst, kn_cuda_ptr src, size_t bytes,
+                            kn_diag *err);
+kn_status kn_cuda_copy_dtod(kn_cuda_device *dev, kn_cuda_ptr dst, kn_cuda_ptr src, size_t bytes,
+                            kn_diag *err);
+kn_status kn_cuda_memset8(kn_cuda_device *dev, kn_cuda_ptr dst, unsigned char value, size_t bytes,
+                          kn_diag *err);
 /* asynchronous copies on a stream (host memory should be page-locked for real overlap) */
-int kn_cuda_copy_htod_async(kn_cuda_device *dev, kn_cuda_ptr dst, const void *src,
-                            size_t bytes, kn_cuda_stream stream, kn_cuda_error *err);
-int kn_cuda_copy_dtoh_async(kn_cuda_device *dev, void *dst, kn_cuda_ptr src, size_t bytes,
-                            kn_cuda_stream stream, kn_cuda_error *err);
+kn_status kn_cuda_copy_htod_async(kn_cuda_device *dev, kn_cuda_ptr dst, const void *src,
+                                  size_t bytes, kn_cuda_stream stream, kn_diag *err);
+kn_status kn_cuda_copy_dtoh_async(kn_cuda_device *dev, void *dst, kn_cuda_ptr src, size_t bytes,
+                                  kn_cuda_stream stream, kn_diag *err);
 
 /* ---- streams and events ---- */
 
 /* a non-blocking stream (does not synchronise with the legacy default stream) */
-int kn_cuda_stream_create(kn_cuda_device *dev, kn_cuda_stream *out, kn_cuda_error *err);
+kn_status kn_cuda_stream_create(kn_cuda_device *dev, kn_cuda_stream *out, kn_diag *err);
 void kn_cuda_stream_destroy(kn_cuda_device *dev, kn_cuda_stream s);
-int kn_cuda_stream_sync(kn_cuda_device *dev, kn_cuda_stream s, kn_cuda_error *err);
+kn_status kn_cuda_stream_sync(kn_cuda_device *dev, kn_cuda_stream s, kn_diag *err);
 /* waits for all work of the device's context (cuCtxSynchronize) */
-int kn_cuda_device_sync(kn_cuda_device *dev, kn_cuda_error *err);
+kn_status kn_cuda_device_sync(kn_cuda_device *dev, kn_diag *err);
 
-int kn_cuda_event_create(kn_cuda_device *dev, kn_cuda_event *out, kn_cuda_error *err);
+kn_status kn_cuda_event_create(kn_cuda_device *dev, kn_cuda_event *out, kn_diag *err);
 void kn_cuda_event_destroy(kn_cuda_device *dev, kn_cuda_event e);
-int kn_cuda_event_record(kn_cuda_device *dev, kn_cuda_event e, kn_cuda_stream s,
-                         kn_cuda_error *err);
-int kn_cuda_event_sync(kn_cuda_device *dev, kn_cuda_event e, kn_cuda_error *err);
+kn_status kn_cuda_event_record(kn_cuda_device *dev, kn_cuda_event e, kn_cuda_stream s,
+                               kn_diag *err);
+kn_status kn_cuda_event_sync(kn_cuda_device *dev, kn_cuda_event e, kn_diag *err);
 /* milliseconds between two recorded, completed events */
-int kn_cuda_event_elapsed(kn_cuda_device *dev, kn_cuda_event start, kn_cuda_event end,
-                          float *ms, kn_cuda_error *err);
+kn_status kn_cuda_event_elapsed(kn_cuda_device *dev, kn_cuda_event start, kn_cuda_event end,
+                                float *ms, kn_diag *err);
 
 #ifdef __cplusplus
 }

@@ -16,12 +16,16 @@
  * Kernels keep their tiles on the stack, so every program instance runs on a pool thread whose
  * stack is KN_HOST_STACK_BYTES, never on the caller's (possibly small) stack.  Launches from
  * several threads are serialised; the call returns when the whole grid has run.
+ *
+ * Errors: a kn_status with a kn_diag (base/status.h), as everywhere below the API.
  */
 #ifndef KILN_DEVICE_H
 #define KILN_DEVICE_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,24 +39,15 @@ extern "C" {
 typedef void (*kn_host_kernel_fn)(const void *args, int32_t px, int32_t py, int32_t pz,
                                   int32_t nx, int32_t ny, int32_t nz);
 
-/* status codes of the runtime */
-typedef enum kn_rt_status {
-  KN_RT_OK = 0,
-  KN_RT_EINVAL = -1,   /* bad grid or null function */
-  KN_RT_ENOMEM = -2,   /* allocation failed */
-  KN_RT_ETHREAD = -3,  /* a worker thread could not be started */
-} kn_rt_status;
-
-const char *kn_rt_status_str(int status);
-
 /* host memory: 64-byte aligned, zero-filled; NULL when out of memory (bytes 0 gives a valid
  * pointer) */
 void *kn_host_alloc(size_t bytes);
 void kn_host_free(void *p);
 
 /* Runs fn over grid[0] x grid[1] x grid[2] program instances on the pool (every dim >= 0; an
- * empty grid runs nothing).  Returns KN_RT_OK or a status above. */
-int kn_host_launch(kn_host_kernel_fn fn, const void *args, const int grid[3]);
+ * empty grid runs nothing).  Returns KN_OK, KN_E_INVALID (a bad grid or no function),
+ * KN_E_NOMEM, or KN_E_RUNTIME (a worker thread could not be started), with *d. */
+kn_status kn_host_launch(kn_host_kernel_fn fn, const void *args, const int grid[3], kn_diag *d);
 
 /* number of worker threads the pool has (or will have) */
 int kn_host_threads(void);

@@ -76,14 +76,14 @@ static void copy_str(char *dst, size_t size, const char *src) {
 }
 
 /* the library named by the override variable, or the candidates in order; returns the handle
- * or NULL with r->library/reason filled */
+ * or NULL with r->library/why filled */
 static void *load_driver(kn_driver_report *r, const char *env, const char *const *candidates,
                          int ncand) {
   const char *over = getenv(env);
   if (over && *over) {
     if (!strcmp(over, "none")) {
       copy_str(r->library, sizeof r->library, "none");
-      snprintf(r->reason, sizeof r->reason, "disabled by %s=none", env);
+      kn_diag_set(&r->why, KN_E_NODEV, "disabled by %s=none", env);
       return NULL;
     }
     candidates = &over;
@@ -98,17 +98,17 @@ static void *load_driver(kn_driver_report *r, const char *env, const char *const
     copy_str(last, sizeof last, e ? e : "unknown dlopen error");
   }
   if (ncand == 1)
-    snprintf(r->reason, sizeof r->reason, "cannot load %s: %s", candidates[0], last);
+    kn_diag_set(&r->why, KN_E_NODEV, "cannot load %s: %s", candidates[0], last);
   else
-    snprintf(r->reason, sizeof r->reason, "cannot load %s (nor %d other names; last error: %s)",
-             candidates[0], ncand - 1, last);
+    kn_diag_set(&r->why, KN_E_NODEV, "cannot load %s (nor %d other names; last error: %s)",
+                candidates[0], ncand - 1, last);
   return NULL;
 }
 
 static void *sym(void *lib, const char *name, kn_driver_report *r) {
   void *p = dlsym(lib, name);
-  if (!p && !r->reason[0])
-    snprintf(r->reason, sizeof r->reason, "%s has no symbol %s", r->library, name);
+  if (!p && !r->why.message[0])
+    kn_diag_set(&r->why, KN_E_NODEV, "%s has no symbol %s", r->library, name);
   return p;
 }
 
@@ -159,24 +159,23 @@ static void discover_hip(kn_device_list *out) {
   if (version) version(&r->version);
   int n = 0, err = count(&n);
   if (err != 0) {
-    snprintf(r->reason, sizeof r->reason, "no AMD GPU: hipGetDeviceCount failed: %s (hipError %d)",
-             errstr ? errstr(err) : "unknown error", err);
+    kn_diag_set(&r->why, KN_E_NODEV, "no AMD GPU: hipGetDeviceCount failed: %s (hipError %d)",
+                errstr ? errstr(err) : "unknown error", err);
     return;
   }
   if (n <= 0) {
-    copy_str(r->reason, sizeof r->reason, "no AMD GPU: the HIP runtime reports 0 devices");
+    kn_diag_set(&r->why, KN_E_NODEV, "no AMD GPU: the HIP runtime reports 0 devices");
     return;
   }
   r->device_count = n;
-  r->present = true;
   /* 8 KiB, larger than any hipDeviceProp_t so far (1472 bytes); aligned for its size_t fields */
   enum { PROPS_BYTES = 8192 };
   char *buf = aligned_alloc(64, PROPS_BYTES);
   if (!buf) {
-    copy_str(r->reason, sizeof r->reason, "out of memory reading HIP device properties");
-    r->present = false;
+    r->status = kn_diag_set(&r->why, KN_E_NOMEM, "out of memory reading HIP device properties");
     return;
   }
+  r->status = KN_OK;
   for (int i = 0; i < n && i < PER_DRIVER_MAX && out->n < KN_MAX_DEVICES - 1; i++) {
     kn_device_info *d = &out->dev[out->n++];
     memset(d, 0, sizeof *d);
@@ -253,23 +252,23 @@ static void discover_cuda(kn_device_list *out) {
   r->loaded = true;
   int err = init(0);
   if (err != 0) {
-    snprintf(r->reason, sizeof r->reason, "no NVIDIA GPU: cuInit failed: %s (CUresult %d)",
-             cu_error(errstr, err), err);
+    kn_diag_set(&r->why, KN_E_NODEV, "no NVIDIA GPU: cuInit failed: %s (CUresult %d)",
+                cu_error(errstr, err), err);
     return;
   }
   version(&r->version);
   int n = 0;
   if ((err = count(&n)) != 0) {
-    snprintf(r->reason, sizeof r->reason, "no NVIDIA GPU: cuDeviceGetCount failed: %s (CUresult %d)",
-             cu_error(errstr, err), err);
+    kn_diag_set(&r->why, KN_E_NODEV, "no NVIDIA GPU: cuDeviceGetCount failed: %s (CUresult %d)",
+                cu_error(errstr, err), err);
     return;
   }
   if (n <= 0) {
-    copy_str(r->reason, sizeof r->reason, "no NVIDIA GPU: the CUDA driver reports 0 devices");
+    kn_diag_set(&r->why, KN_E_NODEV, "no NVIDIA GPU: the CUDA driver reports 0 devices");
     return;
   }
   r->device_count = n;
-  r->present = true;
+  r->status = KN_OK;
   for (int i = 0; i < n && i < PER_DRIVER_MAX && out->n < KN_MAX_DEVICES - 1; i++) {
     kn_device_info *d = &out->dev[out->n++];
     memset(d, 0, sizeof *d);
@@ -328,12 +327,12 @@ static void discover_host(kn_device_info *d) {
   fclose(f);
 }
 
-int kn_discover(kn_device_list *out) {
+void kn_discover(kn_device_list *out) {
   memset(out, 0, sizeof *out);
+  out->hip.status = out->cuda.status = KN_E_NODEV; /* until a driver shows a device */
   discover_hip(out);
   discover_cuda(out);
   discover_host(&out->dev[out->n++]);
-  return 0;
 }
 
 const kn_device_info *kn_discover_best(const kn_device_list *l) {

@@ -2,9 +2,9 @@
  *
  * GPU drivers are found by dlopen only: kiln has no link-time dependency on ROCm or CUDA, so one
  * build serves every machine.  A driver library that is missing, fails to initialise or reports
- * no device is "not present", with the reason (the dlopen error, or the driver's own error
- * string) kept for `kiln targets`; discovery never crashes and never prints.  The host (the CPU
- * running kiln) is always present and always listed last.
+ * no device is "not present" (KN_E_NODEV), with the reason (the dlopen error, or the driver's
+ * own error string) in the report's kn_diag for `kiln targets`; discovery never crashes and
+ * never prints.  The host (the CPU running kiln) is always present and always listed last.
  *
  *   HIP   libamdhip64.so, .so.7, .so.6, .so.5 (the first that loads), or $KILN_HIP_LIBRARY
  *   CUDA  libcuda.so.1 (the driver API, not the runtime), or $KILN_CUDA_LIBRARY
@@ -21,6 +21,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,11 +50,12 @@ typedef struct kn_device_info {
 
 typedef struct kn_driver_report {
   bool loaded;              /* the library was found and its entry points resolved */
-  bool present;             /* loaded, initialised, and at least one device */
+  kn_status status;         /* KN_OK: loaded, initialised, and at least one device; else
+                               KN_E_NODEV (or KN_E_NOMEM) with why */
   int device_count;
   int version;              /* the driver's version number when it reports one, else 0 */
   char library[256];        /* the library loaded, or the last one tried */
-  char reason[512];         /* why not present; "" when present */
+  kn_diag why;              /* why not present; empty when present */
 } kn_driver_report;
 
 typedef struct kn_device_list {
@@ -61,10 +64,10 @@ typedef struct kn_device_list {
   kn_driver_report hip, cuda;
 } kn_device_list;
 
-/* Fills *out.  Always succeeds (returns 0): missing drivers are reported in out->hip/cuda and
- * the host is always there.  It initialises the drivers, which can take a fraction of a second;
- * callers keep the result. */
-int kn_discover(kn_device_list *out);
+/* Fills *out.  Always succeeds: missing drivers are reported in out->hip/cuda (their status and
+ * why) and the host is always there.  It initialises the drivers, which can take a fraction of
+ * a second; callers keep the result. */
+void kn_discover(kn_device_list *out);
 
 /* the device kiln should use when the target is "auto": an AMD GPU with a supported gfx, else
  * an NVIDIA GPU of compute capability 8.0 or later, else the host.  Never NULL for a list filled

@@ -19,16 +19,6 @@
 
 #include "device.h"
 
-const char *kn_rt_status_str(int status) {
-  switch (status) {
-  case KN_RT_OK: return "ok";
-  case KN_RT_EINVAL: return "invalid launch (bad grid or null kernel)";
-  case KN_RT_ENOMEM: return "out of memory";
-  case KN_RT_ETHREAD: return "cannot start a host worker thread";
-  default: return "unknown runtime status";
-  }
-}
-
 void *kn_host_alloc(size_t bytes) {
   size_t n = (bytes + 63) & ~(size_t)63;
   if (n < bytes) return NULL;
@@ -115,13 +105,13 @@ static void pool_destroy(pool *p) {
   free(p);
 }
 
-static int pool_create(int n, pool **out) {
+static kn_status pool_create(int n, pool **out, kn_diag *d) {
   pool *p = calloc(1, sizeof *p);
-  if (!p) return KN_RT_ENOMEM;
+  if (!p) return kn_diag_set(d, KN_E_NOMEM, "out of memory for the host thread pool");
   p->threads = calloc((size_t)n, sizeof *p->threads);
   if (!p->threads) {
     free(p);
-    return KN_RT_ENOMEM;
+    return kn_diag_set(d, KN_E_NOMEM, "out of memory for the host thread pool");
   }
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->work, NULL);
@@ -129,38 +119,41 @@ static int pool_create(int n, pool **out) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setstacksize(&attr, KN_HOST_STACK_BYTES);
-  int st = KN_RT_OK;
+  kn_status st = KN_OK;
   for (int i = 0; i < n; i++) {
     worker_arg *wa = malloc(sizeof *wa);
     if (!wa) {
-      st = KN_RT_ENOMEM;
+      st = kn_diag_set(d, KN_E_NOMEM, "out of memory for the host thread pool");
       break;
     }
     *wa = (worker_arg){p, i};
-    if (pthread_create(&p->threads[i], &attr, worker_main, wa) != 0) {
+    int e = pthread_create(&p->threads[i], &attr, worker_main, wa);
+    if (e != 0) {
       free(wa);
-      st = KN_RT_ETHREAD;
+      st = kn_diag_set(d, KN_E_RUNTIME, "cannot start host worker thread %d of %d: %s", i + 1, n,
+                       strerror(e));
       break;
     }
     p->n++;
   }
   pthread_attr_destroy(&attr);
-  if (st != KN_RT_OK) {
+  if (st != KN_OK) {
     pool_destroy(p);
     return st;
   }
   *out = p;
-  return KN_RT_OK;
+  return KN_OK;
 }
 
-int kn_host_launch(kn_host_kernel_fn fn, const void *args, const int grid[3]) {
-  if (!fn || !grid || grid[0] < 0 || grid[1] < 0 || grid[2] < 0) return KN_RT_EINVAL;
+kn_status kn_host_launch(kn_host_kernel_fn fn, const void *args, const int grid[3], kn_diag *d) {
+  if (!fn || !grid || grid[0] < 0 || grid[1] < 0 || grid[2] < 0)
+    return kn_diag_set(d, KN_E_INVALID, "invalid host launch (a negative grid or no kernel)");
   int64_t total = (int64_t)grid[0] * grid[1] * grid[2];
-  if (total == 0) return KN_RT_OK;
+  if (total == 0) return KN_OK;
   pthread_mutex_lock(&launch_mu);
   if (!the_pool) {
-    int st = pool_create(wanted_threads > 0 ? wanted_threads : default_threads(), &the_pool);
-    if (st != KN_RT_OK) {
+    kn_status st = pool_create(wanted_threads > 0 ? wanted_threads : default_threads(), &the_pool, d);
+    if (st != KN_OK) {
       the_pool = NULL;
       pthread_mutex_unlock(&launch_mu);
       return st;
@@ -178,7 +171,7 @@ int kn_host_launch(kn_host_kernel_fn fn, const void *args, const int grid[3]) {
   while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
   pthread_mutex_unlock(&p->mu);
   pthread_mutex_unlock(&launch_mu);
-  return KN_RT_OK;
+  return KN_OK;
 }
 
 int kn_host_threads(void) {

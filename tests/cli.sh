@@ -66,6 +66,15 @@ expect bad-seed 2 "--seed expects a non-negative integer, got 'abc'" -- "$kiln" 
 expect bad-seed-negative 2 "--seed expects a non-negative integer" -- "$kiln" run --seed -1
 expect run-help 0 'not served by the API' -- "$kiln" run --help
 expect version 0 '^kiln [0-9]+\.[0-9]+\.[0-9]+ \(LLVM [0-9]+\.' -- "$kiln" --version
+# checked mode: the same kernel with the bounds of its V load removed reads past V (seqlen 61 is
+# not a multiple of BLOCK_N): unchecked that goes unnoticed, checked it is the access named
+sed 's/ bounds \[%seqlen_k, %c_head_dim\] : tile<64x128xbf16>/ : tile<64x128xbf16>/' \
+  "$tests/golden/attn_fwd_causal_lse.tile" >"$tmp/attn_oob.tile"
+expect run-host-check-bounds 2 'attn_oob.tile:104:[0-9]+: error: @attn_fwd: load out of bounds: element \[61, 0\] .*outside every buffer; the nearest is buffer 2' -- \
+  "$kiln" run --target host --check-bounds --ir "$tmp/attn_oob.tile" --dtype bf16 --seqlen-q 130 --seqlen-k 61
+expect run-host-check-bounds-pass 0 ' PASS$' -- \
+  "$kiln" run --target host --check-bounds --ir "$tests/golden/attn_fwd_causal_lse.tile" --dtype bf16 --seqlen-q 130 --seqlen-k 61
+expect run-check-bounds-not-host 2 'check-bounds is for --target host' -- "$kiln" run --target gfx942 --check-bounds
 expect dump-llvm 0 'define .*kiln_attn_fwd' -- "$kiln" dump --stage llvm --target host --head-dim 64
 expect dump-asm 0 'kiln_attn_fwd' -- "$kiln" dump --stage asm --target host --head-dim 64
 expect dump-bad-stage 2 "is not a stage" -- "$kiln" dump --stage bogus --target host

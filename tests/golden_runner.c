@@ -34,9 +34,12 @@
  *       KILN_TEST_SEED=<that seed> golden_runner <that file> repeats it.
  *       The launch runs on the interpreter (kn_interp_run, every buffer registered as a region; a
  *       runtime error fails the file).  When the runner is built with KN_GOLDEN_HOST (linked with
- *       kiln_compiler and kiln_runtime), the kernel is also compiled for kn_host_target(), run
- *       with kn_kernel_run_host on a copy of the same inputs, and every element of every buffer
- *       is compared: bit for bit, except that any NaN equals any NaN.  tol=ulp1 (or ulpN) lets a
+ *       kiln_compiler and kiln_runtime), the kernel is also compiled for kn_host_target() twice:
+ *       checked (check_bounds, run by kn_kernel_run_host_checked against exactly its buffers, so
+ *       host code that strays outside them fails the file naming the access) and then unchecked
+ *       (kn_kernel_run_host, the code that runs in production), each on a copy of the same
+ *       inputs, and every element of every buffer of each is compared with the interpreter's:
+ *       bit for bit, except that any NaN equals any NaN.  tol=ulp1 (or ulpN) lets a
  *       float element differ by that many steps of its format; it is accepted only for kernels
  *       that use (also through calls) exp, exp2, log, log2, tanh, rsqrt or sqrt, and it never
  *       excuses a different sign of zero, an inf against a finite value, or an integer.
@@ -645,25 +648,32 @@ static void describe_elem(kn_scalar t, const void *p, char *out, size_t n) {
     snprintf(out, n, "%lld", (long long)kn_load_elem_i(t, p));
 }
 
-/* the host compile of each kernel of a file, made once for all its launches */
+/* the host compiles of each kernel of a file (checked, unchecked), made once for all its
+ * launches */
 typedef struct host_cache {
   int n;
   kn_func *k[MAX_LAUNCHES];
-  kn_kernel *kk[MAX_LAUNCHES];
+  kn_kernel *kk[MAX_LAUNCHES][2];
 } host_cache;
 
-static kn_kernel *host_kernel(host_cache *c, kn_func *k, kn_diag *d) {
-  for (int i = 0; i < c->n; i++)
-    if (c->k[i] == k) return c->kk[i];
-  kn_kernel *kk = NULL;
-  if (kn_compile(k->module, k->name, kn_host_target(), NULL, &kk, d) != 0) return NULL;
-  c->k[c->n] = k;
-  c->kk[c->n++] = kk;
-  return kk;
+static kn_kernel *host_kernel(host_cache *c, kn_func *k, bool checked, kn_diag *d) {
+  int i = 0;
+  while (i < c->n && c->k[i] != k) i++;
+  if (i == c->n) {
+    c->k[c->n++] = k;
+    c->kk[i][0] = c->kk[i][1] = NULL;
+  }
+  kn_kernel **kk = &c->kk[i][checked ? 0 : 1];
+  kn_compile_options o = {.check_bounds = checked};
+  if (!*kk && kn_compile(k->module, k->name, kn_host_target(), &o, kk, d) != 0) return NULL;
+  return *kk;
 }
 
 static void host_cache_free(host_cache *c) {
-  for (int i = 0; i < c->n; i++) kn_kernel_free(c->kk[i]);
+  for (int i = 0; i < c->n; i++) {
+    kn_kernel_free(c->kk[i][0]);
+    kn_kernel_free(c->kk[i][1]);
+  }
   c->n = 0;
 }
 #else
@@ -675,61 +685,47 @@ static void host_cache_free(host_cache *c) { (void)c; }
 
 typedef struct file_stats {
   int launches;      /* launches run (also a failing one) */
-  int64_t compared;  /* buffer elements compared between host and interpreter */
+  int64_t compared;  /* buffer elements compared between host and interpreter (both host runs) */
   int64_t inexact;   /* of those, different but within tol */
 } file_stats;
 
-/* one launch: fill, interpret, (host: compile, run, compare); 0, or -1 with why.  The
- * interpreter runs first: its region checks prove that the launch stays inside its buffers
- * before the compiled code, which has no such checks, touches them. */
-static int run_launch(const launch *L, uint64_t *rng, host_cache *hc, file_stats *fs, char *why,
-                      size_t nwhy) {
+#ifdef KN_GOLDEN_HOST
+/* one host run of launch L (checked or not) on a copy of the inputs `in`, compared with the
+ * interpreter's buffers bi; 0, or -1 with why */
+static int host_launch(const launch *L, host_cache *hc, bool checked, void *const *in,
+                       void *const *bi, kn_argval *args, file_stats *fs, char *why, size_t nwhy) {
   kn_func *k = L->k;
   int np = kn_func_nparams(k);
-  size_t cnt = (size_t)(np ? np : 1);
-  void **bi = calloc(cnt, sizeof *bi), **bh = calloc(cnt, sizeof *bh);
-  kn_argval *args = calloc(cnt, sizeof *args);
-  kn_region *reg = calloc(cnt, sizeof *reg);
-  if (!bi || !bh || !args || !reg) exit(2);
-  int nreg = 0, rc = -1;
-  fs->launches++;
-  for (int i = 0; i < np; i++) {
-    kn_type ty = kn_func_param(k, i)->type;
-    if (ty.kind != KN_TY_PTR) {
-      args[i] = L->arg[i].val;
-      continue;
-    }
-    /* exactly the buffer's bytes, so that ASan (the _san build) also sees the interpreter
-     * overrun a buffer its region checks should have caught */
-    size_t bytes = (size_t)L->arg[i].n * kn_scalar_size((kn_scalar)ty.elem);
-    bi[i] = malloc(bytes);
-    bh[i] = malloc(bytes);
-    if (!bi[i] || !bh[i]) exit(2);
-    fill_buffer(&L->arg[i], (kn_scalar)ty.elem, bi[i], rng);
-    memcpy(bh[i], bi[i], bytes);  /* the host gets the same inputs */
-    args[i].p = bi[i];
-    reg[nreg++] = (kn_region){bi[i], bytes};
-  }
+  const char *how = checked ? "checked" : "unchecked";
   kn_diag d;
   memset(&d, 0, sizeof d);
-  if (kn_interp_run(k, args, L->grid, reg, nreg, NULL, &d) != 0) {
-    append(why, nwhy, "interpreter: %s", d.rendered[0] ? d.rendered : d.message);
-    goto out;
-  }
-#ifdef KN_GOLDEN_HOST
-  kn_kernel *kk = host_kernel(hc, k, &d);
+  kn_kernel *kk = host_kernel(hc, k, checked, &d);
   if (!kk) {
-    append(why, nwhy, "host compile: %s", d.rendered[0] ? d.rendered : d.message);
-    goto out;
+    append(why, nwhy, "host compile (%s): %s", how, d.rendered[0] ? d.rendered : d.message);
+    return -1;
   }
-  for (int i = 0; i < np; i++)
-    if (bh[i]) args[i].p = bh[i];
-  if (kn_kernel_run_host(kk, args, L->grid, &d) != 0) {
-    append(why, nwhy, "host run: %s (the interpreter ran without error)", d.message);
-    goto out;
+  size_t cnt = (size_t)(np ? np : 1);
+  void **bh = calloc(cnt, sizeof *bh);
+  kn_region *reg = calloc(cnt, sizeof *reg);
+  if (!bh || !reg) exit(2);
+  int nreg = 0;
+  for (int i = 0; i < np; i++) {
+    if (!in[i]) continue;
+    size_t bytes = (size_t)L->arg[i].n * kn_scalar_size((kn_scalar)kn_func_param(k, i)->type.elem);
+    if (!(bh[i] = malloc(bytes))) exit(2);
+    memcpy(bh[i], in[i], bytes);
+    args[i].p = bh[i];
+    reg[nreg++] = (kn_region){bh[i], bytes};
   }
   bool same = true;
-  for (int i = 0; i < np; i++) {
+  int hrc = checked ? kn_kernel_run_host_checked(kk, args, L->grid, reg, nreg, &d)
+                    : kn_kernel_run_host(kk, args, L->grid, &d);
+  if (hrc != 0) {
+    append(why, nwhy, "host run (%s): %s (the interpreter ran without error)", how,
+           d.rendered[0] ? d.rendered : d.message);
+    same = false;
+  }
+  for (int i = 0; i < np && hrc == 0; i++) {
     if (!bh[i]) continue;
     kn_scalar t = (kn_scalar)kn_func_param(k, i)->type.elem;
     size_t es = kn_scalar_size(t);
@@ -743,8 +739,8 @@ static int run_launch(const launch *L, uint64_t *rng, host_cache *hc, file_stats
     fs->compared += L->arg[i].n;
     if (!ndiff) continue;
     same = false;
-    append(why, nwhy, "%shost and interpreter differ in %lld of %lld elements of %%%s (%s%s)",
-           why[0] ? "\n    " : "", (long long)ndiff, (long long)L->arg[i].n,
+    append(why, nwhy, "%shost (%s) and interpreter differ in %lld of %lld elements of %%%s (%s%s)",
+           why[0] ? "\n    " : "", how, (long long)ndiff, (long long)L->arg[i].n,
            kn_func_param(k, i)->name, kn_scalar_name(t), L->ulps ? ", beyond tol" : "");
     for (int j = 0; j < 4 && j < ndiff; j++) {
       char hs[96], is[96];
@@ -753,7 +749,54 @@ static int run_launch(const launch *L, uint64_t *rng, host_cache *hc, file_stats
       append(why, nwhy, "\n      [%lld] host %s, interp %s", (long long)first[j], hs, is);
     }
   }
-  if (!same) goto out;
+  for (int i = 0; i < np; i++) free(bh[i]);
+  free(bh);
+  free(reg);
+  return same ? 0 : -1;
+}
+#endif
+
+/* one launch: fill, interpret, (host: compile, run checked then unchecked, compare); 0, or -1
+ * with why.  The interpreter runs first and the checked host code second: their region checks
+ * prove that the launch stays inside its buffers before the unchecked code touches them. */
+static int run_launch(const launch *L, uint64_t *rng, host_cache *hc, file_stats *fs, char *why,
+                      size_t nwhy) {
+  kn_func *k = L->k;
+  int np = kn_func_nparams(k);
+  size_t cnt = (size_t)(np ? np : 1);
+  void **bi = calloc(cnt, sizeof *bi), **in = calloc(cnt, sizeof *in);
+  kn_argval *args = calloc(cnt, sizeof *args);
+  kn_region *reg = calloc(cnt, sizeof *reg);
+  if (!bi || !in || !args || !reg) exit(2);
+  int nreg = 0, rc = -1;
+  fs->launches++;
+  for (int i = 0; i < np; i++) {
+    kn_type ty = kn_func_param(k, i)->type;
+    if (ty.kind != KN_TY_PTR) {
+      args[i] = L->arg[i].val;
+      continue;
+    }
+    /* exactly the buffer's bytes, so that ASan (the _san build) also sees the interpreter
+     * overrun a buffer its region checks should have caught */
+    size_t bytes = (size_t)L->arg[i].n * kn_scalar_size((kn_scalar)ty.elem);
+    bi[i] = malloc(bytes);
+    in[i] = malloc(bytes);
+    if (!bi[i] || !in[i]) exit(2);
+    fill_buffer(&L->arg[i], (kn_scalar)ty.elem, bi[i], rng);
+    memcpy(in[i], bi[i], bytes);  /* the host runs get the same inputs */
+    args[i].p = bi[i];
+    reg[nreg++] = (kn_region){bi[i], bytes};
+  }
+  kn_diag d;
+  memset(&d, 0, sizeof d);
+  if (kn_interp_run(k, args, L->grid, reg, nreg, NULL, &d) != 0) {
+    append(why, nwhy, "interpreter: %s", d.rendered[0] ? d.rendered : d.message);
+    goto out;
+  }
+#ifdef KN_GOLDEN_HOST
+  if (host_launch(L, hc, true, in, bi, args, fs, why, nwhy) != 0 ||
+      host_launch(L, hc, false, in, bi, args, fs, why, nwhy) != 0)
+    goto out;
 #else
   (void)hc;
 #endif
@@ -761,10 +804,10 @@ static int run_launch(const launch *L, uint64_t *rng, host_cache *hc, file_stats
 out:
   for (int i = 0; i < np; i++) {
     free(bi[i]);
-    free(bh[i]);
+    free(in[i]);
   }
   free(bi);
-  free(bh);
+  free(in);
   free(args);
   free(reg);
   return rc;

@@ -67,6 +67,7 @@ typedef struct options {
   } given;             /* descriptor options given on the command line (--ir checks them) */
   kn_attn_desc attn;   /* get_kernel / resolve_attn: the descriptor the kernel computes */
   kn_attn_config cfg;  /* ... and its tiling */
+  bool check_bounds;   /* run: --check-bounds (host: every global access checked) */
   kn_attn_problem prob;
   unsigned long long seed;
   int repeats;
@@ -100,6 +101,7 @@ static void usage(FILE *f) {
         "  --seqlen-q N  --seqlen-k M  --causal  --block-m BM  --block-n BN\n"
         "  --warps W  --stages S (not on the API path)  --seed S  --repeats R  --ir FILE.tile\n"
         "  (with --ir, the file's kernel attrs decide; an option that contradicts them is an error)\n"
+        "  --check-bounds (run, host: check every load and store against the buffers)\n"
         "targets: interp (reference interpreter), host (CPU through LLVM ORC JIT),\n"
         "         gfx90a, gfx942 (AMDGPU code objects; compile only: no AMD GPU here),\n"
         "         gfx90a-emu, gfx942-emu (the AMDGPU lowering run by the emulator on the CPU),\n"
@@ -207,6 +209,8 @@ static int parse_options(int argc, char **argv, int first, options *o) {
       o->no_cache = true;
     } else if (!strcmp(a, "--seed") && v) {
       if (parse_seed(v, &o->seed)) return -1;
+    } else if (!strcmp(a, "--check-bounds")) {
+      o->check_bounds = true;
       i++;
     } else if (!strcmp(a, "--tune") && v) {
       if (parse_policy(v, &o->tune)) return -1;
@@ -467,11 +471,11 @@ static const kn_device_info *cuda_device_for(const char *target) {
 }
 
 static void print_driver(const char *what, const kn_driver_report *r) {
-  if (r->present)
+  if (r->status == KN_OK)
     printf("  %-6s driver %s, version %d, %d device(s)\n", what, r->library, r->version,
            r->device_count);
   else
-    printf("  %-6s not present: %s\n", what, r->reason);
+    printf("  %-6s not present: %s\n", what, r->why.message);
 }
 
 static int cmd_targets(void) {
@@ -700,7 +704,8 @@ static int run_direct(options *o, const kn_target *t) {
   if (t) {
     kn_diag d;
     double t1 = now_s();
-    if (kn_compile(m, k->name, t, NULL, &compiled, &d)) {
+    kn_compile_options copts = {.check_bounds = o->check_bounds && !emu};
+    if (kn_compile(m, k->name, t, &copts, &compiled, &d)) {
       fprintf(stderr, "kiln: error: compiling for %s failed:\n%s", t->name, d.rendered);
       kn_module_free(m);
       return EXIT_USAGE;
@@ -731,9 +736,10 @@ static int run_direct(options *o, const kn_target *t) {
     kn_diag d;
     double t1 = now_s();
     /* the emulator checks every global access against the caller's buffers, like the
-     * interpreter; the host target runs unchecked at full speed */
+     * interpreter; the host target runs unchecked at full speed unless --check-bounds */
     int err = emu        ? kn_emu_run(compiled, args, grid, regions, 5, NULL, &d)
-              : compiled ? kn_kernel_run_host(compiled, args, grid, &d)
+              : compiled ? kn_kernel_run_host_checked(compiled, args, grid,
+                                                      o->check_bounds ? regions : NULL, 5, &d)
                          : kn_interp_run(k, args, grid, regions, 5, NULL, &d);
     if (err) {
       fprintf(stderr, "kiln: error: the kernel failed to run:\n%s", d.rendered);
@@ -785,7 +791,7 @@ static int forward_cuda(const options *o, kiln_kernel *k, int ordinal, run_input
   kn_cuda_device *dev = NULL;
   kn_cuda_event ev[2] = {NULL, NULL};
   kn_cuda_ptr dq = 0, dk = 0, dv = 0, dout = 0, dl = 0;
-  kn_cuda_error e = {0};
+  kn_diag e = {0};
   kiln_status s = KILN_OK;
   int rc = EXIT_FAIL;
   *best_ms = INFINITY;
@@ -822,7 +828,7 @@ api_error:
   rc = fail_api(s);
   goto done;
 driver_error:
-  fprintf(stderr, "kiln: error: %s\n", e.message);
+  fprintf(stderr, "kiln: %s", e.rendered); /* "error: ...\n", a JIT log whole */
 done:
   if (dev) {
     kn_cuda_ptr bufs[] = {dq, dk, dv, dout, dl};
@@ -895,12 +901,20 @@ static int cmd_run(options *o) {
     return EXIT_USAGE;
   }
   const char *tg = o->target;
-  bool cuda = !strcmp(tg, "sm_80") || !strcmp(tg, "sm_90a");
-  if (!o->ir_file && (cuda || !strcmp(tg, "host") || !strcmp(tg, "auto"))) return run_api(o, tg);
+  const kn_target *named = kn_target_get(tg);
+  bool cuda = named && named->arch->isa == KN_ISA_NVPTX;
+  if (o->check_bounds && strcmp(tg, "host") && strcmp(tg, "interp") && !(named && named->emulated)) {
+    fprintf(stderr, "kiln: error: --check-bounds is for --target host (interp and the -emu "
+            "targets always check)\n");
+    return EXIT_USAGE;
+  }
+  /* checked host code is not what the API caches: --check-bounds runs on the direct path */
+  if (!o->ir_file && !o->check_bounds && (cuda || !strcmp(tg, "host") || !strcmp(tg, "auto")))
+    return run_api(o, tg);
   /* not served by the API: the direct path */
   if (o->cache_dir || o->no_cache || o->tune) {
     fprintf(stderr, "kiln: error: --cache-dir, --no-cache and --tune apply to runs through the "
-            "API (--target host, sm_80, sm_90a or auto, without --ir)\n");
+            "API (--target host, sm_80, sm_90a or auto, without --ir or --check-bounds)\n");
     return EXIT_USAGE;
   }
   if (cuda) {
@@ -911,7 +925,7 @@ static int cmd_run(options *o) {
   if (!strcmp(tg, "interp")) return run_direct(o, NULL);
   const kn_target *t = find_target(tg);
   if (!t) return EXIT_NODEV;
-  if (t != kn_host_target() && kn_emu_target(t->name) != t) {
+  if (t->arch->isa != KN_ISA_HOST && !t->emulated) {
     fprintf(stderr,
             "kiln: error: no %s device is present to run on (compile for it with `kiln compile "
             "--target %s`, or run its lowering under emulation with --target %s-emu)\n",
@@ -995,9 +1009,9 @@ static int print_stats(const kn_kernel *k, const options *o, FILE *f) {
   } else if (a->kind == KN_ARTIFACT_PTX) {
     kn_ptxas_options po = {.arch = t->name, .opt_level = 3};
     kn_ptxas_result r;
-    char msg[1024];
-    if (kn_ptxas_run(a->data, a->size, &po, &r, msg, sizeof msg)) {
-      fprintf(stderr, "kiln: error: ptxas: %s\n", msg);  /* the PTX is still written */
+    kn_diag why;
+    if (kn_ptxas_run(a->data, a->size, &po, &r, &why) != KN_OK) {
+      fprintf(stderr, "kiln: ptxas: %s", why.rendered);  /* the PTX is still written */
     } else {
       const kn_ptxas_kernel *pk = kn_ptxas_find_kernel(&r, kn_kernel_name(k));
       if (pk)
@@ -1078,9 +1092,9 @@ static int cmd_compile(options *o) {
     if (cubin) {
       kn_ptxas_options po = {.arch = t->name, .opt_level = 3, .want_cubin = true};
       kn_ptxas_result r;
-      char msg[1024];
-      if (kn_ptxas_run(a->data, a->size, &po, &r, msg, sizeof msg)) {
-        fprintf(stderr, "kiln: error: ptxas: %s\n", msg);
+      kn_diag why;
+      if (kn_ptxas_run(a->data, a->size, &po, &r, &why) != KN_OK) {
+        fprintf(stderr, "kiln: ptxas: %s", why.rendered);
         rc = EXIT_NODEV;
       } else {
         if (write_out(o->output, r.cubin, r.cubin_size)) rc = EXIT_USAGE;

@@ -73,7 +73,7 @@ static int build(const kn_attn_desc *desc, const kn_attn_config *cfg, kernel *ou
            desc->head_dim, desc->causal, cfg->block_m, cfg->block_n, cfg->warps, d.message);
     return -1;
   }
-  kn_cuda_error e;
+  kn_diag e;
   if (kn_cuda_module_load_ptx(dev, c.data, &out->mod, &e) ||
       kn_cuda_module_kernel(out->mod, "attn_fwd", &out->k, &e) ||
       kn_cuda_kernel_attrs_get(out->k, &out->attrs, &e)) {
@@ -110,7 +110,7 @@ static int launch(const kernel *kk, const kn_attn_desc *desc, const kn_attn_prob
                     (float *)(uintptr_t)lse, args, grid);
   /* the launch helper the API uses packs each parameter in its own width */
   kn_attn_cuda_launch_info li = {.threads = kk->threads, .smem_bytes = kk->smem};
-  kn_cuda_error e;
+  kn_diag e;
   if (kn_attn_cuda_launch(kk->k, &li, args, grid, NULL, &e)) {
     printf("# launch failed: %s\n", e.message);
     return -1;
@@ -140,7 +140,7 @@ static int upload_random(kn_scalar t, size_t n, uint64_t *rng, double **dbl, kn_
     x[i] = kn_round(t, normal(rng));
     kn_store_elem(t, h + i * es, x[i]);
   }
-  kn_cuda_error e;
+  kn_diag e;
   int rc = kn_cuda_alloc(dev, n * es, out, &e) || kn_cuda_copy_htod(dev, *out, h, n * es, &e);
   if (rc) printf("# upload: %s\n", e.message);
   free(h);
@@ -160,7 +160,7 @@ static void check_case(const kn_attn_desc *desc, const kernel *kk, int HK, int N
   uint64_t rng = seed;
   double *qd = NULL, *kd = NULL, *vd = NULL;
   bufs b = {0};
-  kn_cuda_error e;
+  kn_diag e;
   double err = INFINITY;
   const char *why = "";
   if (upload_random(t, nq, &rng, &qd, &b.q) || upload_random(t, nk, &rng, &kd, &b.k) ||
@@ -240,7 +240,7 @@ static int cmp_f(const void *a, const void *b) {
 /* median ms of `reps` launches after `warm` warm-up launches; <0 on failure */
 static double time_kernel(const kernel *kk, const kn_attn_desc *desc, const kn_attn_problem *p,
                           const bufs *b, int warm, int reps) {
-  kn_cuda_error e;
+  kn_diag e;
   kn_cuda_event ev[2];
   if (kn_cuda_event_create(dev, &ev[0], &e) || kn_cuda_event_create(dev, &ev[1], &e)) return -1;
   float ms[64];
@@ -290,7 +290,7 @@ static void throughput(bool quick) {
     /* one set of buffers at the largest shape, filled with a random pattern (every smaller
      * shape uses their beginning); the values only have to be realistic, not fresh */
     bufs b = {0};
-    kn_cuda_error e;
+    kn_diag e;
     unsigned char *h = malloc(maxn * es);
     if (!h) return;
     uint64_t rng = 7;
@@ -373,7 +373,7 @@ static void defaults_table(uint64_t seed) {
   const kn_arch *arch = kn_arch_get("sm_90a");
   size_t es = 2, maxn = (size_t)B * H * N * 256;
   bufs b = {0};
-  kn_cuda_error e;
+  kn_diag e;
   unsigned char *h = malloc(maxn * es);
   if (!h) return;
   uint64_t rng = seed | 1;
@@ -451,8 +451,8 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  kn_cuda_error e;
-  if (kn_cuda_init(&e) != KN_CUDA_OK || kn_cuda_device_open(0, &dev, &e)) {
+  kn_diag e;
+  if (kn_cuda_init(&e) != KN_OK || kn_cuda_device_open(0, &dev, &e)) {
     printf("FAIL  no CUDA device: %s\n", e.message);
     return 1;
   }

@@ -369,11 +369,11 @@ static void corrupt_and_rebuild(const char *how, const char *expect) {
   } else { /* a well-formed cache entry whose payload is not a kiln object */
     kn_cache_config cc = {.dir = dir};
     kn_cache *c;
-    assert_int_equal(kn_cache_open(&cc, &c), KN_CACHE_OK);
+    assert_int_equal(kn_cache_open(&cc, &c, NULL), KN_OK);
     kn_cache_key key;
     assert_int_equal(kn_cache_key_parse(info.cache_key, &key), 0);
     static const char junk[] = "KILNHOB1 but not really an object";
-    assert_int_equal(kn_cache_put(c, &key, junk, sizeof junk), KN_CACHE_OK);
+    assert_int_equal(kn_cache_put(c, &key, junk, sizeof junk, NULL), KN_OK);
     kn_cache_close(c);
   }
   logcap l;
@@ -393,9 +393,9 @@ static void corrupt_and_rebuild(const char *how, const char *expect) {
   /* rebuilt: the entry is whole again */
   kn_cache_config cc = {.dir = dir};
   kn_cache *c;
-  assert_int_equal(kn_cache_open(&cc, &c), KN_CACHE_OK);
+  assert_int_equal(kn_cache_open(&cc, &c, NULL), KN_OK);
   kn_cache_report r;
-  assert_int_equal(kn_cache_verify(c, &r), KN_CACHE_OK);
+  assert_int_equal(kn_cache_verify(c, &r, NULL), KN_OK);
   assert_int_equal(r.valid, 1);
   assert_int_equal(r.removed_corrupt, 0);
   kn_cache_close(c);
@@ -569,9 +569,9 @@ static void test_16_processes(void **state) {
   assert_int_equal(temps, 0);
   kn_cache_config cc = {.dir = dir};
   kn_cache *cache;
-  assert_int_equal(kn_cache_open(&cc, &cache), KN_CACHE_OK);
+  assert_int_equal(kn_cache_open(&cc, &cache, NULL), KN_OK);
   kn_cache_report r;
-  assert_int_equal(kn_cache_verify(cache, &r), KN_CACHE_OK);
+  assert_int_equal(kn_cache_verify(cache, &r, NULL), KN_OK);
   assert_int_equal(r.entries, 1);
   assert_int_equal(r.valid, 1);
   kn_cache_close(cache);
@@ -654,10 +654,10 @@ static void test_tune_prune_record(void **state) {
   char path[4200];
   snprintf(path, sizeof path, "%s/tuning.sqlite3", dir);
   kn_tunedb *db;
-  assert_int_equal(kn_tunedb_open(path, &db), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_open(path, &db, NULL), KN_OK);
   kn_tune_record *recs;
   size_t n;
-  assert_int_equal(kn_tunedb_list(db, &recs, &n), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_list(db, &recs, &n, NULL), KN_OK);
   assert_int_equal(n, 1);
   assert_int_equal(recs[0].config.block_m, 16);
   assert_int_equal(recs[0].config.block_n, 16);

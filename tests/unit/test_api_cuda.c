@@ -144,7 +144,7 @@ static int check_forward(kiln_kernel *k, const kiln_attn_desc *d, shape s, uint6
       size_t at = s.bshd ? ((b * in[a].len + n) * in[a].heads + h) * D + dd : i;
       kn_store_elem(t, in[a].h + at * es, in[a].x[i]);
     }
-  kn_cuda_error e;
+  kn_diag e;
   kn_cuda_ptr dq, dk, dv, dout, dl = 0;
   if (kn_cuda_alloc(dev, nq * es, &dq, &e) || kn_cuda_alloc(dev, nk * es, &dk, &e) ||
       kn_cuda_alloc(dev, nk * es, &dv, &e) || kn_cuda_alloc(dev, nq * es, &dout, &e) ||
@@ -208,8 +208,8 @@ static int check_forward(kiln_kernel *k, const kiln_attn_desc *d, shape s, uint6
 static bool have_gpu(void) {
   static int state; /* 0 unknown, 1 yes, -1 no */
   if (state) return state > 0;
-  kn_cuda_error e;
-  if (kn_cuda_init(&e) != KN_CUDA_OK || kn_cuda_device_open(0, &dev, &e) != KN_CUDA_OK) {
+  kn_diag e;
+  if (kn_cuda_init(&e) != KN_OK || kn_cuda_device_open(0, &dev, &e) != KN_OK) {
     printf("  (no CUDA device: %s)\n", e.message);
     state = -1;
     return false;
@@ -290,7 +290,7 @@ static void test_forward(void **state) {
   const char *want = pr->cc_major == 9 && pr->cc_minor == 0 ? "sm_90a" : "sm_80";
   assert_string_equal(kiln_context_target(ctx), want);
   kn_cuda_stream stream;
-  kn_cuda_error e;
+  kn_diag e;
   if (kn_cuda_stream_create(dev, &stream, &e)) fail_msg("%s", e.message);
   const struct { kiln_attn_desc d; shape s; } cases[] = {
       {{KILN_F16, 64, 1, 1}, {1, 2, 2, 129, 77, 0, 0}},
@@ -380,7 +380,7 @@ static const kiln_attn_desc th_desc[4] = {
 static void *thread_main(void *p) {
   tharg *t = p;
   kn_cuda_stream s;
-  kn_cuda_error e;
+  kn_diag e;
   if (kn_cuda_stream_create(dev, &s, &e)) {
     t->bad++;
     return NULL;

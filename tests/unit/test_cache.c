@@ -34,6 +34,9 @@
 
 /* ---- helpers ---- */
 
+/* what the last cache call reported (each test process has its own) */
+static kn_diag diag;
+
 /* this test's scratch directory; the short bound keeps every path below within its buffer */
 static char g_root[256];
 
@@ -94,8 +97,8 @@ static void log_fn(void *user, int level, const char *msg) {
 static kn_cache *open_cache(uint64_t max_bytes, logbook *lb) {
   kn_cache_config cfg = {.dir = cdir(), .max_bytes = max_bytes, .log = lb ? log_fn : NULL, .log_user = lb};
   kn_cache *c = NULL;
-  int s = kn_cache_open(&cfg, &c);
-  if (s != KN_CACHE_OK) fail_msg("kn_cache_open: %s: %s", kn_cache_status_str(s), kn_cache_message());
+  int s = kn_cache_open(&cfg, &c, &diag);
+  if (s != KN_OK) fail_msg("kn_cache_open: %s: %s", kn_status_str(s), diag.message);
   assert_non_null(c);
   return c;
 }
@@ -143,8 +146,8 @@ static void count_files(int *entries, int *temps) {
 static void expect_hit(kn_cache *c, const kn_cache_key *k, const void *want, size_t n) {
   void *got = NULL;
   size_t len = 0;
-  int s = kn_cache_get(c, k, &got, &len);
-  if (s != KN_CACHE_OK) fail_msg("expected a hit, got %s: %s", kn_cache_status_str(s), kn_cache_message());
+  int s = kn_cache_get(c, k, &got, &len, &diag);
+  if (s != KN_OK) fail_msg("expected a hit, got %s: %s", kn_status_str(s), diag.message);
   assert_non_null(got);
   assert_int_equal(len, n);
   if (n) assert_memory_equal(got, want, n);
@@ -154,7 +157,7 @@ static void expect_hit(kn_cache *c, const kn_cache_key *k, const void *want, siz
 static void expect_miss(kn_cache *c, const kn_cache_key *k) {
   void *got = (void *)1;
   size_t len = 7;
-  assert_int_equal(kn_cache_get(c, k, &got, &len), KN_CACHE_MISS);
+  assert_int_equal(kn_cache_get(c, k, &got, &len, &diag), KN_MISS);
   assert_null(got);
   assert_int_equal(len, 0);
 }
@@ -183,20 +186,20 @@ static void test_default_dir(void **state) {
   const char *h = getenv("HOME");
   if (h) snprintf(home, sizeof home, "%s", h);
   setenv("KILN_CACHE_DIR", "/x/kc/", 1);
-  assert_int_equal(kn_cache_default_dir(d, sizeof d), KN_CACHE_OK);
+  assert_int_equal(kn_cache_default_dir(d, sizeof d, &diag), KN_OK);
   assert_string_equal(d, "/x/kc");
   unsetenv("KILN_CACHE_DIR");
   setenv("XDG_CACHE_HOME", "/x/xdg", 1);
-  assert_int_equal(kn_cache_default_dir(d, sizeof d), KN_CACHE_OK);
+  assert_int_equal(kn_cache_default_dir(d, sizeof d, &diag), KN_OK);
   assert_string_equal(d, "/x/xdg/kiln");
   setenv("XDG_CACHE_HOME", "relative", 1); /* invalid per the XDG spec: ignored */
   setenv("HOME", "/x/home", 1);
-  assert_int_equal(kn_cache_default_dir(d, sizeof d), KN_CACHE_OK);
+  assert_int_equal(kn_cache_default_dir(d, sizeof d, &diag), KN_OK);
   assert_string_equal(d, "/x/home/.cache/kiln");
   unsetenv("XDG_CACHE_HOME");
   unsetenv("HOME");
-  assert_int_equal(kn_cache_default_dir(d, sizeof d), KN_CACHE_EIO);
-  assert_non_null(strstr(kn_cache_message(), "HOME"));
+  assert_int_equal(kn_cache_default_dir(d, sizeof d, &diag), KN_E_IO);
+  assert_non_null(strstr(diag.message, "HOME"));
   if (home[0]) setenv("HOME", home, 1);
 }
 
@@ -213,7 +216,7 @@ static void test_round_trip(void **state) {
   kn_cache_key k = key_str("ir + gfx942 + O3 + 0.1.0");
   expect_miss(c, &k);
   uint8_t *p = make_payload(100000, 1);
-  assert_int_equal(kn_cache_put(c, &k, p, 100000), KN_CACHE_OK);
+  assert_int_equal(kn_cache_put(c, &k, p, 100000, &diag), KN_OK);
   expect_hit(c, &k, p, 100000);
   /* the entry is header + payload, mode 0600 */
   char path[400];
@@ -223,17 +226,17 @@ static void test_round_trip(void **state) {
   assert_int_equal(st.st_mode & 0777, 0600);
   /* a second put of the same key replaces it */
   uint8_t *q = make_payload(5000, 2);
-  assert_int_equal(kn_cache_put(c, &k, q, 5000), KN_CACHE_OK);
+  assert_int_equal(kn_cache_put(c, &k, q, 5000, &diag), KN_OK);
   expect_hit(c, &k, q, 5000);
   /* an empty payload is a valid entry */
   kn_cache_key e = key_str("empty");
-  assert_int_equal(kn_cache_put(c, &e, NULL, 0), KN_CACHE_OK);
+  assert_int_equal(kn_cache_put(c, &e, NULL, 0, &diag), KN_OK);
   expect_hit(c, &e, NULL, 0);
   /* a second handle (another process, later) sees the entries */
   kn_cache *c2 = open_cache(0, NULL);
   expect_hit(c2, &k, q, 5000);
   kn_cache_close(c2);
-  assert_int_equal(kn_cache_remove(c, &k), KN_CACHE_OK);
+  assert_int_equal(kn_cache_remove(c, &k, &diag), KN_OK);
   expect_miss(c, &k);
   int entries, temps;
   count_files(&entries, &temps);
@@ -287,19 +290,19 @@ static void test_corruption(void **state) {
     kn_cache_key k = key_str("corrupt me");
     char path[400];
     entry_path(&k, path, sizeof path);
-    assert_int_equal(kn_cache_put(c, &k, p, n), KN_CACHE_OK);
+    assert_int_equal(kn_cache_put(c, &k, p, n, &diag), KN_OK);
     mutate(path, cases[i].m, cases[i].at);
     void *got = (void *)1;
     size_t len = 1;
     int warnings = lb.warnings;
-    int s = kn_cache_get(c, &k, &got, &len);
-    if (s != KN_CACHE_CORRUPT)
-      fail_msg("case %zu (%d at %lld): got %s", i, cases[i].m, (long long)cases[i].at, kn_cache_status_str(s));
+    int s = kn_cache_get(c, &k, &got, &len, &diag);
+    if (s != KN_E_CORRUPT)
+      fail_msg("case %zu (%d at %lld): got %s", i, cases[i].m, (long long)cases[i].at, kn_status_str(s));
     assert_null(got); /* never returned */
     assert_int_equal(len, 0);
-    if (!strstr(kn_cache_message(), cases[i].why) || !strstr(kn_cache_message(), "corrupt"))
-      fail_msg("case %zu: message '%s' lacks '%s'", i, kn_cache_message(), cases[i].why);
-    assert_non_null(strstr(kn_cache_message(), path)); /* names the file */
+    if (!strstr(diag.message, cases[i].why) || !strstr(diag.message, "corrupt"))
+      fail_msg("case %zu: message '%s' lacks '%s'", i, diag.message, cases[i].why);
+    assert_non_null(strstr(diag.message, path)); /* names the file */
     assert_int_equal(lb.warnings, warnings + 1);     /* and went to the log */
     assert_false(exists(path));                        /* removed */
     expect_miss(c, &k);                                /* then a plain miss */
@@ -315,7 +318,7 @@ static void test_corruption(void **state) {
   assert_int_equal(symlink(target, path), 0);
   void *got;
   size_t len;
-  assert_int_equal(kn_cache_get(c, &k, &got, &len), KN_CACHE_CORRUPT);
+  assert_int_equal(kn_cache_get(c, &k, &got, &len, &diag), KN_E_CORRUPT);
   assert_false(exists(path));
   assert_true(exists(target));
   free(p);
@@ -331,7 +334,7 @@ static void test_verify_and_clear(void **state) {
     char name[16];
     snprintf(name, sizeof name, "v%d", i);
     keys[i] = key_str(name);
-    assert_int_equal(kn_cache_put(c, &keys[i], p, 700), KN_CACHE_OK);
+    assert_int_equal(kn_cache_put(c, &keys[i], p, 700, &diag), KN_OK);
   }
   char path[400];
   entry_path(&keys[1], path, sizeof path);
@@ -351,19 +354,19 @@ static void test_verify_and_clear(void **state) {
   assert_int_equal(utimensat(AT_FDCWD, stale, old, 0), 0);
 
   kn_cache_report r;
-  assert_int_equal(kn_cache_verify(c, &r), KN_CACHE_OK);
+  assert_int_equal(kn_cache_verify(c, &r, &diag), KN_OK);
   assert_int_equal(r.entries, 6);
   assert_int_equal(r.valid, 4);
   assert_int_equal(r.removed_corrupt, 2);
   assert_int_equal(r.removed_temp, 1);
   assert_int_equal(r.bytes, 4 * (700 + KN_CACHE_HEADER_BYTES));
-  assert_non_null(strstr(kn_cache_message(), "2 of 6"));
+  assert_non_null(strstr(diag.message, "2 of 6"));
   assert_false(exists(stale));
   assert_true(exists(fresh));
 
   kn_cache_entry *list;
   size_t n;
-  assert_int_equal(kn_cache_list(c, &list, &n), KN_CACHE_OK);
+  assert_int_equal(kn_cache_list(c, &list, &n, &diag), KN_OK);
   assert_int_equal(n, 4);
   for (size_t i = 1; i < n; i++) /* most recently used first */
     assert_true(list[i - 1].last_used > list[i].last_used ||
@@ -371,7 +374,7 @@ static void test_verify_and_clear(void **state) {
   assert_int_equal(list[0].file_bytes, 700 + KN_CACHE_HEADER_BYTES);
   free(list);
 
-  assert_int_equal(kn_cache_clear(c, &r), KN_CACHE_OK);
+  assert_int_equal(kn_cache_clear(c, &r, &diag), KN_OK);
   assert_int_equal(r.removed_evicted, 4);
   assert_int_equal(r.removed_temp, 1);
   int entries, temps;
@@ -401,14 +404,14 @@ static void test_concurrent_puts(void **state) {
       if (read(go[0], &b, 1) != 0) _exit(10); /* wait for the start: EOF when the parent closes */
       kn_cache_config cfg = {.dir = cdir()};
       kn_cache *cc;
-      if (kn_cache_open(&cfg, &cc) != KN_CACHE_OK) _exit(11);
+      if (kn_cache_open(&cfg, &cc, &diag) != KN_OK) _exit(11);
       uint8_t *p = make_payload(n, 77);
       for (int r = 0; r < ROUNDS; r++) {
-        if (kn_cache_put(cc, &k, p, n) != KN_CACHE_OK) _exit(12);
+        if (kn_cache_put(cc, &k, p, n, &diag) != KN_OK) _exit(12);
         void *got;
         size_t len;
-        int s = kn_cache_get(cc, &k, &got, &len);
-        if (s != KN_CACHE_OK) _exit(13);
+        int s = kn_cache_get(cc, &k, &got, &len, &diag);
+        if (s != KN_OK) _exit(13);
         if (len != n || memcmp(got, p, n) != 0) _exit(14);
         free(got);
       }
@@ -432,7 +435,7 @@ static void test_concurrent_puts(void **state) {
   uint8_t *p = make_payload(n, 77);
   expect_hit(c, &k, p, n);
   kn_cache_report r;
-  assert_int_equal(kn_cache_verify(c, &r), KN_CACHE_OK);
+  assert_int_equal(kn_cache_verify(c, &r, &diag), KN_OK);
   assert_int_equal(r.valid, 1);
   assert_int_equal(r.removed_corrupt, 0);
   free(p);
@@ -456,7 +459,7 @@ static void test_read_only(void **state) {
   kn_cache *c = open_cache(0, &lb);
   kn_cache_key old = key_str("stored before"), fresh = key_str("stored after");
   uint8_t *p = make_payload(2000, 5);
-  assert_int_equal(kn_cache_put(c, &old, p, 2000), KN_CACHE_OK);
+  assert_int_equal(kn_cache_put(c, &old, p, 2000, &diag), KN_OK);
   assert_int_equal(chmod(objdir(), 0500), 0);
   bool binds = permissions_bind(objdir());
   if (!binds) {
@@ -464,18 +467,18 @@ static void test_read_only(void **state) {
                   "simulated by injecting EACCES and EROFS at temp-file creation\n");
     kn_cache_set_fault(c, KN_CACHE_FAULT_OPEN, EACCES);
   }
-  assert_int_equal(kn_cache_put(c, &fresh, p, 2000), KN_CACHE_NOT_STORED);
-  assert_non_null(strstr(kn_cache_message(), "Permission denied"));
+  assert_int_equal(kn_cache_put(c, &fresh, p, 2000, &diag), KN_NOT_STORED);
+  assert_non_null(strstr(diag.message, "Permission denied"));
   assert_int_equal(lb.warnings, 1);
   expect_miss(c, &fresh);
   expect_hit(c, &old, p, 2000); /* reads still work */
   /* the same key again: the old entry survives a failed put */
-  assert_int_equal(kn_cache_put(c, &old, "zz", 2), KN_CACHE_NOT_STORED);
+  assert_int_equal(kn_cache_put(c, &old, "zz", 2, &diag), KN_NOT_STORED);
   expect_hit(c, &old, p, 2000);
   if (!binds) {
     kn_cache_set_fault(c, KN_CACHE_FAULT_OPEN, EROFS);
-    assert_int_equal(kn_cache_put(c, &fresh, p, 2000), KN_CACHE_NOT_STORED);
-    assert_non_null(strstr(kn_cache_message(), "Read-only file system"));
+    assert_int_equal(kn_cache_put(c, &fresh, p, 2000, &diag), KN_NOT_STORED);
+    assert_non_null(strstr(diag.message, "Read-only file system"));
     kn_cache_set_fault(c, KN_CACHE_FAULT_NONE, 0);
   }
   assert_int_equal(chmod(objdir(), 0700), 0);
@@ -493,9 +496,9 @@ static void test_read_only(void **state) {
     assert_int_equal(mkdir(ro, 0500), 0);
     kn_cache_config cfg = {.dir = ro};
     kn_cache *rc;
-    assert_int_equal(kn_cache_open(&cfg, &rc), KN_CACHE_OK);
+    assert_int_equal(kn_cache_open(&cfg, &rc, &diag), KN_OK);
     expect_miss(rc, &old);
-    assert_int_equal(kn_cache_put(rc, &old, p, 2000), KN_CACHE_NOT_STORED);
+    assert_int_equal(kn_cache_put(rc, &old, p, 2000, &diag), KN_NOT_STORED);
     kn_cache_close(rc);
     chmod(ro, 0700);
   }
@@ -510,13 +513,13 @@ static void test_disk_full(void **state) {
   kn_cache *c = open_cache(0, NULL);
   kn_cache_key k = key_str("important"), other = key_str("new");
   uint8_t *p = make_payload(4096, 6), *q = make_payload(4096, 7);
-  assert_int_equal(kn_cache_put(c, &k, p, 4096), KN_CACHE_OK);
+  assert_int_equal(kn_cache_put(c, &k, p, 4096, &diag), KN_OK);
   for (size_t e = 0; e < sizeof errs / sizeof *errs; e++) {
     for (size_t s = 0; s < sizeof stages / sizeof *stages; s++) {
       kn_cache_set_fault(c, stages[s], errs[e]);
-      assert_int_equal(kn_cache_put(c, &k, q, 4096), KN_CACHE_NOT_STORED);
-      assert_non_null(strstr(kn_cache_message(), strerror(errs[e])));
-      assert_int_equal(kn_cache_put(c, &other, q, 4096), KN_CACHE_NOT_STORED);
+      assert_int_equal(kn_cache_put(c, &k, q, 4096, &diag), KN_NOT_STORED);
+      assert_non_null(strstr(diag.message, strerror(errs[e])));
+      assert_int_equal(kn_cache_put(c, &other, q, 4096, &diag), KN_NOT_STORED);
       kn_cache_set_fault(c, KN_CACHE_FAULT_NONE, 0);
       expect_hit(c, &k, p, 4096); /* the stored entry is untouched */
       expect_miss(c, &other);
@@ -530,9 +533,9 @@ static void test_disk_full(void **state) {
   /* the same through the environment, as a user would run it */
   setenv("KILN_CACHE_FAULT", "write:enospc", 1);
   c = open_cache(0, NULL);
-  assert_int_equal(kn_cache_put(c, &other, q, 4096), KN_CACHE_NOT_STORED);
-  assert_non_null(strstr(kn_cache_message(), "No space left on device"));
-  assert_non_null(strstr(kn_cache_message(), "write"));
+  assert_int_equal(kn_cache_put(c, &other, q, 4096, &diag), KN_NOT_STORED);
+  assert_non_null(strstr(diag.message, "No space left on device"));
+  assert_non_null(strstr(diag.message, "write"));
   expect_miss(c, &other);
   kn_cache_close(c);
   unsetenv("KILN_CACHE_FAULT");
@@ -546,37 +549,37 @@ static void test_insecure_dir(void **state) {
   kn_cache_close(c);
   kn_cache_config cfg = {.dir = cdir()};
   assert_int_equal(chmod(cdir(), 0777), 0);
-  assert_int_equal(kn_cache_open(&cfg, &c), KN_CACHE_EINSECURE);
+  assert_int_equal(kn_cache_open(&cfg, &c, &diag), KN_E_INSECURE);
   assert_null(c);
-  assert_non_null(strstr(kn_cache_message(), "0777"));
-  assert_non_null(strstr(kn_cache_message(), cdir()));
+  assert_non_null(strstr(diag.message, "0777"));
+  assert_non_null(strstr(diag.message, cdir()));
   assert_int_equal(chmod(cdir(), 0770), 0);
-  assert_int_equal(kn_cache_open(&cfg, &c), KN_CACHE_EINSECURE);
-  assert_non_null(strstr(kn_cache_message(), "0770"));
-  assert_non_null(strstr(kn_cache_message(), "group"));
+  assert_int_equal(kn_cache_open(&cfg, &c, &diag), KN_E_INSECURE);
+  assert_non_null(strstr(diag.message, "0770"));
+  assert_non_null(strstr(diag.message, "group"));
   assert_int_equal(chmod(cdir(), 0755), 0); /* readable by others is fine */
-  assert_int_equal(kn_cache_open(&cfg, &c), KN_CACHE_OK);
+  assert_int_equal(kn_cache_open(&cfg, &c, &diag), KN_OK);
   kn_cache_close(c);
   /* the objects directory is checked too */
   assert_int_equal(chmod(objdir(), 0757), 0);
-  assert_int_equal(kn_cache_open(&cfg, &c), KN_CACHE_EINSECURE);
-  assert_non_null(strstr(kn_cache_message(), "objects-v1"));
+  assert_int_equal(kn_cache_open(&cfg, &c, &diag), KN_E_INSECURE);
+  assert_non_null(strstr(diag.message, "objects-v1"));
   assert_int_equal(chmod(objdir(), 0700), 0);
   /* owned by someone else (only root can arrange that) */
   if (geteuid() == 0) {
     assert_int_equal(chown(cdir(), 12345, 12345), 0);
-    assert_int_equal(kn_cache_open(&cfg, &c), KN_CACHE_EINSECURE);
-    assert_non_null(strstr(kn_cache_message(), "uid 12345"));
+    assert_int_equal(kn_cache_open(&cfg, &c, &diag), KN_E_INSECURE);
+    assert_non_null(strstr(diag.message, "uid 12345"));
     assert_int_equal(chown(cdir(), 0, 0), 0);
   }
-  assert_int_equal(kn_cache_ensure_dir(cdir()), KN_CACHE_OK);
+  assert_int_equal(kn_cache_ensure_dir(cdir(), &diag), KN_OK);
   /* a file where the directory should be */
   char file[400];
   snprintf(file, sizeof file, "%s/file", g_root);
   fclose(fopen(file, "w"));
   cfg.dir = file;
-  assert_int_not_equal(kn_cache_open(&cfg, &c), KN_CACHE_OK);
-  assert_non_null(strstr(kn_cache_message(), file));
+  assert_int_not_equal(kn_cache_open(&cfg, &c, &diag), KN_OK);
+  assert_non_null(strstr(diag.message, file));
 }
 
 static void set_mtime(const kn_cache_key *k, time_t t) {
@@ -600,7 +603,7 @@ static void test_lru_eviction(void **state) {
     snprintf(name, sizeof name, "e%d", i);
     k[i] = key_str(name);
     p[i] = make_payload(n, 10 + (unsigned)i);
-    assert_int_equal(kn_cache_put(c, &k[i], p[i], n), KN_CACHE_OK);
+    assert_int_equal(kn_cache_put(c, &k[i], p[i], n, &diag), KN_OK);
     set_mtime(&k[i], 1000000 + 1000 * i); /* A oldest ... D newest, deterministically */
   }
   int entries, temps;
@@ -609,7 +612,7 @@ static void test_lru_eviction(void **state) {
   expect_hit(c, &k[0], p[0], n); /* A used now: the most recent */
   k[4] = key_str("e4");
   p[4] = make_payload(n, 14);
-  assert_int_equal(kn_cache_put(c, &k[4], p[4], n), KN_CACHE_OK);
+  assert_int_equal(kn_cache_put(c, &k[4], p[4], n, &diag), KN_OK);
   /* 5 entries > bound: evicted down to 90% of the bound, oldest first: B then C */
   count_files(&entries, &temps);
   assert_int_equal(entries, 3);
@@ -622,22 +625,22 @@ static void test_lru_eviction(void **state) {
   assert_non_null(strstr(lb.last, "evicted 2"));
   kn_cache_entry *list;
   size_t cnt;
-  assert_int_equal(kn_cache_list(c, &list, &cnt), KN_CACHE_OK);
+  assert_int_equal(kn_cache_list(c, &list, &cnt, &diag), KN_OK);
   uint64_t total = 0;
   for (size_t i = 0; i < cnt; i++) total += list[i].file_bytes;
   free(list);
   assert_true(total <= bound);
   /* explicit eviction to a target */
   kn_cache_report r;
-  assert_int_equal(kn_cache_evict(c, entry, &r), KN_CACHE_OK);
+  assert_int_equal(kn_cache_evict(c, entry, &r, &diag), KN_OK);
   assert_int_equal(r.removed_evicted, 2);
   assert_int_equal(r.bytes, entry);
   expect_hit(c, &k[4], p[4], n); /* the most recently used one survives */
   /* a payload larger than the bound is not stored at all */
   uint8_t *big = make_payload(bound, 15);
   kn_cache_key kb = key_str("big");
-  assert_int_equal(kn_cache_put(c, &kb, big, bound), KN_CACHE_NOT_STORED);
-  assert_non_null(strstr(kn_cache_message(), "larger than the cache bound"));
+  assert_int_equal(kn_cache_put(c, &kb, big, bound, &diag), KN_NOT_STORED);
+  assert_non_null(strstr(diag.message, "larger than the cache bound"));
   free(big);
   for (int i = 0; i < 5; i++) free(p[i]);
   kn_cache_close(c);
@@ -648,18 +651,18 @@ static void test_max_bytes_env(void **state) {
   kn_cache_config cfg = {.dir = cdir()};
   kn_cache *c;
   setenv("KILN_CACHE_MAX_BYTES", "512M", 1);
-  assert_int_equal(kn_cache_open(&cfg, &c), KN_CACHE_OK);
+  assert_int_equal(kn_cache_open(&cfg, &c, &diag), KN_OK);
   assert_int_equal(kn_cache_max_bytes(c), (uint64_t)512 << 20);
   kn_cache_close(c);
   setenv("KILN_CACHE_MAX_BYTES", "2GiB", 1);
-  assert_int_equal(kn_cache_open(&cfg, &c), KN_CACHE_OK);
+  assert_int_equal(kn_cache_open(&cfg, &c, &diag), KN_OK);
   assert_int_equal(kn_cache_max_bytes(c), (uint64_t)2 << 30);
   kn_cache_close(c);
   setenv("KILN_CACHE_MAX_BYTES", "lots", 1);
-  assert_int_equal(kn_cache_open(&cfg, &c), KN_CACHE_EINVAL);
-  assert_non_null(strstr(kn_cache_message(), "KILN_CACHE_MAX_BYTES=lots"));
+  assert_int_equal(kn_cache_open(&cfg, &c, &diag), KN_E_INVALID);
+  assert_non_null(strstr(diag.message, "KILN_CACHE_MAX_BYTES=lots"));
   unsetenv("KILN_CACHE_MAX_BYTES");
-  assert_int_equal(kn_cache_open(&cfg, &c), KN_CACHE_OK);
+  assert_int_equal(kn_cache_open(&cfg, &c, &diag), KN_OK);
   assert_int_equal(kn_cache_max_bytes(c), KN_CACHE_DEFAULT_MAX_BYTES);
   kn_cache_close(c);
 }

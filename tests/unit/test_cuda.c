@@ -358,16 +358,16 @@ static int init_in_child(const char *lib, char *msg, size_t n) {
   if (pid == 0) {
     close(fd[0]);
     setenv("KILN_CUDA_LIBRARY", lib, 1);
-    kn_cuda_error err;
+    kn_diag err;
     int st = kn_cuda_init(&err);
     int count = kn_cuda_device_count();
-    char out[sizeof err.message + 32];
-    int len = snprintf(out, sizeof out, "%d %d %s", st, count, st ? err.message : "");
+    char out[sizeof err.rendered + 32];
+    int len = snprintf(out, sizeof out, "%d %d %s", st, count, st ? err.rendered : "");
     ssize_t w = write(fd[1], out, (size_t)len);
     _exit(w == len ? 0 : 1);
   }
   close(fd[1]);
-  char buf[KN_CUDA_MESSAGE_BYTES + 64];
+  char buf[sizeof(kn_diag){0}.rendered + 64];
   size_t got = 0;
   ssize_t r;
   while ((r = read(fd[0], buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)r;
@@ -379,23 +379,23 @@ static int init_in_child(const char *lib, char *msg, size_t n) {
   int st = 0, count = -1, used = 0;
   assert_int_equal(sscanf(buf, "%d %d %n", &st, &count, &used), 2);
   snprintf(msg, n, "%s", buf + used);
-  if (st != KN_CUDA_OK) assert_int_equal(count, 0);
+  if (st != KN_OK) assert_int_equal(count, 0);
   return st;
 }
 
 static void test_missing_library_named(void **state) {
   (void)state;
-  char msg[KN_CUDA_MESSAGE_BYTES];
+  char msg[sizeof(kn_diag){0}.rendered];
   int st = init_in_child("/nonexistent/libcuda.so.1", msg, sizeof msg);
-  assert_int_equal(st, KN_CUDA_NOT_PRESENT);
+  assert_int_equal(st, KN_E_NODEV);
   assert_non_null(strstr(msg, "/nonexistent/libcuda.so.1"));
   assert_non_null(strstr(msg, "not present"));
   st = init_in_child("none", msg, sizeof msg);
-  assert_int_equal(st, KN_CUDA_NOT_PRESENT);
+  assert_int_equal(st, KN_E_NODEV);
   assert_non_null(strstr(msg, "KILN_CUDA_LIBRARY=none"));
   /* a library without the driver's entry points (libm) is not present either, not a crash */
   st = init_in_child("libm.so.6", msg, sizeof msg);
-  assert_int_equal(st, KN_CUDA_NOT_PRESENT);
+  assert_int_equal(st, KN_E_NODEV);
   assert_non_null(strstr(msg, "lacks the entry point cuInit"));
 }
 
@@ -404,9 +404,9 @@ static void test_stub_library(void **state) {
   (void)state;
   const char *stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
   if (access(stub, R_OK) != 0) skip();
-  char msg[KN_CUDA_MESSAGE_BYTES];
+  char msg[sizeof(kn_diag){0}.rendered];
   int st = init_in_child(stub, msg, sizeof msg);
-  assert_int_equal(st, KN_CUDA_NOT_PRESENT);
+  assert_int_equal(st, KN_E_NODEV);
   assert_non_null(strstr(msg, "cuInit"));
   assert_non_null(strstr(msg, "CUDA_ERROR_STUB_LIBRARY"));
   print_message("stub: %s\n", msg);
@@ -414,36 +414,35 @@ static void test_stub_library(void **state) {
 
 static bool have_gpu(void) {
   static int known = -1;
-  if (known < 0) known = kn_cuda_init(NULL) == KN_CUDA_OK;
+  if (known < 0) known = kn_cuda_init(NULL) == KN_OK;
   return known == 1;
 }
 
 static void test_not_present_is_clean(void **state) {
   (void)state;
   if (have_gpu()) skip();
-  kn_cuda_error err;
-  assert_int_equal(kn_cuda_init(&err), KN_CUDA_NOT_PRESENT);
-  assert_int_equal(err.status, KN_CUDA_NOT_PRESENT);
+  kn_diag err;
+  assert_int_equal(kn_cuda_init(&err), KN_E_NODEV);
   assert_true(strlen(err.message) > 20);
   print_message("without a GPU: %s\n", err.message);
   assert_int_equal(kn_cuda_device_count(), 0);
   assert_int_equal(kn_cuda_driver_version(), 0);
   kn_cuda_device *dev = (kn_cuda_device *)&err; /* must be overwritten */
-  assert_int_equal(kn_cuda_device_open(0, &dev, &err), KN_CUDA_NOT_PRESENT);
+  assert_int_equal(kn_cuda_device_open(0, &dev, &err), KN_E_NODEV);
   assert_null(dev);
   kn_cuda_props props;
-  assert_int_equal(kn_cuda_device_props(0, &props, &err), KN_CUDA_NOT_PRESENT);
+  assert_int_equal(kn_cuda_device_props(0, &props, &err), KN_E_NODEV);
   /* calls on no device refuse instead of crashing */
   kn_cuda_ptr p = 1;
-  assert_int_equal(kn_cuda_alloc(NULL, 16, &p, &err), KN_CUDA_EINVAL);
+  assert_int_equal(kn_cuda_alloc(NULL, 16, &p, &err), KN_E_INVALID);
   assert_int_equal(p, 0);
   kn_cuda_module *m = NULL;
-  assert_int_equal(kn_cuda_module_load_ptx(NULL, vadd_ptx, &m, &err), KN_CUDA_EINVAL);
+  assert_int_equal(kn_cuda_module_load_ptx(NULL, vadd_ptx, &m, &err), KN_E_INVALID);
   unsigned g[3] = {1, 1, 1};
-  assert_int_equal(kn_cuda_launch(NULL, g, g, 0, NULL, NULL, &err), KN_CUDA_EINVAL);
+  assert_int_equal(kn_cuda_launch(NULL, g, g, 0, NULL, NULL, &err), KN_E_INVALID);
   kn_cuda_device_close(NULL);
   kn_cuda_module_unload(NULL);
-  assert_string_equal(kn_cuda_status_str(KN_CUDA_NOT_PRESENT), "CUDA device not present");
+  assert_string_equal(kn_status_str(KN_E_NODEV), "not present");
 }
 
 /* ---- with a GPU (or the fake driver) ---- */
@@ -457,8 +456,8 @@ static int gpu_setup(void **state) {
   static gpu g;
   *state = &g;
   if (!have_gpu()) return 0;
-  kn_cuda_error err;
-  if (kn_cuda_device_open(0, &g.dev, &err) != KN_CUDA_OK) {
+  kn_diag err;
+  if (kn_cuda_device_open(0, &g.dev, &err) != KN_OK) {
     fprintf(stderr, "device open failed: %s\n", err.message);
     return -1;
   }
@@ -477,11 +476,11 @@ static int gpu_teardown(void **state) {
   gpu *g = *state;                                                                           \
   if (!g->dev) skip()
 
-/* a call that must succeed; `err` is the caller's kn_cuda_error */
+/* a call that must succeed; `err` is the caller's kn_diag */
 #define OK(call)                                                                             \
   do {                                                                                       \
     int s_ = (call);                                                                         \
-    if (s_ != KN_CUDA_OK) fail_msg("%s -> %d: %s", #call, s_, err.message);                  \
+    if (s_ != KN_OK) fail_msg("%s -> %d: %s", #call, s_, err.message);                  \
   } while (0)
 
 static void test_gpu_props(void **state) {
@@ -499,9 +498,9 @@ static void test_gpu_props(void **state) {
   assert_true(p->shared_per_block_optin >= p->shared_per_block);
   assert_true(kn_cuda_device_count() >= 1);
   assert_true(kn_cuda_device_context(g->dev) != NULL);
-  kn_cuda_error err;
+  kn_diag err;
   kn_cuda_props q;
-  assert_int_equal(kn_cuda_device_props(kn_cuda_device_count(), &q, &err), KN_CUDA_EINVAL);
+  assert_int_equal(kn_cuda_device_props(kn_cuda_device_count(), &q, &err), KN_E_INVALID);
 }
 
 static uint32_t rng_state = 12345;
@@ -513,7 +512,7 @@ static float frand(void) {
 /* loads vadd (from PTX, or from a cubin when cubin != NULL), runs it on n elements on
  * `stream`, checks every element, and times `reps` launches with events when reps > 0 */
 static void run_vadd(gpu *g, kn_cuda_module *m, unsigned n, kn_cuda_stream stream, int reps) {
-  kn_cuda_error err;
+  kn_diag err;
   kn_cuda_kernel *k = NULL;
   OK(kn_cuda_module_kernel(m, "kn_vadd", &k, &err));
   kn_cuda_kernel *k2 = NULL;
@@ -575,7 +574,7 @@ static void run_vadd(gpu *g, kn_cuda_module *m, unsigned n, kn_cuda_stream strea
 
 static void test_gpu_vadd_ptx(void **state) {
   NEED_GPU(g);
-  kn_cuda_error err;
+  kn_diag err;
   kn_cuda_module *m = NULL;
   OK(kn_cuda_module_load_ptx(g->dev, vadd_ptx, &m, &err));
   print_message("JIT info log: %s\n", kn_cuda_module_log(m));
@@ -598,11 +597,11 @@ static void test_gpu_vadd_ptx(void **state) {
 
 static void test_gpu_missing_kernel(void **state) {
   NEED_GPU(g);
-  kn_cuda_error err;
+  kn_diag err;
   kn_cuda_module *m = NULL;
   OK(kn_cuda_module_load_ptx(g->dev, vadd_ptx, &m, &err));
   kn_cuda_kernel *k = (kn_cuda_kernel *)&err;
-  assert_int_equal(kn_cuda_module_kernel(m, "kn_nope", &k, &err), KN_CUDA_ENOTFOUND);
+  assert_int_equal(kn_cuda_module_kernel(m, "kn_nope", &k, &err), KN_E_INVALID);
   assert_null(k);
   assert_non_null(strstr(err.message, "cuModuleGetFunction(\"kn_nope\")"));
   assert_non_null(strstr(err.message, "CUDA_ERROR_NOT_FOUND"));
@@ -612,7 +611,7 @@ static void test_gpu_missing_kernel(void **state) {
   unsigned n = 0;
   void *params[] = {&p, &p, &p, &n};
   unsigned grid[3] = {1, 1, 1}, block[3] = {4096, 1, 1};
-  assert_int_equal(kn_cuda_launch(k, grid, block, 0, NULL, params, &err), KN_CUDA_EDRIVER);
+  assert_int_equal(kn_cuda_launch(k, grid, block, 0, NULL, params, &err), KN_E_RUNTIME);
   print_message("oversized block: %s\n", err.message);
   assert_non_null(strstr(err.message, "cuLaunchKernel(kn_vadd, grid 1x1x1, block 4096x1x1"));
   assert_non_null(strstr(err.message, "CUDA_ERROR_INVALID_VALUE"));
@@ -622,25 +621,24 @@ static void test_gpu_missing_kernel(void **state) {
 
 static void test_gpu_bad_ptx(void **state) {
   NEED_GPU(g);
-  kn_cuda_error err;
+  kn_diag err;
   kn_cuda_module *m = (kn_cuda_module *)&err;
   int st = kn_cuda_module_load_ptx(g->dev, bad_ptx, &m, &err);
   print_message("bad PTX: %s\n", err.message);
-  assert_int_equal(st, KN_CUDA_EJIT);
+  assert_int_equal(st, KN_E_COMPILE);
   assert_null(m);
-  assert_int_equal(err.status, KN_CUDA_EJIT);
   assert_non_null(strstr(err.message, "cuModuleLoadDataEx"));
   assert_non_null(strstr(err.message, "CUDA_ERROR_INVALID_PTX"));
-  assert_non_null(strstr(err.message, "JIT log:"));
-  assert_non_null(strstr(err.message, "bogus"));
+  assert_non_null(strstr(err.rendered, "JIT log:"));
+  assert_non_null(strstr(err.rendered, "bogus"));
   /* a cubin that is not ELF is refused before the driver sees it */
   assert_int_equal(kn_cuda_module_load_cubin(g->dev, bad_ptx, sizeof bad_ptx, &m, &err),
-                   KN_CUDA_EINVAL);
+                   KN_E_INVALID);
 }
 
 static void test_gpu_dynamic_shared(void **state) {
   NEED_GPU(g);
-  kn_cuda_error err;
+  kn_diag err;
   const kn_cuda_props *p = kn_cuda_device_get_props(g->dev);
   unsigned dyn = 100 * 1024;
   if ((int)dyn > p->shared_per_block_optin) dyn = (unsigned)p->shared_per_block_optin;
@@ -677,7 +675,7 @@ static void test_gpu_dynamic_shared(void **state) {
   unsigned too_much = (unsigned)p->shared_per_block_optin + 4096;
   void *params3[] = {&din, &dout, &too_much};
   assert_int_not_equal(kn_cuda_launch(k, grid, block, too_much, NULL, params3, &err),
-                       KN_CUDA_OK);
+                       KN_OK);
   print_message("too much shared memory: %s\n", err.message);
   assert_non_null(strstr(err.message, "cuFuncSetAttribute(kn_block_reverse"));
   OK(kn_cuda_free(g->dev, din, &err));
@@ -691,9 +689,10 @@ static void test_gpu_dynamic_shared(void **state) {
 static void test_gpu_cubin(void **state) {
   NEED_GPU(g);
   if (g->fake) skip(); /* the fake cannot tell a cubin from anything else */
-  char path[512], msg[4096];
-  if (kn_ptxas_find(path, sizeof path, msg, sizeof msg) != KN_PTXAS_OK) {
-    print_message("%s\n", msg);
+  char path[512];
+  kn_diag msg;
+  if (kn_ptxas_find(path, sizeof path, &msg) != KN_OK) {
+    print_message("%s\n", msg.message);
     skip();
   }
   const kn_cuda_props *p = kn_cuda_device_get_props(g->dev);
@@ -703,9 +702,9 @@ static void test_gpu_cubin(void **state) {
            p->cc_major == 9 && p->cc_minor == 0 ? "a" : "");
   kn_ptxas_options o = {.arch = arch, .opt_level = 3, .want_cubin = true};
   kn_ptxas_result r;
-  int st = kn_ptxas_run(vadd_ptx, strlen(vadd_ptx), &o, &r, msg, sizeof msg);
-  if (st != KN_PTXAS_OK) fail_msg("ptxas %s: %s", arch, msg);
-  kn_cuda_error err;
+  if (kn_ptxas_run(vadd_ptx, strlen(vadd_ptx), &o, &r, &msg) != KN_OK)
+    fail_msg("ptxas %s: %s", arch, msg.rendered);
+  kn_diag err;
   kn_cuda_module *m = NULL;
   OK(kn_cuda_module_load_cubin(g->dev, r.cubin, r.cubin_size, &m, &err));
   print_message("cubin for %s (%zu bytes) from %s: loaded\n", arch, r.cubin_size, r.ptxas);
@@ -724,7 +723,7 @@ typedef struct worker {
 
 static void *worker_main(void *arg) {
   worker *w = arg;
-  kn_cuda_error err = {.message = "out of host memory"};
+  kn_diag err = {.message = "out of host memory"};
   kn_cuda_device *dev = w->g->dev;
   enum { N = 1 << 16 };
   float *a = malloc(N * sizeof(float)), *c = malloc(N * sizeof(float));
@@ -762,7 +761,7 @@ done:
 
 static void test_gpu_threads(void **state) {
   NEED_GPU(g);
-  kn_cuda_error err;
+  kn_diag err;
   kn_cuda_module *m = NULL;
   OK(kn_cuda_module_load_ptx(g->dev, vadd_ptx, &m, &err));
   kn_cuda_kernel *k;

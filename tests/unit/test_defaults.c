@@ -126,7 +126,7 @@ static void test_space_compiles(void **state) {
     for (size_t hi = 0; hi < sizeof dims / sizeof dims[0]; hi++) {
       kn_attn_desc desc = {.dtype = KN_BF16, .head_dim = dims[hi], .causal = true};
       kn_space s;
-      assert_int_equal(kn_space_default(&s, "fwd", t->arch), 0);
+      assert_int_equal(kn_space_default(&s, "fwd", t->arch, NULL), KN_OK);
       int n = kn_space_size(&s), k = 0;
       for (int i = 0; i < n; i++) {
         kn_tune_config tc;

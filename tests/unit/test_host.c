@@ -99,13 +99,16 @@ typedef struct run_opts {
   const char *expect_host_error; /* substring of the host run's error, or NULL */
 } run_opts;
 
-/* runs kernel "k" of m on host and interpreter with buffers bs (params 0..nb-1) and compares */
+/* runs kernel "k" of m on host and interpreter with buffers bs (params 0..nb-1) and compares.
+ * The host runs checked (compiled with check_bounds, run against exactly those buffers), so a
+ * lowering that strays outside them fails here with the access named; the unchecked code is run
+ * by test_attention and the golden files. */
 static void check_kernel(kn_module *m, int nb, const bufspec *bs, const run_opts *o) {
   kn_diag d;
   if (kn_verify(m, &d)) fail_msg("verify: %s", d.rendered);
   void *mi[16], *mh[16];
   kn_argval args[32];
-  kn_region reg[16];
+  kn_region reg[16], regh[16];
   assert_true(nb <= 16 && nb + (o ? o->nextra : 0) <= 32);
   for (int i = 0; i < nb; i++) {
     size_t bytes = (size_t)bs[i].n * kn_scalar_size(bs[i].t);
@@ -114,15 +117,17 @@ static void check_kernel(kn_module *m, int nb, const bufspec *bs, const run_opts
     fill_buf(&bs[i], mi[i]);
     memcpy(mh[i], mi[i], bytes);
     reg[i] = (kn_region){mi[i], bytes};
+    regh[i] = (kn_region){mh[i], bytes};
   }
   for (int i = 0; o && i < o->nextra; i++) args[nb + i] = o->extra[i];
   int grid[3] = {1, 1, 1};
   if (o && o->grid[0]) memcpy(grid, o->grid, sizeof grid);
 
   kn_kernel *kk = NULL;
-  if (kn_compile(m, "k", kn_host_target(), NULL, &kk, &d)) fail_msg("compile: %s", d.rendered);
+  kn_compile_options checked = {.check_bounds = true};
+  if (kn_compile(m, "k", kn_host_target(), &checked, &kk, &d)) fail_msg("compile: %s", d.rendered);
   for (int i = 0; i < nb; i++) args[i].p = mh[i];
-  int hrc = kn_kernel_run_host(kk, args, grid, &d);
+  int hrc = kn_kernel_run_host_checked(kk, args, grid, regh, nb, &d);
   if (o && o->expect_host_error) {
     assert_int_equal(hrc, -1);
     if (!strstr(d.message, o->expect_host_error)) fail_msg("host error '%s'", d.message);
@@ -728,6 +733,125 @@ static void test_params(void **st) {
   }
 }
 
+/* ---- checked mode: out-of-bounds accesses are errors naming them, never touched ---- */
+
+/* A grid of 4 programs, program p on elements [16p, 16p + 16) of a buffer of 40 elements: an
+ * unmasked access goes out of bounds in programs 2 and 3; masked by `idx < n` it does not.
+ * LOAD: the load of %a (40 elements) is the access, %b has 64; else the store to %b (40
+ * elements) is, %a has 64.  The load is on line 11 of the text, the store on line 12. */
+static kn_module *oob_kernel(bool load, bool masked) {
+  char text[1024];
+  const char *mask = masked ? " mask %m" : "";
+  snprintf(text, sizeof text,
+           "kernel @k(%%a: ptr<f32>, %%b: ptr<f32>, %%n: i32) {\n"
+           "  %%c1 = const 1 : i32\n"
+           "  %%c16 = const 16 : i32\n"
+           "  %%pid = program_id 0 : i32\n"
+           "  %%off = mul %%pid, %%c16 : i32\n"
+           "  %%r = arange 0, 16 : tile<16xi32>\n"
+           "  %%base = splat %%off : tile<16xi32>\n"
+           "  %%idx = add %%r, %%base : tile<16xi32>\n"
+           "  %%lim = splat %%n : tile<16xi32>\n"
+           "  %%m = cmp lt %%idx, %%lim : tile<16xi1>\n"
+           "  %%x = load %%a[%%off] strides [%%c1]%s : tile<16xf32>\n"
+           "  store %%x, %%b[%%off] strides [%%c1]%s\n"
+           "  return\n"
+           "}\n",
+           load ? mask : "", load ? "" : mask);
+  kn_diag d;
+  kn_module *m = kn_parse("check.tile", text, strlen(text), &d);
+  if (!m || kn_verify(m, &d)) fail_msg("oob kernel: %s", d.rendered);
+  return m;
+}
+
+/* the buffers of one checked run live in one block, 4 KiB apart, so that the nearest buffer of
+ * an access just past one is that one: 64 elements 100 * i + e each, then canary bytes */
+typedef struct oob_mem {
+  char *block;
+  float *buf[2];
+} oob_mem;
+
+enum { OOB_GAP = 4096, OOB_CANARY = 0x7f };
+
+static oob_mem oob_alloc(void) {
+  oob_mem o;
+  o.block = malloc(2 * OOB_GAP);
+  assert_non_null(o.block);
+  memset(o.block, OOB_CANARY, 2 * OOB_GAP);
+  for (int i = 0; i < 2; i++) {
+    o.buf[i] = (float *)(o.block + i * OOB_GAP);
+    for (int e = 0; e < 64; e++) o.buf[i][e] = (float)(i * 100 + e);
+  }
+  return o;
+}
+
+static void test_check_bounds(void **st) {
+  (void)st;
+  kn_compile_options checked = {.check_bounds = true};
+  for (int load = 0; load < 2; load++) {
+    /* unmasked: the first violation as the interpreter finds it: program 2, element [8] */
+    kn_module *m = oob_kernel(load, false);
+    kn_kernel *kk = NULL;
+    kn_diag d;
+    if (kn_compile(m, "k", kn_host_target(), &checked, &kk, &d)) fail_msg("compile: %s", d.rendered);
+    oob_mem mem = oob_alloc();
+    int small = load ? 0 : 1; /* the buffer of 40 elements */
+    kn_region reg[2] = {{mem.buf[0], (load ? 40 : 64) * sizeof(float)},
+                        {mem.buf[1], (load ? 64 : 40) * sizeof(float)}};
+    kn_argval args[3] = {{.p = mem.buf[0]}, {.p = mem.buf[1]}, {.i = 40}};
+    assert_int_equal(kn_kernel_run_host_checked(kk, args, (int[]){4, 1, 1}, reg, 2, &d), -1);
+    char want[160];
+    snprintf(want, sizeof want, "@k: %s out of bounds: element [8] at address %p (program (2,0,0)) "
+             "is outside every buffer; the nearest is buffer %d (160 bytes at %p), 4 bytes past its end",
+             load ? "load" : "store", (void *)&mem.buf[small][40], small, (void *)mem.buf[small]);
+    if (!strstr(d.message, want)) fail_msg("got '%s'\nwant '%s'", d.message, want);
+    if (strncmp(d.rendered, load ? "check.tile:11:" : "check.tile:12:", 14))
+      fail_msg("location: %s", d.rendered);
+    /* the faulting accesses were skipped: nothing past the 40 elements was written */
+    for (int e = 40; e < 64; e++)
+      if (mem.buf[small][e] != (float)(small * 100 + e)) fail_msg("element %d past the buffer written", e);
+    for (int i = 64 * (int)sizeof(float); i < OOB_GAP; i++)
+      if (((char *)mem.buf[small])[i] != OOB_CANARY) fail_msg("byte %d past the buffer written", i);
+    /* the same kernel on an unchecked run with regions is refused, not silently unchecked */
+    kn_kernel *ku = NULL;
+    if (kn_compile(m, "k", kn_host_target(), NULL, &ku, &d)) fail_msg("compile: %s", d.rendered);
+    assert_int_equal(kn_kernel_run_host_checked(ku, args, (int[]){4, 1, 1}, reg, 2, &d), -1);
+    assert_non_null(strstr(d.message, "without check_bounds"));
+    kn_kernel_free(ku);
+    kn_kernel_free(kk);
+    free(mem.block);
+    kn_module_free(m);
+
+    /* masked: passes, and matches the interpreter */
+    m = oob_kernel(load, true);
+    bufspec bs[2] = {{KN_F32, load ? 40 : 64, FILL_SMALL}, {KN_F32, load ? 64 : 40, FILL_ZERO}};
+    kn_argval n = {.i = 40};
+    run_opts o = {.grid = {4, 1, 1}, .extra = &n, .nextra = 1};
+    check_kernel(m, 2, bs, &o);
+    kn_module_free(m);
+  }
+  /* a rank-2 access names [row, column]; host objects are not made checked */
+  kn_type pt[2] = {kn_ty_ptr(KN_F32), kn_ty_ptr(KN_F32)};
+  kb k = kb_new(2, pt);
+  store2(&k.b, load2(&k.b, P(&k, 0), KN_F32, 4, 8, 0), P(&k, 1), 0);
+  kn_b_return(&k.b, 0, NULL);
+  kn_kernel *kk = NULL;
+  kn_diag d;
+  if (kn_compile(k.m, "k", kn_host_target(), &checked, &kk, &d)) fail_msg("compile: %s", d.rendered);
+  oob_mem mem = oob_alloc();
+  kn_region reg[2] = {{mem.buf[0], 30 * sizeof(float)}, {mem.buf[1], 32 * sizeof(float)}};
+  kn_argval args[2] = {{.p = mem.buf[0]}, {.p = mem.buf[1]}};
+  assert_int_equal(kn_kernel_run_host_checked(kk, args, (int[]){1, 1, 1}, reg, 2, &d), -1);
+  if (!strstr(d.message, "load out of bounds: element [3, 6]")) fail_msg("got '%s'", d.message);
+  /* elements [3, 6] and [3, 7] were skipped: they read as 0 */
+  assert_true(mem.buf[1][29] == 29 && mem.buf[1][30] == 0 && mem.buf[1][31] == 0);
+  kn_kernel_free(kk);
+  free(mem.block);
+  kn_artifact obj;
+  assert_int_equal(kn_compile_artifact(k.m, "k", kn_host_target(), &checked, &obj, &d), -1);
+  kn_module_free(k.m);
+}
+
 /* ---- errors: the compiler reports, never crashes ---- */
 
 static void test_compile_errors(void **st) {
@@ -799,9 +923,12 @@ static void test_dump(void **st) {
 
 /* ---- the attention template against the float64 reference ---- */
 
-/* one problem on a compiled kernel: fresh random inputs, the float64 reference, the tolerances */
-static void attn_case(kn_kernel *kern, const kn_attn_desc *desc, const kn_attn_config *cfg, int nq,
-                      int nk, int batch, int heads, int kv_heads) {
+/* one problem on a compiled kernel: fresh random inputs, the float64 reference, the tolerances;
+ * checked: the kernel was compiled with check_bounds and runs against exactly its five buffers.
+ * Returns the run's time in seconds. */
+static double attn_case(kn_kernel *kern, bool checked, const kn_attn_desc *desc,
+                        const kn_attn_config *cfg, int nq, int nk, int batch, int heads,
+                        int kv_heads) {
   kn_scalar dt = desc->dtype;
   int hd = desc->head_dim;
   kn_diag d;
@@ -830,7 +957,10 @@ static void attn_case(kn_kernel *kern, const kn_attn_desc *desc, const kn_attn_c
   kn_attn_fill_args(desc, cfg, &p, q, kk, v, o, lse, args, grid);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  if (kn_kernel_run_host(kern, args, grid, &d)) fail_msg("run: %s", d.message);
+  kn_region reg[5] = {{q, nqe * es}, {kk, nke * es}, {v, nke * es}, {o, nqe * es},
+                      {lse, nle * sizeof(float)}};
+  if (kn_kernel_run_host_checked(kern, args, grid, checked ? reg : NULL, 5, &d))
+    fail_msg("run: %s", d.message);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double rt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   kn_attn_reference(desc, &p, qd, kd, vd, od, lsed);
@@ -843,16 +973,19 @@ static void attn_case(kn_kernel *kern, const kn_attn_desc *desc, const kn_attn_c
     double e = (isinf(lsed[i]) && lse[i] == lsed[i]) ? 0 : fabs(lse[i] - lsed[i]);
     if (!(e <= worst_lse)) worst_lse = isnan(e) ? INFINITY : e;
   }
-  printf("  attn %-4s d=%-3d causal=%d (%4d,%4d) b=%d h=%d/%d: run %.3fs max_abs_err=%.3g "
+  printf("  attn %-4s d=%-3d causal=%d (%4d,%4d) b=%d h=%d/%d: run %.3fs%s max_abs_err=%.3g "
          "lse_err=%.3g tol=%.3g\n",
-         kn_scalar_name(dt), hd, desc->causal, nq, nk, batch, heads, kv_heads, rt, worst, worst_lse,
-         tol);
+         kn_scalar_name(dt), hd, desc->causal, nq, nk, batch, heads, kv_heads, rt,
+         checked ? " (checked)" : "", worst, worst_lse, tol);
   if (!(worst <= tol) || !(worst_lse <= lse_tol)) fail_msg("attention error above tolerance");
   free(q), free(kk), free(v), free(o), free(lse), free(qd), free(kd), free(vd), free(od), free(lsed);
+  return rt;
 }
 
 /* the foundation issue's matrix: head dim 64/128 x causal x f16/bf16/f32 x ragged lengths, one
- * compile per kernel; GQA and batch strides on the small shapes */
+ * compile per kernel; GQA and batch strides on the small shapes.  These runs are unchecked (the
+ * code that runs in production, at full speed); f16 D 128 causal also runs checked, every shape,
+ * and prints how much slower checked mode is. */
 static void test_attention(void **st) {
   (void)st;
   static const kn_scalar dtypes[] = {KN_F16, KN_BF16, KN_F32};
@@ -871,11 +1004,20 @@ static void test_attention(void **st) {
         kn_kernel *kern = NULL;
         if (kn_compile(m, k->name, kn_host_target(), NULL, &kern, &d))
           fail_msg("compile: %s", d.rendered);
+        kn_kernel *checked = NULL;
+        kn_compile_options co = {.check_bounds = true};
+        if (a == 0 && b == 1 && c == 1 && kn_compile(m, k->name, kn_host_target(), &co, &checked, &d))
+          fail_msg("compile (checked): %s", d.rendered);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
           bool small = shapes[s][0] * shapes[s][1] <= 128 * 128;
-          attn_case(kern, &desc, &cfg, shapes[s][0], shapes[s][1], small ? 2 : 1, small ? 4 : 1,
-                    small ? 2 : 1);
+          int nb = small ? 2 : 1, nh = small ? 4 : 1, nkv = small ? 2 : 1;
+          double t = attn_case(kern, false, &desc, &cfg, shapes[s][0], shapes[s][1], nb, nh, nkv);
+          if (checked) {
+            double tc = attn_case(checked, true, &desc, &cfg, shapes[s][0], shapes[s][1], nb, nh, nkv);
+            printf("  checked / unchecked: %.2fx\n", t > 0 ? tc / t : 0.0);
+          }
         }
+        kn_kernel_free(checked);
         kn_kernel_free(kern);
         kn_module_free(m);
       }
@@ -906,6 +1048,7 @@ int main(void) {
       cmocka_unit_test(test_params),
       cmocka_unit_test(test_fold_consts),
       cmocka_unit_test(test_call_in_loop),
+      cmocka_unit_test(test_check_bounds),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_compile_errors),
       cmocka_unit_test(test_dump),

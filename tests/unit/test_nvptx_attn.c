@@ -45,8 +45,8 @@
 #include "ptxas.h"
 
 static bool have_ptxas(void) {
-  char path[512], msg[256];
-  return kn_ptxas_find(path, sizeof path, msg, sizeof msg) == KN_PTXAS_OK;
+  char path[512];
+  return kn_ptxas_find(path, sizeof path, NULL) == KN_OK;
 }
 
 /* what a test looks at: the artefact (PTX), the layout text, the step times */
@@ -120,9 +120,9 @@ static void compile_one(const char *arch, const kn_attn_desc *desc, const kn_att
   if (!have_ptxas()) return;
   kn_ptxas_options o = {.arch = arch, .opt_level = 3};
   kn_ptxas_result r;
-  char msg[4096];
-  int st = kn_ptxas_run(ptx, out->c.ptx_size, &o, &r, msg, sizeof msg);
-  if (st != KN_PTXAS_OK) fail_msg("ptxas %s: %s", arch, msg);
+  kn_diag msg;
+  if (kn_ptxas_run(ptx, out->c.ptx_size, &o, &r, &msg) != KN_OK)
+    fail_msg("ptxas %s: %s", arch, msg.rendered);
   const kn_ptxas_kernel *k = kn_ptxas_find_kernel(&r, "attn_fwd");
   assert_non_null(k);
   out->px = *k;
@@ -321,7 +321,7 @@ static kn_cuda_ptr upload_random(kn_scalar t, size_t n, uint64_t *rng, double **
     kn_store_elem(t, h + i * es, x[i]);
   }
   kn_cuda_ptr p;
-  kn_cuda_error e;
+  kn_diag e;
   if (kn_cuda_alloc(dev, n * es, &p, &e) || kn_cuda_copy_htod(dev, p, h, n * es, &e))
     fail_msg("%s", e.message);
   free(h);
@@ -334,7 +334,7 @@ static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, int B,
                      int Nq, int Nk, double *err_o, double *err_lse) {
   compiled c;
   compile_one("sm_90a", desc, cfg, &c);
-  kn_cuda_error e;
+  kn_diag e;
   kn_cuda_module *mod;
   if (kn_cuda_module_load_ptx(dev, c.c.ptx, &mod, &e)) fail_msg("%s", e.message);
   kn_cuda_kernel *k;
@@ -389,8 +389,8 @@ static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, int B,
 
 static void test_gpu(void **state) {
   (void)state;
-  kn_cuda_error e;
-  if (kn_cuda_init(&e) != KN_CUDA_OK) {
+  kn_diag e;
+  if (kn_cuda_init(&e) != KN_OK) {
     printf("  (no GPU: %s)\n", e.message);
     skip();
     return;

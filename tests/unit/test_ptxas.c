@@ -93,7 +93,7 @@ static void test_parse_cuda13(void **state) {
       "ptxas info    : Compile time = 2.522 ms\n";
   kn_ptxas_kernel *k;
   int n;
-  assert_int_equal(kn_ptxas_parse(log, &k, &n), KN_PTXAS_OK);
+  assert_int_equal(kn_ptxas_parse(log, &k, &n, NULL), KN_OK);
   assert_int_equal(n, 3);
   assert_string_equal(k[0].name, "kn_attn_fwd");
   assert_string_equal(k[0].arch, "sm_90a");
@@ -123,7 +123,7 @@ static void test_parse_older_and_broken(void **state) {
       "ptxas info    : Used 10 registers, 356 bytes cmem[0]\r\n";
   kn_ptxas_kernel *k;
   int n;
-  assert_int_equal(kn_ptxas_parse(older, &k, &n), KN_PTXAS_OK);
+  assert_int_equal(kn_ptxas_parse(older, &k, &n, NULL), KN_OK);
   assert_int_equal(n, 1);
   assert_string_equal(k[0].name, "k");
   assert_int_equal(k[0].registers, 10);
@@ -133,25 +133,27 @@ static void test_parse_older_and_broken(void **state) {
   static const char cut[] =
       "ptxas info    : Compiling entry function 'k' for 'sm_80'\n"
       "ptxas info    : Function properties for k\n";
-  assert_int_equal(kn_ptxas_parse(cut, &k, &n), KN_PTXAS_EPARSE);
+  kn_diag why;
+  assert_int_equal(kn_ptxas_parse(cut, &k, &n, &why), KN_E_CORRUPT);
+  assert_non_null(strstr(why.message, "entry function 'k'"));
   assert_null(k);
-  assert_int_equal(kn_ptxas_parse("", &k, &n), KN_PTXAS_OK);
+  assert_int_equal(kn_ptxas_parse("", &k, &n, NULL), KN_OK);
   assert_int_equal(n, 0);
   free(k);
 }
 
 static void test_bad_arguments(void **state) {
   (void)state;
-  char msg[256];
+  kn_diag msg;
   kn_ptxas_result r;
   kn_ptxas_options o = {.arch = "sm_80 -o /etc/passwd"};
-  assert_int_equal(kn_ptxas_run(vadd_ptx, sizeof vadd_ptx - 1, &o, &r, msg, sizeof msg),
-                   KN_PTXAS_EINVAL);
-  assert_non_null(strstr(msg, "bad ptxas architecture"));
+  assert_int_equal(kn_ptxas_run(vadd_ptx, sizeof vadd_ptx - 1, &o, &r, &msg),
+                   KN_E_INVALID);
+  assert_non_null(strstr(msg.rendered, "bad ptxas architecture"));
   o.arch = "compute_90";
-  assert_int_equal(kn_ptxas_run(vadd_ptx, sizeof vadd_ptx - 1, &o, &r, msg, sizeof msg),
-                   KN_PTXAS_EINVAL);
-  assert_int_equal(kn_ptxas_run(NULL, 0, &o, &r, msg, sizeof msg), KN_PTXAS_EINVAL);
+  assert_int_equal(kn_ptxas_run(vadd_ptx, sizeof vadd_ptx - 1, &o, &r, &msg),
+                   KN_E_INVALID);
+  assert_int_equal(kn_ptxas_run(NULL, 0, &o, &r, &msg), KN_E_INVALID);
 }
 
 /* KILN_PTXAS pointing nowhere is "not found", naming the variable */
@@ -160,14 +162,15 @@ static void test_not_found(void **state) {
   const char *old = getenv("KILN_PTXAS");
   char *saved = old ? strdup(old) : NULL;
   setenv("KILN_PTXAS", "/nonexistent/ptxas", 1);
-  char path[512], msg[512];
-  assert_int_equal(kn_ptxas_find(path, sizeof path, msg, sizeof msg), KN_PTXAS_NOT_FOUND);
-  assert_non_null(strstr(msg, "ptxas not found"));
-  assert_non_null(strstr(msg, "KILN_PTXAS"));
+  char path[512];
+  kn_diag msg;
+  assert_int_equal(kn_ptxas_find(path, sizeof path, &msg), KN_E_NODEV);
+  assert_non_null(strstr(msg.rendered, "ptxas not found"));
+  assert_non_null(strstr(msg.rendered, "KILN_PTXAS"));
   kn_ptxas_result r;
   kn_ptxas_options o = {.arch = "sm_80"};
-  assert_int_equal(kn_ptxas_run(vadd_ptx, sizeof vadd_ptx - 1, &o, &r, msg, sizeof msg),
-                   KN_PTXAS_NOT_FOUND);
+  assert_int_equal(kn_ptxas_run(vadd_ptx, sizeof vadd_ptx - 1, &o, &r, &msg),
+                   KN_E_NODEV);
   assert_null(r.cubin);
   if (saved) {
     setenv("KILN_PTXAS", saved, 1);
@@ -180,19 +183,20 @@ static void test_not_found(void **state) {
 /* ---- with ptxas ---- */
 
 static void need_ptxas(void) {
-  char path[512], msg[512];
-  if (kn_ptxas_find(path, sizeof path, msg, sizeof msg) != KN_PTXAS_OK) {
-    print_message("%s: skipping\n", msg);
+  char path[512];
+  kn_diag msg;
+  if (kn_ptxas_find(path, sizeof path, &msg) != KN_OK) {
+    print_message("%s: skipping\n", msg.message);
     skip();
   }
 }
 
 static void vadd_for(const char *arch) {
-  char msg[4096];
+  kn_diag msg;
   kn_ptxas_result r;
   kn_ptxas_options o = {.arch = arch, .opt_level = 3, .want_cubin = true};
-  int st = kn_ptxas_run(vadd_ptx, sizeof vadd_ptx - 1, &o, &r, msg, sizeof msg);
-  if (st != KN_PTXAS_OK) fail_msg("ptxas %s: %s", arch, msg);
+  int st = kn_ptxas_run(vadd_ptx, sizeof vadd_ptx - 1, &o, &r, &msg);
+  if (st != KN_OK) fail_msg("ptxas %s: %s", arch, msg.rendered);
   const kn_ptxas_kernel *k = kn_ptxas_find_kernel(&r, "kn_vadd");
   assert_non_null(k);
   print_message("%s kn_vadd: %d registers, %d/%d spill bytes, %d frame, %d smem, cubin %zu "
@@ -211,8 +215,8 @@ static void vadd_for(const char *arch) {
   kn_ptxas_result_free(&r);
   /* without want_cubin nothing is kept */
   o.want_cubin = false;
-  assert_int_equal(kn_ptxas_run(vadd_ptx, sizeof vadd_ptx - 1, &o, &r, msg, sizeof msg),
-                   KN_PTXAS_OK);
+  assert_int_equal(kn_ptxas_run(vadd_ptx, sizeof vadd_ptx - 1, &o, &r, &msg),
+                   KN_OK);
   assert_null(r.cubin);
   assert_int_equal(r.nkernels, 1);
   kn_ptxas_result_free(&r);
@@ -234,11 +238,11 @@ static void test_spills(void **state) {
   (void)state;
   need_ptxas();
   char *ptx = spill_ptx(300);
-  char msg[4096];
+  kn_diag msg;
   kn_ptxas_result r;
   kn_ptxas_options o = {.arch = "sm_90a", .opt_level = 3, .max_registers = 32};
-  int st = kn_ptxas_run(ptx, strlen(ptx), &o, &r, msg, sizeof msg);
-  if (st != KN_PTXAS_OK) fail_msg("ptxas: %s", msg);
+  int st = kn_ptxas_run(ptx, strlen(ptx), &o, &r, &msg);
+  if (st != KN_OK) fail_msg("ptxas: %s", msg.rendered);
   const kn_ptxas_kernel *k = kn_ptxas_find_kernel(&r, "kn_spill");
   assert_non_null(k);
   print_message("kn_spill (300 live values, cap 32): %d registers, %d/%d spill bytes, %d "
@@ -252,8 +256,8 @@ static void test_spills(void **state) {
   free(ptx);
 
   o = (kn_ptxas_options){.arch = "sm_80"};
-  st = kn_ptxas_run(local_ptx, sizeof local_ptx - 1, &o, &r, msg, sizeof msg);
-  if (st != KN_PTXAS_OK) fail_msg("ptxas: %s", msg);
+  st = kn_ptxas_run(local_ptx, sizeof local_ptx - 1, &o, &r, &msg);
+  if (st != KN_OK) fail_msg("ptxas: %s", msg.rendered);
   k = kn_ptxas_find_kernel(&r, "kn_local");
   assert_non_null(k);
   print_message("kn_local: %d frame bytes, %d/%d spill bytes\n", k->stack_frame,
@@ -265,25 +269,25 @@ static void test_spills(void **state) {
 static void test_malformed(void **state) {
   (void)state;
   need_ptxas();
-  char msg[4096];
+  kn_diag msg;
   kn_ptxas_result r;
   kn_ptxas_options o = {.arch = "sm_80", .want_cubin = true};
-  int st = kn_ptxas_run(bad_ptx, sizeof bad_ptx - 1, &o, &r, msg, sizeof msg);
-  print_message("malformed: %s\n", msg);
-  assert_int_equal(st, KN_PTXAS_EFAIL);
-  assert_non_null(strstr(msg, "line 9"));
-  assert_non_null(strstr(msg, "Unknown symbol 'bogus'"));
+  int st = kn_ptxas_run(bad_ptx, sizeof bad_ptx - 1, &o, &r, &msg);
+  print_message("malformed: %s\n", msg.message);
+  assert_int_equal(st, KN_E_COMPILE);
+  assert_non_null(strstr(msg.rendered, "line 9"));
+  assert_non_null(strstr(msg.rendered, "Unknown symbol 'bogus'"));
   assert_null(r.cubin);
   assert_null(r.kernels);
   /* not PTX at all */
-  st = kn_ptxas_run("hello", 5, &o, &r, msg, sizeof msg);
-  assert_int_equal(st, KN_PTXAS_EFAIL);
-  assert_non_null(strstr(msg, "error"));
+  st = kn_ptxas_run("hello", 5, &o, &r, &msg);
+  assert_int_equal(st, KN_E_COMPILE);
+  assert_non_null(strstr(msg.message, "error"));
   /* an architecture ptxas does not know is ptxas's error, reported as such */
   o.arch = "sm_1";
-  st = kn_ptxas_run(vadd_ptx, sizeof vadd_ptx - 1, &o, &r, msg, sizeof msg);
-  assert_int_equal(st, KN_PTXAS_EFAIL);
-  print_message("sm_1: %s\n", msg);
+  st = kn_ptxas_run(vadd_ptx, sizeof vadd_ptx - 1, &o, &r, &msg);
+  assert_int_equal(st, KN_E_COMPILE);
+  print_message("sm_1: %s\n", msg.message);
 }
 
 int main(void) {

@@ -1,7 +1,8 @@
 /* test_tunedb.c — the SQLite tuning database: round trips, the sequence-length bucket, 8
  * processes writing and reading at once, and files that are not ours (garbage, another
  * application's database, a truncated database, a newer schema) handled without a crash and
- * without destroying anything that might matter.
+ * without destroying anything that might matter.  Also the errors of the search spaces beside
+ * it (space.h).
  */
 #define _GNU_SOURCE
 #include <stdarg.h>
@@ -25,10 +26,12 @@
 #include <sqlite3.h>
 
 #include "kiln.h"
+#include "space.h"
 #include "tunedb.h"
 
 static char g_root[256]; /* short: every path below fits its buffer */
 static char g_db[300];
+static kn_diag diag; /* what the last database call reported (each test process has its own) */
 
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw) {
   (void)st, (void)flag, (void)ftw;
@@ -72,8 +75,8 @@ static kn_tune_record rec(const char *tmpl, int head_dim, int64_t seqlen, const 
 
 static kn_tunedb *open_db(int want) {
   kn_tunedb *db = NULL;
-  int s = kn_tunedb_open(g_db, &db);
-  if (s != want) fail_msg("kn_tunedb_open: %s: %s", kn_tunedb_status_str(s), kn_tunedb_message());
+  int s = kn_tunedb_open(g_db, &db, &diag);
+  if (s != want) fail_msg("kn_tunedb_open: %s: %s", kn_status_str(s), diag.message);
   assert_non_null(db);
   return db;
 }
@@ -103,11 +106,11 @@ static void test_bucket(void **state) {
 
 static void test_round_trip(void **state) {
   (void)state;
-  kn_tunedb *db = open_db(KN_TUNEDB_OK);
+  kn_tunedb *db = open_db(KN_OK);
   kn_tune_record r = rec("fwd", 128, 4000, "gfx942", 128, 51.5), got;
-  assert_int_equal(kn_tunedb_get(db, &r.key, &got), KN_TUNEDB_MISS);
-  assert_int_equal(kn_tunedb_put(db, &r, 0), KN_TUNEDB_OK);
-  assert_int_equal(kn_tunedb_get(db, &r.key, &got), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_get(db, &r.key, &got, &diag), KN_MISS);
+  assert_int_equal(kn_tunedb_put(db, &r, 0, &diag), KN_OK);
+  assert_int_equal(kn_tunedb_get(db, &r.key, &got, &diag), KN_OK);
   assert_string_equal(got.key.template_name, "fwd");
   assert_int_equal(got.key.seq_bucket, 4096);
   assert_int_equal(got.config.block_m, 128);
@@ -117,43 +120,43 @@ static void test_round_trip(void **state) {
   /* the same bucket: another length that rounds to 4096 finds it */
   kn_tune_key k2 = r.key;
   k2.seq_bucket = kn_tune_seq_bucket(3000);
-  assert_int_equal(kn_tunedb_get(db, &k2, &got), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_get(db, &k2, &got, &diag), KN_OK);
   /* another version does not */
   snprintf(k2.kiln_version, sizeof k2.kiln_version, "0.0.9");
-  assert_int_equal(kn_tunedb_get(db, &k2, &got), KN_TUNEDB_MISS);
+  assert_int_equal(kn_tunedb_get(db, &k2, &got, &diag), KN_MISS);
 
   /* only_if_faster keeps the faster record */
   kn_tune_record slower = rec("fwd", 128, 4000, "gfx942", 64, 80.0);
-  assert_int_equal(kn_tunedb_put(db, &slower, 1), KN_TUNEDB_NOT_REPLACED);
-  assert_int_equal(kn_tunedb_get(db, &r.key, &got), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_put(db, &slower, 1, &diag), KN_NOT_REPLACED);
+  assert_int_equal(kn_tunedb_get(db, &r.key, &got, &diag), KN_OK);
   assert_int_equal(got.config.block_m, 128);
   kn_tune_record faster = rec("fwd", 128, 4000, "gfx942", 256, 40.0);
-  assert_int_equal(kn_tunedb_put(db, &faster, 1), KN_TUNEDB_OK);
-  assert_int_equal(kn_tunedb_get(db, &r.key, &got), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_put(db, &faster, 1, &diag), KN_OK);
+  assert_int_equal(kn_tunedb_get(db, &r.key, &got, &diag), KN_OK);
   assert_int_equal(got.config.block_m, 256);
   /* a plain put replaces (a deliberate retune) */
-  assert_int_equal(kn_tunedb_put(db, &slower, 0), KN_TUNEDB_OK);
-  assert_int_equal(kn_tunedb_get(db, &r.key, &got), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_put(db, &slower, 0, &diag), KN_OK);
+  assert_int_equal(kn_tunedb_get(db, &r.key, &got, &diag), KN_OK);
   assert_int_equal(got.config.block_m, 64);
 
   kn_tune_record other = rec("decode", 64, 1, "sm_90a", 16, 9.0), old = other;
   snprintf(old.key.kiln_version, sizeof old.key.kiln_version, "0.0.9");
-  assert_int_equal(kn_tunedb_put(db, &other, 0), KN_TUNEDB_OK);
-  assert_int_equal(kn_tunedb_put(db, &old, 0), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_put(db, &other, 0, &diag), KN_OK);
+  assert_int_equal(kn_tunedb_put(db, &old, 0, &diag), KN_OK);
   kn_tune_record *all;
   size_t n;
-  assert_int_equal(kn_tunedb_list(db, &all, &n), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_list(db, &all, &n, &diag), KN_OK);
   assert_int_equal(n, 3);
   assert_string_equal(all[0].key.template_name, "decode"); /* ordered by key */
   free(all);
   size_t removed;
-  assert_int_equal(kn_tunedb_prune(db, KILN_VERSION_STRING, &removed), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_prune(db, KILN_VERSION_STRING, &removed, &diag), KN_OK);
   assert_int_equal(removed, 1);
   kn_tunedb_close(db);
 
   /* survives a restart; the file is in WAL mode */
-  db = open_db(KN_TUNEDB_OK);
-  assert_int_equal(kn_tunedb_get(db, &other.key, &got), KN_TUNEDB_OK);
+  db = open_db(KN_OK);
+  assert_int_equal(kn_tunedb_get(db, &other.key, &got, &diag), KN_OK);
   assert_int_equal(got.config.block_m, 16);
   kn_tunedb_close(db);
   sqlite3 *raw;
@@ -168,15 +171,15 @@ static void test_round_trip(void **state) {
 
 static void test_invalid(void **state) {
   (void)state;
-  kn_tunedb *db = open_db(KN_TUNEDB_OK);
+  kn_tunedb *db = open_db(KN_OK);
   kn_tune_record r = rec("", 128, 10, "gfx942", 64, 1.0);
-  assert_int_equal(kn_tunedb_put(db, &r, 0), KN_TUNEDB_EINVAL);
+  assert_int_equal(kn_tunedb_put(db, &r, 0, &diag), KN_E_INVALID);
   r = rec("fwd", 0, 10, "gfx942", 64, 1.0);
-  assert_int_equal(kn_tunedb_put(db, &r, 0), KN_TUNEDB_EINVAL);
-  assert_non_null(strstr(kn_tunedb_message(), "head_dim"));
+  assert_int_equal(kn_tunedb_put(db, &r, 0, &diag), KN_E_INVALID);
+  assert_non_null(strstr(diag.message, "head_dim"));
   r = rec("fwd", 64, 10, "gfx942", 64, 1.0);
   memset(r.key.arch, 'x', sizeof r.key.arch); /* not NUL-terminated */
-  assert_int_equal(kn_tunedb_put(db, &r, 0), KN_TUNEDB_EINVAL);
+  assert_int_equal(kn_tunedb_put(db, &r, 0, &diag), KN_E_INVALID);
   kn_tunedb_close(db);
 }
 
@@ -187,7 +190,7 @@ static void test_default_path(void **state) {
   snprintf(dir, sizeof dir, "%s/cache", g_root);
   setenv("KILN_CACHE_DIR", dir, 1);
   kn_tunedb *db;
-  assert_int_equal(kn_tunedb_open(NULL, &db), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_open(NULL, &db, &diag), KN_OK);
   char want[400];
   snprintf(want, sizeof want, "%s/tuning.sqlite3", dir);
   assert_string_equal(kn_tunedb_path(db), want);
@@ -197,9 +200,9 @@ static void test_default_path(void **state) {
   assert_int_equal(st.st_mode & 0777, 0700);
   /* an insecure cache directory is refused here too */
   chmod(dir, 0777);
-  assert_int_equal(kn_tunedb_open(NULL, &db), KN_TUNEDB_EIO);
+  assert_int_equal(kn_tunedb_open(NULL, &db, &diag), KN_E_IO);
   assert_null(db);
-  assert_non_null(strstr(kn_tunedb_message(), "0777"));
+  assert_non_null(strstr(diag.message, "0777"));
   chmod(dir, 0700);
   unsetenv("KILN_CACHE_DIR");
 }
@@ -220,23 +223,23 @@ static void test_concurrent(void **state) {
       char b;
       if (read(go[0], &b, 1) != 0) _exit(10);
       kn_tunedb *db;
-      int s = kn_tunedb_open(g_db, &db);
-      if (s != KN_TUNEDB_OK) {
-        fprintf(stderr, "child %d: open: %s\n", i, kn_tunedb_message());
+      int s = kn_tunedb_open(g_db, &db, &diag);
+      if (s != KN_OK) {
+        fprintf(stderr, "child %d: open: %s\n", i, diag.message);
         _exit(11);
       }
       for (int k = 0; k < KEYS; k++) {
         kn_tune_record r = rec("fwd", 64 * (i + 1), (int64_t)1 << k % 20, "gfx90a", 16 * (k + 1), i * 1000 + k);
         /* k >= 20 odd: only_if_faster against k-20's faster record, which stays */
         bool kept = k >= 20 && (k & 1);
-        if (kn_tunedb_put(db, &r, k & 1) != (kept ? KN_TUNEDB_NOT_REPLACED : KN_TUNEDB_OK)) {
-          fprintf(stderr, "child %d: put: %s\n", i, kn_tunedb_message());
+        if (kn_tunedb_put(db, &r, k & 1, &diag) != (kept ? KN_NOT_REPLACED : KN_OK)) {
+          fprintf(stderr, "child %d: put: %s\n", i, diag.message);
           _exit(12);
         }
         kn_tune_record got;
-        if (kn_tunedb_get(db, &r.key, &got) != KN_TUNEDB_OK ||
+        if (kn_tunedb_get(db, &r.key, &got, &diag) != KN_OK ||
             got.config.block_m != 16 * ((kept ? k - 20 : k) + 1)) {
-          fprintf(stderr, "child %d: get: %s\n", i, kn_tunedb_message());
+          fprintf(stderr, "child %d: get: %s\n", i, diag.message);
           _exit(13);
         }
       }
@@ -251,16 +254,16 @@ static void test_concurrent(void **state) {
     assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("process %d failed (status 0x%x)", i, st);
   }
-  kn_tunedb *db = open_db(KN_TUNEDB_OK);
+  kn_tunedb *db = open_db(KN_OK);
   kn_tune_record *all;
   size_t n;
-  assert_int_equal(kn_tunedb_list(db, &all, &n), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_list(db, &all, &n, &diag), KN_OK);
   /* per process: keys k and k+20 share a bucket (1 << k % 20), the later put wins: 20 records */
   assert_int_equal(n, PROCS * 20);
   for (int i = 0; i < PROCS; i++) {
     for (int k = 20; k < KEYS; k++) {
       kn_tune_record r = rec("fwd", 64 * (i + 1), (int64_t)1 << k % 20, "gfx90a", 0, 0), got;
-      assert_int_equal(kn_tunedb_get(db, &r.key, &got), KN_TUNEDB_OK);
+      assert_int_equal(kn_tunedb_get(db, &r.key, &got, &diag), KN_OK);
       /* k even: plain put of k replaced k-20; k odd: only_if_faster, and k is slower than
        * k-20 (time i*1000+k), so k-20's config stays */
       assert_int_equal(got.config.block_m, k & 1 ? 16 * (k - 20 + 1) : 16 * (k + 1));
@@ -282,15 +285,15 @@ static void test_garbage_file(void **state) {
   char junk[8192];
   for (size_t i = 0; i < sizeof junk; i++) junk[i] = (char)('a' + i % 26);
   write_file(g_db, junk, sizeof junk);
-  kn_tunedb *db = open_db(KN_TUNEDB_RECREATED);
-  assert_non_null(strstr(kn_tunedb_message(), "moved aside"));
-  assert_non_null(strstr(kn_tunedb_message(), "not a database"));
+  kn_tunedb *db = open_db(KN_RECREATED);
+  assert_non_null(strstr(diag.message, "moved aside"));
+  assert_non_null(strstr(diag.message, "not a database"));
   assert_int_equal(count_aside(), 1);
   kn_tune_record r = rec("fwd", 128, 100, "host", 32, 5.0), got;
-  assert_int_equal(kn_tunedb_put(db, &r, 0), KN_TUNEDB_OK);
-  assert_int_equal(kn_tunedb_get(db, &r.key, &got), KN_TUNEDB_OK);
+  assert_int_equal(kn_tunedb_put(db, &r, 0, &diag), KN_OK);
+  assert_int_equal(kn_tunedb_get(db, &r.key, &got, &diag), KN_OK);
   kn_tunedb_close(db);
-  db = open_db(KN_TUNEDB_OK); /* the fresh one is fine next time */
+  db = open_db(KN_OK); /* the fresh one is fine next time */
   kn_tunedb_close(db);
 }
 
@@ -305,14 +308,14 @@ static void raw_exec(const char *sql) {
 static void test_foreign_database(void **state) {
   (void)state;
   raw_exec("CREATE TABLE notes(x); INSERT INTO notes VALUES (1)");
-  kn_tunedb *db = open_db(KN_TUNEDB_RECREATED);
-  assert_non_null(strstr(kn_tunedb_message(), "not kiln's"));
+  kn_tunedb *db = open_db(KN_RECREATED);
+  assert_non_null(strstr(diag.message, "not kiln's"));
   kn_tunedb_close(db);
   assert_int_equal(count_aside(), 1);
   unlink(g_db);
   raw_exec("PRAGMA application_id = 1234; CREATE TABLE t(x)");
-  db = open_db(KN_TUNEDB_RECREATED);
-  assert_non_null(strstr(kn_tunedb_message(), "another application"));
+  db = open_db(KN_RECREATED);
+  assert_non_null(strstr(diag.message, "another application"));
   kn_tunedb_close(db);
 }
 
@@ -322,10 +325,10 @@ static void test_newer_schema(void **state) {
   struct stat before, after;
   assert_int_equal(stat(g_db, &before), 0);
   kn_tunedb *db = (kn_tunedb *)1;
-  assert_int_equal(kn_tunedb_open(g_db, &db), KN_TUNEDB_ENEWER);
+  assert_int_equal(kn_tunedb_open(g_db, &db, &diag), KN_E_UNSUPPORTED);
   assert_null(db);
-  assert_non_null(strstr(kn_tunedb_message(), "99"));
-  assert_non_null(strstr(kn_tunedb_message(), "left untouched"));
+  assert_non_null(strstr(diag.message, "99"));
+  assert_non_null(strstr(diag.message, "left untouched"));
   assert_int_equal(stat(g_db, &after), 0);
   assert_int_equal(before.st_size, after.st_size);
   assert_int_equal(before.st_ino, after.st_ino);
@@ -334,27 +337,43 @@ static void test_newer_schema(void **state) {
 
 static void test_truncated_database(void **state) {
   (void)state;
-  kn_tunedb *db = open_db(KN_TUNEDB_OK);
+  kn_tunedb *db = open_db(KN_OK);
   for (int i = 0; i < 2000; i++) {
     char v[32];
     kn_tune_record r = rec("fwd", 64 + i, 1000, "gfx942", 64, i);
     snprintf(v, sizeof v, "variant-with-a-long-name-%d", i);
     snprintf(r.key.variant, sizeof r.key.variant, "%s", v);
-    assert_int_equal(kn_tunedb_put(db, &r, 0), KN_TUNEDB_OK);
+    assert_int_equal(kn_tunedb_put(db, &r, 0, &diag), KN_OK);
   }
   kn_tunedb_close(db); /* checkpoints the WAL into the file */
   struct stat st;
   assert_int_equal(stat(g_db, &st), 0);
   assert_true(st.st_size > 3 * 4096);
   assert_int_equal(truncate(g_db, st.st_size / 2), 0);
-  db = open_db(KN_TUNEDB_RECREATED);
+  db = open_db(KN_RECREATED);
   kn_tunedb_close(db);
   assert_int_equal(count_aside(), 1);
+}
+
+/* a space spec that cannot be applied, and a template without a space, are errors naming why */
+static void test_space_errors(void **state) {
+  (void)state;
+  kn_space s;
+  assert_int_equal(kn_space_default(&s, "bwd", NULL, &diag), KN_E_UNSUPPORTED);
+  assert_non_null(strstr(diag.message, "bwd"));
+  assert_int_equal(kn_space_default(&s, "fwd", NULL, &diag), KN_OK);
+  assert_int_equal(kn_space_apply(&s, "block_m=16;bogus=1", &diag), KN_E_INVALID);
+  assert_non_null(strstr(diag.message, "unknown knob 'bogus'"));
+  assert_int_equal(kn_space_apply(&s, "max_tile_bytes=lots", &diag), KN_E_INVALID);
+  assert_non_null(strstr(diag.message, "max_tile_bytes=lots is not a number"));
+  assert_int_equal(kn_space_apply(&s, "block_m=16,32;block_n=16", &diag), KN_OK);
+  assert_int_equal(kn_space_size(&s), 2);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bucket),
+      cmocka_unit_test(test_space_errors),
       cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_invalid, setup, teardown),
       cmocka_unit_test_setup_teardown(test_default_path, setup, teardown),
