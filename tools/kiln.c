@@ -85,10 +85,11 @@ static void usage(FILE *f) {
         "                          host, sm_80, sm_90a and auto run through the public API\n"
         "                          (kiln.h: disk cache, tuning records): --cache-dir DIR,\n"
         "                          --no-cache, --tune none|cached|auto (default cached);\n"
-        "                          interp, gfx90a-emu, gfx942-emu and --ir FILE runs are\n"
+        "                          interp, the -emu targets and --ir FILE runs are\n"
         "                          not served by the API and run the kernel directly\n"
         "  dump  --stage S         print a stage: ir, layout (GPU), lowered, llvm (optimised), asm\n"
-        "  compile --target T      ahead-of-time output: -o FILE, --emit hsaco|asm|llvm|layout,\n"
+        "  compile --target T      ahead-of-time output: -o FILE, --emit hsaco|ptx|cubin|obj|asm|\n"
+        "                          llvm|layout (the artefact of the target by default),\n"
         "                          --stats (registers, spills, LDS, occupancy, MFMA count)\n"
         "  check FILE.tile         parse and verify a text IR file\n"
         "  inspect FILE.hsaco      registers, spills, LDS, occupancy, MFMA count of a code object\n"
@@ -102,11 +103,9 @@ static void usage(FILE *f) {
         "  --warps W  --stages S (not on the API path)  --seed S  --repeats R  --ir FILE.tile\n"
         "  (with --ir, the file's kernel attrs decide; an option that contradicts them is an error)\n"
         "  --check-bounds (run, host: check every load and store against the buffers)\n"
-        "targets: interp (reference interpreter), host (CPU through LLVM ORC JIT),\n"
-        "         gfx90a, gfx942 (AMDGPU code objects; compile only: no AMD GPU here),\n"
-        "         gfx90a-emu, gfx942-emu (the AMDGPU lowering run by the emulator on the CPU),\n"
-        "         sm_80, sm_90a (NVIDIA PTX; run on an NVIDIA GPU where one is present),\n"
-        "         auto (run: an NVIDIA sm_80+ GPU if present, else the host)\n",
+        "targets: interp (the reference interpreter), auto (run: an NVIDIA sm_80+ GPU if\n"
+        "         present, else the host), and the registry's: `kiln targets` lists them\n"
+        "         (host; AMDGPU gfx90a, gfx942, gfx950 and their -emu twins; NVIDIA sm_80, sm_90a)\n",
         f);
 }
 
@@ -207,10 +206,10 @@ static int parse_options(int argc, char **argv, int first, options *o) {
       o->stats = true;
     } else if (!strcmp(a, "--no-cache")) {
       o->no_cache = true;
-    } else if (!strcmp(a, "--seed") && v) {
-      if (parse_seed(v, &o->seed)) return -1;
     } else if (!strcmp(a, "--check-bounds")) {
       o->check_bounds = true;
+    } else if (!strcmp(a, "--seed") && v) {
+      if (parse_seed(v, &o->seed)) return -1;
       i++;
     } else if (!strcmp(a, "--tune") && v) {
       if (parse_policy(v, &o->tune)) return -1;

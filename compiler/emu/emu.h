@@ -109,6 +109,11 @@ typedef enum kn_emu_mfma_kind {
   KN_EMU_MFMA_16X16X16_F16,    /* v_mfma_f32_16x16x16f16 */
   KN_EMU_MFMA_16X16X16_BF16,   /* v_mfma_f32_16x16x16bf16_1k / _16x16x16_bf16 */
   KN_EMU_MFMA_32X32X16_FP8,    /* v_mfma_f32_32x32x16_fp8_fp8 (gfx942; fp8 = E4M3 "fnuz") */
+  KN_EMU_MFMA_32X32X16_F16,    /* v_mfma_f32_32x32x16_f16 (gfx950) */
+  KN_EMU_MFMA_32X32X16_BF16,   /* v_mfma_f32_32x32x16_bf16 (gfx950) */
+  KN_EMU_MFMA_16X16X32_F16,    /* v_mfma_f32_16x16x32_f16 (gfx950) */
+  KN_EMU_MFMA_16X16X32_BF16,   /* v_mfma_f32_16x16x32_bf16 (gfx950) */
+  KN_EMU_MFMA_32X32X16_FP8_OCP, /* v_mfma_f32_32x32x16_fp8_fp8 (gfx950; fp8 = OCP E4M3) */
   KN_EMU_MFMA_COUNT
 } kn_emu_mfma_kind;
 
@@ -119,12 +124,14 @@ typedef struct kn_emu_mfma_desc {
   kn_scalar in;                /* A and B element type */
   int in_per_lane;             /* A (and B) elements each lane holds */
   int acc_per_lane;            /* f32 registers of C/D per lane */
-  bool gfx942_only;
+  const char *chips;           /* the chips that have it, space-separated */
 } kn_emu_mfma_desc;
 
 const kn_emu_mfma_desc *kn_emu_mfma_get(kn_emu_mfma_kind kind);
 /* the kind whose intrinsic is `name` ("llvm.amdgcn.mfma.f32.32x32x8f16"), -1 when none */
-int kn_emu_mfma_by_intrinsic(const char *name);
+int kn_emu_mfma_by_intrinsic(const char *name, const char *chip);
+/* does chip ("gfx942") have the instruction? */
+bool kn_emu_mfma_on_chip(kn_emu_mfma_kind kind, const char *chip);
 
 /* Where the hardware keeps each element (the tables), and the inverse maps. */
 void kn_emu_mfma_a_loc(kn_emu_mfma_kind kind, int i, int k, int *lane, int *elem);

@@ -49,6 +49,7 @@ typedef struct R {
   LLVMValueRef fn;          /* the kernel */
   LLVMBasicBlockRef entry;
   unsigned breaks;
+  const char *arch;         /* the emulated chip: which instruction an intrinsic means */
   LLVMBasicBlockRef lds_store_bb;  /* the block of the last LDS store since the last barrier */
   kn_diag *d;
   int failed;
@@ -220,7 +221,7 @@ static int rewrite_memory(R *r, LLVMValueRef inst, bool store) {
 static bool starts(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
 
 static int rewrite_mfma(R *r, LLVMValueRef inst, const char *name) {
-  int kind = kn_emu_mfma_by_intrinsic(name);
+  int kind = kn_emu_mfma_by_intrinsic(name, r->arch);
   if (kind < 0) return rfail(r, "emulator: the MFMA %s is not emulated%s", name, "");
   const kn_emu_mfma_desc *s = kn_emu_mfma_get((kn_emu_mfma_kind)kind);
   int site = add_site(r, 5, s->mnemonic, NULL);
@@ -474,7 +475,7 @@ static int read_wg_size(R *r) {
 }
 
 int kn_emu_rewrite(LLVMModuleRef mod, const char *arch, int lds_limit, unsigned breaks, kn_diag *d) {
-  R r = {.M = mod, .C = LLVMGetModuleContext(mod), .breaks = breaks, .d = d};
+  R r = {.M = mod, .C = LLVMGetModuleContext(mod), .breaks = breaks, .arch = arch, .d = d};
   r.B = LLVMCreateBuilderInContext(r.C);
   r.vd = LLVMVoidTypeInContext(r.C);
   r.i1 = LLVMInt1TypeInContext(r.C);

@@ -335,7 +335,7 @@ void kn_emu_rt_mfma(int32_t kind, const void *a, const void *b, float *cd, int32
   if ((g = wave_arrive(l, OP_MFMA, site))) {
     const kn_emu_mfma_desc *s = kn_emu_mfma_get((kn_emu_mfma_kind)kind);
     if (!s) fail(w, l, "%s: unknown MFMA", site_name(w, site));
-    if (s->gfx942_only && strcmp(w->info->arch, "gfx942"))
+    if (!kn_emu_mfma_on_chip((kn_emu_mfma_kind)kind, w->info->arch))
       fail(w, l, "%s: %s does not exist on %s", site_name(w, site), s->mnemonic, w->info->arch);
     if (cbsz || abid || blgp)
       fail(w, l, "%s: CBSZ/ABID/BLGP modifiers (%d/%d/%d) are not emulated", site_name(w, site),

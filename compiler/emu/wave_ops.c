@@ -4,7 +4,8 @@
  * amd_matrix_instruction_calculator, matrix_calculator.py: the gfx9 input and output register
  * layouts behind `--register-layout` / `--matrix-layout`, instruction table entries
  * v_mfma_f32_32x32x8f16, _32x32x8bf16_1k, _16x16x16f16, _16x16x16bf16_1k (CDNA2) and
- * _32x32x16_fp8_fp8 (CDNA3, "amd_fp8" = E4M3 fnuz), all single-block) and the CDNA3 ISA guide's
+ * _32x32x16_fp8_fp8 (CDNA3, "amd_fp8" = E4M3 fnuz), all single-block; CDNA4's 32x32x16 and
+ * 16x16x32 f16/bf16 and OCP fp8 follow the same formulas with 8 k per lane) and the CDNA3 ISA guide's
  * chapter on matrix arithmetic instructions (MFMA operand and result layouts).  For the single-block
  * instructions kiln uses (CBSZ = ABID = BLGP = 0) they reduce to:
  *
@@ -41,25 +42,53 @@
 
 static const kn_emu_mfma_desc mfma_descs[KN_EMU_MFMA_COUNT] = {
     [KN_EMU_MFMA_32X32X8_F16] = {"v_mfma_f32_32x32x8f16", "llvm.amdgcn.mfma.f32.32x32x8f16", 32, 32,
-                                 8, KN_F16, 4, 16, false},
+                                 8, KN_F16, 4, 16, "gfx90a gfx942 gfx950"},
     [KN_EMU_MFMA_32X32X8_BF16] = {"v_mfma_f32_32x32x8bf16_1k", "llvm.amdgcn.mfma.f32.32x32x8bf16.1k",
-                                  32, 32, 8, KN_BF16, 4, 16, false},
+                                  32, 32, 8, KN_BF16, 4, 16, "gfx90a gfx942 gfx950"},
     [KN_EMU_MFMA_16X16X16_F16] = {"v_mfma_f32_16x16x16f16", "llvm.amdgcn.mfma.f32.16x16x16f16", 16,
-                                  16, 16, KN_F16, 4, 4, false},
+                                  16, 16, KN_F16, 4, 4, "gfx90a gfx942 gfx950"},
     [KN_EMU_MFMA_16X16X16_BF16] = {"v_mfma_f32_16x16x16bf16_1k",
                                    "llvm.amdgcn.mfma.f32.16x16x16bf16.1k", 16, 16, 16, KN_BF16, 4, 4,
-                                   false},
+                                   "gfx90a gfx942 gfx950"},
     [KN_EMU_MFMA_32X32X16_FP8] = {"v_mfma_f32_32x32x16_fp8_fp8", "llvm.amdgcn.mfma.f32.32x32x16.fp8.fp8",
-                                  32, 32, 16, KN_F8E4M3FNUZ, 8, 16, true},
+                                  32, 32, 16, KN_F8E4M3FNUZ, 8, 16, "gfx942"},
+    /* CDNA 4: the same single-block formulas with K_L = 8 k per lane (ISA guide, "MFMA" operand
+     * layouts of the 16x16x32 and 32x32x16 shapes); fp8 in the OCP encoding */
+    [KN_EMU_MFMA_32X32X16_F16] = {"v_mfma_f32_32x32x16_f16", "llvm.amdgcn.mfma.f32.32x32x16.f16",
+                                  32, 32, 16, KN_F16, 8, 16, "gfx950"},
+    [KN_EMU_MFMA_32X32X16_BF16] = {"v_mfma_f32_32x32x16_bf16", "llvm.amdgcn.mfma.f32.32x32x16.bf16",
+                                   32, 32, 16, KN_BF16, 8, 16, "gfx950"},
+    [KN_EMU_MFMA_16X16X32_F16] = {"v_mfma_f32_16x16x32_f16", "llvm.amdgcn.mfma.f32.16x16x32.f16",
+                                  16, 16, 32, KN_F16, 8, 4, "gfx950"},
+    [KN_EMU_MFMA_16X16X32_BF16] = {"v_mfma_f32_16x16x32_bf16", "llvm.amdgcn.mfma.f32.16x16x32.bf16",
+                                   16, 16, 32, KN_BF16, 8, 4, "gfx950"},
+    [KN_EMU_MFMA_32X32X16_FP8_OCP] = {"v_mfma_f32_32x32x16_fp8_fp8",
+                                      "llvm.amdgcn.mfma.f32.32x32x16.fp8.fp8", 32, 32, 16, KN_F8E4M3,
+                                      8, 16, "gfx950"},
 };
+
+/* is chip one of the space-separated names in chips? */
+static bool has_chip(const char *chips, const char *chip) {
+  size_t n = chip ? strlen(chip) : 0;
+  for (const char *p = chips; n && (p = strstr(p, chip)); p += n)
+    if ((p == chips || p[-1] == ' ') && (p[n] == 0 || p[n] == ' ')) return true;
+  return false;
+}
+
+bool kn_emu_mfma_on_chip(kn_emu_mfma_kind kind, const char *chip) {
+  return (unsigned)kind < KN_EMU_MFMA_COUNT && has_chip(mfma_descs[kind].chips, chip);
+}
 
 const kn_emu_mfma_desc *kn_emu_mfma_get(kn_emu_mfma_kind kind) {
   return (unsigned)kind < KN_EMU_MFMA_COUNT ? &mfma_descs[kind] : NULL;
 }
 
-int kn_emu_mfma_by_intrinsic(const char *name) {
+int kn_emu_mfma_by_intrinsic(const char *name, const char *chip) {
+  /* one intrinsic may mean different instructions on different chips (fp8: fnuz on gfx942, OCP
+   * on gfx950); without a chip, the first */
   for (int i = 0; i < KN_EMU_MFMA_COUNT; i++)
-    if (name && !strcmp(name, mfma_descs[i].intrinsic)) return i;
+    if (name && !strcmp(name, mfma_descs[i].intrinsic) && (!chip || has_chip(mfma_descs[i].chips, chip)))
+      return i;
   return -1;
 }
 
@@ -134,7 +163,7 @@ static double in_value(kn_scalar t, const uint8_t *p, int e) {
 void kn_emu_mfma_exec(kn_emu_mfma_kind kind, const void *const a[64], const void *const b[64],
                       const float *const c[64], float *const d[64], unsigned breaks) {
   const kn_emu_mfma_desc *s = &mfma_descs[kind];
-  enum { MAXD = 32 * 32, MAXK = 16 };
+  enum { MAXD = 32 * 32, MAXK = 32 };
   /* gather A (m x k), B (k x n) and C (m x n) through the tables */
   double A[32][MAXK], B[MAXK][32];
   float C[MAXD], D[MAXD];

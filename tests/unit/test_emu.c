@@ -81,10 +81,10 @@ static void test_mfma_table_entries(void **st) {
   expect_a(KN_EMU_MFMA_32X32X16_FP8, 2, 11, 34, 3);  /* 8 fp8 per lane */
   expect_b(KN_EMU_MFMA_32X32X16_FP8, 15, 31, 63, 7);
   expect_d(KN_EMU_MFMA_32X32X16_FP8, 13, 1, 33, 5);
-  assert_int_equal(kn_emu_mfma_by_intrinsic("llvm.amdgcn.mfma.f32.32x32x8f16"), KN_EMU_MFMA_32X32X8_F16);
-  assert_int_equal(kn_emu_mfma_by_intrinsic("llvm.amdgcn.mfma.f32.32x32x16.fp8.fp8"),
+  assert_int_equal(kn_emu_mfma_by_intrinsic("llvm.amdgcn.mfma.f32.32x32x8f16", "gfx942"), KN_EMU_MFMA_32X32X8_F16);
+  assert_int_equal(kn_emu_mfma_by_intrinsic("llvm.amdgcn.mfma.f32.32x32x16.fp8.fp8", "gfx942"),
                    KN_EMU_MFMA_32X32X16_FP8);
-  assert_int_equal(kn_emu_mfma_by_intrinsic("llvm.amdgcn.mfma.f32.4x4x4f16"), -1);
+  assert_int_equal(kn_emu_mfma_by_intrinsic("llvm.amdgcn.mfma.f32.4x4x4f16", NULL), -1);
 }
 
 /* every element in exactly one (lane, slot), and the inverse maps agree */

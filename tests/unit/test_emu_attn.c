@@ -30,6 +30,7 @@
 
 #include "attention.h"
 #include "emu.h"
+#include "target.h"
 #include "layout.h"
 #include "numeric.h"
 #include "pipeline.h"
@@ -177,6 +178,64 @@ static void test_gfx942_emu(void **st) {
   matrix("gfx942-emu");
 }
 
+/* gfx950 (CDNA 4): the registry's new instructions, 32x32x16 (the default, 32 rows per wave)
+ * and 16x16x32 (8 waves: 16 rows per wave; and MFMA = 16), f16 and bf16, under emulation against
+ * float64 on ragged shapes; its assembly shows the instructions; a broken accumulator lane table
+ * is caught with them too. */
+static void test_gfx950_emu(void **st) {
+  (void)st;
+  const kn_target *t = kn_emu_target("gfx950-emu");
+  assert_non_null(t);
+  const kn_scalar dts[] = {KN_F16, KN_BF16};
+  const int shapes[][2] = {{1, 1}, {17, 17}, {64, 1000}, {129, 77}};
+  for (int h = 64; h <= 128; h += 64)
+    for (int a = 0; a < 2; a++) {
+      kn_attn_desc desc = {.dtype = dts[a], .head_dim = h, .causal = a == 1, .has_lse = true};
+      kn_attn_config cfgs[3] = {kn_attn_default_config(kn_arch_get("gfx950"), &desc),
+                                {128, 64, 8, 2, 0}, {128, 64, 4, 2, 16}};
+      for (int g = 0; g < 3; g++) {
+        kn_kernel *k = compile(t, "gfx950-emu", &desc, &cfgs[g]);
+        for (int s = 0; s < 4; s++) {
+          outcome r;
+          run_problem(k, &desc, &cfgs[g], shapes[s][0], shapes[s][1], 2, 1, &r);
+          if (r.rc || !(r.err <= kn_attn_tolerance(desc.dtype)) ||
+              !(r.lse_err <= kn_attn_lse_tolerance(desc.dtype)))
+            fail_msg("gfx950-emu D%d %s %dx%d w%d mfma=%d (%d,%d): %s max_abs_err=%.3g", h,
+                     kn_scalar_name(desc.dtype), cfgs[g].block_m, cfgs[g].block_n, cfgs[g].warps,
+                     cfgs[g].mfma, shapes[s][0], shapes[s][1], r.rc ? r.msg : "", r.err);
+        }
+        kn_kernel_free(k);
+      }
+    }
+  /* the code object's assembly has the CDNA 4 instructions */
+  const char *want[] = {"v_mfma_f32_32x32x16_f16", "v_mfma_f32_16x16x32_bf16"};
+  for (int i = 0; i < 2; i++) {
+    kn_attn_desc desc = {.dtype = i ? KN_BF16 : KN_F16, .head_dim = 64};
+    kn_attn_config cfg = {128, 64, i ? 8 : 4, 2, 0};
+    kn_diag d;
+    kn_module *m = kn_module_new("<attn>");
+    assert_non_null(kn_attn_fwd_build(m, &desc, &cfg, &d));
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    int rc = kn_pipeline_dump(m, "attn_fwd", kn_target_get("gfx950"), KN_STAGE_ASM, f, &d);
+    fclose(f);
+    if (rc) fail_msg("gfx950: %s", d.message);
+    if (!strstr(text, want[i])) fail_msg("gfx950 assembly has no %s", want[i]);
+    free(text);
+    kn_module_free(m);
+  }
+  /* a wrong accumulator lane table is caught on the new shapes */
+  kn_attn_desc desc = {.dtype = KN_F16, .head_dim = 64, .has_lse = true};
+  kn_attn_config cfg = kn_attn_default_config(kn_arch_get("gfx950"), &desc);
+  kn_kernel *k = compile(kn_emu_target_broken("gfx950-emu", KN_EMU_BREAK_ACC_LANE), "gfx950-emu",
+                         &desc, &cfg);
+  outcome r;
+  run_problem(k, &desc, &cfg, 17, 17, 2, 1, &r);
+  assert_true(r.rc || !(r.err <= kn_attn_tolerance(desc.dtype)));
+  kn_kernel_free(k);
+}
+
 /* f32 attention on AMDGPU has no MFMA: its dots are per-thread FMAs over the fma_16x32 layout
  * (layout.c) with the operands staged through LDS, row reductions still within a wave.  Both
  * chips, D 64 (causal off and on) and 128 (off on gfx90a, on on gfx942: the unrolled FMA code
@@ -290,6 +349,7 @@ int main(void) {
       cmocka_unit_test(test_f32),
       cmocka_unit_test(test_gfx90a_emu),
       cmocka_unit_test(test_gfx942_emu),
+      cmocka_unit_test(test_gfx950_emu),
       cmocka_unit_test(test_breaks_are_caught),
       cmocka_unit_test(test_kiln_breaks_are_caught),
   };
