@@ -8,7 +8,8 @@
  * Host JIT: one LLJIT per compiled kernel, so a kernel owns its code and frees it with the JIT
  * (kn_jit_unload), and compiles on different threads share nothing.  The JIT's target machine is
  * the host CPU with its features (the code runs where it was compiled).  The JIT'ed code calls a
- * few C functions: kiln's numeric helpers (kn_rt_round, kn_rt_encode) and libm/libc functions
+ * few C functions: kiln's numeric helpers (kn_rt_round, kn_rt_encode), the libm functions the
+ * op table names for the host (ops.def: KN_MATH(exp, LIBM, ...)) and the libm/libc functions
  * LLVM emits calls to; these are defined as absolute symbols (addresses taken here), so linking
  * does not depend on the process exporting them (a static binary does not); a process symbol
  * generator is added as well for anything else LLVM's codegen may call (e.g. __truncdfhf2).
@@ -207,11 +208,21 @@ int kn_jit_define_helpers(LLVMOrcLLJITRef J, kn_diag *d) {
       {"kn_rt_round", (void *)(uintptr_t)kn_rt_round},
       {"kn_rt_encode", (void *)(uintptr_t)kn_rt_encode},
       {"kn_rt_int_to_float", (void *)(uintptr_t)kn_rt_int_to_float},
-      {"exp", (void *)(uintptr_t)exp},
-      {"exp2", (void *)(uintptr_t)exp2},
-      {"log", (void *)(uintptr_t)log},
-      {"log2", (void *)(uintptr_t)log2},
-      {"tanh", (void *)(uintptr_t)tanh},
+  /* the C functions the op table's math entries name for the host (KN_MATH(f, LIBM, ...)) */
+#define KN_NOMATH
+#define KN_MATH(f, host, gpu) KN_MATH_SYM_##host(f)
+#define KN_MATH_SYM_LIBM(f) {#f, (void *)(uintptr_t)f},
+#define KN_MATH_SYM_LLVM(f)
+#define KN_MATH_SYM_KILN(f)
+#define KN_OP(e, name, nopnd, nres, flags, syntax, math, exact) math
+#include "ops.def"
+#undef KN_OP
+#undef KN_MATH_SYM_KILN
+#undef KN_MATH_SYM_LLVM
+#undef KN_MATH_SYM_LIBM
+#undef KN_MATH
+#undef KN_NOMATH
+      /* what LLVM's own lowering may call */
       {"fmod", (void *)(uintptr_t)fmod},
       {"fmodf", (void *)(uintptr_t)fmodf},
       {"sqrt", (void *)(uintptr_t)sqrt},
