@@ -38,6 +38,17 @@ double kn_rt_round(int32_t scalar, double x) { return kn_round((kn_scalar)scalar
 uint32_t kn_rt_encode(int32_t scalar, double x) { return (uint32_t)kn_encode((kn_scalar)scalar, x); }
 double kn_rt_int_to_float(int32_t scalar, int64_t v) { return kn_int_to_float((kn_scalar)scalar, v); }
 
+/* f32 -> bf16 (round to nearest even), the compiler-rt routine LLVM's x86 backend calls for a
+ * bfloat result it computes in f32 (the emulated targets' code: InstCombine narrows e.g.
+ * maximum(fpext a, fpext b) back to a bfloat maximum); the host's libgcc may not have it.  The
+ * bf16 comes back in the low 16 bits of the first float return register, as a _Float16 would. */
+static _Float16 kn_rt_truncsfbf2(float x) {
+  uint16_t b = (uint16_t)kn_encode(KN_BF16, x);
+  _Float16 h;
+  memcpy(&h, &b, sizeof h);
+  return h;
+}
+
 /* ---- initialisation ---- */
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -223,6 +234,7 @@ int kn_jit_define_helpers(LLVMOrcLLJITRef J, kn_diag *d) {
 #undef KN_MATH
 #undef KN_NOMATH
       /* what LLVM's own lowering may call */
+      {"__truncsfbf2", (void *)(uintptr_t)kn_rt_truncsfbf2},
       {"fmod", (void *)(uintptr_t)fmod},
       {"fmodf", (void *)(uintptr_t)fmodf},
       {"sqrt", (void *)(uintptr_t)sqrt},
