@@ -60,6 +60,8 @@ typedef enum kn_mma_id {
   KN_MMA_NV_16X8X16,       /* mma.sync.m16n8k16 f16/bf16 -> f32: warp32, 8 A / 4 B / 4 acc */
   KN_MMA_FMA_16X32,        /* no matrix instruction: per-thread f32 FMAs over a 16x32 block per
                             * wave, k step 1 (f32 dots on AMDGPU): wave64, 2 A / 4 B / 8 acc */
+  KN_MMA_FMA_16X16,        /* the same over a 16x16 block per warp of 32 (f32 dots on NVPTX):
+                            * warp32, 2 A / 4 B / 8 acc */
   KN_MMA_COUNT
 } kn_mma_id;
 
@@ -158,7 +160,7 @@ bool kn_lmap_convert_free(const kn_lmap *src, const kn_lmap *dst, int *regmap);
  * group[r] is the slice register parent register r combines into (in-thread), and the lane bits
  * listed in bfly need a butterfly step (lanes l and l ^ (1 << bit)) after it.  -1 when a warp
  * bit or a lane bit mixing kept and reduced coordinates is involved (the pass never picks such
- * a layout). */
+ * a layout).  s == NULL: a rank-1 p reduced to a scalar (every register into group 0). */
 typedef struct kn_reduce_plan {
   int nregs;      /* parent registers */
   int *group;     /* nregs entries (malloc'd) */
