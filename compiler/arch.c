@@ -83,6 +83,8 @@ static const kn_mma_instr nv_mma[] = {
      KN_MMA_NV_16X8X16, 16, 8, 16, KN_F16, KN_F16, KN_F32, KN_MMA_PAIRS_NV, 0},
     {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "llvm.nvvm.mma.m16n8k16.row.col.bf16",
      KN_MMA_NV_16X8X16, 16, 8, 16, KN_BF16, KN_BF16, KN_F32, KN_MMA_PAIRS_NV, 0},
+    /* no instruction: f32 dots as per-thread FMAs over 16x16 blocks per warp */
+    {NULL, NULL, KN_MMA_FMA_16X16, 16, 16, 1, KN_F32, KN_F32, KN_F32, KN_MMA_FMA, 0},
 };
 
 /* ---- AMDGPU register and LDS facts ------------------------------------------------------- */
