@@ -19,12 +19,13 @@
 #    output line `[exit N]` says the command exits N (otherwise it must exit 0).
 # 2. Links.  Every relative markdown link [text](path) and every `path` in backquotes that
 #    starts with a top-level directory of the repository names a file or directory that
-#    exists; no document sends the reader outside the repository (../shared, /work/).
+#    exists, every kn_* / kiln_* / api_* name in backquotes is a name in the code, and no
+#    document sends the reader outside the repository (../shared, /work/).
 # 3. The command line.  Every command and option `kiln --help` lists appears in docs/cli.md,
 #    and every `--option` docs/cli.md names is listed by `kiln --help` (the few accepted but
 #    unlisted ones below are checked to be accepted instead).
 # 4. The check can fail: a copy of the docs with a documented option renamed, a command's
-#    option dropped from docs/cli.md and a broken link must fail steps 1-3 (skipped with
+#    option dropped from docs/cli.md, a broken link and an unknown name must fail steps 1-3 (skipped with
 #    KILN_DOCS_NO_SELF_TEST=1, as the copy's own run does).
 # KILN_DOCS_FILES="README.md docs/cli.md" restricts steps 1 and 2 to those files.
 set -u
@@ -151,6 +152,10 @@ echo "docs: $nsamples samples run"
 # ---- 2. links and file references ------------------------------------------------------------
 
 tops=$(ls -d */ | tr -d / | grep -v "^build" | paste -sd "|")
+# every kn_* / kiln_* / api_* name of the sources, tests, scripts and build files
+grep -rhoE '\b(kn|kiln|api)_[A-Za-z0-9_]+' --include='*.[ch]' --include='*.cpp' --include='*.py' \
+  --include='*.sh' --include='*.txt' --include='*.cmake' --include='*.map' --exclude=docs.sh \
+  $(ls -d */ | grep -v '^build\|^docs/') CMakeLists.txt | sort -u >"$tmp/ids"
 for f in $files; do
   dir=$(dirname "$f")
   # markdown links, outside fenced blocks: [text](target), not URLs or anchors
@@ -168,6 +173,12 @@ for f in $files; do
         *) [ -e "$p" ] || echo "$f: \`$p\` does not exist";; esac
     done
   grep -n -E '\.\./shared|/work/' "$f" | sed "s#^#$f: sends the reader outside the repository: #"
+  # kn_*, kiln_*, api_* names in backquotes are in the code (`kn_rt_*`: a prefix)
+  grep -oE '`[^`]*`' "$f" | grep -oE '\b(kn|kiln|api)_[A-Za-z0-9_]+\*?' | sort -u |
+    while read -r id; do
+      case $id in *'*') grep -q "^${id%\*}" "$tmp/ids" ;; *) grep -qx -- "$id" "$tmp/ids" ;; esac ||
+        echo "$f: \`$id\` is not a name in the code"
+    done
 done >"$tmp/links"
 if [ -s "$tmp/links" ]; then fail "links and file references:"; sed 's/^/  /' "$tmp/links"; fi
 
@@ -219,11 +230,12 @@ if [ -z "${KILN_DOCS_NO_SELF_TEST:-}" ] && [ -z "${KILN_DOCS_FILES:-}" ] && [ -f
   sed -E '0,/^(\$ build\/tools\/kiln run .*)--head-dim /s//\1--head-dimension /' \
     "$src/README.md" >"$copy/README.md"
   sed -i 's/`--stats`/`--statistics`/g' "$copy/docs/cli.md"
-  echo 'See [the missing page](missing.md).' >>"$copy/docs/api.md"
+  echo 'See [the missing page](missing.md) and `kn_no_such_function`.' >>"$copy/docs/api.md"
   KILN_DOCS_NO_SELF_TEST=1 KILN_DOCS_FILES="README.md docs/api.md" \
     bash "$0" "$copy" "$build" >"$tmp/self" 2>&1
   for want in 'README.md:[0-9]+: \$ build/tools/kiln run .*--head-dimension' \
               'docs/api.md: link to a missing file: missing.md' \
+              'docs/api.md: `kn_no_such_function` is not a name in the code' \
               'the option --stats \(kiln --help\) is not documented' \
               'the option --statistics is not in kiln --help'; do
     grep -Eq -- "$want" "$tmp/self" || { fail "self-test: a broken copy passed /$want/"; sed 's/^/  | /' "$tmp/self"; }
