@@ -192,9 +192,16 @@ static kiln_tune_policy env_policy(kiln_context *ctx) {
   return KILN_TUNE_CONTEXT;
 }
 
+/* the registry's NVIDIA architecture a device string names ("sm_80", "sm_90a"), or NULL */
+static const kn_arch *nv_arch_named(const char *device) {
+  const kn_arch *a = kn_arch_get(device);
+  return a && a->isa == KN_ISA_NVPTX ? a : NULL;
+}
+
 /* the CUDA device a device string names, from discovery: "cuda" (the first NVIDIA GPU kiln
- * can run on), "cuda:N" (ordinal N), "sm_80" (any sm_80+ GPU, compiled for sm_80), "sm_90a" (a
- * compute capability 9.0 GPU).  NULL with the reason in *why. */
+ * can run on), "cuda:N" (ordinal N), an NVIDIA target of the registry: one for any later GPU
+ * ("sm_80": any sm_80+ GPU, compiled for sm_80) or for exactly one compute capability
+ * ("sm_90a": a 9.0 GPU).  NULL with the reason in *why. */
 static const kn_device_info *find_cuda(const char *device, char *why, size_t n) {
   pthread_once(&discover_once, discover_devices);
   if (discovered.cuda.status != KN_OK) {
@@ -211,21 +218,26 @@ static const kn_device_info *find_cuda(const char *device, char *why, size_t n) 
     }
     ordinal = (int)v;
   }
-  bool want_90a = !strcmp(device, "sm_90a");
+  const kn_arch *want = nv_arch_named(device);
+  bool exact = want && want->cc_exact;
   const kn_device_info *older = NULL;
   for (int i = 0; i < discovered.n; i++) {
     const kn_device_info *d = &discovered.dev[i];
     if (d->kind != KN_DEVICE_CUDA || (ordinal >= 0 && d->ordinal != ordinal)) continue;
-    if (!d->target[0] || (want_90a && strcmp(d->target, "sm_90a"))) {
+    if (!d->target[0] || (exact && strcmp(d->target, want->name))) {
       if (!older) older = d;
       continue;
     }
     return d;
   }
-  if (older)
-    snprintf(why, n, "CUDA device %d (%s, compute capability %d.%d) cannot run %s: kiln needs "
-             "%s", older->ordinal, older->name, older->cc_major, older->cc_minor,
-             want_90a ? "sm_90a" : "kiln's kernels", want_90a ? "9.0" : "8.0 or later");
+  if (older && exact)
+    snprintf(why, n, "CUDA device %d (%s, compute capability %d.%d) cannot run %s: it needs "
+             "exactly %d.%d", older->ordinal, older->name, older->cc_major, older->cc_minor,
+             want->name, want->cc_major, want->cc_minor);
+  else if (older)
+    snprintf(why, n, "CUDA device %d (%s, compute capability %d.%d) cannot run kiln's kernels: "
+             "kiln needs 8.0 or later", older->ordinal, older->name, older->cc_major,
+             older->cc_minor);
   else if (ordinal >= 0)
     snprintf(why, n, "no CUDA device with ordinal %d (%d present)", ordinal,
              discovered.cuda.device_count);
@@ -266,14 +278,15 @@ static kiln_status pick_device(kiln_context *ctx, const char *device) {
     kn_host_cpu_name(ctx->device_name, sizeof ctx->device_name);
     return pick_host(ctx);
   }
-  if (!strcmp(device, "cuda") || !strncmp(device, "cuda:", 5) || !strcmp(device, "sm_80") ||
-      !strcmp(device, "sm_90a")) {
+  const kn_arch *nv = nv_arch_named(device);
+  if (!strcmp(device, "cuda") || !strncmp(device, "cuda:", 5) || nv) {
     const kn_device_info *cu = find_cuda(device, why, sizeof why);
     if (!cu) return api_fail(KILN_ERR_NO_DEVICE, "device '%s': %s", device, why);
-    /* "sm_80" asks for sm_80 code whatever the GPU (PTX for sm_80 runs on every later one) */
-    return api_cuda_open(ctx, cu, !strcmp(device, "sm_80") ? "sm_80" : cu->target);
+    /* a target for any later GPU ("sm_80") asks for its code whatever the GPU (PTX for sm_80 runs
+     * on every later one); otherwise the device's own target */
+    return api_cuda_open(ctx, cu, nv && !nv->cc_exact ? nv->name : cu->target);
   }
-  if (!strncmp(device, "gfx", 3) || !strncmp(device, "sm_", 3))
+  if (kn_arch_get(device) || !strncmp(device, "sm_", 3))
     return api_fail(KILN_ERR_UNSUPPORTED,
                     "device '%s': the API does not launch on this target yet (use \"host\", "
                     "\"cuda\", \"sm_80\", \"sm_90a\" or \"auto\")", device);

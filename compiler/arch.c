@@ -83,6 +83,8 @@ static const kn_mma_instr nv_mma[] = {
      KN_MMA_NV_16X8X16, 16, 8, 16, KN_F16, KN_F16, KN_F32, KN_MMA_PAIRS_NV, 0},
     {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "llvm.nvvm.mma.m16n8k16.row.col.bf16",
      KN_MMA_NV_16X8X16, 16, 8, 16, KN_BF16, KN_BF16, KN_F32, KN_MMA_PAIRS_NV, 0},
+    /* no instruction: f32 dots as per-thread FMAs over 16x16 blocks per warp */
+    {NULL, NULL, KN_MMA_FMA_16X16, 16, 16, 1, KN_F32, KN_F32, KN_F32, KN_MMA_FMA, 0},
 };
 
 /* ---- AMDGPU register and LDS facts ------------------------------------------------------- */
@@ -110,10 +112,11 @@ static const kn_arch_default host_defaults[] = {{128, 128, 64, 4}, {256, 64, 32,
  * measured against Triton's in bench/RESULTS.md (no spills at D 128); above, 16 rows per wave
  * (16x16 MFMAs) */
 static const kn_arch_default amd_defaults[] = {{128, 128, 64, 4}, {256, 64, 32, 4}};
-/* NVIDIA: 4 warps of 32 rows at D 64, 8 warps of 16 rows at D 128 (4 warps of 32 rows spill a
- * few registers there under ptxas); above, 4 warps of 16 rows */
-static const kn_arch_default nv_defaults[] = {{64, 128, 64, 4}, {128, 128, 64, 8},
-                                              {256, 64, 32, 4}};
+/* NVIDIA, measured on an H200 (bench/RESULTS.md, 2026-12-01, kiln_attn_bench --defaults: f16,
+ * B4 H32 N 4096, 8 tilings per head dim): 128x64 with 4 warps is the fastest at D 64, 96 and 128
+ * (8 warps were 1.27x slower at D 128 and 1.4-1.6x at D 96, even though 4 warps spill 12-28
+ * bytes under ptxas at D 128); 64x64 with 4 warps above D 128 (1.06-1.14x faster than 64x32) */
+static const kn_arch_default nv_defaults[] = {{128, 128, 64, 4}, {256, 64, 64, 4}};
 
 /* ---- the registry ------------------------------------------------------------------------- */
 

@@ -47,6 +47,8 @@ typedef enum kn_mma_id {
   KN_MMA_NV_16X8X16,       /* mma.sync.m16n8k16: warp32, 8 A / 4 B / 4 acc */
   KN_MMA_FMA_16X32,        /* no instruction: per-thread f32 FMAs over a 16x32 block per wave,
                             * k step 1 (f32 dots on AMDGPU): wave64, 2 A / 4 B / 8 acc */
+  KN_MMA_FMA_16X16,        /* the same over a 16x16 block per warp of 32 (f32 dots on NVPTX):
+                            * warp32, 2 A / 4 B / 8 acc */
   KN_MMA_COUNT
 } kn_mma_id;
 

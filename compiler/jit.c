@@ -9,7 +9,8 @@
  * (kn_jit_unload), and compiles on different threads share nothing.  The JIT's target machine is
  * the host CPU with its features (the code runs where it was compiled).  The JIT'ed code calls a
  * few C functions: kiln's numeric helpers (kn_rt_round, kn_rt_encode), checked mode's
- * kn_rt_check_access (host_run.c) and libm/libc functions
+ * kn_rt_check_access (host_run.c), the libm functions the op table names for the host (ops.def:
+ * KN_MATH(exp, LIBM, ...)) and the libm/libc functions
  * LLVM emits calls to; these are defined as absolute symbols (addresses taken here), so linking
  * does not depend on the process exporting them (a static binary does not); a process symbol
  * generator is added as well for anything else LLVM's codegen may call (e.g. __truncdfhf2).
@@ -38,6 +39,17 @@
 double kn_rt_round(int32_t scalar, double x) { return kn_round((kn_scalar)scalar, x); }
 uint32_t kn_rt_encode(int32_t scalar, double x) { return (uint32_t)kn_encode((kn_scalar)scalar, x); }
 double kn_rt_int_to_float(int32_t scalar, int64_t v) { return kn_int_to_float((kn_scalar)scalar, v); }
+
+/* f32 -> bf16 (round to nearest even), the compiler-rt routine LLVM's x86 backend calls for a
+ * bfloat result it computes in f32 (the emulated targets' code: InstCombine narrows e.g.
+ * maximum(fpext a, fpext b) back to a bfloat maximum); the host's libgcc may not have it.  The
+ * bf16 comes back in the low 16 bits of the first float return register, as a _Float16 would. */
+static _Float16 kn_rt_truncsfbf2(float x) {
+  uint16_t b = (uint16_t)kn_encode(KN_BF16, x);
+  _Float16 h;
+  memcpy(&h, &b, sizeof h);
+  return h;
+}
 
 /* ---- initialisation ---- */
 
@@ -191,20 +203,6 @@ typedef struct abs_sym {
   void *addr;
 } abs_sym;
 
-/* f32 -> bf16, rounding to nearest even (NaNs stay quiet NaNs): the libcall x86 codegen emits
- * for `fptrunc float to bfloat` (the emulated targets run the AMDGPU lowering's bf16 packing on
- * the host).  libgcc has it only as a static archive member, so the JIT gets it from here.  The
- * ABI returns a __bf16 in the low 16 bits of xmm0, which is where a float's low bits are. */
-static float rt_truncsfbf2(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  uint32_t h = (u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u
-                                                : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  float r;
-  memcpy(&r, &h, 4);
-  return r;
-}
-
 int kn_jit_define_helpers(LLVMOrcLLJITRef J, kn_diag *d) {
   /* cast through uintptr_t: the addresses of C functions, as the JIT wants them */
   const abs_sym syms[] = {
@@ -212,18 +210,28 @@ int kn_jit_define_helpers(LLVMOrcLLJITRef J, kn_diag *d) {
       {"kn_rt_encode", (void *)(uintptr_t)kn_rt_encode},
       {"kn_rt_int_to_float", (void *)(uintptr_t)kn_rt_int_to_float},
       {"kn_rt_check_access", (void *)(uintptr_t)kn_rt_check_access},
-      {"exp", (void *)(uintptr_t)exp},
-      {"exp2", (void *)(uintptr_t)exp2},
-      {"log", (void *)(uintptr_t)log},
-      {"log2", (void *)(uintptr_t)log2},
-      {"tanh", (void *)(uintptr_t)tanh},
+  /* the C functions the op table's math entries name for the host (KN_MATH(f, LIBM, ...)) */
+#define KN_NOMATH
+#define KN_MATH(f, host, gpu) KN_MATH_SYM_##host(f)
+#define KN_MATH_SYM_LIBM(f) {#f, (void *)(uintptr_t)f},
+#define KN_MATH_SYM_LLVM(f)
+#define KN_MATH_SYM_KILN(f)
+#define KN_OP(e, name, nopnd, nres, flags, syntax, math, exact) math
+#include "ops.def"
+#undef KN_OP
+#undef KN_MATH_SYM_KILN
+#undef KN_MATH_SYM_LLVM
+#undef KN_MATH_SYM_LIBM
+#undef KN_MATH
+#undef KN_NOMATH
+      /* what LLVM's own lowering may call */
+      {"__truncsfbf2", (void *)(uintptr_t)kn_rt_truncsfbf2},
       {"fmod", (void *)(uintptr_t)fmod},
       {"fmodf", (void *)(uintptr_t)fmodf},
       {"sqrt", (void *)(uintptr_t)sqrt},
       {"memcpy", (void *)(uintptr_t)memcpy},
       {"memmove", (void *)(uintptr_t)memmove},
       {"memset", (void *)(uintptr_t)memset},
-      {"__truncsfbf2", (void *)(uintptr_t)rt_truncsfbf2},
   };
   enum { N = sizeof syms / sizeof syms[0] };
   LLVMOrcCSymbolMapPair pairs[N];

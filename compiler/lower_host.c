@@ -14,9 +14,13 @@
  *    buffer / uniform difference.
  *  - Arithmetic on f16, bf16 and fp8 is done in f32 and rounded back to the format after every op
  *    (as the interpreter rounds after every op): f32 has more than 2p+2 bits for all of them, so
- *    +, -, *, /, sqrt give the correctly rounded result of the format itself.  exp, exp2, log,
- *    log2, tanh, rsqrt are computed in double by libm and rounded once, exactly as the
- *    interpreter does, so the host matches it bit for bit when both use the same libm.
+ *    +, -, *, /, sqrt give the correctly rounded result of the format itself.  The float
+ *    functions (exp, exp2, log, log2, sqrt, rsqrt, tanh: the ops with a math entry in ops.def)
+ *    are computed in double as the entry's host column says (the C library's function, an LLVM
+ *    intrinsic, or an expansion below) and rounded once, exactly as the interpreter does, so
+ *    the host matches it bit for bit when both use the same libm.
+ *  - Every switch over opcodes names every op (no default; the families come from op_cases.h),
+ *    so a new op is a compile error here until it is handled or refused with a message.
  *  - Rounding a double to f16/bf16 and anything to fp8 calls kn_rt_round / kn_rt_encode (C, the
  *    same kn_round/kn_encode as the interpreter) through absolute JIT symbols; f32 -> f16 is
  *    LLVM's fptrunc (round to nearest even), f32 -> bf16 is a few integer ops (RNE, NaN kept
@@ -49,6 +53,7 @@
 #include "device.h"
 #include "host_run.h"
 #include "numeric.h"
+#include "op_cases.h"
 #include "target.h"
 
 /* where the yield ending a region writes: the slots of the enclosing for/if */
@@ -360,14 +365,15 @@ static LLVMValueRef int_binary(lower *L, kn_opcode opc, LLVMValueRef a, LLVMValu
     if (opc == KN_OP_SHL) return LLVMBuildSelect(B, inrange, LLVMBuildShl(B, a, cnt, ""), zero, "");
     return LLVMBuildAShr(B, a, cnt, "");
   }
-  default: KN_ASSERT(0 && "not an int binary op"); return NULL;
+  KN_CASES_NOT_BINARY return NULL;
   }
+  return NULL;
 }
 
 static LLVMValueRef float_binary(lower *L, kn_opcode opc, kn_scalar s, LLVMValueRef a,
                                  LLVMValueRef b) {
   LLVMBuilderRef B = L->B;
-  LLVMValueRef x = to_f32(L, s, a), y = to_f32(L, s, b), r;
+  LLVMValueRef x = to_f32(L, s, a), y = to_f32(L, s, b), r = NULL;
   switch (opc) {
   case KN_OP_ADD: r = LLVMBuildFAdd(B, x, y, ""); break;
   case KN_OP_SUB: r = LLVMBuildFSub(B, x, y, ""); break;
@@ -381,9 +387,11 @@ static LLVMValueRef float_binary(lower *L, kn_opcode opc, kn_scalar s, LLVMValue
     r = intrinsic(L, opc == KN_OP_MAX ? "llvm.maximum" : "llvm.minimum", &L->f32, 1, xy, 2);
     break;
   }
-  default: KN_ASSERT(0 && "not a float binary op"); return NULL;
+  case KN_OP_AND: case KN_OP_OR: case KN_OP_XOR: case KN_OP_SHL: case KN_OP_SHR:
+  KN_CASES_NOT_BINARY
+    return NULL;  /* int only, or not binary */
   }
-  return from_f32(L, s, r);
+  return r ? from_f32(L, s, r) : NULL;
 }
 
 static LLVMValueRef binary(lower *L, kn_opcode opc, kn_scalar s, LLVMValueRef a, LLVMValueRef b) {
@@ -397,48 +405,76 @@ static LLVMValueRef binary(lower *L, kn_opcode opc, kn_scalar s, LLVMValueRef a,
   return int_binary(L, opc, a, b, kn_scalar_bits(s));
 }
 
+/* ---- float functions, as the op table's math entry says (KN_MATH(name, host, gpu)) ---- */
+
 static LLVMValueRef libm1(lower *L, const char *name, LLVMValueRef d) {
   return call_fn(L, name, L->f64, &L->f64, 1, &d, true);
 }
 
-static LLVMValueRef unary(lower *L, kn_opcode opc, kn_scalar s, LLVMValueRef a) {
-  LLVMBuilderRef B = L->B;
-  if (!kn_scalar_is_float(s)) {
-    switch (opc) {
-    case KN_OP_NEG: return LLVMBuildSub(B, LLVMConstInt(LLVMTypeOf(a), 0, 0), a, "");
-    case KN_OP_ABS: {
-      if (s == KN_I1) return a;
-      LLVMValueRef neg = LLVMBuildSub(B, LLVMConstInt(LLVMTypeOf(a), 0, 0), a, "");
-      return LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, a, LLVMConstInt(LLVMTypeOf(a), 0, 0), ""),
-                             neg, a, "");
-    }
-    case KN_OP_NOT: return LLVMBuildXor(B, a, LLVMConstAllOnes(LLVMTypeOf(a)), "");
-    default: return NULL;
-    }
+static LLVMValueRef llvm1(lower *L, const char *name, LLVMValueRef d) {
+  char full[64];
+  snprintf(full, sizeof full, "llvm.%s", name);
+  return intrinsic(L, full, &L->f64, 1, &d, 1);
+}
+
+/* kiln's expansions (KILN in the host column), in double like everything here */
+static LLVMValueRef expand_rsqrt(lower *L, LLVMValueRef d) {
+  return LLVMBuildFDiv(L->B, LLVMConstReal(L->f64, 1.0), llvm1(L, "sqrt", d), "");
+}
+
+static const struct {
+  const char *name;
+  LLVMValueRef (*fn)(lower *L, LLVMValueRef d);
+} expansions[] = {{"rsqrt", expand_rsqrt}};
+
+/* f(x) in double, rounded once to s: what the interpreter computes */
+static LLVMValueRef math_unary(lower *L, kn_opcode opc, kn_scalar s, LLVMValueRef a) {
+  kn_math m = kn_opinfo_table[opc].math;
+  LLVMValueRef d = to_f64(L, s, a), r = NULL;
+  switch ((kn_math_via)m.host) {
+  case KN_VIA_LIBM: r = libm1(L, m.name, d); break;
+  case KN_VIA_LLVM: r = llvm1(L, m.name, d); break;
+  case KN_VIA_KILN:
+    for (size_t i = 0; i < sizeof expansions / sizeof expansions[0]; i++)
+      if (!strcmp(expansions[i].name, m.name)) r = expansions[i].fn(L, d);
+    break;
+  case KN_VIA_NONE: break;
   }
+  return r ? from_f64(L, s, r) : NULL;
+}
+
+static LLVMValueRef int_unary(lower *L, kn_opcode opc, kn_scalar s, LLVMValueRef a) {
+  LLVMBuilderRef B = L->B;
+  LLVMValueRef zero = LLVMConstInt(LLVMTypeOf(a), 0, 0);
   switch (opc) {
-  case KN_OP_NEG: return from_f32(L, s, LLVMBuildFNeg(B, to_f32(L, s, a), ""));
+  case KN_OP_NEG: return LLVMBuildSub(B, zero, a, "");
+  case KN_OP_ABS: {
+    if (s == KN_I1) return a;
+    LLVMValueRef neg = LLVMBuildSub(B, zero, a, "");
+    return LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, a, zero, ""), neg, a, "");
+  }
+  case KN_OP_NOT: return LLVMBuildXor(B, a, LLVMConstAllOnes(LLVMTypeOf(a)), "");
+  KN_CASES_MATH
+  KN_CASES_NOT_UNARY
+    return NULL;  /* float only, or not unary */
+  }
+  return NULL;
+}
+
+static LLVMValueRef unary(lower *L, kn_opcode opc, kn_scalar s, LLVMValueRef a) {
+  if (!kn_scalar_is_float(s)) return int_unary(L, opc, s, a);
+  switch (opc) {
+  case KN_OP_NEG: return from_f32(L, s, LLVMBuildFNeg(L->B, to_f32(L, s, a), ""));
   case KN_OP_ABS: {
     LLVMValueRef x = to_f32(L, s, a);
     return from_f32(L, s, intrinsic(L, "llvm.fabs", &L->f32, 1, &x, 1));
   }
-  case KN_OP_NOT: return NULL;
-  default: break;
+  KN_CASES_MATH return math_unary(L, opc, s, a);
+  case KN_OP_NOT:
+  KN_CASES_NOT_UNARY
+    return NULL;  /* int only, or not unary */
   }
-  LLVMValueRef d = to_f64(L, s, a), r;
-  switch (opc) {
-  case KN_OP_EXP: r = libm1(L, "exp", d); break;
-  case KN_OP_EXP2: r = libm1(L, "exp2", d); break;
-  case KN_OP_LOG: r = libm1(L, "log", d); break;
-  case KN_OP_LOG2: r = libm1(L, "log2", d); break;
-  case KN_OP_TANH: r = libm1(L, "tanh", d); break;
-  case KN_OP_SQRT: r = intrinsic(L, "llvm.sqrt", &L->f64, 1, &d, 1); break;
-  case KN_OP_RSQRT:
-    r = LLVMBuildFDiv(B, LLVMConstReal(L->f64, 1.0), intrinsic(L, "llvm.sqrt", &L->f64, 1, &d, 1), "");
-    break;
-  default: return NULL;
-  }
-  return from_f64(L, s, r);
+  return NULL;
 }
 
 static LLVMValueRef compare(lower *L, kn_pred p, kn_scalar s, LLVMValueRef a, LLVMValueRef b) {
@@ -490,20 +526,31 @@ static LLVMValueRef cast(lower *L, kn_scalar from, kn_scalar to, LLVMValueRef x)
 
 /* ---- elementwise ops: one loop over the result, or one scalar when nothing varies ---- */
 
-static LLVMValueRef elem_op(lower *L, const kn_op *op, LLVMValueRef *x) {
-  kn_scalar s0 = op->nopnd ? elem(op->opnd[0]) : KN_I32;
-  if (kn_op_is_binary(op->opc)) return binary(L, op->opc, s0, x[0], x[1]);
-  if (kn_op_is_unary(op->opc)) return unary(L, op->opc, s0, x[0]);
-  switch (op->opc) {
-  case KN_OP_CMP: return compare(L, (kn_pred)op->iattr[0], elem(op->opnd[1]), x[0], x[1]);
-  case KN_OP_SELECT: return LLVMBuildSelect(L->B, x[0], x[1], x[2], "");
-  case KN_OP_CAST: return cast(L, s0, elem(op->res[0]), x[0]);
-  case KN_OP_SPLAT: return x[0];
-  default: return NULL;
-  }
+/* one element of op's result from the elements x[] of its operands (NULL: not for these types) */
+typedef LLVMValueRef (*elem_fn)(lower *L, const kn_op *op, LLVMValueRef *x);
+
+static LLVMValueRef elem_binary(lower *L, const kn_op *op, LLVMValueRef *x) {
+  return binary(L, op->opc, elem(op->opnd[0]), x[0], x[1]);
+}
+static LLVMValueRef elem_unary(lower *L, const kn_op *op, LLVMValueRef *x) {
+  return unary(L, op->opc, elem(op->opnd[0]), x[0]);
+}
+static LLVMValueRef elem_cmp(lower *L, const kn_op *op, LLVMValueRef *x) {
+  return compare(L, (kn_pred)op->iattr[0], elem(op->opnd[1]), x[0], x[1]);
+}
+static LLVMValueRef elem_select(lower *L, const kn_op *op, LLVMValueRef *x) {
+  (void)op;
+  return LLVMBuildSelect(L->B, x[0], x[1], x[2], "");
+}
+static LLVMValueRef elem_cast(lower *L, const kn_op *op, LLVMValueRef *x) {
+  return cast(L, elem(op->opnd[0]), elem(op->res[0]), x[0]);
+}
+static LLVMValueRef elem_splat(lower *L, const kn_op *op, LLVMValueRef *x) {
+  (void)L, (void)op;
+  return x[0];
 }
 
-static int lower_map(lower *L, const kn_op *op) {
+static int lower_map(lower *L, const kn_op *op, elem_fn f) {
   const kn_value *r = op->res[0];
   LLVMValueRef x[3];
   KN_ASSERT(op->nopnd <= 3);
@@ -512,7 +559,7 @@ static int lower_map(lower *L, const kn_op *op) {
     if (is_tile(op->opnd[i]) && !L->uniform[op->opnd[i]->id]) uniform = false;
   if (!is_tile(r) || uniform) {
     for (int i = 0; i < op->nopnd; i++) x[i] = get(L, op->opnd[i], NULL);
-    LLVMValueRef v = elem_op(L, op, x);
+    LLVMValueRef v = f(L, op, x);
     if (!v) return fail(L, op, "'%s' is not supported for these types", kn_opinfo_table[op->opc].name);
     set_value(L, r, v, is_tile(r));
     return 0;
@@ -521,7 +568,7 @@ static int lower_map(lower *L, const kn_op *op) {
   loop lp;
   LLVMValueRef i = loop_open(L, &lp, 0, kn_ty_numel(r->type));
   for (int k = 0; k < op->nopnd; k++) x[k] = get(L, op->opnd[k], i);
-  LLVMValueRef v = elem_op(L, op, x);
+  LLVMValueRef v = f(L, op, x);
   if (!v) return fail(L, op, "'%s' is not supported for these types", kn_opinfo_table[op->opc].name);
   store_elem(L, elem(r), buf, i, v);
   loop_close(L, &lp);
@@ -989,8 +1036,9 @@ static void lower_return(lower *L) {
 
 static int lower_op(lower *L, const kn_op *op, const yield_dst *yd) {
   kn_opcode o = op->opc;
-  if (kn_op_is_binary(o) || kn_op_is_unary(o)) return lower_map(L, op);
   switch (o) {
+  KN_CASES_BINARY return lower_map(L, op, elem_binary);
+  KN_CASES_UNARY return lower_map(L, op, elem_unary);
   case KN_OP_PROGRAM_ID:
   case KN_OP_NUM_PROGRAMS: {
     int axis = (int)op->iattr[0];
@@ -1006,10 +1054,10 @@ static int lower_op(lower *L, const kn_op *op, const yield_dst *yd) {
     return 0;
   }
   case KN_OP_ARANGE: lower_arange(L, op); return 0;
-  case KN_OP_SPLAT:
-  case KN_OP_CMP:
-  case KN_OP_SELECT:
-  case KN_OP_CAST: return lower_map(L, op);
+  case KN_OP_SPLAT: return lower_map(L, op, elem_splat);
+  case KN_OP_CMP: return lower_map(L, op, elem_cmp);
+  case KN_OP_SELECT: return lower_map(L, op, elem_select);
+  case KN_OP_CAST: return lower_map(L, op, elem_cast);
   case KN_OP_BROADCAST:
   case KN_OP_TRANSPOSE: lower_remap(L, op); return 0;
   case KN_OP_EXPAND_DIMS:
@@ -1041,8 +1089,8 @@ static int lower_op(lower *L, const kn_op *op, const yield_dst *yd) {
   case KN_OP_CALL:
     return fail(L, op, "call of '@%s' reached the lowering (the inliner should have removed it)",
                 op->callee_name ? op->callee_name : "?");
-  default: return fail(L, op, "op '%s' is not supported by the host target", kn_opinfo_table[o].name);
   }
+  return fail(L, op, "op '%s' is not supported by the host target", "?");
 }
 
 static int lower_block(lower *L, const kn_block *blk, const yield_dst *yd) {

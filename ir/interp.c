@@ -26,6 +26,7 @@
 
 #include "interp.h"
 #include "numeric.h"
+#include "op_cases.h"
 
 /* one runtime value: n elements, doubles (float types) or int64 (ints, i1, pointers) */
 typedef struct slot {
@@ -194,7 +195,9 @@ static int exec_binary(interp *in, frame *fr, kn_op *op) {
     case KN_OP_REM: FLOOP(fmod(u, v)); break;
     case KN_OP_MAX: FLOOP(fmax_nan(u, v)); break;
     case KN_OP_MIN: FLOOP(fmin_nan(u, v)); break;
-    default: return rt_error(in, op, "'%s' is not defined on floats", kn_opinfo_table[op->opc].name);
+    case KN_OP_AND: case KN_OP_OR: case KN_OP_XOR: case KN_OP_SHL: case KN_OP_SHR:
+    KN_CASES_NOT_BINARY
+      return rt_error(in, op, "'%s' is not defined on floats", kn_opinfo_table[op->opc].name);
     }
 #undef FLOOP
     round_to(t, z, n);
@@ -243,7 +246,8 @@ static int exec_binary(interp *in, frame *fr, kn_op *op) {
       z[i] = op->opc == KN_OP_SHL ? (int64_t)((uint64_t)u << v) : u >> v;
     }
     break;
-  default: return rt_error(in, op, "'%s' is not defined on integers", kn_opinfo_table[op->opc].name);
+  KN_CASES_NOT_BINARY
+    return rt_error(in, op, "internal: '%s' is not a binary op", kn_opinfo_table[op->opc].name);
   }
 #undef ILOOP
   wrap_to(t, z, n);
@@ -272,7 +276,9 @@ static int exec_unary(interp *in, frame *fr, kn_op *op) {
     case KN_OP_SQRT: ULOOP(sqrt(u)); break;
     case KN_OP_RSQRT: ULOOP(1.0 / sqrt(u)); break;
     case KN_OP_TANH: ULOOP(tanh(u)); break;
-    default: return rt_error(in, op, "'%s' is not defined on floats", kn_opinfo_table[op->opc].name);
+    case KN_OP_NOT:
+    KN_CASES_NOT_UNARY
+      return rt_error(in, op, "'%s' is not defined on floats", kn_opinfo_table[op->opc].name);
     }
 #undef ULOOP
     round_to(t, z, n);
@@ -286,7 +292,9 @@ static int exec_unary(interp *in, frame *fr, kn_op *op) {
     case KN_OP_NEG: z[i] = (int64_t)(0 - (uint64_t)u); break;
     case KN_OP_ABS: z[i] = u < 0 ? (int64_t)(0 - (uint64_t)u) : u; break;
     case KN_OP_NOT: z[i] = t == KN_I1 ? !u : ~u; break;
-    default: return rt_error(in, op, "'%s' is not defined on integers", kn_opinfo_table[op->opc].name);
+    KN_CASES_MATH
+    KN_CASES_NOT_UNARY
+      return rt_error(in, op, "'%s' is not defined on integers", kn_opinfo_table[op->opc].name);
     }
   }
   wrap_to(t, z, n);
@@ -433,54 +441,76 @@ static int exec_arange(interp *in, frame *fr, kn_op *op) {
   return 0;
 }
 
-/* splat, broadcast, expand_dims, reshape, transpose: element moves without arithmetic */
-static int exec_shape(interp *in, frame *fr, kn_op *op) {
-  slot *a = NULL, *r = NULL;
+/* splat, broadcast, expand_dims, reshape, transpose: element moves without arithmetic.  The
+ * operand and result slots, their class, and both shapes right-aligned to rank 2 ({1, n} for
+ * rank 1, {1, 1} for a scalar). */
+typedef struct moves {
+  slot *a, *r;
+  bool fl;
+  int64_t n, na;
+  int32_t as[2], rs[2];
+} moves;
+
+static int moves_begin(interp *in, frame *fr, kn_op *op, moves *m) {
   kn_value *rv = op->res[0], *av = op->opnd[0];
   kn_type at = av->type, rt = rv->type;
-  int64_t n = kn_ty_numel(rt), na = kn_ty_numel(at);
-  if (get(in, fr, op, av, &a) || def(in, fr, op, rv, &r)) return -1;
+  m->n = kn_ty_numel(rt), m->na = kn_ty_numel(at);
+  if (get(in, fr, op, av, &m->a) || def(in, fr, op, rv, &m->r)) return -1;
   if (ty_float(at) != ty_float(rt)) return rt_error(in, op, "internal: element class changes");
-  bool fl = ty_float(rt);
-  if (a == r) return rt_error(in, op, "internal: op reads its own result");
-  /* the source index of each result element */
-  int32_t rs[2] = {1, 1}, as[2] = {1, 1};
+  m->fl = ty_float(rt);
+  if (m->a == m->r) return rt_error(in, op, "internal: op reads its own result");
   int rr = rt.kind == KN_TY_TILE ? rt.rank : 0, ar = at.kind == KN_TY_TILE ? at.rank : 0;
-  for (int i = 0; i < rr; i++) rs[2 - rr + i] = rt.shape[i];
-  for (int i = 0; i < ar; i++) as[2 - ar + i] = at.shape[i];
-  switch (op->opc) {
-  case KN_OP_SPLAT:
-    if (na != 1) return rt_error(in, op, "internal: splat of a tile");
-    if (fl) for (int64_t i = 0; i < n; i++) F(r)[i] = F(a)[0];
-    else for (int64_t i = 0; i < n; i++) I(r)[i] = I(a)[0];
-    return 0;
-  case KN_OP_EXPAND_DIMS:
-  case KN_OP_RESHAPE:
-    if (na != n) return rt_error(in, op, "internal: %s changes the element count",
-                                 kn_opinfo_table[op->opc].name);
-    if (fl) memcpy(F(r), F(a), (size_t)n * sizeof(double));
-    else memcpy(I(r), I(a), (size_t)n * sizeof(int64_t));
-    return 0;
-  case KN_OP_TRANSPOSE:
-    if (rr != 2 || ar != 2 || as[0] != rs[1] || as[1] != rs[0])
-      return rt_error(in, op, "internal: transpose shapes");
-    for (int64_t i = 0; i < rs[0]; i++)
-      for (int64_t j = 0; j < rs[1]; j++) {
-        if (fl) F(r)[i * rs[1] + j] = F(a)[j * as[1] + i];
-        else I(r)[i * rs[1] + j] = I(a)[j * as[1] + i];
-      }
-    return 0;
-  default: /* broadcast: shapes aligned at the right, dims of 1 repeat */
-    for (int k = 0; k < 2; k++)
-      if (as[k] != 1 && as[k] != rs[k]) return rt_error(in, op, "internal: broadcast shapes");
-    for (int64_t i = 0; i < rs[0]; i++)
-      for (int64_t j = 0; j < rs[1]; j++) {
-        int64_t s = (as[0] == 1 ? 0 : i) * as[1] + (as[1] == 1 ? 0 : j);
-        if (fl) F(r)[i * rs[1] + j] = F(a)[s];
-        else I(r)[i * rs[1] + j] = I(a)[s];
-      }
-    return 0;
-  }
+  m->rs[0] = m->rs[1] = m->as[0] = m->as[1] = 1;
+  for (int i = 0; i < rr; i++) m->rs[2 - rr + i] = rt.shape[i];
+  for (int i = 0; i < ar; i++) m->as[2 - ar + i] = at.shape[i];
+  return 0;
+}
+
+/* result element i := operand element s */
+static inline void move(moves *m, int64_t i, int64_t s) {
+  if (m->fl) F(m->r)[i] = F(m->a)[s];
+  else I(m->r)[i] = I(m->a)[s];
+}
+
+static int exec_splat(interp *in, frame *fr, kn_op *op) {
+  moves m;
+  if (moves_begin(in, fr, op, &m)) return -1;
+  if (m.na != 1) return rt_error(in, op, "internal: splat of a tile");
+  for (int64_t i = 0; i < m.n; i++) move(&m, i, 0);
+  return 0;
+}
+
+/* expand_dims, reshape: the same elements in the same (row-major) order */
+static int exec_same_order(interp *in, frame *fr, kn_op *op) {
+  moves m;
+  if (moves_begin(in, fr, op, &m)) return -1;
+  if (m.na != m.n)
+    return rt_error(in, op, "internal: %s changes the element count", kn_opinfo_table[op->opc].name);
+  for (int64_t i = 0; i < m.n; i++) move(&m, i, i);
+  return 0;
+}
+
+static int exec_transpose(interp *in, frame *fr, kn_op *op) {
+  moves m;
+  if (moves_begin(in, fr, op, &m)) return -1;
+  if (op->res[0]->type.rank != 2 || op->opnd[0]->type.rank != 2 || m.as[0] != m.rs[1] ||
+      m.as[1] != m.rs[0])
+    return rt_error(in, op, "internal: transpose shapes");
+  for (int64_t i = 0; i < m.rs[0]; i++)
+    for (int64_t j = 0; j < m.rs[1]; j++) move(&m, i * m.rs[1] + j, j * m.as[1] + i);
+  return 0;
+}
+
+/* shapes aligned at the right, dims of 1 repeat */
+static int exec_broadcast(interp *in, frame *fr, kn_op *op) {
+  moves m;
+  if (moves_begin(in, fr, op, &m)) return -1;
+  for (int k = 0; k < 2; k++)
+    if (m.as[k] != 1 && m.as[k] != m.rs[k]) return rt_error(in, op, "internal: broadcast shapes");
+  for (int64_t i = 0; i < m.rs[0]; i++)
+    for (int64_t j = 0; j < m.rs[1]; j++)
+      move(&m, i * m.rs[1] + j, (m.as[0] == 1 ? 0 : i) * m.as[1] + (m.as[1] == 1 ? 0 : j));
+  return 0;
 }
 
 /* ---- memory ---- */
@@ -822,49 +852,53 @@ static int exec_call(interp *in, frame *fr, kn_op *op) {
   return 0;
 }
 
+static int exec_program_index(interp *in, frame *fr, kn_op *op) {
+  int axis = (int)op->iattr[0];
+  slot *r = NULL;
+  if (axis < 0 || axis > 2) return rt_error(in, op, "axis %d out of range", axis);
+  if (ty_float(op->res[0]->type) || def(in, fr, op, op->res[0], &r)) return -1;
+  int64_t v = op->opc == KN_OP_PROGRAM_ID ? in->pid[axis] : in->grid[axis];
+  int64_t n = kn_ty_numel(op->res[0]->type);
+  for (int64_t i = 0; i < n; i++) I(r)[i] = v;
+  return 0;
+}
+
+static int exec_ptradd(interp *in, frame *fr, kn_op *op) {
+  slot *p = NULL, *o = NULL, *r = NULL;
+  if (get(in, fr, op, op->opnd[0], &p) || get(in, fr, op, op->opnd[1], &o)) return -1;
+  if (op->opnd[0]->type.kind != KN_TY_PTR || kn_ty_numel(op->opnd[1]->type) != 1 ||
+      ty_float(op->opnd[1]->type))
+    return rt_error(in, op, "internal: ptradd operands");
+  uint64_t base = (uint64_t)I(p)[0];
+  int64_t off = I(o)[0];
+  size_t esz = kn_scalar_size((kn_scalar)op->opnd[0]->type.elem);
+  if (def(in, fr, op, op->res[0], &r)) return -1;
+  /* address arithmetic wraps (like the hardware's); a wild pointer is caught at its access */
+  I(r)[0] = (int64_t)(base + (uint64_t)off * esz);
+  return 0;
+}
+
 static int exec_op(interp *in, frame *fr, kn_op *op) {
   const kn_opinfo *info = &kn_opinfo_table[op->opc];
   if ((info->nopnd >= 0 && op->nopnd != info->nopnd) || (info->nres >= 0 && op->nres != info->nres))
     return rt_error(in, op, "internal: '%s' with %d operands and %d results", info->name,
                     op->nopnd, op->nres);
-  if (kn_op_is_binary(op->opc)) return exec_binary(in, fr, op);
-  if (kn_op_is_unary(op->opc)) return exec_unary(in, fr, op);
   switch (op->opc) {
   case KN_OP_PROGRAM_ID:
-  case KN_OP_NUM_PROGRAMS: {
-    int axis = (int)op->iattr[0];
-    slot *r = NULL;
-    if (axis < 0 || axis > 2) return rt_error(in, op, "axis %d out of range", axis);
-    if (ty_float(op->res[0]->type) || def(in, fr, op, op->res[0], &r)) return -1;
-    int64_t v = op->opc == KN_OP_PROGRAM_ID ? in->pid[axis] : in->grid[axis];
-    int64_t n = kn_ty_numel(op->res[0]->type);
-    for (int64_t i = 0; i < n; i++) I(r)[i] = v;
-    return 0;
-  }
+  case KN_OP_NUM_PROGRAMS: return exec_program_index(in, fr, op);
   case KN_OP_CONST: return exec_const(in, fr, op);
   case KN_OP_ARANGE: return exec_arange(in, fr, op);
-  case KN_OP_SPLAT:
-  case KN_OP_BROADCAST:
+  case KN_OP_SPLAT: return exec_splat(in, fr, op);
+  case KN_OP_BROADCAST: return exec_broadcast(in, fr, op);
   case KN_OP_EXPAND_DIMS:
-  case KN_OP_RESHAPE:
-  case KN_OP_TRANSPOSE: return exec_shape(in, fr, op);
+  case KN_OP_RESHAPE: return exec_same_order(in, fr, op);
+  case KN_OP_TRANSPOSE: return exec_transpose(in, fr, op);
+  KN_CASES_BINARY return exec_binary(in, fr, op);
+  KN_CASES_UNARY return exec_unary(in, fr, op);
   case KN_OP_CMP: return exec_cmp(in, fr, op);
   case KN_OP_SELECT: return exec_select(in, fr, op);
   case KN_OP_CAST: return exec_cast(in, fr, op);
-  case KN_OP_PTRADD: {
-    slot *p = NULL, *o = NULL, *r = NULL;
-    if (get(in, fr, op, op->opnd[0], &p) || get(in, fr, op, op->opnd[1], &o)) return -1;
-    if (op->opnd[0]->type.kind != KN_TY_PTR || kn_ty_numel(op->opnd[1]->type) != 1 ||
-        ty_float(op->opnd[1]->type))
-      return rt_error(in, op, "internal: ptradd operands");
-    uint64_t base = (uint64_t)I(p)[0];
-    int64_t off = I(o)[0];
-    size_t esz = kn_scalar_size((kn_scalar)op->opnd[0]->type.elem);
-    if (def(in, fr, op, op->res[0], &r)) return -1;
-    /* address arithmetic wraps (like the hardware's); a wild pointer is caught at its access */
-    I(r)[0] = (int64_t)(base + (uint64_t)off * esz);
-    return 0;
-  }
+  case KN_OP_PTRADD: return exec_ptradd(in, fr, op);
   case KN_OP_LOAD:
   case KN_OP_STORE: return exec_mem(in, fr, op);
   case KN_OP_DOT: return exec_dot(in, fr, op);
@@ -875,8 +909,10 @@ static int exec_op(interp *in, frame *fr, kn_op *op) {
   case KN_OP_CALL: return exec_call(in, fr, op);
   case KN_OP_MULTIPLE_OF:
   case KN_OP_MAX_CONTIGUOUS: return copy_val(in, fr, op, op->res[0], fr, op->opnd[0]);
-  default: return rt_error(in, op, "internal: op '%s' cannot be executed here", info->name);
+  case KN_OP_YIELD:
+  case KN_OP_RETURN: break;  /* run_block ends the block at them */
   }
+  return rt_error(in, op, "internal: op '%s' cannot be executed here", info->name);
 }
 
 /* runs b's ops; *term receives its yield/return (NULL when the block has none) */

@@ -98,36 +98,86 @@ int kn_ty_format(kn_type t, char *buf, size_t n);
 
 /* ---- opcodes ------------------------------------------------------------------------------------ */
 
+/* flags (ops.def, column 5) and who reads them */
 enum {
-  KN_PURE = 1 << 0,        /* no side effects */
-  KN_BINARY = 1 << 1,      /* binary elementwise */
-  KN_UNARY = 1 << 2,       /* unary elementwise */
-  KN_INT_ONLY = 1 << 3,    /* integer element types only */
-  KN_FLOAT_ONLY = 1 << 4,  /* float element types only */
-  KN_REDUCE = 1 << 5,      /* reduction along iattr[0] */
-  KN_REGION = 1 << 6,      /* owns nested blocks */
-  KN_TERMINATOR = 1 << 7,  /* must end its block */
+  KN_PURE = 1 << 0,        /* no side effects: fold.c deletes it when unused */
+  KN_BINARY = 1 << 1,      /* binary elementwise (kn_op_is_binary) */
+  KN_UNARY = 1 << 2,       /* unary elementwise (kn_op_is_unary) */
+  KN_INT_ONLY = 1 << 3,    /* integer element types only (verifier) */
+  KN_FLOAT_ONLY = 1 << 4,  /* float element types only (verifier) */
+  KN_REDUCE = 1 << 5,      /* reduction along iattr[0] (kn_op_is_reduce) */
+  KN_REGION = 1 << 6,      /* owns nested blocks (verifier) */
+  KN_TERMINATOR = 1 << 7,  /* must end its block (verifier) */
 };
 
+/* How the parser reads and the printer writes an op (ops.def, column 6).  One form per class:
+ *   INT          %r = op <int> : T                  (iattr[0])
+ *   CONST        %r = const <number> : T            (fattr for float types, else iattr[0])
+ *   RANGE        %r = op <int>, <int> : T           (iattr[0], iattr[1])
+ *   OPERANDS     %r = op %a[, %b[, %c]] : T         (the table's fixed operand count, 1..3)
+ *   OPERAND_INT  %r = op %a, <int> : T              (iattr[0])
+ *   CMP          %r = cmp <pred> %a, %b : T         (iattr[0] = kn_pred)
+ *   MEM          load / store with their clauses    (iattr[0] = rank, iattr[1] = clauses)
+ *   FOR, IF, CALL                                   (regions, iter values, callee)
+ *   VALUES       op [%a, ...]                       (no results, no types) */
+typedef enum kn_syntax {
+  KN_SYN_INT, KN_SYN_CONST, KN_SYN_RANGE, KN_SYN_OPERANDS, KN_SYN_OPERAND_INT, KN_SYN_CMP,
+  KN_SYN_MEM, KN_SYN_FOR, KN_SYN_IF, KN_SYN_CALL, KN_SYN_VALUES,
+} kn_syntax;
+
+/* how a float function is computed (ops.def, column 7: KN_MATH(name, host, gpu)) */
+typedef enum kn_math_via {
+  KN_VIA_NONE,   /* not a float function */
+  KN_VIA_LIBM,   /* the C library's double `name` (host only: GPUs have no libm) */
+  KN_VIA_LLVM,   /* llvm.<name>.f64 on the host, llvm.<name>.f32 (or the target's leaf) on GPUs */
+  KN_VIA_KILN,   /* kiln's own expansion `name` in the target's lowering */
+} kn_math_via;
+
+typedef struct kn_math {
+  const char *name;   /* "exp", "tanh", ...; NULL for KN_NOMATH */
+  uint8_t host, gpu;  /* kn_math_via */
+} kn_math;
+
+/* What a GPU target promises against the interpreter (ops.def, column 8); the host target is
+ * bit-exact for every op.  kn_exactness_accepts() (numeric.h) is the check. */
+typedef enum kn_exactness {
+  KN_EXACT,    /* bit for bit (any NaN equals any NaN) */
+  KN_REASSOC,  /* may combine in another order (a tree, a matrix instruction): bit for bit when
+                * every partial result is exact, else within the reordering's rounding error */
+  KN_ULP,      /* computed in f32 with more than one rounding: within 2 ulps of the format */
+  KN_APPROX,   /* approximate hardware (NVPTX .approx): within 2 ulps, or 2^-16 relative, or
+                * 2^-20 absolute */
+} kn_exactness;
+
 typedef enum kn_opcode {
-#define KN_OP(e, name, nopnd, nres, flags) KN_OP_##e,
+#define KN_OP(e, ...) KN_OP_##e,
 #include "ops.def"
 #undef KN_OP
-  KN_OP_COUNT
 } kn_opcode;
+
+/* the number of opcodes (not an enumerator: a switch over kn_opcode names real ops only) */
+enum {
+  KN_OP_COUNT = 0
+#define KN_OP(e, ...) + 1
+#include "ops.def"
+#undef KN_OP
+};
 
 typedef struct kn_opinfo {
   const char *name;
   int nopnd;   /* -1: decided by the op's own rule */
   int nres;    /* -1: decided by the op's own rule */
   unsigned flags;
+  kn_syntax syntax;
+  kn_math math;
+  kn_exactness exact;
 } kn_opinfo;
 
 extern const kn_opinfo kn_opinfo_table[KN_OP_COUNT];
 int kn_opcode_from_name(const char *s, size_t n);  /* -1 when unknown */
-static inline bool kn_op_is_binary(kn_opcode o) { return o >= KN_OP_ADD && o <= KN_OP_SHR; }
-static inline bool kn_op_is_unary(kn_opcode o) { return o >= KN_OP_NEG && o <= KN_OP_NOT; }
-static inline bool kn_op_is_reduce(kn_opcode o) { return o == KN_OP_REDUCE_MAX || o == KN_OP_REDUCE_SUM; }
+static inline bool kn_op_is_binary(kn_opcode o) { return kn_opinfo_table[o].flags & KN_BINARY; }
+static inline bool kn_op_is_unary(kn_opcode o) { return kn_opinfo_table[o].flags & KN_UNARY; }
+static inline bool kn_op_is_reduce(kn_opcode o) { return kn_opinfo_table[o].flags & KN_REDUCE; }
 
 /* comparison predicates (iattr[0] of cmp); floats compare ordered (false if either is NaN, except
  * ne which is true), integers compare signed. */

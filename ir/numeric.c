@@ -289,3 +289,31 @@ void kn_store_elem_i(kn_scalar t, void *p, int64_t x) {
   default: kn_store_elem(t, p, kn_int_to_float(t, x)); return;
   }
 }
+
+/* ---- tolerances (kn_exactness of ops.def) ---- */
+
+double kn_ulp(kn_scalar t, double x) {
+  if (!kn_scalar_is_float(t)) return 1;
+  const fmt *f = &fmts[t];
+  if (isinf(x) || isnan(x)) return INFINITY;
+  int e = 0;
+  if (x != 0) frexp(x, &e);                  /* |x| = m * 2^e, m in [0.5, 1) */
+  int ex = x != 0 && e - 1 > emin_of(f) ? e - 1 : emin_of(f);
+  return ldexp(1.0, ex - f->mbits);
+}
+
+/* the same value: any NaN equals any NaN, -0 is not +0 */
+static bool same_value(double want, double got) {
+  if (isnan(want) || isnan(got)) return isnan(want) && isnan(got);
+  return want == got && signbit(want) == signbit(got);
+}
+
+bool kn_exactness_accepts(kn_exactness e, kn_scalar t, double want, double got) {
+  if (same_value(want, got)) return true;
+  if (!kn_scalar_is_float(t) || e == KN_EXACT || e == KN_REASSOC) return false;
+  /* a NaN or an inf is never excused; nor is an inf against a finite value */
+  if (isnan(want) || isnan(got) || isinf(want) || isinf(got)) return false;
+  double diff = fabs(got - want);
+  if (diff <= 2 * kn_ulp(t, want)) return true;
+  return e == KN_APPROX && (diff <= 0x1p-16 * fabs(want) || diff <= 0x1p-20);
+}

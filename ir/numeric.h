@@ -38,6 +38,15 @@ int64_t kn_load_elem_i(kn_scalar t, const void *p);       /* ints */
 void kn_store_elem(kn_scalar t, void *p, double x);       /* floats (rounds) */
 void kn_store_elem_i(kn_scalar t, void *p, int64_t x);    /* ints (wraps) */
 int64_t kn_wrap_int(kn_scalar t, int64_t x);              /* i1: x != 0; i32: two's complement wrap */
+/* the spacing of format t's values at x (for |x| at or below the smallest normal: the subnormal
+ * spacing); 1 for integer types, inf for inf and NaN */
+double kn_ulp(kn_scalar t, double x);
+/* Does a GPU target's `got` keep the promise e (ops.def, kn_exactness) against the interpreter's
+ * `want`, both values of type t?  The same value always does (any NaN equals any NaN; -0 is not
+ * +0); otherwise only a finite float pair does: KN_ULP within 2 ulps of t at want, KN_APPROX
+ * also within 2^-16 of |want| or 2^-20 absolute.  KN_EXACT and KN_REASSOC accept nothing else
+ * (the tests give reassociating ops inputs whose partial results are exact). */
+bool kn_exactness_accepts(kn_exactness e, kn_scalar t, double want, double got);
 /* Memory is in the host's byte order (little-endian on every kiln machine); i1 is one byte 0/1
  * (a nonzero byte reads as 1).  kn_load_elem_i on a float type truncates (as kn_round), and
  * kn_store_elem on an int type converts likewise; kn_store_elem_i on a float type rounds once. */

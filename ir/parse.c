@@ -6,6 +6,8 @@
  * needs no lookahead beyond one token.  Names are resolved here with SSA scoping, so the verifier
  * only ever sees resolved operands; types are NOT checked here (kn_verify() does that), but every
  * op has the operand and result counts its own rule requires, so later code can index freely.
+ * Which form an op's operands take is its syntax class in ops.def (kn_syntax): the parser knows
+ * the classes, not the ops, so a new op of an existing form needs no change here.
  *
  * Robustness: the input is untrusted.  The lexer never reads past `len` (the text need not be
  * NUL-terminated and may contain NUL bytes), literals are range-checked, region nesting is bounded
@@ -695,27 +697,64 @@ static void parse_call(kn_parser *P, kn_builder *b, kn_loc oploc, const kn_resul
   bind_results(P, r, op);
 }
 
-static void parse_op(kn_parser *P, kn_builder *b) {
-  kn_results r = {0};
-  if (P->tok.k == T_VALUE) {
-    int cap = 4;
-    r.ent = kn_arena_alloc(P->tmp, sizeof(int) * (size_t)cap);
-    r.first = P->tok.loc;
-    for (;;) {
-      if (r.n == cap) {
-        if (cap >= KN_PARSE_MAX_LIST) fail(P, P->tok.loc, "too many results");
-        int *ne = kn_arena_alloc(P->tmp, sizeof(int) * (size_t)cap * 2);
-        memcpy(ne, r.ent, sizeof(int) * (size_t)r.n);
-        r.ent = ne, cap *= 2;
-      }
-      r.ent[r.n++] = name_reserve(P, &P->tok);
-      next(P);
-      if (P->tok.k != T_COMMA) break;
-      next(P);
-      if (P->tok.k != T_VALUE) expected(P, "a result name '%name' after ','");
-    }
-    expect(P, T_EQ, "'=' or ',' after a result name");
+/* const <number> : T (the literal is read once the type says whether it is a float) */
+static void parse_const(kn_parser *P, kn_builder *b, kn_loc oploc, const kn_results *r) {
+  kn_tok lit = P->tok;
+  if (lit.k != T_NUM && !is_word(P, "inf") && !is_word(P, "nan")) expected(P, "a number");
+  next(P);
+  kn_type rt = result_type(P);
+  kn_opnds o = {0};
+  kn_op *op = build(P, b, KN_OP_CONST, oploc, &o, 1, &rt);
+  if (kn_scalar_is_float((kn_scalar)rt.elem)) {
+    op->fattr = float_text(P, &lit);
+  } else {
+    int64_t v;
+    if (lit.k != T_NUM || !int_text(P, lit.s, lit.n, lit.loc, &v))
+      fail(P, lit.loc, "expected an integer for a const of an integer type, found '%.*s'",
+           (int)(lit.n > 40 ? 40 : lit.n), lit.s);
+    op->iattr[0] = v;
   }
+  bind_results(P, r, op);
+}
+
+/* the predicate of cmp */
+static int64_t parse_pred(kn_parser *P) {
+  if (P->tok.k != T_IDENT) expected(P, "a predicate (eq, ne, lt, le, gt, ge)");
+  int p = kn_pred_from_name(P->tok.s, P->tok.n);
+  if (p < 0)
+    fail(P, P->tok.loc, "unknown predicate '%.*s' (expected eq, ne, lt, le, gt, ge)",
+         (int)(P->tok.n > 40 ? 40 : P->tok.n), P->tok.s);
+  next(P);
+  return p;
+}
+
+/* "%a, %b =" before an op name (nothing when the op has no results) */
+static kn_results parse_result_names(kn_parser *P) {
+  kn_results r = {0};
+  if (P->tok.k != T_VALUE) return r;
+  int cap = 4;
+  r.ent = kn_arena_alloc(P->tmp, sizeof(int) * (size_t)cap);
+  r.first = P->tok.loc;
+  for (;;) {
+    if (r.n == cap) {
+      if (cap >= KN_PARSE_MAX_LIST) fail(P, P->tok.loc, "too many results");
+      int *ne = kn_arena_alloc(P->tmp, sizeof(int) * (size_t)cap * 2);
+      memcpy(ne, r.ent, sizeof(int) * (size_t)r.n);
+      r.ent = ne, cap *= 2;
+    }
+    r.ent[r.n++] = name_reserve(P, &P->tok);
+    next(P);
+    if (P->tok.k != T_COMMA) break;
+    next(P);
+    if (P->tok.k != T_VALUE) expected(P, "a result name '%name' after ','");
+  }
+  expect(P, T_EQ, "'=' or ',' after a result name");
+  return r;
+}
+
+/* one op: its operand syntax is the one of its class in the op table (kn_syntax) */
+static void parse_op(kn_parser *P, kn_builder *b) {
+  kn_results r = parse_result_names(P);
   if (P->tok.k != T_IDENT) expected(P, r.n ? "an op name" : "an op or '}'");
   int opc = kn_opcode_from_name(P->tok.s, P->tok.n);
   if (opc < 0) fail(P, P->tok.loc, "unknown op '%.*s'", (int)(P->tok.n > 40 ? 40 : P->tok.n), P->tok.s);
@@ -734,82 +773,50 @@ static void parse_op(kn_parser *P, kn_builder *b) {
   kn_type rt;
   kn_op *op;
   int64_t a0 = 0, a1 = 0;
-  switch ((kn_opcode)opc) {
-  case KN_OP_PROGRAM_ID:
-  case KN_OP_NUM_PROGRAMS:
-    a0 = parse_int(P, "an axis (0, 1 or 2)");
+  char what[64];
+  snprintf(what, sizeof what, "an integer attribute of '%s'", info->name);
+  switch (info->syntax) {
+  case KN_SYN_INT:
+    a0 = parse_int(P, what);
     break;
-  case KN_OP_CONST: {
-    kn_tok lit = P->tok;
-    if (lit.k != T_NUM && !is_word(P, "inf") && !is_word(P, "nan")) expected(P, "a number");
-    next(P);
-    rt = result_type(P);
-    op = build(P, b, KN_OP_CONST, oploc, &o, 1, &rt);
-    if (kn_scalar_is_float((kn_scalar)rt.elem)) {
-      op->fattr = float_text(P, &lit);
-    } else {
-      int64_t v;
-      if (lit.k != T_NUM || !int_text(P, lit.s, lit.n, lit.loc, &v))
-        fail(P, lit.loc, "expected an integer for a const of an integer type, found '%.*s'",
-             (int)(lit.n > 40 ? 40 : lit.n), lit.s);
-      op->iattr[0] = v;
-    }
-    bind_results(P, &r, op);
+  case KN_SYN_CONST:
+    parse_const(P, b, oploc, &r);
     goto end;
-  }
-  case KN_OP_ARANGE:
+  case KN_SYN_RANGE:
     a0 = parse_int(P, "the start of the range");
     expect(P, T_COMMA, "',' after the start");
     a1 = parse_int(P, "the end of the range");
     break;
-  case KN_OP_EXPAND_DIMS:
-  case KN_OP_REDUCE_MAX:
-  case KN_OP_REDUCE_SUM:
-  case KN_OP_MULTIPLE_OF:
-  case KN_OP_MAX_CONTIGUOUS:
+  case KN_SYN_OPERAND_INT:
     use(P, &o, "an operand '%name'");
     expect(P, T_COMMA, "',' after operand");
-    a0 = parse_int(P, opc == KN_OP_MULTIPLE_OF ? "a divisor" :
-                      opc == KN_OP_MAX_CONTIGUOUS ? "a run length" : "an axis");
+    a0 = parse_int(P, what);
     break;
-  case KN_OP_CMP: {
-    if (P->tok.k != T_IDENT) expected(P, "a predicate (eq, ne, lt, le, gt, ge)");
-    int p = kn_pred_from_name(P->tok.s, P->tok.n);
-    if (p < 0)
-      fail(P, P->tok.loc, "unknown predicate '%.*s' (expected eq, ne, lt, le, gt, ge)",
-           (int)(P->tok.n > 40 ? 40 : P->tok.n), P->tok.s);
-    a0 = p;
-    next(P);
+  case KN_SYN_CMP:
+    a0 = parse_pred(P);
     use(P, &o, "an operand '%name'");
     expect(P, T_COMMA, "',' after operand");
     use(P, &o, "an operand '%name'");
     break;
-  }
-  case KN_OP_LOAD:
-  case KN_OP_STORE:
+  case KN_SYN_MEM:
     parse_mem(P, b, (kn_opcode)opc, oploc, &r);
     goto end;
-  case KN_OP_FOR:
+  case KN_SYN_FOR:
+  case KN_SYN_IF:
     if (P->depth >= KN_PARSE_MAX_DEPTH) fail(P, oploc, "regions nested too deeply (limit %d)", KN_PARSE_MAX_DEPTH);
     P->depth++;
-    parse_for(P, b, oploc, &r);
+    if (info->syntax == KN_SYN_FOR) parse_for(P, b, oploc, &r);
+    else parse_if(P, b, oploc, &r);
     P->depth--;
     goto end;
-  case KN_OP_IF:
-    if (P->depth >= KN_PARSE_MAX_DEPTH) fail(P, oploc, "regions nested too deeply (limit %d)", KN_PARSE_MAX_DEPTH);
-    P->depth++;
-    parse_if(P, b, oploc, &r);
-    P->depth--;
-    goto end;
-  case KN_OP_CALL:
+  case KN_SYN_CALL:
     parse_call(P, b, oploc, &r);
     goto end;
-  case KN_OP_YIELD:
-  case KN_OP_RETURN:
+  case KN_SYN_VALUES:
     if (P->tok.k == T_VALUE) use_list(P, &o);
     build(P, b, (kn_opcode)opc, oploc, &o, 0, NULL);
     goto end;
-  default:
+  case KN_SYN_OPERANDS:
     /* the fixed-arity operand forms: %a or %a, %b or %a, %b, %c */
     KN_ASSERT(info->nopnd >= 1 && info->nopnd <= 3);
     for (int i = 0; i < info->nopnd; i++) {

@@ -9,6 +9,9 @@
  * always parses.  The printer does not verify; for IR the verifier would reject it still prints
  * what it can (an operand it cannot name shows as %<undefined>) without reading out of bounds.
  *
+ * Each op's operands print in the form of its syntax class in ops.def (kn_syntax), the same
+ * table the parser reads them by.
+ *
  * Floats print in the shortest %.{1..17}g form that strtod reads back to the same bits, which
  * assumes the C locale's '.' decimal point (as does the parser's strtod).
  */
@@ -319,6 +322,99 @@ static bool put_mem(kn_printer *P, const kn_op *op) {
   return true;
 }
 
+static void put_for(kn_printer *P, const kn_op *op, int level) {
+  const kn_block *r0 = op->nregion >= 1 ? op->region[0] : NULL;
+  sb_str(&P->out, " ");
+  if (r0 && r0->nargs >= 1) put_value(P, r0->args[0]);
+  else sb_str(&P->out, "%<missing>");
+  const char *kw[3] = {" = ", " to ", " step "};
+  for (int i = 0; i < 3; i++) {
+    sb_str(&P->out, kw[i]);
+    if (i < op->nopnd) put_value(P, op->opnd[i]);
+    else sb_str(&P->out, "%<missing>");
+  }
+  int niter = r0 && r0->nargs > 1 ? r0->nargs - 1 : 0;
+  if (op->nopnd - 3 > niter) niter = op->nopnd - 3;
+  if (niter > 0) {
+    sb_str(&P->out, " iter (");
+    for (int i = 0; i < niter; i++) {
+      if (i) sb_str(&P->out, ", ");
+      if (r0 && 1 + i < r0->nargs) put_value(P, r0->args[1 + i]);
+      else sb_str(&P->out, "%<missing>");
+      sb_str(&P->out, " = ");
+      if (3 + i < op->nopnd) put_value(P, op->opnd[3 + i]);
+      else sb_str(&P->out, "%<missing>");
+    }
+    sb_str(&P->out, ")");
+  }
+  put_result_types(P, op);
+  sb_str(&P->out, " {\n");
+  put_block(P, r0, level + 1);
+  indent(P, level);
+  sb_str(&P->out, "}\n");
+}
+
+static void put_if(kn_printer *P, const kn_op *op, int level) {
+  sb_str(&P->out, " ");
+  put_opnds(P, op, 0, op->nopnd);
+  put_result_types(P, op);
+  sb_str(&P->out, " {\n");
+  put_block(P, op->nregion >= 1 ? op->region[0] : NULL, level + 1);
+  indent(P, level);
+  sb_str(&P->out, "} else {\n");
+  put_block(P, op->nregion >= 2 ? op->region[1] : NULL, level + 1);
+  indent(P, level);
+  sb_str(&P->out, "}\n");
+}
+
+/* everything after the op name but the result types, in the form of the op's syntax class */
+static void put_operands(kn_printer *P, const kn_op *op, kn_syntax syn) {
+  switch (syn) {
+  case KN_SYN_INT:
+    sb_fmt(&P->out, " %" PRId64, op->iattr[0]);
+    return;
+  case KN_SYN_CONST:
+    sb_str(&P->out, " ");
+    if (op->nres >= 1 && kn_scalar_is_float((kn_scalar)op->res[0]->type.elem))
+      put_double(P, op->fattr);
+    else
+      sb_fmt(&P->out, "%" PRId64, op->iattr[0]);
+    return;
+  case KN_SYN_RANGE:
+    sb_fmt(&P->out, " %" PRId64 ", %" PRId64, op->iattr[0], op->iattr[1]);
+    return;
+  case KN_SYN_OPERAND_INT:
+    sb_str(&P->out, " ");
+    put_opnds(P, op, 0, op->nopnd);
+    sb_fmt(&P->out, ", %" PRId64, op->iattr[0]);
+    return;
+  case KN_SYN_CMP:
+    sb_fmt(&P->out, " %s ", kn_pred_name((kn_pred)op->iattr[0]));
+    put_opnds(P, op, 0, op->nopnd);
+    return;
+  case KN_SYN_MEM:
+    if (!put_mem(P, op)) {
+      sb_str(&P->out, " <malformed> ");
+      put_opnds(P, op, 0, op->nopnd);
+    }
+    return;
+  case KN_SYN_CALL:
+    sb_str(&P->out, " @");
+    sb_str(&P->out, op->callee_name ? op->callee_name : op->callee ? op->callee->name : "<none>");
+    sb_str(&P->out, "(");
+    put_opnds(P, op, 0, op->nopnd);
+    sb_str(&P->out, ")");
+    return;
+  case KN_SYN_OPERANDS:
+  case KN_SYN_VALUES:
+  case KN_SYN_FOR:  /* (put_op prints for and if itself) */
+  case KN_SYN_IF:
+    if (op->nopnd) sb_str(&P->out, " ");
+    put_opnds(P, op, 0, op->nopnd);
+    return;
+  }
+}
+
 static void put_op(kn_printer *P, const kn_op *op, int level) {
   indent(P, level);
   for (int i = 0; i < op->nres; i++) {
@@ -328,97 +424,16 @@ static void put_op(kn_printer *P, const kn_op *op, int level) {
   if (op->nres) sb_str(&P->out, " = ");
   bool known = (unsigned)op->opc < KN_OP_COUNT;
   sb_str(&P->out, known ? kn_opinfo_table[op->opc].name : "<unknown op>");
-  const kn_block *r0 = op->nregion >= 1 ? op->region[0] : NULL;
-  switch (known ? op->opc : KN_OP_COUNT) {
-  case KN_OP_PROGRAM_ID:
-  case KN_OP_NUM_PROGRAMS:
-    sb_fmt(&P->out, " %" PRId64, op->iattr[0]);
-    break;
-  case KN_OP_CONST:
-    sb_str(&P->out, " ");
-    if (op->nres >= 1 && kn_scalar_is_float((kn_scalar)op->res[0]->type.elem))
-      put_double(P, op->fattr);
-    else
-      sb_fmt(&P->out, "%" PRId64, op->iattr[0]);
-    break;
-  case KN_OP_ARANGE:
-    sb_fmt(&P->out, " %" PRId64 ", %" PRId64, op->iattr[0], op->iattr[1]);
-    break;
-  case KN_OP_EXPAND_DIMS:
-  case KN_OP_REDUCE_MAX:
-  case KN_OP_REDUCE_SUM:
-  case KN_OP_MULTIPLE_OF:
-  case KN_OP_MAX_CONTIGUOUS:
-    sb_str(&P->out, " ");
-    put_opnds(P, op, 0, op->nopnd);
-    sb_fmt(&P->out, ", %" PRId64, op->iattr[0]);
-    break;
-  case KN_OP_CMP:
-    sb_fmt(&P->out, " %s ", kn_pred_name((kn_pred)op->iattr[0]));
-    put_opnds(P, op, 0, op->nopnd);
-    break;
-  case KN_OP_LOAD:
-  case KN_OP_STORE:
-    if (!put_mem(P, op)) {
-      sb_str(&P->out, " <malformed> ");
-      put_opnds(P, op, 0, op->nopnd);
-    }
-    break;
-  case KN_OP_CALL:
-    sb_str(&P->out, " @");
-    sb_str(&P->out, op->callee_name ? op->callee_name : op->callee ? op->callee->name : "<none>");
-    sb_str(&P->out, "(");
-    put_opnds(P, op, 0, op->nopnd);
-    sb_str(&P->out, ")");
-    break;
-  case KN_OP_FOR: {
-    sb_str(&P->out, " ");
-    if (r0 && r0->nargs >= 1) put_value(P, r0->args[0]);
-    else sb_str(&P->out, "%<missing>");
-    const char *kw[3] = {" = ", " to ", " step "};
-    for (int i = 0; i < 3; i++) {
-      sb_str(&P->out, kw[i]);
-      if (i < op->nopnd) put_value(P, op->opnd[i]);
-      else sb_str(&P->out, "%<missing>");
-    }
-    int niter = r0 && r0->nargs > 1 ? r0->nargs - 1 : 0;
-    if (op->nopnd - 3 > niter) niter = op->nopnd - 3;
-    if (niter > 0) {
-      sb_str(&P->out, " iter (");
-      for (int i = 0; i < niter; i++) {
-        if (i) sb_str(&P->out, ", ");
-        if (r0 && 1 + i < r0->nargs) put_value(P, r0->args[1 + i]);
-        else sb_str(&P->out, "%<missing>");
-        sb_str(&P->out, " = ");
-        if (3 + i < op->nopnd) put_value(P, op->opnd[3 + i]);
-        else sb_str(&P->out, "%<missing>");
-      }
-      sb_str(&P->out, ")");
-    }
-    put_result_types(P, op);
-    sb_str(&P->out, " {\n");
-    put_block(P, r0, level + 1);
-    indent(P, level);
-    sb_str(&P->out, "}\n");
+  kn_syntax syn = known ? kn_opinfo_table[op->opc].syntax : KN_SYN_OPERANDS;
+  if (syn == KN_SYN_FOR) {
+    put_for(P, op, level);
     return;
   }
-  case KN_OP_IF:
-    sb_str(&P->out, " ");
-    put_opnds(P, op, 0, op->nopnd);
-    put_result_types(P, op);
-    sb_str(&P->out, " {\n");
-    put_block(P, r0, level + 1);
-    indent(P, level);
-    sb_str(&P->out, "} else {\n");
-    put_block(P, op->nregion >= 2 ? op->region[1] : NULL, level + 1);
-    indent(P, level);
-    sb_str(&P->out, "}\n");
+  if (syn == KN_SYN_IF) {
+    put_if(P, op, level);
     return;
-  default:
-    if (op->nopnd) sb_str(&P->out, " ");
-    put_opnds(P, op, 0, op->nopnd);
-    break;
   }
+  put_operands(P, op, syn);
   put_result_types(P, op);
   sb_str(&P->out, "\n");
 }

@@ -1,7 +1,8 @@
 /* types.c — scalar and value types, the opcode table, predicate names.
  *
- * The opcode table is generated from ops.def; names are looked up linearly (a few dozen entries,
- * only the parser asks).
+ * The opcode table is generated from ops.def (KN_MATH(exp, LIBM, LLVM) becomes {"exp",
+ * KN_VIA_LIBM, KN_VIA_LLVM}); names are looked up linearly (a few dozen entries, only the parser
+ * asks).
  */
 #include <stdio.h>
 #include <string.h>
@@ -9,9 +10,14 @@
 #include "ir.h"
 
 const kn_opinfo kn_opinfo_table[KN_OP_COUNT] = {
-#define KN_OP(e, name, nopnd, nres, flags) [KN_OP_##e] = {name, nopnd, nres, flags},
+#define KN_NOMATH {NULL, KN_VIA_NONE, KN_VIA_NONE}
+#define KN_MATH(fn, host, gpu) {#fn, KN_VIA_##host, KN_VIA_##gpu}
+#define KN_OP(e, name, nopnd, nres, flags, syntax, math, exact) \
+  [KN_OP_##e] = {name, nopnd, nres, flags, syntax, math, exact},
 #include "ops.def"
 #undef KN_OP
+#undef KN_MATH
+#undef KN_NOMATH
 };
 
 static bool name_is(const char *want, const char *s, size_t n) {

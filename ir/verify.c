@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "ir.h"
+#include "op_cases.h"
 
 /* a tile bigger than this is surely a typo (and would overflow int32 index math downstream) */
 #define KN_MAX_TILE_NUMEL (1 << 20)
@@ -654,10 +655,11 @@ static int check_op(vctx *c, kn_op *op) {
   case KN_OP_CALL: return check_call(c, op);
   case KN_OP_RETURN: return check_return(c, op);
   case KN_OP_MULTIPLE_OF: case KN_OP_MAX_CONTIGUOUS: return check_hint(c, op);
-  default:
-    if (kn_op_is_binary(op->opc) || kn_op_is_unary(op->opc)) return check_elementwise(c, op);
-    return fail(c, op->loc, "unknown opcode %d", (int)op->opc);
+  KN_CASES_BINARY
+  KN_CASES_UNARY
+    return check_elementwise(c, op);
   }
+  return fail(c, op->loc, "unknown opcode %d", (int)op->opc);
 }
 
 static void set_live(vctx *c, kn_value *v, int on) {

@@ -39,6 +39,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "arch.h"
 #include "discover.h"
 
 #define PER_DRIVER_MAX 16
@@ -53,19 +54,24 @@ const char *kn_device_kind_str(kn_device_kind kind) {
 }
 
 const char *kn_discover_amd_target(const char *gfx) {
-  /* the AMDGPU targets kiln compiles for (compiler/amdgpu) */
-  static const char *const supported[] = {"gfx90a", "gfx942"};
-  for (size_t i = 0; i < sizeof supported / sizeof *supported; i++)
-    if (!strcmp(gfx, supported[i])) return supported[i];
-  return "";
+  /* the AMDGPU targets of the registry (compiler/arch.c) */
+  const kn_arch *a = kn_arch_get(gfx);
+  return a && a->isa == KN_ISA_AMDGPU ? a->name : "";
 }
 
 const char *kn_discover_cuda_target(int major, int minor) {
-  /* sm_90a code uses Hopper-only instructions and runs on 9.0 only; sm_80 PTX is JIT-compiled
-   * by the driver for any later GPU */
-  if (major == 9 && minor == 0) return "sm_90a";
-  if (major >= 8) return "sm_80";
-  return "";
+  /* the registry's NVIDIA targets: one for exactly this capability ("a" targets use
+   * instructions of that generation only) wins over one for any later GPU (sm_80: PTX the
+   * driver JIT-compiles for whatever GPU it runs on); the newest such first */
+  const kn_arch *any = NULL;
+  for (int i = 0; kn_arch_at(i); i++) {
+    const kn_arch *a = kn_arch_at(i);
+    if (a->isa != KN_ISA_NVPTX) continue;
+    if (a->cc_exact && a->cc_major == major && a->cc_minor == minor) return a->name;
+    bool fits = !a->cc_exact && (major > a->cc_major || (major == a->cc_major && minor >= a->cc_minor));
+    if (fits && (!any || a->cc_major > any->cc_major)) any = a;
+  }
+  return any ? any->name : "";
 }
 
 /* copies, truncating to size - 1 bytes (names from drivers are bounded by our buffers) */

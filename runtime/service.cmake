@@ -7,4 +7,4 @@ add_library(kiln_service STATIC
   ${CMAKE_CURRENT_LIST_DIR}/cache.c
   ${CMAKE_CURRENT_LIST_DIR}/discover.c)
 target_include_directories(kiln_service PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(kiln_service PUBLIC kiln_base PkgConfig::XXHASH Threads::Threads ${CMAKE_DL_LIBS})
+target_link_libraries(kiln_service PUBLIC kiln_arch kiln_base PkgConfig::XXHASH Threads::Threads ${CMAKE_DL_LIBS})

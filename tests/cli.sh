@@ -115,7 +115,7 @@ expect compile-sm90a-ptx 0 'mma.sync.aligned.m16n8k16' -- "$kiln" compile --targ
 expect compile-emu-refused 2 'runs under `kiln run`' -- "$kiln" compile --target gfx942-emu
 if command -v ptxas >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/ptxas ]; then
   expect compile-sm80-stats 0 'spill stores 0 B' -- \
-    "$kiln" compile --target sm_80 --head-dim 128 --causal -o "$tmp/a.ptx" --stats
+    "$kiln" compile --target sm_80 --head-dim 64 --causal -o "$tmp/a.ptx" --stats
 else
   echo "SKIP compile-sm80-stats (no ptxas)"
 fi
@@ -138,5 +138,18 @@ expect run-ir-file 0 ' PASS$' -- \
 expect example-variant 0 ' PASS$' -- \
   "$kiln" run --target interp --ir "$tests/../examples/attention_f16_d64.tile" --seqlen-q 150 --seqlen-k 97
 
+# KILN_DUMP works for every target and stage, through the one pipeline; an unknown stage is an
+# error naming the stages (before: GPU targets printed nothing, and one unknown word silenced all)
+expect dump-env-ir-gfx942 0 '// kiln: tile IR of @attn_fwd after kiln passes' -- \
+  env KILN_DUMP=ir "$kiln" compile --target gfx942 --head-dim 64 -o "$tmp/d.hsaco"
+expect dump-env-layout-llvm-sm90a 0 '; kiln: LLVM IR after optimisation of @attn_fwd for sm_90a' -- \
+  env KILN_DUMP=layout,llvm "$kiln" compile --target sm_90a --head-dim 64 -o "$tmp/d.ptx"
+expect dump-env-layout-has-layouts 0 '// kiln: layouts of @attn_fwd for gfx950' -- \
+  env KILN_DUMP=layout "$kiln" compile --target gfx950 --head-dim 64 -o "$tmp/d950.hsaco"
+expect dump-env-unknown 2 'KILN_DUMP=layout,bogus: not a list of stages \(ir, layout, lowered, llvm, asm, all\)' -- \
+  env KILN_DUMP=layout,bogus "$kiln" compile --target host --head-dim 64 -o "$tmp/d.s"
+expect compile-gfx950 0 'v_mfma_f32_32x32x16_f16' -- \
+  sh -c "\"$kiln\" compile --target gfx950 --head-dim 64 --emit asm"
+expect targets-registry 0 'gfx950 .*CDNA 4' -- "$kiln" targets
 echo "cli: $fails failed"
 [ "$fails" -eq 0 ]

@@ -41,7 +41,8 @@
  *       inputs, and every element of every buffer of each is compared with the interpreter's:
  *       bit for bit, except that any NaN equals any NaN.  tol=ulp1 (or ulpN) lets a
  *       float element differ by that many steps of its format; it is accepted only for kernels
- *       that use (also through calls) exp, exp2, log, log2, tanh, rsqrt or sqrt, and it never
+ *       that use (also through calls) an op that ops.def does not call exact or reassociating
+ *       (exp, exp2, log, log2, tanh, rsqrt), and it never
  *       excuses a different sign of zero, an inf against a finite value, or an integer.
  *       A LAUNCH line ending in '\' continues on the next `//` line.  The keys grid and tol are
  *       not parameter names (a kernel with a parameter of that name cannot be launched here).
@@ -442,17 +443,12 @@ static int parse_scalar(const char *v, kn_scalar t, kn_argval *out, char *msg, s
   return -1;
 }
 
-/* exp, exp2, log, log2, tanh, rsqrt, sqrt anywhere in b, its regions or its callees: the ops
- * whose results a target may compute within an ulp of the interpreter's */
+/* an op anywhere in b, its regions or its callees whose results a target may compute within
+ * ulps of the interpreter's (exactness KN_ULP or KN_APPROX in ops.def: exp, exp2, log, log2,
+ * rsqrt, tanh) */
 static bool uses_transcendental(const kn_block *b) {
   for (const kn_op *op = b->first; op; op = op->next) {
-    switch (op->opc) {
-    case KN_OP_EXP: case KN_OP_EXP2: case KN_OP_LOG: case KN_OP_LOG2: case KN_OP_TANH:
-    case KN_OP_RSQRT: case KN_OP_SQRT:
-      return true;
-    default:
-      break;
-    }
+    if (kn_opinfo_table[op->opc].exact >= KN_ULP) return true;
     for (int r = 0; r < op->nregion; r++)
       if (uses_transcendental(op->region[r])) return true;
     if (op->opc == KN_OP_CALL && op->callee && uses_transcendental(op->callee->body)) return true;

@@ -67,6 +67,8 @@ void kn_emu_rt_workgroup(const kn_emu_info *info, const void *args, int32_t px, 
                          int32_t pz, int32_t nx, int32_t ny, int32_t nz);
 int32_t kn_emu_rt_workitem_id(void);
 int32_t kn_emu_rt_workgroup_id(int32_t dim);
+/* the workgroup's hidden kernel arguments (code object v5 layout; runtime.c says which) */
+const void *kn_emu_rt_implicitarg(void);
 uint32_t kn_emu_rt_mbcnt(int32_t hi, uint32_t mask, uint32_t acc);
 uint32_t kn_emu_rt_readfirstlane(uint32_t v, int32_t site);
 uint32_t kn_emu_rt_readlane(uint32_t v, int32_t lane, int32_t site);

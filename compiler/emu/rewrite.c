@@ -8,7 +8,8 @@
  *     i32  kiln_<name>.status
  * where kiln_<name> runs workgroup (px, py, pz) under emulation (runtime.c).  Rewrites:
  *
- *  - each leaf intrinsic becomes a call of its runtime function (emu_internal.h): ids, s_barrier,
+ *  - each leaf intrinsic becomes a call of its runtime function (emu_internal.h): ids, the
+ *    hidden kernel arguments (implicitarg.ptr: the grid size, read by num_programs), s_barrier,
  *    MFMA (operands through stack slots, so the runtime sees each lane's registers in hardware
  *    order), readfirstlane / readlane, ds_bpermute / ds_permute / ds_swizzle, DPP, ballot, mbcnt.
  *    Scheduling hints (s_waitcnt, sched_barrier, s_setprio, ...) and fences are dropped: lanes of
@@ -261,6 +262,9 @@ static int rewrite_amdgcn(R *r, LLVMValueRef inst, const char *name) {
   } else if (starts(n, "workgroup.id.") && n[13] >= 'x' && n[13] <= 'z' && !n[14]) {
     args[0] = ci32(r, n[13] - 'x');
     v = rt_call(r, RT(kn_emu_rt_workgroup_id), r->i32, args, 1, false);
+  } else if (!strcmp(n, "implicitarg.ptr")) {
+    /* the hidden arguments live in the runtime; an addrspace(4) load of them stays a plain load */
+    v = LLVMBuildIntToPtr(r->B, rt_call(r, RT(kn_emu_rt_implicitarg), r->i64, NULL, 0, false), rt, "");
   } else if (!strcmp(n, "s.barrier")) {
     bool publishes = r->lds_store_bb == LLVMGetInstructionParent(inst);
     r->lds_store_bb = NULL;

@@ -93,6 +93,10 @@ struct wg {
   const kn_emu_info *info;
   const void *args;
   int pid[3];
+  /* the hidden kernel arguments of code object v5 (llvm.amdgcn.implicitarg.ptr): the grid in
+   * workgroups at bytes 0, 4, 8 (hidden_block_count_x/y/z), the workgroup size at 12, 14, 16
+   * (hidden_group_size_x/y/z); the rest reads as 0 */
+  uint32_t implicit[16];
   int nlanes, cap;
   lane *lanes;
   void **stacks;
@@ -382,6 +386,8 @@ int32_t kn_emu_rt_workgroup_id(int32_t dim) {
   return dim >= 0 && dim < 3 ? l->w->pid[dim] : 0;
 }
 
+const void *kn_emu_rt_implicitarg(void) { return cur_lane()->w->implicit; }
+
 uint32_t kn_emu_rt_mbcnt(int32_t hi, uint32_t mask, uint32_t acc) {
   int lane_in_wave = cur_lane()->id % 64;
   int bits = hi ? lane_in_wave - 32 : lane_in_wave;
@@ -579,10 +585,19 @@ static void describe_lanes(const wg *w, char *buf, size_t n) {
   if (len >= n) snprintf(buf + n - 5, 5, "...");
 }
 
-static int run_workgroup(wg *w, const kn_emu_info *info, const void *args, const int pid[3]) {
+static void set_implicit(wg *w, const int grid[3], int wg_size) {
+  memset(w->implicit, 0, sizeof w->implicit);
+  for (int i = 0; i < 3; i++) w->implicit[i] = (uint32_t)grid[i];
+  uint16_t size[3] = {(uint16_t)wg_size, 1, 1};
+  memcpy((char *)w->implicit + 12, size, sizeof size);
+}
+
+static int run_workgroup(wg *w, const kn_emu_info *info, const void *args, const int pid[3],
+                         const int grid[3]) {
   w->info = info;
   w->args = args;
   memcpy(w->pid, pid, sizeof w->pid);
+  set_implicit(w, grid, info->wg_size);
   w->failed = false;
   int n = info->wg_size;
   if (info->magic != KN_EMU_MAGIC || n <= 0 || n % 64 || n > 64 * KN_EMU_MAX_WAVES)
@@ -646,13 +661,12 @@ static void stats_add(kn_emu_stats *a, const kn_emu_stats *b) {
 /* called by kiln_<name>, the JIT'ed entry point with the host kernel ABI */
 void kn_emu_rt_workgroup(const kn_emu_info *info, const void *args, int32_t px, int32_t py,
                          int32_t pz, int32_t nx, int32_t ny, int32_t nz) {
-  (void)nx, (void)ny, (void)nz;
-  int pid[3] = {px, py, pz};
+  int pid[3] = {px, py, pz}, grid[3] = {nx, ny, nz};
   wg *w = tls_worker;
   if (w && w->L) {
     launch *L = w->L;
     if (__atomic_load_n(&L->failed, __ATOMIC_RELAXED)) return;
-    if (run_workgroup(w, info, args, pid)) {
+    if (run_workgroup(w, info, args, pid, grid)) {
       pthread_mutex_lock(&L->mu);
       if (!L->failed) L->diag = w->diag;
       __atomic_store_n(&L->failed, 1, __ATOMIC_RELAXED);
@@ -662,7 +676,7 @@ void kn_emu_rt_workgroup(const kn_emu_info *info, const void *args, int32_t px, 
   }
   /* outside kn_emu_run (e.g. kn_kernel_run_host): no buffer checks, errors as a status bit */
   wg tmp = {0};
-  if (run_workgroup(&tmp, info, args, pid))
+  if (run_workgroup(&tmp, info, args, pid, grid))
     __atomic_fetch_or(info->status, KN_EMU_STATUS_ERROR, __ATOMIC_RELAXED);
   wg_free(&tmp);
 }

@@ -1,9 +1,9 @@
 /* assign_layouts.c — the layout pass: a layout for every tile value, and the conversions.
  *
  * Anchors first: every dot gets the mma layout of one matrix instruction chosen for the whole
- * kernel (the largest that fits every dot, so that chained dots share it; f32 dots on AMDGPU get
- * the per-thread FMA table fma_16x32 instead, not transposed: its rows already lie within a
- * wave).  MFMAs are always *transposed* (the instruction is given B as A and A as B, so it
+ * kernel (the largest that fits every dot, so that chained dots share it; f32 dots get the
+ * per-thread FMA table fma_16x32 instead on AMDGPU, fma_16x16 on NVPTX, not transposed: its
+ * rows already lie within a wave).  MFMAs are always *transposed* (the instruction is given B as A and A as B, so it
  * computes D^T): then each lane holds a row of the result, a row reduction is mostly
  * in-thread plus one or two butterflies, and the softmax P of S = QK^T feeds O += PV as its
  * dot_a operand by register renaming (the transposed accumulator of 32x32x8 holds, per lane,
@@ -12,13 +12,14 @@
  *
  * Then the layouts flow: forward (an elementwise op takes its operands' layout, preferring an
  * mma or slice layout over a blocked one; reduce gives slice; expand_dims of a slice gives its
- * parent; loops carry the layout of init or yield), and backward to values nothing anchored
- * (constants, splats, aranges take what their users want).  Both directions repeat until
- * nothing changes; what is left gets a blocked layout.
+ * parent; loops carry the layout of init or yield, an if's results those of its yields), and
+ * backward to values nothing anchored (constants, splats, aranges take what their users want).
+ * Both directions repeat until nothing changes; what is left gets a blocked layout.
  *
  * Finally every (user, operand) whose value's layout differs from what the user needs becomes a
  * conversion: free when kn_lmap_convert_free says so, else through LDS (see gpu.h for eager and
- * lazy).  Warps are laid along M only; nothing here picks a layout whose reductions cross warps.
+ * lazy); the operand of a reshape or transpose always goes through LDS (a permute).  Warps are
+ * laid along M only; nothing here picks a layout whose reductions cross warps.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +228,12 @@ static bool forward(pass *s, kn_op *op) {
       ch |= set(s, op->res[i], get(s, arg));
     }
   }
+  if (op->opc == KN_OP_IF)  /* a result takes the layout its then-yield has, else its else-yield's */
+    for (int i = 0; i < op->nres; i++)
+      for (int r = 0; r < 2; r++) {
+        kn_op *y = op->region[r]->last;
+        if (y && y->opc == KN_OP_YIELD && is_tile(y->opnd[i])) ch |= set(s, op->res[i], get(s, y->opnd[i]));
+      }
   return ch;
 }
 
@@ -257,6 +264,12 @@ static bool backward(pass *s, kn_op *op) {
       ch |= set(s, op->opnd[3 + i], l);
       if (y && y->opc == KN_OP_YIELD) ch |= set(s, y->opnd[i], l);
     }
+  } else if (op->opc == KN_OP_IF) {
+    for (int i = 0; i < op->nres; i++)
+      for (int r = 0; r < 2; r++) {
+        kn_op *y = op->region[r]->last;
+        if (y && y->opc == KN_OP_YIELD) ch |= set(s, y->opnd[i], get(s, op->res[i]));
+      }
   } else if (op->opc == KN_OP_STORE) {
     kn_mem_operands mo;
     kn_mem_operands_get(op, &mo);
@@ -290,10 +303,12 @@ static const kn_layout *wanted(pass *s, kn_op *op, int i) {
   }
   case KN_OP_FOR:
     return i >= 3 ? get(s, op->region[0]->args[i - 3 + 1]) : NULL;
-  case KN_OP_YIELD:
-    if (op->parent->parent_op && op->parent->parent_op->opc == KN_OP_FOR)
-      return get(s, op->parent->args[i + 1]);
+  case KN_OP_YIELD: {
+    kn_op *owner = op->parent->parent_op;
+    if (owner && owner->opc == KN_OP_FOR) return get(s, op->parent->args[i + 1]);
+    if (owner && owner->opc == KN_OP_IF) return get(s, owner->res[i]);
     return NULL;
+  }
   default:
     if (elementwise(op->opc) && rl && v->type.rank == op->res[0]->type.rank) return rl;
     return NULL;
@@ -309,6 +324,27 @@ static bool loop_invariant(const kn_value *v, const kn_op *user) {
   for (; vb; vb = vb->parent_op ? vb->parent_op->parent : NULL)
     if (vb == b) return false;
   return true;
+}
+
+/* an unswizzled, unpadded shared layout of a tile (a rank-1 one as n x 1): inner = 1 row-major,
+ * 0 column-major */
+static kn_layout plain_shared(const kn_layout_plan *p, int inner) {
+  return (kn_layout){.kind = KN_LAYOUT_SHARED, .rank = 2, .warps = (uint8_t)p->warps,
+                     .lanes = (uint8_t)p->arch->lanes, .order = {(uint8_t)inner, (uint8_t)(1 - inner)},
+                     .vec = 1, .per_phase = 1, .max_phase = 1};
+}
+
+/* a zeroed conversion at the end of the plan's list */
+static kn_conversion *new_conversion(pass *s) {
+  kn_layout_plan *p = s->p;
+  if (p->nconv == s->convcap) {
+    s->convcap = s->convcap ? 2 * s->convcap : 32;
+    p->conv = realloc(p->conv, sizeof *p->conv * (size_t)s->convcap);
+    KN_ASSERT(p->conv);
+  }
+  kn_conversion *c = &p->conv[p->nconv++];
+  memset(c, 0, sizeof *c);
+  return c;
 }
 
 static int add_conversion(pass *s, kn_op *op, int i, const kn_layout *want) {
@@ -328,13 +364,7 @@ static int add_conversion(pass *s, kn_op *op, int i, const kn_layout *want) {
                kn_lmap_convert_free(&src, &dst, NULL);
   kn_lmap_free(&src);
   kn_lmap_free(&dst);
-  if (p->nconv == s->convcap) {
-    s->convcap = s->convcap ? 2 * s->convcap : 32;
-    p->conv = realloc(p->conv, sizeof *p->conv * (size_t)s->convcap);
-    KN_ASSERT(p->conv);
-  }
-  kn_conversion *c = &p->conv[p->nconv++];
-  memset(c, 0, sizeof *c);
+  kn_conversion *c = new_conversion(s);
   c->user = op;
   c->opnd = i;
   c->value = v;
@@ -344,9 +374,11 @@ static int add_conversion(pass *s, kn_op *op, int i, const kn_layout *want) {
     c->kind = KN_CONV_FREE;
     return 0;
   }
-  if (v->type.rank != 2)
-    return kn_error(s->d, p->k->module, op->loc, "not yet supported on %s: a layout conversion "
-                    "of a rank-1 tile through shared memory", p->arch->name);
+  if (v->type.rank != 2) {  /* a rank-1 tile: read at once, in its order */
+    c->kind = KN_CONV_EAGER;
+    c->shared = plain_shared(p, 1);
+    return 0;
+  }
   c->kind = op->opc == KN_OP_DOT && i < 2 && !loop_invariant(v, op) ? KN_CONV_LAZY : KN_CONV_EAGER;
   c->shared = kn_layout_shared_for(want, shape, elem_bytes(v));
   if (c->kind == KN_CONV_EAGER && c->shared.pad) {
@@ -357,6 +389,18 @@ static int add_conversion(pass *s, kn_op *op, int i, const kn_layout *want) {
     sw.lanes = c->shared.lanes;
     c->shared = sw;
   }
+  return 0;
+}
+
+/* reshape, transpose: the operand goes through LDS in the element order the op keeps, a plain
+ * unswizzled layout (row-major; a transpose stores column-major and reads row-major) */
+static int add_permute(pass *s, kn_op *op) {
+  kn_layout_plan *p = s->p;
+  if (!is_tile(op->opnd[0])) return 0;
+  kn_conversion *c = new_conversion(s);
+  int inner = op->opc == KN_OP_TRANSPOSE ? 0 : 1;
+  *c = (kn_conversion){.user = op, .opnd = 0, .value = op->opnd[0], .dst = get(s, op->res[0]),
+                       .kind = KN_CONV_PERMUTE, .buffer = -1, .shared = plain_shared(p, inner)};
   return 0;
 }
 
@@ -443,9 +487,7 @@ static bool async_ok(pass *s, const kn_conversion *c) {
   }
   if (contig < 0 || contig != c->shared.order[0]) return false;
   /* whole 16-byte chunks: the offset and bound along the contiguous dim multiples of 8 */
-  if (kn_gpu_known_multiple(mo.off[contig]) % 8 ||
-      (mo.bound[contig] && kn_gpu_known_multiple(mo.bound[contig]) % 8))
-    return false;
+  if (!kn_gpu_vec_aligned(&mo, contig, 8)) return false;
   const kn_layout *bl = get(s, v);
   if (!bl || bl->kind != KN_LAYOUT_BLOCKED || bl->order[0] != contig || bl->spt[contig] != 8)
     return false;
@@ -614,6 +656,7 @@ int kn_assign_layouts(kn_func *k, const kn_arch *arch, kn_layout_plan *p, kn_dia
   }
   for (int i = 0; i < s.nops; i++) {
     kn_op *op = s.ops[i];
+    if ((op->opc == KN_OP_RESHAPE || op->opc == KN_OP_TRANSPOSE) && add_permute(&s, op)) goto out;
     for (int j = 0; j < op->nopnd; j++) {
       const kn_layout *w = wanted(&s, op, j);
       if (w && add_conversion(&s, op, j, w)) goto out;

@@ -36,6 +36,9 @@ typedef enum kn_conv_kind {
   KN_CONV_FREE,     /* register renaming (regmap) */
   KN_CONV_EAGER,    /* through LDS right after the value is defined */
   KN_CONV_LAZY,     /* dot operand: fragments read from LDS by the dot */
+  KN_CONV_PERMUTE,  /* the operand of a reshape or transpose, through LDS by that op: stored at
+                     * its row-major offsets (transpose: column-major), the result's registers
+                     * read at theirs; dst is the result's layout, on the result's shape */
 } kn_conv_kind;
 
 /* How a lazily staged dot operand gets into shared memory (NVPTX only; AMDGPU is always
@@ -104,6 +107,10 @@ const kn_conversion *kn_plan_conversion(const kn_layout_plan *p, const kn_op *us
 /* lower_gpu.c: a divisor every value of the scalar v is known to be a multiple of (constants,
  * multiple_of hints, sums and products of them); 1 when nothing is known */
 long long kn_gpu_known_multiple(const kn_value *v);
+/* lower_gpu.c: may a load/store access groups of v elements along dim contig as aligned vectors
+ * (offset and bound along contig known multiples of v, no constant stride of another dim that
+ * is not)? */
+bool kn_gpu_vec_aligned(const kn_mem_operands *mo, int contig, int v);
 
 /* plan_shared.c: LDS buffers and offsets; -1 with *d (the plan printed) over the limit */
 int kn_plan_shared(kn_layout_plan *plan, kn_diag *d);

@@ -112,6 +112,18 @@ static const kn_mma_shape mma_shapes[KN_MMA_COUNT] = {
         .acc_reg = {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {1, 0}, {1, 1}, {1, 2}, {1, 3}},
         .acc_lane = {{0, 4}, {0, 8}, {0, 16}, {2, 0}, {4, 0}, {8, 0}},
     },
+    /* The same for a warp of 32 (f32 dots on NVPTX: mma.sync has no exact f32 form): lane bits
+     * 0-1 walk columns (4 apart), bits 2-4 rows (2 apart), a 16x16 block per warp. */
+    [KN_MMA_FMA_16X16] = {
+        .id = KN_MMA_FMA_16X16, .name = "fma_16x16", .m = 16, .n = 16, .k = 1, .lanes = 32,
+        .a_regs = 2, .b_regs = 4, .acc_regs = 8,
+        .a_reg = {{0, 0}, {1, 0}},
+        .a_lane = {{0, 0}, {0, 0}, {2, 0}, {4, 0}, {8, 0}},
+        .b_reg = {{0, 0}, {0, 1}, {0, 2}, {0, 3}},
+        .b_lane = {{0, 4}, {0, 8}, {0, 0}, {0, 0}, {0, 0}},
+        .acc_reg = {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {1, 0}, {1, 1}, {1, 2}, {1, 3}},
+        .acc_lane = {{0, 4}, {0, 8}, {2, 0}, {4, 0}, {8, 0}},
+    },
 };
 
 const kn_mma_shape *kn_mma_shape_get(kn_mma_id id) {
@@ -504,8 +516,24 @@ bool kn_lmap_convert_free(const kn_lmap *src, const kn_lmap *dst, int *regmap) {
   return ok;
 }
 
+/* a rank-1 tile to a scalar: every register into the one value, butterflies over the lane bits
+ * that move along the tile (the others hold copies) */
+static int reduce_plan_scalar(const kn_lmap *p, kn_reduce_plan *out) {
+  if (p->rank != 1) return -1;
+  for (int b = 0; b < p->warp_bits; b++)
+    if (p->warp[b][0]) return -1;             /* would cross warps */
+  for (int b = 0; b < p->lane_bits; b++)
+    if (p->lane[b][0]) out->bfly[out->nbfly++] = b;
+  if ((p->nregs << out->nbfly) != p->shape[0]) return -1;  /* each element once */
+  out->nregs = p->nregs;
+  out->group = calloc((size_t)(p->nregs ? p->nregs : 1), sizeof(int));
+  KN_ASSERT(out->group);
+  return 0;
+}
+
 int kn_reduce_plan_make(const kn_lmap *p, const kn_lmap *s, int axis, kn_reduce_plan *out) {
   memset(out, 0, sizeof *out);
+  if (!s) return reduce_plan_scalar(p, out);
   int keep = 1 - axis;
   if (p->rank != 2 || s->rank != 1 || s->lanes != p->lanes || s->warps != p->warps) return -1;
   for (int b = 0; b < p->warp_bits; b++)

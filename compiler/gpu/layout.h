@@ -151,7 +151,7 @@ bool kn_lmap_convert_free(const kn_lmap *src, const kn_lmap *dst, int *regmap);
  * group[r] is the slice register parent register r combines into (in-thread), and the lane bits
  * listed in bfly need a butterfly step (lanes l and l ^ (1 << bit)) after it.  -1 when a warp
  * bit or a lane bit mixing kept and reduced coordinates is involved (the pass never picks such
- * a layout). */
+ * a layout).  s == NULL: a rank-1 p reduced to a scalar (every register into group 0). */
 typedef struct kn_reduce_plan {
   int nregs;      /* parent registers */
   int *group;     /* nregs entries (malloc'd) */

@@ -1,4 +1,8 @@
-/* lower_gpu.c — a laid-out tile IR kernel -> LLVM IR for amdgcn-amd-amdhsa.
+/* lower_gpu.c — a laid-out tile IR kernel -> LLVM IR for amdgcn-amd-amdhsa or nvptx64.
+ *
+ * This file is the ISA-independent part; the leaf operations of each ISA are a table in a file
+ * of its own (lower_amdgpu.c, lower_nvptx.c, sharing lower_gpu_internal.h).  NVPTX's ldmatrix
+ * reads and cp.async staging stay here: they are decisions of the layout plan (gpu.h).
  *
  * Values.  A scalar IR value is one LLVM value (uniform across the workgroup; LLVM's uniformity
  * analysis puts it in SGPRs).  A tile value is, per thread, the list of registers its layout's
@@ -9,99 +13,54 @@
  *
  * Leaf operations are LLVM intrinsics only, so the emulated target can replace each one by a
  * call into its runtime (docs/gpu.md): llvm.amdgcn.workitem.id.x, workgroup.id.{x,y,z},
- * readfirstlane, s.barrier (between workgroup-scope fences), ds.bpermute, mfma.*; LDS is one
+ * implicitarg.ptr (the grid size for num_programs), readfirstlane, s.barrier (between
+ * workgroup-scope fences), ds.bpermute, mfma.*; LDS is one
  * addrspace(3) global (@kn_lds) indexed by the plan's offsets; global memory is addrspace(1).
  * No inline asm on AMDGPU.  NVPTX adds ldmatrix fragment reads and cp.async staging (inline
  * PTX, see "NVPTX: ldmatrix fragment reads and cp.async staging" and docs/gpu.md).
  *
- * Operations.
- *  - elementwise ops, compare, select, cast: per register; f16 / bf16 transcendental functions
- *    go through f32.  Integer division guards a zero or -1 divisor (no trap, no poison; the
- *    result is then unspecified, as the host target's status bit is not available here).
+ * Operations.  Every op of ops.def is lowered (each switch over opcodes names them all; the
+ * families come from op_cases.h), on the element types the interpreter has, except arithmetic
+ * on fp8 values (an error: fp8 tiles are loaded, stored, selected and fed to dot).
+ *  - elementwise ops, compare, select, cast: per register.  Float functions are computed in
+ *    f32 as the op's math entry in ops.def says (llvm.<name>.f32, which a target may replace by
+ *    its own leaf, NVPTX's .approx units; or kiln's expansion: rsqrt, tanh from exp2) and
+ *    rounded once to f16 / bf16.  Float rem is an exact fmod (kn.fmod.f32, long division of the
+ *    significands), not the backends' x - trunc(x / y) * y.  i1 arithmetic is on 0 / 1 as in the
+ *    interpreter; an integer to bf16 rounds once.  Integer division guards a zero or -1 divisor
+ *    (no trap, no poison; the result is then unspecified, as the host target's status bit is
+ *    not available here).
  *  - load / store: each group of registers the map holds contiguously along the dimension whose
  *    stride is the constant 1 becomes one vector access (16 bytes where the map allows, and only
  *    when the offset and the bound along that dim are known multiples of the vector: constants or
- *    multiple_of hints); otherwise scalar accesses.  Dead elements (bounds, mask) are not touched:
- *    each access is under a branch, which the backend turns into exec masking.
+ *    multiple_of hints, and no other dim has a constant stride that is not); otherwise scalar
+ *    accesses.  Dead elements (bounds, mask) are not touched: each access is under a branch,
+ *    which the backend turns into exec masking.  A scalar load or store is one access by every
+ *    thread, at the same address.
  *  - dot: the accumulator is the transposed mma layout; for each (m, n) instruction tile of the
  *    warp and each k step one MFMA, given B's fragment as its A and A's as its B.  An operand
  *    staged lazily is read from LDS fragment by fragment (one 8-byte ds_read per fragment when
  *    the swizzle keeps the k-width contiguous).
  *  - reduce: in-thread combine in register order, then one ds_bpermute butterfly per lane bit of
- *    the plan (kn_reduce_plan).
+ *    the plan (kn_reduce_plan; a rank-1 tile reduces to a scalar the same way); values narrower
+ *    than 32 bits cross lanes zero-extended, i64 as two halves.
  *  - for: phis for the induction variable and every register of every carried value; a loop
  *    whose first iteration fails its test (or whose step is not positive) runs no iteration.
- *  - staged conversions: barrier, every thread stores its source registers at the swizzled
- *    offsets, barrier; then an eager conversion loads its destination registers at once, a lazy
- *    one leaves the reads to the dot.  NVPTX: see kn_stage_kind (gpu.h) for operands copied by
+ *    if (a uniform condition): a branch and a phi per register of each result.
+ *  - reshape, transpose: through LDS (a permute conversion, gpu.h).
+ *  - staged conversions: barrier, every thread holding the first copy of its elements stores
+ *    its source registers at the swizzled offsets, barrier; then an eager conversion loads its
+ *    destination registers at once, a lazy one leaves the reads to the dot.  NVPTX: see kn_stage_kind (gpu.h) for operands copied by
  *    cp.async or staged once before their loop.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <llvm-c/Core.h>
 
-#include "gpu.h"
-
-typedef struct base_entry {
-  int32_t lane[KN_MAX_LANE_BITS][2], warp[KN_MAX_WARP_BITS][2];
-  int shape[2];
-  LLVMValueRef v[2];
-} base_entry;
-
-typedef struct leaf_ops leaf_ops;
-
-typedef struct ldsm_base {
-  int conv, n, j;
-  int ds[4], dch[4];
-  LLVMValueRef p;
-} ldsm_base;
-
-typedef struct G {
-  const kn_layout_plan *p;
-  const leaf_ops *ops;       /* the target's leaf operations */
-  kn_diag *d;
-  int failed;
-  LLVMContextRef C;
-  LLVMModuleRef M;
-  LLVMBuilderRef B, E;       /* E: before the entry block's terminator (thread bases) */
-  LLVMValueRef fn;
-  LLVMValueRef lane, warp, lds;
-  LLVMValueRef *sv;          /* per value id: scalar */
-  LLVMValueRef **tv;         /* per value id: tile registers */
-  kn_lmap *map;              /* per value id (tiles), evaluated on demand */
-  bool *has_map;
-  LLVMValueRef **conv_regs;  /* per conversion: registers in the destination layout */
-  base_entry *bases;
-  int nbases, capbases;
-  /* NVPTX: per-thread ldmatrix base pointers (entry block), one per (conversion, matrix
-   * pattern, chunk residue); the innermost loop being lowered (cp.async prefetch) */
-  struct ldsm_base *ldsm;
-  int nldsm, capldsm;
-  kn_block *loop_body;
-  LLVMValueRef loop_iv, loop_step, loop_hi;
-  LLVMTypeRef i1, i8, i16, i32, i64, f16, bf16, f32, vd, p1, p3;
-} G;
-
-/* the target's leaf operations (see "the targets' leaf operations" below) */
-struct leaf_ops {
-  const char *name;        /* in messages: "AMDGPU", "NVPTX" */
-  void (*ids)(G *g);       /* in the entry block: g->lane, g->warp */
-  LLVMValueRef (*program_id)(G *g, int dim);
-  void (*barrier)(G *g);   /* every thread of the program, shared memory ordered across it */
-  /* the i32 `bits` of lane (lane ^ mask) of the same warp */
-  LLVMValueRef (*xor_lanes)(G *g, LLVMValueRef bits, int mask);
-  /* acc[0..acc_regs) += A * B for one instruction; a, b: the lane's operand elements in the
-   * lane tables' order (layout.c); -1 when the target has no such instruction */
-  int (*mma)(G *g, const kn_mma_shape *s, kn_scalar t, bool transposed, LLVMValueRef *a,
-             LLVMValueRef *b, LLVMValueRef *acc);
-  void (*kernel)(G *g);    /* calling convention and attributes of g->fn */
-  LLVMValueRef (*shared)(G *g, int64_t bytes);  /* the addrspace(3) byte array */
-  /* f32 `fname` ("exp2", "log", ...) of x where the generic llvm.<fname>.f32 would not do, or
-   * NULL (then llvm.<fname>.f32); the entry may be NULL */
-  LLVMValueRef (*f32_math)(G *g, const char *fname, LLVMValueRef x);
-  bool nowrap_offsets;     /* mark coordinate and shared-offset arithmetic nuw nsw */
-};
+#include "lower_gpu_internal.h"
+#include "op_cases.h"
 
 static int fail(G *g, const kn_op *op, const char *fmt, const char *what) {
   if (!g->failed) {
@@ -127,243 +86,6 @@ static int unsupported_op(G *g, const kn_op *op, const char *fmt, const char *na
   snprintf(what, sizeof what, fmt, name);
   return unsupported(g, op, what);
 }
-
-/* ---- types and intrinsics ---- */
-
-static LLVMTypeRef sty(G *g, kn_scalar s) {
-  switch (s) {
-  case KN_I1: return g->i1;
-  case KN_I32: return g->i32;
-  case KN_I64: return g->i64;
-  case KN_F16: return g->f16;
-  case KN_BF16: return g->bf16;
-  case KN_F32: return g->f32;
-  default: return g->i8;  /* fp8: raw bits (no arithmetic is lowered on them) */
-  }
-}
-
-static LLVMValueRef call(G *g, const char *name, LLVMTypeRef ret, LLVMValueRef *args, int n) {
-  LLVMTypeRef ts[16];
-  for (int i = 0; i < n; i++) ts[i] = LLVMTypeOf(args[i]);
-  LLVMTypeRef ft = LLVMFunctionType(ret, ts, (unsigned)n, 0);
-  LLVMValueRef f = LLVMGetNamedFunction(g->M, name);
-  if (!f) f = LLVMAddFunction(g->M, name, ft);
-  return LLVMBuildCall2(g->B, ft, f, args, (unsigned)n, "");
-}
-
-static const char *fsuffix(G *g, LLVMTypeRef t) {
-  return t == g->f16 ? "f16" : t == g->bf16 ? "bf16" : "f32";
-}
-
-static LLVMValueRef ci32(G *g, long long v) { return LLVMConstInt(g->i32, (unsigned long long)v, 1); }
-static LLVMValueRef ci64(G *g, long long v) { return LLVMConstInt(g->i64, (unsigned long long)v, 1); }
-
-/* ---- the targets' leaf operations ----
- *
- * Everything above the leaves (values as per-thread register lists, addresses, masks, loops,
- * conversions through shared memory, the order of matrix instructions) is the same for every
- * target; what differs is this small table: thread and program ids, the barrier, the cross-lane
- * move of a reduction butterfly, one matrix instruction, the kernel's calling convention and
- * attributes, and the shared-memory global.  Each entry is LLVM intrinsics or plain IR (no
- * inline asm), so the emulated AMDGPU target can still replace the AMDGPU leaves one by one. */
-
-static void str_attr(G *g, const char *k, const char *v) {
-  LLVMAddAttributeAtIndex(g->fn, LLVMAttributeFunctionIndex,
-                          LLVMCreateStringAttribute(g->C, k, (unsigned)strlen(k), v,
-                                                    (unsigned)strlen(v)));
-}
-
-/* AMDGPU: wave64; the wave index is made uniform with readfirstlane so that everything derived
- * from it stays in SGPRs */
-static void amd_ids(G *g) {
-  LLVMValueRef tid = call(g, "llvm.amdgcn.workitem.id.x", g->i32, NULL, 0);
-  g->lane = LLVMBuildAnd(g->B, tid, ci32(g, 63), "lane");
-  LLVMValueRef w = LLVMBuildLShr(g->B, tid, ci32(g, 6), "");
-  g->warp = call(g, "llvm.amdgcn.readfirstlane.i32", g->i32, &w, 1);
-}
-
-static LLVMValueRef amd_program_id(G *g, int dim) {
-  static const char *ids[] = {"llvm.amdgcn.workgroup.id.x", "llvm.amdgcn.workgroup.id.y",
-                              "llvm.amdgcn.workgroup.id.z"};
-  return call(g, ids[dim % 3], g->i32, NULL, 0);
-}
-
-static void amd_barrier(G *g) {
-  unsigned wg = LLVMGetSyncScopeID(g->C, "workgroup", 9);
-  LLVMBuildFenceSyncScope(g->B, LLVMAtomicOrderingRelease, wg, "");
-  call(g, "llvm.amdgcn.s.barrier", g->vd, NULL, 0);
-  LLVMBuildFenceSyncScope(g->B, LLVMAtomicOrderingAcquire, wg, "");
-}
-
-static LLVMValueRef amd_xor_lanes(G *g, LLVMValueRef bits, int mask) {
-  /* ds_bpermute takes the source lane as a byte address */
-  LLVMValueRef addr = LLVMBuildShl(g->B, LLVMBuildXor(g->B, g->lane, ci32(g, mask), ""), ci32(g, 2), "");
-  LLVMValueRef args[2] = {addr, bits};
-  return call(g, "llvm.amdgcn.ds.bpermute", g->i32, args, 2);
-}
-
-static LLVMValueRef pack_vec(G *g, LLVMValueRef *e, int n, kn_scalar t) {
-  LLVMValueRef v = LLVMGetUndef(LLVMVectorType(sty(g, t), (unsigned)n));
-  for (int k = 0; k < n; k++) v = LLVMBuildInsertElement(g->B, v, e[k], ci32(g, k), "");
-  return v;
-}
-
-/* one MFMA of the kernel's instruction (the registry's entry: intrinsic and operand packing) */
-static int amd_mma(G *g, const kn_mma_shape *s, kn_scalar t, bool transposed, LLVMValueRef *a,
-                   LLVMValueRef *b, LLVMValueRef *acc) {
-  const kn_mma_instr *in = g->p->instr;
-  if (!in || !in->intrinsic || in->shape != s->id || in->a != t) return -1;
-  LLVMValueRef av = pack_vec(g, a, s->a_regs, t), bv = pack_vec(g, b, s->b_regs, t);
-  switch (in->operands) {
-  case KN_MMA_VEC: break;
-  case KN_MMA_VEC_I16:  /* the bf16_1k MFMAs take their operands as <N x i16> */
-    av = LLVMBuildBitCast(g->B, av, LLVMVectorType(g->i16, (unsigned)s->a_regs), "");
-    bv = LLVMBuildBitCast(g->B, bv, LLVMVectorType(g->i16, (unsigned)s->b_regs), "");
-    break;
-  case KN_MMA_PACKED_I64:  /* fp8: 8 raw bytes per lane as one i64, byte e = element e */
-    av = LLVMBuildBitCast(g->B, av, g->i64, "");
-    bv = LLVMBuildBitCast(g->B, bv, g->i64, "");
-    break;
-  case KN_MMA_PAIRS_NV:
-  case KN_MMA_FMA:
-    return -1;
-  }
-  LLVMValueRef cv = pack_vec(g, acc, s->acc_regs, KN_F32);
-  /* transposed: the instruction computes D^T = B^T A^T, B's fragment goes first;
-   * cbsz = abid = blgp = 0 */
-  LLVMValueRef args[6] = {transposed ? bv : av, transposed ? av : bv, cv, ci32(g, 0), ci32(g, 0),
-                          ci32(g, 0)};
-  cv = call(g, in->intrinsic, LLVMTypeOf(cv), args, 6);
-  for (int j = 0; j < s->acc_regs; j++) acc[j] = LLVMBuildExtractElement(g->B, cv, ci32(g, j), "");
-  return 0;
-}
-
-static void amd_kernel(G *g) {
-  LLVMSetFunctionCallConv(g->fn, LLVMAMDGPUKERNELCallConv);
-  char size[32], wpe[8];
-  snprintf(size, sizeof size, "1,%d", 64 * g->p->warps);
-  /* registers: amdgpu-waves-per-eu is a minimum the register allocator must allow; 2 waves
-   * per SIMD (2 workgroups of 4 waves per CU) caps a wave at 256 of the 512 unified VGPR+AGPR
-   * entries, the budget the attention kernel fits without spilling up to D 128 at 128x64 */
-  snprintf(wpe, sizeof wpe, "%d", g->p->warps >= 4 ? 2 : 1);
-  str_attr(g, "amdgpu-flat-work-group-size", size);
-  str_attr(g, "amdgpu-waves-per-eu", wpe);
-  str_attr(g, "uniform-work-group-size", "true");
-}
-
-static LLVMValueRef amd_shared(G *g, int64_t bytes) {
-  LLVMTypeRef at = LLVMArrayType2(g->i8, (uint64_t)bytes);
-  LLVMValueRef lds = LLVMAddGlobalInAddressSpace(g->M, at, "kn_lds", 3);
-  LLVMSetInitializer(lds, LLVMGetUndef(at));
-  LLVMSetLinkage(lds, LLVMInternalLinkage);
-  LLVMSetAlignment(lds, 16);
-  return lds;
-}
-
-static const leaf_ops amdgpu_ops = {
-    .name = "AMDGPU", .ids = amd_ids,
-    .program_id = amd_program_id, .barrier = amd_barrier, .xor_lanes = amd_xor_lanes,
-    .mma = amd_mma, .kernel = amd_kernel, .shared = amd_shared,
-};
-
-/* NVPTX: warps of 32.  The warp index tid >> 5 is uniform across a warp by construction; ptxas
- * sees that as well as readfirstlane would tell it. */
-static void nv_ids(G *g) {
-  LLVMValueRef tid = call(g, "llvm.nvvm.read.ptx.sreg.tid.x", g->i32, NULL, 0);
-  g->lane = LLVMBuildAnd(g->B, tid, ci32(g, 31), "lane");
-  g->warp = LLVMBuildLShr(g->B, tid, ci32(g, 5), "warp");
-}
-
-static LLVMValueRef nv_program_id(G *g, int dim) {
-  static const char *ids[] = {"llvm.nvvm.read.ptx.sreg.ctaid.x", "llvm.nvvm.read.ptx.sreg.ctaid.y",
-                              "llvm.nvvm.read.ptx.sreg.ctaid.z"};
-  return call(g, ids[dim % 3], g->i32, NULL, 0);
-}
-
-/* bar.sync 0 (LLVM 22's name for what was llvm.nvvm.barrier0): it orders shared and global
- * memory accesses among the CTA's threads, so no separate fence is needed, and the intrinsic's
- * memory effects keep LLVM from moving loads and stores across it */
-static void nv_barrier(G *g) {
-  LLVMValueRef zero = ci32(g, 0);
-  call(g, "llvm.nvvm.barrier.cta.sync.aligned.all", g->vd, &zero, 1);
-}
-
-static LLVMValueRef nv_xor_lanes(G *g, LLVMValueRef bits, int mask) {
-  /* all 32 lanes take part (full mask); clamp 31: the whole warp is one segment */
-  LLVMValueRef args[4] = {ci32(g, -1), bits, ci32(g, mask), ci32(g, 31)};
-  return call(g, "llvm.nvvm.shfl.sync.bfly.i32", g->i32, args, 4);
-}
-
-/* mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32: A as four 32-bit registers
- * (pairs a0a1, a2a3, a4a5, a6a7 of the lane table), B as two (b0b1, b2b3), C and D as four f32.
- * LLVM 22 (IntrinsicsNVVM.td) names the f16 form by its D and C types, .f32.f32, with <2 x half>
- * operands, and the bf16 form .bf16 with i32 operands. */
-static int nv_mma(G *g, const kn_mma_shape *s, kn_scalar t, bool transposed, LLVMValueRef *a,
-                  LLVMValueRef *b, LLVMValueRef *acc) {
-  const kn_mma_instr *in = g->p->instr;
-  if (!in || in->operands != KN_MMA_PAIRS_NV || s->id != KN_MMA_NV_16X8X16 || transposed ||
-      in->a != t)
-    return -1;
-  LLVMValueRef args[10];
-  for (int i = 0; i < 6; i++) {
-    LLVMValueRef *src = i < 4 ? a + 2 * i : b + 2 * (i - 4);
-    LLVMValueRef v = pack_vec(g, src, 2, t);
-    args[i] = t == KN_BF16 ? LLVMBuildBitCast(g->B, v, g->i32, "") : v;
-  }
-  for (int j = 0; j < 4; j++) args[6 + j] = acc[j];
-  LLVMTypeRef f4[4] = {g->f32, g->f32, g->f32, g->f32};
-  LLVMTypeRef rt = LLVMStructTypeInContext(g->C, f4, 4, 0);
-  LLVMValueRef r = call(g, in->intrinsic, rt, args, 10);
-  for (int j = 0; j < 4; j++) acc[j] = LLVMBuildExtractValue(g->B, r, (unsigned)j, "");
-  return 0;
-}
-
-static void nv_kernel(G *g) {
-  LLVMSetFunctionCallConv(g->fn, LLVMPTXKernelCallConv);
-  char n[16];
-  snprintf(n, sizeof n, "%d", 32 * g->p->warps);
-  /* .reqntid: ptxas budgets registers for exactly this block size (255 per thread up to 256
-   * threads), and a launch with another block size is an error instead of wrong results (the
-   * lanes and warps of every layout assume it).  ptxas rejects .maxntid next to it. */
-  str_attr(g, "nvvm.reqntid", n);
-}
-
-/* dynamic shared memory (extern .shared): a static .shared array is limited to 48 KiB, the
- * dynamic one may be opted into up to the device's limit; the launcher passes the plan's bytes */
-static LLVMValueRef nv_shared(G *g, int64_t bytes) {
-  (void)bytes;
-  LLVMTypeRef at = LLVMArrayType2(g->i8, 0);
-  LLVMValueRef smem = LLVMAddGlobalInAddressSpace(g->M, at, "kn_smem", 3);
-  LLVMSetLinkage(smem, LLVMExternalLinkage);
-  LLVMSetAlignment(smem, 16);
-  return smem;
-}
-
-/* NVPTX has no libm: llvm.log2/exp/log.f32 without fast-math flags become calls the backend
- * cannot select (an LLVM fatal error).  All go through the approximate hardware units: lg2.approx.f32 (max error 2^-22 absolute
- * in [0.5, 2], relative elsewhere), exp(x) = ex2(x * log2 e), log(x) = lg2(x) * ln 2. */
-static LLVMValueRef nv_f32_math(G *g, const char *fname, LLVMValueRef x) {
-  if (!strcmp(fname, "log2") || !strcmp(fname, "log")) {
-    LLVMValueRef y = call(g, "llvm.nvvm.lg2.approx.f", g->f32, &x, 1);
-    return fname[3] ? y : LLVMBuildFMul(g->B, y, LLVMConstReal(g->f32, 0.69314718055994530942), "");
-  }
-  if (!strcmp(fname, "exp")) {
-    LLVMValueRef y = LLVMBuildFMul(g->B, x, LLVMConstReal(g->f32, 1.44269504088896340736), "");
-    return call(g, "llvm.nvvm.ex2.approx.ftz.f32", g->f32, &y, 1);
-  }
-  /* ex2.approx.ftz.f32: one MUFU op; llvm.exp2.f32 gives the non-ftz form, which on sm_80+
-   * costs extra instructions to handle denormal inputs and outputs.  Flushing them to zero is
-   * harmless for softmax weights (2^-126 of the row maximum is 0 to any f16/bf16 P). */
-  if (!strcmp(fname, "exp2")) return call(g, "llvm.nvvm.ex2.approx.ftz.f32", g->f32, &x, 1);
-  return NULL;
-}
-
-static const leaf_ops nvptx_ops = {
-    .name = "NVPTX", .ids = nv_ids,
-    .program_id = nv_program_id, .barrier = nv_barrier, .xor_lanes = nv_xor_lanes,
-    .mma = nv_mma, .kernel = nv_kernel, .shared = nv_shared, .f32_math = nv_f32_math,
-    .nowrap_offsets = true,
-};
 
 /* NVPTX: coordinates and shared offsets are small and non-negative, and saying so (nuw nsw)
  * lets LLVM split sext(base + constant) into sext(base) + constant, so each fragment read of a
@@ -500,7 +222,65 @@ static LLVMValueRef shared_reg_ptr(G *g, const kn_conversion *c, const kn_lmap *
 
 static LLVMTypeRef vec_ty(LLVMTypeRef t, int v) { return v == 1 ? t : LLVMVectorType(t, (unsigned)v); }
 
-/* barrier; store every register of the value at its swizzled offset; barrier */
+/* ---- guarded code: if (cond) { ... } ---- */
+
+typedef struct guard {
+  LLVMBasicBlockRef from, body, join;  /* all NULL when there was no condition */
+} guard;
+
+/* opens the block run when cond holds (nothing to open when cond is NULL: always run) */
+static guard guard_open(G *g, LLVMValueRef cond, const char *name) {
+  guard gd = {0};
+  if (!cond) return gd;
+  gd.from = LLVMGetInsertBlock(g->B);
+  gd.body = LLVMAppendBasicBlockInContext(g->C, g->fn, name);
+  gd.join = LLVMAppendBasicBlockInContext(g->C, g->fn, "join");
+  LLVMBuildCondBr(g->B, cond, gd.body, gd.join);
+  LLVMPositionBuilderAtEnd(g->B, gd.body);
+  return gd;
+}
+
+static void guard_close(G *g, const guard *gd) {
+  if (!gd->join) return;
+  LLVMBuildBr(g->B, gd->join);
+  LLVMPositionBuilderAtEnd(g->B, gd->join);
+}
+
+/* after guard_close: v as computed in the guarded block, or `skipped` when it did not run */
+static LLVMValueRef guard_value(G *g, const guard *gd, LLVMValueRef v, LLVMValueRef skipped) {
+  if (!gd->join) return v;
+  LLVMValueRef phi = LLVMBuildPhi(g->B, LLVMTypeOf(v), "");
+  LLVMValueRef vals[2] = {v, skipped};
+  LLVMBasicBlockRef bbs[2] = {gd->body, gd->from};
+  LLVMAddIncoming(phi, vals, bbs, 2);
+  return phi;
+}
+
+/* is (delta0, delta1) a move that lands on the same element (0, or a whole shape: the map's
+ * coordinates are taken modulo the shape)? */
+static bool same_element(const kn_lmap *m, const int32_t *delta) {
+  return delta[0] % m->shape[0] == 0 && delta[1] % m->shape[1] == 0;
+}
+
+/* NULL when every element of map m is held by one thread; else the i1 "this thread holds the
+ * first copy of its elements": its lane and warp bits that only make copies are all 0 (so a
+ * value laid out with copies in several waves is stored once, not raced on) */
+static LLVMValueRef first_copy(G *g, const kn_lmap *m) {
+  LLVMValueRef own = NULL;
+  for (int k = 0; k < 2; k++) {
+    int bits = k ? m->warp_bits : m->lane_bits;
+    for (int b = 0; b < bits; b++) {
+      if (!same_element(m, k ? m->warp[b] : m->lane[b])) continue;
+      LLVMValueRef bit = LLVMBuildAnd(g->B, k ? g->warp : g->lane, ci32(g, 1 << b), "");
+      LLVMValueRef zero = LLVMBuildICmp(g->B, LLVMIntEQ, bit, ci32(g, 0), "");
+      own = own ? LLVMBuildAnd(g->B, own, zero, "") : zero;
+    }
+  }
+  return own;
+}
+
+/* barrier; store every register of the value at its swizzled offset (from the threads holding
+ * the first copy of each element); barrier */
 static void stage_store(G *g, const kn_conversion *c) {
   const kn_lmap *m = vmap(g, c->value);
   LLVMValueRef *src = g->tv[c->value->id];
@@ -508,6 +288,7 @@ static void stage_store(G *g, const kn_conversion *c) {
   LLVMTypeRef et = sty(g, c->value->type.elem);
   int v = kn_lmap_vec(m, c->shared.order[0], c->shared.vec);
   barrier(g);
+  guard own = guard_open(g, first_copy(g, m), "stage.own");
   for (int r = 0; r < m->nregs; r += v) {
     LLVMValueRef x;
     if (v == 1) {
@@ -519,6 +300,7 @@ static void stage_store(G *g, const kn_conversion *c) {
     LLVMValueRef st = LLVMBuildStore(g->B, x, shared_reg_ptr(g, c, m, r, shape));
     LLVMSetAlignment(st, (unsigned)(v * (int)kn_scalar_size(c->value->type.elem)));
   }
+  guard_close(g, &own);
   if (!(kn_gpu_test_breaks & KN_GPU_BREAK_STAGING_BARRIER)) barrier(g);
 }
 
@@ -618,39 +400,194 @@ static LLVMValueRef *new_regs(G *g, const kn_value *v) {
 
 static bool isf(kn_scalar s) { return kn_scalar_is_float(s); }
 
-static LLVMValueRef through_f32(G *g, const char *fname, LLVMValueRef x) {
-  LLVMTypeRef t = LLVMTypeOf(x);
-  LLVMValueRef y = t == g->f32 ? x : LLVMBuildFPExt(g->B, x, g->f32, "");
-  LLVMValueRef r = g->ops->f32_math ? g->ops->f32_math(g, fname, y) : NULL;
-  if (!r) {
-    char name[64];
-    snprintf(name, sizeof name, "llvm.%s.f32", fname);
-    r = call(g, name, g->f32, &y, 1);
+static LLVMValueRef cf32(G *g, double v) { return LLVMConstReal(g->f32, v); }
+
+/* the f32 function `fname` of x: the target's leaf where it has one, else llvm.<fname>.f32 */
+static LLVMValueRef f32_fn(G *g, const char *fname, LLVMValueRef x) {
+  LLVMValueRef r = g->ops->f32_math ? g->ops->f32_math(g, fname, x) : NULL;
+  if (r) return r;
+  char name[64];
+  snprintf(name, sizeof name, "llvm.%s.f32", fname);
+  return call(g, name, g->f32, &x, 1);
+}
+
+/* kiln's expansions (KILN in the gpu column of ops.def), on f32 */
+static LLVMValueRef expand_rsqrt(G *g, LLVMValueRef x) {
+  return LLVMBuildFDiv(g->B, cf32(g, 1.0), f32_fn(g, "sqrt", x), "");
+}
+
+/* tanh from exp2 (no GPU backend selects llvm.tanh.f32 without afn, and NVPTX would make it a
+ * libm call, which aborts LLVM).  |x| < 0.25: the odd Taylor polynomial
+ *   x (1 - x^2/3 + 2x^4/15 - 17x^6/315 + 62x^8/2835 - 1382x^10/155925)
+ * whose next term, 21844 x^13 / 6081075, is below 2^-26 |x| there; this keeps tiny x exact (no
+ * 1 - e cancellation).  Else 1 - 2 / (1 + e^{2|x|}) with e^{2|x|} = exp2(2|x| log2 e): 2/(1+e)
+ * is at most 0.76 there, so the subtraction loses at most two bits, and a huge |x| gives
+ * e = inf, 2/inf = 0, 1.  The sign is x's (copysign keeps -0 and NaN).  On NVPTX exp2 is
+ * ex2.approx, hence KN_APPROX. */
+static LLVMValueRef expand_tanh(G *g, LLVMValueRef x) {
+  LLVMBuilderRef B = g->B;
+  LLVMValueRef ax = call(g, "llvm.fabs.f32", g->f32, &x, 1);
+  LLVMValueRef x2 = LLVMBuildFMul(B, x, x, "");
+  static const double c[] = {-1382.0 / 155925, 62.0 / 2835, -17.0 / 315, 2.0 / 15, -1.0 / 3, 1.0};
+  LLVMValueRef p = cf32(g, c[0]);
+  for (int i = 1; i < 6; i++) p = LLVMBuildFAdd(B, LLVMBuildFMul(B, p, x2, ""), cf32(g, c[i]), "");
+  LLVMValueRef small = LLVMBuildFMul(B, x, p, "");
+  LLVMValueRef t = LLVMBuildFMul(B, ax, cf32(g, 2.0 * 1.44269504088896340736), "");
+  LLVMValueRef e = f32_fn(g, "exp2", t);
+  LLVMValueRef q = LLVMBuildFDiv(B, cf32(g, 2.0), LLVMBuildFAdd(B, cf32(g, 1.0), e, ""), "");
+  LLVMValueRef big = LLVMBuildFSub(B, cf32(g, 1.0), q, "");
+  LLVMValueRef args[2] = {big, x};
+  big = call(g, "llvm.copysign.f32", g->f32, args, 2);
+  LLVMValueRef is_small = LLVMBuildFCmp(B, LLVMRealOLT, ax, cf32(g, 0.25), "");
+  return LLVMBuildSelect(B, is_small, small, big, "");
+}
+
+static const struct {
+  const char *name;
+  LLVMValueRef (*fn)(G *g, LLVMValueRef x);
+} expansions[] = {{"rsqrt", expand_rsqrt}, {"tanh", expand_tanh}};
+
+/* a float function as the op's math entry says, computed in f32 and rounded once to a's type
+ * (f16, bf16); NULL when the entry has nothing a GPU can run */
+static LLVMValueRef math_unary(G *g, kn_opcode o, LLVMValueRef a) {
+  kn_math m = kn_opinfo_table[o].math;
+  LLVMTypeRef t = LLVMTypeOf(a);
+  LLVMValueRef y = t == g->f32 ? a : LLVMBuildFPExt(g->B, a, g->f32, ""), r = NULL;
+  switch ((kn_math_via)m.gpu) {
+  case KN_VIA_LLVM: r = f32_fn(g, m.name, y); break;
+  case KN_VIA_KILN:
+    for (size_t i = 0; i < sizeof expansions / sizeof expansions[0]; i++)
+      if (!strcmp(expansions[i].name, m.name)) r = expansions[i].fn(g, y);
+    break;
+  case KN_VIA_LIBM:  /* GPUs have no libm */
+  case KN_VIA_NONE: break;
   }
+  if (!r) return NULL;
   return t == g->f32 ? r : LLVMBuildFPTrunc(g->B, r, t, "");
 }
 
-static LLVMValueRef binary(G *g, kn_opcode o, kn_scalar s, LLVMValueRef a, LLVMValueRef b) {
+static LLVMValueRef call_smax(G *g, LLVMValueRef a, LLVMValueRef b) {
+  LLVMValueRef args[2] = {a, b};
+  return call(g, "llvm.smax.i32", g->i32, args, 2);
+}
+
+/* fmod on f32, exactly (the interpreter's rem; NVPTX's frem is x - trunc(x / y) * y, which is
+ * not): long division of the significands, one quotient bit per step.  Both significands are
+ * normalised to [2^23, 2^24) (ctlz takes care of subnormals), so before each step m < 2 my and
+ * one conditional subtraction keeps it below my; after ex - ey steps the remainder is m at y's
+ * exponent, exact because the result of fmod always is.  At most 277 steps (subnormal y, huge
+ * x).  Built once per module as an internal function; the backends inline it. */
+static LLVMValueRef fmod_f32_fn(G *g) {
+  LLVMValueRef f = LLVMGetNamedFunction(g->M, "kn.fmod.f32");
+  if (f) return f;
+  LLVMTypeRef pt[2] = {g->f32, g->f32};
+  f = LLVMAddFunction(g->M, "kn.fmod.f32", LLVMFunctionType(g->f32, pt, 2, 0));
+  LLVMSetLinkage(f, LLVMInternalLinkage);
+  LLVMBuilderRef B = LLVMCreateBuilderInContext(g->C), keep = g->B;
+  g->B = B;
+  LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(g->C, f, "entry");
+  LLVMBasicBlockRef special = LLVMAppendBasicBlockInContext(g->C, f, "special");
+  LLVMBasicBlockRef work = LLVMAppendBasicBlockInContext(g->C, f, "work");
+  LLVMBasicBlockRef loop = LLVMAppendBasicBlockInContext(g->C, f, "loop");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->C, f, "done");
+  LLVMPositionBuilderAtEnd(B, entry);
+  LLVMValueRef x = LLVMGetParam(f, 0), y = LLVMGetParam(f, 1);
+  LLVMValueRef ux = LLVMBuildBitCast(B, x, g->i32, ""), uy = LLVMBuildBitCast(B, y, g->i32, "");
+  LLVMValueRef sx = LLVMBuildAnd(B, ux, ci32(g, (int32_t)0x80000000u), "");
+  LLVMValueRef ax = LLVMBuildAnd(B, ux, ci32(g, 0x7fffffff), "");
+  LLVMValueRef ay = LLVMBuildAnd(B, uy, ci32(g, 0x7fffffff), "");
+  /* y == 0, x inf or NaN, y NaN: NaN; |x| < |y| (x = 0, y = inf included): x */
+  LLVMValueRef nan = LLVMBuildOr(B, LLVMBuildICmp(B, LLVMIntEQ, ay, ci32(g, 0), ""),
+                                 LLVMBuildOr(B, LLVMBuildICmp(B, LLVMIntUGE, ax, ci32(g, 0x7f800000), ""),
+                                             LLVMBuildICmp(B, LLVMIntUGT, ay, ci32(g, 0x7f800000), ""), ""), "");
+  LLVMValueRef keepx = LLVMBuildICmp(B, LLVMIntULT, ax, ay, "");
+  LLVMBuildCondBr(B, LLVMBuildOr(B, nan, keepx, ""), special, work);
+  LLVMPositionBuilderAtEnd(B, special);
+  LLVMBuildRet(B, LLVMBuildSelect(B, nan, cf32(g, NAN), x, ""));
+  /* significands normalised to [2^23, 2^24), exponents to match */
+  LLVMPositionBuilderAtEnd(B, work);
+  LLVMValueRef e[2], mnt[2], a2[2] = {ax, ay};
+  for (int i = 0; i < 2; i++) {
+    LLVMValueRef ef = LLVMBuildLShr(B, a2[i], ci32(g, 23), "");
+    LLVMValueRef frac = LLVMBuildAnd(B, a2[i], ci32(g, 0x7fffff), "");
+    LLVMValueRef normal = LLVMBuildICmp(B, LLVMIntNE, ef, ci32(g, 0), "");
+    LLVMValueRef m = LLVMBuildSelect(B, normal, LLVMBuildOr(B, frac, ci32(g, 1 << 23), ""), frac, "");
+    LLVMValueRef ctlz_args[2] = {m, LLVMConstInt(g->i1, 1, 0)};
+    LLVMValueRef sh = LLVMBuildSub(B, call(g, "llvm.ctlz.i32", g->i32, ctlz_args, 2), ci32(g, 8), "");
+    mnt[i] = LLVMBuildShl(B, m, sh, "");
+    e[i] = LLVMBuildSub(B, LLVMBuildSelect(B, normal, ef, ci32(g, 1), ""), sh, "");
+  }
+  LLVMBuildBr(B, loop);
+  /* loop: while ex > ey { if m >= my: m -= my; m <<= 1; ex-- }; then one last step */
+  LLVMPositionBuilderAtEnd(B, loop);
+  LLVMValueRef m = LLVMBuildPhi(B, g->i32, "m"), ex = LLVMBuildPhi(B, g->i32, "ex");
+  LLVMValueRef ge = LLVMBuildICmp(B, LLVMIntUGE, m, mnt[1], "");
+  LLVMValueRef r = LLVMBuildSelect(B, ge, LLVMBuildSub(B, m, mnt[1], ""), m, "");
+  LLVMValueRef more = LLVMBuildICmp(B, LLVMIntSGT, ex, e[1], "");
+  LLVMValueRef m2 = LLVMBuildShl(B, r, ci32(g, 1), ""), ex2 = LLVMBuildSub(B, ex, ci32(g, 1), "");
+  LLVMValueRef mv[2] = {mnt[0], m2}, ev[2] = {e[0], ex2};
+  LLVMBasicBlockRef from[2] = {work, loop};
+  LLVMAddIncoming(m, mv, from, 2);
+  LLVMAddIncoming(ex, ev, from, 2);
+  LLVMBuildCondBr(B, more, loop, done);
+  /* r * 2^(ey - 150), r < 2^24: renormalise and rebuild the bits (subnormal when small) */
+  LLVMPositionBuilderAtEnd(B, done);
+  LLVMValueRef ctlz_args[2] = {r, LLVMConstInt(g->i1, 0, 0)};
+  LLVMValueRef sh = LLVMBuildSub(B, call(g, "llvm.ctlz.i32", g->i32, ctlz_args, 2), ci32(g, 8), "");
+  LLVMValueRef rn = LLVMBuildShl(B, r, sh, ""), er = LLVMBuildSub(B, e[1], sh, "");
+  LLVMValueRef normal_bits = LLVMBuildOr(B, LLVMBuildShl(B, er, ci32(g, 23), ""),
+                                         LLVMBuildAnd(B, rn, ci32(g, 0x7fffff), ""), "");
+  /* subnormal: the field is r * 2^(ey - 1), shifted left or right by the one amount that is
+   * not negative */
+  LLVMValueRef zero = ci32(g, 0), up = LLVMBuildSub(B, e[1], ci32(g, 1), "");
+  LLVMValueRef down = LLVMBuildSub(B, zero, up, "");
+  LLVMValueRef sub_bits = LLVMBuildLShr(
+      B, LLVMBuildShl(B, r, call_smax(g, up, zero), ""), call_smax(g, down, zero), "");
+  LLVMValueRef bits = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSGE, er, ci32(g, 1), ""),
+                                      normal_bits, sub_bits, "");
+  bits = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntEQ, r, ci32(g, 0), ""), ci32(g, 0), bits, "");
+  LLVMBuildRet(B, LLVMBuildBitCast(B, LLVMBuildOr(B, bits, sx, ""), g->f32, ""));
+  LLVMDisposeBuilder(B);
+  g->B = keep;
+  return f;
+}
+
+static LLVMValueRef fmod_any(G *g, LLVMValueRef a, LLVMValueRef b) {
+  LLVMTypeRef t = LLVMTypeOf(a);
+  LLVMValueRef f = fmod_f32_fn(g);
+  LLVMValueRef args[2] = {t == g->f32 ? a : LLVMBuildFPExt(g->B, a, g->f32, ""),
+                          t == g->f32 ? b : LLVMBuildFPExt(g->B, b, g->f32, "")};
+  LLVMTypeRef pt[2] = {g->f32, g->f32};
+  LLVMValueRef r = LLVMBuildCall2(g->B, LLVMFunctionType(g->f32, pt, 2, 0), f, args, 2, "");
+  return t == g->f32 ? r : LLVMBuildFPTrunc(g->B, r, t, "");  /* exact: fmod of f16s is an f16 */
+}
+
+static LLVMValueRef float_binary(G *g, kn_opcode o, LLVMValueRef a, LLVMValueRef b) {
   LLVMTypeRef t = LLVMTypeOf(a);
   char name[64];
-  if (isf(s)) {
-    switch (o) {
-    case KN_OP_ADD: return LLVMBuildFAdd(g->B, a, b, "");
-    case KN_OP_SUB: return LLVMBuildFSub(g->B, a, b, "");
-    case KN_OP_MUL: return LLVMBuildFMul(g->B, a, b, "");
-    case KN_OP_DIV: return LLVMBuildFDiv(g->B, a, b, "");
-    case KN_OP_REM: return LLVMBuildFRem(g->B, a, b, "");
-    case KN_OP_MAX:
-    case KN_OP_MIN: {
-      /* NaN-propagating, as the IR says */
-      snprintf(name, sizeof name, "llvm.%s.%s", o == KN_OP_MAX ? "maximum" : "minimum", fsuffix(g, t));
-      LLVMValueRef args[2] = {a, b};
-      return call(g, name, t, args, 2);
-    }
-    default: return NULL;
-    }
+  switch (o) {
+  case KN_OP_ADD: return LLVMBuildFAdd(g->B, a, b, "");
+  case KN_OP_SUB: return LLVMBuildFSub(g->B, a, b, "");
+  case KN_OP_MUL: return LLVMBuildFMul(g->B, a, b, "");
+  case KN_OP_DIV: return LLVMBuildFDiv(g->B, a, b, "");
+  case KN_OP_REM: return fmod_any(g, a, b);
+  case KN_OP_MAX:
+  case KN_OP_MIN: {
+    /* NaN-propagating, as the IR says */
+    snprintf(name, sizeof name, "llvm.%s.%s", o == KN_OP_MAX ? "maximum" : "minimum", fsuffix(g, t));
+    LLVMValueRef args[2] = {a, b};
+    return call(g, name, t, args, 2);
   }
-  const char *w = t == g->i64 ? "i64" : t == g->i32 ? "i32" : "i1";
+  case KN_OP_AND: case KN_OP_OR: case KN_OP_XOR: case KN_OP_SHL: case KN_OP_SHR:
+  KN_CASES_NOT_BINARY
+    return NULL;  /* int only, or not binary */
+  }
+  return NULL;
+}
+
+static LLVMValueRef int_binary(G *g, kn_opcode o, LLVMValueRef a, LLVMValueRef b) {
+  LLVMTypeRef t = LLVMTypeOf(a);
+  char name[64];
   switch (o) {
   case KN_OP_ADD: return LLVMBuildAdd(g->B, a, b, "");
   case KN_OP_SUB: return LLVMBuildSub(g->B, a, b, "");
@@ -670,7 +607,8 @@ static LLVMValueRef binary(G *g, kn_opcode o, kn_scalar s, LLVMValueRef a, LLVMV
   }
   case KN_OP_MAX:
   case KN_OP_MIN: {
-    snprintf(name, sizeof name, "llvm.%s.%s", o == KN_OP_MAX ? "smax" : "smin", w);
+    snprintf(name, sizeof name, "llvm.%s.%s", o == KN_OP_MAX ? "smax" : "smin",
+             t == g->i64 ? "i64" : "i32");
     LLVMValueRef args[2] = {a, b};
     return call(g, name, t, args, 2);
   }
@@ -683,8 +621,19 @@ static LLVMValueRef binary(G *g, kn_opcode o, kn_scalar s, LLVMValueRef a, LLVMV
     LLVMValueRef amt = LLVMBuildAnd(g->B, b, LLVMConstInt(t, bits - 1, 0), "");
     return o == KN_OP_SHL ? LLVMBuildShl(g->B, a, amt, "") : LLVMBuildAShr(g->B, a, amt, "");
   }
-  default: return NULL;
+  KN_CASES_NOT_BINARY return NULL;
   }
+  return NULL;
+}
+
+static LLVMValueRef binary(G *g, kn_opcode o, kn_scalar s, LLVMValueRef a, LLVMValueRef b) {
+  if (isf(s)) return float_binary(g, o, a, b);
+  /* and, or, xor of i1 are LLVM's own (masks stay plain i1 logic: sink_mask moves them) */
+  if (s != KN_I1 || o == KN_OP_AND || o == KN_OP_OR || o == KN_OP_XOR) return int_binary(g, o, a, b);
+  /* else i1 is the integer 0 or 1 (not -1) and its results wrap back as x != 0, as in the
+   * interpreter: add is or, sub xor, max or, min and */
+  LLVMValueRef r = int_binary(g, o, LLVMBuildZExt(g->B, a, g->i32, ""), LLVMBuildZExt(g->B, b, g->i32, ""));
+  return r ? LLVMBuildICmp(g->B, LLVMIntNE, r, ci32(g, 0), "") : NULL;
 }
 
 static LLVMValueRef unary(G *g, kn_opcode o, kn_scalar s, LLVMValueRef a) {
@@ -696,23 +645,16 @@ static LLVMValueRef unary(G *g, kn_opcode o, kn_scalar s, LLVMValueRef a) {
     if (isf(s)) {
       snprintf(name, sizeof name, "llvm.fabs.%s", fsuffix(g, t));
       return call(g, name, t, &a, 1);
-    } else {
-      snprintf(name, sizeof name, "llvm.abs.%s", t == g->i64 ? "i64" : "i32");
-      LLVMValueRef args[2] = {a, LLVMConstInt(g->i1, 0, 0)};
-      return call(g, name, t, args, 2);
     }
-  case KN_OP_EXP2: return through_f32(g, "exp2", a);
-  case KN_OP_EXP: return through_f32(g, "exp", a);
-  case KN_OP_LOG2: return through_f32(g, "log2", a);
-  case KN_OP_LOG: return through_f32(g, "log", a);
-  case KN_OP_SQRT: return through_f32(g, "sqrt", a);
-  case KN_OP_RSQRT: {
-    LLVMValueRef r = through_f32(g, "sqrt", a);
-    return LLVMBuildFDiv(g->B, LLVMConstReal(t, 1.0), r, "");
+    if (s == KN_I1) return a;
+    snprintf(name, sizeof name, "llvm.abs.%s", t == g->i64 ? "i64" : "i32");
+    LLVMValueRef args[2] = {a, LLVMConstInt(g->i1, 0, 0)};
+    return call(g, name, t, args, 2);
+  KN_CASES_MATH return isf(s) ? math_unary(g, o, a) : NULL;
+  case KN_OP_NOT: return isf(s) ? NULL : LLVMBuildNot(g->B, a, "");
+  KN_CASES_NOT_UNARY return NULL;
   }
-  case KN_OP_NOT: return LLVMBuildNot(g->B, a, "");
-  default: return NULL;
-  }
+  return NULL;
 }
 
 static LLVMValueRef compare(G *g, kn_pred p, kn_scalar s, LLVMValueRef a, LLVMValueRef b) {
@@ -723,7 +665,36 @@ static LLVMValueRef compare(G *g, kn_pred p, kn_scalar s, LLVMValueRef a, LLVMVa
   }
   static const LLVMIntPredicate ip[] = {LLVMIntEQ, LLVMIntNE, LLVMIntSLT,
                                         LLVMIntSLE, LLVMIntSGT, LLVMIntSGE};
+  if (s == KN_I1) {  /* true is 1, not -1 */
+    a = LLVMBuildZExt(g->B, a, g->i32, "");
+    b = LLVMBuildZExt(g->B, b, g->i32, "");
+  }
   return LLVMBuildICmp(g->B, ip[p], a, b, "");
+}
+
+/* An i32/i64 to bf16 with one rounding, as the interpreter's kn_int_to_float: sitofp to f32
+ * and then to bf16 would round twice (2^30 + 2^22 + 1 becomes the bf16 tie 2^30 + 2^22, then
+ * 2^30, where one rounding gives 2^30 + 2^23).  So the magnitude is cut to 24 significant bits
+ * with the bits cut away ORed into the lowest kept one (round to odd, exact in f32), and only
+ * the f32 -> bf16 step rounds to nearest even. */
+static LLVMValueRef int_to_bf16(G *g, kn_scalar from, LLVMValueRef x) {
+  LLVMBuilderRef B = g->B;
+  LLVMValueRef v = from == KN_I64 ? x : LLVMBuildSExt(B, x, g->i64, ""), z = ci64(g, 0);
+  LLVMValueRef neg = LLVMBuildICmp(B, LLVMIntSLT, v, z, "");
+  LLVMValueRef u = LLVMBuildSelect(B, neg, LLVMBuildSub(B, z, v, ""), v, "");  /* |v|, unsigned */
+  LLVMValueRef ctlz_args[2] = {u, LLVMConstInt(g->i1, 0, 0)};
+  LLVMValueRef len = LLVMBuildSub(B, ci64(g, 64), call(g, "llvm.ctlz.i64", g->i64, ctlz_args, 2), "");
+  LLVMValueRef cut_args[2] = {LLVMBuildSub(B, len, ci64(g, 24), ""), z};
+  LLVMValueRef cut = call(g, "llvm.smax.i64", g->i64, cut_args, 2);  /* bits below f32's 24 */
+  LLVMValueRef low = LLVMBuildSub(B, LLVMBuildShl(B, ci64(g, 1), cut, ""), ci64(g, 1), "");
+  LLVMValueRef sticky = LLVMBuildICmp(B, LLVMIntNE, LLVMBuildAnd(B, u, low, ""), z, "");
+  LLVMValueRef kept = LLVMBuildAnd(B, u, LLVMBuildNot(B, low, ""), "");
+  LLVMValueRef f = LLVMBuildUIToFP(B, kept, g->f32, "");  /* exact: 24 bits at most */
+  LLVMValueRef bits = LLVMBuildOr(B, LLVMBuildBitCast(B, f, g->i32, ""),
+                                  LLVMBuildZExt(B, sticky, g->i32, ""), "");
+  f = LLVMBuildBitCast(B, bits, g->f32, "");
+  f = LLVMBuildSelect(B, neg, LLVMBuildFNeg(B, f, ""), f, "");
+  return LLVMBuildFPTrunc(B, f, g->bf16, "");
 }
 
 static LLVMValueRef cast(G *g, kn_scalar from, kn_scalar to, LLVMValueRef x) {
@@ -742,6 +713,7 @@ static LLVMValueRef cast(G *g, kn_scalar from, kn_scalar to, LLVMValueRef x) {
                       ? LLVMBuildFPTrunc(g->B, LLVMBuildFPExt(g->B, x, g->f32, ""), tt, "")
                       : LLVMBuildFPTrunc(g->B, x, tt, ""));
   }
+  if (!ff && ft && to == KN_BF16 && from != KN_I1) return int_to_bf16(g, from, x);
   if (!ff && ft) return from == KN_I1 ? LLVMBuildUIToFP(g->B, x, tt, "") : LLVMBuildSIToFP(g->B, x, tt, "");
   if (ff && !ft) {
     char name[64];
@@ -786,35 +758,66 @@ static void sink_mask(LLVMBuilderRef b, LLVMValueRef c, LLVMValueRef at) {
     for (int k = 0; k < 2; k++) sink_mask(b, LLVMGetOperand(i, (unsigned)k), i);
 }
 
-static int lower_elementwise(G *g, kn_op *op) {
+/* one element of op's result from its operands' elements x[] (NULL: not for these types) */
+typedef LLVMValueRef (*elem_fn)(G *g, const kn_op *op, LLVMValueRef *x);
+
+static kn_scalar in_elem(const kn_op *op) { return op->opnd[0]->type.elem; }
+static kn_scalar out_elem(const kn_op *op) { return op->res[0]->type.elem; }
+
+static LLVMValueRef elem_binary(G *g, const kn_op *op, LLVMValueRef *x) {
+  return binary(g, op->opc, out_elem(op), x[0], x[1]);
+}
+static LLVMValueRef elem_unary(G *g, const kn_op *op, LLVMValueRef *x) {
+  return unary(g, op->opc, out_elem(op), x[0]);
+}
+static LLVMValueRef elem_cmp(G *g, const kn_op *op, LLVMValueRef *x) {
+  return compare(g, (kn_pred)op->iattr[0], in_elem(op), x[0], x[1]);
+}
+static LLVMValueRef elem_cast(G *g, const kn_op *op, LLVMValueRef *x) {
+  return cast(g, in_elem(op), out_elem(op), x[0]);
+}
+static LLVMValueRef elem_same(G *g, const kn_op *op, LLVMValueRef *x) {
+  (void)g, (void)op;
+  return x[0];  /* multiple_of, max_contiguous */
+}
+static LLVMValueRef elem_select(G *g, const kn_op *op, LLVMValueRef *x) {
+  LLVMValueRef v = LLVMBuildSelect(g->B, x[0], x[1], x[2], "");
+  /* AMDGPU only: NVPTX keeps predicates in its own registers and ptxas schedules them */
+  if (g->p->arch->isa == KN_ISA_AMDGPU && op->opnd[0]->type.kind == KN_TY_TILE &&
+      LLVMIsAInstruction(v)) {
+    LLVMBuilderRef mb = LLVMCreateBuilderInContext(g->C);
+    sink_mask(mb, x[0], v);
+    LLVMDisposeBuilder(mb);
+  }
+  return v;
+}
+
+static bool is_fp8(kn_scalar s) { return isf(s) && kn_scalar_size(s) == 1; }
+
+/* fp8 values are raw bytes on GPU targets: loaded, stored, selected and fed to dot, no more */
+static bool touches_fp8(const kn_op *op) {
+  if (op->opc == KN_OP_SELECT || op->opc == KN_OP_MULTIPLE_OF || op->opc == KN_OP_MAX_CONTIGUOUS)
+    return false;
+  bool any = is_fp8(out_elem(op));
+  for (int i = 0; i < op->nopnd; i++) any |= is_fp8(op->opnd[i]->type.elem);
+  return any;
+}
+
+static int lower_elementwise(G *g, kn_op *op, elem_fn f) {
   kn_value *res = op->res[0];
-  kn_scalar rs = res->type.elem;
+  if (touches_fp8(op))
+    return unsupported_op(g, op, "'%s' on fp8 values (fp8 tiles are loaded, stored and fed to "
+                          "dot; cast them in the interpreter or on the host)", kn_opinfo_table[op->opc].name);
   LLVMValueRef *ops[3] = {0};
   for (int i = 0; i < op->nopnd; i++)
     if (op->opnd[i]->type.kind == KN_TY_TILE && !(ops[i] = opnd_regs(g, op, i)))
       return fail(g, op, "internal: operand of '%s' has no registers", kn_opinfo_table[op->opc].name);
   int n = res->type.kind == KN_TY_TILE ? vmap(g, res)->nregs : 1;
   LLVMValueRef *out = res->type.kind == KN_TY_TILE ? new_regs(g, res) : &g->sv[res->id];
-  kn_scalar os = op->opnd[0]->type.elem;
   for (int r = 0; r < n; r++) {
-    LLVMValueRef a = get_elem(g, ops[0], op->opnd[0], r), x = NULL;
-    if (kn_op_is_binary(op->opc)) x = binary(g, op->opc, rs, a, get_elem(g, ops[1], op->opnd[1], r));
-    else if (kn_op_is_unary(op->opc)) x = unary(g, op->opc, rs, a);
-    else if (op->opc == KN_OP_CMP) x = compare(g, (kn_pred)op->iattr[0], os, a, get_elem(g, ops[1], op->opnd[1], r));
-    else if (op->opc == KN_OP_SELECT) {
-      x = LLVMBuildSelect(g->B, a, get_elem(g, ops[1], op->opnd[1], r), get_elem(g, ops[2], op->opnd[2], r), "");
-      /* AMDGPU only: NVPTX keeps predicates in its own registers and ptxas schedules them */
-      if (g->p->arch->isa == KN_ISA_AMDGPU && op->opnd[0]->type.kind == KN_TY_TILE &&
-          LLVMIsAInstruction(x)) {
-        LLVMBuilderRef mb = LLVMCreateBuilderInContext(LLVMGetTypeContext(LLVMTypeOf(x)));
-        sink_mask(mb, a, x);
-        LLVMDisposeBuilder(mb);
-      }
-    }
-    else if (op->opc == KN_OP_CAST) x = cast(g, os, rs, a);
-    else if (op->opc == KN_OP_MULTIPLE_OF || op->opc == KN_OP_MAX_CONTIGUOUS) x = a;
-    if (!x) return unsupported_op(g, op, "op %s", kn_opinfo_table[op->opc].name);
-    out[r] = x;
+    LLVMValueRef x[3];
+    for (int i = 0; i < op->nopnd; i++) x[i] = get_elem(g, ops[i], op->opnd[i], r);
+    if (!(out[r] = f(g, op, x))) return unsupported_op(g, op, "'%s' on these types", kn_opinfo_table[op->opc].name);
   }
   return 0;
 }
@@ -845,8 +848,18 @@ static long long known_multiple(const kn_value *v) {
     }
     return a;
   }
-  default: return 1;
+  /* nothing known of what the others give */
+  case KN_OP_DIV: case KN_OP_REM: case KN_OP_MAX: case KN_OP_MIN: case KN_OP_AND: case KN_OP_OR:
+  case KN_OP_XOR: case KN_OP_SHL: case KN_OP_SHR:
+  KN_CASES_UNARY
+  case KN_OP_PROGRAM_ID: case KN_OP_NUM_PROGRAMS: case KN_OP_ARANGE: case KN_OP_SPLAT:
+  case KN_OP_BROADCAST: case KN_OP_EXPAND_DIMS: case KN_OP_RESHAPE: case KN_OP_TRANSPOSE:
+  case KN_OP_CMP: case KN_OP_SELECT: case KN_OP_CAST: case KN_OP_PTRADD: case KN_OP_LOAD:
+  case KN_OP_STORE: case KN_OP_DOT: case KN_OP_REDUCE_MAX: case KN_OP_REDUCE_SUM: case KN_OP_FOR:
+  case KN_OP_IF: case KN_OP_YIELD: case KN_OP_CALL: case KN_OP_RETURN: case KN_OP_MAX_CONTIGUOUS:
+    return 1;
   }
+  return 1;
 }
 
 long long kn_gpu_known_multiple(const kn_value *v) { return known_multiple(v); }
@@ -863,6 +876,22 @@ typedef struct access {
   int esz;
 } access;
 
+/* may groups of v elements along dim contig be accessed as one aligned vector?  The offset and
+ * bound along contig must be known multiples of v (so are the groups' coordinates).  The other
+ * dims' strides move whole rows: a constant one that is not a multiple of v (a row stride of 12
+ * halves under 16-byte vectors) would misalign every other row, so it rules the vector out; a
+ * stride known only at run time is assumed to keep rows aligned (the attention template's row
+ * strides are multiples of the head dimension). */
+bool kn_gpu_vec_aligned(const kn_mem_operands *mo, int contig, int v) {
+  if (known_multiple(mo->off[contig]) % v) return false;
+  if (mo->bound[contig] && known_multiple(mo->bound[contig]) % v) return false;
+  for (int d = 0; d < mo->rank; d++) {
+    const kn_op *c = mo->stride[d]->def;
+    if (d != contig && c && c->opc == KN_OP_CONST && c->iattr[0] % v) return false;
+  }
+  return true;
+}
+
 static void plan_access(G *g, const kn_op *op, const kn_lmap *m, kn_scalar elem, access *a) {
   kn_mem_operands_get(op, &a->mo);
   a->m = m;
@@ -874,9 +903,7 @@ static void plan_access(G *g, const kn_op *op, const kn_lmap *m, kn_scalar elem,
     if (is_const_one(a->mo.stride[d])) a->contig = d;
   if (a->contig < 0 || a->mo.mask || elem == KN_I1) return;
   int v = kn_lmap_vec(m, a->contig, 16 / a->esz);
-  while (v > 1 && (known_multiple(a->mo.off[a->contig]) % v ||
-                   (a->mo.bound[a->contig] && known_multiple(a->mo.bound[a->contig]) % v)))
-    v /= 2;
+  while (v > 1 && !kn_gpu_vec_aligned(&a->mo, a->contig, v)) v /= 2;
   a->vec = v;
 }
 
@@ -955,9 +982,37 @@ static bool async_staged(G *g, const kn_value *v) {
   return false;
 }
 
+/* A load or store of one element (a scalar value, rank 1): every thread computes the same
+ * address and liveness; every thread loads the element, and every thread stores the same value
+ * to the same address (so it is written once, whoever wins). */
+static int lower_scalar_mem(G *g, kn_op *op, bool load) {
+  kn_mem_operands mo;
+  kn_mem_operands_get(op, &mo);
+  kn_scalar s = load ? op->res[0]->type.elem : mo.value->type.elem;
+  LLVMTypeRef et = sty(g, s);
+  LLVMValueRef idx = LLVMBuildMul(g->B, to_i64(g, mo.off[0]), to_i64(g, mo.stride[0]), "");
+  LLVMValueRef ptr = LLVMBuildGEP2(g->B, et, g->sv[mo.base->id], &idx, 1, "");
+  LLVMValueRef live = mo.mask ? g->sv[mo.mask->id] : NULL;
+  if (mo.bound[0]) {
+    LLVMValueRef o = to_i64(g, mo.off[0]);
+    LLVMValueRef in = LLVMBuildAnd(g->B, LLVMBuildICmp(g->B, LLVMIntSGE, o, ci64(g, 0), ""),
+                                   LLVMBuildICmp(g->B, LLVMIntSLT, o, to_i64(g, mo.bound[0]), ""), "");
+    live = live ? LLVMBuildAnd(g->B, live, in, "") : in;
+  }
+  guard gd = guard_open(g, live, load ? "ld" : "st");
+  LLVMValueRef x = NULL;
+  if (load) x = LLVMBuildLoad2(g->B, et, ptr, "");
+  else x = LLVMBuildStore(g->B, g->sv[mo.value->id], ptr);
+  LLVMSetAlignment(x, (unsigned)kn_scalar_size(s));
+  guard_close(g, &gd);
+  if (load)
+    g->sv[op->res[0]->id] = guard_value(g, &gd, x, mo.other ? g->sv[mo.other->id] : LLVMConstNull(et));
+  return 0;
+}
+
 static int lower_load(G *g, kn_op *op) {
   kn_value *res = op->res[0];
-  if (res->type.kind != KN_TY_TILE) return unsupported(g, op, "a scalar load");
+  if (res->type.kind != KN_TY_TILE) return lower_scalar_mem(g, op, true);
   /* copied into shared memory by cp.async where its dot needs it; no registers */
   if (async_staged(g, res)) return 0;
   access a;
@@ -978,24 +1033,11 @@ static int lower_load(G *g, kn_op *op) {
   for (int r = 0; r < m->nregs; r += a.vec) {
     LLVMValueRef ptr, live, x;
     address(g, &a, tptr, mask, r, &ptr, &live);
-    if (!live) {
-      x = LLVMBuildLoad2(g->B, vt, ptr, "");
-      LLVMSetAlignment(x, (unsigned)(a.esz * a.vec));
-    } else {
-      LLVMBasicBlockRef cur = LLVMGetInsertBlock(g->B);
-      LLVMBasicBlockRef ld = LLVMAppendBasicBlockInContext(g->C, g->fn, "ld");
-      LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(g->C, g->fn, "ld.join");
-      LLVMBuildCondBr(g->B, live, ld, join);
-      LLVMPositionBuilderAtEnd(g->B, ld);
-      LLVMValueRef l = LLVMBuildLoad2(g->B, vt, ptr, "");
-      LLVMSetAlignment(l, (unsigned)(a.esz * a.vec));
-      LLVMBuildBr(g->B, join);
-      LLVMPositionBuilderAtEnd(g->B, join);
-      x = LLVMBuildPhi(g->B, vt, "");
-      LLVMValueRef vals[2] = {l, otherv};
-      LLVMBasicBlockRef bbs[2] = {ld, cur};
-      LLVMAddIncoming(x, vals, bbs, 2);
-    }
+    guard gd = guard_open(g, live, "ld");
+    x = LLVMBuildLoad2(g->B, vt, ptr, "");
+    LLVMSetAlignment(x, (unsigned)(a.esz * a.vec));
+    guard_close(g, &gd);
+    x = guard_value(g, &gd, x, otherv);
     if (a.vec == 1) out[r] = x;
     else
       for (int e = 0; e < a.vec; e++) out[r + e] = LLVMBuildExtractElement(g->B, x, ci32(g, e), "");
@@ -1006,8 +1048,7 @@ static int lower_load(G *g, kn_op *op) {
 static int lower_store(G *g, kn_op *op) {
   kn_mem_operands mo;
   kn_mem_operands_get(op, &mo);
-  if (mo.value->type.kind != KN_TY_TILE)
-    return unsupported(g, op, "a scalar store");
+  if (mo.value->type.kind != KN_TY_TILE) return lower_scalar_mem(g, op, false);
   const kn_lmap *m = vmap(g, mo.value);
   access a;
   plan_access(g, op, m, mo.value->type.elem, &a);
@@ -1024,19 +1065,10 @@ static int lower_store(G *g, kn_op *op) {
       x = LLVMGetUndef(vec_ty(a.et, a.vec));
       for (int e = 0; e < a.vec; e++) x = LLVMBuildInsertElement(g->B, x, val[r + e], ci32(g, e), "");
     }
-    LLVMBasicBlockRef join = NULL;
-    if (live) {
-      LLVMBasicBlockRef st = LLVMAppendBasicBlockInContext(g->C, g->fn, "st");
-      join = LLVMAppendBasicBlockInContext(g->C, g->fn, "st.join");
-      LLVMBuildCondBr(g->B, live, st, join);
-      LLVMPositionBuilderAtEnd(g->B, st);
-    }
+    guard gd = guard_open(g, live, "st");
     LLVMValueRef s = LLVMBuildStore(g->B, x, ptr);
     LLVMSetAlignment(s, (unsigned)(a.esz * a.vec));
-    if (live) {
-      LLVMBuildBr(g->B, join);
-      LLVMPositionBuilderAtEnd(g->B, join);
-    }
+    guard_close(g, &gd);
   }
   return 0;
 }
@@ -1390,8 +1422,9 @@ static void fragment(G *g, kn_op *op, int i, LLVMValueRef *regs, const kn_lmap *
   else lds_read(g, kn_plan_conversion(g->p, op, i), m, r0, n, e);
 }
 
-/* one k step of the fma "instruction" (layout.c, fma_16x32): each accumulator register takes
- * the A element of its row times the B element of its column, found through the same tables */
+/* one k step of the fma "instruction" (layout.c, fma_16x32 / fma_16x16): each accumulator
+ * register takes the A element of its row times the B element of its column, found through the
+ * same tables */
 static void fma_step(G *g, const kn_mma_shape *s, LLVMValueRef *a, LLVMValueRef *b, LLVMValueRef *c) {
   for (int j = 0; j < s->acc_regs; j++) {
     int ea = 0, eb = 0;
@@ -1464,34 +1497,49 @@ static int lower_dot(G *g, kn_op *op) {
 
 /* ---- reduce ---- */
 
+/* v of lane (lane ^ mask) for a value of any register type: the target moves 32 bits, so a
+ * narrower value travels zero-extended and an i64 as its two halves */
+static LLVMValueRef xor_lanes_any(G *g, LLVMValueRef v, int mask) {
+  LLVMTypeRef t = LLVMTypeOf(v);
+  if (t == g->i64) {
+    LLVMValueRef lo = LLVMBuildTrunc(g->B, v, g->i32, "");
+    LLVMValueRef hi = LLVMBuildTrunc(g->B, LLVMBuildLShr(g->B, v, ci64(g, 32), ""), g->i32, "");
+    lo = LLVMBuildZExt(g->B, g->ops->xor_lanes(g, lo, mask), g->i64, "");
+    hi = LLVMBuildZExt(g->B, g->ops->xor_lanes(g, hi, mask), g->i64, "");
+    return LLVMBuildOr(g->B, LLVMBuildShl(g->B, hi, ci64(g, 32), ""), lo, "");
+  }
+  unsigned bits = t == g->i1 ? 1 : t == g->f16 || t == g->bf16 ? 16 : 32;
+  LLVMTypeRef it = LLVMIntTypeInContext(g->C, bits);
+  LLVMValueRef x = t == it ? v : LLVMBuildBitCast(g->B, v, it, "");
+  if (bits < 32) x = LLVMBuildZExt(g->B, x, g->i32, "");
+  x = g->ops->xor_lanes(g, x, mask);
+  if (bits < 32) x = LLVMBuildTrunc(g->B, x, it, "");
+  return t == it ? x : LLVMBuildBitCast(g->B, x, t, "");
+}
+
 static int lower_reduce(G *g, kn_op *op) {
   kn_value *x = op->opnd[0], *res = op->res[0];
-  const kn_lmap *pm = vmap(g, x), *sm = vmap(g, res);
+  bool scalar = res->type.kind != KN_TY_TILE;
+  const kn_lmap *pm = vmap(g, x), *sm = scalar ? NULL : vmap(g, res);
   kn_reduce_plan plan;
   if (kn_reduce_plan_make(pm, sm, (int)op->iattr[0], &plan))
     return unsupported(g, op, "a reduction across warps");
   kn_opcode comb = op->opc == KN_OP_REDUCE_MAX ? KN_OP_MAX : KN_OP_ADD;
   kn_scalar t = x->type.elem;
-  LLVMValueRef *in = opnd_regs(g, op, 0), *out = new_regs(g, res);
+  if (is_fp8(t)) {
+    kn_reduce_plan_free(&plan);
+    return unsupported_op(g, op, "'%s' of fp8 values (fp8 tiles are loaded, stored and fed to dot)",
+                          kn_opinfo_table[op->opc].name);
+  }
+  LLVMValueRef *in = opnd_regs(g, op, 0), *out = scalar ? &g->sv[res->id] : new_regs(g, res);
+  int nout = scalar ? 1 : sm->nregs;
   for (int r = 0; r < pm->nregs; r++) {
     int q = plan.group[r];
     out[q] = out[q] ? binary(g, comb, t, out[q], in[r]) : in[r];
   }
-  for (int b = 0; b < plan.nbfly; b++) {
-    for (int q = 0; q < sm->nregs; q++) {
-      LLVMValueRef v = out[q];
-      LLVMTypeRef vt = LLVMTypeOf(v);
-      LLVMValueRef bits = vt == g->i32 ? v : vt == g->f32 ? LLVMBuildBitCast(g->B, v, g->i32, "")
-                                               : NULL;
-      if (!bits) {
-        kn_reduce_plan_free(&plan);
-        return unsupported(g, op, "a cross-lane reduction of this type");
-      }
-      LLVMValueRef o = g->ops->xor_lanes(g, bits, 1 << plan.bfly[b]);
-      if (vt == g->f32) o = LLVMBuildBitCast(g->B, o, g->f32, "");
-      out[q] = binary(g, comb, t, v, o);
-    }
-  }
+  for (int b = 0; b < plan.nbfly; b++)
+    for (int q = 0; q < nout; q++)
+      out[q] = binary(g, comb, t, out[q], xor_lanes_any(g, out[q], 1 << plan.bfly[b]));
   kn_reduce_plan_free(&plan);
   return 0;
 }
@@ -1601,14 +1649,70 @@ static int lower_for(G *g, kn_op *op) {
   return rc;
 }
 
+/* reshape, transpose: the operand's registers stored through its permute conversion (row-major
+ * offsets of its shape; a transpose's column-major), then the result's registers read at the
+ * row-major offsets of the result's shape: both orders name the same element */
+static int lower_permute(G *g, kn_op *op) {
+  kn_value *res = op->res[0];
+  const kn_conversion *c = kn_plan_conversion(g->p, op, 0);
+  if (!c || c->kind != KN_CONV_PERMUTE || !g->tv[c->value->id])
+    return fail(g, op, "internal: %s without its shared-memory permutation", kn_opinfo_table[op->opc].name);
+  stage_store(g, c);
+  kn_conversion rd = *c;  /* the same buffer, read in the result's row-major order */
+  rd.shared.order[0] = 1;
+  rd.shared.order[1] = 0;
+  const kn_lmap *m = vmap(g, res);
+  lds_read(g, &rd, m, 0, m->nregs, new_regs(g, res));
+  return 0;
+}
+
+/* if with a uniform (scalar) condition: a branch, each region lowered in its block, and a phi
+ * per register of every result, from the yields (in the results' layouts) */
+static int lower_if(G *g, kn_op *op) {
+  int n = op->nres;
+  LLVMBasicBlockRef start[2] = {LLVMAppendBasicBlockInContext(g->C, g->fn, "then"),
+                                LLVMAppendBasicBlockInContext(g->C, g->fn, "else")};
+  LLVMBasicBlockRef end[2], join = LLVMAppendBasicBlockInContext(g->C, g->fn, "endif");
+  LLVMBuildCondBr(g->B, g->sv[op->opnd[0]->id], start[0], start[1]);
+  LLVMValueRef **yv = calloc((size_t)(2 * n + 1), sizeof *yv);
+  KN_ASSERT(yv);
+  int rc = 0;
+  for (int r = 0; r < 2 && !rc; r++) {
+    LLVMPositionBuilderAtEnd(g->B, start[r]);
+    kn_op *y = op->region[r]->last;
+    rc = lower_block(g, op->region[r]);
+    if (!rc && (!y || y->opc != KN_OP_YIELD)) rc = fail(g, op, "internal: %s", "if region without yield");
+    for (int i = 0; i < n && !rc; i++) {
+      yv[2 * i + r] = op->res[i]->type.kind == KN_TY_TILE ? opnd_regs(g, y, i) : &g->sv[y->opnd[i]->id];
+      if (!yv[2 * i + r]) rc = fail(g, op, "internal: %s", "yielded value without registers");
+    }
+    end[r] = LLVMGetInsertBlock(g->B);
+    LLVMBuildBr(g->B, join);
+  }
+  LLVMPositionBuilderAtEnd(g->B, join);
+  for (int i = 0; i < n && !rc; i++) {
+    kn_value *res = op->res[i];
+    LLVMValueRef *out = res->type.kind == KN_TY_TILE ? new_regs(g, res) : &g->sv[res->id];
+    for (int k = 0; k < nregs_of(g, res); k++) {
+      LLVMValueRef v[2] = {yv[2 * i][k], yv[2 * i + 1][k]};
+      out[k] = LLVMBuildPhi(g->B, LLVMTypeOf(v[0]), "");
+      LLVMAddIncoming(out[k], v, end, 2);
+    }
+  }
+  free(yv);
+  return rc;
+}
+
 static int lower_op(G *g, kn_op *op) {
   kn_value *res = op->nres == 1 ? op->res[0] : NULL;
   bool tile = res && res->type.kind == KN_TY_TILE;
   switch (op->opc) {
-  case KN_OP_PROGRAM_ID: {
+  case KN_OP_PROGRAM_ID:
     g->sv[res->id] = g->ops->program_id(g, (int)(op->iattr[0] % 3));
     return 0;
-  }
+  case KN_OP_NUM_PROGRAMS:
+    g->sv[res->id] = g->ops->num_programs(g, (int)(op->iattr[0] % 3));
+    return 0;
   case KN_OP_CONST: {
     LLVMValueRef c = const_of(g, op, res->type.elem);
     if (!tile) {
@@ -1696,13 +1800,21 @@ static int lower_op(G *g, kn_op *op) {
   case KN_OP_RETURN:
     LLVMBuildRetVoid(g->B);
     return 0;
-  default:
-    if (res && (kn_op_is_binary(op->opc) || kn_op_is_unary(op->opc) || op->opc == KN_OP_CMP ||
-                op->opc == KN_OP_SELECT || op->opc == KN_OP_CAST || op->opc == KN_OP_MULTIPLE_OF ||
-                op->opc == KN_OP_MAX_CONTIGUOUS))
-      return lower_elementwise(g, op);
-    return unsupported_op(g, op, "op %s", kn_opinfo_table[op->opc].name);
+  KN_CASES_BINARY return lower_elementwise(g, op, elem_binary);
+  KN_CASES_UNARY return lower_elementwise(g, op, elem_unary);
+  case KN_OP_CMP: return lower_elementwise(g, op, elem_cmp);
+  case KN_OP_SELECT: return lower_elementwise(g, op, elem_select);
+  case KN_OP_CAST: return lower_elementwise(g, op, elem_cast);
+  case KN_OP_MULTIPLE_OF:
+  case KN_OP_MAX_CONTIGUOUS: return lower_elementwise(g, op, elem_same);
+  case KN_OP_IF: return lower_if(g, op);
+  case KN_OP_RESHAPE:
+  case KN_OP_TRANSPOSE: return lower_permute(g, op);
+  case KN_OP_CALL:
+    return fail(g, op, "internal: a call of '@%s' reached the GPU lowering (the inliner removes "
+                "every call)", op->callee_name ? op->callee_name : "?");
   }
+  return unsupported_op(g, op, "opcode %s", "?");
 }
 
 static int lower_block(G *g, kn_block *b) {
@@ -1720,7 +1832,7 @@ static int lower_block(G *g, kn_block *b) {
 int kn_lower_gpu(const kn_layout_plan *p, LLVMContextRef ctx, LLVMModuleRef *out, kn_diag *d) {
   kn_func *k = p->k;
   G g = {.p = p, .d = d, .C = ctx};
-  g.ops = p->arch->isa == KN_ISA_NVPTX ? &nvptx_ops : &amdgpu_ops;
+  g.ops = p->arch->isa == KN_ISA_NVPTX ? &kn_leaf_nvptx : &kn_leaf_amdgpu;
   g.M = LLVMModuleCreateWithNameInContext(k->name, ctx);
   g.i1 = LLVMInt1TypeInContext(ctx);
   g.i8 = LLVMInt8TypeInContext(ctx);

@@ -1,8 +1,9 @@
 /* plan_shared.c — LDS buffers for the conversions the layout pass sends through shared memory.
  *
  * One buffer per staged conversion (kn_shared_size elements: the tile, plus the row padding of
- * a dot operand's layout; an XOR swizzle permutes within the tile and needs none).  Its live range is where the lowering stages it: an eager
- * conversion right after its value is defined, a lazy one (a dot operand) at the dot.  Because
+ * a dot operand's layout; an XOR swizzle permutes within the tile and needs none).  Its live
+ * range is where the lowering stages it: an eager conversion right after its value is defined,
+ * a lazy one (a dot operand) at the dot, a permute at its reshape or transpose.  Because
  * every staging begins with a barrier (all reads of an earlier use are done) and ends with one,
  * buffers used at different points of the program may share bytes; a linear scan over the
  * live ranges in program order places each buffer at the lowest 16-byte aligned offset free of
@@ -20,7 +21,7 @@
 #include "gpu.h"
 
 static int conv_pos(const kn_layout_plan *p, const kn_conversion *c) {
-  if (c->kind == KN_CONV_LAZY) {
+  if (c->kind == KN_CONV_LAZY || c->kind == KN_CONV_PERMUTE) {
     /* position of the user: the plan numbered values, so use the user's first result */
     return c->user->nres ? p->pos[c->user->res[0]->id] : p->pos[c->value->id];
   }
@@ -72,7 +73,7 @@ int kn_plan_shared(kn_layout_plan *p, kn_diag *d) {
     if (c->kind == KN_CONV_FREE) continue;
     kn_lds_buffer *b = &p->buf[p->nbuf];
     b->conv = i;
-    int shape[2] = {c->value->type.shape[0], c->value->type.shape[1]};
+    int shape[2] = {c->value->type.shape[0], c->value->type.rank == 2 ? c->value->type.shape[1] : 1};
     b->bytes = kn_shared_size(&c->shared, shape) * (int64_t)kn_scalar_size(c->value->type.elem);
     conv_range(p, c, &b->first, &b->last);
     c->buffer = p->nbuf++;
@@ -179,7 +180,7 @@ char *kn_layout_plan_format(const kn_layout_plan *p) {
   put(&b, "// kiln: layouts of @%s on %s (%d warps of %d lanes)\n", p->k->name, p->arch->name,
       p->warps, p->arch->lanes);
   dump_block(p, &b, p->k->body, 1);
-  static const char *kinds[] = {"free", "eager", "lazy"};
+  static const char *kinds[] = {"free", "eager", "lazy", "permute"};
   for (int i = 0; i < p->nconv; i++) {
     const kn_conversion *c = &p->conv[i];
     kn_layout_format(c->dst, lay, sizeof lay);

@@ -278,7 +278,9 @@ static void test_targets(void **state) {
   (void)state;
   assert_string_equal(kn_discover_amd_target("gfx942"), "gfx942");
   assert_string_equal(kn_discover_amd_target("gfx90a"), "gfx90a");
+  assert_string_equal(kn_discover_amd_target("gfx950"), "gfx950");  /* a registry entry: found */
   assert_string_equal(kn_discover_amd_target("gfx908"), "");
+  assert_string_equal(kn_discover_amd_target("sm_80"), "");
   assert_string_equal(kn_discover_cuda_target(9, 0), "sm_90a");
   assert_string_equal(kn_discover_cuda_target(8, 6), "sm_80");
   assert_string_equal(kn_discover_cuda_target(10, 0), "sm_80");

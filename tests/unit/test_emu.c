@@ -130,10 +130,10 @@ static void test_mfma_tables_bijective(void **st) {
 static void run_mfma(kn_emu_mfma_kind kind, unsigned breaks, bool *exact) {
   const kn_emu_mfma_desc *s = kn_emu_mfma_get(kind);
   int m = s->m, n = s->n, K = s->k, KL = s->in_per_lane, G = 64 / n;
-  int esz = s->in == KN_F8E4M3FNUZ ? 1 : 2;
+  int esz = (int)kn_scalar_size(s->in);
   static uint8_t a[64][16], b[64][16];
   static float c[64][16], d[64][16];
-  double A[32][16], B[16][32], C[32][32];
+  double A[32][32], B[32][32], C[32][32];  /* up to 32x32 outputs and k 32 (16x16x32) */
   for (int i = 0; i < m; i++)
     for (int k = 0; k < K; k++) A[i][k] = (double)((i * 3 + k * 5) % 9 - 4);  /* distinct rows */
   for (int k = 0; k < K; k++)

@@ -62,12 +62,18 @@ static void test_coverage(void **state) {
   const kn_mma_shape *f8 = kn_mma_shape_get(KN_MMA_MFMA_32X32X16);
   const kn_mma_shape *nv = kn_mma_shape_get(KN_MMA_NV_16X8X16);
   const kn_mma_shape *fm = kn_mma_shape_get(KN_MMA_FMA_16X32);
+  const kn_mma_shape *fn = kn_mma_shape_get(KN_MMA_FMA_16X16);
   struct { kn_layout l; int r, c, rep; } cases[] = {
       /* f32 FMAs: the accumulator once; A copied across the 8 column lanes, B across the 8
        * row lanes of every warp */
       {kn_layout_mma(fm, 4, false), 64, 64, 1},
       {kn_layout_dot(fm, 4, 0), 64, 128, 8},
       {kn_layout_dot(fm, 4, 1), 64, 128, 8 * 4},
+      /* the same on warps of 32 (NVPTX): A copied across the 4 column lanes, B across the 8 row
+       * lanes of every warp */
+      {kn_layout_mma(fn, 4, false), 64, 64, 1},
+      {kn_layout_dot(fn, 4, 0), 64, 128, 4},
+      {kn_layout_dot(fn, 4, 1), 64, 128, 8 * 4},
       {kn_layout_mma(s32, 4, false), 128, 64, 1},
       {kn_layout_mma(s32, 4, true), 128, 128, 1},
       {kn_layout_mma(s32, 4, true), 128, 96, 1},   /* head dim 96: three repetitions */

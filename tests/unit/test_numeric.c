@@ -1,6 +1,7 @@
 /* test_numeric.c — the number formats (ir/numeric.c): encodings checked by hand, exhaustive
  * round trips of every 8- and 16-bit pattern, monotonicity, rounding against an independent
- * brute-force nearest-value search, and f32 rounding against the host's float conversion.
+ * brute-force nearest-value search, f32 rounding against the host's float conversion, and the
+ * ulp and the exactness check (kn_exactness_accepts) that the target tests compare with.
  *
  * Assumes an IEEE-754 host with FLT_EVAL_METHOD == 0 (x86-64 SSE, aarch64), where (float)x is
  * the correctly rounded binary32 value of a double.
@@ -346,6 +347,34 @@ static void test_memory(void **st) {
   assert_int_equal(kn_load_elem_i(KN_I64, buf + 5), -7);
 }
 
+static void test_ulp_and_exactness(void **st) {
+  (void)st;
+  assert_true(kn_ulp(KN_F32, 1.0) == 0x1p-23);
+  assert_true(kn_ulp(KN_F32, -1.5) == 0x1p-23);
+  assert_true(kn_ulp(KN_F32, 0.0) == 0x1p-149);       /* subnormal spacing */
+  assert_true(kn_ulp(KN_F16, 1000.0) == 0.5);         /* [512, 1024): 2^9 / 2^10 */
+  assert_true(kn_ulp(KN_F16, 0x1p-20) == 0x1p-24);
+  assert_true(kn_ulp(KN_BF16, 3.0) == 0x1p-6);
+  assert_true(kn_ulp(KN_I32, 3.0) == 1);
+  /* exact: the same value only; NaN equals NaN, -0 is not +0 */
+  assert_true(kn_exactness_accepts(KN_EXACT, KN_F32, NAN, -NAN));
+  assert_false(kn_exactness_accepts(KN_EXACT, KN_F32, 0.0, -0.0));
+  assert_false(kn_exactness_accepts(KN_REASSOC, KN_F32, 1.0, 1.0 + 0x1p-23));
+  assert_false(kn_exactness_accepts(KN_ULP, KN_I32, 7, 8));
+  /* ulp: two steps of the format */
+  assert_true(kn_exactness_accepts(KN_ULP, KN_F32, 1.0, 1.0 + 0x1p-22));
+  assert_false(kn_exactness_accepts(KN_ULP, KN_F32, 1.0, 1.0 + 0x1p-21));
+  assert_true(kn_exactness_accepts(KN_ULP, KN_F16, 1000.0, 999.0));
+  assert_false(kn_exactness_accepts(KN_ULP, KN_F32, INFINITY, 3e38));
+  assert_false(kn_exactness_accepts(KN_ULP, KN_F32, 1.0, NAN));
+  /* approx: also 2^-16 relative or 2^-20 absolute, never a different class */
+  assert_true(kn_exactness_accepts(KN_APPROX, KN_F32, 100.0, 100.0 * (1 + 0x1p-17)));
+  assert_false(kn_exactness_accepts(KN_APPROX, KN_F32, 100.0, 100.0 * (1 + 0x1p-15)));
+  assert_true(kn_exactness_accepts(KN_APPROX, KN_F32, 0x1p-40, 0.0));
+  assert_false(kn_exactness_accepts(KN_APPROX, KN_F32, 0.5, 0.5 + 0x1p-16));
+  assert_false(kn_exactness_accepts(KN_APPROX, KN_F32, -INFINITY, -3e38));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_f16),           cmocka_unit_test(test_bf16),
@@ -353,7 +382,7 @@ int main(void) {
       cmocka_unit_test(test_fnuz),          cmocka_unit_test(test_round_trip_all),
       cmocka_unit_test(test_monotonic),     cmocka_unit_test(test_round_vs_search),
       cmocka_unit_test(test_f32_vs_hardware), cmocka_unit_test(test_ints),
-      cmocka_unit_test(test_memory),
+      cmocka_unit_test(test_memory),        cmocka_unit_test(test_ulp_and_exactness),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

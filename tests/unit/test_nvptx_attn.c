@@ -162,11 +162,15 @@ static void fast_path(const compiled *c) {
   assert_non_null(strstr(lay, "ldmatrix, cp.async early"));
 }
 
+/* the defaults are the measured fastest tilings (compiler/arch.c): at D 128 that is 4 warps of
+ * 32 rows, which ptxas fits in 255 registers with a few bytes spilled (12-28 B measured; the
+ * 8-warp tiling without spills was 1.27x slower on an H200).  Anything beyond a few words is a
+ * regression. */
 static void no_spills(const compiled *c) {
   if (!c->ptxas_ran) return;
-  assert_int_equal(c->px.spill_stores, 0);
-  assert_int_equal(c->px.spill_loads, 0);
-  assert_int_equal(c->px.stack_frame, 0);
+  assert_true(c->px.spill_stores <= 32);
+  assert_true(c->px.spill_loads <= 32);
+  assert_true(c->px.stack_frame <= 32);
 }
 
 static const char *archs[] = {"sm_80", "sm_90a"};
