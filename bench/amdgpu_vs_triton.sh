@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # amdgpu_vs_triton.sh — kiln's gfx942 attention code object side by side with Triton's, one run.
 #
-# The tile of the anchors (../shared/anchors): BLOCK 128x64, head dim 128, 4 waves, f16, causal.
+# The tile of the anchors (bench/RESULTS.md): BLOCK 128x64, head dim 128, 4 waves, f16, causal.
 # kiln's figures come from its code-object inspector; Triton's code object (compiled here for
 # gfx942 by bench/triton_compile_anchor.py, Triton 3.6 from PyPI) is read by the same inspector,
 # and its compile latency is measured in the same run.  No AMD GPU is involved: these are static

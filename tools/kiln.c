@@ -1,10 +1,13 @@
 /* kiln.c — the `kiln` command line.
  *
- * The contract (ARCHITECTURE.md, docs/cli.md) that tests, benchmarks and users rely on:
+ * The contract that tests, benchmarks and users rely on (docs/cli.md, checked against this
+ * tool's --help by tests/docs.sh; the design: docs/architecture.md):
  *   kiln targets                          targets compiled in, devices present
  *   kiln run   [--target T] [options]     random inputs, run, compare with the float64 reference
- *   kiln dump  --stage S [options]        print a stage of the compile (ir|lowered|llvm|asm)
+ *   kiln dump  --stage S [options]        print a stage of the compile (ir|layout|lowered|llvm|asm)
+ *   kiln compile --target T [options]     ahead-of-time output (-o FILE, --emit KIND, --stats)
  *   kiln check FILE.tile                  parse and verify a text IR file
+ *   kiln inspect FILE.hsaco               the resources of an AMDGPU code object
  *   kiln tune  [--target T] [options]     autotune the tiling through the JIT service (kiln.h)
  *   kiln cache ls|verify|clear            the code cache and tuning records (kiln.h)
  *   kiln --version                        kiln's and LLVM's versions

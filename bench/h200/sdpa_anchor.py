@@ -3,7 +3,7 @@
 
 The anchor kiln's attention kernels are compared with, measured in the same device run
 (bench/h200/device_run.sh) so that both see the same card, clocks and driver.  The shapes are
-those of shared/anchors/h200-2026-11-29.md: batch 4, 32 heads, head dim 64 and 128, sequence
+those of the H200 anchors of bench/RESULTS.md: batch 4, 32 heads, head dim 64 and 128, sequence
 length 1k/4k/16k, causal off/on, f16 and bf16, forward only.
 
 TFLOP/s counts 4*B*H*N*N*D (QK^T and PV, two flops a multiply-add), halved for causal.
