@@ -50,7 +50,7 @@ enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT };
 /* block_m: query rows per program, 16..256, a power of two.  block_n: keys per loop iteration,
  * 16..256, a power of two.  warps: GPU targets, warps / waves per program (recorded as meta).
  * stages: GPU targets, software pipeline depth (recorded as meta).  mfma: AMDGPU, the matrix
- * instruction shape, 16 (16x16x16) or 32 (32x32x8); 0 = the target's choice; recorded as meta
+ * instruction m, 16 (16x16xK) or 32 (32x32xK, K from the chip: 8/16 or 16/32 on gfx950); 0 = the target's choice; recorded as meta
  * MFMA only when non-zero, so the IR of a config that leaves it 0 is what it was before the field
  * existed; NVPTX ignores it (one instruction shape). */
 #define KN_ATTN_CONFIG_FIELDS(X)                           \

@@ -92,7 +92,7 @@ static void usage(FILE *f) {
         "                          not served by the API and run the kernel directly\n"
         "  dump  --stage S         print a stage: ir, layout (GPU), lowered, llvm (optimised), asm\n"
         "  compile --target T      ahead-of-time output: -o FILE, --emit hsaco|ptx|cubin|obj|asm|\n"
-        "                          llvm|layout (the artefact of the target by default),\n"
+        "                          llvm|layout (default: hsaco, ptx, or asm on the host),\n"
         "                          --stats (registers, spills, LDS, occupancy, MFMA count)\n"
         "  check FILE.tile         parse and verify a text IR file\n"
         "  inspect FILE.hsaco      registers, spills, LDS, occupancy, MFMA count of a code object\n"
@@ -448,13 +448,14 @@ static const kn_device_list *devices(void) {
   return &list;
 }
 
-/* `auto`: the best device present (kn_discover_best) whose target kiln can run here.  Runs on
- * GPUs are not wired into the command line yet, so a GPU found is named and the host used. */
+/* `auto` for the commands that work on the host only (dump, tune; `kiln run` resolves auto
+ * through the API, which takes an NVIDIA GPU when one is present): a GPU found is named and the
+ * host used. */
 static const char *auto_target(void) {
   const kn_device_info *best = kn_discover_best(devices());
   if (best->kind != KN_DEVICE_HOST)
-    fprintf(stderr, "kiln: note: %s (target %s) found; running on GPUs is not wired into the "
-            "command line yet, using the host\n", best->name,
+    fprintf(stderr, "kiln: note: %s (target %s) found; this command uses the host for auto "
+            "(kiln run uses the GPU)\n", best->name,
             best->target[0] ? best->target : "none");
   return "host";
 }
