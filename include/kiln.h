@@ -257,7 +257,8 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *args, void *strea
 
 typedef enum kiln_candidate_state {
   KILN_CANDIDATE_TIMED = 0,  /* compiled, checked against the reference, timed */
-  KILN_CANDIDATE_INVALID,    /* not a tiling the template accepts */
+  KILN_CANDIDATE_INVALID,    /* not a tiling the template accepts (the space no longer offers
+                                these: kept so the values stay stable) */
   KILN_CANDIDATE_PRUNED,     /* its compiled code exceeds a resource limit of the space */
   KILN_CANDIDATE_FAILED,     /* did not compile or launch */
   KILN_CANDIDATE_WRONG,      /* ran, but its output is outside tolerance */

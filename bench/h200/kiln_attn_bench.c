@@ -148,6 +148,38 @@ static int upload_random(kn_scalar t, size_t n, uint64_t *rng, double **dbl, kn_
   return rc ? -1 : 0;
 }
 
+static void free_bufs(bufs *b) {
+  kn_cuda_ptr *ps[4] = {&b->q, &b->k, &b->v, &b->o};
+  for (int i = 0; i < 4; i++)
+    if (*ps[i]) kn_cuda_free(dev, *ps[i], NULL);
+}
+
+/* q, k, v and o of n elements each for the timed runs, filled with one random pattern (the
+ * values only have to be realistic, not fresh); 0, or -1 after a message (counted a failure) */
+static int timing_bufs(kn_scalar t, size_t n, uint64_t seed, bufs *b) {
+  size_t es = kn_scalar_size(t);
+  unsigned char *h = malloc(n * es);
+  if (!h) return -1;
+  uint64_t rng = seed;
+  enum { PAT = 1 << 16 };
+  static unsigned char pat[PAT * 2];
+  for (int i = 0; i < PAT; i++) kn_store_elem(t, pat + (size_t)i * es, kn_round(t, normal(&rng)));
+  for (size_t i = 0; i < n; i += PAT) memcpy(h + i * es, pat, (n - i < PAT ? n - i : PAT) * es);
+  kn_cuda_ptr *ps[4] = {&b->q, &b->k, &b->v, &b->o};
+  kn_diag e;
+  for (int i = 0; i < 4; i++)
+    if (kn_cuda_alloc(dev, n * es, ps[i], &e) || kn_cuda_copy_htod(dev, *ps[i], h, n * es, &e)) {
+      printf("# buffers: %s\n", e.message);
+      failures++;
+      free(h);
+      free_bufs(b);
+      return -1;
+    }
+  free(h);
+  return 0;
+}
+
+
 /* ---- (a) correctness ---- */
 
 static void check_case(const kn_attn_desc *desc, const kernel *kk, int HK, int Nq, int Nk,
@@ -286,30 +318,10 @@ static void throughput(bool quick) {
   int nbest = 0;
   for (int dt = 0; dt < 2; dt++) {
     kn_scalar t = dt ? KN_BF16 : KN_F16;
-    size_t es = kn_scalar_size(t);
     /* one set of buffers at the largest shape, filled with a random pattern (every smaller
      * shape uses their beginning); the values only have to be realistic, not fresh */
     bufs b = {0};
-    kn_diag e;
-    unsigned char *h = malloc(maxn * es);
-    if (!h) return;
-    uint64_t rng = 7;
-    enum { PAT = 1 << 16 };
-    static unsigned char pat[PAT * 2];
-    for (int i = 0; i < PAT; i++) kn_store_elem(t, pat + (size_t)i * es, kn_round(t, normal(&rng)));
-    for (size_t i = 0; i < maxn; i += PAT) {
-      size_t n = maxn - i < PAT ? maxn - i : PAT;
-      memcpy(h + i * es, pat, n * es);
-    }
-    kn_cuda_ptr *ps[4] = {&b.q, &b.k, &b.v, &b.o};
-    for (int i = 0; i < 4; i++)
-      if (kn_cuda_alloc(dev, maxn * es, ps[i], &e) || kn_cuda_copy_htod(dev, *ps[i], h, maxn * es, &e)) {
-        printf("# buffers: %s\n", e.message);
-        failures++;
-        free(h);
-        return;
-      }
-    free(h);
+    if (timing_bufs(t, maxn, 7, &b)) return;
     for (int hd = 64; hd <= 128; hd += 64)
       for (int causal = 0; causal < 2; causal++) {
         kn_attn_desc desc = {.dtype = t, .head_dim = hd, .causal = causal};
@@ -346,7 +358,7 @@ static void throughput(bool quick) {
         for (int c = 0; c < ncand; c++)
           if (ok[c]) unload(&ks[c]);
       }
-    for (int i = 0; i < 4; i++) kn_cuda_free(dev, *ps[i], NULL);
+    free_bufs(&b);
   }
   printf("\n| dtype | D | causal | N | kiln TFLOP/s | ms | best BLOCK_M x BLOCK_N, warps | regs |\n");
   printf("|---|---|---|---|---|---|---|---|\n");
@@ -371,22 +383,9 @@ static void defaults_table(uint64_t seed) {
                                       {64, 64, 2, 2, 0},  {64, 32, 2, 2, 0}};
   enum { NC = sizeof dc / sizeof dc[0] };
   const kn_arch *arch = kn_arch_get("sm_90a");
-  size_t es = 2, maxn = (size_t)B * H * N * 256;
+  size_t maxn = (size_t)B * H * N * 256;
   bufs b = {0};
-  kn_diag e;
-  unsigned char *h = malloc(maxn * es);
-  if (!h) return;
-  uint64_t rng = seed | 1;
-  for (size_t i = 0; i < maxn; i++) kn_store_elem(KN_F16, h + i * es, kn_round(KN_F16, normal(&rng)));
-  kn_cuda_ptr *ps[4] = {&b.q, &b.k, &b.v, &b.o};
-  for (int i = 0; i < 4; i++)
-    if (kn_cuda_alloc(dev, maxn * es, ps[i], &e) || kn_cuda_copy_htod(dev, *ps[i], h, maxn * es, &e)) {
-      printf("# buffers: %s\n", e.message);
-      failures++;
-      free(h);
-      return;
-    }
-  free(h);
+  if (timing_bufs(KN_F16, maxn, seed | 1, &b)) return;
   printf("## defaults: sm_90a f16, batch %d, %d heads, N %d, median of 15\n", B, H, N);
   printf("csv,defaults,D,causal,block_m,block_n,warps,ms,tflops\n");
   char table[4096];
@@ -431,8 +430,7 @@ static void defaults_table(uint64_t seed) {
                        def_ms > 0 ? def_ms / best_ms : 0);
     }
   fputs(table, stdout);
-  kn_cuda_free(dev, b.q, NULL), kn_cuda_free(dev, b.k, NULL), kn_cuda_free(dev, b.v, NULL),
-      kn_cuda_free(dev, b.o, NULL);
+  free_bufs(&b);
 }
 
 int main(int argc, char **argv) {
