@@ -892,8 +892,8 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
                        .sm_scale = a->sm_scale};
   kn_argval args[KN_ATTN_NPARAMS];
   int grid[3];
-  kn_attn_fill_args(d, &k->cfg, &p, (void *)a->q, (void *)a->k, (void *)a->v, a->o, a->lse, args,
-                    grid);
+  kn_attn_fill_args(d, NULL, &k->cfg, &p, (void *)a->q, (void *)a->k, (void *)a->v, a->o, a->lse, NULL, args,
+                    grid, NULL);
   /* the caller's strides replace the contiguous ones kn_attn_fill_args computed */
   const struct { const int64_t *s; int n, at; } strides[] = {
       {a->q_stride, 3, ARG_Q_SB}, {a->k_stride, 3, ARG_K_SB}, {a->v_stride, 3, ARG_V_SB},

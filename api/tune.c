@@ -132,7 +132,7 @@ typedef struct run {
 static void launch_args(const run *r, const kn_attn_config *c, int set, kn_argval *args,
                         int grid[3]) {
   const io_set *s = &r->sets[set];
-  kn_attn_fill_args(r->d, c, &r->p, s->q, s->k, s->v, s->o, s->lse, args, grid);
+  kn_attn_fill_args(r->d, NULL, c, &r->p, s->q, s->k, s->v, s->o, s->lse, NULL, args, grid, NULL);
 }
 
 /* output of set 0 against the reference; NULL when within tolerance */

@@ -360,6 +360,10 @@ kn_op *kn_b_return(kn_builder *b, int n, kn_value *const *v);
 /* parse text (its own copy is kept in the module); NULL with *d filled on a syntax error.
  * The result is not verified: call kn_verify(). */
 kn_module *kn_parse(const char *filename, const char *text, size_t len, kn_diag *d);
+/* parses text into m, which must not hold parsed text yet (its functions may be built ones); its
+ * locations name `filename` (NULL: m's).  0, or -1 with *d (m then holds what parsed before the
+ * error: the caller frees it) */
+int kn_parse_into(kn_module *m, const char *filename, const char *text, size_t len, kn_diag *d);
 /* print the module in the canonical text form (malloc'd string; the caller frees) */
 char *kn_print(const kn_module *m);
 /* check the module; 0 when valid, else -1 and the first error in *d */

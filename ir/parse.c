@@ -953,16 +953,22 @@ static bool parse_all(kn_parser *P) {
   }
 }
 
-kn_module *kn_parse(const char *filename, const char *text, size_t len, kn_diag *d) {
-  if (!filename) filename = "<input>";
+int kn_parse_into(kn_module *m, const char *filename, const char *text, size_t len, kn_diag *d) {
+  KN_ASSERT(m && !m->source);
+  if (!filename) filename = m->filename;
   if (!text) len = 0;
-  kn_module *m = kn_module_new(filename);
   m->source = kn_arena_strndup(m->arena, len ? text : "", len);
-  kn_parser P = {.m = m, .d = d, .tmp = kn_arena_new(), .file = m->filename, .p = m->source,
-                 .end = m->source + len, .line = 1, .col = 1};
+  kn_parser P = {.m = m, .d = d, .tmp = kn_arena_new(), .file = kn_arena_strndup(m->arena, filename, strlen(filename)),
+                 .p = m->source, .end = m->source + len, .line = 1, .col = 1};
   bool ok = parse_all(&P);
   kn_arena_free(P.tmp);
-  if (ok) return m;
+  return ok ? 0 : -1;
+}
+
+kn_module *kn_parse(const char *filename, const char *text, size_t len, kn_diag *d) {
+  if (!filename) filename = "<input>";
+  kn_module *m = kn_module_new(filename);
+  if (kn_parse_into(m, filename, text, len, d) == 0) return m;
   kn_module_free(m);
   /* the diagnostic outlives the module: point it at the caller's file name */
   if (d) d->loc.file = filename;

@@ -28,6 +28,7 @@
 #define KILN_ATTENTION_H
 
 #include "arch.h"
+#include "interp.h"
 #include "ir.h"
 
 /* The descriptor (what is computed) and the config (how it is tiled) are declared from these
@@ -37,15 +38,32 @@
  * each field and checks the key changes, with no other edit.  kind says how the key prints it:
  * a scalar type by name, a bool as 0/1, an int in decimal.  Later variants (sliding window,
  * softcap, ALiBi) are one more line of KN_ATTN_DESC_FIELDS each. */
-enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT };
+/* TEXT: a string, keyed by the hex XXH3-64 of its bytes ("0" for NULL or empty) */
+enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT, KN_ATTN_FIELD_TEXT };
 
 /* f16, bf16, f32; head_dim 32..256 a multiple of 16 (kn_attn_check); has_lse: store the
- * log-sum-exp */
+ * log-sum-exp.  The variant (docs/variants.md): causal 0 none, 1 bottom-right (FlashAttention 2:
+ * query i sees key j iff j <= i + seqlen_k - seqlen_q), 2 top-left (j <= i); window: a sliding
+ * window whose sizes are kernel arguments (kn_attn_vargs); softcap: cap * tanh(s / cap), the cap
+ * an argument; alibi: per-head slopes (an argument tensor); bias: an additive bias tensor;
+ * document: per-token segment ids, a query sees only keys of its own segment; prefix: prefix-LM,
+ * a query sees every key below the prefix length (an argument) and the keys causal (bottom-right)
+ * lets it see.  mods: the text of the user's own modifiers (@score_mod, @mask_mod, @block_mask;
+ * NULL or "" for none), keyed by its hash. */
 #define KN_ATTN_DESC_FIELDS(X)                             \
   X(KN_ATTN_FIELD_SCALAR, kn_scalar, dtype, "dtype")       \
   X(KN_ATTN_FIELD_INT, int, head_dim, "d")                 \
-  X(KN_ATTN_FIELD_BOOL, bool, causal, "causal")            \
-  X(KN_ATTN_FIELD_BOOL, bool, has_lse, "lse")
+  X(KN_ATTN_FIELD_INT, int, causal, "causal")              \
+  X(KN_ATTN_FIELD_BOOL, bool, has_lse, "lse")              \
+  X(KN_ATTN_FIELD_BOOL, bool, window, "window")            \
+  X(KN_ATTN_FIELD_BOOL, bool, softcap, "softcap")          \
+  X(KN_ATTN_FIELD_BOOL, bool, alibi, "alibi")              \
+  X(KN_ATTN_FIELD_BOOL, bool, bias, "bias")                \
+  X(KN_ATTN_FIELD_BOOL, bool, document, "doc")             \
+  X(KN_ATTN_FIELD_BOOL, bool, prefix, "prefix")            \
+  X(KN_ATTN_FIELD_TEXT, const char *, mods, "mods")
+
+enum { KN_CAUSAL_NONE = 0, KN_CAUSAL_BOTTOM_RIGHT = 1, KN_CAUSAL_TOP_LEFT = 2 };
 
 /* block_m: query rows per program, 16..256, a power of two.  block_n: keys per loop iteration,
  * 16..256, a power of two.  warps: GPU targets, warps / waves per program (recorded as meta).
@@ -63,6 +81,7 @@ enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT };
 #define KN_ATTN_DECLARE_FIELD(kind, type, field, name) type field;
 typedef struct kn_attn_desc {
   KN_ATTN_DESC_FIELDS(KN_ATTN_DECLARE_FIELD)
+  const char *mods_file; /* not in the key: the file name diagnostics give the mods text */
 } kn_attn_desc;
 
 typedef struct kn_attn_config {
@@ -102,19 +121,67 @@ typedef struct kn_attn_problem {
   double sm_scale;  /* 0 means 1/sqrt(head_dim) */
 } kn_attn_problem;
 
-/* Fills the KN_ATTN_NPARAMS kernel arguments for contiguous buffers (strides of (B,H,N,D) layouts)
- * and the grid.  lse may be NULL. Pointers are stored in out[i].p, ints in .i, sm_scale in .f. */
-struct kn_argval;
-void kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_config *c, const kn_attn_problem *p,
-                       void *q, void *k, void *v, void *o, float *lse, struct kn_argval *out,
-                       int grid[3]);
+/* ---- variants: the kernel's extra parameters and their values (docs/variants.md) ----
+ *
+ * A variant's kernel takes the KN_ATTN_NPARAMS parameters above, then the parameters of its
+ * modifiers beyond their fixed ones, in the order the modifiers are applied (the built-ins in
+ * the order of KN_ATTN_DESC_FIELDS, then the user's @score_mod, @mask_mod, @block_mask), each
+ * name once: a modifier parameter named like a kernel parameter (seqlen_q, seqlen_k, heads,
+ * sm_scale, ...) or like an earlier modifier's parameter, with the same type, is that parameter. */
+enum { KN_ATTN_MAX_PARAMS = 64 };
 
-/* Naive float64 attention: the oracle of descriptor d (its dtype is that of the kernel whose
- * inputs were rounded; the reference itself computes in double).  q, k, v hold the (already
- * rounded) inputs as doubles in contiguous (B, H, N, D) / (B, HK, N, D) layouts; o gets
- * (B, H, Nq, D) and lse (B, H, Nq) (lse may be NULL).  Same masking rules as the kernel. */
-void kn_attn_reference(const kn_attn_desc *d, const kn_attn_problem *p, const double *q,
-                       const double *k, const double *v, double *o, double *lse);
+typedef struct kn_attn_sig {
+  int n;                                /* all parameters, the KN_ATTN_NPARAMS fixed ones first */
+  kn_type type[KN_ATTN_MAX_PARAMS];
+  char name[KN_ATTN_MAX_PARAMS][48];
+} kn_attn_sig;
+
+/* one value of a user modifier's parameter, by name; bytes: the extent of a pointer's memory
+ * (the reference and the interpreter check accesses against it; 0 = unknown, only allowed where
+ * nothing checks, i.e. on GPUs) */
+typedef struct kn_attn_named_arg {
+  const char *name;
+  kn_argval value;    /* .i for integers, .f for floats, .p for pointers */
+  size_t bytes;
+} kn_attn_named_arg;
+
+/* The values of a variant's built-in parameters (their names in the modifier library, in
+ * brackets) and of the user's.  Layouts are (B, H, ...) with strides in elements; only the
+ * fields of the descriptor's variant are read. */
+typedef struct kn_attn_vargs {
+  int window_left, window_right;   /* [window_left, window_right]: keys visible on each side of
+                                      the (bottom-right aligned) diagonal; -1 = unbounded */
+  float softcap;                   /* [softcap] > 0 */
+  const float *alibi_slopes;       /* [alibi_slopes] (B, H) f32, or (H) with alibi_sb = 0 */
+  int64_t alibi_sb;                /* [alibi_sb] */
+  const void *bias;                /* [bias] (B, H, Nq, Nk) of the kernel dtype, Nk contiguous */
+  int64_t bias_sb, bias_sh, bias_sm; /* [bias_sb, bias_sh, bias_sm]; 0 broadcasts that axis */
+  const int32_t *q_seg, *k_seg;    /* [q_seg, k_seg] (B, Nq) and (B, Nk) segment ids, each row
+                                      non-decreasing (the document mask's block skipping needs it) */
+  int64_t q_seg_sb, k_seg_sb;      /* [q_seg_sb, k_seg_sb] */
+  int prefix_len;                  /* [prefix_len] */
+  const kn_attn_named_arg *mods;   /* the user's modifier parameters, any order */
+  int nmods;
+} kn_attn_vargs;
+
+/* the kernel signature of descriptor d (parses the modifier texts); -1 with *diag (file:line:col
+ * for a wrong modifier) when the variant is malformed */
+int kn_attn_signature(const kn_attn_desc *d, kn_attn_sig *sig, kn_diag *diag);
+
+/* Fills the sig->n kernel arguments for contiguous (B, H, N, D) buffers and the grid.  lse may
+ * be NULL; va may be NULL for a descriptor without variant parameters.  -1 with *diag when a
+ * parameter has no value (a user parameter missing from va->mods, a NULL built-in tensor). */
+int kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_attn_config *c,
+                      const kn_attn_problem *p, void *q, void *k, void *v, void *o, float *lse,
+                      const kn_attn_vargs *va, kn_argval *out, int grid[3], kn_diag *diag);
+
+/* The float64 reference of the variant: the same modifier functions (the library's and the
+ * user's, or those of `mods`, a verified module holding them — the IR `kiln run --ir` read)
+ * evaluated by the interpreter in double for every (b, h, i, j); otherwise as
+ * kn_attn_reference.  -1 with *diag when a modifier fails (say, reads outside its tensor). */
+int kn_attn_reference_v(const kn_attn_desc *d, kn_module *mods, const kn_attn_problem *p,
+                        const kn_attn_vargs *va, const double *q, const double *k,
+                        const double *v, double *o, double *lse, kn_diag *diag);
 
 /* Absolute tolerance for an output of this dtype (inputs ~ N(0,1), sm_scale ~ 1/sqrt(D)); the
  * rationale is in attn_fwd.c */

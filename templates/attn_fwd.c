@@ -39,9 +39,14 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <string.h>
 
-#include "attention.h"
+#define XXH_INLINE_ALL /* the key hash, header only */
+#include <xxhash.h>
+
+#include "attn_internal.h"
 #include "interp.h"
 
 /* ---- descriptor / config --------------------------------------------------------------------- */
@@ -53,18 +58,40 @@ typedef struct keytext {
   int len;
 } keytext;
 
-static void key_field(keytext *k, int kind, const char *name, long v) {
+static void key_put(keytext *k, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void key_put(keytext *k, const char *name, const char *fmt, ...) {
   size_t at = (size_t)k->len < k->n ? (size_t)k->len : k->n;
   char *p = k->n > at ? k->buf + at : NULL;
   size_t room = k->n - at;
-  const char *sep = k->len ? ";" : "";
-  int w = kind == KN_ATTN_FIELD_SCALAR ? snprintf(p, room, "%s%s=%s", sep, name,
-                                                  kn_scalar_name((kn_scalar)v))
-                                       : snprintf(p, room, "%s%s=%ld", sep, name, v);
+  int w = snprintf(p, room, "%s%s=", k->len ? ";" : "", name);
+  if (w < 0) return;
+  k->len += w;
+  at = (size_t)k->len < k->n ? (size_t)k->len : k->n;
+  p = k->n > at ? k->buf + at : NULL;
+  room = k->n - at;
+  va_list ap;
+  va_start(ap, fmt);
+  w = vsnprintf(p, room, fmt, ap);
+  va_end(ap);
   if (w > 0) k->len += w;
 }
 
-#define KEY_FIELD(kind, type, field, name) key_field(&k, kind, name, (long)x->field);
+static void key_num(keytext *k, int kind, const char *name, long v) {
+  if (kind == KN_ATTN_FIELD_SCALAR) key_put(k, name, "%s", kn_scalar_name((kn_scalar)v));
+  else key_put(k, name, "%ld", v);
+}
+
+/* a text field: the hash of its bytes, so the key stays short and any edit changes it */
+static void key_text(keytext *k, int kind, const char *name, const char *t) {
+  (void)kind;
+  if (!t || !t[0]) key_put(k, name, "0");
+  else key_put(k, name, "%016llx", (unsigned long long)XXH3_64bits(t, strlen(t)));
+}
+
+#define KEY_FIELD(kind, type, field, name) \
+  _Generic(x->field, const char *: key_text, default: key_num)(&k, kind, name, x->field);
 
 int kn_attn_desc_key(const kn_attn_desc *x, char *buf, size_t n) {
   keytext k = {.buf = buf, .n = n};
@@ -152,6 +179,12 @@ int kn_attn_check(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag)
     return kn_error(diag, NULL, nowhere,
                     "attention: head dim %d is not supported (a multiple of 16 in 32..256)",
                     d->head_dim);
+  if (d->causal < KN_CAUSAL_NONE || d->causal > KN_CAUSAL_TOP_LEFT)
+    return kn_error(diag, NULL, nowhere, "attention: causal %d is not 0 (none), 1 (bottom-right) "
+                    "or 2 (top-left)", d->causal);
+  if (d->prefix && d->causal)
+    return kn_error(diag, NULL, nowhere, "attention: prefix already includes its causal part; "
+                    "leave causal off with prefix");
   if (!is_pow2_in(c->block_m, 16, 256))
     return kn_error(diag, NULL, nowhere,
                     "attention: BLOCK_M %d is not a power of two in 16..256", c->block_m);
@@ -178,10 +211,20 @@ enum {
 };
 _Static_assert((int)P_COUNT == (int)KN_ATTN_NPARAMS, "parameter list and KN_ATTN_NPARAMS disagree");
 
-static const char *const param_names[P_COUNT] = {
+const char *const kn_attn_param_names[P_COUNT] = {
     "q", "k", "v", "o", "lse", "sm_scale", "seqlen_q", "seqlen_k", "heads", "kv_group",
     "q_sb", "q_sh", "q_sm", "k_sb", "k_sh", "k_sn", "v_sb", "v_sh", "v_sn",
     "o_sb", "o_sh", "o_sm", "lse_sb", "lse_sh"};
+
+kn_type kn_attn_param_type(const kn_attn_desc *d, int i) {
+  switch (i) {
+  case P_Q: case P_K: case P_V: case P_O: return kn_ty_ptr(d->dtype);
+  case P_LSE: return kn_ty_ptr(KN_F32);
+  case P_SM_SCALE: return kn_ty_scalar(KN_F32);
+  case P_SEQLEN_Q: case P_SEQLEN_K: case P_HEADS: case P_KV_GROUP: return kn_ty_scalar(KN_I32);
+  default: return kn_ty_scalar(KN_I64);  /* the strides */
+  }
+}
 
 /* the builder the helpers below append with (it also knows the module, for names) */
 typedef struct gen {
@@ -250,6 +293,27 @@ static kn_value *ci(gen *g, kn_type t, int64_t v, const char *name) {
   return named(g, kn_b_const_i(&g->b, t, v), name);
 }
 
+/* the index of the kernel parameter `name` (the plan made it, so it is there) */
+static int sig_index(const kn_attn_sig *sig, const char *name) {
+  for (int i = 0; i < sig->n; i++)
+    if (!strcmp(sig->name[i], name)) return i;
+  KN_ASSERT(!"variant parameter missing from the signature");
+  return 0;
+}
+
+/* a call of the modifier: its fixed arguments, then the kernel parameters its plan binds; an
+ * elemental call (docs/ir.md) when the arguments are tiles, so its result has type `res` */
+static kn_value *call_mod(gen *g, const kn_attn_mod *mod, kn_value *const *fixed, int nfixed,
+                          kn_value *const *P, kn_type res, const char *name) {
+  kn_value *args[KN_ATTN_MAX_PARAMS + KN_MOD_FIXED_BLOCK];
+  int n = 0;
+  for (int i = 0; i < nfixed; i++) args[n++] = fixed[i];
+  for (int i = nfixed; i < kn_func_nparams(mod->f); i++) args[n++] = P[mod->arg[i - nfixed]];
+  kn_op *op = kn_b_call(&g->b, mod->f, n, args);
+  op->res[0]->type = res;
+  return named(g, op->res[0], name);
+}
+
 kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
                            kn_diag *diag) {
   if (kn_attn_check(d, c, diag) != 0) return NULL;
@@ -260,14 +324,17 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   const kn_type s_f32 = kn_ty_tile2(KN_F32, BM, BN);      /* (BM, BN) scores */
   const kn_type acc_f32 = kn_ty_tile2(KN_F32, BM, D);     /* (BM, D) output accumulator */
 
-  kn_type ptypes[P_COUNT];
-  for (int i = 0; i < P_COUNT; i++) ptypes[i] = i64;      /* the strides */
-  ptypes[P_Q] = ptypes[P_K] = ptypes[P_V] = ptypes[P_O] = kn_ty_ptr(dt);
-  ptypes[P_LSE] = kn_ty_ptr(KN_F32);
-  ptypes[P_SM_SCALE] = f32;
-  ptypes[P_SEQLEN_Q] = ptypes[P_SEQLEN_K] = ptypes[P_HEADS] = ptypes[P_KV_GROUP] = i32;
+  /* the variant's modifiers (parsed into m unless the caller put them there) and the kernel
+   * signature they make: the template's parameters, then theirs */
+  if (!m->source && kn_attn_mods_parse(m, d, diag)) return NULL;
+  if (m->nfuncs && kn_verify(m, diag)) return NULL;
+  kn_attn_plan *plan = kn_arena_alloc(m->arena, sizeof *plan);
+  if (kn_attn_plan_make(m, d, plan, diag)) return NULL;
+  const kn_attn_sig *sig = &plan->sig;
+  const char *pnames[KN_ATTN_MAX_PARAMS];
+  for (int i = 0; i < sig->n; i++) pnames[i] = sig->name[i];
 
-  kn_func *f = kn_func_new(m, "attn_fwd", true, P_COUNT, ptypes, param_names, 0, NULL);
+  kn_func *f = kn_func_new(m, "attn_fwd", true, sig->n, sig->type, pnames, 0, NULL);
   kn_func_set_meta(f, "BLOCK_M", BM);
   kn_func_set_meta(f, "BLOCK_N", BN);
   kn_func_set_meta(f, "HEAD_DIM", D);
@@ -277,10 +344,18 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   kn_func_set_meta(f, "STAGES", c->stages);
   /* only when asked for: the default config's IR (golden files, cache keys) stays as it was */
   if (c->mfma) kn_func_set_meta(f, "MFMA", c->mfma);
+  /* the variant's kinds, only when set (the IR of plain attention stays as it was); `kiln run
+   * --ir` reads them back to know which reference to check against */
+  static const struct { const char *key; size_t off; } flags[] = {
+      {"WINDOW", offsetof(kn_attn_desc, window)},   {"SOFTCAP", offsetof(kn_attn_desc, softcap)},
+      {"ALIBI", offsetof(kn_attn_desc, alibi)},     {"BIAS", offsetof(kn_attn_desc, bias)},
+      {"DOCUMENT", offsetof(kn_attn_desc, document)}, {"PREFIX", offsetof(kn_attn_desc, prefix)}};
+  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+    if (*(const bool *)((const char *)d + flags[i].off)) kn_func_set_meta(f, flags[i].key, 1);
 
   gen G = {.b = kn_builder_at_end(m, f->body)}, *g = &G;
-  kn_value *P[P_COUNT];
-  for (int i = 0; i < P_COUNT; i++) P[i] = kn_func_param(f, i);
+  kn_value *P[KN_ATTN_MAX_PARAMS];
+  for (int i = 0; i < sig->n; i++) P[i] = kn_func_param(f, i);
   kn_value *seqlen_q = P[P_SEQLEN_Q], *seqlen_k = P[P_SEQLEN_K];
 
   /* which rows, which (batch, head), which kv head */
@@ -316,17 +391,11 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
                 (kn_value *[]){P[P_Q_SM], one64}, (kn_value *[]){seqlen_q, c_d}, NULL, NULL),
       "q_tile");
 
-  /* loop invariants: row indices, the causal limit per row, constants of tile shape */
+  /* loop invariants: row indices, constants of tile shape */
   kn_value *m_range = named(g, kn_b_arange(&g->b, 0, BM), "m_range");
   kn_value *rows = bin(g, KN_OP_ADD, m_range, splat1(g, row0, BM, "row0_v"), "rows"); /* (BM) */
   kn_value *col_range = named(g, kn_b_arange(&g->b, 0, BN), "n_range");     /* (BN) */
   kn_value *seqlen_k_s = splat2(g, seqlen_k, BM, BN, "seqlen_k_s");         /* (BM, BN) */
-  kn_value *causal_lim = NULL;                                              /* (BM, BN) */
-  kn_value *diag_off = bin(g, KN_OP_SUB, seqlen_k, seqlen_q, "diag_off");   /* Nk - Nq */
-  if (d->causal) {
-    kn_value *lim = bin(g, KN_OP_ADD, rows, splat1(g, diag_off, BM, "diag_off_v"), "row_lim");
-    causal_lim = cols_of(g, lim, BN, "row_lim_s");
-  }
   kn_value *qk_scale_s = splat2(g, qk_scale, BM, BN, "qk_scale_s");
   kn_value *neg_inf_s = cf(g, s_f32, -INFINITY, "neg_inf_s");
   kn_value *zero_s = cf(g, s_f32, 0.0, "zero_s");
@@ -335,19 +404,63 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   kn_value *one_r = cf(g, row_f32, 1.0, "one_r");
   kn_value *zero_acc = cf(g, acc_f32, 0.0, "zero_acc");
 
-  /* KV loop bound: see the masking math above */
-  kn_value *hi = seqlen_k;
-  if (d->causal) {
-    kn_value *row_end = bin(g, KN_OP_MIN, bin(g, KN_OP_ADD, row0, c_bm, "row0_end"), seqlen_q,
-                            "row_end");
-    kn_value *h = bin(g, KN_OP_ADD, row_end, diag_off, "kv_end");
-    h = bin(g, KN_OP_MAX, h, c0, "kv_end_pos");
-    hi = bin(g, KN_OP_MIN, h, seqlen_k, "kv_hi");
+  /* the modifiers' view of the tile: (BM, BN) query and key indices, clamped into range (a
+   * modifier may index a tensor with them unchecked; the padding rows are never stored and the
+   * padding columns are masked below), and the scalar (b, h) */
+  int nscore = 0, nmask = 0, nblock = 0;
+  for (int i = 0; i < plan->nmods; i++) {
+    nscore += plan->mod[i].kind == KN_MOD_SCORE;
+    nmask += plan->mod[i].kind == KN_MOD_MASK;
+    nblock += plan->mod[i].kind == KN_MOD_BLOCK;
   }
+  kn_value *c1 = ci(g, i32, 1, "c1");
+  kn_value *q_idx = NULL;
+  if (nscore + nmask) {
+    kn_value *q_last = bin(g, KN_OP_SUB, seqlen_q, c1, "q_last");
+    kn_value *qi = bin(g, KN_OP_MIN, rows, splat1(g, q_last, BM, "q_last_v"), "q_idx_rows");
+    q_idx = cols_of(g, qi, BN, "q_idx");
+  }
+
+  /* KV loop bounds [lo, hi) from the built-in masks (the masking math above; docs/variants.md):
+   * every block outside them is fully masked for every live row of this program */
+  kn_value *diag_off = bin(g, KN_OP_SUB, seqlen_k, seqlen_q, "diag_off");   /* Nk - Nq */
+  kn_value *row_end = bin(g, KN_OP_MIN, bin(g, KN_OP_ADD, row0, c_bm, "row0_end"), seqlen_q,
+                          "row_end");                                       /* live rows end */
+  kn_value *hi = seqlen_k, *lo = c0;
+  /* clamp(x, 0, seqlen_k) */
+#define CLAMP_K(x, nm) bin(g, KN_OP_MIN, bin(g, KN_OP_MAX, (x), c0, nm "_pos"), seqlen_k, nm)
+  if (d->causal || d->prefix) {
+    kn_value *end = d->causal == KN_CAUSAL_TOP_LEFT
+                        ? row_end : bin(g, KN_OP_ADD, row_end, diag_off, "kv_end");
+    hi = CLAMP_K(end, "kv_hi");
+    if (d->prefix) /* the prefix is visible to every row */
+      hi = bin(g, KN_OP_MAX, hi, CLAMP_K(P[sig_index(sig, "prefix_len")], "prefix_hi"), "kv_hi_p");
+  }
+  if (d->window) {
+    /* sizes above seqlen_q + seqlen_k mean unbounded and keep the sums below in i32 */
+    kn_value *span = bin(g, KN_OP_ADD, seqlen_q, seqlen_k, "span");
+    kn_value *wl = bin(g, KN_OP_MIN, P[sig_index(sig, "window_left")], span, "wl");
+    kn_value *wr = bin(g, KN_OP_MIN, P[sig_index(sig, "window_right")], span, "wr");
+    kn_value *last = bin(g, KN_OP_ADD, bin(g, KN_OP_ADD, row_end, diag_off, "w_diag_end"), wr,
+                         "w_end");
+    kn_value *w_hi = CLAMP_K(last, "w_hi");
+    kn_value *no_right = named(g, kn_b_cmp(&g->b, KN_PRED_LT, wr, c0), "w_no_right");
+    hi = bin(g, KN_OP_MIN, hi, named(g, kn_b_select(&g->b, no_right, seqlen_k, w_hi), "w_hi_s"),
+             "kv_hi_w");
+    /* the first key row0 may see, rounded down to a block start */
+    kn_value *first = bin(g, KN_OP_SUB, bin(g, KN_OP_ADD, row0, diag_off, "w_diag0"), wl,
+                          "w_first");
+    first = bin(g, KN_OP_MAX, first, c0, "w_first_pos");
+    first = bin(g, KN_OP_MUL, bin(g, KN_OP_DIV, first, ci(g, i32, BN, "c_bn_w"), "w_blk"),
+                ci(g, i32, BN, "c_bn_w2"), "w_lo");
+    kn_value *no_left = named(g, kn_b_cmp(&g->b, KN_PRED_LT, wl, c0), "w_no_left");
+    lo = named(g, kn_b_select(&g->b, no_left, c0, first), "kv_lo");
+  }
+#undef CLAMP_K
   kn_value *c_bn = ci(g, i32, BN, "c_block_n");
 
   kn_builder body;
-  kn_op *loop = kn_b_for(&g->b, c0, hi, c_bn, 3, (kn_value *[]){neg_inf_r, zero_r, zero_acc},
+  kn_op *loop = kn_b_for(&g->b, lo, hi, c_bn, 3, (kn_value *[]){neg_inf_r, zero_r, zero_acc},
                          &body);
   kn_value *start_n = named(g, loop->region[0]->args[0], "start_n");
   kn_value *m_i = named(g, loop->region[0]->args[1], "m_i");   /* (BM) running max, exp2 units */
@@ -355,8 +468,27 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   kn_value *acc = named(g, loop->region[0]->args[3], "acc");   /* (BM, D) unnormalised O */
   kn_builder outer = g->b;
   g->b = body;
+  kn_builder loop_body = body;
+  kn_op *skip = NULL;
   {
     kn_value *n0 = named(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF, start_n, BN), "n0");
+    if (nblock) {
+      /* the block predicates: skip the block when any says no live pair is in it */
+      kn_value *kv_end = bin(g, KN_OP_MIN, bin(g, KN_OP_ADD, n0, c_bn, "n0_end"), seqlen_k,
+                             "kv_end_blk");
+      kn_value *live_blk = NULL;
+      for (int i = 0; i < plan->nmods; i++) {
+        if (plan->mod[i].kind != KN_MOD_BLOCK) continue;
+        kn_value *fixed[KN_MOD_FIXED_BLOCK] = {bidx, hidx, row0, row_end, n0, kv_end};
+        kn_value *r = call_mod(g, &plan->mod[i], fixed, KN_MOD_FIXED_BLOCK, P,
+                               kn_ty_scalar(KN_I1), "block_live");
+        live_blk = live_blk ? bin(g, KN_OP_AND, live_blk, r, "block_live_all") : r;
+      }
+      kn_builder then_b, else_b;
+      skip = kn_b_if(&g->b, live_blk, 3, (kn_type[]){row_f32, row_f32, acc_f32}, &then_b, &else_b);
+      kn_b_yield(&else_b, 3, (kn_value *[]){m_i, l_i, acc});
+      g->b = then_b;
+    }
     /* K^T: (D, BN), element (d, j) = K[n0 + j, d]; keys past seqlen_k read as 0 */
     kn_value *kt = named(g,
                          kn_b_load(&g->b, kn_ty_tile2(dt, D, BN), k_base, (kn_value *[]){c0, n0},
@@ -364,12 +496,34 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
                                    (kn_value *[]){c_d, seqlen_k}, NULL, NULL),
                          "k_tile");
     kn_value *qk = named(g, kn_b_dot(&g->b, q_tile, kt, zero_s), "qk");      /* (BM, BN) */
-    kn_value *s = bin(g, KN_OP_MUL, qk, qk_scale_s, "s");
     kn_value *cols = bin(g, KN_OP_ADD, col_range, splat1(g, n0, BN, "n0_v"), "cols");
     kn_value *cols_s = rows_of(g, cols, BM, "cols_s");                        /* (BM, BN) */
+    kn_value *kv_idx = NULL;
+    if (nscore + nmask) {
+      kn_value *k_last = bin(g, KN_OP_SUB, seqlen_k, c1, "k_last");
+      kv_idx = bin(g, KN_OP_MIN, cols_s, splat2(g, k_last, BM, BN, "k_last_s"), "kv_idx");
+    }
+    kn_value *s;
+    if (nscore) {
+      /* the score modifiers see the scaled score in natural units (exp, not exp2) */
+      kn_value *sc = bin(g, KN_OP_MUL, qk, splat2(g, P[P_SM_SCALE], BM, BN, "sm_scale_s"),
+                         "score");
+      for (int i = 0; i < plan->nmods; i++) {
+        if (plan->mod[i].kind != KN_MOD_SCORE) continue;
+        kn_value *fixed[KN_MOD_FIXED_SCORE] = {sc, bidx, hidx, q_idx, kv_idx};
+        sc = call_mod(g, &plan->mod[i], fixed, KN_MOD_FIXED_SCORE, P, s_f32, "score_mod");
+      }
+      s = bin(g, KN_OP_MUL, sc, splat2(g, cf(g, f32, M_LOG2E, "c_log2e_s"), BM, BN,
+                                        "log2e_s"), "s");
+    } else {
+      s = bin(g, KN_OP_MUL, qk, qk_scale_s, "s");
+    }
     kn_value *live = named(g, kn_b_cmp(&g->b, KN_PRED_LT, cols_s, seqlen_k_s), "in_k");
-    if (d->causal) {
-      kn_value *vis = named(g, kn_b_cmp(&g->b, KN_PRED_LE, cols_s, causal_lim), "visible");
+    for (int i = 0; i < plan->nmods; i++) {
+      if (plan->mod[i].kind != KN_MOD_MASK) continue;
+      kn_value *fixed[KN_MOD_FIXED_MASK] = {bidx, hidx, q_idx, kv_idx};
+      kn_value *vis = call_mod(g, &plan->mod[i], fixed, KN_MOD_FIXED_MASK, P,
+                               kn_ty_tile2(KN_I1, BM, BN), "visible");
       live = bin(g, KN_OP_AND, live, vis, "live");
     }
     s = named(g, kn_b_select(&g->b, live, s, neg_inf_s), "s_masked");
@@ -397,6 +551,14 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
                          "v_tile");
     kn_value *acc_new = named(g, kn_b_dot(&g->b, p_in, vt, acc_scaled), "acc_new");
     kn_b_yield(&g->b, 3, (kn_value *[]){m_new, l_new, acc_new});
+    if (skip) {
+      kn_value *r[3];
+      for (int i = 0; i < 3; i++) r[i] = skip->res[i];
+      named(g, r[0], "m_blk_new");
+      named(g, r[1], "l_blk_new");
+      named(g, r[2], "acc_blk_new");
+      kn_b_yield(&loop_body, 3, r);
+    }
   }
   g->b = outer;
   kn_value *m_fin = named(g, loop->res[0], "m_final");
@@ -425,12 +587,12 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
 
 /* ---- arguments ----------------------------------------------------------------------------------- */
 
-void kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_config *c, const kn_attn_problem *p,
-                       void *q, void *k, void *v, void *o, float *lse, struct kn_argval *out,
-                       int grid[3]) {
+int kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_attn_config *c,
+                      const kn_attn_problem *p, void *q, void *k, void *v, void *o, float *lse,
+                      const kn_attn_vargs *va, kn_argval *out, int grid[3], kn_diag *diag) {
   const int64_t D = d->head_dim, H = p->heads, HK = p->kv_heads, Nq = p->seqlen_q,
                 Nk = p->seqlen_k;
-  memset(out, 0, sizeof *out * KN_ATTN_NPARAMS);
+  memset(out, 0, sizeof *out * (size_t)(sig ? sig->n : KN_ATTN_NPARAMS));
   out[P_Q].p = q;    /* (B, H, Nq, D) */
   out[P_K].p = k;    /* (B, HK, Nk, D) */
   out[P_V].p = v;    /* (B, HK, Nk, D) */
@@ -449,6 +611,8 @@ void kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_config *c, const kn_
   grid[0] = (int)((Nq + c->block_m - 1) / c->block_m);
   grid[1] = (int)(p->batch * H);
   grid[2] = 1;
+  if (sig && kn_attn_fill_vargs(d, sig, p, va, out, NULL, diag) < 0) return -1;
+  return 0;
 }
 
 /* ---- tolerances ----------------------------------------------------------------------------------- */

@@ -724,7 +724,7 @@ static int run_direct(options *o, const kn_target *t) {
   }
   kn_argval args[KN_ATTN_NPARAMS];
   int grid[3];
-  kn_attn_fill_args(&o->attn, &o->cfg, &o->prob, in.q, in.k, in.v, in.out, in.lse, args, grid);
+  kn_attn_fill_args(&o->attn, NULL, &o->cfg, &o->prob, in.q, in.k, in.v, in.out, in.lse, NULL, args, grid, NULL);
   kn_region regions[] = {{in.q, in.nq * es}, {in.k, in.nk * es}, {in.v, in.nk * es},
                          {in.out, in.nq * es}, {in.lse, in.nl * sizeof(float)}};
   char device[96];

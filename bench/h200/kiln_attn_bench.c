@@ -105,9 +105,9 @@ static int launch(const kernel *kk, const kn_attn_desc *desc, const kn_attn_prob
                   const bufs *b, kn_cuda_ptr lse) {
   kn_argval args[KN_ATTN_NPARAMS];
   int grid[3];
-  kn_attn_fill_args(desc, &kk->cfg, p, (void *)(uintptr_t)b->q, (void *)(uintptr_t)b->k,
+  kn_attn_fill_args(desc, NULL, &kk->cfg, p, (void *)(uintptr_t)b->q, (void *)(uintptr_t)b->k,
                     (void *)(uintptr_t)b->v, (void *)(uintptr_t)b->o,
-                    (float *)(uintptr_t)lse, args, grid);
+                    (float *)(uintptr_t)lse, NULL, args, grid, NULL);
   /* the launch helper the API uses packs each parameter in its own width */
   kn_attn_cuda_launch_info li = {.threads = kk->threads, .smem_bytes = kk->smem};
   kn_diag e;

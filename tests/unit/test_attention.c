@@ -111,7 +111,7 @@ static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, const 
 
   kn_argval args[KN_ATTN_NPARAMS];
   int grid[3];
-  kn_attn_fill_args(desc, cfg, p, q, k, v, o, desc->has_lse ? lse : NULL, args, grid);
+  kn_attn_fill_args(desc, NULL, cfg, p, q, k, v, o, desc->has_lse ? lse : NULL, NULL, args, grid, NULL);
   kn_region regions[5] = {{q, sz * nq}, {k, sz * nk}, {v, sz * nk}, {o, sz * nq},
                           {lse, sizeof *lse * nl}};
   kn_interp_stats stats;

@@ -85,7 +85,7 @@ static void run_problem(kn_kernel *kern, const kn_attn_desc *desc, const kn_attn
   }
   kn_argval args[KN_ATTN_NPARAMS];
   int grid[3];
-  kn_attn_fill_args(desc, cfg, &p, q, k, v, o, lse, args, grid);
+  kn_attn_fill_args(desc, NULL, cfg, &p, q, k, v, o, lse, NULL, args, grid, NULL);
   kn_region regions[5] = {{q, nqe * es}, {k, nke * es}, {v, nke * es}, {o, nqe * es}, {lse, nle * 4}};
   kn_diag d;
   kn_emu_stats st;

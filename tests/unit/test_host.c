@@ -954,7 +954,7 @@ static double attn_case(kn_kernel *kern, bool checked, const kn_attn_desc *desc,
   }
   kn_argval args[KN_ATTN_NPARAMS];
   int grid[3];
-  kn_attn_fill_args(desc, cfg, &p, q, kk, v, o, lse, args, grid);
+  kn_attn_fill_args(desc, NULL, cfg, &p, q, kk, v, o, lse, NULL, args, grid, NULL);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   kn_region reg[5] = {{q, nqe * es}, {kk, nke * es}, {v, nke * es}, {o, nqe * es},

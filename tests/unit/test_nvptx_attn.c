@@ -359,9 +359,9 @@ static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, int B,
     fail_msg("%s", e.message);
   kn_argval args[KN_ATTN_NPARAMS];
   int grid[3];
-  kn_attn_fill_args(desc, cfg, &p, (void *)(uintptr_t)q, (void *)(uintptr_t)kk,
+  kn_attn_fill_args(desc, NULL, cfg, &p, (void *)(uintptr_t)q, (void *)(uintptr_t)kk,
                     (void *)(uintptr_t)v, (void *)(uintptr_t)o,
-                    desc->has_lse ? (float *)(uintptr_t)lse : NULL, args, grid);
+                    desc->has_lse ? (float *)(uintptr_t)lse : NULL, NULL, args, grid, NULL);
   kn_attn_cuda_launch_info li = {.threads = c.c.threads, .smem_bytes = c.c.smem_bytes};
   if (kn_attn_cuda_launch(k, &li, args, grid, NULL, &e) || kn_cuda_device_sync(dev, &e))
     fail_msg("launch: %s", e.message);

@@ -1,0 +1,70 @@
+/* attn_internal.h — what the attention template, its variants and its reference share inside
+ * templates/ (not an interface of the library).
+ *
+ * A variant is applied as a list of modifier calls (docs/variants.md): the library's functions
+ * the descriptor asks for and the user's @score_mod / @mask_mod / @block_mask, in the one order
+ * kn_attn_plan_make decides.  The kernel builder (attn_fwd.c) and the float64 reference
+ * (attn_ref.c) both walk that list, so the kernel and its oracle cannot apply different
+ * modifiers or bind their parameters differently.
+ */
+#ifndef KILN_ATTN_INTERNAL_H
+#define KILN_ATTN_INTERNAL_H
+
+#include "attention.h"
+
+/* one file of the modifier library (templates/mods/<name>.tile), embedded by the build */
+typedef struct kn_attn_lib_file {
+  const char *name, *text;
+} kn_attn_lib_file;
+extern const kn_attn_lib_file kn_attn_lib[];
+extern const int kn_attn_nlib;
+
+typedef enum kn_attn_mod_kind { KN_MOD_SCORE, KN_MOD_MASK, KN_MOD_BLOCK } kn_attn_mod_kind;
+
+/* the fixed parameters of each kind: score (score f32, b, h, q_idx, kv_idx), mask (b, h, q_idx,
+ * kv_idx), block (b, h, q_lo, q_hi, kv_lo, kv_hi) */
+enum { KN_MOD_FIXED_SCORE = 5, KN_MOD_FIXED_MASK = 4, KN_MOD_FIXED_BLOCK = 6 };
+
+typedef struct kn_attn_mod {
+  kn_attn_mod_kind kind;
+  kn_func *f;
+  int arg[KN_ATTN_MAX_PARAMS];  /* the kernel parameter (index in the signature) of each of f's
+                                   parameters after the fixed ones */
+} kn_attn_mod;
+
+enum { KN_ATTN_MAX_MODS = 16 };
+
+typedef struct kn_attn_plan {
+  kn_attn_sig sig;
+  int nmods;
+  kn_attn_mod mod[KN_ATTN_MAX_MODS];  /* score mods, then masks, then block predicates, each in
+                                         the order of application */
+} kn_attn_plan;
+
+/* the text of every modifier descriptor d uses: the user's (first, so its line numbers are those
+ * of the user's file), then the library files it needs, DTYPE replaced by d's dtype.  Arena-free:
+ * the caller frees it.  NULL when d needs none. */
+char *kn_attn_mods_text(const kn_attn_desc *d);
+
+/* parses kn_attn_mods_text(d) into m (a module with no functions yet; diagnostics name
+ * d->mods_file, else "<mods>"); 0 when there is nothing to parse */
+int kn_attn_mods_parse(kn_module *m, const kn_attn_desc *d, kn_diag *diag);
+
+/* The plan of d over module m, which holds the modifier functions (kn_attn_mods_parse, or an IR
+ * file read back): the signature and the calls.  A user function is applied when m defines it.
+ * -1 with *diag at the function or parameter when a modifier has the wrong signature. */
+int kn_attn_plan_make(kn_module *m, const kn_attn_desc *d, kn_attn_plan *p, kn_diag *diag);
+
+/* Fills out[KN_ATTN_NPARAMS .. sig->n) from va: the built-in parameters by field, the user's by
+ * name.  regions (room for sig->n, or NULL) gets the memory of each tensor parameter.  Returns
+ * the number of regions written, or -1 with *diag naming a parameter without a value. */
+int kn_attn_fill_vargs(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_attn_problem *p,
+                       const kn_attn_vargs *va, kn_argval *out, kn_region *regions,
+                       kn_diag *diag);
+
+/* the names of the template's own parameters, in order (KN_ATTN_NPARAMS) */
+extern const char *const kn_attn_param_names[];
+/* the type of the template's own parameter i of descriptor d */
+kn_type kn_attn_param_type(const kn_attn_desc *d, int i);
+
+#endif
