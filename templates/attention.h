@@ -168,6 +168,10 @@ typedef struct kn_attn_vargs {
  * for a wrong modifier) when the variant is malformed */
 int kn_attn_signature(const kn_attn_desc *d, kn_attn_sig *sig, kn_diag *diag);
 
+/* the same over module m, which already holds the modifier functions (say, an IR file read back:
+ * its @score_mod / @mask_mod / @block_mask and the library functions d's fields name) */
+int kn_attn_signature_in(kn_module *m, const kn_attn_desc *d, kn_attn_sig *sig, kn_diag *diag);
+
 /* Fills the sig->n kernel arguments for contiguous (B, H, N, D) buffers and the grid.  lse may
  * be NULL; va may be NULL for a descriptor without variant parameters.  -1 with *diag when a
  * parameter has no value (a user parameter missing from va->mods, a NULL built-in tensor). */

@@ -254,6 +254,15 @@ int kn_attn_plan_make(kn_module *m, const kn_attn_desc *d, kn_attn_plan *p, kn_d
   return 0;
 }
 
+int kn_attn_signature_in(kn_module *m, const kn_attn_desc *d, kn_attn_sig *sig, kn_diag *diag) {
+  kn_attn_plan *p = malloc(sizeof *p);
+  KN_ASSERT(p);
+  int rc = kn_attn_plan_make(m, d, p, diag);
+  if (rc == 0) *sig = p->sig;
+  free(p);
+  return rc;
+}
+
 int kn_attn_signature(const kn_attn_desc *d, kn_attn_sig *sig, kn_diag *diag) {
   kn_module *m = kn_module_new(d->mods_file ? d->mods_file : "<mods>");
   kn_attn_plan p;
