@@ -1,7 +1,7 @@
 /* test_variants.c — attention variants (docs/variants.md) on every target that runs here,
  * against their float64 reference, and the modifier library against independent formulas.
  *
- * 1. The library's modifiers (templates/mods/*.tile) evaluated by the interpreter in double,
+ * 1. The library's modifiers (the files of templates/mods) evaluated by the interpreter in double,
  *    element by element, equal formulas restated here in C (causal both ways, window, softcap,
  *    ALiBi, bias, document, prefix), on random indices and parameters; the document block
  *    predicate and the custom one below are sound (false only for blocks without a live pair).
@@ -36,6 +36,7 @@
 #include "interp.h"
 #include "numeric.h"
 #include "pipeline.h"
+#include "target.h"
 
 static uint64_t seed0, rng;
 
