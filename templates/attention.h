@@ -179,6 +179,15 @@ int kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_at
                       const kn_attn_problem *p, void *q, void *k, void *v, void *o, float *lse,
                       const kn_attn_vargs *va, kn_argval *out, int grid[3], kn_diag *diag);
 
+/* Naive float64 attention: the oracle of descriptor d (its dtype is that of the kernel whose
+ * inputs were rounded; the reference itself computes in double).  q, k, v hold the (already
+ * rounded) inputs as doubles in contiguous (B, H, N, D) / (B, HK, N, D) layouts; o gets
+ * (B, H, Nq, D) and lse (B, H, Nq) (lse may be NULL).  Same masking rules as the kernel.  For a
+ * descriptor whose variant takes no parameters (plain, causal either way); else
+ * kn_attn_reference_v. */
+void kn_attn_reference(const kn_attn_desc *d, const kn_attn_problem *p, const double *q,
+                       const double *k, const double *v, double *o, double *lse);
+
 /* The float64 reference of the variant: the same modifier functions (the library's and the
  * user's, or those of `mods`, a verified module holding them — the IR `kiln run --ir` read)
  * evaluated by the interpreter in double for every (b, h, i, j); otherwise as
