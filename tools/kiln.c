@@ -488,7 +488,11 @@ static kn_func *get_kernel(options *o, kn_module **mout) {
     m = kn_module_new("<attn_fwd>");
     k = kn_attn_fwd_build(m, &o->attn, &o->cfg, &d);
     if (!k || kn_verify(m, &d)) {
-      fprintf(stderr, "kiln: internal error: the attention template is invalid:\n%s", d.rendered);
+      /* with the user's modifiers in it, the error is most likely theirs (an op that cannot
+       * run per element, say): it names their file, line and column */
+      fprintf(stderr, o->attn.mods ? "kiln: error: the modifiers of %s do not fit the kernel:\n%s"
+                                   : "kiln: internal error: the attention template is invalid:%s\n%s",
+              o->attn.mods ? o->attn.mods_file : "", d.rendered);
       kn_module_free(m);
       return NULL;
     }
@@ -969,7 +973,8 @@ static int run_direct(options *o, const kn_target *t) {
   if (kn_attn_signature_in(m, &o->attn, &sig, &fd) || variant_make(o, &sig, &vv) ||
       kn_attn_fill_args(&o->attn, &sig, &o->cfg, &o->prob, in.q, in.k, in.v, in.out, in.lse,
                         &vv.va, args, grid, &fd)) {
-    if (fd.rendered[0]) fputs(fd.rendered, stderr);
+    if (fd.loc.line > 0) fputs(fd.rendered, stderr); /* a modifier's file:line:col */
+    else if (fd.message[0]) fprintf(stderr, "kiln: error: %s\n", fd.message);
     variant_free(&vv);
     inputs_free(&in);
     kn_kernel_free(compiled);
