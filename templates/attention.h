@@ -104,6 +104,8 @@ enum { KN_ATTN_NPARAMS = 24 };
 /* the default config for a descriptor on an architecture (NULL: the host): the registry's
  * measured row for the head dim (compiler/arch.h), always one kn_attn_check_on accepts */
 kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d);
+/* does d apply modifiers beyond the causal masks (which every default tiling was measured with)? */
+bool kn_attn_has_modifiers(const kn_attn_desc *d);
 /* 0 when the descriptor and config are supported, else -1 with the reason in *diag */
 int kn_attn_check(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag);
 /* kn_attn_check, and on a GPU architecture: a matrix instruction of arch fits both dots with the

@@ -154,15 +154,27 @@ int kn_attn_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_c
   return 0;
 }
 
+bool kn_attn_has_modifiers(const kn_attn_desc *d) {
+  return d->window || d->softcap || d->alibi || d->bias || d->document || d->prefix ||
+         (d->mods && d->mods[0]);
+}
+
 kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d) {
   /* the registry's measured row for the head dim (compiler/arch.c); when it does not fit this
    * dtype (say f32 FMAs on AMDGPU need 32 | head dim), the nearest smaller shape that does */
   const kn_arch_default *r = kn_arch_default_for(arch, d->head_dim);
   kn_attn_config c = {.block_m = r->block_m, .block_n = r->block_n, .warps = r->warps, .stages = 2};
+  /* A variant beyond causal adds (BM, BN) tiles of indices and mask terms that stay live across
+   * the KV loop; at 128x64 they push D128 kernels past the register file (gfx90a/gfx942: 1 to
+   * 12 VGPR spills for window or ALiBi; sm_90a: 60 to 900 spill bytes for bias, window +
+   * softcap, documents), while 64-row blocks hold every built-in variant without spills on all
+   * of them (measured with kiln compile --stats; test_variants keeps it true). */
+  if (kn_attn_has_modifiers(d) && arch && arch->isa != KN_ISA_HOST && c.block_m > 64)
+    c.block_m = 64;
   kn_diag diag;
   if (kn_attn_check_on(arch, d, &c, &diag) == 0) return c;
-  for (int bm = r->block_m; bm >= 16; bm /= 2)
-    for (int bn = r->block_n; bn >= 16; bn /= 2)
+  for (int bm = c.block_m; bm >= 16; bm /= 2)
+    for (int bn = c.block_n; bn >= 16; bn /= 2)
       for (int w = r->warps; w >= 1; w /= 2) {
         kn_attn_config t = {.block_m = bm, .block_n = bn, .warps = w, .stages = 2};
         if (kn_attn_check_on(arch, d, &t, &diag) == 0) return t;

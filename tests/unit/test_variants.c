@@ -31,11 +31,13 @@
 
 #include <cmocka.h>
 
+#include "amdgpu.h"
 #include "attn_internal.h"
 #include "emu.h"
 #include "interp.h"
 #include "numeric.h"
 #include "pipeline.h"
+#include "ptxas.h"
 #include "target.h"
 
 static uint64_t seed0, rng;
@@ -513,6 +515,60 @@ static void test_block_skipping(void **state) {
   (void)dots_of;
 }
 
+/* ---- 5: the default tilings of variants compile without spills on the GPU targets ------------ */
+
+static void test_defaults_no_spills(void **state) {
+  (void)state;
+  vcase cs[32];
+  int n = variant_list(cs, KN_F16, 128), checked = 0;
+  char ptxas[512];
+  kn_diag d;
+  bool have_ptxas = kn_ptxas_find(ptxas, sizeof ptxas, &d) == KN_OK;
+  static const int dims[] = {64, 128, 256};
+  for (int ti = 0; kn_target_at(ti); ti++) {
+    const kn_target *t = kn_target_at(ti);
+    if (t->emulated || t->arch->isa == KN_ISA_HOST) continue;
+    if (t->arch->isa == KN_ISA_NVPTX && !have_ptxas) continue;
+    for (size_t di = 0; di < 3; di++)
+      for (int i = 0; i < n; i++) {
+        kn_attn_desc desc = cs[i].desc;
+        desc.head_dim = dims[di];
+        if (!kn_attn_has_modifiers(&desc)) continue;
+        kn_attn_config cfg = kn_attn_default_config(t->arch, &desc);
+        kn_module *m = kn_module_new("<variant>");
+        if (!kn_attn_fwd_build(m, &desc, &cfg, &d)) fail_msg("%s: %s", cs[i].name, d.message);
+        kn_artifact a;
+        if (kn_compile_artifact(m, "attn_fwd", t, NULL, &a, &d))
+          fail_msg("%s on %s D%d: %s", cs[i].name, t->name, dims[di], d.rendered);
+        kn_module_free(m);
+        int spills = 0;
+        if (a.kind == KN_ARTIFACT_CODE_OBJECT) {
+          kn_codeobj co;
+          if (kn_codeobj_parse(a.data, a.size, &co, &d)) fail_msg("code object: %s", d.message);
+          const kn_codeobj_kernel *k = kn_codeobj_find(&co, "attn_fwd");
+          assert_non_null(k);
+          spills = k->vgpr_spill_count + (int)k->scratch_bytes;
+          kn_codeobj_free(&co);
+        } else {
+          kn_ptxas_options po = {.arch = t->arch->name};
+          kn_ptxas_result r;
+          if (kn_ptxas_run(a.data, a.size, &po, &r, &d)) fail_msg("ptxas: %s", d.message);
+          const kn_ptxas_kernel *k = kn_ptxas_find_kernel(&r, "attn_fwd");
+          assert_non_null(k);
+          spills = k->spill_stores + k->spill_loads;
+          kn_ptxas_result_free(&r);
+        }
+        kn_artifact_free(&a);
+        if (spills)
+          fail_msg("%s on %s D%d at its default %dx%d w%d: %d spill units", cs[i].name, t->name,
+                   dims[di], cfg.block_m, cfg.block_n, cfg.warps, spills);
+        checked++;
+      }
+  }
+  printf("[ variants ] %d variant kernels at their default tilings: no spills%s\n", checked,
+         have_ptxas ? "" : " (no ptxas: AMDGPU only)");
+}
+
 /* ---- 4: errors ------------------------------------------------------------------------------------- */
 
 static void test_errors(void **state) {
@@ -583,7 +639,7 @@ int main(void) {
       cmocka_unit_test(test_library_formulas), cmocka_unit_test(test_errors),
       cmocka_unit_test(test_block_skipping),   cmocka_unit_test(test_interp),
       cmocka_unit_test(test_host),             cmocka_unit_test(test_gfx90a_emu),
-      cmocka_unit_test(test_gfx942_emu),
+      cmocka_unit_test(test_gfx942_emu),       cmocka_unit_test(test_defaults_no_spills),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
