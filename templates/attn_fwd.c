@@ -167,10 +167,14 @@ kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d
   /* A variant beyond causal adds (BM, BN) tiles of indices and mask terms that stay live across
    * the KV loop; at 128x64 they push D128 kernels past the register file (gfx90a/gfx942: 1 to
    * 12 VGPR spills for window or ALiBi; sm_90a: 60 to 900 spill bytes for bias, window +
-   * softcap, documents), while 64-row blocks hold every built-in variant without spills on all
-   * of them (measured with kiln compile --stats; test_variants keeps it true). */
-  if (kn_attn_has_modifiers(d) && arch && arch->isa != KN_ISA_HOST && c.block_m > 64)
-    c.block_m = 64;
+   * softcap, documents), while 64x32 blocks hold every built-in variant without spills up to head dim 128 on all of
+   * them, and at 256 on the AMD chips (sm_80/sm_90a: a few hundred bytes for the document mask,
+   * whose block predicate wraps the loop body in an `if`); measured with kiln compile --stats,
+   * test_variants keeps it true. */
+  if (kn_attn_has_modifiers(d) && arch && arch->isa != KN_ISA_HOST) {
+    if (c.block_m > 64) c.block_m = 64;
+    if (c.block_n > 32) c.block_n = 32;
+  }
   kn_diag diag;
   if (kn_attn_check_on(arch, d, &c, &diag) == 0) return c;
   for (int bm = c.block_m; bm >= 16; bm /= 2)
