@@ -65,15 +65,37 @@ typedef struct interp {
 
 static int rt_error(interp *in, const kn_op *op, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* "[e]" or "[i, j]": element e (row-major) of a value of type t (a scalar is element [0]) */
+static void elem_text(kn_type t, int64_t e, char *buf, size_t n) {
+  if (t.kind == KN_TY_TILE && t.rank == 2)
+    snprintf(buf, n, "[%lld, %lld]", (long long)(e / t.shape[1]), (long long)(e % t.shape[1]));
+  else snprintf(buf, n, "[%lld]", (long long)e);
+}
+
+/* where the interpreter is, for the end of a message: the program instance */
+static void where(const interp *in, char *buf, size_t n) {
+  snprintf(buf, n, " (program (%d,%d,%d))", in->pid[0], in->pid[1], in->pid[2]);
+}
+
 static int rt_error(interp *in, const kn_op *op, const char *fmt, ...) {
-  char buf[400];
+  char buf[400], w[160];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
+  where(in, w, sizeof w);
   kn_loc loc = op ? op->loc : (kn_loc){0};
-  return kn_error(in->d, in->m, loc, "%s (program (%d,%d,%d))", buf, in->pid[0], in->pid[1],
-                  in->pid[2]);
+  return kn_error(in->d, in->m, loc, "%s%s", buf, w);
+}
+
+/* a live element of a load, store or gather whose bytes are in no region */
+static int oob_error(interp *in, const kn_op *op, const char *el, uint64_t addr) {
+  char w[160];
+  where(in, w, sizeof w);
+  return kn_error(in->d, in->m, op->loc, "%s out of bounds: element %s at address 0x%llx%s is "
+                  "outside every buffer", kn_opinfo_table[op->opc].name, el,
+                  (unsigned long long)addr, w);
 }
 
 /* ---- slots ---- */
@@ -617,13 +639,8 @@ static int exec_mem(interp *in, frame *fr, kn_op *op) {
       uint64_t addr = base + (uint64_t)boff;
       if (ovf || find_region(in, addr, esz) < 0) {
         char el[64];
-        if (rank == 1) snprintf(el, sizeof el, "[%lld]", (long long)(tt.kind == KN_TY_TILE ? i : 0));
-        else snprintf(el, sizeof el, "[%lld, %lld]", (long long)i, (long long)j);
-        return kn_error(in->d, in->m, op->loc,
-                        "%s out of bounds: element %s at address 0x%llx (program (%d,%d,%d)) is "
-                        "outside every buffer",
-                        load ? "load" : "store", el, (unsigned long long)addr, in->pid[0],
-                        in->pid[1], in->pid[2]);
+        elem_text(tt, e, el, sizeof el);
+        return oob_error(in, op, el, addr);
       }
       void *p = (void *)(uintptr_t)addr;
       if (load) {
@@ -639,6 +656,53 @@ static int exec_mem(interp *in, frame *fr, kn_op *op) {
     /* the pointee and the result have one element type in verified IR; if not, convert */
     if (fl && tel != et) round_to(tel, F(r), n);
     if (!fl && tel != et) wrap_to(tel, I(r), n);
+  }
+  return 0;
+}
+
+/* element e of the result is base[offsets[e]] where the mask holds, else `other` */
+static int exec_gather(interp *in, frame *fr, kn_op *op) {
+  unsigned cl = (unsigned)op->iattr[0];
+  if (op->nopnd != 2 + ((cl & KN_MEM_MASK) ? 1 : 0) + ((cl & KN_MEM_OTHER) ? 1 : 0))
+    return rt_error(in, op, "internal: gather operand count");
+  kn_gather_operands go;
+  kn_gather_operands_get(op, &go);
+  kn_value *rv = op->res[0];
+  int64_t n = kn_ty_numel(rv->type);
+  if (go.base->type.kind != KN_TY_PTR || go.base->type.elem != rv->type.elem ||
+      kn_ty_numel(go.offsets->type) != n || ty_float(go.offsets->type) ||
+      (go.mask && (kn_ty_numel(go.mask->type) != n || ty_float(go.mask->type))) ||
+      (go.other && (kn_ty_numel(go.other->type) != 1 || ty_float(go.other->type) != ty_float(rv->type))))
+    return rt_error(in, op, "internal: gather operands");
+  kn_scalar et = (kn_scalar)go.base->type.elem;
+  bool fl = kn_scalar_is_float(et);
+  size_t esz = kn_scalar_size(et);
+  slot *bs = NULL, *os = NULL, *ms = NULL, *xs = NULL, *r = NULL;
+  if (get(in, fr, op, go.base, &bs) || get(in, fr, op, go.offsets, &os) ||
+      (go.mask && get(in, fr, op, go.mask, &ms)) || (go.other && get(in, fr, op, go.other, &xs)) ||
+      def(in, fr, op, rv, &r))
+    return -1;
+  if (r == os || r == ms) return rt_error(in, op, "internal: op reads its own result");
+  uint64_t base = (uint64_t)I(bs)[0];
+  double of = xs && fl ? F(xs)[0] : 0;
+  int64_t oi = xs && !fl ? I(xs)[0] : 0;
+  for (int64_t e = 0; e < n; e++) {
+    if (ms && !I(ms)[e]) {
+      if (fl) F(r)[e] = of;
+      else I(r)[e] = oi;
+      continue;
+    }
+    int64_t boff;
+    bool ovf = __builtin_mul_overflow(I(os)[e], (int64_t)esz, &boff);
+    uint64_t addr = base + (uint64_t)boff;
+    if (ovf || find_region(in, addr, esz) < 0) {
+      char el[64];
+      elem_text(rv->type, e, el, sizeof el);
+      return oob_error(in, op, el, addr);
+    }
+    const void *p = (const void *)(uintptr_t)addr;
+    if (fl) F(r)[e] = kn_load_elem(et, p);
+    else I(r)[e] = kn_load_elem_i(et, p);
   }
   return 0;
 }
@@ -901,6 +965,7 @@ static int exec_op(interp *in, frame *fr, kn_op *op) {
   case KN_OP_PTRADD: return exec_ptradd(in, fr, op);
   case KN_OP_LOAD:
   case KN_OP_STORE: return exec_mem(in, fr, op);
+  case KN_OP_GATHER: return exec_gather(in, fr, op);
   case KN_OP_DOT: return exec_dot(in, fr, op);
   case KN_OP_REDUCE_MAX:
   case KN_OP_REDUCE_SUM: return exec_reduce(in, fr, op);

@@ -33,6 +33,8 @@
  *    only ends a function body, and a terminator is the last op of its block.
  *  - call: callee exists and is a func (not a kernel); argument and result types match; calls form
  *    no cycle.  return: nothing in a kernel, the declared types in a func.
+ *  - gather: base ptr<T>, offsets an i32|i64 tile of the result's shape (result tile of T), mask
+ *    i1 of that shape, other a T scalar.
  *  - hints (multiple_of, max_contiguous): value > 0, integer operand, result of its type.
  *  - Dominance: an operand is defined earlier in its block or in an enclosing block.
  *
@@ -455,6 +457,36 @@ static int check_mem(vctx *c, const kn_op *op) {
   return 0;
 }
 
+static int check_gather(vctx *c, const kn_op *op) {
+  unsigned cl = (unsigned)op->iattr[0];
+  if (op->iattr[0] < 0 || (cl & ~(unsigned)(KN_MEM_MASK | KN_MEM_OTHER)))
+    return fail(c, op->loc, "invalid clauses 0x%llx of 'gather'", (unsigned long long)op->iattr[0]);
+  int want = 2 + ((cl & KN_MEM_MASK) ? 1 : 0) + ((cl & KN_MEM_OTHER) ? 1 : 0);
+  if (op->nopnd != want)
+    return fail(c, op->loc, "'gather' with these clauses takes %d operands, found %d", want,
+                op->nopnd);
+  kn_gather_operands go;
+  kn_gather_operands_get(op, &go);
+  kn_type r = op->res[0]->type;
+  if (!is_tile(r)) return fail(c, op->loc, "result of 'gather' must be a tile, found %s", ts(r).s);
+  kn_type want_base = kn_ty_ptr((kn_scalar)r.elem);
+  if (!kn_ty_eq(go.base->type, want_base))
+    return fail(c, at_opnd(op, 0), "base of 'gather' must be %s to gather %s, found %s",
+                ts(want_base).s, ts(r).s, ts(go.base->type).s);
+  kn_type o = go.offsets->type;
+  if (!is_tile(o) || (o.elem != KN_I32 && o.elem != KN_I64) || !same_shape(o, r))
+    return fail(c, at_opnd(op, 1), "offsets of 'gather' must be %s or %s (the result's shape), "
+                "found %s", ts(kn_ty_with_elem(r, KN_I32)).s, ts(kn_ty_with_elem(r, KN_I64)).s,
+                ts(o).s);
+  if (go.mask && !kn_ty_eq(go.mask->type, kn_ty_with_elem(r, KN_I1)))
+    return fail(c, at_opnd(op, 2), "mask of 'gather' must be %s (the result's shape), found %s",
+                ts(kn_ty_with_elem(r, KN_I1)).s, ts(go.mask->type).s);
+  if (go.other && !kn_ty_eq(go.other->type, kn_ty_scalar((kn_scalar)r.elem)))
+    return fail(c, at_opnd(op, op->nopnd - 1), "'other' of 'gather' must be a %s scalar, found %s",
+                kn_scalar_name((kn_scalar)r.elem), ts(go.other->type).s);
+  return 0;
+}
+
 /* ---- blocks, regions, dominance ---- */
 
 static int walk_block(vctx *c, kn_block *b, kn_loc where, const char *what);
@@ -643,6 +675,7 @@ static int check_op(vctx *c, kn_op *op) {
   case KN_OP_CAST: return check_cast(c, op);
   case KN_OP_PTRADD: return check_ptradd(c, op);
   case KN_OP_LOAD: case KN_OP_STORE: return check_mem(c, op);
+  case KN_OP_GATHER: return check_gather(c, op);
   case KN_OP_DOT: return check_dot(c, op);
   case KN_OP_REDUCE_MAX: case KN_OP_REDUCE_SUM: return check_reduce(c, op);
   case KN_OP_FOR: return check_for(c, op);

@@ -766,6 +766,65 @@ static void test_misc(void **st) {
   kn_module_free(k.m);
 }
 
+/* ---- gather ---- */
+
+/* fresh random inputs for the tests below (the seed is printed; KILN_TEST_SEED replays it) */
+static uint64_t fresh_seed(void) {
+  uint64_t s = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)clock();
+  if (getenv("KILN_TEST_SEED")) s = strtoull(getenv("KILN_TEST_SEED"), NULL, 0);
+  rng_state = s | 1;
+  printf("  seed %llu\n", (unsigned long long)s);
+  return s;
+}
+
+/* gather: element (i, j) is p[offs[i][j]] where the mask holds, else other; dead elements
+ * touch nothing (their offsets point anywhere); a live element outside every region is an error */
+static void test_gather(void **st) {
+  (void)st;
+  enum { M = 8, N = 12, E = M * N, T = 37 };
+  fresh_seed();
+  for (int ti = 0; ti < 2; ti++) {
+    kn_scalar it = ti ? KN_I64 : KN_I32;
+    int16_t tab[T];  /* f16 bits */
+    double tv[T];
+    fill_float(KN_F16, tab, tv, T, -8, 8);
+    int64_t offs[E];
+    uint8_t mk[E];
+    uint16_t out[E];
+    for (int e = 0; e < E; e++) {
+      mk[e] = rnd() % 3 != 0;
+      offs[e] = mk[e] ? (int64_t)(rnd() % T) : (int64_t)(rnd() % 1000000) - 500000;
+    }
+    int32_t offs32[E];
+    for (int e = 0; e < E; e++) offs32[e] = (int32_t)offs[e];
+    kn_type pt[] = {kn_ty_ptr(KN_F16), kn_ty_ptr(it), kn_ty_ptr(KN_I1), kn_ty_ptr(KN_F16)};
+    kb k = kb_new(4, pt);
+    kn_builder *b = &k.b;
+    kn_value *o = load2(b, P(&k, 1), it, M, N, 0), *msk = load2(b, P(&k, 2), KN_I1, M, N, 0);
+    kn_value *other = kn_b_const_f(b, kn_ty_scalar(KN_F16), -0.5);
+    kn_value *g = kn_b_gather(b, kn_ty_tile2(KN_F16, M, N), P(&k, 0), o, msk, other);
+    store2(b, g, P(&k, 3), 0);
+    void *op = ti ? (void *)offs : (void *)offs32;
+    kn_region reg[] = {{tab, sizeof tab}, {op, ti ? sizeof offs : sizeof offs32}, {mk, sizeof mk},
+                       {out, sizeof out}};
+    kn_argval av[] = {{.p = tab}, {.p = op}, {.p = mk}, {.p = out}};
+    run_ok(&k, av, reg, 4);
+    for (int e = 0; e < E; e++) {
+      double want = mk[e] ? tv[offs[e]] : -0.5;
+      if (kn_decode(KN_F16, out[e]) != want) fail_msg("element %d: %g, want %g", e, kn_decode(KN_F16, out[e]), want);
+    }
+    /* a live element past the table: an error naming it */
+    int bad = (int)(rnd() % E);
+    mk[bad] = 1, offs[bad] = T, offs32[bad] = T;
+    kn_diag d;
+    assert_int_equal(kn_interp_run(k.k, av, (int[]){1, 1, 1}, reg, 4, NULL, &d), -1);
+    char want[64];
+    snprintf(want, sizeof want, "gather out of bounds: element [%d, %d]", bad / N, bad % N);
+    if (!strstr(d.message, want)) fail_msg("message '%s' lacks '%s'", d.message, want);
+    kn_module_free(k.m);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_vadd),          cmocka_unit_test(test_float_binary),
@@ -777,6 +836,7 @@ int main(void) {
       cmocka_unit_test(test_reduce),
       cmocka_unit_test(test_for),           cmocka_unit_test(test_if_grid),
       cmocka_unit_test(test_call),          cmocka_unit_test(test_misc),
+      cmocka_unit_test(test_gather),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
