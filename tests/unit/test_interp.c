@@ -766,7 +766,7 @@ static void test_misc(void **st) {
   kn_module_free(k.m);
 }
 
-/* ---- gather ---- */
+/* ---- gather, kn_interp_fn ---- */
 
 /* fresh random inputs for the tests below (the seed is printed; KILN_TEST_SEED replays it) */
 static uint64_t fresh_seed(void) {
@@ -825,6 +825,113 @@ static void test_gather(void **st) {
   }
 }
 
+static kn_module *parse_ok(const char *text) {
+  kn_diag d;
+  kn_module *m = kn_parse("t.tile", text, strlen(text), &d);
+  if (!m || kn_verify(m, &d)) fail_msg("%s", d.rendered);
+  return m;
+}
+
+/* KN_INTERP_F64: x * (1 + 2^-30) is x in f32 (the constant itself rounds to 1) and the exact
+ * product in f64; f16 arguments are not rounded; a load from ptr<f16> widens the stored value;
+ * kn_interp_run_flags: (a + b) - a in double, stored to f32 */
+static void test_interp_fn_f64(void **st) {
+  (void)st;
+  fresh_seed();
+  kn_module *m = parse_ok(
+      "func @g(%x: f32, %h: f16, %p: ptr<f16>) -> (f32, f16, f32) {\n"
+      "  %k = const 1.000000000931322574615478515625 : f32\n"
+      "  %r = mul %x, %k : f32\n"
+      "  %hh = add %h, %h : f16\n"
+      "  %c0 = const 0 : i32\n"
+      "  %c1 = const 1 : i32\n"
+      "  %v = load %p[%c0] strides [%c1] : f16\n"
+      "  %w = cast %v : f32\n"
+      "  return %r, %hh, %w\n"
+      "}\n"
+      "\n"
+      "kernel @k(%a: f32, %b: f32, %o: ptr<f32>) {\n"
+      "  %s = add %a, %b : f32\n"
+      "  %t = sub %s, %a : f32\n"
+      "  %c0 = const 0 : i32\n"
+      "  %c1 = const 1 : i32\n"
+      "  store %t, %o[%c0] strides [%c1]\n"
+      "  return\n"
+      "}\n");
+  uint16_t hv = (uint16_t)kn_encode(KN_F16, urand(-100, 100));
+  kn_region reg = {&hv, sizeof hv};
+  kn_diag d;
+  kn_interp_fn *f32 = kn_interp_fn_new(kn_module_find(m, "g"), 0, &reg, 1, &d);
+  kn_interp_fn *f64 = kn_interp_fn_new(kn_module_find(m, "g"), KN_INTERP_F64, &reg, 1, &d);
+  assert_non_null(f32);
+  assert_non_null(f64);
+  for (int i = 0; i < 100; i++) {
+    double x = (double)(float)urand(1, 2), h = 1.0 + 0x1p-20 * (double)(rnd() % 1000 + 1);
+    kn_argval a[3] = {{.f = x}, {.f = h}, {.p = &hv}}, r32[3], r64[3];
+    if (kn_interp_fn_call(f32, a, r32, &d) || kn_interp_fn_call(f64, a, r64, &d)) fail_msg("%s", d.rendered);
+    assert_true(r32[0].f == x);                       /* f32: 1 + 2^-30 is 1 */
+    assert_true(r64[0].f == x * (1 + 0x1p-30));      /* f64: exact */
+    assert_true(r64[0].f != x);
+    assert_true(r32[1].f == kn_round(KN_F16, kn_round(KN_F16, h) * 2));
+    assert_true(r64[1].f == h * 2);                  /* the argument as given */
+    assert_true(r32[2].f == kn_decode(KN_F16, hv));  /* the stored f16, widened */
+    assert_true(r64[2].f == kn_decode(KN_F16, hv));
+  }
+  kn_interp_fn_free(f32);
+  kn_interp_fn_free(f64);
+  float out = 0;
+  kn_region ro = {&out, sizeof out};
+  kn_argval ka[3] = {{.f = 1e8}, {.f = 1.0}, {.p = &out}};
+  assert_int_equal(kn_interp_run_flags(kn_module_find(m, "k"), 0, ka, (int[]){1, 1, 1}, &ro, 1, NULL, &d), 0);
+  assert_true(out == 0.0f);   /* 1e8 + 1 rounds to 1e8 in f32 */
+  assert_int_equal(kn_interp_run_flags(kn_module_find(m, "k"), KN_INTERP_F64, ka, (int[]){1, 1, 1}, &ro, 1, NULL, &d), 0);
+  assert_true(out == 1.0f);
+  kn_module_free(m);
+}
+
+/* kn_interp_fn_call's cost on a 7-op function (what a float64 reference pays per element for a
+ * score function): printed, and it must stay above a million calls a second of this process's
+ * CPU time (CPU time, so that other work on the machine does not count) */
+static void test_interp_fn_speed(void **st) {
+  (void)st;
+  kn_module *m = parse_ok(
+      "func @s(%score: f32, %q: i32, %kv: i32, %slope: f32) -> (f32) {\n"
+      "  %d = sub %q, %kv : i32\n"
+      "  %df = cast %d : f32\n"
+      "  %a = mul %slope, %df : f32\n"
+      "  %r = add %score, %a : f32\n"
+      "  %z = const 0 : i32\n"
+      "  %c = cmp ge %d, %z : i1\n"
+      "  %o = select %c, %r, %score : f32\n"
+      "  return %o\n"
+      "}\n");
+  kn_diag d;
+  kn_interp_fn *fn = kn_interp_fn_new(kn_module_find(m, "s"), KN_INTERP_F64, NULL, 0, &d);
+  assert_non_null(fn);
+  enum { CALLS = 1000000 };
+  double sum = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+  for (int i = 0; i < CALLS; i++) {
+    kn_argval a[4] = {{.f = 0.5}, {.i = i & 1023}, {.i = i >> 10}, {.f = -0.25}}, r;
+    if (kn_interp_fn_call(fn, a, &r, &d)) fail_msg("%s", d.rendered);
+    sum += r.f;
+  }
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+  double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  printf("  kn_interp_fn_call, 7 ops: %.2f M calls/s of CPU time (%.0f ns a call)\n", CALLS / s * 1e-6, s / CALLS * 1e9);
+  /* the sum, in double: the select keeps score where q < kv */
+  double want = 0;
+  for (int i = 0; i < CALLS; i++) {
+    int dd = (i & 1023) - (i >> 10);
+    want += dd >= 0 ? 0.5 + -0.25 * dd : 0.5;
+  }
+  assert_true(sum == want);
+  assert_true(CALLS / s > 1e6);
+  kn_interp_fn_free(fn);
+  kn_module_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_vadd),          cmocka_unit_test(test_float_binary),
@@ -836,7 +943,8 @@ int main(void) {
       cmocka_unit_test(test_reduce),
       cmocka_unit_test(test_for),           cmocka_unit_test(test_if_grid),
       cmocka_unit_test(test_call),          cmocka_unit_test(test_misc),
-      cmocka_unit_test(test_gather),
+      cmocka_unit_test(test_gather),        cmocka_unit_test(test_interp_fn_f64),
+      cmocka_unit_test(test_interp_fn_speed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
