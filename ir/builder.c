@@ -134,6 +134,15 @@ void kn_gather_operands_get(const kn_op *op, kn_gather_operands *out) {
   KN_ASSERT(k == op->nopnd);
 }
 
+const kn_value *kn_call_elemental_arg(const kn_op *call, const kn_func *callee) {
+  if (!callee || !callee->body) return NULL;
+  for (int i = 0; i < call->nopnd && i < kn_func_nparams(callee); i++)
+    if (call->opnd[i] && call->opnd[i]->type.kind == KN_TY_TILE &&
+        kn_func_param(callee, i)->type.kind != KN_TY_TILE)
+      return call->opnd[i];
+  return NULL;
+}
+
 /* ---- builder ---- */
 
 kn_builder kn_builder_at_end(kn_module *m, kn_block *block) {

@@ -61,6 +61,8 @@ typedef struct interp {
   frame *frames;       /* one per module function, same index as m->funcs */
   float *scratch;      /* dot operands as f32 */
   size_t scratch_cap;
+  const kn_op *ecall;  /* the elemental call running its callee, or NULL */
+  int64_t eidx;        /* ... on this element of its shape */
 } interp;
 
 /* ---- errors ---- */
@@ -75,11 +77,19 @@ static void elem_text(kn_type t, int64_t e, char *buf, size_t n) {
   else snprintf(buf, n, "[%lld]", (long long)e);
 }
 
-/* where the interpreter is, for the end of a message: the program instance of a kernel run ("" for
- * a function called by kn_interp_fn_call) */
+/* where the interpreter is, for the end of a message: the element of an elemental call being
+ * run, and the program instance of a kernel run ("" for a function called by kn_interp_fn_call) */
 static void where(const interp *in, char *buf, size_t n) {
+  size_t k = 0;
   buf[0] = 0;
-  if (in->grid_run) snprintf(buf, n, " (program (%d,%d,%d))", in->pid[0], in->pid[1], in->pid[2]);
+  if (in->ecall) {
+    char el[64];
+    elem_text(in->ecall->res[0]->type, in->eidx, el, sizeof el);
+    k = (size_t)snprintf(buf, n, " (element %s of the elemental call at line %d)", el,
+                         in->ecall->loc.line);
+  }
+  if (in->grid_run && k < n)
+    snprintf(buf + k, n - k, " (program (%d,%d,%d))", in->pid[0], in->pid[1], in->pid[2]);
 }
 
 static int rt_error(interp *in, const kn_op *op, const char *fmt, ...) {
@@ -914,6 +924,66 @@ static frame *frame_of(interp *in, const kn_func *f) {
   return NULL;
 }
 
+/* An elemental call: the callee runs once per element of the shape, its scalar params taking
+ * that element of the tile arguments (the scalar and pointer arguments are passed once, before
+ * the loop), and its results filling that element of the call's tiles.  The element loop is
+ * here, so a call costs one run_block per element and no copies through copy_val. */
+static int exec_elemental(interp *in, frame *fr, kn_op *op, kn_func *f, frame *cf,
+                          const kn_value *first) {
+  int64_t n = numel(first->type);
+  int np = op->nopnd, nr = op->nres;
+  /* src[i]: tile argument i (NULL for the others), pslot[i]: its param, res[k]: result k */
+  slot **src = calloc((size_t)(2 * np + nr + 1), sizeof *src);
+  if (!src) return rt_error(in, op, "out of memory for an elemental call");
+  slot **pslot = src + np, **res = pslot + np;
+  int rc = 0;
+  /* tile arguments: their slots; the others: copied into the params once */
+  for (int i = 0; i < np && !rc; i++) {
+    kn_value *a = op->opnd[i], *p = kn_func_param(f, i);
+    if (a->type.kind != KN_TY_TILE) {
+      rc = copy_val(in, cf, op, p, fr, a);
+      continue;
+    }
+    if (numel(a->type) != n || p->type.kind != KN_TY_SCALAR ||
+        ty_float(a->type) != ty_float(p->type))
+      rc = rt_error(in, op, "internal: elemental argument %d of @%s", i, f->name);
+    else if (!get(in, fr, op, a, &src[i]))
+      rc = def(in, cf, op, p, &pslot[i]);
+    else rc = -1;
+  }
+  for (int k = 0; k < nr && !rc; k++) {
+    if (numel(op->res[k]->type) != n || ty_float(op->res[k]->type) != ty_float(f->ret[k]))
+      rc = rt_error(in, op, "internal: elemental result %d of @%s", k, f->name);
+    else rc = def(in, fr, op, op->res[k], &res[k]);
+  }
+  cf->active = true;
+  in->ecall = op;
+  for (int64_t e = 0; e < n && !rc; e++) {
+    in->eidx = e;
+    for (int i = 0; i < np; i++) {
+      if (!src[i]) continue;
+      if (ty_float(op->opnd[i]->type)) F(pslot[i])[0] = F(src[i])[e];
+      else I(pslot[i])[0] = I(src[i])[e];
+    }
+    kn_op *term;
+    rc = run_block(in, cf, f->body, &term);
+    if (!rc) rc = check_term(in, op, term, KN_OP_RETURN, nr);
+    for (int k = 0; k < nr && !rc; k++) {
+      slot *v = NULL;
+      if (get(in, cf, term, term->opnd[k], &v) || numel(term->opnd[k]->type) != 1) {
+        rc = rt_error(in, term, "internal: elemental callee @%s returns a tile", f->name);
+        break;
+      }
+      if (ty_float(op->res[k]->type)) F(res[k])[e] = F(v)[0];
+      else I(res[k])[e] = I(v)[0];
+    }
+  }
+  in->ecall = NULL;
+  cf->active = false;
+  free(src);
+  return rc;
+}
+
 static int exec_call(interp *in, frame *fr, kn_op *op) {
   kn_func *f = op->callee;
   if (!f && op->callee_name) f = kn_module_find(in->m, op->callee_name);
@@ -922,6 +992,8 @@ static int exec_call(interp *in, frame *fr, kn_op *op) {
   if (cf->active) return rt_error(in, op, "recursive call of @%s", f->name);
   if (op->nopnd != kn_func_nparams(f) || op->nres != f->nret)
     return rt_error(in, op, "internal: call of @%s with the wrong arity", f->name);
+  const kn_value *first = kn_call_elemental_arg(op, f);
+  if (first) return exec_elemental(in, fr, op, f, cf, first);
   for (int i = 0; i < op->nopnd; i++)
     if (copy_val(in, cf, op, kn_func_param(f, i), fr, op->opnd[i])) return -1;
   cf->active = true;

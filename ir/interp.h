@@ -15,7 +15,8 @@
  *    location, the element and the address, never a crash;
  *  - integer division or remainder by zero, and shifts by an amount outside [0, width), are
  *    errors; a for with step <= 0 is an error;
- *  - a gather reads base[offsets[i]] for each live element (dead ones give `other`, touch
+ *  - an elemental call (tiles for a func's scalar params) runs the callee once per element;
+ *    a gather reads base[offsets[i]] for each live element (dead ones give `other`, touch
  *    nothing).
  *
  * kn_interp_fn calls one function of scalars and pointers many times (the float64 reference

@@ -315,6 +315,14 @@ typedef struct kn_gather_operands {
 } kn_gather_operands;
 void kn_gather_operands_get(const kn_op *op, kn_gather_operands *out);
 
+/* ---- elemental calls ------------------------------------------------------------------------- */
+
+/* A call of a `func` whose params are scalars or pointers may pass tiles for scalar params: an
+ * elemental call, the callee applied to each element (docs/ir.md, "Elemental calls").  This
+ * returns the first tile argument standing for a scalar param of callee (its type gives the
+ * shape), or NULL for an ordinary call. */
+const kn_value *kn_call_elemental_arg(const kn_op *call, const kn_func *callee);
+
 /* ---- builder ----------------------------------------------------------------------------------- */
 
 /* Appends ops at the end of `block`.  Builders do no checking beyond what they need to infer

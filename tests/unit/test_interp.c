@@ -766,7 +766,7 @@ static void test_misc(void **st) {
   kn_module_free(k.m);
 }
 
-/* ---- gather, kn_interp_fn ---- */
+/* ---- elemental calls, gather, kn_interp_fn ---- */
 
 /* fresh random inputs for the tests below (the seed is printed; KILN_TEST_SEED replays it) */
 static uint64_t fresh_seed(void) {
@@ -775,6 +775,83 @@ static uint64_t fresh_seed(void) {
   rng_state = s | 1;
   printf("  seed %llu\n", (unsigned long long)s);
   return s;
+}
+
+static kn_module *parse_ok(const char *text) {
+  kn_diag d;
+  kn_module *m = kn_parse("t.tile", text, strlen(text), &d);
+  if (!m || kn_verify(m, &d)) fail_msg("%s", d.rendered);
+  return m;
+}
+
+static const char *const elemental_text =
+    "func @f(%x: f32, %i: i32, %tab: ptr<f32>, %n: i32, %c: f32) -> (f32, i1) {\n"
+    "  %one = const 1 : i32\n"
+    "  %t = load %tab[%i] strides [%one] bounds [%n] : f32\n"
+    "  %y = mul %x, %t : f32\n"
+    "  %r = add %y, %c : f32\n"
+    "  %z = const 0 : f32\n"
+    "  %p = cmp gt %r, %z : i1\n"
+    "  return %r, %p\n"
+    "}\n"
+    "\n"
+    "kernel @k(%xs: ptr<f32>, %is: ptr<i32>, %tab: ptr<f32>, %n: i32, %c: f32, %o: ptr<f32>, "
+    "%po: ptr<i1>) {\n"
+    "  %c0 = const 0 : i32\n"
+    "  %c1 = const 1 : i32\n"
+    "  %c8 = const 8 : i32\n"
+    "  %x = load %xs[%c0, %c0] strides [%c8, %c1] : tile<16x8xf32>\n"
+    "  %i = load %is[%c0, %c0] strides [%c8, %c1] : tile<16x8xi32>\n"
+    "  %r, %p = call @f(%x, %i, %tab, %n, %c) : tile<16x8xf32>, tile<16x8xi1>\n"
+    "  store %r, %o[%c0, %c0] strides [%c8, %c1]\n"
+    "  store %p, %po[%c0, %c0] strides [%c8, %c1]\n"
+    "  return\n"
+    "}\n";
+
+/* an elemental call gives, element by element, what the function gives called on scalars (and
+ * what C computes); a run-time error in the callee names the element */
+static void test_elemental_call(void **st) {
+  (void)st;
+  enum { M = 16, N = 8, E = M * N, T = 20 };
+  fresh_seed();
+  kn_module *m = parse_ok(elemental_text);
+  float xs[E], tab[T], o[E];
+  int32_t is[E];
+  uint8_t po[E];
+  for (int e = 0; e < E; e++) xs[e] = (float)urand(-4, 4), is[e] = (int32_t)(rnd() % 30) - 5;
+  for (int i = 0; i < T; i++) tab[i] = (float)urand(-2, 2);
+  double c = urand(-1, 1);
+  kn_region reg[] = {{xs, sizeof xs}, {is, sizeof is}, {tab, sizeof tab}, {o, sizeof o}, {po, sizeof po}};
+  kn_argval av[] = {{.p = xs}, {.p = is}, {.p = tab}, {.i = T}, {.f = c}, {.p = o}, {.p = po}};
+  kn_diag d;
+  if (kn_interp_run(kn_module_find(m, "k"), av, (int[]){1, 1, 1}, reg, 5, NULL, &d))
+    fail_msg("%s", d.rendered);
+  kn_interp_fn *fn = kn_interp_fn_new(kn_module_find(m, "f"), 0, reg + 2, 1, &d);
+  if (!fn) fail_msg("%s", d.rendered);
+  for (int e = 0; e < E; e++) {
+    kn_argval a[5] = {{.f = xs[e]}, {.i = is[e]}, {.p = tab}, {.i = T}, {.f = c}}, r[2];
+    if (kn_interp_fn_call(fn, a, r, &d)) fail_msg("%s", d.rendered);
+    float t = is[e] >= 0 && is[e] < T ? tab[is[e]] : 0.0f;
+    float want = xs[e] * t + (float)c;
+    if (memcmp(&o[e], &want, 4) || (float)r[0].f != want)
+      fail_msg("element %d: %.9g (scalar call %.9g), want %.9g", e, o[e], r[0].f, want);
+    assert_int_equal(po[e], want > 0);
+    assert_int_equal(r[1].i, want > 0);
+  }
+  kn_interp_fn_free(fn);
+  /* an index of the table past its region, which a bound no longer guards: the element is named */
+  for (int e = 0; e < E; e++) is[e] = e % T;
+  int bad = (int)(rnd() % E);
+  is[bad] = T + 3;
+  av[3].i = T + 10;
+  assert_int_equal(kn_interp_run(kn_module_find(m, "k"), av, (int[]){1, 1, 1}, reg, 5, NULL, &d), -1);
+  char want[96];
+  snprintf(want, sizeof want, "(element [%d, %d] of the elemental call at line 17)", bad / N, bad % N);
+  if (!strstr(d.message, "load out of bounds") || !strstr(d.message, want) ||
+      !strstr(d.message, "(program (0,0,0))"))
+    fail_msg("message '%s' lacks '%s'", d.message, want);
+  if (strncmp(d.rendered, "t.tile:3:", 9)) fail_msg("location: %s", d.rendered);
+  kn_module_free(m);
 }
 
 /* gather: element (i, j) is p[offs[i][j]] where the mask holds, else other; dead elements
@@ -823,13 +900,6 @@ static void test_gather(void **st) {
     if (!strstr(d.message, want)) fail_msg("message '%s' lacks '%s'", d.message, want);
     kn_module_free(k.m);
   }
-}
-
-static kn_module *parse_ok(const char *text) {
-  kn_diag d;
-  kn_module *m = kn_parse("t.tile", text, strlen(text), &d);
-  if (!m || kn_verify(m, &d)) fail_msg("%s", d.rendered);
-  return m;
 }
 
 /* KN_INTERP_F64: x * (1 + 2^-30) is x in f32 (the constant itself rounds to 1) and the exact
@@ -943,8 +1013,8 @@ int main(void) {
       cmocka_unit_test(test_reduce),
       cmocka_unit_test(test_for),           cmocka_unit_test(test_if_grid),
       cmocka_unit_test(test_call),          cmocka_unit_test(test_misc),
-      cmocka_unit_test(test_gather),        cmocka_unit_test(test_interp_fn_f64),
-      cmocka_unit_test(test_interp_fn_speed),
+      cmocka_unit_test(test_elemental_call), cmocka_unit_test(test_gather),
+      cmocka_unit_test(test_interp_fn_f64), cmocka_unit_test(test_interp_fn_speed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
