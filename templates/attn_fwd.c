@@ -429,7 +429,7 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
     nmask += plan->mod[i].kind == KN_MOD_MASK;
     nblock += plan->mod[i].kind == KN_MOD_BLOCK;
   }
-  kn_value *c1 = ci(g, i32, 1, "c1");
+  kn_value *c1 = nscore + nmask ? ci(g, i32, 1, "c1") : NULL;
   kn_value *q_idx = NULL;
   if (nscore + nmask) {
     kn_value *q_last = bin(g, KN_OP_SUB, seqlen_q, c1, "q_last");
@@ -439,9 +439,11 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
 
   /* KV loop bounds [lo, hi) from the built-in masks (the masking math above; docs/variants.md):
    * every block outside them is fully masked for every live row of this program */
-  kn_value *diag_off = bin(g, KN_OP_SUB, seqlen_k, seqlen_q, "diag_off");   /* Nk - Nq */
-  kn_value *row_end = bin(g, KN_OP_MIN, bin(g, KN_OP_ADD, row0, c_bm, "row0_end"), seqlen_q,
-                          "row_end");                                       /* live rows end */
+  kn_value *diag_off = NULL, *row_end = NULL;  /* Nk - Nq; the end of the live rows */
+  if (d->causal || d->prefix || d->window || nblock) {
+    diag_off = bin(g, KN_OP_SUB, seqlen_k, seqlen_q, "diag_off");
+    row_end = bin(g, KN_OP_MIN, bin(g, KN_OP_ADD, row0, c_bm, "row0_end"), seqlen_q, "row_end");
+  }
   kn_value *hi = seqlen_k, *lo = c0;
   /* clamp(x, 0, seqlen_k) */
 #define CLAMP_K(x, nm) bin(g, KN_OP_MIN, bin(g, KN_OP_MAX, (x), c0, nm "_pos"), seqlen_k, nm)

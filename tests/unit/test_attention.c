@@ -386,11 +386,14 @@ static void test_golden_causal_lse(void **state) {
 
 /* ---- the canonical keys ------------------------------------------------------------------------- */
 
-/* another value of a field of this kind: a different dtype, the other bool, a different int */
+/* another value of a field of this kind: a different dtype, the other bool, a different int, a
+ * different text (the key hashes it) */
 static long other_value(int kind, long v) {
+  static const char text[] = "func @mask_mod(%b: i32, %h: i32, %q: i32, %k: i32) -> (i1) {}";
   switch (kind) {
   case KN_ATTN_FIELD_SCALAR: return v == KN_F16 ? KN_BF16 : KN_F16;
   case KN_ATTN_FIELD_BOOL: return !v;
+  case KN_ATTN_FIELD_TEXT: return (long)(intptr_t)text;
   default: return v + 16;
   }
 }
@@ -407,7 +410,7 @@ static void test_keys_cover_every_field(void **state) {
 #define CHANGE_ONE(keyfn, base, kind, type, field, name)                                     \
   {                                                                                           \
     __typeof__(base) x = base;                                                                \
-    x.field = (type)other_value(kind, (long)base.field);                                      \
+    x.field = (type)(intptr_t)other_value(kind, (long)(intptr_t)base.field);                  \
     assert_true(keyfn(&base, k0, sizeof k0) < KN_ATTN_KEY_MAX);                               \
     assert_true(keyfn(&x, k1, sizeof k1) < KN_ATTN_KEY_MAX);                                  \
     if (!strcmp(k0, k1)) fail_msg("changing field %s leaves the key '%s' unchanged", #field, k0); \
@@ -425,15 +428,16 @@ static void test_keys_cover_every_field(void **state) {
   assert_true(fields >= 9);
   /* the text itself is a contract (tuning-database records, logs) */
   kn_attn_desc_key(&d0, k0, sizeof k0);
-  assert_string_equal(k0, "dtype=f16;d=128;causal=1;lse=1");
+  assert_string_equal(k0, "dtype=f16;d=128;causal=1;lse=1;window=0;softcap=0;alibi=0;bias=0;"
+                          "doc=0;prefix=0;mods=0");
   kn_attn_config c = {.block_m = 64, .block_n = 32, .warps = 4, .stages = 2};
   kn_attn_config_key(&c, k0, sizeof k0);
   assert_string_equal(k0, "block_m=64;block_n=32;warps=4;stages=2;mfma=0");
   /* snprintf-like: the full length however small the buffer, always terminated */
   char tiny[8];
-  assert_int_equal(kn_attn_desc_key(&d0, tiny, sizeof tiny), 30);
+  assert_int_equal(kn_attn_desc_key(&d0, tiny, sizeof tiny), 86);
   assert_string_equal(tiny, "dtype=f");
-  assert_int_equal(kn_attn_desc_key(&d0, NULL, 0), 30);
+  assert_int_equal(kn_attn_desc_key(&d0, NULL, 0), 86);
 }
 
 int main(void) {
