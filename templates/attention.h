@@ -183,6 +183,11 @@ int kn_attn_reference_v(const kn_attn_desc *d, kn_module *mods, const kn_attn_pr
                         const kn_attn_vargs *va, const double *q, const double *k,
                         const double *v, double *o, double *lse, kn_diag *diag);
 
+/* kn_attn_reference_v for a descriptor whose variant has no parameters (plain, causal, or a
+ * user modifier without parameters): asserts that it succeeds */
+void kn_attn_reference(const kn_attn_desc *d, const kn_attn_problem *p, const double *q,
+                       const double *k, const double *v, double *o, double *lse);
+
 /* Absolute tolerance for an output of this dtype (inputs ~ N(0,1), sm_scale ~ 1/sqrt(D)); the
  * rationale is in attn_fwd.c */
 double kn_attn_tolerance(kn_scalar dtype);
