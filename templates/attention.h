@@ -100,6 +100,8 @@ int kn_attn_config_key(const kn_attn_config *c, char *buf, size_t n);
 enum { KN_ATTN_KEY_MAX = 160 };
 
 enum { KN_ATTN_NPARAMS = 24 };
+/* the type of the template's own parameter i (< KN_ATTN_NPARAMS) of descriptor d */
+kn_type kn_attn_param_type(const kn_attn_desc *d, int i);
 
 /* the default config for a descriptor on an architecture (NULL: the host): the registry's
  * measured row for the head dim (compiler/arch.h), always one kn_attn_check_on accepts */
@@ -167,6 +169,10 @@ typedef struct kn_attn_vargs {
 /* the kernel signature of descriptor d (parses the modifier texts); -1 with *diag (file:line:col
  * for a wrong modifier) when the variant is malformed */
 int kn_attn_signature(const kn_attn_desc *d, kn_attn_sig *sig, kn_diag *diag);
+
+/* whether the kernel parameter `name` of descriptor d takes a built-in variant's value (a field
+ * of kn_attn_vargs: window_left, softcap, bias, ...) rather than a named one (kn_attn_vargs.mods) */
+bool kn_attn_param_builtin(const kn_attn_desc *d, const char *name);
 
 /* Fills the sig->n kernel arguments for contiguous (B, H, N, D) buffers and the grid.  lse may
  * be NULL; va may be NULL for a descriptor without variant parameters.  -1 with *diag when a
