@@ -206,7 +206,7 @@ static int check_forward(kiln_kernel *k, const kiln_attn_desc *d, shape s, uint6
 }
 
 static const shape small = {2, 4, 2, 70, 100, 0};
-static const kiln_attn_desc desc_a = {KILN_F16, 64, 1, 1};
+static const kiln_attn_desc desc_a = {.dtype = KILN_F16, .head_dim = 64, .causal = 1, .has_lse = 1};
 static const kiln_prepare_options no_tune = {.tune_policy = KILN_TUNE_NONE};
 
 /* the one file in <dir>/objects-v1 (asserts there is exactly one), into path */
@@ -262,7 +262,7 @@ static void test_prepare_forward(void **state) {
   assert_int_equal(l.count[KILN_LOG_WARN], 0);
   assert_non_null(strstr(l.text, "compiled: attn_fwd [dtype=f16;d=64;causal=1;lse=1]"));
   /* a forced tiling, f32 without lse, ragged */
-  kiln_attn_desc d32 = {KILN_F32, 32, 0, 0};
+  kiln_attn_desc d32 = {.dtype = KILN_F32, .head_dim = 32, .causal = 0, .has_lse = 0};
   kiln_prepare_options force = {.block_m = 16, .block_n = 32};
   assert_int_equal(kiln_prepare(ctx, &d32, &force, &k), KILN_OK);
   assert_int_equal(kiln_kernel_get_info(k, &info), KILN_OK);
@@ -309,10 +309,10 @@ static void test_errors(void **state) {
   char *dir = fresh_dir();
   kiln_context *ctx = make_ctx(dir, NULL, KILN_TUNE_NONE);
   kiln_kernel *k = NULL;
-  kiln_attn_desc bad = {KILN_F16, 300, 0, 0};
+  kiln_attn_desc bad = {.dtype = KILN_F16, .head_dim = 300, .causal = 0, .has_lse = 0};
   assert_int_equal(kiln_prepare(ctx, &bad, NULL, &k), KILN_ERR_UNSUPPORTED);
   assert_non_null(strstr(kiln_last_error(), "head dim 300"));
-  bad = (kiln_attn_desc){(kiln_dtype)42, 64, 0, 0};
+  bad = (kiln_attn_desc){.dtype = (kiln_dtype)42, .head_dim = 64, .causal = 0, .has_lse = 0};
   assert_int_equal(kiln_prepare(ctx, &bad, NULL, &k), KILN_ERR_UNSUPPORTED);
   kiln_prepare_options half = {.block_m = 64};
   assert_int_equal(kiln_prepare(ctx, &desc_a, &half, &k), KILN_ERR_INVALID);
@@ -421,7 +421,7 @@ static void unwritable_run(const char *dir, const char *expect) {
   logcap_init(&l);
   kiln_context *ctx = make_ctx(dir, &l, KILN_TUNE_CACHED);
   kiln_kernel *k1, *k2;
-  kiln_attn_desc d2 = {KILN_BF16, 32, 0, 0};
+  kiln_attn_desc d2 = {.dtype = KILN_BF16, .head_dim = 32, .causal = 0, .has_lse = 0};
   assert_int_equal(kiln_prepare(ctx, &desc_a, NULL, &k1), KILN_OK);
   assert_int_equal(kiln_prepare(ctx, &d2, NULL, &k2), KILN_OK);
   assert_int_equal(check_forward(k1, &desc_a, small, 7), 0);
@@ -619,7 +619,7 @@ static void test_tune_prune_record(void **state) {
   kiln_context *ctx;
   assert_int_equal(kiln_context_create(&o, &ctx), KILN_OK);
   unsetenv("KILN_TUNE_PROGRESS");
-  kiln_attn_desc d = {KILN_F32, 32, 1, 1};
+  kiln_attn_desc d = {.dtype = KILN_F32, .head_dim = 32, .causal = 1, .has_lse = 1};
   kiln_prepare_options po = {.seqlen = 48, .tune_heads = 2, .tune_repeats = 3, .tune_warmup = 1,
                              .tune_space = "block_m=16,32;block_n=16,512"};
   kiln_tune_result r;
@@ -672,7 +672,7 @@ static void test_tune_prune_record(void **state) {
 
 enum { NTHREADS = 32, NDESC = 4 };
 static const kiln_attn_desc thread_desc[NDESC] = {
-    {KILN_F16, 32, 1, 1}, {KILN_BF16, 32, 0, 0}, {KILN_F32, 32, 1, 0}, {KILN_F16, 64, 0, 1}};
+    {.dtype = KILN_F16, .head_dim = 32, .causal = 1, .has_lse = 1}, {.dtype = KILN_BF16, .head_dim = 32, .causal = 0, .has_lse = 0}, {.dtype = KILN_F32, .head_dim = 32, .causal = 1, .has_lse = 0}, {.dtype = KILN_F16, .head_dim = 64, .causal = 0, .has_lse = 1}};
 
 typedef struct thread_arg {
   kiln_context *ctx;
@@ -740,7 +740,7 @@ static int child_main(const char *mode, int gate) {
   kiln_prepare_options po = {0};
   shape s = small;
   if (!strcmp(mode, "tune")) {
-    d = (kiln_attn_desc){KILN_F16, 32, 1, 0};
+    d = (kiln_attn_desc){.dtype = KILN_F16, .head_dim = 32, .causal = 1, .has_lse = 0};
     po = (kiln_prepare_options){.seqlen = 40, .tune_heads = 2, .tune_repeats = 3,
                                 .tune_warmup = 1};
     s = (shape){1, 2, 2, 40, 40, 0};
