@@ -318,11 +318,13 @@ static kiln_status variant_values(run *r, const kiln_prepare_options *o, uint64_
     if (!(r->seg = malloc(sizeof *r->seg * (size_t)B * N))) goto nomem;
     for (int b = 0; b < B; b++) {
       int cut[3];
-      for (int c = 0; c < 3; c++) cut[c] = N > 4 ? 1 + (int)(rng_next(seed) % (uint64_t)(N - 1)) : c + 1;
+      for (int c = 0; c < 3; c++)
+        cut[c] = N > 4 ? 1 + (int)(rng_next(seed) % (uint64_t)(N - 1)) : c + 1;
       for (int c = 0; c < 2; c++) /* sorted */
         for (int e = c + 1; e < 3; e++)
           if (cut[e] < cut[c]) { int t = cut[c]; cut[c] = cut[e]; cut[e] = t; }
-      for (int i = 0; i < N; i++) r->seg[(size_t)b * N + i] = (i >= cut[0]) + (i >= cut[1]) + (i >= cut[2]);
+      for (int i = 0; i < N; i++)
+        r->seg[(size_t)b * N + i] = (i >= cut[0]) + (i >= cut[1]) + (i >= cut[2]);
     }
     va->q_seg = va->k_seg = r->seg;
     va->q_seg_sb = va->k_seg_sb = N;

@@ -194,7 +194,8 @@ const char *kiln_dtype_name(kiln_dtype t);
  *   prefix    prefix-LM: every key below prefix_len is visible, the rest bottom-right causal
  *             (prefix includes its causal part: causal must be 0 with it)
  *   mods      the text of the caller's own modifiers in kiln's IR (docs/ir.md): any of
- *             func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, ...) -> (f32)
+ *             func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32,
+ *                             ...) -> (f32)
  *             func @mask_mod(%b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, ...) -> (i1)
  *             func @block_mask(%b: i32, %h: i32, %q_lo: i32, %q_hi: i32, %kv_lo: i32,
  *                              %kv_hi: i32, ...) -> (i1)

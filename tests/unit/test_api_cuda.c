@@ -109,6 +109,9 @@ static kn_attn_desc internal_desc(const kiln_attn_desc *d) {
   return x;
 }
 
+/* a descriptor of the plain template: dtype, head dim, causal, has_lse */
+#define DESC(t, d, c, l) {.dtype = t, .head_dim = d, .causal = c, .has_lse = l}
+
 typedef struct shape {
   int batch, heads, kv_heads, seqlen_q, seqlen_k;
   int bshd;     /* q/k/v/o stored as (B, N, H, D) through strides */
@@ -293,11 +296,11 @@ static void test_forward(void **state) {
   kn_diag e;
   if (kn_cuda_stream_create(dev, &stream, &e)) fail_msg("%s", e.message);
   const struct { kiln_attn_desc d; shape s; } cases[] = {
-      {{.dtype = KILN_F16, .head_dim = 64, .causal = 1, .has_lse = 1}, {1, 2, 2, 129, 77, 0, 0}},
-      {{.dtype = KILN_F16, .head_dim = 64, .causal = 1, .has_lse = 1}, {2, 4, 2, 300, 511, 1, 0}},   /* GQA, (B, N, H, D) strides */
-      {{.dtype = KILN_BF16, .head_dim = 128, .causal = 0, .has_lse = 0}, {1, 2, 1, 17, 1000, 0, 1}}, /* no lse */
-      {{.dtype = KILN_BF16, .head_dim = 128, .causal = 1, .has_lse = 1}, {1, 3, 3, 1000, 64, 0, 0}}, /* rows that see no key */
-      {{.dtype = KILN_F16, .head_dim = 128, .causal = 0, .has_lse = 1}, {2, 2, 2, 1, 1, 1, 0}},
+      {DESC(KILN_F16, 64, 1, 1), {1, 2, 2, 129, 77, 0, 0}},
+      {DESC(KILN_F16, 64, 1, 1), {2, 4, 2, 300, 511, 1, 0}},   /* GQA, (B, N, H, D) strides */
+      {DESC(KILN_BF16, 128, 0, 0), {1, 2, 1, 17, 1000, 0, 1}}, /* no lse */
+      {DESC(KILN_BF16, 128, 1, 1), {1, 3, 3, 1000, 64, 0, 0}}, /* rows that see no key */
+      {DESC(KILN_F16, 128, 0, 1), {2, 2, 2, 1, 1, 1, 0}},
   };
   int failures = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -375,7 +378,8 @@ typedef struct tharg {
 } tharg;
 
 static const kiln_attn_desc th_desc[4] = {
-    {.dtype = KILN_F16, .head_dim = 64, .causal = 0, .has_lse = 1}, {.dtype = KILN_F16, .head_dim = 64, .causal = 1, .has_lse = 1}, {.dtype = KILN_BF16, .head_dim = 64, .causal = 0, .has_lse = 1}, {.dtype = KILN_BF16, .head_dim = 64, .causal = 1, .has_lse = 0}};
+    DESC(KILN_F16, 64, 0, 1), DESC(KILN_F16, 64, 1, 1), DESC(KILN_BF16, 64, 0, 1),
+    DESC(KILN_BF16, 64, 1, 0)};
 
 static void *thread_main(void *p) {
   tharg *t = p;
