@@ -159,8 +159,7 @@ def run_case(rng, dtype, B, H, HK, Nq, Nk, D, causal, with_lse, bnhd=False, scal
 
 SCORE_MOD = """
 // a per-head temperature (a tensor parameter)
-func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32,
-                %temp: ptr<f32>) -> (f32) {
+func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, %temp: ptr<f32>) -> (f32) {
   %c1 = const 1 : i64
   %h64 = cast %h : i64
   %t = load %temp[%h64] strides [%c1] : f32
@@ -175,8 +174,7 @@ func @mask_mod(%b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, %chunk: i32) -> (i1)
   %live = cmp le %kc, %qc : i1
   return %live
 }
-func @block_mask(%b: i32, %h: i32, %q_lo: i32, %q_hi: i32, %kv_lo: i32, %kv_hi: i32,
-                 %chunk: i32) -> (i1) {
+func @block_mask(%b: i32, %h: i32, %q_lo: i32, %q_hi: i32, %kv_lo: i32, %kv_hi: i32, %chunk: i32) -> (i1) {
   %c1 = const 1 : i32
   %q_end = sub %q_hi, %c1 : i32
   %qc = div %q_end, %chunk : i32
@@ -252,7 +250,7 @@ def variants(rng):
     bad = SCORE_MOD.replace("%out = mul", "%out = fooo")
     expect_error("malformed score_mod", kiln.ERR_INVALID,
                  lambda: kiln.attention(q, q, q, out=q, score_mod=bad, params={"temp": temp}),
-                 "<mods>:8:")
+                 "<mods>:7:")
     expect_error("missing modifier parameter", kiln.ERR_INVALID,
                  lambda: kiln.attention(q, q, q, out=Tensor("float16", (1, 1, 4, 32)),
                                         mask_mod=MASK_MOD), "%chunk (i32) has no value")

@@ -684,8 +684,8 @@ static void test_tune_prune_record(void **state) {
  * bias table (two tensors and a scalar) ... */
 static const char score_mod_text[] =
     "// a per-head temperature and a relative-position bias table\n"
-    "func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32,\n"
-    "                %head_scale: ptr<f32>, %rel_table: ptr<f32>, %max_dist: i32) -> (f32) {\n"
+    "func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, "
+    "%head_scale: ptr<f32>, %rel_table: ptr<f32>, %max_dist: i32) -> (f32) {\n"
     "  %c1 = const 1 : i64\n"
     "  %h64 = cast %h : i64\n"
     "  %hs = load %head_scale[%h64] strides [%c1] : f32\n"
@@ -707,8 +707,8 @@ static const char mask_mod_text[] =
     "  %live = cmp le %kc, %qc : i1\n"
     "  return %live\n"
     "}\n"
-    "func @block_mask(%b: i32, %h: i32, %q_lo: i32, %q_hi: i32, %kv_lo: i32, %kv_hi: i32,\n"
-    "                 %chunk: i32) -> (i1) {\n"
+    "func @block_mask(%b: i32, %h: i32, %q_lo: i32, %q_hi: i32, %kv_lo: i32, %kv_hi: i32, "
+    "%chunk: i32) -> (i1) {\n"
     "  %c1 = const 1 : i32\n"
     "  %q_end = sub %q_hi, %c1 : i32\n"
     "  %qc = div %q_end, %chunk : i32\n"
@@ -718,8 +718,8 @@ static const char mask_mod_text[] =
     "}\n";
 /* ... and a score_mod whose only parameter is a kernel parameter (seqlen_k): no values to give */
 static const char noparam_mod_text[] =
-    "func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32,\n"
-    "                %seqlen_k: i32) -> (f32) {\n"
+    "func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, "
+    "%seqlen_k: i32) -> (f32) {\n"
     "  %k = cast %kv_idx : f32\n"
     "  %n = cast %seqlen_k : f32\n"
     "  %frac = div %k, %n : f32\n"
@@ -959,14 +959,19 @@ static int check_variant(kiln_context *ctx, const vcase *c, uint64_t seed) {
            err, kn_attn_tolerance(t), lerr);
     if (!ok) rc = -1;
     if (c->user) {
-      /* the interpreter's float64 evaluation of the text agrees with the formula */
+      /* the interpreter's float64 evaluation of the modifiers agrees with the formula */
       kn_attn_named_arg named[4];
       for (int i = 0; i < vv.nmargs; i++) {
         kn_argval x = {.i = vv.margs[i].i};
         if (vv.margs[i].kind == KILN_MOD_ARG_PTR) x.p = (void *)vv.margs[i].p;
         named[i] = (kn_attn_named_arg){vv.margs[i].name, x, vv.margs[i].bytes};
       }
-      kn_attn_vargs va = {.mods = named, .nmods = vv.nmargs};
+      kn_attn_vargs va = {.window_left = c->wl, .window_right = c->wr, .softcap = c->cap,
+                          .alibi_slopes = vv.slopes, .alibi_sb = vv.slope_sb, .bias = vv.bias,
+                          .bias_sb = vv.bias_st[0], .bias_sh = vv.bias_st[1],
+                          .bias_sm = vv.bias_st[2], .q_seg = vv.qseg, .k_seg = vv.kseg,
+                          .q_seg_sb = s->seqlen_q, .k_seg_sb = s->seqlen_k,
+                          .prefix_len = vv.prefix, .mods = named, .nmods = vv.nmargs};
       kn_attn_problem p = {s->batch, s->heads, s->kv_heads, s->seqlen_q, s->seqlen_k, 0};
       kn_diag diag;
       if (kn_attn_reference_v(&id, NULL, &p, &va, qd, kd, vd, got, gotl, &diag)) {

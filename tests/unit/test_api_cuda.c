@@ -385,8 +385,8 @@ static void test_forward(void **state) {
 /* the caller's modifiers: a per-head temperature (a device tensor) and a chunked causal mask
  * with its block predicate (an i32) */
 static const char cuda_mods[] =
-    "func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32,\n"
-    "                %temp: ptr<f32>) -> (f32) {\n"
+    "func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, "
+    "%temp: ptr<f32>) -> (f32) {\n"
     "  %c1 = const 1 : i64\n"
     "  %h64 = cast %h : i64\n"
     "  %t = load %temp[%h64] strides [%c1] : f32\n"
@@ -399,8 +399,8 @@ static const char cuda_mods[] =
     "  %live = cmp le %kc, %qc : i1\n"
     "  return %live\n"
     "}\n"
-    "func @block_mask(%b: i32, %h: i32, %q_lo: i32, %q_hi: i32, %kv_lo: i32, %kv_hi: i32,\n"
-    "                 %chunk: i32) -> (i1) {\n"
+    "func @block_mask(%b: i32, %h: i32, %q_lo: i32, %q_hi: i32, %kv_lo: i32, %kv_hi: i32, "
+    "%chunk: i32) -> (i1) {\n"
     "  %c1 = const 1 : i32\n"
     "  %q_end = sub %q_hi, %c1 : i32\n"
     "  %qc = div %q_end, %chunk : i32\n"
