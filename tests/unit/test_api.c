@@ -264,7 +264,8 @@ static void test_prepare_forward(void **state) {
   assert_int_equal(st.memo_hits, 1);
   assert_int_equal(st.launches, 2);
   assert_int_equal(l.count[KILN_LOG_WARN], 0);
-  assert_non_null(strstr(l.text, "compiled: attn_fwd [dtype=f16;d=64;causal=1;lse=1]"));
+  assert_non_null(strstr(l.text, "compiled: attn_fwd [dtype=f16;d=64;causal=1;lse=1;window=0;softcap=0;"
+                                   "alibi=0;bias=0;doc=0;prefix=0;mods=0]"));
   /* a forced tiling, f32 without lse, ragged */
   kiln_attn_desc d32 = DESC(KILN_F32, 32, 0, 0);
   kiln_prepare_options force = {.block_m = 16, .block_n = 32};
@@ -303,7 +304,8 @@ static void test_prepare_forward(void **state) {
   kiln_context_stats(ctx, &st);
   assert_int_equal(st.compiles, 0);
   assert_int_equal(st.cache_hits, 1);
-  assert_non_null(strstr(l2.text, "cache hit: attn_fwd [dtype=f16;d=64;causal=1;lse=1]"));
+  assert_non_null(strstr(l2.text, "cache hit: attn_fwd [dtype=f16;d=64;causal=1;lse=1;window=0;softcap=0;"
+                                    "alibi=0;bias=0;doc=0;prefix=0;mods=0]"));
   kiln_context_destroy(ctx);
   rm_dir(dir);
 }
@@ -666,7 +668,8 @@ static void test_tune_prune_record(void **state) {
   assert_int_equal(recs[0].config.block_m, 16);
   assert_int_equal(recs[0].config.block_n, 16);
   assert_int_equal(recs[0].key.seq_bucket, 64);
-  assert_string_equal(recs[0].key.variant, "dtype=f32;d=32;causal=1;lse=1");
+  assert_string_equal(recs[0].key.variant, "dtype=f32;d=32;causal=1;lse=1;window=0;softcap=0;"
+                                           "alibi=0;bias=0;doc=0;prefix=0;mods=0");
   free(recs);
   kn_tunedb_close(db);
   rm_dir(dir);

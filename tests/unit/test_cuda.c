@@ -16,8 +16,8 @@
  *     which lets test_api_cuda check the public API's CUDA path (cache payload, module load,
  *     parameter packing, strides, streams) without a GPU.  The dtype, head dim and causal flag
  *     are not kernel parameters, so the test tells the fake with kn_fake_cuda_attn() first;
- *     kn_fake_cuda_attn_variant() says that a sliding window (two i32 parameters) and/or a
- *     softcap (an f32) follow the 24, which checks the packing of a variant's parameters.
+ *     kn_fake_cuda_attn_variant() says that a softcap (an f32) and/or a sliding window (two
+ *     i32 parameters) follow the 24, which checks the packing of a variant's parameters.
  *   - On the H200 (bench/h200/device_run.sh): the same GPU tests against the real driver, with
  *     hand-written PTX (.version 8.0, .target sm_80) JIT-compiled by the driver, and, where
  *     ptxas is installed, also a cubin made by compiler/ptxas.c.
@@ -45,8 +45,9 @@ void kn_fake_cuda_attn(int elem_bytes, int bf16, int head_dim, int causal) {
   attn_elem = elem_bytes, attn_bf16 = bf16, attn_d = head_dim, attn_causal = causal;
 }
 int kn_fake_cuda_attn_launches(void) { return attn_launches; }
-/* the variant of the next attn_fwd launches (templates/mods): a window (two i32 parameters after
- * the template's 24) and/or a softcap (an f32 after those), as test_api_cuda prepares them */
+/* the variant of the next attn_fwd launches (templates/mods): a softcap (an f32) and/or a window
+ * (two i32) after the template's 24 parameters, in that order (score modifiers come before
+ * masks in a variant's signature, templates/attn_mods.c) */
 static int attn_window, attn_softcap;
 void kn_fake_cuda_attn_variant(int window, int softcap) {
   attn_window = window, attn_softcap = softcap;
@@ -98,8 +99,8 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
   int32_t wl = -1, wr = -1;
   float cap = 0;
   int at = 24;
-  if (attn_window) wl = *(int32_t *)params[at++], wr = *(int32_t *)params[at++];
   if (attn_softcap) cap = *(float *)params[at++];
+  if (attn_window) wl = *(int32_t *)params[at++], wr = *(int32_t *)params[at++];
   if (attn_softcap && !(cap > 0)) return 1;
   if (H <= 0 || group <= 0 || gy % (unsigned)H || gx == 0 || nq <= 0 || nk < 0 ||
       !(scale > 0) || !q || !k || !v || !o)

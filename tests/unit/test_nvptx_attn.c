@@ -310,27 +310,38 @@ static void test_launch_param_widths(void **state) {
   assert_true(*(float *)p.params[5] == 0.125f);
   assert_int_equal(*(int32_t *)p.params[6], 6);          /* truncated to the i32 */
   assert_int_equal(*(int64_t *)p.params[23], 0x100000000ll + 23);
-  /* a variant: window_left, window_right (i32), softcap (f32), alibi_slopes (ptr), alibi_sb
-   * (i64), then the user's temp (f32) and shift (i64) */
+  /* a variant: softcap (f32), alibi_slopes (ptr), alibi_sb (i64), the caller's temp (f32) and
+   * shift (i64), window_left and window_right (i32), each where the signature puts it */
   kn_attn_desc vd = {.dtype = KN_F16, .head_dim = 64, .window = true, .softcap = true,
                      .alibi = true, .mods = user};
   kn_attn_sig sig;
   assert_int_equal(kn_attn_signature(&vd, &sig, NULL), 0);
   assert_int_equal(sig.n, KN_ATTN_NPARAMS + 7);
-  a[24].i = -1, a[25].i = 7, a[26].f = 30.0, a[27].p = (void *)(uintptr_t)0x7f0000002000ull;
-  a[28].i = 8, a[29].f = 0.5, a[30].i = -3;
+  const struct { const char *name; kn_argval v; } vals[] = {
+      {"window_left", {.i = -1}}, {"window_right", {.i = 7}}, {"softcap", {.f = 30.0}},
+      {"alibi_slopes", {.p = (void *)(uintptr_t)0x7f0000002000ull}}, {"alibi_sb", {.i = 8}},
+      {"temp", {.f = 0.5}}, {"shift", {.i = -3}}};
+  int at[7];
+  for (int j = 0; j < 7; j++) {
+    at[j] = -1;
+    for (int i = KN_ATTN_NPARAMS; i < sig.n; i++)
+      if (!strcmp(sig.name[i], vals[j].name)) at[j] = i;
+    if (at[j] < 0) fail_msg("%s is not in the variant's signature", vals[j].name);
+    a[at[j]] = vals[j].v;
+  }
   assert_int_equal(kn_attn_cuda_pack(&sig, a, &p), 0);
   assert_int_equal(p.n, KN_ATTN_NPARAMS + 7);
-  assert_int_equal(*(int32_t *)p.params[24], -1);
-  assert_int_equal(*(int32_t *)p.params[25], 7);
-  assert_true(*(float *)p.params[26] == 30.0f);
-  assert_int_equal(*(uint64_t *)p.params[27], 0x7f0000002000ull);
-  assert_int_equal(*(int64_t *)p.params[28], 8);
-  assert_true(*(float *)p.params[29] == 0.5f);
-  assert_int_equal(*(int64_t *)p.params[30], -3);
+  assert_int_equal(*(int32_t *)p.params[at[0]], -1);
+  assert_int_equal(*(int32_t *)p.params[at[1]], 7);
+  assert_true(*(float *)p.params[at[2]] == 30.0f);
+  assert_int_equal(*(uint64_t *)p.params[at[3]], 0x7f0000002000ull);
+  assert_int_equal(*(int64_t *)p.params[at[4]], 8);
+  assert_true(*(float *)p.params[at[5]] == 0.5f);
+  assert_int_equal(*(int64_t *)p.params[at[6]], -3);
+  assert_int_equal(*(int64_t *)p.params[23], 0x100000000ll + 23); /* the template's, unmoved */
   /* a parameter the launch cannot pass (an i1) is refused, not packed in some width */
-  sig.type[30] = kn_ty_scalar(KN_I1);
-  assert_int_equal(kn_attn_cuda_param_bytes(&sig, 30), 0);
+  sig.type[at[6]] = kn_ty_scalar(KN_I1);
+  assert_int_equal(kn_attn_cuda_param_bytes(&sig, at[6]), 0);
   assert_int_equal(kn_attn_cuda_pack(&sig, a, &p), -1);
 }
 
