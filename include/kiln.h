@@ -15,6 +15,9 @@
  *   kiln_attn_args a = {.q = q, .k = kk, .v = v, .o = o, .batch = B, .heads = H,
  *                       .kv_heads = HK, .seqlen_q = N, .seqlen_k = N};
  *   if (kiln_forward(k, &a, stream)) fail(kiln_last_error());
+ *   // a variant: a kernel of its own, its values launch arguments (kiln_attn_desc below)
+ *   kiln_attn_desc w = {.dtype = KILN_F16, .head_dim = 128, .causal = 1, .window = 1};
+ *   a.window_left = 4096, a.window_right = 0;
  *   ...
  *   kiln_context_destroy(ctx);   // frees its kernels
  *
@@ -193,7 +196,8 @@ const char *kiln_dtype_name(kiln_dtype t);
  *   document  packed documents: query i sees key j only if q_seg[b, i] == k_seg[b, j]
  *   prefix    prefix-LM: every key below prefix_len is visible, the rest bottom-right causal
  *             (prefix includes its causal part: causal must be 0 with it)
- *   mods      the text of the caller's own modifiers in kiln's IR (docs/ir.md): any of
+ *   mods      the text of the caller's own modifiers in kiln's IR (docs/ir.md; a signature is
+ *             one line there, wrapped here), any of
  *             func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32,
  *                             ...) -> (f32)
  *             func @mask_mod(%b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, ...) -> (i1)
