@@ -54,13 +54,4 @@ typedef struct kn_interp_stats {
 int kn_interp_run(kn_func *k, const kn_argval *args, const int grid[3], const kn_region *regions,
                   int nregions, kn_interp_stats *stats, kn_diag *d);
 
-/* TEMPORARY (variants-api only, reverted before merging `ir`): the prepared-function API the
- * branch `ir` is adding, stubbed so the branch links.  Every call fails. */
-enum { KN_INTERP_F64 = 1 };
-typedef struct kn_interp_fn kn_interp_fn;
-kn_interp_fn *kn_interp_fn_new(kn_func *f, int flags, const kn_region *regions, int nregions,
-                               kn_diag *d);
-int kn_interp_fn_call(kn_interp_fn *fn, const kn_argval *args, kn_argval *results, kn_diag *d);
-void kn_interp_fn_free(kn_interp_fn *fn);
-
 #endif
