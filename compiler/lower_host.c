@@ -28,8 +28,9 @@
  *  - dot accumulates exactly like the interpreter: for each (i, j), acc = acc + f32(a*b) in k
  *    order; the loop nest is i, k, j so the j loop vectorises without reassociating anything.
  *    Reductions run in index order (first element, then op with each next one).
- *  - Loads and stores branch around dead elements (bounds, mask) so no dead address is touched;
- *    the vectoriser turns that into masked loads/stores where the CPU has them.
+ *  - Loads, stores and gathers branch around dead elements (bounds, mask) so no dead address is
+ *    touched; the vectoriser turns that into masked loads/stores where the CPU has them.  A
+ *    gather's element i is base + offsets[i] (sign-extended to i64).
  *  - Checked mode (kn_lower_host_checked, see host_run.h): behind that branch, every live access
  *    first calls kn_rt_check_access with the launch's checker (one more kernel argument), a
  *    constant site naming the op and its location, the element and the program; an access it
@@ -698,9 +699,9 @@ static void guard_branch(lower *L, guard *g, LLVMValueRef cond, const char *name
   LLVMPositionBuilderAtEnd(L->B, go);
 }
 
-/* opens the block of the access of element `coord` at p when something guards it (else returns
- * false and the caller emits the access in place) */
-static bool guard_open(lower *L, guard *g, const kn_mem_operands *mo, kn_scalar s, LLVMValueRef p,
+/* opens the block of the access of element `coord` (of a rank-`rank` tile) at p when something
+ * guards it (else returns false and the caller emits the access in place) */
+static bool guard_open(lower *L, guard *g, int rank, kn_scalar s, LLVMValueRef p,
                        LLVMValueRef live, const LLVMValueRef *coord) {
   *g = (guard){0};
   if (!live && !L->checked) return false;
@@ -709,7 +710,7 @@ static bool guard_open(lower *L, guard *g, const kn_mem_operands *mo, kn_scalar 
     LLVMTypeRef pt[9] = {L->ptr, L->ptr, L->i64, L->i64, L->i64, L->i64, L->i32, L->i32, L->i32};
     LLVMValueRef a[9] = {L->check, L->site, LLVMBuildPtrToInt(L->B, p, L->i64, ""),
                          ci64(L, (int64_t)kn_scalar_size(s)), coord[0],
-                         mo->rank == 2 ? coord[1] : ci64(L, -1), L->pid[0], L->pid[1], L->pid[2]};
+                         rank == 2 ? coord[1] : ci64(L, -1), L->pid[0], L->pid[1], L->pid[2]};
     LLVMValueRef ok = call_fn(L, "kn_rt_check_access", L->i32, pt, 9, a, false);
     guard_branch(L, g, LLVMBuildICmp(L->B, LLVMIntNE, ok, ci32(L, 0), ""), "mem.ok");
   }
@@ -724,26 +725,45 @@ static LLVMBasicBlockRef guard_close(lower *L, guard *g) {
   return end;
 }
 
+/* the element of type s at p where live (NULL: always) and, in checked mode, the checker allow
+ * it; else `other` (NULL: 0) */
+static LLVMValueRef guarded_load(lower *L, kn_scalar s, LLVMValueRef p, LLVMValueRef live,
+                                 const LLVMValueRef *coord, int rank, const kn_value *other) {
+  guard g;
+  if (!guard_open(L, &g, rank, s, p, live, coord)) return load_mem(L, s, p, 1);
+  LLVMValueRef x = load_mem(L, s, p, 1);
+  LLVMBasicBlockRef end = guard_close(L, &g);
+  LLVMValueRef dead = other ? get(L, other, NULL) : LLVMConstNull(reg_type(L, s));
+  LLVMValueRef v = LLVMBuildPhi(L->B, reg_type(L, s), "");
+  LLVMValueRef vals[3] = {x, dead, dead};
+  LLVMBasicBlockRef bbs[3] = {end, g.skip[0], g.skip[1]};
+  LLVMAddIncoming(v, vals, bbs, 1 + (unsigned)g.nskip);
+  return v;
+}
+
 static void load_body(lower *L, const kn_op *op, const kn_mem_operands *mo, LLVMValueRef *coord,
                       LLVMValueRef lin, void *ctx) {
   const kn_value *r = op->res[0];
   kn_scalar s = elem(r);
   LLVMValueRef live, p = mem_addr(L, mo, s, coord, lin, &live);
-  LLVMValueRef dead = mo->other ? get(L, mo->other, NULL) : LLVMConstNull(reg_type(L, s));
-  LLVMValueRef v;
-  guard g;
-  if (!guard_open(L, &g, mo, s, p, live, coord)) {
-    v = load_mem(L, s, p, 1);
-  } else {
-    LLVMValueRef x = load_mem(L, s, p, 1);
-    LLVMBasicBlockRef end = guard_close(L, &g);
-    v = LLVMBuildPhi(L->B, reg_type(L, s), "");
-    LLVMValueRef vals[3] = {x, dead, dead};
-    LLVMBasicBlockRef bbs[3] = {end, g.skip[0], g.skip[1]};
-    LLVMAddIncoming(v, vals, bbs, 1 + (unsigned)g.nskip);
-  }
+  LLVMValueRef v = guarded_load(L, s, p, live, coord, mo->rank, mo->other);
   if (is_tile(r)) store_elem(L, s, (LLVMValueRef)ctx, lin, v);
   else *(LLVMValueRef *)ctx = v;
+}
+
+/* element lin of a gather: base[offsets[lin]] where the mask holds */
+static void gather_body(lower *L, const kn_op *op, const kn_mem_operands *mo, LLVMValueRef *coord,
+                        LLVMValueRef lin, void *ctx) {
+  (void)mo;
+  const kn_value *r = op->res[0];
+  kn_scalar s = elem(r);
+  kn_gather_operands go;
+  kn_gather_operands_get(op, &go);
+  LLVMValueRef off = as_i64(L, go.offsets, get(L, go.offsets, lin));
+  LLVMValueRef p = LLVMBuildGEP2(L->B, mem_type(L, s), get(L, go.base, NULL), &off, 1, "");
+  LLVMValueRef live = go.mask ? get(L, go.mask, lin) : NULL;
+  store_elem(L, s, (LLVMValueRef)ctx, lin,
+             guarded_load(L, s, p, live, coord, r->type.rank, go.other));
 }
 
 static void store_body(lower *L, const kn_op *op, const kn_mem_operands *mo, LLVMValueRef *coord,
@@ -753,7 +773,7 @@ static void store_body(lower *L, const kn_op *op, const kn_mem_operands *mo, LLV
   LLVMValueRef live, p = mem_addr(L, mo, s, coord, lin, &live);
   LLVMValueRef v = get(L, mo->value, lin);
   guard g;
-  bool guarded = guard_open(L, &g, mo, s, p, live, coord);
+  bool guarded = guard_open(L, &g, mo->rank, s, p, live, coord);
   store_mem(L, s, p, v, 1);
   if (guarded) guard_close(L, &g);
 }
@@ -770,11 +790,12 @@ static LLVMValueRef const_cstr(lower *L, const char *text) {
   return g;
 }
 
-/* checked mode: the kn_check_site {op, file, line, col} of a load or store, for its accesses */
+/* checked mode: the kn_check_site {op, file, line, col} of a load, store or gather, for its
+ * accesses */
 static void set_site(lower *L, const kn_op *op) {
   if (!L->checked) return;
   const char *file = op->loc.file ? op->loc.file : L->m->filename;
-  LLVMValueRef f[4] = {const_cstr(L, op->opc == KN_OP_LOAD ? "load" : "store"), const_cstr(L, file),
+  LLVMValueRef f[4] = {const_cstr(L, kn_opinfo_table[op->opc].name), const_cstr(L, file),
                        ci32(L, op->loc.line), ci32(L, op->loc.col)};
   LLVMValueRef init = LLVMConstStructInContext(L->C, f, 4, 0);
   L->site = LLVMAddGlobal(L->M, LLVMTypeOf(init), "kiln.check.site");
@@ -797,6 +818,14 @@ static void lower_load(lower *L, const kn_op *op) {
     mem_loop(L, r, mo.rank, load_body, op, &mo, &v);
     set_value(L, r, v, false);
   }
+}
+
+static void lower_gather(lower *L, const kn_op *op) {
+  const kn_value *r = op->res[0];
+  set_site(L, op);
+  LLVMValueRef buf = tile_alloc(L, r->type);
+  mem_loop(L, r, r->type.rank, gather_body, op, NULL, buf);
+  set_value(L, r, buf, false);
 }
 
 static void lower_store(lower *L, const kn_op *op) {
@@ -1073,6 +1102,7 @@ static int lower_op(lower *L, const kn_op *op, const yield_dst *yd) {
   }
   case KN_OP_LOAD: lower_load(L, op); return 0;
   case KN_OP_STORE: lower_store(L, op); return 0;
+  case KN_OP_GATHER: lower_gather(L, op); return 0;
   case KN_OP_DOT: return lower_dot(L, op);
   case KN_OP_REDUCE_MAX:
   case KN_OP_REDUCE_SUM: return lower_reduce(L, op);

@@ -23,8 +23,9 @@ void kn_clone_ops(kn_builder *b, const kn_op *first, const kn_op *stop, kn_value
  * unused.  Returns the number of ops changed. */
 int kn_fold(kn_module *m);
 
-/* inline.c: replaces every call in the module's kernels by the body of its callee.  Returns 0, or
- * -1 with *d filled (recursion, unresolved callee). */
+/* inline.c: replaces every call in the module's kernels by the body of its callee; an elemental
+ * call's callee is lifted to the call's tile shape (uniform values stay scalars, varying loads
+ * become gathers).  Returns 0, or -1 with *d filled (recursion, unresolved callee). */
 int kn_inline(kn_module *m, kn_diag *d);
 
 #endif

@@ -123,6 +123,26 @@ void kn_mem_operands_get(const kn_op *op, kn_mem_operands *out) {
   KN_ASSERT(k == op->nopnd);
 }
 
+void kn_gather_operands_get(const kn_op *op, kn_gather_operands *out) {
+  KN_ASSERT(op->opc == KN_OP_GATHER && op->nopnd >= 2);
+  unsigned cl = (unsigned)op->iattr[0];
+  int k = 2;
+  out->base = op->opnd[0];
+  out->offsets = op->opnd[1];
+  out->mask = (cl & KN_MEM_MASK) ? op->opnd[k++] : NULL;
+  out->other = (cl & KN_MEM_OTHER) ? op->opnd[k++] : NULL;
+  KN_ASSERT(k == op->nopnd);
+}
+
+const kn_value *kn_call_elemental_arg(const kn_op *call, const kn_func *callee) {
+  if (!callee || !callee->body) return NULL;
+  for (int i = 0; i < call->nopnd && i < kn_func_nparams(callee); i++)
+    if (call->opnd[i] && call->opnd[i]->type.kind == KN_TY_TILE &&
+        kn_func_param(callee, i)->type.kind != KN_TY_TILE)
+      return call->opnd[i];
+  return NULL;
+}
+
 /* ---- builder ---- */
 
 kn_builder kn_builder_at_end(kn_module *m, kn_block *block) {
@@ -299,6 +319,18 @@ kn_op *kn_b_store(kn_builder *b, kn_value *value, kn_value *base, kn_value *cons
   op->iattr[0] = rank;
   op->iattr[1] = cl;
   return op;
+}
+
+kn_value *kn_b_gather(kn_builder *b, kn_type result, kn_value *base, kn_value *offsets,
+                      kn_value *mask, kn_value *other) {
+  kn_value *o[4] = {base, offsets};
+  int n = 2;
+  unsigned cl = 0;
+  if (mask) o[n++] = mask, cl |= KN_MEM_MASK;
+  if (other) o[n++] = other, cl |= KN_MEM_OTHER;
+  kn_op *op = kn_build_op(b, KN_OP_GATHER, n, o, 1, &result);
+  op->iattr[0] = cl;
+  return op->res[0];
 }
 
 kn_op *kn_b_for(kn_builder *b, kn_value *lo, kn_value *hi, kn_value *step, int ninit,

@@ -56,30 +56,74 @@ typedef struct interp {
   const kn_region *reg;
   int nreg, last_reg;  /* last_reg: the region of the previous access, tried first */
   int pid[3], grid[3];
+  bool grid_run;       /* running a kernel's programs (not kn_interp_fn_call): name the program */
+  bool f64;            /* KN_INTERP_F64: floats are never rounded to their type */
   frame *frames;       /* one per module function, same index as m->funcs */
   float *scratch;      /* dot operands as f32 */
   size_t scratch_cap;
+  const kn_op *ecall;  /* the elemental call running its callee, or NULL */
+  int64_t eidx;        /* ... on this element of its shape */
 } interp;
 
 /* ---- errors ---- */
 
 static int rt_error(interp *in, const kn_op *op, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* "[e]" or "[i, j]": element e (row-major) of a value of type t (a scalar is element [0]) */
+static void elem_text(kn_type t, int64_t e, char *buf, size_t n) {
+  if (t.kind == KN_TY_TILE && t.rank == 2)
+    snprintf(buf, n, "[%lld, %lld]", (long long)(e / t.shape[1]), (long long)(e % t.shape[1]));
+  else snprintf(buf, n, "[%lld]", (long long)e);
+}
+
+/* where the interpreter is, for the end of a message: the element of an elemental call being
+ * run, and the program instance of a kernel run ("" for a function called by kn_interp_fn_call) */
+static void where(const interp *in, char *buf, size_t n) {
+  size_t k = 0;
+  buf[0] = 0;
+  if (in->ecall) {
+    char el[64];
+    elem_text(in->ecall->res[0]->type, in->eidx, el, sizeof el);
+    k = (size_t)snprintf(buf, n, " (element %s of the elemental call at line %d)", el,
+                         in->ecall->loc.line);
+  }
+  if (in->grid_run && k < n)
+    snprintf(buf + k, n - k, " (program (%d,%d,%d))", in->pid[0], in->pid[1], in->pid[2]);
+}
+
 static int rt_error(interp *in, const kn_op *op, const char *fmt, ...) {
-  char buf[400];
+  char buf[400], w[160];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
+  where(in, w, sizeof w);
   kn_loc loc = op ? op->loc : (kn_loc){0};
-  return kn_error(in->d, in->m, loc, "%s (program (%d,%d,%d))", buf, in->pid[0], in->pid[1],
-                  in->pid[2]);
+  return kn_error(in->d, in->m, loc, "%s%s", buf, w);
+}
+
+/* a live element of a load, store or gather whose bytes are in no region */
+static int oob_error(interp *in, const kn_op *op, const char *el, uint64_t addr) {
+  char w[160];
+  where(in, w, sizeof w);
+  return kn_error(in->d, in->m, op->loc, "%s out of bounds: element %s at address 0x%llx%s is "
+                  "outside every buffer", kn_opinfo_table[op->opc].name, el,
+                  (unsigned long long)addr, w);
 }
 
 /* ---- slots ---- */
 
+/* ty_float and numel are asked for every operand of every op, so they are inline here rather
+ * than calls of kn_scalar_is_float and kn_ty_numel (kn_scalar lists the ints first, then the
+ * floats) */
+static inline int64_t numel(kn_type t) {
+  if (t.kind != KN_TY_TILE) return 1;
+  if (t.rank == 1) return t.shape[0];
+  return t.rank == 2 ? (int64_t)t.shape[0] * t.shape[1] : kn_ty_numel(t);
+}
 static inline bool ty_float(kn_type t) {
-  return t.kind != KN_TY_PTR && kn_scalar_is_float((kn_scalar)t.elem);
+  return t.kind != KN_TY_PTR && t.elem >= KN_F16 && t.elem < KN_SCALAR_COUNT;
 }
 /* the scalar type of the elements as the interpreter computes with them (pointers: i64) */
 static inline kn_scalar ty_elem(kn_type t) {
@@ -100,7 +144,7 @@ static int def(interp *in, frame *fr, const kn_op *op, const kn_value *v, slot *
   if (!v || v->id < 0 || v->id >= fr->n)
     return rt_error(in, op, "internal: result is not a value of function @%s", fr->f->name);
   slot *s = &fr->s[v->id];
-  int64_t n = kn_ty_numel(v->type);
+  int64_t n = numel(v->type);
   if (n < 0 || n > ((int64_t)1 << 40)) return rt_error(in, op, "tile too large");
   if (n > 1 && s->cap < n) {
     void *p = realloc(s->heap, (size_t)n * 8);
@@ -118,8 +162,8 @@ static int copy_val(interp *in, frame *dfr, const kn_op *op, const kn_value *dst
                     const kn_value *src) {
   slot *s = NULL, *d = NULL;
   if (get(in, sfr, op, src, &s)) return -1;
-  int64_t n = kn_ty_numel(dst->type);
-  if (kn_ty_numel(src->type) != n || ty_float(src->type) != ty_float(dst->type))
+  int64_t n = numel(dst->type);
+  if (numel(src->type) != n || ty_float(src->type) != ty_float(dst->type))
     return rt_error(in, op, "internal: value of a mismatched type passed on");
   if (def(in, dfr, op, dst, &d)) return -1;
   if (s == d) return 0;
@@ -130,7 +174,13 @@ static int copy_val(interp *in, frame *dfr, const kn_op *op, const kn_value *dst
 
 /* ---- rounding ---- */
 
-static inline void round_to(kn_scalar t, double *x, int64_t n) {
+/* x rounded to float format t, or x itself in f64 mode */
+static inline double rnd(const interp *in, kn_scalar t, double x) {
+  return in->f64 ? x : kn_round(t, x);
+}
+
+static inline void round_to(const interp *in, kn_scalar t, double *x, int64_t n) {
+  if (in->f64) return;
   if (t == KN_F32)
     for (int64_t i = 0; i < n; i++) x[i] = (double)(float)x[i];
   else kn_round_array(t, x, (size_t)n);
@@ -159,7 +209,7 @@ static inline double fmin_nan(double a, double b) {
 
 /* operand element count must be the result's, or 1 (a scalar used with a tile) */
 static int elt_stride(interp *in, const kn_op *op, const kn_value *v, int64_t n, int64_t *st) {
-  int64_t k = kn_ty_numel(v->type);
+  int64_t k = numel(v->type);
   if (k == n) *st = 1;
   else if (k == 1) *st = 0;
   else return rt_error(in, op, "internal: operand shape does not match the result");
@@ -169,7 +219,7 @@ static int elt_stride(interp *in, const kn_op *op, const kn_value *v, int64_t n,
 static int exec_binary(interp *in, frame *fr, kn_op *op) {
   slot *a = NULL, *b = NULL, *r = NULL;
   kn_value *rv = op->res[0];
-  int64_t n = kn_ty_numel(rv->type), sa = 0, sb = 0;
+  int64_t n = numel(rv->type), sa = 0, sb = 0;
   if (get(in, fr, op, op->opnd[0], &a) || get(in, fr, op, op->opnd[1], &b) ||
       elt_stride(in, op, op->opnd[0], n, &sa) || elt_stride(in, op, op->opnd[1], n, &sb) ||
       def(in, fr, op, rv, &r))
@@ -200,7 +250,7 @@ static int exec_binary(interp *in, frame *fr, kn_op *op) {
       return rt_error(in, op, "'%s' is not defined on floats", kn_opinfo_table[op->opc].name);
     }
 #undef FLOOP
-    round_to(t, z, n);
+    round_to(in, t, z, n);
     return 0;
   }
   if (ty_float(op->opnd[0]->type) || ty_float(op->opnd[1]->type))
@@ -257,9 +307,9 @@ static int exec_binary(interp *in, frame *fr, kn_op *op) {
 static int exec_unary(interp *in, frame *fr, kn_op *op) {
   slot *a = NULL, *r = NULL;
   kn_value *rv = op->res[0];
-  int64_t n = kn_ty_numel(rv->type);
+  int64_t n = numel(rv->type);
   if (get(in, fr, op, op->opnd[0], &a) || def(in, fr, op, rv, &r)) return -1;
-  if (kn_ty_numel(op->opnd[0]->type) != n || ty_float(op->opnd[0]->type) != ty_float(rv->type))
+  if (numel(op->opnd[0]->type) != n || ty_float(op->opnd[0]->type) != ty_float(rv->type))
     return rt_error(in, op, "internal: operand does not match the result");
   kn_scalar t = ty_elem(rv->type);
   if (ty_float(rv->type)) {
@@ -281,7 +331,7 @@ static int exec_unary(interp *in, frame *fr, kn_op *op) {
       return rt_error(in, op, "'%s' is not defined on floats", kn_opinfo_table[op->opc].name);
     }
 #undef ULOOP
-    round_to(t, z, n);
+    round_to(in, t, z, n);
     return 0;
   }
   const int64_t *x = I(a);
@@ -304,7 +354,7 @@ static int exec_unary(interp *in, frame *fr, kn_op *op) {
 static int exec_cmp(interp *in, frame *fr, kn_op *op) {
   slot *a = NULL, *b = NULL, *r = NULL;
   kn_value *rv = op->res[0];
-  int64_t n = kn_ty_numel(rv->type), sa = 0, sb = 0;
+  int64_t n = numel(rv->type), sa = 0, sb = 0;
   if (get(in, fr, op, op->opnd[0], &a) || get(in, fr, op, op->opnd[1], &b) ||
       elt_stride(in, op, op->opnd[0], n, &sa) || elt_stride(in, op, op->opnd[1], n, &sb) ||
       def(in, fr, op, rv, &r))
@@ -347,7 +397,7 @@ static int exec_cmp(interp *in, frame *fr, kn_op *op) {
 static int exec_select(interp *in, frame *fr, kn_op *op) {
   slot *c = NULL, *a = NULL, *b = NULL, *r = NULL;
   kn_value *rv = op->res[0];
-  int64_t n = kn_ty_numel(rv->type), sc = 0, sa = 0, sb = 0;
+  int64_t n = numel(rv->type), sc = 0, sa = 0, sb = 0;
   if (get(in, fr, op, op->opnd[0], &c) || get(in, fr, op, op->opnd[1], &a) ||
       get(in, fr, op, op->opnd[2], &b) || elt_stride(in, op, op->opnd[0], n, &sc) ||
       elt_stride(in, op, op->opnd[1], n, &sa) || elt_stride(in, op, op->opnd[2], n, &sb) ||
@@ -374,16 +424,16 @@ static int exec_select(interp *in, frame *fr, kn_op *op) {
 static int exec_cast(interp *in, frame *fr, kn_op *op) {
   slot *a = NULL, *r = NULL;
   kn_value *rv = op->res[0], *av = op->opnd[0];
-  int64_t n = kn_ty_numel(rv->type);
+  int64_t n = numel(rv->type);
   if (get(in, fr, op, av, &a) || def(in, fr, op, rv, &r)) return -1;
-  if (kn_ty_numel(av->type) != n) return rt_error(in, op, "internal: cast changes the shape");
+  if (numel(av->type) != n) return rt_error(in, op, "internal: cast changes the shape");
   kn_scalar to = ty_elem(rv->type);
   bool ff = ty_float(av->type), tf = ty_float(rv->type);
   if (ff && tf) {
     const double *x = F(a);
     double *z = F(r);
     if (x != z) memcpy(z, x, (size_t)n * sizeof *z);
-    round_to(to, z, n);
+    round_to(in, to, z, n);
   } else if (ff) {
     const double *x = F(a);
     int64_t *z = I(r);
@@ -396,7 +446,7 @@ static int exec_cast(interp *in, frame *fr, kn_op *op) {
   } else if (tf) {
     const int64_t *x = I(a);
     double *z = F(r);
-    for (int64_t i = 0; i < n; i++) z[i] = kn_int_to_float(to, x[i]);
+    for (int64_t i = 0; i < n; i++) z[i] = in->f64 ? (double)x[i] : kn_int_to_float(to, x[i]);
   } else {
     const int64_t *x = I(a);
     int64_t *z = I(r);
@@ -416,10 +466,10 @@ static int exec_const(interp *in, frame *fr, kn_op *op) {
   kn_value *rv = op->res[0];
   slot *r = NULL;
   if (already_set(fr, rv)) return 0; /* written by its op only, and always the same */
-  int64_t n = kn_ty_numel(rv->type);
+  int64_t n = numel(rv->type);
   if (def(in, fr, op, rv, &r)) return -1;
   if (ty_float(rv->type)) {
-    double v = kn_round(ty_elem(rv->type), op->fattr), *z = F(r);
+    double v = rnd(in, ty_elem(rv->type), op->fattr), *z = F(r);
     for (int64_t i = 0; i < n; i++) z[i] = v;
   } else {
     int64_t v = kn_wrap_int(ty_elem(rv->type), op->iattr[0]), *z = I(r);
@@ -432,7 +482,7 @@ static int exec_arange(interp *in, frame *fr, kn_op *op) {
   kn_value *rv = op->res[0];
   slot *r = NULL;
   if (already_set(fr, rv)) return 0; /* depends on attributes only */
-  int64_t n = kn_ty_numel(rv->type);
+  int64_t n = numel(rv->type);
   if (ty_float(rv->type)) return rt_error(in, op, "internal: arange must give integers");
   if (def(in, fr, op, rv, &r)) return -1;
   int64_t *z = I(r);
@@ -454,7 +504,7 @@ typedef struct moves {
 static int moves_begin(interp *in, frame *fr, kn_op *op, moves *m) {
   kn_value *rv = op->res[0], *av = op->opnd[0];
   kn_type at = av->type, rt = rv->type;
-  m->n = kn_ty_numel(rt), m->na = kn_ty_numel(at);
+  m->n = numel(rt), m->na = numel(at);
   if (get(in, fr, op, av, &m->a) || def(in, fr, op, rv, &m->r)) return -1;
   if (ty_float(at) != ty_float(rt)) return rt_error(in, op, "internal: element class changes");
   m->fl = ty_float(rt);
@@ -533,7 +583,7 @@ static int find_region(interp *in, uint64_t addr, size_t size) {
 static int scalar_int(interp *in, frame *fr, const kn_op *op, const kn_value *v, int64_t *out) {
   slot *s = NULL;
   if (get(in, fr, op, v, &s)) return -1;
-  if (kn_ty_numel(v->type) != 1 || ty_float(v->type))
+  if (numel(v->type) != 1 || ty_float(v->type))
     return rt_error(in, op, "internal: expected an integer scalar operand");
   *out = I(s)[0];
   return 0;
@@ -582,7 +632,7 @@ static int exec_mem(interp *in, frame *fr, kn_op *op) {
     if (mo.other) {
       slot *os = NULL;
       if (get(in, fr, op, mo.other, &os)) return -1;
-      if (kn_ty_numel(mo.other->type) != 1 || ty_float(mo.other->type) != fl)
+      if (numel(mo.other->type) != 1 || ty_float(mo.other->type) != fl)
         return rt_error(in, op, "internal: 'other' must be a scalar of the element type");
       if (fl) of = F(os)[0];
       else oi = I(os)[0];
@@ -617,13 +667,8 @@ static int exec_mem(interp *in, frame *fr, kn_op *op) {
       uint64_t addr = base + (uint64_t)boff;
       if (ovf || find_region(in, addr, esz) < 0) {
         char el[64];
-        if (rank == 1) snprintf(el, sizeof el, "[%lld]", (long long)(tt.kind == KN_TY_TILE ? i : 0));
-        else snprintf(el, sizeof el, "[%lld, %lld]", (long long)i, (long long)j);
-        return kn_error(in->d, in->m, op->loc,
-                        "%s out of bounds: element %s at address 0x%llx (program (%d,%d,%d)) is "
-                        "outside every buffer",
-                        load ? "load" : "store", el, (unsigned long long)addr, in->pid[0],
-                        in->pid[1], in->pid[2]);
+        elem_text(tt, e, el, sizeof el);
+        return oob_error(in, op, el, addr);
       }
       void *p = (void *)(uintptr_t)addr;
       if (load) {
@@ -637,8 +682,55 @@ static int exec_mem(interp *in, frame *fr, kn_op *op) {
   }
   if (load) {
     /* the pointee and the result have one element type in verified IR; if not, convert */
-    if (fl && tel != et) round_to(tel, F(r), n);
+    if (fl && tel != et) round_to(in, tel, F(r), n);
     if (!fl && tel != et) wrap_to(tel, I(r), n);
+  }
+  return 0;
+}
+
+/* element e of the result is base[offsets[e]] where the mask holds, else `other` */
+static int exec_gather(interp *in, frame *fr, kn_op *op) {
+  unsigned cl = (unsigned)op->iattr[0];
+  if (op->nopnd != 2 + ((cl & KN_MEM_MASK) ? 1 : 0) + ((cl & KN_MEM_OTHER) ? 1 : 0))
+    return rt_error(in, op, "internal: gather operand count");
+  kn_gather_operands go;
+  kn_gather_operands_get(op, &go);
+  kn_value *rv = op->res[0];
+  int64_t n = numel(rv->type);
+  if (go.base->type.kind != KN_TY_PTR || go.base->type.elem != rv->type.elem ||
+      numel(go.offsets->type) != n || ty_float(go.offsets->type) ||
+      (go.mask && (numel(go.mask->type) != n || ty_float(go.mask->type))) ||
+      (go.other && (numel(go.other->type) != 1 || ty_float(go.other->type) != ty_float(rv->type))))
+    return rt_error(in, op, "internal: gather operands");
+  kn_scalar et = (kn_scalar)go.base->type.elem;
+  bool fl = kn_scalar_is_float(et);
+  size_t esz = kn_scalar_size(et);
+  slot *bs = NULL, *os = NULL, *ms = NULL, *xs = NULL, *r = NULL;
+  if (get(in, fr, op, go.base, &bs) || get(in, fr, op, go.offsets, &os) ||
+      (go.mask && get(in, fr, op, go.mask, &ms)) || (go.other && get(in, fr, op, go.other, &xs)) ||
+      def(in, fr, op, rv, &r))
+    return -1;
+  if (r == os || r == ms) return rt_error(in, op, "internal: op reads its own result");
+  uint64_t base = (uint64_t)I(bs)[0];
+  double of = xs && fl ? F(xs)[0] : 0;
+  int64_t oi = xs && !fl ? I(xs)[0] : 0;
+  for (int64_t e = 0; e < n; e++) {
+    if (ms && !I(ms)[e]) {
+      if (fl) F(r)[e] = of;
+      else I(r)[e] = oi;
+      continue;
+    }
+    int64_t boff;
+    bool ovf = __builtin_mul_overflow(I(os)[e], (int64_t)esz, &boff);
+    uint64_t addr = base + (uint64_t)boff;
+    if (ovf || find_region(in, addr, esz) < 0) {
+      char el[64];
+      elem_text(rv->type, e, el, sizeof el);
+      return oob_error(in, op, el, addr);
+    }
+    const void *p = (const void *)(uintptr_t)addr;
+    if (fl) F(r)[e] = kn_load_elem(et, p);
+    else I(r)[e] = kn_load_elem_i(et, p);
   }
   return 0;
 }
@@ -688,7 +780,7 @@ static int exec_dot(interp *in, frame *fr, kn_op *op) {
   int64_t M = at.shape[0], K = at.shape[1], N = bt.shape[1];
   bool fa = ty_float(at), fb = ty_float(bt);
   kn_scalar rte = ty_elem(rt);
-  if (fa && fb && rte == KN_F32) {
+  if (fa && fb && rte == KN_F32 && !in->f64) {
     if (in->scratch_cap < (size_t)N) {
       float *p = realloc(in->scratch, (size_t)N * sizeof *p);
       if (!p) return rt_error(in, op, "out of memory for dot");
@@ -699,8 +791,8 @@ static int exec_dot(interp *in, frame *fr, kn_op *op) {
     dot_f32(F(a), F(b), F(c), F(r), in->scratch, M, K, N);
     return 0;
   }
-  /* general (integer operands, or an accumulator type other than f32): the same order, each
-   * product and sum rounded to the accumulator's type */
+  /* general (integer operands, an accumulator type other than f32, or f64 mode): the same
+   * order, each product and sum rounded to the accumulator's type (in f64 mode, not rounded) */
   double *dr = F(r);
   const double *dc = F(c);
   if (dr != dc) memmove(dr, dc, (size_t)(M * N) * sizeof *dr);
@@ -709,7 +801,7 @@ static int exec_dot(interp *in, frame *fr, kn_op *op) {
       double x = fa ? F(a)[i * K + k] : (double)I(a)[i * K + k];
       for (int64_t j = 0; j < N; j++) {
         double y = fb ? F(b)[k * N + j] : (double)I(b)[k * N + j];
-        dr[i * N + j] = kn_round(rte, dr[i * N + j] + kn_round(rte, x * y));
+        dr[i * N + j] = rnd(in, rte, dr[i * N + j] + rnd(in, rte, x * y));
       }
     }
   return 0;
@@ -726,7 +818,7 @@ static int exec_reduce(interp *in, frame *fr, kn_op *op) {
   if (at.rank == 1) outer = 1, len = at.shape[0], inner = 1;
   else if (axis == 0) outer = 1, len = at.shape[0], inner = at.shape[1];
   else outer = at.shape[0], len = at.shape[1], inner = 1;
-  if (kn_ty_numel(rv->type) != outer * inner || len < 1)
+  if (numel(rv->type) != outer * inner || len < 1)
     return rt_error(in, op, "internal: reduce result shape");
   if (get(in, fr, op, av, &a) || def(in, fr, op, rv, &r)) return -1;
   if (a == r) return rt_error(in, op, "internal: op reads its own result");
@@ -740,7 +832,7 @@ static int exec_reduce(interp *in, frame *fr, kn_op *op) {
         double acc = x[base]; /* starting from the first element keeps a sum of -0s at -0 */
         for (int64_t l = 1; l < len; l++) {
           double v = x[base + l * inner];
-          acc = sum ? kn_round(t, acc + v) : fmax_nan(acc, v);
+          acc = sum ? rnd(in, t, acc + v) : fmax_nan(acc, v);
         }
         F(r)[o * inner + q] = acc;
       } else {
@@ -832,6 +924,66 @@ static frame *frame_of(interp *in, const kn_func *f) {
   return NULL;
 }
 
+/* An elemental call: the callee runs once per element of the shape, its scalar params taking
+ * that element of the tile arguments (the scalar and pointer arguments are passed once, before
+ * the loop), and its results filling that element of the call's tiles.  The element loop is
+ * here, so a call costs one run_block per element and no copies through copy_val. */
+static int exec_elemental(interp *in, frame *fr, kn_op *op, kn_func *f, frame *cf,
+                          const kn_value *first) {
+  int64_t n = numel(first->type);
+  int np = op->nopnd, nr = op->nres;
+  /* src[i]: tile argument i (NULL for the others), pslot[i]: its param, res[k]: result k */
+  slot **src = calloc((size_t)(2 * np + nr + 1), sizeof *src);
+  if (!src) return rt_error(in, op, "out of memory for an elemental call");
+  slot **pslot = src + np, **res = pslot + np;
+  int rc = 0;
+  /* tile arguments: their slots; the others: copied into the params once */
+  for (int i = 0; i < np && !rc; i++) {
+    kn_value *a = op->opnd[i], *p = kn_func_param(f, i);
+    if (a->type.kind != KN_TY_TILE) {
+      rc = copy_val(in, cf, op, p, fr, a);
+      continue;
+    }
+    if (numel(a->type) != n || p->type.kind != KN_TY_SCALAR ||
+        ty_float(a->type) != ty_float(p->type))
+      rc = rt_error(in, op, "internal: elemental argument %d of @%s", i, f->name);
+    else if (!get(in, fr, op, a, &src[i]))
+      rc = def(in, cf, op, p, &pslot[i]);
+    else rc = -1;
+  }
+  for (int k = 0; k < nr && !rc; k++) {
+    if (numel(op->res[k]->type) != n || ty_float(op->res[k]->type) != ty_float(f->ret[k]))
+      rc = rt_error(in, op, "internal: elemental result %d of @%s", k, f->name);
+    else rc = def(in, fr, op, op->res[k], &res[k]);
+  }
+  cf->active = true;
+  in->ecall = op;
+  for (int64_t e = 0; e < n && !rc; e++) {
+    in->eidx = e;
+    for (int i = 0; i < np; i++) {
+      if (!src[i]) continue;
+      if (ty_float(op->opnd[i]->type)) F(pslot[i])[0] = F(src[i])[e];
+      else I(pslot[i])[0] = I(src[i])[e];
+    }
+    kn_op *term;
+    rc = run_block(in, cf, f->body, &term);
+    if (!rc) rc = check_term(in, op, term, KN_OP_RETURN, nr);
+    for (int k = 0; k < nr && !rc; k++) {
+      slot *v = NULL;
+      if (get(in, cf, term, term->opnd[k], &v) || numel(term->opnd[k]->type) != 1) {
+        rc = rt_error(in, term, "internal: elemental callee @%s returns a tile", f->name);
+        break;
+      }
+      if (ty_float(op->res[k]->type)) F(res[k])[e] = F(v)[0];
+      else I(res[k])[e] = I(v)[0];
+    }
+  }
+  in->ecall = NULL;
+  cf->active = false;
+  free(src);
+  return rc;
+}
+
 static int exec_call(interp *in, frame *fr, kn_op *op) {
   kn_func *f = op->callee;
   if (!f && op->callee_name) f = kn_module_find(in->m, op->callee_name);
@@ -840,6 +992,8 @@ static int exec_call(interp *in, frame *fr, kn_op *op) {
   if (cf->active) return rt_error(in, op, "recursive call of @%s", f->name);
   if (op->nopnd != kn_func_nparams(f) || op->nres != f->nret)
     return rt_error(in, op, "internal: call of @%s with the wrong arity", f->name);
+  const kn_value *first = kn_call_elemental_arg(op, f);
+  if (first) return exec_elemental(in, fr, op, f, cf, first);
   for (int i = 0; i < op->nopnd; i++)
     if (copy_val(in, cf, op, kn_func_param(f, i), fr, op->opnd[i])) return -1;
   cf->active = true;
@@ -858,7 +1012,7 @@ static int exec_program_index(interp *in, frame *fr, kn_op *op) {
   if (axis < 0 || axis > 2) return rt_error(in, op, "axis %d out of range", axis);
   if (ty_float(op->res[0]->type) || def(in, fr, op, op->res[0], &r)) return -1;
   int64_t v = op->opc == KN_OP_PROGRAM_ID ? in->pid[axis] : in->grid[axis];
-  int64_t n = kn_ty_numel(op->res[0]->type);
+  int64_t n = numel(op->res[0]->type);
   for (int64_t i = 0; i < n; i++) I(r)[i] = v;
   return 0;
 }
@@ -866,7 +1020,7 @@ static int exec_program_index(interp *in, frame *fr, kn_op *op) {
 static int exec_ptradd(interp *in, frame *fr, kn_op *op) {
   slot *p = NULL, *o = NULL, *r = NULL;
   if (get(in, fr, op, op->opnd[0], &p) || get(in, fr, op, op->opnd[1], &o)) return -1;
-  if (op->opnd[0]->type.kind != KN_TY_PTR || kn_ty_numel(op->opnd[1]->type) != 1 ||
+  if (op->opnd[0]->type.kind != KN_TY_PTR || numel(op->opnd[1]->type) != 1 ||
       ty_float(op->opnd[1]->type))
     return rt_error(in, op, "internal: ptradd operands");
   uint64_t base = (uint64_t)I(p)[0];
@@ -901,6 +1055,7 @@ static int exec_op(interp *in, frame *fr, kn_op *op) {
   case KN_OP_PTRADD: return exec_ptradd(in, fr, op);
   case KN_OP_LOAD:
   case KN_OP_STORE: return exec_mem(in, fr, op);
+  case KN_OP_GATHER: return exec_gather(in, fr, op);
   case KN_OP_DOT: return exec_dot(in, fr, op);
   case KN_OP_REDUCE_MAX:
   case KN_OP_REDUCE_SUM: return exec_reduce(in, fr, op);
@@ -932,23 +1087,57 @@ static int run_block(interp *in, frame *fr, kn_block *b, kn_op **term) {
 
 /* ---- entry ---- */
 
+/* one frame per function of the module, numbered now; kn_error at loc on failure */
+static int frames_new(interp *in, kn_loc loc) {
+  in->frames = calloc((size_t)in->m->nfuncs + 1, sizeof *in->frames);
+  if (!in->frames) return kn_error(in->d, in->m, loc, "out of memory");
+  for (int i = 0; i < in->m->nfuncs; i++) {
+    frame *f = &in->frames[i];
+    f->f = in->m->funcs[i];
+    f->n = kn_func_number(f->f);
+    f->s = calloc((size_t)f->n + 1, sizeof *f->s);
+    if (!f->s) return kn_error(in->d, in->m, loc, "out of memory");
+  }
+  return 0;
+}
+
+static void frames_free(interp *in) {
+  for (int i = 0; in->frames && i < in->m->nfuncs; i++) {
+    frame *f = &in->frames[i];
+    for (int j = 0; f->s && j < f->n; j++) free(f->s[j].heap);
+    free(f->s);
+  }
+  free(in->frames);
+  free(in->scratch);
+  in->frames = NULL;
+  in->scratch = NULL;
+}
+
+/* parameter i of f (a scalar or a pointer) := a: floats rounded to the type (not in f64 mode),
+ * ints wrapped */
+static int set_param(interp *in, frame *fr, kn_func *f, int i, kn_argval a) {
+  kn_value *p = kn_func_param(f, i);
+  slot *s = NULL;
+  if (p->type.kind != KN_TY_PTR && p->type.kind != KN_TY_SCALAR)
+    return kn_error(in->d, in->m, f->loc, "parameter %d of @%s is not a scalar or pointer", i,
+                    f->name);
+  if (def(in, fr, NULL, p, &s)) return -1;
+  if (p->type.kind == KN_TY_PTR) I(s)[0] = (int64_t)(uintptr_t)a.p;
+  else if (ty_float(p->type)) F(s)[0] = rnd(in, (kn_scalar)p->type.elem, a.f);
+  else I(s)[0] = kn_wrap_int((kn_scalar)p->type.elem, a.i);
+  return 0;
+}
+
 static int run_all(interp *in, kn_func *k, const kn_argval *args) {
   frame *kf = frame_of(in, k);
   if (!kf) return kn_error(in->d, in->m, k->loc, "kernel @%s is not in its module", k->name);
+  in->grid_run = true;
   for (int z = 0; z < in->grid[2]; z++)
     for (int y = 0; y < in->grid[1]; y++)
       for (int x = 0; x < in->grid[0]; x++) {
         in->pid[0] = x, in->pid[1] = y, in->pid[2] = z;
-        for (int i = 0; i < kn_func_nparams(k); i++) {
-          kn_value *p = kn_func_param(k, i);
-          slot *s = NULL;
-          if (def(in, kf, NULL, p, &s)) return -1;
-          if (p->type.kind == KN_TY_PTR) I(s)[0] = (int64_t)(uintptr_t)args[i].p;
-          else if (p->type.kind != KN_TY_SCALAR)
-            return kn_error(in->d, in->m, k->loc, "kernel parameter %d is not a scalar or pointer", i);
-          else if (ty_float(p->type)) F(s)[0] = kn_round((kn_scalar)p->type.elem, args[i].f);
-          else I(s)[0] = kn_wrap_int((kn_scalar)p->type.elem, args[i].i);
-        }
+        for (int i = 0; i < kn_func_nparams(k); i++)
+          if (set_param(in, kf, k, i, args[i])) return -1;
         kn_op *term;
         kf->active = true;
         int rc = run_block(in, kf, k->body, &term);
@@ -959,36 +1148,103 @@ static int run_all(interp *in, kn_func *k, const kn_argval *args) {
   return 0;
 }
 
-int kn_interp_run(kn_func *k, const kn_argval *args, const int grid[3], const kn_region *regions,
-                  int nregions, kn_interp_stats *stats, kn_diag *d) {
+int kn_interp_run_flags(kn_func *k, int flags, const kn_argval *args, const int grid[3],
+                        const kn_region *regions, int nregions, kn_interp_stats *stats,
+                        kn_diag *d) {
   if (stats) memset(stats, 0, sizeof *stats);
   if (!k || !k->module) return kn_error(d, NULL, (kn_loc){0}, "no kernel to run");
   interp in = {.m = k->module, .d = d, .reg = regions, .nreg = regions ? nregions : 0,
-               .last_reg = -1};
+               .last_reg = -1, .f64 = (flags & KN_INTERP_F64) != 0};
   if (!grid) return kn_error(d, in.m, k->loc, "no grid");
   for (int i = 0; i < 3; i++) {
     if (grid[i] < 0) return kn_error(d, in.m, k->loc, "grid[%d] = %d is negative", i, grid[i]);
     in.grid[i] = grid[i];
   }
   if (kn_func_nparams(k) > 0 && !args) return kn_error(d, in.m, k->loc, "no kernel arguments");
-  in.frames = calloc((size_t)in.m->nfuncs + 1, sizeof *in.frames);
-  if (!in.frames) return kn_error(d, in.m, k->loc, "out of memory");
-  int rc = 0;
-  for (int i = 0; i < in.m->nfuncs && rc == 0; i++) {
-    frame *f = &in.frames[i];
-    f->f = in.m->funcs[i];
-    f->n = kn_func_number(f->f);
-    f->s = calloc((size_t)f->n + 1, sizeof *f->s);
-    if (!f->s) rc = kn_error(d, in.m, k->loc, "out of memory");
-  }
+  int rc = frames_new(&in, k->loc);
   if (rc == 0) rc = run_all(&in, k, args);
-  for (int i = 0; i < in.m->nfuncs; i++) {
-    frame *f = &in.frames[i];
-    for (int j = 0; f->s && j < f->n; j++) free(f->s[j].heap);
-    free(f->s);
-  }
-  free(in.frames);
-  free(in.scratch);
+  frames_free(&in);
   if (stats) *stats = in.st;
   return rc;
+}
+
+int kn_interp_run(kn_func *k, const kn_argval *args, const int grid[3], const kn_region *regions,
+                  int nregions, kn_interp_stats *stats, kn_diag *d) {
+  return kn_interp_run_flags(k, 0, args, grid, regions, nregions, stats, d);
+}
+
+/* ---- one function, called many times ---- */
+
+struct kn_interp_fn {
+  interp in;       /* its frames live as long as the kn_interp_fn; d is set per call */
+  kn_func *f;
+  frame *fr;
+  kn_region *reg;  /* a copy of the caller's regions */
+};
+
+void kn_interp_fn_free(kn_interp_fn *fn) {
+  if (!fn) return;
+  frames_free(&fn->in);
+  free(fn->reg);
+  free(fn);
+}
+
+kn_interp_fn *kn_interp_fn_new(kn_func *f, int flags, const kn_region *regions, int nregions,
+                               kn_diag *d) {
+  if (!f || !f->module || !f->body) {
+    kn_error(d, NULL, (kn_loc){0}, "no function to call");
+    return NULL;
+  }
+  for (int i = 0; i < kn_func_nparams(f) + f->nret; i++) {
+    kn_type t = i < kn_func_nparams(f) ? kn_func_param(f, i)->type : f->ret[i - kn_func_nparams(f)];
+    if (t.kind != KN_TY_SCALAR && t.kind != KN_TY_PTR) {
+      kn_error(d, f->module, f->loc, "@%s takes or returns a tile; kn_interp_fn calls functions of "
+               "scalars and pointers", f->name);
+      return NULL;
+    }
+  }
+  kn_interp_fn *fn = calloc(1, sizeof *fn);
+  if (nregions < 0 || !regions) nregions = 0;
+  kn_region *reg = nregions ? malloc(sizeof *reg * (size_t)nregions) : NULL;
+  if (!fn || (nregions && !reg)) {
+    free(fn);
+    free(reg);
+    kn_error(d, f->module, f->loc, "out of memory");
+    return NULL;
+  }
+  if (nregions) memcpy(reg, regions, sizeof *reg * (size_t)nregions);
+  fn->f = f;
+  fn->reg = reg;
+  fn->in = (interp){.m = f->module, .d = d, .reg = reg, .nreg = nregions, .last_reg = -1,
+                    .f64 = (flags & KN_INTERP_F64) != 0};
+  int rc = frames_new(&fn->in, f->loc);
+  if (rc == 0 && !(fn->fr = frame_of(&fn->in, f)))
+    rc = kn_error(d, f->module, f->loc, "@%s is not in its module", f->name);
+  if (rc) {
+    kn_interp_fn_free(fn);
+    return NULL;
+  }
+  return fn;
+}
+
+int kn_interp_fn_call(kn_interp_fn *fn, const kn_argval *args, kn_argval *results, kn_diag *d) {
+  interp *in = &fn->in;
+  kn_func *f = fn->f;
+  in->d = d;
+  for (int i = 0; i < kn_func_nparams(f); i++)
+    if (set_param(in, fn->fr, f, i, args[i])) return -1;
+  kn_op *term;
+  fn->fr->active = true;
+  int rc = run_block(in, fn->fr, f->body, &term);
+  fn->fr->active = false;
+  if (rc || check_term(in, NULL, term, KN_OP_RETURN, f->nret)) return -1;
+  for (int k = 0; k < f->nret; k++) {
+    slot *v = NULL;
+    if (get(in, fn->fr, term, term->opnd[k], &v)) return -1;
+    kn_type t = f->ret[k];
+    if (t.kind == KN_TY_PTR) results[k].p = (void *)(uintptr_t)I(v)[0];
+    else if (ty_float(t)) results[k].f = F(v)[0];
+    else results[k].i = I(v)[0];
+  }
+  return 0;
 }

@@ -14,7 +14,14 @@
  *    memory; a live element outside every registered memory region is an error naming the op's
  *    location, the element and the address, never a crash;
  *  - integer division or remainder by zero, and shifts by an amount outside [0, width), are
- *    errors; a for with step <= 0 is an error.
+ *    errors; a for with step <= 0 is an error;
+ *  - an elemental call (tiles for a func's scalar params) runs the callee once per element;
+ *    a gather reads base[offsets[i]] for each live element (dead ones give `other`, touch
+ *    nothing).
+ *
+ * kn_interp_fn calls one function of scalars and pointers many times (the float64 reference
+ * evaluates a variant's score and mask functions per element this way); KN_INTERP_F64 runs
+ * without rounding floats to their types.
  */
 #ifndef KILN_INTERP_H
 #define KILN_INTERP_H
@@ -53,5 +60,36 @@ typedef struct kn_interp_stats {
  * module (numbering writes to it), fine on different modules. */
 int kn_interp_run(kn_func *k, const kn_argval *args, const int grid[3], const kn_region *regions,
                   int nregions, kn_interp_stats *stats, kn_diag *d);
+
+/* flags of kn_interp_run_flags and kn_interp_fn_new */
+enum {
+  /* Floats are held as doubles and never rounded to their type: every f16/bf16/f32/fp8 op
+   * computes in double (a const is its literal, a cast between float types keeps the value, an
+   * int becomes the nearest double, dot and reduce_sum accumulate in double, float arguments
+   * are taken as given).  Memory keeps its formats: a load reads the stored format and widens
+   * it exactly, a store rounds to the format.  Integer semantics are unchanged. */
+  KN_INTERP_F64 = 1,
+};
+
+/* kn_interp_run with flags (0: the IR's semantics, as kn_interp_run) */
+int kn_interp_run_flags(kn_func *k, int flags, const kn_argval *args, const int grid[3],
+                        const kn_region *regions, int nregions, kn_interp_stats *stats,
+                        kn_diag *d);
+
+/* A prepared function: f (a func or kernel of a verified module whose params and results are
+ * scalars or pointers) with its frames, numbered and allocated once, so that a call costs the
+ * ops it runs and no allocation (the frames are reused; a tile inside f keeps its buffer).  The
+ * regions are copied.  The module must not change while the kn_interp_fn lives (value ids are
+ * taken at creation).  kn_interp_fn_new numbers the module's functions, so it is not
+ * thread-safe on one module; calls on different kn_interp_fn objects are independent.  NULL
+ * with *d filled on failure. */
+typedef struct kn_interp_fn kn_interp_fn;
+kn_interp_fn *kn_interp_fn_new(kn_func *f, int flags, const kn_region *regions, int nregions,
+                               kn_diag *d);
+/* args: one per param (.i ints, .f floats, rounded to the type unless KN_INTERP_F64, .p
+ * pointers); results: one per result, written the same way.  0, or -1 with the error in *d
+ * (messages name the op's location, without a program instance). */
+int kn_interp_fn_call(kn_interp_fn *fn, const kn_argval *args, kn_argval *results, kn_diag *d);
+void kn_interp_fn_free(kn_interp_fn *fn);
 
 #endif

@@ -118,11 +118,12 @@ enum {
  *   OPERAND_INT  %r = op %a, <int> : T              (iattr[0])
  *   CMP          %r = cmp <pred> %a, %b : T         (iattr[0] = kn_pred)
  *   MEM          load / store with their clauses    (iattr[0] = rank, iattr[1] = clauses)
+ *   GATHER       %r = gather %p[%offs] [mask %m] [other %x] : T   (iattr[0] = clauses)
  *   FOR, IF, CALL                                   (regions, iter values, callee)
  *   VALUES       op [%a, ...]                       (no results, no types) */
 typedef enum kn_syntax {
   KN_SYN_INT, KN_SYN_CONST, KN_SYN_RANGE, KN_SYN_OPERANDS, KN_SYN_OPERAND_INT, KN_SYN_CMP,
-  KN_SYN_MEM, KN_SYN_FOR, KN_SYN_IF, KN_SYN_CALL, KN_SYN_VALUES,
+  KN_SYN_MEM, KN_SYN_GATHER, KN_SYN_FOR, KN_SYN_IF, KN_SYN_CALL, KN_SYN_VALUES,
 } kn_syntax;
 
 /* how a float function is computed (ops.def, column 7: KN_MATH(name, host, gpu)) */
@@ -303,6 +304,25 @@ typedef struct kn_mem_operands {
 } kn_mem_operands;
 void kn_mem_operands_get(const kn_op *op, kn_mem_operands *out);
 
+/* Operand order of gather: base, offsets, [mask], [other] (iattr[0]: KN_MEM_MASK, KN_MEM_OTHER).
+ * Element i of the result is base[offsets[i]] (element offsets, i32 or i64, of the result's
+ * shape); it is live iff the mask (when present) is true; a dead element is not accessed and
+ * gives `other` (0 when absent). */
+typedef struct kn_gather_operands {
+  kn_value *base, *offsets;
+  kn_value *mask;   /* NULL without a mask */
+  kn_value *other;  /* NULL without other */
+} kn_gather_operands;
+void kn_gather_operands_get(const kn_op *op, kn_gather_operands *out);
+
+/* ---- elemental calls ------------------------------------------------------------------------- */
+
+/* A call of a `func` whose params are scalars or pointers may pass tiles for scalar params: an
+ * elemental call, the callee applied to each element (docs/ir.md, "Elemental calls").  This
+ * returns the first tile argument standing for a scalar param of callee (its type gives the
+ * shape), or NULL for an ordinary call. */
+const kn_value *kn_call_elemental_arg(const kn_op *call, const kn_func *callee);
+
 /* ---- builder ----------------------------------------------------------------------------------- */
 
 /* Appends ops at the end of `block`.  Builders do no checking beyond what they need to infer
@@ -344,6 +364,9 @@ kn_value *kn_b_load(kn_builder *b, kn_type result, kn_value *base, kn_value *con
                     kn_value *const *stride, kn_value *const *bound, kn_value *mask, kn_value *other);
 kn_op *kn_b_store(kn_builder *b, kn_value *value, kn_value *base, kn_value *const *off,
                   kn_value *const *stride, kn_value *const *bound, kn_value *mask);
+/* result: a tile of the offsets' shape; mask, other may be NULL */
+kn_value *kn_b_gather(kn_builder *b, kn_type result, kn_value *base, kn_value *offsets,
+                      kn_value *mask, kn_value *other);
 /* for: results have the types of init[]; *body receives a builder for the loop body, whose block
  * args are (iv, iter_0, ...); end the body with kn_b_yield(). */
 kn_op *kn_b_for(kn_builder *b, kn_value *lo, kn_value *hi, kn_value *step, int ninit,

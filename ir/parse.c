@@ -616,6 +616,45 @@ static void parse_if(kn_parser *P, kn_builder *b, kn_loc oploc, const kn_results
   bind_results(P, r, op);
 }
 
+/* the clauses "(mask %m)? (other %x)?" ending a load (other only when other_ok: not a store)
+ * or a gather; a clause out of order or repeated is an error (bounds: only load and store) */
+static unsigned parse_mask_other(kn_parser *P, bool other_ok, bool bounds_ok, kn_opnds *mask,
+                                 kn_opnds *other) {
+  unsigned cl = 0;
+  if (is_word(P, "mask")) {
+    next(P);
+    use(P, mask, "the mask '%name'");
+    cl |= KN_MEM_MASK;
+  }
+  if (other_ok && is_word(P, "other")) {
+    next(P);
+    use(P, other, "the value '%name' for masked-off elements");
+    cl |= KN_MEM_OTHER;
+  }
+  if ((bounds_ok && is_word(P, "bounds")) || is_word(P, "mask") || is_word(P, "other")) {
+    if (!other_ok && is_word(P, "other")) fail(P, P->tok.loc, "store has no 'other' clause");
+    fail(P, P->tok.loc, "clause '%.*s' out of order or repeated (the order is %smask%s)",
+         (int)P->tok.n, P->tok.s, bounds_ok ? "bounds, " : "", other_ok ? ", other" : "");
+  }
+  return cl;
+}
+
+/* gather %p[%offs] (mask %m)? (other %x)? : T */
+static void parse_gather(kn_parser *P, kn_builder *b, kn_loc oploc, const kn_results *r) {
+  kn_opnds o = {0}, mask = {0}, other = {0};
+  use(P, &o, "the base pointer '%name'");
+  expect(P, T_LBRACK, "'[' and the offsets tile after the base pointer");
+  use(P, &o, "the offsets '%name'");
+  expect(P, T_RBRACK, "']' after the offsets (a gather takes one offsets tile)");
+  unsigned cl = parse_mask_other(P, true, false, &mask, &other);
+  kn_type rt = result_type(P);
+  append(P, &o, &mask);
+  append(P, &o, &other);
+  kn_op *op = build(P, b, KN_OP_GATHER, oploc, &o, 1, &rt);
+  op->iattr[0] = cl;
+  bind_results(P, r, op);
+}
+
 /* load %p[offs] strides [s] (bounds [b])? (mask %m)? (other %x)? ; store %v, %p[...] ... */
 static void parse_mem(kn_parser *P, kn_builder *b, kn_opcode opc, kn_loc oploc,
                       const kn_results *r) {
@@ -648,21 +687,7 @@ static void parse_mem(kn_parser *P, kn_builder *b, kn_opcode opc, kn_loc oploc,
     if (bound.n != rank) fail(P, lb, "expected %d bound%s, found %d", rank, rank == 1 ? "" : "s", bound.n);
     cl |= KN_MEM_BOUNDS;
   }
-  if (is_word(P, "mask")) {
-    next(P);
-    use(P, &mask, "the mask '%name'");
-    cl |= KN_MEM_MASK;
-  }
-  if (!is_store && is_word(P, "other")) {
-    next(P);
-    use(P, &other, "the value '%name' for masked-off elements");
-    cl |= KN_MEM_OTHER;
-  }
-  if (is_word(P, "bounds") || is_word(P, "mask") || is_word(P, "other")) {
-    if (is_store && is_word(P, "other")) fail(P, P->tok.loc, "store has no 'other' clause");
-    fail(P, P->tok.loc, "clause '%.*s' out of order or repeated (the order is bounds, mask%s)",
-         (int)P->tok.n, P->tok.s, is_store ? "" : ", other");
-  }
+  cl |= parse_mask_other(P, !is_store, true, &mask, &other);
   kn_type rt = {0};
   if (!is_store) rt = result_type(P);
   kn_opnds o = {0};
@@ -800,6 +825,9 @@ static void parse_op(kn_parser *P, kn_builder *b) {
     break;
   case KN_SYN_MEM:
     parse_mem(P, b, (kn_opcode)opc, oploc, &r);
+    goto end;
+  case KN_SYN_GATHER:
+    parse_gather(P, b, oploc, &r);
     goto end;
   case KN_SYN_FOR:
   case KN_SYN_IF:

@@ -283,6 +283,18 @@ static void indent(kn_printer *P, int level) {
 
 static void put_block(kn_printer *P, const kn_block *b, int level);
 
+/* the " mask %m" and " other %x" clauses of load, store and gather (each may be NULL) */
+static void put_mask_other(kn_printer *P, const kn_value *mask, const kn_value *other) {
+  if (mask) {
+    sb_str(&P->out, " mask ");
+    put_value(P, mask);
+  }
+  if (other) {
+    sb_str(&P->out, " other ");
+    put_value(P, other);
+  }
+}
+
 /* load/store in their bracket form, or false when the operand count does not match the clauses */
 static bool put_mem(kn_printer *P, const kn_op *op) {
   bool store = op->opc == KN_OP_STORE;
@@ -311,14 +323,24 @@ static bool put_mem(kn_printer *P, const kn_op *op) {
     }
     sb_str(&P->out, "]");
   }
-  if (mo.mask) {
-    sb_str(&P->out, " mask ");
-    put_value(P, mo.mask);
-  }
-  if (mo.other) {
-    sb_str(&P->out, " other ");
-    put_value(P, mo.other);
-  }
+  put_mask_other(P, mo.mask, mo.other);
+  return true;
+}
+
+/* gather in its bracket form, or false when the operand count does not match the clauses */
+static bool put_gather(kn_printer *P, const kn_op *op) {
+  unsigned cl = (unsigned)op->iattr[0];
+  if (cl & ~(unsigned)(KN_MEM_MASK | KN_MEM_OTHER) ||
+      op->nopnd != 2 + (cl & KN_MEM_MASK ? 1 : 0) + (cl & KN_MEM_OTHER ? 1 : 0))
+    return false;
+  kn_gather_operands go;
+  kn_gather_operands_get(op, &go);
+  sb_str(&P->out, " ");
+  put_value(P, go.base);
+  sb_str(&P->out, "[");
+  put_value(P, go.offsets);
+  sb_str(&P->out, "]");
+  put_mask_other(P, go.mask, go.other);
   return true;
 }
 
@@ -393,7 +415,8 @@ static void put_operands(kn_printer *P, const kn_op *op, kn_syntax syn) {
     put_opnds(P, op, 0, op->nopnd);
     return;
   case KN_SYN_MEM:
-    if (!put_mem(P, op)) {
+  case KN_SYN_GATHER:
+    if (!(syn == KN_SYN_MEM ? put_mem(P, op) : put_gather(P, op))) {
       sb_str(&P->out, " <malformed> ");
       put_opnds(P, op, 0, op->nopnd);
     }

@@ -32,7 +32,13 @@
  *    scalar; both regions end in yield of the result types.  yield only ends a region, return
  *    only ends a function body, and a terminator is the last op of its block.
  *  - call: callee exists and is a func (not a kernel); argument and result types match; calls form
- *    no cycle.  return: nothing in a kernel, the declared types in a func.
+ *    no cycle.  return: nothing in a kernel, the declared types in a func.  An elemental call
+ *    (tiles for scalar params) takes tiles of one shape S of the params' element types, scalars
+ *    and pointers as declared, gives tiles of S; its callee takes scalars and pointers, returns
+ *    scalars, and can run per element (straight-line scalar code, no store, program index, dot,
+ *    reduction or shape op; loads of one element, without mask or other).
+ *  - gather: base ptr<T>, offsets an i32|i64 tile of the result's shape (result tile of T), mask
+ *    i1 of that shape, other a T scalar.
  *  - hints (multiple_of, max_contiguous): value > 0, integer operand, result of its type.
  *  - Dominance: an operand is defined earlier in its block or in an enclosing block.
  *
@@ -455,6 +461,36 @@ static int check_mem(vctx *c, const kn_op *op) {
   return 0;
 }
 
+static int check_gather(vctx *c, const kn_op *op) {
+  unsigned cl = (unsigned)op->iattr[0];
+  if (op->iattr[0] < 0 || (cl & ~(unsigned)(KN_MEM_MASK | KN_MEM_OTHER)))
+    return fail(c, op->loc, "invalid clauses 0x%llx of 'gather'", (unsigned long long)op->iattr[0]);
+  int want = 2 + ((cl & KN_MEM_MASK) ? 1 : 0) + ((cl & KN_MEM_OTHER) ? 1 : 0);
+  if (op->nopnd != want)
+    return fail(c, op->loc, "'gather' with these clauses takes %d operands, found %d", want,
+                op->nopnd);
+  kn_gather_operands go;
+  kn_gather_operands_get(op, &go);
+  kn_type r = op->res[0]->type;
+  if (!is_tile(r)) return fail(c, op->loc, "result of 'gather' must be a tile, found %s", ts(r).s);
+  kn_type want_base = kn_ty_ptr((kn_scalar)r.elem);
+  if (!kn_ty_eq(go.base->type, want_base))
+    return fail(c, at_opnd(op, 0), "base of 'gather' must be %s to gather %s, found %s",
+                ts(want_base).s, ts(r).s, ts(go.base->type).s);
+  kn_type o = go.offsets->type;
+  if (!is_tile(o) || (o.elem != KN_I32 && o.elem != KN_I64) || !same_shape(o, r))
+    return fail(c, at_opnd(op, 1), "offsets of 'gather' must be %s or %s (the result's shape), "
+                "found %s", ts(kn_ty_with_elem(r, KN_I32)).s, ts(kn_ty_with_elem(r, KN_I64)).s,
+                ts(o).s);
+  if (go.mask && !kn_ty_eq(go.mask->type, kn_ty_with_elem(r, KN_I1)))
+    return fail(c, at_opnd(op, 2), "mask of 'gather' must be %s (the result's shape), found %s",
+                ts(kn_ty_with_elem(r, KN_I1)).s, ts(go.mask->type).s);
+  if (go.other && !kn_ty_eq(go.other->type, kn_ty_scalar((kn_scalar)r.elem)))
+    return fail(c, at_opnd(op, op->nopnd - 1), "'other' of 'gather' must be a %s scalar, found %s",
+                kn_scalar_name((kn_scalar)r.elem), ts(go.other->type).s);
+  return 0;
+}
+
 /* ---- blocks, regions, dominance ---- */
 
 static int walk_block(vctx *c, kn_block *b, kn_loc where, const char *what);
@@ -541,6 +577,111 @@ static int check_if(vctx *c, kn_op *op) {
   return 0;
 }
 
+/* ---- elemental calls ---- */
+
+/* why op cannot run per element in the body of an elemental callee (into why), or NULL when it
+ * can: the ops the inliner lifts to tiles (inline.c), on scalars and pointers.  Two kinds of
+ * reason, looked for in two passes so that the op that matters is named (a dot rather than the
+ * tile constant feeding it): kind 0, an op that never runs per element; kind 1, a tile value or
+ * a load of another form. */
+static const char *not_per_element(const kn_op *op, int kind, char *why, size_t n) {
+  bool tiles = false;
+  for (int i = 0; i < op->nopnd; i++) tiles |= op->opnd[i] && is_tile(op->opnd[i]->type);
+  for (int i = 0; i < op->nres; i++) tiles |= op->res[i] && is_tile(op->res[i]->type);
+  switch (op->opc) {
+  KN_CASES_BINARY
+  KN_CASES_UNARY
+  case KN_OP_CONST: case KN_OP_CMP: case KN_OP_SELECT: case KN_OP_CAST: case KN_OP_PTRADD:
+  case KN_OP_MULTIPLE_OF: case KN_OP_MAX_CONTIGUOUS: case KN_OP_CALL: case KN_OP_RETURN:
+    if (kind == 0 || !tiles) return NULL;
+    snprintf(why, n, "'%s' on a tile", opname(op));
+    return why;
+  case KN_OP_LOAD:
+    /* load %p[%o] strides [%s] (bounds [%n])? : T, the one form the inliner turns into a gather */
+    if (kind == 0 ||
+        (!tiles && op->iattr[0] == 1 && !(op->iattr[1] & (KN_MEM_MASK | KN_MEM_OTHER))))
+      return NULL;
+    snprintf(why, n, "'load' %s", tiles ? "of a tile" : "with a mask or other");
+    return why;
+  case KN_OP_PROGRAM_ID: case KN_OP_NUM_PROGRAMS: case KN_OP_ARANGE: case KN_OP_SPLAT:
+  case KN_OP_BROADCAST: case KN_OP_EXPAND_DIMS: case KN_OP_RESHAPE: case KN_OP_TRANSPOSE:
+  case KN_OP_STORE: case KN_OP_GATHER: case KN_OP_DOT: case KN_OP_REDUCE_MAX:
+  case KN_OP_REDUCE_SUM: case KN_OP_FOR: case KN_OP_IF: case KN_OP_YIELD:
+    break;
+  }
+  snprintf(why, n, "'%s'", opname(op));
+  return why;
+}
+
+/* f (called elementally, the call at `at_s`) runs per element: straight-line code of the ops
+ * not_per_element() accepts, calling only such functions.  depth bounds the walk when calls form
+ * a cycle (reported by check_no_recursion). */
+static int check_per_element(vctx *c, const kn_func *f, const char *at_s, int depth) {
+  if (!f->body || depth > c->m->nfuncs) return 0;
+  for (int kind = 0; kind < 2; kind++)
+    for (const kn_op *op = f->body->first; op; op = op->next) {
+      char why[80];
+      if ((unsigned)op->opc >= KN_OP_COUNT || !not_per_element(op, kind, why, sizeof why))
+        continue;  /* (an unknown opcode is reported with f's own checks) */
+      kn_func *saved = c->f;
+      c->f = (kn_func *)f;  /* built IR: the message names the callee */
+      int rc = fail(c, op->loc, "%s in @%s cannot run per element in an elemental call (called "
+                    "with tiles at %s)", why, f->name, at_s);
+      c->f = saved;
+      return rc;
+    }
+  for (const kn_op *op = f->body->first; op; op = op->next) {
+    if (op->opc != KN_OP_CALL) continue;
+    const kn_func *g = op->callee;
+    if (!g && op->callee_name) g = kn_module_find(c->m, op->callee_name);
+    if (g && !g->is_kernel && check_per_element(c, g, at_s, depth + 1)) return -1;
+  }
+  return 0;
+}
+
+/* a call passing the tile `first` for a scalar param: every tile argument of first's shape and
+ * its param's element type, pointers and scalars as they are, results tiles of that shape of
+ * the declared scalar types, and a callee that can run per element */
+static int check_elemental_call(vctx *c, kn_op *op, const kn_func *f, const kn_value *first) {
+  const char *name = f->name;
+  kn_type s = first->type;
+  char shape[40];
+  if (s.rank == 1) snprintf(shape, sizeof shape, "%d", s.shape[0]);
+  else snprintf(shape, sizeof shape, "%dx%d", s.shape[0], s.shape[1]);
+  for (int i = 0; i < kn_func_nparams(f); i++) {
+    const kn_value *p = kn_func_param(f, i);
+    kn_type pt = p->type, at = op->opnd[i]->type;
+    if (is_tile(pt))
+      return fail(c, at_opnd(op, i), "'@%s' is called with tiles for its scalar params, but its "
+                  "param %s is %s (an elemental callee takes scalars and pointers)", name,
+                  vs(p).s, ts(pt).s);
+    if (kn_ty_eq(at, pt)) continue;
+    kn_type tile = kn_ty_tile((kn_scalar)pt.elem, s.rank, s.shape);
+    if (is_ptr(pt))
+      return fail(c, at_opnd(op, i), "argument %d of '@%s' (param %s) must be %s (a pointer is "
+                  "passed as it is), found %s", i, name, vs(p).s, ts(pt).s, ts(at).s);
+    if (!kn_ty_eq(at, tile))
+      return fail(c, at_opnd(op, i), "argument %d of '@%s' (param %s) must be %s or %s (the "
+                  "elemental call is over %s), found %s", i, name, vs(p).s, ts(pt).s, ts(tile).s,
+                  shape, ts(at).s);
+  }
+  for (int i = 0; i < f->nret; i++) {
+    if (!is_scalar(f->ret[i]))
+      return fail(c, op->loc, "'@%s' is called with tiles for its scalar params, but its result %d "
+                  "is %s (an elemental callee returns scalars)", name, i, ts(f->ret[i]).s);
+    kn_type want = kn_ty_tile((kn_scalar)f->ret[i].elem, s.rank, s.shape);
+    if (!kn_ty_eq(op->res[i]->type, want))
+      return fail(c, op->loc, "result %d of the elemental call of '@%s' must be %s, found %s", i,
+                  name, ts(want).s, ts(op->res[i]->type).s);
+  }
+  char at_s[200];
+  const char *file = op->loc.file ? op->loc.file : c->m->filename ? c->m->filename : "<built>";
+  if (op->loc.line > 0)
+    snprintf(at_s, sizeof at_s, "%.150s:%d:%d", file, op->loc.line, op->loc.col);
+  else snprintf(at_s, sizeof at_s, "a call in '@%.60s'", c->f->name);
+  return check_per_element(c, f, at_s, 0);
+}
+
 static int check_call(vctx *c, kn_op *op) {
   const char *name = op->callee_name ? op->callee_name : op->callee ? op->callee->name : NULL;
   if (!name) return fail(c, op->loc, "'call' without a callee");
@@ -553,13 +694,15 @@ static int check_call(vctx *c, kn_op *op) {
   if (op->nopnd != np)
     return fail(c, op->nopnd > np ? at_opnd(op, np) : op->loc,
                 "'@%s' takes %d argument%s, found %d", name, np, np == 1 ? "" : "s", op->nopnd);
+  if (op->nres != f->nret)
+    return fail(c, op->loc, "'@%s' returns %d value%s, but the call has %d result%s", name,
+                f->nret, f->nret == 1 ? "" : "s", op->nres, op->nres == 1 ? "" : "s");
+  const kn_value *first = kn_call_elemental_arg(op, f);
+  if (first) return check_elemental_call(c, op, f, first);
   for (int i = 0; i < np; i++)
     if (!kn_ty_eq(op->opnd[i]->type, kn_func_param(f, i)->type))
       return fail(c, at_opnd(op, i), "argument %d of '@%s' must be %s, found %s", i, name,
                   ts(kn_func_param(f, i)->type).s, ts(op->opnd[i]->type).s);
-  if (op->nres != f->nret)
-    return fail(c, op->loc, "'@%s' returns %d value%s, but the call has %d result%s", name,
-                f->nret, f->nret == 1 ? "" : "s", op->nres, op->nres == 1 ? "" : "s");
   for (int i = 0; i < f->nret; i++)
     if (!kn_ty_eq(op->res[i]->type, f->ret[i]))
       return fail(c, op->loc, "result %d of the call of '@%s' must be %s, found %s", i, name,
@@ -643,6 +786,7 @@ static int check_op(vctx *c, kn_op *op) {
   case KN_OP_CAST: return check_cast(c, op);
   case KN_OP_PTRADD: return check_ptradd(c, op);
   case KN_OP_LOAD: case KN_OP_STORE: return check_mem(c, op);
+  case KN_OP_GATHER: return check_gather(c, op);
   case KN_OP_DOT: return check_dot(c, op);
   case KN_OP_REDUCE_MAX: case KN_OP_REDUCE_SUM: return check_reduce(c, op);
   case KN_OP_FOR: return check_for(c, op);

@@ -11,9 +11,10 @@
  * blocked layout vectorised along the dimension whose stride is the constant 1.
  *
  * Then the layouts flow: forward (an elementwise op takes its operands' layout, preferring an
- * mma or slice layout over a blocked one; reduce gives slice; expand_dims of a slice gives its
- * parent; loops carry the layout of init or yield, an if's results those of its yields), and
- * backward to values nothing anchored (constants, splats, aranges take what their users want).
+ * mma or slice layout over a blocked one; a gather takes its offsets'; reduce gives slice;
+ * expand_dims of a slice gives its parent; loops carry the layout of init or yield, an if's
+ * results those of its yields), and backward to values nothing anchored (constants, splats,
+ * aranges take what their users want; a gather's offsets and mask take the gather's).
  * Both directions repeat until nothing changes; what is left gets a blocked layout.
  *
  * Finally every (user, operand) whose value's layout differs from what the user needs becomes a
@@ -215,6 +216,8 @@ static bool forward(pass *s, kn_op *op) {
     } else if (kn_op_is_reduce(op->opc)) {
       const kn_layout *l = get(s, op->opnd[0]);
       if (l && l->rank == 2) ch |= set(s, r, slice_of(s, l, (int)op->iattr[0]));
+    } else if (op->opc == KN_OP_GATHER) {
+      ch |= set(s, r, get(s, op->opnd[1]));  /* each thread loads the elements of its offsets */
     }
   }
   if (op->opc == KN_OP_FOR) {
@@ -252,6 +255,8 @@ static bool backward(pass *s, kn_op *op) {
     ch |= set(s, op->opnd[0], slice_of(s, rl, (int)op->iattr[0]));
   } else if (rl && kn_op_is_reduce(op->opc) && rl->kind == KN_LAYOUT_SLICE) {
     ch |= set(s, op->opnd[0], rl->parent);
+  } else if (rl && op->opc == KN_OP_GATHER) {
+    for (int i = 1; i < op->nopnd; i++) ch |= set(s, op->opnd[i], rl);  /* offsets, mask */
   } else if (rl && op->opc == KN_OP_LOAD) {
     kn_mem_operands mo;
     kn_mem_operands_get(op, &mo);
@@ -295,7 +300,8 @@ static const kn_layout *wanted(pass *s, kn_op *op, int i) {
   case KN_OP_EXPAND_DIMS:
     return rl ? slice_of(s, rl, (int)op->iattr[0]) : NULL;
   case KN_OP_LOAD:
-    return rl;   /* the mask */
+  case KN_OP_GATHER:
+    return rl;   /* the mask; a gather's offsets */
   case KN_OP_STORE: {
     kn_mem_operands mo;
     kn_mem_operands_get(op, &mo);

@@ -37,6 +37,8 @@
  *    accesses.  Dead elements (bounds, mask) are not touched: each access is under a branch,
  *    which the backend turns into exec masking.  A scalar load or store is one access by every
  *    thread, at the same address.
+ *  - gather: per register of the offsets' layout, one scalar load at base + offset, under the
+ *    register's mask (a lane's own address: no vectors).
  *  - dot: the accumulator is the transposed mma layout; for each (m, n) instruction tile of the
  *    warp and each k step one MFMA, given B's fragment as its A and A's as its B.  An operand
  *    staged lazily is read from LDS fragment by fragment (one 8-byte ds_read per fragment when
@@ -855,7 +857,8 @@ static long long known_multiple(const kn_value *v) {
   case KN_OP_PROGRAM_ID: case KN_OP_NUM_PROGRAMS: case KN_OP_ARANGE: case KN_OP_SPLAT:
   case KN_OP_BROADCAST: case KN_OP_EXPAND_DIMS: case KN_OP_RESHAPE: case KN_OP_TRANSPOSE:
   case KN_OP_CMP: case KN_OP_SELECT: case KN_OP_CAST: case KN_OP_PTRADD: case KN_OP_LOAD:
-  case KN_OP_STORE: case KN_OP_DOT: case KN_OP_REDUCE_MAX: case KN_OP_REDUCE_SUM: case KN_OP_FOR:
+  case KN_OP_STORE: case KN_OP_GATHER: case KN_OP_DOT: case KN_OP_REDUCE_MAX:
+  case KN_OP_REDUCE_SUM: case KN_OP_FOR:
   case KN_OP_IF: case KN_OP_YIELD: case KN_OP_CALL: case KN_OP_RETURN: case KN_OP_MAX_CONTIGUOUS:
     return 1;
   }
@@ -1069,6 +1072,34 @@ static int lower_store(G *g, kn_op *op) {
     LLVMValueRef s = LLVMBuildStore(g->B, x, ptr);
     LLVMSetAlignment(s, (unsigned)(a.esz * a.vec));
     guard_close(g, &gd);
+  }
+  return 0;
+}
+
+/* A gather: each thread loads the elements of its own registers, in the layout of the offsets
+ * (the layout pass gives the result that layout), each at base + its offset and under its mask
+ * register: one scalar access per register, with whatever address each lane has. */
+static int lower_gather(G *g, kn_op *op) {
+  kn_value *res = op->res[0];
+  kn_gather_operands go;
+  kn_gather_operands_get(op, &go);
+  kn_scalar s = res->type.elem;
+  LLVMTypeRef et = sty(g, s);
+  LLVMValueRef *offs = opnd_regs(g, op, 1), *mask = go.mask ? opnd_regs(g, op, 2) : NULL;
+  if (!offs || (go.mask && !mask))
+    return fail(g, op, "internal: %s without registers for its offsets or mask", "gather");
+  LLVMValueRef other = go.other ? g->sv[go.other->id] : LLVMConstNull(et);
+  const kn_lmap *m = vmap(g, res);
+  LLVMValueRef *out = new_regs(g, res);
+  for (int r = 0; r < m->nregs; r++) {
+    LLVMValueRef off = offs[r];
+    if (go.offsets->type.elem != KN_I64) off = LLVMBuildSExt(g->B, off, g->i64, "");
+    LLVMValueRef ptr = LLVMBuildGEP2(g->B, et, g->sv[go.base->id], &off, 1, "");
+    guard gd = guard_open(g, mask ? mask[r] : NULL, "gather");
+    LLVMValueRef x = LLVMBuildLoad2(g->B, et, ptr, "");
+    LLVMSetAlignment(x, (unsigned)kn_scalar_size(s));
+    guard_close(g, &gd);
+    out[r] = guard_value(g, &gd, x, other);
   }
   return 0;
 }
@@ -1792,6 +1823,7 @@ static int lower_op(G *g, kn_op *op) {
   }
   case KN_OP_LOAD: return lower_load(g, op);
   case KN_OP_STORE: return lower_store(g, op);
+  case KN_OP_GATHER: return lower_gather(g, op);
   case KN_OP_DOT: return lower_dot(g, op);
   case KN_OP_REDUCE_MAX:
   case KN_OP_REDUCE_SUM: return lower_reduce(g, op);

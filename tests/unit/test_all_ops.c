@@ -229,6 +229,20 @@ static const tcase cases[] = {
      "  %a = load %xp[%c0, %c0] strides [%n, %c1] bounds [%mr, %n] mask %mk other %z : tile<32x32x$T>\n"
      "  store %a, %o[%row, %c0] strides [%n, %c1] bounds [%m, %n] mask %mk\n  return\n}\n",
      "x=mixed:" NE " k=rand:" NE ":0:1 o=out:" NE " " ARRAY, {2, 1, 1}},
+    /* gather: offsets of -50..149 into a table of 100, masked where outside it (a dead element
+     * must give `other` and touch nothing), and a rank-1 gather of i64 offsets without mask */
+    {"gather", "", "f16 bf16 f32 i1 i32 i64",
+     ELEM_HEAD("%t: ptr<$T>, %ix: ptr<i32>, %jx: ptr<i64>, %o: ptr<$T>, %o2: ptr<$T>")
+     "  %one = const 1 : $T\n  %z = const 0 : tile<32x32xi32>\n"
+     "  %c100 = const 100 : tile<32x32xi32>\n"
+     "  %i = load %ix[%row, %c0] strides [%n, %c1] bounds [%m, %n] other %c0 : tile<32x32xi32>\n"
+     "  %ge = cmp ge %i, %z : tile<32x32xi1>\n  %lt = cmp lt %i, %c100 : tile<32x32xi1>\n"
+     "  %k = and %ge, %lt : tile<32x32xi1>\n"
+     "  %g = gather %t[%i] mask %k other %one : tile<32x32x$T>\n" STORE_TILE("g", "o")
+     "  %j = load %jx[%row] strides [%c1] : tile<32xi64>\n"
+     "  %h = gather %t[%j] : tile<32x$T>\n  store %h, %o2[%row] strides [%c1]\n  return\n}\n",
+     "t=mixed:100 ix=rand:" NE ":-50:149 jx=rand:64:0:99 o=out:" NE " o2=out:64 " ARRAY,
+     {2, 1, 1}},
     /* rows whose constant stride (12) is not a multiple of a 16-byte vector of the type */
     {"strided", "", "f16 bf16 f32 i32 i64",
      "kernel @k(%x: ptr<$T>, %o: ptr<$T>) attrs {WARPS = 1} {\n"

@@ -766,6 +766,242 @@ static void test_misc(void **st) {
   kn_module_free(k.m);
 }
 
+/* ---- elemental calls, gather, kn_interp_fn ---- */
+
+/* fresh random inputs for the tests below (the seed is printed; KILN_TEST_SEED replays it) */
+static uint64_t fresh_seed(void) {
+  uint64_t s = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)clock();
+  if (getenv("KILN_TEST_SEED")) s = strtoull(getenv("KILN_TEST_SEED"), NULL, 0);
+  rng_state = s | 1;
+  printf("  seed %llu\n", (unsigned long long)s);
+  return s;
+}
+
+static kn_module *parse_ok(const char *text) {
+  kn_diag d;
+  kn_module *m = kn_parse("t.tile", text, strlen(text), &d);
+  if (!m || kn_verify(m, &d)) fail_msg("%s", d.rendered);
+  return m;
+}
+
+static const char *const elemental_text =
+    "func @f(%x: f32, %i: i32, %tab: ptr<f32>, %n: i32, %c: f32) -> (f32, i1) {\n"
+    "  %one = const 1 : i32\n"
+    "  %t = load %tab[%i] strides [%one] bounds [%n] : f32\n"
+    "  %y = mul %x, %t : f32\n"
+    "  %r = add %y, %c : f32\n"
+    "  %z = const 0 : f32\n"
+    "  %p = cmp gt %r, %z : i1\n"
+    "  return %r, %p\n"
+    "}\n"
+    "\n"
+    "kernel @k(%xs: ptr<f32>, %is: ptr<i32>, %tab: ptr<f32>, %n: i32, %c: f32, %o: ptr<f32>, "
+    "%po: ptr<i1>) {\n"
+    "  %c0 = const 0 : i32\n"
+    "  %c1 = const 1 : i32\n"
+    "  %c8 = const 8 : i32\n"
+    "  %x = load %xs[%c0, %c0] strides [%c8, %c1] : tile<16x8xf32>\n"
+    "  %i = load %is[%c0, %c0] strides [%c8, %c1] : tile<16x8xi32>\n"
+    "  %r, %p = call @f(%x, %i, %tab, %n, %c) : tile<16x8xf32>, tile<16x8xi1>\n"
+    "  store %r, %o[%c0, %c0] strides [%c8, %c1]\n"
+    "  store %p, %po[%c0, %c0] strides [%c8, %c1]\n"
+    "  return\n"
+    "}\n";
+
+/* an elemental call gives, element by element, what the function gives called on scalars (and
+ * what C computes); a run-time error in the callee names the element */
+static void test_elemental_call(void **st) {
+  (void)st;
+  enum { M = 16, N = 8, E = M * N, T = 20 };
+  fresh_seed();
+  kn_module *m = parse_ok(elemental_text);
+  float xs[E], tab[T], o[E];
+  int32_t is[E];
+  uint8_t po[E];
+  for (int e = 0; e < E; e++) xs[e] = (float)urand(-4, 4), is[e] = (int32_t)(rnd() % 30) - 5;
+  for (int i = 0; i < T; i++) tab[i] = (float)urand(-2, 2);
+  double c = urand(-1, 1);
+  kn_region reg[] = {{xs, sizeof xs}, {is, sizeof is}, {tab, sizeof tab}, {o, sizeof o}, {po, sizeof po}};
+  kn_argval av[] = {{.p = xs}, {.p = is}, {.p = tab}, {.i = T}, {.f = c}, {.p = o}, {.p = po}};
+  kn_diag d;
+  if (kn_interp_run(kn_module_find(m, "k"), av, (int[]){1, 1, 1}, reg, 5, NULL, &d))
+    fail_msg("%s", d.rendered);
+  kn_interp_fn *fn = kn_interp_fn_new(kn_module_find(m, "f"), 0, reg + 2, 1, &d);
+  if (!fn) fail_msg("%s", d.rendered);
+  for (int e = 0; e < E; e++) {
+    kn_argval a[5] = {{.f = xs[e]}, {.i = is[e]}, {.p = tab}, {.i = T}, {.f = c}}, r[2];
+    if (kn_interp_fn_call(fn, a, r, &d)) fail_msg("%s", d.rendered);
+    float t = is[e] >= 0 && is[e] < T ? tab[is[e]] : 0.0f;
+    float want = xs[e] * t + (float)c;
+    if (memcmp(&o[e], &want, 4) || (float)r[0].f != want)
+      fail_msg("element %d: %.9g (scalar call %.9g), want %.9g", e, o[e], r[0].f, want);
+    assert_int_equal(po[e], want > 0);
+    assert_int_equal(r[1].i, want > 0);
+  }
+  kn_interp_fn_free(fn);
+  /* an index of the table past its region, which a bound no longer guards: the element is named */
+  for (int e = 0; e < E; e++) is[e] = e % T;
+  int bad = (int)(rnd() % E);
+  is[bad] = T + 3;
+  av[3].i = T + 10;
+  assert_int_equal(kn_interp_run(kn_module_find(m, "k"), av, (int[]){1, 1, 1}, reg, 5, NULL, &d), -1);
+  char want[96];
+  snprintf(want, sizeof want, "(element [%d, %d] of the elemental call at line 17)", bad / N, bad % N);
+  if (!strstr(d.message, "load out of bounds") || !strstr(d.message, want) ||
+      !strstr(d.message, "(program (0,0,0))"))
+    fail_msg("message '%s' lacks '%s'", d.message, want);
+  if (strncmp(d.rendered, "t.tile:3:", 9)) fail_msg("location: %s", d.rendered);
+  kn_module_free(m);
+}
+
+/* gather: element (i, j) is p[offs[i][j]] where the mask holds, else other; dead elements
+ * touch nothing (their offsets point anywhere); a live element outside every region is an error */
+static void test_gather(void **st) {
+  (void)st;
+  enum { M = 8, N = 12, E = M * N, T = 37 };
+  fresh_seed();
+  for (int ti = 0; ti < 2; ti++) {
+    kn_scalar it = ti ? KN_I64 : KN_I32;
+    int16_t tab[T];  /* f16 bits */
+    double tv[T];
+    fill_float(KN_F16, tab, tv, T, -8, 8);
+    int64_t offs[E];
+    uint8_t mk[E];
+    uint16_t out[E];
+    for (int e = 0; e < E; e++) {
+      mk[e] = rnd() % 3 != 0;
+      offs[e] = mk[e] ? (int64_t)(rnd() % T) : (int64_t)(rnd() % 1000000) - 500000;
+    }
+    int32_t offs32[E];
+    for (int e = 0; e < E; e++) offs32[e] = (int32_t)offs[e];
+    kn_type pt[] = {kn_ty_ptr(KN_F16), kn_ty_ptr(it), kn_ty_ptr(KN_I1), kn_ty_ptr(KN_F16)};
+    kb k = kb_new(4, pt);
+    kn_builder *b = &k.b;
+    kn_value *o = load2(b, P(&k, 1), it, M, N, 0), *msk = load2(b, P(&k, 2), KN_I1, M, N, 0);
+    kn_value *other = kn_b_const_f(b, kn_ty_scalar(KN_F16), -0.5);
+    kn_value *g = kn_b_gather(b, kn_ty_tile2(KN_F16, M, N), P(&k, 0), o, msk, other);
+    store2(b, g, P(&k, 3), 0);
+    void *op = ti ? (void *)offs : (void *)offs32;
+    kn_region reg[] = {{tab, sizeof tab}, {op, ti ? sizeof offs : sizeof offs32}, {mk, sizeof mk},
+                       {out, sizeof out}};
+    kn_argval av[] = {{.p = tab}, {.p = op}, {.p = mk}, {.p = out}};
+    run_ok(&k, av, reg, 4);
+    for (int e = 0; e < E; e++) {
+      double want = mk[e] ? tv[offs[e]] : -0.5;
+      if (kn_decode(KN_F16, out[e]) != want) fail_msg("element %d: %g, want %g", e, kn_decode(KN_F16, out[e]), want);
+    }
+    /* a live element past the table: an error naming it */
+    int bad = (int)(rnd() % E);
+    mk[bad] = 1, offs[bad] = T, offs32[bad] = T;
+    kn_diag d;
+    assert_int_equal(kn_interp_run(k.k, av, (int[]){1, 1, 1}, reg, 4, NULL, &d), -1);
+    char want[64];
+    snprintf(want, sizeof want, "gather out of bounds: element [%d, %d]", bad / N, bad % N);
+    if (!strstr(d.message, want)) fail_msg("message '%s' lacks '%s'", d.message, want);
+    kn_module_free(k.m);
+  }
+}
+
+/* KN_INTERP_F64: x * (1 + 2^-30) is x in f32 (the constant itself rounds to 1) and the exact
+ * product in f64; f16 arguments are not rounded; a load from ptr<f16> widens the stored value;
+ * kn_interp_run_flags: (a + b) - a in double, stored to f32 */
+static void test_interp_fn_f64(void **st) {
+  (void)st;
+  fresh_seed();
+  kn_module *m = parse_ok(
+      "func @g(%x: f32, %h: f16, %p: ptr<f16>) -> (f32, f16, f32) {\n"
+      "  %k = const 1.000000000931322574615478515625 : f32\n"
+      "  %r = mul %x, %k : f32\n"
+      "  %hh = add %h, %h : f16\n"
+      "  %c0 = const 0 : i32\n"
+      "  %c1 = const 1 : i32\n"
+      "  %v = load %p[%c0] strides [%c1] : f16\n"
+      "  %w = cast %v : f32\n"
+      "  return %r, %hh, %w\n"
+      "}\n"
+      "\n"
+      "kernel @k(%a: f32, %b: f32, %o: ptr<f32>) {\n"
+      "  %s = add %a, %b : f32\n"
+      "  %t = sub %s, %a : f32\n"
+      "  %c0 = const 0 : i32\n"
+      "  %c1 = const 1 : i32\n"
+      "  store %t, %o[%c0] strides [%c1]\n"
+      "  return\n"
+      "}\n");
+  uint16_t hv = (uint16_t)kn_encode(KN_F16, urand(-100, 100));
+  kn_region reg = {&hv, sizeof hv};
+  kn_diag d;
+  kn_interp_fn *f32 = kn_interp_fn_new(kn_module_find(m, "g"), 0, &reg, 1, &d);
+  kn_interp_fn *f64 = kn_interp_fn_new(kn_module_find(m, "g"), KN_INTERP_F64, &reg, 1, &d);
+  assert_non_null(f32);
+  assert_non_null(f64);
+  for (int i = 0; i < 100; i++) {
+    double x = (double)(float)urand(1, 2), h = 1.0 + 0x1p-20 * (double)(rnd() % 1000 + 1);
+    kn_argval a[3] = {{.f = x}, {.f = h}, {.p = &hv}}, r32[3], r64[3];
+    if (kn_interp_fn_call(f32, a, r32, &d) || kn_interp_fn_call(f64, a, r64, &d)) fail_msg("%s", d.rendered);
+    assert_true(r32[0].f == x);                       /* f32: 1 + 2^-30 is 1 */
+    assert_true(r64[0].f == x * (1 + 0x1p-30));      /* f64: exact */
+    assert_true(r64[0].f != x);
+    assert_true(r32[1].f == kn_round(KN_F16, kn_round(KN_F16, h) * 2));
+    assert_true(r64[1].f == h * 2);                  /* the argument as given */
+    assert_true(r32[2].f == kn_decode(KN_F16, hv));  /* the stored f16, widened */
+    assert_true(r64[2].f == kn_decode(KN_F16, hv));
+  }
+  kn_interp_fn_free(f32);
+  kn_interp_fn_free(f64);
+  float out = 0;
+  kn_region ro = {&out, sizeof out};
+  kn_argval ka[3] = {{.f = 1e8}, {.f = 1.0}, {.p = &out}};
+  assert_int_equal(kn_interp_run_flags(kn_module_find(m, "k"), 0, ka, (int[]){1, 1, 1}, &ro, 1, NULL, &d), 0);
+  assert_true(out == 0.0f);   /* 1e8 + 1 rounds to 1e8 in f32 */
+  assert_int_equal(kn_interp_run_flags(kn_module_find(m, "k"), KN_INTERP_F64, ka, (int[]){1, 1, 1}, &ro, 1, NULL, &d), 0);
+  assert_true(out == 1.0f);
+  kn_module_free(m);
+}
+
+/* kn_interp_fn_call's cost on a 7-op function (what a float64 reference pays per element for a
+ * score function): printed, and it must stay above a million calls a second of this process's
+ * CPU time (CPU time, so that other work on the machine does not count) */
+static void test_interp_fn_speed(void **st) {
+  (void)st;
+  kn_module *m = parse_ok(
+      "func @s(%score: f32, %q: i32, %kv: i32, %slope: f32) -> (f32) {\n"
+      "  %d = sub %q, %kv : i32\n"
+      "  %df = cast %d : f32\n"
+      "  %a = mul %slope, %df : f32\n"
+      "  %r = add %score, %a : f32\n"
+      "  %z = const 0 : i32\n"
+      "  %c = cmp ge %d, %z : i1\n"
+      "  %o = select %c, %r, %score : f32\n"
+      "  return %o\n"
+      "}\n");
+  kn_diag d;
+  kn_interp_fn *fn = kn_interp_fn_new(kn_module_find(m, "s"), KN_INTERP_F64, NULL, 0, &d);
+  assert_non_null(fn);
+  enum { CALLS = 1000000 };
+  double sum = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+  for (int i = 0; i < CALLS; i++) {
+    kn_argval a[4] = {{.f = 0.5}, {.i = i & 1023}, {.i = i >> 10}, {.f = -0.25}}, r;
+    if (kn_interp_fn_call(fn, a, &r, &d)) fail_msg("%s", d.rendered);
+    sum += r.f;
+  }
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+  double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  printf("  kn_interp_fn_call, 7 ops: %.2f M calls/s of CPU time (%.0f ns a call)\n", CALLS / s * 1e-6, s / CALLS * 1e9);
+  /* the sum, in double: the select keeps score where q < kv */
+  double want = 0;
+  for (int i = 0; i < CALLS; i++) {
+    int dd = (i & 1023) - (i >> 10);
+    want += dd >= 0 ? 0.5 + -0.25 * dd : 0.5;
+  }
+  assert_true(sum == want);
+  assert_true(CALLS / s > 1e6);
+  kn_interp_fn_free(fn);
+  kn_module_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_vadd),          cmocka_unit_test(test_float_binary),
@@ -777,6 +1013,8 @@ int main(void) {
       cmocka_unit_test(test_reduce),
       cmocka_unit_test(test_for),           cmocka_unit_test(test_if_grid),
       cmocka_unit_test(test_call),          cmocka_unit_test(test_misc),
+      cmocka_unit_test(test_elemental_call), cmocka_unit_test(test_gather),
+      cmocka_unit_test(test_interp_fn_f64), cmocka_unit_test(test_interp_fn_speed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
