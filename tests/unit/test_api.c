@@ -45,6 +45,7 @@
 #include "cache.h"
 #include "kiln.h"
 #include "numeric.h"
+#include "test_mods.h"
 #include "tunedb.h"
 
 static const char *self_path;
@@ -701,24 +702,8 @@ static const char score_mod_text[] =
     "  %out = add %scaled, %tb : f32\n"
     "  return %out\n"
     "}\n";
-/* ... a chunked causal mask (a query sees every key of its chunk and of earlier chunks) with
- * its block predicate, so the kernel skips whole key blocks ... */
-static const char mask_mod_text[] =
-    "func @mask_mod(%b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, %chunk: i32) -> (i1) {\n"
-    "  %qc = div %q_idx, %chunk : i32\n"
-    "  %kc = div %kv_idx, %chunk : i32\n"
-    "  %live = cmp le %kc, %qc : i1\n"
-    "  return %live\n"
-    "}\n"
-    "func @block_mask(%b: i32, %h: i32, %q_lo: i32, %q_hi: i32, %kv_lo: i32, %kv_hi: i32, "
-    "%chunk: i32) -> (i1) {\n"
-    "  %c1 = const 1 : i32\n"
-    "  %q_end = sub %q_hi, %c1 : i32\n"
-    "  %qc = div %q_end, %chunk : i32\n"
-    "  %kc = div %kv_lo, %chunk : i32\n"
-    "  %live = cmp le %kc, %qc : i1\n"
-    "  return %live\n"
-    "}\n";
+/* ... a chunked causal mask with its block predicate (%chunk, an i32) ... */
+static const char mask_mod_text[] = TEST_CHUNK_MASK_MOD;
 /* ... and a score_mod whose only parameter is a kernel parameter (seqlen_k): no values to give */
 static const char noparam_mod_text[] =
     "func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, "

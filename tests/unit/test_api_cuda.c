@@ -46,6 +46,7 @@
 #include "cuda_device.h"
 #include "kiln.h"
 #include "numeric.h"
+#include "test_mods.h"
 
 static const char *self_path;
 static uint64_t seed = 1;
@@ -124,6 +125,23 @@ typedef struct shape {
 
 static kn_cuda_device *dev; /* opened once, for buffers */
 
+/* the largest lse error of n rows (equal infinities: 0; NaN sticks) */
+static double lse_error(const float *got, const double *want, size_t n) {
+  double e = 0;
+  for (size_t i = 0; i < n; i++) {
+    double x = isinf(want[i]) && got[i] == want[i] ? 0 : fabs(got[i] - want[i]);
+    if (!(x <= e)) e = x;
+  }
+  return e;
+}
+
+/* 0 when the errors are within the dtype's tolerances, else -1; why gets the numbers */
+static int verdict(kn_scalar t, double err, double lerr, char *why, size_t nwhy) {
+  double tol = kn_attn_tolerance(t), ltol = kn_attn_lse_tolerance(t);
+  snprintf(why, nwhy, "max|dO| %.2e (tol %.0e), max|dlse| %.2e (tol %.0e)", err, tol, lerr, ltol);
+  return err <= tol && lerr <= ltol ? 0 : -1;
+}
+
 /* one forward on device buffers against the reference; 0 when within tolerance.  The output is
  * filled with NaN bytes first, so a row the kernel never writes fails. */
 static int check_forward(kiln_kernel *k, const kiln_attn_desc *d, shape s, uint64_t sd,
@@ -198,17 +216,12 @@ static int check_forward(kiln_kernel *k, const kiln_attn_desc *d, shape s, uint6
     double x = fabs(kn_load_elem(t, ho + at * es) - ro[i]);
     if (!(x <= err)) err = x; /* NaN sticks */
   }
-  for (size_t i = 0; dl && i < nl; i++) {
-    double x = isinf(rl[i]) && hl[i] == rl[i] ? 0 : fabs(hl[i] - rl[i]);
-    if (!(x <= lerr)) lerr = x;
-  }
+  if (dl) lerr = lse_error(hl, rl, nl);
   kn_cuda_free(dev, dq, NULL), kn_cuda_free(dev, dk, NULL), kn_cuda_free(dev, dv, NULL);
   kn_cuda_free(dev, dout, NULL);
   if (dl) kn_cuda_free(dev, dl, NULL);
   free(hq), free(hk), free(hv), free(ho), free(hl), free(q), free(kk), free(v), free(ro), free(rl);
-  double tol = kn_attn_tolerance(t), ltol = kn_attn_lse_tolerance(t);
-  snprintf(why, nwhy, "max|dO| %.2e (tol %.0e), max|dlse| %.2e (tol %.0e)", err, tol, lerr, ltol);
-  return err <= tol && lerr <= ltol ? 0 : -1;
+  return verdict(t, err, lerr, why, nwhy);
 }
 
 /* a CUDA device present (real, or the fake)?  Opens `dev` the first time. */
@@ -384,30 +397,7 @@ static void test_forward(void **state) {
 
 /* the caller's modifiers: a per-head temperature (a device tensor) and a chunked causal mask
  * with its block predicate (an i32) */
-static const char cuda_mods[] =
-    "func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, "
-    "%temp: ptr<f32>) -> (f32) {\n"
-    "  %c1 = const 1 : i64\n"
-    "  %h64 = cast %h : i64\n"
-    "  %t = load %temp[%h64] strides [%c1] : f32\n"
-    "  %out = mul %score, %t : f32\n"
-    "  return %out\n"
-    "}\n"
-    "func @mask_mod(%b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, %chunk: i32) -> (i1) {\n"
-    "  %qc = div %q_idx, %chunk : i32\n"
-    "  %kc = div %kv_idx, %chunk : i32\n"
-    "  %live = cmp le %kc, %qc : i1\n"
-    "  return %live\n"
-    "}\n"
-    "func @block_mask(%b: i32, %h: i32, %q_lo: i32, %q_hi: i32, %kv_lo: i32, %kv_hi: i32, "
-    "%chunk: i32) -> (i1) {\n"
-    "  %c1 = const 1 : i32\n"
-    "  %q_end = sub %q_hi, %c1 : i32\n"
-    "  %qc = div %q_end, %chunk : i32\n"
-    "  %kc = div %kv_lo, %chunk : i32\n"
-    "  %live = cmp le %kc, %qc : i1\n"
-    "  return %live\n"
-    "}\n";
+static const char cuda_mods[] = TEST_HEAD_TEMP_SCORE_MOD TEST_CHUNK_MASK_MOD;
 
 typedef struct vcase {
   kiln_attn_desc d;     /* has_lse is set; mods from `user` */
@@ -520,22 +510,16 @@ static int check_variant(kiln_context *ctx, const vcase *c, uint64_t sd, char *w
                        .seqlen_k = Nk};
   if (kn_attn_reference_v(&id, NULL, &p, &va, x[0], x[1], x[2], ro, rl, &e))
     fail_msg("reference: %s", e.message);
-  double err = 0, lerr = 0;
+  double err = 0, lerr = lse_error(hl, rl, nl);
   for (size_t i = 0; i < nq; i++) {
     double y = fabs(kn_load_elem(t, ho + i * es) - ro[i]);
     if (!(y <= err)) err = y;
-  }
-  for (size_t i = 0; i < nl; i++) {
-    double y = isinf(rl[i]) && hl[i] == rl[i] ? 0 : fabs(hl[i] - rl[i]);
-    if (!(y <= lerr)) lerr = y;
   }
   for (int i = 0; i < bufs.n; i++) kn_cuda_free(dev, bufs.p[i], NULL);
   kn_cuda_free(dev, dout, NULL), kn_cuda_free(dev, dl, NULL);
   for (int i = 0; i < 3; i++) free(h[i]), free(x[i]);
   free(ho), free(ro), free(rl), free(hl), free(slopes), free(bias), free(qseg), free(kseg);
-  double tol = kn_attn_tolerance(t), ltol = kn_attn_lse_tolerance(t);
-  snprintf(why, nwhy, "max|dO| %.2e (tol %.0e), max|dlse| %.2e (tol %.0e)", err, tol, lerr, ltol);
-  return err <= tol && lerr <= ltol ? 0 : -1;
+  return verdict(t, err, lerr, why, nwhy);
 }
 
 static void test_variants(void **state) {
