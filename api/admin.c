@@ -24,6 +24,10 @@ static kiln_status layer_fail(kn_status st, const char *what, const kn_diag *why
   return api_fail(api_status_of(st), "%s: %s", what, why->message);
 }
 
+_Static_assert(sizeof(((kiln_tuning_record *)0)->variant) >= KN_TUNE_VARIANT_MAX &&
+                   KN_TUNE_VARIANT_MAX >= KN_ATTN_KEY_MAX,
+               "a tuning record's variant holds a whole descriptor key");
+
 static void copy_record(const kn_tune_record *t, kiln_tuning_record *r) {
   memset(r, 0, sizeof *r);
   snprintf(r->template_name, sizeof r->template_name, "%s", t->key.template_name);

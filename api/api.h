@@ -70,8 +70,12 @@ struct kiln_kernel {
   kiln_context *ctx;
   kiln_kernel *next;           /* ctx->kernels list */
   kiln_kernel_info info;
-  kn_attn_desc desc;
+  kn_attn_desc desc;           /* desc.mods (and info.desc.mods) point at mods */
   kn_attn_config cfg;
+  char *mods;                  /* the kernel's copy of the modifier text (NULL: none) */
+  kn_attn_sig sig;             /* its parameters, from kiln_prepare: forward parses nothing */
+  bool user_param[KN_ATTN_MAX_PARAMS]; /* sig parameter i takes a kiln_attn_args.mod_args value */
+  int n_user_params;
   kn_host_object *obj;         /* host */
   pthread_mutex_t launch_mu;   /* host: one launch of this kernel at a time (its status word) */
   kn_cuda_module *cu_mod;      /* CUDA: the loaded PTX module and its kernel */
@@ -92,6 +96,22 @@ kn_tunedb *api_db(kiln_context *ctx);
  * that the template serves the descriptor (KILN_ERR_UNSUPPORTED with the reason otherwise). */
 kiln_status api_desc_from_public(const kiln_attn_desc *in, kn_attn_desc *out);
 kiln_attn_desc api_desc_to_public(const kn_attn_desc *d);
+/* the kernel signature of d (its modifier text parsed and verified): KILN_ERR_INVALID with the
+ * parser's or verifier's file:line:col message for a malformed text */
+kiln_status api_signature(const kn_attn_desc *d, kn_attn_sig *sig);
+/* a kn_diag as an API error message: "file:line:col: message" (and the source line with a caret)
+ * when it has a location, else the message */
+const char *api_diag_text(const kn_diag *d, char *buf, size_t n);
+/* which parameters of sig take the caller's modifier values (kiln_mod_arg), into user[]; returns
+ * how many */
+int api_user_params(const kn_attn_desc *d, const kn_attn_sig *sig, bool *user);
+/* The caller's modifier values (args[0..nargs)) as the named values of kn_attn_vargs (out: room
+ * for KN_ATTN_MAX_PARAMS), each converted to its parameter's type.  KILN_ERR_INVALID, the
+ * message starting with `who`, for a name that is none of the user parameters, a duplicate, a
+ * value of the wrong kind or range, a NULL pointer, or a user parameter without a value (`from`
+ * says where values come from). */
+kiln_status api_mod_args(const kn_attn_sig *sig, const bool *user, const kiln_mod_arg *args,
+                         int nargs, kn_attn_named_arg *out, const char *who, const char *from);
 /* "attn_fwd [<descriptor key>] [<config key>]": what logs and errors call a kernel */
 void api_describe(const kn_attn_desc *d, const kn_attn_config *c, char *out, size_t n);
 /* the tuning database's key: template "fwd", variant = the descriptor's canonical key */
@@ -131,7 +151,8 @@ void api_cuda_close(kiln_context *ctx);
 
 /* tune.c: tunes (d) at seqlen; record: 0 do not record, 1 only if faster, 2 replace.  Fills res
  * (may be NULL) and *best. */
-kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepare_options *o,
-                     int seqlen, int record, kiln_tune_result *res, kn_attn_config *best);
+kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
+                     const kiln_prepare_options *o, int seqlen, int record, kiln_tune_result *res,
+                     kn_attn_config *best);
 
 #endif

@@ -24,7 +24,8 @@
  * compiled PTX that the driver refuses is KILN_ERR_COMPILE with the JIT's log.
  *
  * Forward is asynchronous on the caller's stream (a CUstream, NULL: the legacy default stream),
- * through the launch helper shared with the CLI and the tests (runtime/attn_launch_cuda.h).
+ * through the launch helper shared with the CLI and the tests (runtime/attn_launch_cuda.h), which
+ * packs every parameter of the kernel's signature (the variant's too) in its PTX width.
  * Launches of one kernel need no lock: the driver is thread-safe and the helper keeps every
  * launch's parameter values on the launching thread's stack.
  *
@@ -144,6 +145,14 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
   kn_diag e;
   void *payload;
   size_t size;
+  /* a modifier parameter of a type the launch cannot pass fails here, not at every forward */
+  for (int i = 0; i < k->sig.n; i++)
+    if (!kn_attn_cuda_param_bytes(&k->sig, i)) {
+      char ty[48];
+      kn_ty_format(k->sig.type[i], ty, sizeof ty);
+      return api_fail(KILN_ERR_UNSUPPORTED, "%s: parameter %%%s is %s; a CUDA kernel takes i32, "
+                      "i64, f32 and pointer parameters", what, k->sig.name[i], ty);
+    }
   if (api_cache_get(ctx, key, hex, &payload, &size) == KN_OK) {
     char *ptx = NULL;
     int threads = 0;
@@ -191,7 +200,8 @@ kiln_status api_cuda_forward(kiln_kernel *k, const kn_argval *args, const int gr
                              void *stream) {
   kn_diag e;
   kn_status st =
-      kn_attn_cuda_launch(k->cu_fn, &k->cu_launch, args, grid, (kn_cuda_stream)stream, &e);
+      kn_attn_cuda_launch(k->cu_fn, &k->cu_launch, &k->sig, args, grid, (kn_cuda_stream)stream,
+                          &e);
   if (st == KN_OK) return KILN_OK;
   return api_fail(api_status_of(st), "kiln_forward on %s: %s", k->ctx->device_name, e.message);
 }

@@ -176,6 +176,14 @@ static void memo_finish(kiln_context *ctx, const char *key, kiln_kernel *k, bool
 
 /* ---- context ---- */
 
+static void kernel_free(kiln_kernel *k) {
+  if (k->obj) kn_object_unload(k->obj);
+  api_cuda_unload(k);
+  pthread_mutex_destroy(&k->launch_mu);
+  free(k->mods);
+  free(k);
+}
+
 static pthread_once_t discover_once = PTHREAD_ONCE_INIT;
 static kn_device_list discovered;
 
@@ -361,10 +369,7 @@ void kiln_context_destroy(kiln_context *ctx) {
     }
   for (kiln_kernel *k = ctx->kernels, *n; k; k = n) {
     n = k->next;
-    if (k->obj) kn_object_unload(k->obj);
-    api_cuda_unload(k);
-    pthread_mutex_destroy(&k->launch_mu);
-    free(k);
+    kernel_free(k);
   }
   api_cuda_close(ctx);
   kn_tunedb_close(ctx->db);
@@ -577,8 +582,8 @@ static int load_cached(kiln_context *ctx, const kn_cache_key *key, const char *h
   return -1;
 }
 
-static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_config *c,
-                                bool tuned, kiln_kernel **out) {
+static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
+                                const kn_attn_config *c, bool tuned, kiln_kernel **out) {
   double t0 = now_ms();
   kn_diag diag;
   char what[2 * KN_ATTN_KEY_MAX + 16];
@@ -586,49 +591,49 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
   kn_module *m = api_build_module(d, c, &diag);
   if (!m) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
   kiln_kernel *k = calloc(1, sizeof *k);
-  if (!k) {
+  if (!k || (d->mods && !(k->mods = strdup(d->mods)))) {
+    free(k);
     kn_module_free(m);
     return api_fail(KILN_ERR_NOMEM, "out of memory");
   }
   k->ctx = ctx;
+  /* the kernel's own descriptor: its copy of the text; the caller's name for it is not kept */
   k->desc = *d;
+  k->desc.mods = k->mods;
+  k->desc.mods_file = NULL;
   k->cfg = *c;
+  k->sig = *sig;
+  k->n_user_params = api_user_params(d, sig, k->user_param);
   pthread_mutex_init(&k->launch_mu, NULL);
   kn_cache_key key = api_cache_key(ctx, d, c, m);
   kn_cache_key_hex(&key, k->info.cache_key);
 
+  kiln_status s = KILN_OK;
   if (ctx->kind == KN_DEVICE_CUDA) {
-    kiln_status s = api_cuda_build(ctx, k, m, &key, what);
-    if (s) {
-      kn_module_free(m);
-      pthread_mutex_destroy(&k->launch_mu);
-      free(k);
-      return s;
-    }
+    s = api_cuda_build(ctx, k, m, &key, what);
   } else if (ctx->cache && load_cached(ctx, &key, k->info.cache_key, &k->obj) == 0) {
     k->info.source = KILN_SOURCE_CACHE;
     atomic_fetch_add(&ctx->stats.cache_hits, 1);
   } else {
     kn_artifact o;
     if (kn_compile_artifact(m, "attn_fwd", ctx->target, NULL, &o, &diag)) {
-      kn_module_free(m);
-      free(k);
-      return api_fail(KILN_ERR_COMPILE, "compiling %s failed: %s", what, diag.message);
+      s = api_fail(KILN_ERR_COMPILE, "compiling %s failed: %s", what, diag.message);
+    } else {
+      atomic_fetch_add(&ctx->stats.compiles, 1);
+      api_store(ctx, &key, &o);
+      int rc = kn_object_load(o.data, o.size, o.symbol, &k->obj, &diag);
+      kn_artifact_free(&o);
+      if (rc) s = api_fail(KILN_ERR_COMPILE, "loading %s failed: %s", what, diag.message);
+      k->info.source = KILN_SOURCE_COMPILED;
     }
-    atomic_fetch_add(&ctx->stats.compiles, 1);
-    api_store(ctx, &key, &o);
-    int rc = kn_object_load(o.data, o.size, o.symbol, &k->obj, &diag);
-    kn_artifact_free(&o);
-    if (rc) {
-      kn_module_free(m);
-      free(k);
-      return api_fail(KILN_ERR_COMPILE, "loading %s failed: %s", what, diag.message);
-    }
-    k->info.source = KILN_SOURCE_COMPILED;
   }
   kn_module_free(m);
+  if (s) {
+    kernel_free(k);
+    return s;
+  }
   k->info.prepare_ms = now_ms() - t0;
-  k->info.desc = api_desc_to_public(d);
+  k->info.desc = api_desc_to_public(&k->desc);
   k->info.block_m = c->block_m;
   k->info.block_n = c->block_n;
   k->info.warps = c->warps;
@@ -643,8 +648,8 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
 }
 
 /* the second memo level: one kernel per (descriptor, tiling) */
-static kiln_status get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_config *c,
-                              bool tuned, kiln_kernel **out) {
+static kiln_status get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
+                              const kn_attn_config *c, bool tuned, kiln_kernel **out) {
   char key[2 * KN_ATTN_KEY_MAX + 32], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(d, dk, sizeof dk);
   kn_attn_config_key(c, ck, sizeof ck);
@@ -653,7 +658,7 @@ static kiln_status get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn
   if (m > 0) return KILN_OK;
   if (m < 0) return api_fail(KILN_ERR_NOMEM, "out of memory");
   kiln_kernel *k = NULL;
-  kiln_status s = build_kernel(ctx, d, c, tuned, &k);
+  kiln_status s = build_kernel(ctx, d, sig, c, tuned, &k);
   memo_finish(ctx, key, s ? NULL : k, true);
   *out = k;
   return s;
@@ -701,10 +706,24 @@ kiln_status api_desc_from_public(const kiln_attn_desc *in, kn_attn_desc *out) {
   while (i < NDTYPES && dtypes[i].pub != in->dtype) i++;
   if (i == NDTYPES)
     return api_fail(KILN_ERR_UNSUPPORTED, "dtype %d is not a kiln_dtype", (int)in->dtype);
+  if (in->causal < KILN_CAUSAL_NONE || in->causal > KILN_CAUSAL_TOP_LEFT)
+    return api_fail(KILN_ERR_INVALID, "causal %d is not KILN_CAUSAL_NONE (0), "
+                    "KILN_CAUSAL_BOTTOM_RIGHT (1) or KILN_CAUSAL_TOP_LEFT (2)", in->causal);
+  if (in->prefix && in->causal)
+    return api_fail(KILN_ERR_INVALID, "prefix includes its causal part: leave causal 0 with "
+                    "prefix");
   out->dtype = dtypes[i].s;
   out->head_dim = in->head_dim;
-  out->causal = in->causal != 0;
+  out->causal = in->causal;
   out->has_lse = in->has_lse != 0;
+  out->window = in->window != 0;
+  out->softcap = in->softcap != 0;
+  out->alibi = in->alibi != 0;
+  out->bias = in->bias != 0;
+  out->document = in->document != 0;
+  out->prefix = in->prefix != 0;
+  out->mods = in->mods && in->mods[0] ? in->mods : NULL;
+  out->mods_file = in->mods_name;
   kn_attn_config c = kn_attn_default_config(NULL, out);
   kn_diag diag;
   if (kn_attn_check(out, &c, &diag)) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
@@ -712,10 +731,115 @@ kiln_status api_desc_from_public(const kiln_attn_desc *in, kn_attn_desc *out) {
 }
 
 kiln_attn_desc api_desc_to_public(const kn_attn_desc *d) {
-  kiln_attn_desc out = {.head_dim = d->head_dim, .causal = d->causal, .has_lse = d->has_lse};
+  kiln_attn_desc out = {.head_dim = d->head_dim, .causal = d->causal, .has_lse = d->has_lse,
+                        .window = d->window, .softcap = d->softcap, .alibi = d->alibi,
+                        .bias = d->bias, .document = d->document, .prefix = d->prefix,
+                        .mods = d->mods, .mods_name = d->mods_file};
   for (int i = 0; i < NDTYPES; i++)
     if (dtypes[i].s == d->dtype) out.dtype = dtypes[i].pub;
   return out;
+}
+
+const char *api_diag_text(const kn_diag *d, char *buf, size_t n) {
+  if (d->loc.line <= 0) {
+    snprintf(buf, n, "%s", d->message);
+    return buf;
+  }
+  snprintf(buf, n, "%s", d->rendered);
+  size_t len = strlen(buf);
+  while (len && buf[len - 1] == '\n') buf[--len] = 0;
+  return buf;
+}
+
+kiln_status api_signature(const kn_attn_desc *d, kn_attn_sig *sig) {
+  kn_diag diag;
+  if (kn_attn_signature(d, sig, &diag) == 0) return KILN_OK;
+  char msg[sizeof tl_error];
+  return api_fail(KILN_ERR_INVALID, "%s", api_diag_text(&diag, msg, sizeof msg));
+}
+
+int api_user_params(const kn_attn_desc *d, const kn_attn_sig *sig, bool *user) {
+  int n = 0;
+  for (int i = 0; i < sig->n; i++) {
+    user[i] = i >= KN_ATTN_NPARAMS && !kn_attn_param_builtin(d, sig->name[i]);
+    n += user[i];
+  }
+  return n;
+}
+
+/* the kn_argval of a for a parameter of type t; NULL, or why not */
+static const char *mod_value(const kiln_mod_arg *a, kn_type t, kn_argval *out, char *why,
+                             size_t n) {
+  char ty[48];
+  kn_ty_format(t, ty, sizeof ty);
+  if (t.kind == KN_TY_PTR) {
+    if (a->kind != KILN_MOD_ARG_PTR) snprintf(why, n, "is %s: give a KILN_MOD_ARG_PTR", ty);
+    else if (!a->p) snprintf(why, n, "(%s) is NULL", ty);
+    else return out->p = (void *)a->p, NULL;
+    return why;
+  }
+  if (t.kind == KN_TY_SCALAR && kn_scalar_is_float((kn_scalar)t.elem)) {
+    if (a->kind == KILN_MOD_ARG_FLOAT) out->f = a->f;
+    else if (a->kind == KILN_MOD_ARG_INT) out->f = (double)a->i;
+    else return snprintf(why, n, "is %s: give a KILN_MOD_ARG_FLOAT", ty), why;
+    return NULL;
+  }
+  if (t.kind != KN_TY_SCALAR || !kn_scalar_is_int((kn_scalar)t.elem))
+    return snprintf(why, n, "has type %s, which takes no value", ty), why;
+  if (a->kind != KILN_MOD_ARG_INT)
+    return snprintf(why, n, "is %s: give a KILN_MOD_ARG_INT", ty), why;
+  int bits = t.elem == KN_I1 ? 1 : 8 * (int)kn_scalar_size((kn_scalar)t.elem);
+  if (bits < 64) {
+    int64_t lo = bits == 1 ? 0 : -((int64_t)1 << (bits - 1)),
+            hi = bits == 1 ? 1 : ((int64_t)1 << (bits - 1)) - 1;
+    if (a->i < lo || a->i > hi)
+      return snprintf(why, n, "is %s: %lld is out of its range", ty, (long long)a->i), why;
+  }
+  out->i = a->i;
+  return NULL;
+}
+
+kiln_status api_mod_args(const kn_attn_sig *sig, const bool *user, const kiln_mod_arg *args,
+                         int nargs, kn_attn_named_arg *out, const char *who, const char *from) {
+  if (nargs < 0 || (nargs > 0 && !args))
+    return api_fail(KILN_ERR_INVALID, "%s: %d modifier arguments at %p", who, nargs,
+                    (const void *)args);
+  bool seen[KN_ATTN_MAX_PARAMS] = {0};
+  int nuser = 0;
+  for (int i = 0; i < sig->n; i++) nuser += user[i];
+  for (int j = 0; j < nargs; j++) {
+    const kiln_mod_arg *a = &args[j];
+    if (!nuser)
+      return api_fail(KILN_ERR_INVALID, "%s: modifier arguments given, but the kernel's modifiers "
+                      "take no parameters", who);
+    int i = 0;
+    while (i < sig->n && !(user[i] && a->name && !strcmp(sig->name[i], a->name))) i++;
+    if (i == sig->n) {
+      char names[400] = "";
+      for (int u = 0; u < sig->n; u++)
+        if (user[u] && strlen(names) + strlen(sig->name[u]) + 4 < sizeof names)
+          strcat(strcat(names, names[0] ? ", %" : "%"), sig->name[u]);
+      return api_fail(KILN_ERR_INVALID, "%s: '%s' is not a parameter of the kernel's modifiers "
+                      "(they take %s)", who, a->name ? a->name : "(null)", names);
+    }
+    if (seen[i])
+      return api_fail(KILN_ERR_INVALID, "%s: the modifier parameter %%%s is given twice", who,
+                      a->name);
+    seen[i] = true;
+    char why[120];
+    kn_argval v = {.i = 0};
+    if (mod_value(a, sig->type[i], &v, why, sizeof why))
+      return api_fail(KILN_ERR_INVALID, "%s: the modifier parameter %%%s %s", who, a->name, why);
+    out[j] = (kn_attn_named_arg){.name = sig->name[i], .value = v, .bytes = a->bytes};
+  }
+  for (int i = 0; i < sig->n; i++)
+    if (user[i] && !seen[i]) {
+      char ty[48];
+      kn_ty_format(sig->type[i], ty, sizeof ty);
+      return api_fail(KILN_ERR_INVALID, "%s: the modifier parameter %%%s (%s) has no value (%s)",
+                      who, sig->name[i], ty, from);
+    }
+  return KILN_OK;
 }
 
 void api_tune_key(const kiln_context *ctx, const kn_attn_desc *d, int seqlen, kn_tune_key *key) {
@@ -745,8 +869,9 @@ static bool forced_config(const kiln_context *ctx, const kn_attn_desc *d,
 
 /* the tiling for a request; tuned says whether it came from tuning */
 static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
-                                  const kiln_prepare_options *o, kiln_tune_policy policy,
-                                  int seqlen, kn_attn_config *c, bool *tuned) {
+                                  const kn_attn_sig *sig, const kiln_prepare_options *o,
+                                  kiln_tune_policy policy, int seqlen, kn_attn_config *c,
+                                  bool *tuned) {
   *c = kn_attn_default_config(ctx->target->arch, d);
   *tuned = false;
   if (forced_config(ctx, d, o, c)) {
@@ -786,7 +911,7 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
   }
   if (policy != KILN_TUNE_AUTO) return KILN_OK;
   kn_attn_config best;
-  kiln_status s = api_tune(ctx, d, o, seqlen, 1, NULL, &best);
+  kiln_status s = api_tune(ctx, d, sig, o, seqlen, 1, NULL, &best);
   if (s) {
     /* a serving process keeps going on the default tiling */
     api_log(ctx, KILN_LOG_WARN, "tuning failed (%s); using the default tiling", kiln_last_error());
@@ -833,10 +958,13 @@ kiln_status kiln_prepare(kiln_context *ctx, const kiln_attn_desc *desc,
     *out = k;
     return KILN_OK;
   }
+  /* the kernel's signature: its modifier text parsed once, here (a malformed one fails) */
+  kn_attn_sig sig;
   kn_attn_config c;
   bool tuned = false;
-  s = resolve_config(ctx, &d, o, policy, seqlen, &c, &tuned);
-  if (!s) s = get_kernel(ctx, &d, &c, tuned, &k);
+  s = api_signature(&d, &sig);
+  if (!s) s = resolve_config(ctx, &d, &sig, o, policy, seqlen, &c, &tuned);
+  if (!s) s = get_kernel(ctx, &d, &sig, &c, tuned, &k);
   memo_finish(ctx, key, s ? NULL : k, false);
   if (s) {
     api_log(ctx, KILN_LOG_ERROR, "prepare: %s", tl_error);
@@ -864,6 +992,60 @@ static bool all_zero(const int64_t *s, int n) {
   return true;
 }
 
+/* The variant's values of a: va for kn_attn_fill_args (named: room for its mods).  The fields of
+ * a variant the kernel lacks must be zero; those it has are checked for range here, NULL tensors
+ * and missing values by kn_attn_fill_args. */
+static kiln_status variant_args(const kiln_kernel *k, const kiln_attn_args *a, kn_attn_vargs *va,
+                                kn_attn_named_arg *named) {
+  const kn_attn_desc *d = &k->desc;
+  const char *who = "kiln_forward";
+  memset(va, 0, sizeof *va);
+  const struct { bool on, given; const char *what, *fields; } v[] = {
+      {d->window, a->window_left || a->window_right, "window", "window_left/window_right"},
+      {d->softcap, a->softcap != 0, "softcap", "softcap"},
+      {d->alibi, a->alibi_slopes || a->alibi_stride, "alibi", "alibi_slopes/alibi_stride"},
+      {d->bias, a->bias || !all_zero(a->bias_stride, 3), "bias", "bias/bias_stride"},
+      {d->document, a->q_seg || a->k_seg || a->q_seg_stride || a->k_seg_stride, "document",
+       "q_seg/k_seg"},
+      {d->prefix, a->prefix_len != 0, "prefix", "prefix_len"},
+  };
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+    if (!v[i].on && v[i].given)
+      return api_fail(KILN_ERR_INVALID, "%s: %s given, but the kernel was not prepared with the "
+                      "%s variant", who, v[i].fields, v[i].what);
+  const int64_t H = a->heads, Nq = a->seqlen_q, Nk = a->seqlen_k;
+  if (d->window && (a->window_left < -1 || a->window_right < -1))
+    return api_fail(KILN_ERR_INVALID, "%s: window sizes %d, %d: each is -1 (unbounded) or >= 0",
+                    who, a->window_left, a->window_right);
+  va->window_left = a->window_left;
+  va->window_right = a->window_right;
+  if (d->softcap && !(a->softcap > 0 && !isinf(a->softcap)))
+    return api_fail(KILN_ERR_INVALID, "%s: softcap %g must be finite and > 0", who, a->softcap);
+  va->softcap = a->softcap;
+  if (a->alibi_stride < 0 || a->q_seg_stride < 0 || a->k_seg_stride < 0 ||
+      a->bias_stride[0] < 0 || a->bias_stride[1] < 0 || a->bias_stride[2] < 0)
+    return api_fail(KILN_ERR_INVALID, "%s: negative variant tensor stride", who);
+  va->alibi_slopes = a->alibi_slopes;
+  va->alibi_sb = a->alibi_stride;
+  va->bias = a->bias;
+  bool contiguous = all_zero(a->bias_stride, 3);
+  va->bias_sb = contiguous ? H * Nq * Nk : a->bias_stride[0];
+  va->bias_sh = contiguous ? Nq * Nk : a->bias_stride[1];
+  va->bias_sm = contiguous ? Nk : a->bias_stride[2];
+  va->q_seg = a->q_seg;
+  va->k_seg = a->k_seg;
+  va->q_seg_sb = a->q_seg_stride ? a->q_seg_stride : Nq;
+  va->k_seg_sb = a->k_seg_stride ? a->k_seg_stride : Nk;
+  if (d->prefix && a->prefix_len < 0)
+    return api_fail(KILN_ERR_INVALID, "%s: prefix_len %d is negative", who, a->prefix_len);
+  va->prefix_len = a->prefix_len;
+  kiln_status s = api_mod_args(&k->sig, k->user_param, a->mod_args, a->n_mod_args, named, who,
+                               "kiln_attn_args.mod_args");
+  va->mods = named;
+  va->nmods = a->n_mod_args;
+  return s;
+}
+
 kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) {
   /* the stream matters on CUDA only: the host device runs synchronously on its own pool */
   if (!k || !a) return api_fail(KILN_ERR_INVALID, "kiln_forward: null kernel or arguments");
@@ -883,17 +1065,23 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
     return api_fail(KILN_ERR_INVALID, "kiln_forward: sm_scale must be finite and >= 0");
   if ((int64_t)a->batch * a->heads > INT32_MAX)
     return api_fail(KILN_ERR_UNSUPPORTED, "kiln_forward: batch * heads exceeds the grid");
+  kn_attn_vargs va;
+  kn_attn_named_arg named[KN_ATTN_MAX_PARAMS];
+  kiln_status s = variant_args(k, a, &va, named);
+  if (s) return s;
+  kn_attn_problem p = {.batch = a->batch, .heads = a->heads, .kv_heads = a->kv_heads,
+                       .seqlen_q = a->seqlen_q, .seqlen_k = a->seqlen_k,
+                       .sm_scale = a->sm_scale};
+  kn_argval args[KN_ATTN_MAX_PARAMS];
+  int grid[3];
+  kn_diag diag;
+  if (kn_attn_fill_args(d, &k->sig, &k->cfg, &p, (void *)a->q, (void *)a->k, (void *)a->v, a->o,
+                        a->lse, &va, args, grid, &diag))
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: %s", diag.message);
   if (a->batch == 0 || a->seqlen_q == 0) {
     atomic_fetch_add(&k->ctx->stats.launches, 1);
     return KILN_OK;
   }
-  kn_attn_problem p = {.batch = a->batch, .heads = a->heads, .kv_heads = a->kv_heads,
-                       .seqlen_q = a->seqlen_q, .seqlen_k = a->seqlen_k,
-                       .sm_scale = a->sm_scale};
-  kn_argval args[KN_ATTN_NPARAMS];
-  int grid[3];
-  kn_attn_fill_args(d, NULL, &k->cfg, &p, (void *)a->q, (void *)a->k, (void *)a->v, a->o, a->lse, NULL, args,
-                    grid, NULL);
   /* the caller's strides replace the contiguous ones kn_attn_fill_args computed */
   const struct { const int64_t *s; int n, at; } strides[] = {
       {a->q_stride, 3, ARG_Q_SB}, {a->k_stride, 3, ARG_K_SB}, {a->v_stride, 3, ARG_V_SB},
@@ -903,12 +1091,11 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
       for (int j = 0; j < strides[i].n; j++) args[strides[i].at + j].i = strides[i].s[j];
 
   if (k->ctx->kind == KN_DEVICE_CUDA) {
-    kiln_status s = api_cuda_forward(k, args, grid, stream);
+    s = api_cuda_forward(k, args, grid, stream);
     if (s) return s;
     atomic_fetch_add(&k->ctx->stats.launches, 1);
     return KILN_OK;
   }
-  kn_diag diag;
   pthread_mutex_lock(&k->launch_mu);
   int rc = kn_object_run_host(k->obj, args, grid, &diag);
   pthread_mutex_unlock(&k->launch_mu);

@@ -6,9 +6,17 @@
  * requested sequence length, on rotating input sets — enough copies of q/k/v/o that together
  * they exceed the last-level cache (up to ROTATE_BYTES, at most ROTATE_SETS_MAX sets), so a
  * candidate is never timed on inputs the previous launch left in the cache.  The first launch of
- * each candidate, on set 0, is also its correctness check against kn_attn_reference (computed
+ * each candidate, on set 0, is also its correctness check against kn_attn_reference_v (computed
  * once); then warm-up launches, then `repeats` timed launches, each on the next set; the median
  * is the candidate's time (robust against the odd descheduled run), the min is reported too.
+ *
+ * Variants (docs/variants.md) are tuned on representative values, shared by every input set:
+ * a window of 256 keys left of the diagonal and none right (or the options' sizes), a softcap of
+ * 30, ALiBi's geometric slopes, a random N(0, 1) bias, four documents of random lengths, a prefix
+ * of a quarter of the length.  The caller's own modifier parameters have no representative
+ * value kiln could invent: their values come from kiln_prepare_options.tune_mod_args, and
+ * without them such a variant is not tuned.  The tuning database keys records by the whole
+ * descriptor key (modifier text hash included), so each variant tunes separately.
  *
  * Candidates are compiled with the same object path as prepare, outside the cache: only the
  * winner is stored, so a space of 16 candidates does not evict 15 useful entries.
@@ -120,6 +128,12 @@ static void report(kiln_context *ctx, int done, int total, const kiln_tune_candi
 typedef struct run {
   kiln_context *ctx;
   const kn_attn_desc *d;
+  const kn_attn_sig *sig;
+  kn_attn_vargs va;        /* the variant's values (one for every input set) */
+  kn_attn_named_arg named[KN_ATTN_MAX_PARAMS];
+  float *alibi;            /* the synthesised variant tensors (NULL when unused) */
+  void *bias;
+  int32_t *seg;
   kn_attn_problem p;
   const kn_space *space;
   io_set sets[ROTATE_SETS_MAX];
@@ -129,10 +143,15 @@ typedef struct run {
   int warmup, repeats;
 } run;
 
+/* the arguments of a launch on input set `set` (setup checked that every value is there) */
 static void launch_args(const run *r, const kn_attn_config *c, int set, kn_argval *args,
                         int grid[3]) {
   const io_set *s = &r->sets[set];
-  kn_attn_fill_args(r->d, NULL, c, &r->p, s->q, s->k, s->v, s->o, s->lse, NULL, args, grid, NULL);
+  kn_diag diag;
+  int rc = kn_attn_fill_args(r->d, r->sig, c, &r->p, s->q, s->k, s->v, s->o, s->lse, &r->va,
+                             args, grid, &diag);
+  KN_ASSERT(rc == 0);
+  (void)rc;
 }
 
 /* output of set 0 against the reference; NULL when within tolerance */
@@ -198,7 +217,7 @@ static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate 
     kn_artifact_free(obj);
     return;
   }
-  kn_argval args[KN_ATTN_NPARAMS];
+  kn_argval args[KN_ATTN_MAX_PARAMS];
   int grid[3];
   /* set 0 first: the correctness check (its output buffer is cleared so a kernel that writes
    * nothing cannot pass on the previous candidate's output) */
@@ -238,6 +257,84 @@ done:
 
 /* ---- the run ---- */
 
+/* ALiBi's slopes for n heads (Press et al.; the reference implementation's get_slopes): the
+ * geometric series 2^(-8 i / n) for a power of two n, else that of the power of two below n
+ * followed by every other slope of the next power of two */
+static void alibi_slopes(float *out, int n) {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  for (int i = 0; i < p; i++) out[i] = (float)exp2(-8.0 * (i + 1) / p);
+  for (int i = 0; i < n - p; i++) out[p + i] = (float)exp2(-8.0 * (2 * i + 1) / (2 * p));
+}
+
+/* the variant's representative values (see the top of the file) into r->va; tensors allocated
+ * into r (freed by teardown) */
+static kiln_status variant_values(run *r, const kiln_prepare_options *o, uint64_t *seed) {
+  const kn_attn_desc *d = r->d;
+  const int B = r->p.batch, H = r->p.heads, N = r->p.seqlen_q;
+  kn_attn_vargs *va = &r->va;
+  memset(va, 0, sizeof *va);
+  bool user[KN_ATTN_MAX_PARAMS];
+  int nuser = api_user_params(d, r->sig, user);
+  const kiln_mod_arg *margs = o ? o->tune_mod_args : NULL;
+  int nmargs = o ? o->tune_n_mod_args : 0;
+  if (nuser && !nmargs)
+    return api_fail(KILN_ERR_INVALID, "tuning: the kernel's modifiers take parameters, and kiln "
+                    "cannot invent representative values for them: give them in "
+                    "kiln_prepare_options.tune_mod_args");
+  kiln_status s = api_mod_args(r->sig, user, margs, nmargs, r->named, "tuning",
+                               "kiln_prepare_options.tune_mod_args");
+  if (s) return s;
+  for (int j = 0; j < nmargs; j++)
+    if (margs[j].kind == KILN_MOD_ARG_PTR && !margs[j].bytes)
+      return api_fail(KILN_ERR_INVALID, "tuning: the modifier tensor %%%s needs its size (bytes): "
+                      "the reference checks every access against it", margs[j].name);
+  va->mods = r->named;
+  va->nmods = nmargs;
+  if (d->window) {
+    bool given = o && (o->tune_window_left || o->tune_window_right);
+    va->window_left = given ? o->tune_window_left : 256;
+    va->window_right = given ? o->tune_window_right : 0;
+    if (va->window_left < -1 || va->window_right < -1)
+      return api_fail(KILN_ERR_INVALID, "tuning: window sizes %d, %d: each is -1 (unbounded) or "
+                      ">= 0", va->window_left, va->window_right);
+  }
+  va->softcap = 30;
+  if (d->alibi) {
+    if (!(r->alibi = malloc(sizeof *r->alibi * (size_t)H))) goto nomem;
+    alibi_slopes(r->alibi, H);
+    va->alibi_slopes = r->alibi;
+    va->alibi_sb = 0;
+  }
+  if (d->bias) {
+    size_t n = (size_t)B * H * N * N;
+    if (!(r->bias = malloc(n * kn_scalar_size(d->dtype)))) goto nomem;
+    fill(d->dtype, r->bias, NULL, n, seed);
+    va->bias = r->bias;
+    va->bias_sb = (int64_t)H * N * N, va->bias_sh = (int64_t)N * N, va->bias_sm = N;
+  }
+  if (d->document) {
+    /* four documents per row, each at least one token where the length allows */
+    if (!(r->seg = malloc(sizeof *r->seg * (size_t)B * N))) goto nomem;
+    for (int b = 0; b < B; b++) {
+      int cut[3];
+      for (int c = 0; c < 3; c++)
+        cut[c] = N > 4 ? 1 + (int)(rng_next(seed) % (uint64_t)(N - 1)) : c + 1;
+      for (int c = 0; c < 2; c++) /* sorted */
+        for (int e = c + 1; e < 3; e++)
+          if (cut[e] < cut[c]) { int t = cut[c]; cut[c] = cut[e]; cut[e] = t; }
+      for (int i = 0; i < N; i++)
+        r->seg[(size_t)b * N + i] = (i >= cut[0]) + (i >= cut[1]) + (i >= cut[2]);
+    }
+    va->q_seg = va->k_seg = r->seg;
+    va->q_seg_sb = va->k_seg_sb = N;
+  }
+  va->prefix_len = N / 4;
+  return KILN_OK;
+nomem:
+  return api_fail(KILN_ERR_NOMEM, "out of memory for the variant's tuning values");
+}
+
 static kiln_status setup(run *r, const kiln_prepare_options *o, int seqlen) {
   const kn_attn_desc *d = r->d;
   r->p = (kn_attn_problem){.batch = o && o->tune_batch > 0 ? o->tune_batch : 1,
@@ -246,6 +343,9 @@ static kiln_status setup(run *r, const kiln_prepare_options *o, int seqlen) {
   r->p.kv_heads = r->p.heads;
   r->warmup = o && o->tune_warmup > 0 ? o->tune_warmup : DEFAULT_WARMUP;
   r->repeats = o && o->tune_repeats > 0 ? o->tune_repeats : DEFAULT_REPEATS;
+  uint64_t seed = 0x6b696c6e74756e65ull; /* "kilntune" */
+  kiln_status vs = variant_values(r, o, &seed);
+  if (vs) return vs;
   size_t D = (size_t)d->head_dim, es = kn_scalar_size(d->dtype);
   r->nq = (size_t)r->p.batch * r->p.heads * (size_t)seqlen * D;  /* (B, H, N, D) */
   r->nk = r->nq;                                                 /* (B, HK, N, D), HK = H */
@@ -258,7 +358,6 @@ static kiln_status setup(run *r, const kiln_prepare_options *o, int seqlen) {
   r->ref_o = malloc(r->nq * 8);
   r->ref_lse = malloc(r->nl * 8);
   bool ok = qd && kd && vd && r->ref_o && r->ref_lse;
-  uint64_t seed = 0x6b696c6e74756e65ull; /* "kilntune" */
   for (int i = 0; ok && i < r->nsets; i++) {
     io_set *s = &r->sets[i];
     s->q = kn_host_alloc(r->nq * es);
@@ -273,13 +372,18 @@ static kiln_status setup(run *r, const kiln_prepare_options *o, int seqlen) {
       fill(d->dtype, s->v, i ? NULL : vd, r->nk, &seed);
     }
   }
-  if (ok) kn_attn_reference(d, &r->p, qd, kd, vd, r->ref_o, r->ref_lse);
+  kiln_status st = ok ? KILN_OK
+                      : api_fail(KILN_ERR_NOMEM, "out of memory for the tuning problem (%d x %d x "
+                                 "%d^2)", r->p.batch, r->p.heads, seqlen);
+  kn_diag diag;
+  if (!st && kn_attn_reference_v(d, NULL, &r->p, &r->va, qd, kd, vd, r->ref_o, r->ref_lse, &diag))
+    /* the variant's values do not fit its modifiers (a tensor too small, say) */
+    st = api_fail(KILN_ERR_INVALID, "tuning: the float64 reference of the variant failed: %s",
+                  diag.message);
   free(qd);
   free(kd);
   free(vd);
-  return ok ? KILN_OK
-            : api_fail(KILN_ERR_NOMEM, "out of memory for the tuning problem (%d x %d x %d^2)",
-                       r->p.batch, r->p.heads, seqlen);
+  return st;
 }
 
 static void teardown(run *r) {
@@ -292,10 +396,14 @@ static void teardown(run *r) {
   }
   free(r->ref_o);
   free(r->ref_lse);
+  free(r->alibi);
+  free(r->bias);
+  free(r->seg);
 }
 
-kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepare_options *o,
-                     int seqlen, int record, kiln_tune_result *res, kn_attn_config *best) {
+kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
+                     const kiln_prepare_options *o, int seqlen, int record, kiln_tune_result *res,
+                     kn_attn_config *best) {
   double t_start = now_us();
   kn_space space;
   kn_diag why;
@@ -345,7 +453,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kiln_prepar
                     "template accepts for %s D%d on %s (%s)", npoints, kn_scalar_name(d->dtype),
                     d->head_dim, ctx->target_name, first_why);
   }
-  run r = {.ctx = ctx, .d = d, .space = &space};
+  run r = {.ctx = ctx, .d = d, .sig = sig, .space = &space};
   kiln_status s = setup(&r, o, seqlen);
   if (s) {
     teardown(&r);
@@ -454,9 +562,11 @@ kiln_status kiln_tune(kiln_context *ctx, const kiln_attn_desc *desc,
   kn_diag diag;
   if (kn_attn_check_on(ctx->target->arch, &d, &c, &diag))
     return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
+  kn_attn_sig sig;
+  if ((s = api_signature(&d, &sig))) return s;
   int seqlen = o && o->seqlen > 0 ? o->seqlen : 1024;
   kn_attn_config best;
-  return api_tune(ctx, &d, o, seqlen, 2, out, &best);
+  return api_tune(ctx, &d, &sig, o, seqlen, 2, out, &best);
 }
 
 void kiln_tune_result_free(kiln_tune_result *r) {

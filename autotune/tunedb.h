@@ -39,6 +39,8 @@ extern "C" {
 #define KN_TUNEDB_FILE "tuning.sqlite3"
 #define KN_TUNEDB_BUSY_TIMEOUT_MS 10000
 #define KN_TUNE_NAME_MAX 64
+/* a variant is a descriptor's whole canonical key (templates/attention.h, KN_ATTN_KEY_MAX) */
+#define KN_TUNE_VARIANT_MAX 192
 
 /* The statuses the database returns:
  *   KN_OK
@@ -52,7 +54,7 @@ extern "C" {
 
 typedef struct kn_tune_key {
   char template_name[KN_TUNE_NAME_MAX]; /* "fwd", "decode", "bwd" */
-  char variant[KN_TUNE_NAME_MAX];       /* the variant descriptor's canonical name, "causal" */
+  char variant[KN_TUNE_VARIANT_MAX];    /* the variant descriptor's canonical name, "causal" */
   char dtype[16];                       /* "f16", "bf16", "f32", "fp8e4m3" */
   int head_dim;
   int seq_bucket;                       /* kn_tune_seq_bucket(sequence length) */

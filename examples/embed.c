@@ -2,10 +2,11 @@
  *
  * A server creates one context at start-up and keeps it: the context owns the kernels it
  * prepares.  For each request it asks for the kernel of the request's descriptor (dtype, head
- * dim, causal) and launches it on the request's buffers.  The first request of a descriptor
+ * dim, causal, and here a sliding window for some: a variant, docs/variants.md) and launches it
+ * on the request's buffers.  The first request of a descriptor
  * compiles the kernel (or, in a later process, loads it from the disk cache in about a
  * millisecond); every later one is a lookup in the context's memory.  Shapes (batch, heads,
- * lengths, GQA) are launch arguments: one kernel serves them all.
+ * lengths, GQA) and the window's size are launch arguments: one kernel serves them all.
  *
  * This sketch runs on the host device (the CPU), where buffers are ordinary memory and the call
  * returns when the output is written.  On an NVIDIA GPU the same code takes device = "cuda",
@@ -27,12 +28,14 @@ typedef _Float16 half; /* f16 storage: GCC and Clang on x86-64 and AArch64 */
 
 typedef struct request {
   int causal, batch, heads, kv_heads, seqlen_q, seqlen_k;
+  int window; /* > 0: a sliding window, each query sees the `window` keys before it and its own */
 } request;
 
-/* what a stream of requests may look like: two descriptors, several shapes each */
+/* what a stream of requests may look like: three descriptors, several shapes each */
 static const request requests[] = {
-    {1, 1, 4, 2, 77, 77},   {1, 2, 4, 4, 128, 128}, {1, 1, 4, 2, 77, 77},
-    {0, 1, 8, 2, 1, 200},   {1, 1, 4, 1, 300, 300}, {0, 2, 4, 2, 64, 33},
+    {1, 1, 4, 2, 77, 77, 0},    {1, 2, 4, 4, 128, 128, 0}, {1, 1, 4, 2, 77, 77, 0},
+    {0, 1, 8, 2, 1, 200, 0},    {1, 1, 4, 1, 300, 300, 0}, {0, 2, 4, 2, 64, 33, 0},
+    {1, 1, 4, 2, 300, 300, 32}, {1, 2, 4, 4, 100, 150, 64},
 };
 
 enum { HEAD_DIM = 64 };
@@ -68,17 +71,19 @@ static double max_error(const request *r, const half *q, const half *k, const ha
         const half *vh = v + ((size_t)b * r->kv_heads + h / group) * r->seqlen_k * D;
         const half *oi = o + (((size_t)b * r->heads + h) * r->seqlen_q + i) * D;
         int last = r->causal ? i + r->seqlen_k - r->seqlen_q : r->seqlen_k - 1;
+        int first = r->window > 0 ? i + r->seqlen_k - r->seqlen_q - r->window : 0;
+        if (first < 0) first = 0;
         double m = -INFINITY, l = 0;
-        for (int j = 0; j <= last && j < r->seqlen_k; j++) {
+        for (int j = first; j <= last && j < r->seqlen_k; j++) {
           double s = 0;
           for (int d = 0; d < D; d++) s += (double)qi[d] * (double)kh[(size_t)j * D + d];
           p[j] = s * scale;
           if (p[j] > m) m = p[j];
         }
-        for (int j = 0; j <= last && j < r->seqlen_k; j++) l += p[j] = exp(p[j] - m);
+        for (int j = first; j <= last && j < r->seqlen_k; j++) l += p[j] = exp(p[j] - m);
         for (int d = 0; d < D; d++) {
           double want = 0; /* a row that sees no key outputs zeros */
-          for (int j = 0; j <= last && j < r->seqlen_k; j++)
+          for (int j = first; j <= last && j < r->seqlen_k; j++)
             want += p[j] / l * (double)vh[(size_t)j * D + d];
           double e = fabs((double)oi[d] - want);
           if (!(e <= worst)) worst = e; /* NaN sticks */
@@ -109,8 +114,10 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < nq; i++) q[i] = (half)uniform(&seed);
     for (size_t i = 0; i < nk; i++) k[i] = (half)uniform(&seed), v[i] = (half)uniform(&seed);
 
-    /* the request's kernel: compiled, loaded from the cache, or found in the context */
-    kiln_attn_desc desc = {.dtype = KILN_F16, .head_dim = HEAD_DIM, .causal = r->causal};
+    /* the request's kernel: compiled, loaded from the cache, or found in the context.  A
+     * sliding window is a variant of the kernel (window = 1); its size is an argument. */
+    kiln_attn_desc desc = {.dtype = KILN_F16, .head_dim = HEAD_DIM, .causal = r->causal,
+                           .window = r->window > 0};
     kiln_stats before, after;
     kiln_context_stats(ctx, &before);
     kiln_kernel *kernel;
@@ -121,6 +128,7 @@ int main(int argc, char **argv) {
     kiln_attn_args a = {.q = q, .k = k, .v = v, .o = o, .batch = r->batch, .heads = r->heads,
                         .kv_heads = r->kv_heads, .seqlen_q = r->seqlen_q,
                         .seqlen_k = r->seqlen_k};
+    if (r->window > 0) a.window_left = r->window, a.window_right = 0;
     if (!s) s = kiln_forward(kernel, &a, NULL);
     double t2 = now_ms();
     if (s) {
@@ -134,9 +142,11 @@ int main(int argc, char **argv) {
                                                              : "memo hit";
     double err = max_error(r, q, k, v, o);
     bad += !(err <= TOLERANCE);
-    printf("request %zu: causal=%d B=%d H=%d HK=%d Nq=%d Nk=%d  %-9s  prepare %.3f ms  forward "
-           "%.3f ms  max_abs_err=%.2g %s\n", n + 1, r->causal, r->batch, r->heads, r->kv_heads,
-           r->seqlen_q, r->seqlen_k, how, t1 - t0, t2 - t1, err,
+    char window[32] = "";
+    if (r->window > 0) snprintf(window, sizeof window, " window=%d", r->window);
+    printf("request %zu: causal=%d%s B=%d H=%d HK=%d Nq=%d Nk=%d  %-9s  prepare %.3f ms  "
+           "forward %.3f ms  max_abs_err=%.2g %s\n", n + 1, r->causal, window, r->batch,
+           r->heads, r->kv_heads, r->seqlen_q, r->seqlen_k, how, t1 - t0, t2 - t1, err,
            err <= TOLERANCE ? "ok" : "WRONG");
     free(q), free(k), free(v), free(o);
   }

@@ -15,6 +15,9 @@
  *   kiln_attn_args a = {.q = q, .k = kk, .v = v, .o = o, .batch = B, .heads = H,
  *                       .kv_heads = HK, .seqlen_q = N, .seqlen_k = N};
  *   if (kiln_forward(k, &a, stream)) fail(kiln_last_error());
+ *   // a variant: a kernel of its own, its values launch arguments (kiln_attn_desc below)
+ *   kiln_attn_desc w = {.dtype = KILN_F16, .head_dim = 128, .causal = 1, .window = 1};
+ *   a.window_left = 4096, a.window_right = 0;
  *   ...
  *   kiln_context_destroy(ctx);   // frees its kernels
  *
@@ -178,14 +181,70 @@ typedef enum kiln_dtype {
 /* "f16", "bf16", "f32"; NULL for a value that is not a kiln_dtype */
 const char *kiln_dtype_name(kiln_dtype t);
 
-/* What to compute: FlashAttention-2 style forward, O = softmax(Q K^T * scale) V.  Causal masks
- * are aligned bottom-right (query i sees key j iff j <= i + seqlen_k - seqlen_q). */
+/* What to compute: FlashAttention-2 style forward, O = softmax(mods(Q K^T * scale)) V.
+ *
+ * The variant (docs/variants.md).  Each is a modifier of the scores or the mask, applied in the
+ * order of the fields; its values are kiln_attn_args fields (window sizes, the cap, tensors),
+ * arguments of every launch, not part of the kernel:
+ *   causal    KILN_CAUSAL_BOTTOM_RIGHT (1): query i sees key j iff j <= i + seqlen_k - seqlen_q
+ *             (FlashAttention 2); KILN_CAUSAL_TOP_LEFT (2): iff j <= i; 0: no causal mask
+ *   window    sliding window around the bottom-right diagonal: key j is visible to query i iff
+ *             -window_left <= j - (i + seqlen_k - seqlen_q) <= window_right (-1: unbounded)
+ *   softcap   logit soft-capping: score -> softcap * tanh(score / softcap)
+ *   alibi     ALiBi: score -= slope[b, h] * |i + seqlen_k - seqlen_q - j|
+ *   bias      an additive bias tensor (B, H, seqlen_q, seqlen_k) in the kernel's dtype
+ *   document  packed documents: query i sees key j only if q_seg[b, i] == k_seg[b, j]
+ *   prefix    prefix-LM: every key below prefix_len is visible, the rest bottom-right causal
+ *             (prefix includes its causal part: causal must be 0 with it)
+ *   mods      the text of the caller's own modifiers in kiln's IR (docs/ir.md; a signature is
+ *             one line there, wrapped here), any of
+ *             func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32,
+ *                             ...) -> (f32)
+ *             func @mask_mod(%b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, ...) -> (i1)
+ *             func @block_mask(%b: i32, %h: i32, %q_lo: i32, %q_hi: i32, %kv_lo: i32,
+ *                              %kv_hi: i32, ...) -> (i1)
+ *             whose parameters after the fixed ones are values given by name at launch
+ *             (kiln_attn_args.mod_args), unless named like a kernel parameter (seqlen_q,
+ *             seqlen_k, heads, kv_group, sm_scale, ...), which they then are.  kiln_prepare
+ *             copies the text (the kernel owns its copy) and keys the kernel by its hash; a
+ *             malformed text is KILN_ERR_INVALID with the parser's or verifier's
+ *             <mods_name>:line:col message.
+ * The flags are 0 (off) or nonzero (on); fields added later keep the zero-initialised
+ * descriptor of an older caller meaning what it meant. */
+enum {
+  KILN_CAUSAL_NONE = 0,
+  KILN_CAUSAL_BOTTOM_RIGHT = 1, /* as FlashAttention 2 aligns it when seqlen_q != seqlen_k */
+  KILN_CAUSAL_TOP_LEFT = 2,
+};
+
 typedef struct kiln_attn_desc {
   kiln_dtype dtype;    /* of q, k, v and o */
   int head_dim;        /* a multiple of 16 in 32..256 */
-  int causal;          /* nonzero: causal mask */
+  int causal;          /* KILN_CAUSAL_NONE, _BOTTOM_RIGHT or _TOP_LEFT */
   int has_lse;         /* nonzero: also write the log-sum-exp per query row (natural log, f32) */
+  int window, softcap, alibi, bias, document, prefix; /* the built-in variants (above) */
+  const char *mods;    /* the caller's modifiers (IR text), NULL or "": none */
+  const char *mods_name; /* what error messages call the text (a file name); NULL: "<mods>".
+                            Not part of the kernel's identity */
 } kiln_attn_desc;
+
+/* A value of a parameter of the caller's modifiers (kiln_attn_desc.mods), by name. */
+typedef enum kiln_mod_arg_kind {
+  KILN_MOD_ARG_INT = 1, /* i: an i32 or i64 parameter (also accepted for an f32 one) */
+  KILN_MOD_ARG_FLOAT,   /* f: an f32 parameter */
+  KILN_MOD_ARG_PTR,     /* p: a ptr<T> parameter (a tensor), on the kernel's device */
+} kiln_mod_arg_kind;
+
+typedef struct kiln_mod_arg {
+  const char *name;     /* the parameter's name in the text, without '%' */
+  kiln_mod_arg_kind kind;
+  int64_t i;
+  double f;
+  const void *p;
+  size_t bytes;         /* PTR: the bytes readable at p.  Required where kiln evaluates the
+                           modifiers itself (tuning's reference checks every access against it);
+                           kiln_forward does not read it (0 = unknown) */
+} kiln_mod_arg;
 
 typedef struct kiln_prepare_options {
   kiln_tune_policy tune_policy; /* KILN_TUNE_CONTEXT: the context's */
@@ -203,6 +262,16 @@ typedef struct kiln_prepare_options {
   int tune_batch, tune_heads; /* problem timed: batch x heads x seqlen^2 (0: 1 and 8) */
   int tune_warmup;     /* launches before timing (0: 2) */
   int tune_repeats;    /* timed launches, median reported (0: 7) */
+  /* tuning a variant: every candidate is checked against the float64 reference with
+   * representative values of the variant (window 256 left / 0 right, softcap 30, ALiBi's
+   * geometric slopes, a random bias, four documents, a prefix of a quarter of the length) */
+  int tune_window_left, tune_window_right; /* window: the sizes tuned with (both 0: 256, 0) */
+  const kiln_mod_arg *tune_mod_args; /* the values of the caller's modifier parameters to tune
+                                        with (pointers: host memory, `bytes` set, sized for the
+                                        tuning problem tune_batch x tune_heads x seqlen); a
+                                        kernel whose modifiers have parameters is not tuned
+                                        without them */
+  int tune_n_mod_args;
 } kiln_prepare_options;
 
 /* Compile-or-load.  options NULL: defaults.  On success *out is the context's kernel for this
@@ -243,9 +312,29 @@ typedef struct kiln_attn_args {
   float sm_scale;            /* 0: 1/sqrt(head_dim) */
   int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];
   int64_t lse_stride[2];
+  /* The variant's values (kiln_attn_desc).  The fields of a variant the kernel was not
+   * prepared with must stay zero (KILN_ERR_INVALID otherwise); tensors live where q does. */
+  int window_left, window_right; /* window: keys visible left and right of the diagonal, -1
+                                    unbounded (0 and 0: the diagonal only) */
+  float softcap;             /* softcap: the cap, > 0 */
+  const float *alibi_slopes; /* alibi: f32 slopes (batch, heads), or (heads) for every batch */
+  int64_t alibi_stride;      /* ... its batch stride; 0: one (heads) vector for every batch */
+  const void *bias;          /* bias: (batch, heads, seqlen_q, seqlen_k) of the kernel's dtype,
+                                keys contiguous */
+  int64_t bias_stride[3];    /* ... strides {batch, head, row}; all zero: contiguous; a zero
+                                among nonzero ones broadcasts that axis */
+  const int32_t *q_seg, *k_seg; /* document: segment ids (batch, seqlen_q), (batch, seqlen_k);
+                                   each row non-decreasing (documents packed in order) */
+  int64_t q_seg_stride, k_seg_stride; /* ... batch strides; 0: contiguous */
+  int prefix_len;            /* prefix: keys [0, prefix_len) are visible to every query */
+  const kiln_mod_arg *mod_args; /* mods: a value for every parameter of the caller's modifiers */
+  int n_mod_args;
 } kiln_attn_args;
 
-/* Launches the kernel on `stream`.  CUDA: buffers are device pointers valid in the device's
+/* Launches the kernel on `stream`.  Bad arguments are KILN_ERR_INVALID with the reason: a
+ * NULL tensor the kernel reads, a value for a variant the kernel was not prepared with, a
+ * modifier parameter without a value (or a value for a name that is none of them, or of the
+ * wrong kind).  CUDA: buffers are device pointers valid in the device's
  * primary context, `stream` a CUstream (NULL: the legacy default stream), the call returns once
  * the launch is queued (KILN_ERR_UNSUPPORTED for a grid CUDA cannot launch: batch * heads above
  * 65535; KILN_ERR_RUNTIME when the driver refuses the launch; faults inside the kernel show at
@@ -301,7 +390,8 @@ typedef struct kiln_cache_entry {
 
 typedef struct kiln_tuning_record {
   char template_name[64];    /* "fwd" */
-  char variant[64];          /* the descriptor's canonical key, "dtype=f16;d=128;causal=1;lse=1" */
+  char variant[192];         /* the descriptor's canonical key,
+                                "dtype=f16;d=128;causal=1;lse=1;window=0;...;mods=0" */
   char dtype[16];
   int head_dim, seq_bucket;
   char arch[32];             /* "host-znver3", "sm_90a-NVIDIA H200" */

@@ -10,13 +10,18 @@ Two levels:
 * Context / Kernel wrap kiln_context_create, kiln_prepare and kiln_forward on raw addresses (host
   pointers on the host device, device pointers on CUDA), with errors raised as KilnError
   (.status: a kiln_status value, .status_name, .message: kiln_last_error()).
-* attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None) takes tensors in
-  (B, H, N, D) layout (any batch/head/row strides, the head dimension contiguous) and computes
-  softmax(q k^T * scale) v into `out`.  Tensors are duck-typed (.data_ptr(), .shape, .stride(),
-  .dtype, .device, .is_cuda), so this module never imports torch itself; torch is imported
-  lazily only to allocate `out` when none is given and to ask for the current CUDA stream.  CPU
-  tensors run on the host device (synchronously); CUDA tensors run on their GPU, asynchronously
-  on torch's current stream, like any torch op.
+* attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_size=None,
+  softcap=None, alibi_slopes=None, bias=None, document_ids=None, prefix_len=None,
+  score_mod=None, mask_mod=None, params=None) takes tensors in (B, H, N, D) layout (any
+  batch/head/row strides, the head dimension contiguous) and computes softmax(mods(q k^T *
+  scale)) v into `out`, with the attention variants of docs/variants.md: causal masks aligned
+  bottom-right or top-left, a sliding window, logit soft-capping, ALiBi, an additive bias,
+  document (packed sequence) masking, prefix-LM, and the caller's own score_mod / mask_mod
+  written in kiln's IR text.  Tensors are duck-typed (.data_ptr(), .shape, .stride(), .dtype,
+  .device, .is_cuda), so this module never imports torch itself; torch is imported lazily only to
+  allocate `out` when none is given and to ask for the current CUDA stream.  CPU tensors run on
+  the host device (synchronously); CUDA tensors run on their GPU, asynchronously on torch's
+  current stream, like any torch op.
 
 Contexts are created once per device and kept for the life of the process (a context owns its
 compiled kernels; kiln_prepare is a memo lookup after the first call, so calling attention() in
@@ -40,6 +45,15 @@ _STATUS_NAMES = ["KILN_OK", "KILN_ERR_INVALID", "KILN_ERR_UNSUPPORTED", "KILN_ER
                  "KILN_ERR_INSECURE"]
 F16, BF16, F32 = 1, 2, 3
 TUNE_CONTEXT, TUNE_NONE, TUNE_CACHED, TUNE_AUTO = range(4)
+CAUSAL_NONE, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT = range(3)
+MOD_ARG_INT, MOD_ARG_FLOAT, MOD_ARG_PTR = 1, 2, 3
+_CAUSAL = {False: CAUSAL_NONE, True: CAUSAL_BOTTOM_RIGHT, None: CAUSAL_NONE,
+           "bottom_right": CAUSAL_BOTTOM_RIGHT, "top_left": CAUSAL_TOP_LEFT,
+           CAUSAL_NONE: CAUSAL_NONE, CAUSAL_BOTTOM_RIGHT: CAUSAL_BOTTOM_RIGHT,
+           CAUSAL_TOP_LEFT: CAUSAL_TOP_LEFT}
+_ITEMSIZE = {"float16": 2, "half": 2, "bfloat16": 2, "float32": 4, "float": 4, "float64": 8,
+             "double": 8, "int32": 4, "int": 4, "int64": 8, "long": 8, "int16": 2, "int8": 1,
+             "uint8": 1, "bool": 1}
 _DTYPES = {"float16": F16, "half": F16, "bfloat16": BF16, "float32": F32, "float": F32}
 
 
@@ -69,7 +83,15 @@ class _ContextOptions(ctypes.Structure):
 
 class _AttnDesc(ctypes.Structure):
     _fields_ = [("dtype", ctypes.c_int), ("head_dim", ctypes.c_int), ("causal", ctypes.c_int),
-                ("has_lse", ctypes.c_int)]
+                ("has_lse", ctypes.c_int), ("window", ctypes.c_int), ("softcap", ctypes.c_int),
+                ("alibi", ctypes.c_int), ("bias", ctypes.c_int), ("document", ctypes.c_int),
+                ("prefix", ctypes.c_int), ("mods", ctypes.c_char_p),
+                ("mods_name", ctypes.c_char_p)]
+
+
+class _ModArg(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("kind", ctypes.c_int), ("i", ctypes.c_int64),
+                ("f", ctypes.c_double), ("p", ctypes.c_void_p), ("bytes", ctypes.c_size_t)]
 
 
 class _PrepareOptions(ctypes.Structure):
@@ -77,7 +99,9 @@ class _PrepareOptions(ctypes.Structure):
                 ("block_m", ctypes.c_int), ("block_n", ctypes.c_int), ("warps", ctypes.c_int),
                 ("tune_space", ctypes.c_char_p), ("tune_batch", ctypes.c_int),
                 ("tune_heads", ctypes.c_int), ("tune_warmup", ctypes.c_int),
-                ("tune_repeats", ctypes.c_int)]
+                ("tune_repeats", ctypes.c_int), ("tune_window_left", ctypes.c_int),
+                ("tune_window_right", ctypes.c_int), ("tune_mod_args", ctypes.POINTER(_ModArg)),
+                ("tune_n_mod_args", ctypes.c_int)]
 
 
 class _KernelInfo(ctypes.Structure):
@@ -96,7 +120,14 @@ class _AttnArgs(ctypes.Structure):
                 ("heads", ctypes.c_int), ("kv_heads", ctypes.c_int), ("seqlen_q", ctypes.c_int),
                 ("seqlen_k", ctypes.c_int), ("sm_scale", ctypes.c_float),
                 ("q_stride", _I64x3), ("k_stride", _I64x3), ("v_stride", _I64x3),
-                ("o_stride", _I64x3), ("lse_stride", ctypes.c_int64 * 2)]
+                ("o_stride", _I64x3), ("lse_stride", ctypes.c_int64 * 2),
+                ("window_left", ctypes.c_int), ("window_right", ctypes.c_int),
+                ("softcap", ctypes.c_float), ("alibi_slopes", ctypes.c_void_p),
+                ("alibi_stride", ctypes.c_int64), ("bias", ctypes.c_void_p),
+                ("bias_stride", _I64x3), ("q_seg", ctypes.c_void_p), ("k_seg", ctypes.c_void_p),
+                ("q_seg_stride", ctypes.c_int64), ("k_seg_stride", ctypes.c_int64),
+                ("prefix_len", ctypes.c_int), ("mod_args", ctypes.POINTER(_ModArg)),
+                ("n_mod_args", ctypes.c_int)]
 
 
 _STATS = ["prepares", "memo_hits", "cache_hits", "compiles", "corrupt_entries", "not_stored",
@@ -176,6 +207,60 @@ def _bytes(s):
     return None if s is None else s.encode() if isinstance(s, str) else s
 
 
+def _causal(causal):
+    try:
+        return _CAUSAL[causal]
+    except (KeyError, TypeError):
+        raise KilnError(ERR_INVALID, "causal %r: False, True (\"bottom_right\") or \"top_left\""
+                        % (causal,)) from None
+
+
+def _address(x):
+    """(address, bytes) of a buffer: a tensor (.data_ptr(), with .numel()/.element_size() or
+    .shape/.stride()/.dtype), a numpy array (__array_interface__), a ctypes object, or an
+    (address, bytes) pair."""
+    if isinstance(x, tuple) and len(x) == 2:
+        return int(x[0]), int(x[1])
+    if hasattr(x, "data_ptr"):
+        if hasattr(x, "element_size") and hasattr(x, "stride"):
+            size = x.element_size()
+        else:
+            size = _ITEMSIZE.get(_dtype_name(x))
+            if size is None:
+                raise KilnError(ERR_INVALID, "a tensor of dtype %s: its element size is unknown"
+                                % _dtype_name(x))
+        shape, strides = tuple(int(n) for n in x.shape), tuple(int(n) for n in x.stride())
+        if any(n == 0 for n in shape):
+            return int(x.data_ptr()), 0
+        extent = 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+        return int(x.data_ptr()), extent * size
+    if hasattr(x, "__array_interface__"):
+        return int(x.__array_interface__["data"][0]), int(x.nbytes)
+    if isinstance(x, ctypes.Array) or isinstance(x, ctypes.Structure):
+        return ctypes.addressof(x), ctypes.sizeof(x)
+    raise KilnError(ERR_INVALID, "%r is not a tensor, an array or an (address, bytes) pair"
+                    % (type(x).__name__,))
+
+
+def _mod_args(params):
+    """{name: int | float | tensor or array} -> a ctypes array of kiln_mod_arg (kept alive by the
+    caller while the call runs) and its length"""
+    if not params:
+        return None, 0
+    arr = (_ModArg * len(params))()
+    for i, (name, value) in enumerate(params.items()):
+        a = arr[i]
+        a.name = _bytes(name)
+        if isinstance(value, bool) or isinstance(value, int):
+            a.kind, a.i = MOD_ARG_INT, int(value)
+        elif isinstance(value, float):
+            a.kind, a.f = MOD_ARG_FLOAT, value
+        else:
+            a.kind = MOD_ARG_PTR
+            a.p, a.bytes = _address(value)
+    return arr, len(params)
+
+
 class Context:
     """A kiln context: device ("auto", "host", "cuda", "cuda:N", "sm_80", "sm_90a"), cache
     directory (None: $KILN_CACHE_DIR, ...), tuning policy, and an optional log callable
@@ -236,17 +321,31 @@ class Context:
         return {n: getattr(s, n) for n in _STATS}
 
     def prepare(self, dtype, head_dim, causal=False, has_lse=False, seqlen=0, block_m=0,
-                block_n=0, warps=0, tune_policy=TUNE_CONTEXT):
+                block_n=0, warps=0, tune_policy=TUNE_CONTEXT, window=False, softcap=False,
+                alibi=False, bias=False, document=False, prefix=False, mods=None,
+                mods_name=None, tune_mod_args=None):
         """Compile-or-load the attention kernel; dtype is F16/BF16/F32 or a name ("float16").
-        block_m/block_n (together) and warps force the tiling (0: chosen by the policy)."""
+        block_m/block_n (together) and warps force the tiling (0: chosen by the policy).
+
+        The variant (docs/variants.md): causal False, True or "bottom_right" (FlashAttention 2's
+        alignment), "top_left"; the flags window, softcap, alibi, bias, document, prefix; mods,
+        the IR text of the caller's @score_mod / @mask_mod / @block_mask (mods_name: what error
+        messages call it).  Their values are Kernel.forward's arguments.  tune_mod_args: values
+        of the modifiers' own parameters ({name: value}) for tuning (kiln_prepare_options)."""
         if isinstance(dtype, str):
             if dtype not in _DTYPES:
                 raise KilnError(ERR_UNSUPPORTED, "dtype %s: kiln serves float16, bfloat16 and "
                                 "float32" % dtype)
             dtype = _DTYPES[dtype]
-        desc = _AttnDesc(dtype, head_dim, 1 if causal else 0, 1 if has_lse else 0)
+        desc = _AttnDesc(dtype, head_dim, _causal(causal), 1 if has_lse else 0,
+                         1 if window else 0, 1 if softcap else 0, 1 if alibi else 0,
+                         1 if bias else 0, 1 if document else 0, 1 if prefix else 0,
+                         _bytes(mods), _bytes(mods_name))
         po = _PrepareOptions(tune_policy=tune_policy, seqlen=seqlen, block_m=block_m,
                              block_n=block_n, warps=warps)
+        targs, po.tune_n_mod_args = _mod_args(tune_mod_args)
+        if targs is not None:
+            po.tune_mod_args = targs
         k = ctypes.c_void_p()
         _check(library().kiln_prepare(self._handle(), ctypes.byref(desc), ctypes.byref(po),
                                       ctypes.byref(k)))
@@ -263,8 +362,13 @@ class Kernel:
     def info(self):
         i = _KernelInfo()
         _check(library().kiln_kernel_get_info(self._h, ctypes.byref(i)))
-        return {"dtype": i.desc.dtype, "head_dim": i.desc.head_dim, "causal": bool(i.desc.causal),
-                "has_lse": bool(i.desc.has_lse), "block_m": i.block_m, "block_n": i.block_n,
+        return {"dtype": i.desc.dtype, "head_dim": i.desc.head_dim, "causal": i.desc.causal,
+                "has_lse": bool(i.desc.has_lse), "window": bool(i.desc.window),
+                "softcap": bool(i.desc.softcap), "alibi": bool(i.desc.alibi),
+                "bias": bool(i.desc.bias), "document": bool(i.desc.document),
+                "prefix": bool(i.desc.prefix),
+                "mods": i.desc.mods.decode() if i.desc.mods else None,
+                "block_m": i.block_m, "block_n": i.block_n,
                 "warps": i.warps, "stages": i.stages, "tuned": bool(i.tuned),
                 "source": {1: "compiled", 2: "cache"}.get(i.source, "?"),
                 "prepare_ms": i.prepare_ms, "cache_key": i.cache_key.decode(),
@@ -272,15 +376,29 @@ class Kernel:
 
     def forward(self, q, k, v, o, batch, heads, kv_heads, seqlen_q, seqlen_k, lse=None,
                 sm_scale=0.0, q_stride=(0, 0, 0), k_stride=(0, 0, 0), v_stride=(0, 0, 0),
-                o_stride=(0, 0, 0), lse_stride=(0, 0), stream=None):
+                o_stride=(0, 0, 0), lse_stride=(0, 0), stream=None, window=(0, 0), softcap=0.0,
+                alibi_slopes=None, alibi_stride=0, bias=None, bias_stride=(0, 0, 0),
+                q_seg=None, k_seg=None, q_seg_stride=0, k_seg_stride=0, prefix_len=0,
+                mod_args=None):
         """kiln_forward on raw addresses (ints): host pointers on the host device, device pointers
-        on CUDA; strides in elements (zeros: contiguous); stream a CUstream address or None."""
+        on CUDA; strides in elements (zeros: contiguous); stream a CUstream address or None.
+        The variant's values as kiln_attn_args has them: window (left, right), softcap, the
+        addresses alibi_slopes, bias, q_seg, k_seg with their strides, prefix_len, and mod_args
+        {name: int | float | tensor or array} for the caller's modifier parameters."""
         self.context._handle()
+        margs, nmargs = _mod_args(mod_args)
         a = _AttnArgs(q=q, k=k, v=v, o=o, lse=lse, batch=batch, heads=heads, kv_heads=kv_heads,
                       seqlen_q=seqlen_q, seqlen_k=seqlen_k, sm_scale=sm_scale,
                       q_stride=_I64x3(*q_stride), k_stride=_I64x3(*k_stride),
                       v_stride=_I64x3(*v_stride), o_stride=_I64x3(*o_stride),
-                      lse_stride=(ctypes.c_int64 * 2)(*lse_stride))
+                      lse_stride=(ctypes.c_int64 * 2)(*lse_stride),
+                      window_left=window[0], window_right=window[1], softcap=softcap,
+                      alibi_slopes=alibi_slopes, alibi_stride=alibi_stride, bias=bias,
+                      bias_stride=_I64x3(*bias_stride), q_seg=q_seg, k_seg=k_seg,
+                      q_seg_stride=q_seg_stride, k_seg_stride=k_seg_stride,
+                      prefix_len=prefix_len, n_mod_args=nmargs)
+        if margs is not None:
+            a.mod_args = margs
         _check(library().kiln_forward(self._h, ctypes.byref(a), stream))
 
 
@@ -325,11 +443,52 @@ def _strides(t, name, rank):
     return s
 
 
-def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None):
-    """softmax(q k^T * sm_scale) v for q (B, H, Nq, D), k and v (B, HK, Nk, D); returns out
+def _variant_tensor(t, name, dev, rank, dtypes, shape, broadcast=False):
+    """checks a variant tensor (device, rank, dtype, last dimension contiguous, shape; with
+    broadcast, a dimension of 1 but the last stands for all, stride 0); returns its strides"""
+    if _device_key(t) != dev:
+        raise KilnError(ERR_INVALID, "%s is on %s, q on %s" % (name, _device_key(t), dev))
+    if _dtype_name(t) not in dtypes:
+        raise KilnError(ERR_INVALID, "%s has dtype %s, expected %s"
+                        % (name, _dtype_name(t), " or ".join(dtypes)))
+    st = _strides(t, name, rank)
+    got = tuple(int(x) for x in t.shape)
+    for i, (g, w) in enumerate(zip(got, shape)):
+        if g != w and not (broadcast and g == 1 and i < rank - 1):
+            raise KilnError(ERR_INVALID, "%s has shape %s, expected %s" % (name, got, shape))
+    return tuple(0 if g == 1 and w != 1 else x for g, w, x in zip(got, shape, st))
+
+
+def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_size=None,
+              softcap=None, alibi_slopes=None, bias=None, document_ids=None, prefix_len=None,
+              score_mod=None, mask_mod=None, params=None):
+    """softmax(mods(q k^T * sm_scale)) v for q (B, H, Nq, D), k and v (B, HK, Nk, D); returns out
     (B, H, Nq, D), allocated with torch when not given.  lse (B, H, Nq) float32, when given,
-    receives the natural-log sum of exp of each query row's scaled scores.  sm_scale None:
-    1/sqrt(D).  Causal masks align bottom-right (query i sees key j iff j <= i + Nk - Nq)."""
+    receives the natural-log sum of exp of each query row's modified scores.  sm_scale None:
+    1/sqrt(D).  The variant (docs/variants.md; each a kernel of its own, its values arguments):
+
+    causal        False; True or "bottom_right": query i sees key j iff j <= i + Nk - Nq
+                  (FlashAttention 2's alignment); "top_left": iff j <= i
+    window_size   (left, right): key j is visible to query i iff
+                  -left <= j - (i + Nk - Nq) <= right; -1 leaves a side unbounded ((-1, -1)
+                  or None: no window)
+    softcap       c > 0: scores become c * tanh(score / c) (None or 0: off)
+    alibi_slopes  float32 (H) or (B, H): score -= slope * |i + Nk - Nq - j|
+    bias          (B, H, Nq, Nk) of q's dtype, added to the scores; a dimension of 1 (batch,
+                  heads or rows) broadcasts
+    document_ids  (q_seg, k_seg), int32 (B, Nq) and (B, Nk), or one (B, N) tensor for both
+                  (Nq == Nk): query i sees key j only in the same segment; ids non-decreasing
+                  along each row (packed documents)
+    prefix_len    prefix-LM: keys [0, prefix_len) are visible to every query, the rest causal
+                  (bottom-right); leave causal False
+    score_mod,    the IR text (docs/ir.md, docs/variants.md) of @score_mod and of @mask_mod
+    mask_mod      (and an optional @block_mask), put together into the kernel's modifier text
+    params        {name: value} for the modifiers' own parameters: an int (i32/i64), a float
+                  (f32), or a tensor/array on q's device (ptr<T>), passed by address with its
+                  size in bytes
+
+    Every failure is a KilnError, with the C library's status and message (a malformed modifier
+    text: its <mods>:line:col)."""
     name = _dtype_name(q)
     if name not in _DTYPES:
         raise KilnError(ERR_UNSUPPORTED, "dtype %s: kiln serves float16, bfloat16 and float32"
@@ -349,6 +508,46 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None):
         raise KilnError(ERR_INVALID, "shapes q %s, k %s, v %s: expected (B, H, Nq, D), "
                         "(B, HK, Nk, D), (B, HK, Nk, D)"
                         % (tuple(q.shape), tuple(k.shape), tuple(v.shape)))
+
+    # the variant: descriptor flags and launch values
+    var, val = {}, {}
+    if window_size is not None and tuple(window_size) != (-1, -1):
+        var["window"], val["window"] = True, (int(window_size[0]), int(window_size[1]))
+    if softcap:
+        var["softcap"], val["softcap"] = True, float(softcap)
+    if alibi_slopes is not None:
+        rank = len(alibi_slopes.shape)
+        if rank not in (1, 2):
+            raise KilnError(ERR_INVALID, "alibi_slopes must be (H) or (B, H), got shape %s"
+                            % (tuple(alibi_slopes.shape),))
+        st = _variant_tensor(alibi_slopes, "alibi_slopes", dev, rank, ("float32",),
+                             (H,) if rank == 1 else (B, H), broadcast=True)
+        var["alibi"], val["alibi_slopes"] = True, alibi_slopes.data_ptr()
+        val["alibi_stride"] = st[0] if rank == 2 else 0
+    if bias is not None:
+        st = _variant_tensor(bias, "bias", dev, 4, (name,), (B, H, Nq, Nk), broadcast=True)
+        if st[:3] == (0, 0, 0) and (B, H, Nq) != (1, 1, 1):
+            raise KilnError(ERR_INVALID, "a bias broadcast over batch, heads and rows at once is "
+                            "not supported: expand it along one of them")
+        var["bias"], val["bias"], val["bias_stride"] = True, bias.data_ptr(), st[:3]
+    if document_ids is not None:
+        q_seg, k_seg = document_ids if isinstance(document_ids, (tuple, list)) else \
+            (document_ids, document_ids)
+        sq = _variant_tensor(q_seg, "q_seg", dev, 2, ("int32",), (B, Nq))
+        sk = _variant_tensor(k_seg, "k_seg", dev, 2, ("int32",), (B, Nk))
+        var["document"] = True
+        val.update(q_seg=q_seg.data_ptr(), k_seg=k_seg.data_ptr(), q_seg_stride=sq[0] or Nq,
+                   k_seg_stride=sk[0] or Nk)
+    if prefix_len is not None:
+        var["prefix"], val["prefix_len"] = True, int(prefix_len)
+    mods = "\n".join(t for t in (score_mod, mask_mod) if t) or None
+    margs = {}
+    for pname, pval in (params or {}).items():
+        if hasattr(pval, "data_ptr") and _device_key(pval) != dev:
+            raise KilnError(ERR_INVALID, "params[%r] is on %s, q on %s"
+                            % (pname, _device_key(pval), dev))
+        margs[pname] = pval
+
     if out is None:
         import torch  # lazily: the caller's tensors are torch's, so it is installed
         out = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
@@ -362,7 +561,8 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None):
             raise KilnError(ERR_INVALID, "lse must be float32 of shape %s" % ((B, H, Nq),))
         ls = _strides(lse, "lse", 3)[:2]
     ctx = _context_for(dev)
-    kern = ctx.prepare(_DTYPES[name], D, causal=causal, has_lse=lse is not None, seqlen=max(Nq, Nk))
+    kern = ctx.prepare(_DTYPES[name], D, causal=causal, has_lse=lse is not None,
+                       seqlen=max(Nq, Nk), mods=mods, **var)
     stream = None
     if dev != "host":
         import torch  # the caller's current stream, so the launch orders like a torch op
@@ -371,7 +571,7 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None):
                  lse=lse.data_ptr() if lse is not None else None,
                  sm_scale=0.0 if sm_scale is None else float(sm_scale),
                  q_stride=qs[:3], k_stride=ks[:3], v_stride=vs[:3], o_stride=os_[:3],
-                 lse_stride=ls, stream=stream)
+                 lse_stride=ls, stream=stream, mod_args=margs, **val)
     return out
 
 

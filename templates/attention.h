@@ -100,6 +100,8 @@ int kn_attn_config_key(const kn_attn_config *c, char *buf, size_t n);
 enum { KN_ATTN_KEY_MAX = 160 };
 
 enum { KN_ATTN_NPARAMS = 24 };
+/* the type of the template's own parameter i (< KN_ATTN_NPARAMS) of descriptor d */
+kn_type kn_attn_param_type(const kn_attn_desc *d, int i);
 
 /* the default config for a descriptor on an architecture (NULL: the host): the registry's
  * measured row for the head dim (compiler/arch.h), always one kn_attn_check_on accepts */
@@ -174,6 +176,10 @@ int kn_attn_signature(const kn_attn_desc *d, kn_attn_sig *sig, kn_diag *diag);
  * its @score_mod / @mask_mod / @block_mask and the library functions d's fields name) */
 int kn_attn_signature_in(kn_module *m, const kn_attn_desc *d, kn_attn_sig *sig, kn_diag *diag);
 
+/* whether the kernel parameter `name` of descriptor d takes a built-in variant's value (a field
+ * of kn_attn_vargs: window_left, softcap, bias, ...) rather than a named one (kn_attn_vargs.mods) */
+bool kn_attn_param_builtin(const kn_attn_desc *d, const char *name);
+
 /* Fills the sig->n kernel arguments for contiguous (B, H, N, D) buffers and the grid.  lse may
  * be NULL; va may be NULL for a descriptor without variant parameters.  -1 with *diag when a
  * parameter has no value (a user parameter missing from va->mods, a NULL built-in tensor). */
@@ -197,6 +203,11 @@ void kn_attn_reference(const kn_attn_desc *d, const kn_attn_problem *p, const do
 int kn_attn_reference_v(const kn_attn_desc *d, kn_module *mods, const kn_attn_problem *p,
                         const kn_attn_vargs *va, const double *q, const double *k,
                         const double *v, double *o, double *lse, kn_diag *diag);
+
+/* kn_attn_reference_v for a descriptor whose variant has no parameters (plain, causal, or a
+ * user modifier without parameters): asserts that it succeeds */
+void kn_attn_reference(const kn_attn_desc *d, const kn_attn_problem *p, const double *q,
+                       const double *k, const double *v, double *o, double *lse);
 
 /* Absolute tolerance for an output of this dtype (inputs ~ N(0,1), sm_scale ~ 1/sqrt(D)); the
  * rationale is in attn_fwd.c */

@@ -64,7 +64,5 @@ int kn_attn_fill_vargs(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_a
 
 /* the names of the template's own parameters, in order (KN_ATTN_NPARAMS) */
 extern const char *const kn_attn_param_names[];
-/* the type of the template's own parameter i of descriptor d */
-kn_type kn_attn_param_type(const kn_attn_desc *d, int i);
 
 #endif

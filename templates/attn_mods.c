@@ -304,6 +304,12 @@ static const builtin_arg builtin_args[] = {
 };
 #undef VA
 
+bool kn_attn_param_builtin(const kn_attn_desc *d, const char *name) {
+  for (size_t j = 0; j < sizeof builtin_args / sizeof builtin_args[0]; j++)
+    if (!strcmp(builtin_args[j].name, name) && field_on(d, builtin_args[j].on)) return true;
+  return false;
+}
+
 /* the bytes a built-in tensor spans for problem p (the reference's memory regions) */
 static size_t builtin_bytes(const char *name, const kn_attn_desc *d, const kn_attn_problem *p,
                             const kn_attn_vargs *va) {

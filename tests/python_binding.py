@@ -7,7 +7,12 @@ plain-Python float64 attention with the kernel's masking rules; tolerances are t
 (templates/attn_fwd.c).  Checked: f32 / f16 / bf16, ragged lengths, causal (bottom-right, with
 query rows that see no key), GQA, lse, a (B, N, H, D) layout through strides, the low-level
 Context/Kernel API (info, stats, memo), and the error paths (bad dtype, head dim, shapes, a CUDA
-device where there is none) as KilnError with the C status and message.
+device where there is none) as KilnError with the C status and message.  Variants (docs/
+variants.md) through kiln.attention against the same float64 formula with the variant's score
+and mask written out here: a sliding window with softcap, ALiBi with top-left causal, a bias
+broadcast over heads with document masking, prefix-LM, and a score_mod with a per-head tensor
+parameter plus a mask_mod with a block_mask and an int parameter; and their errors (a malformed
+modifier text with its <mods>:line:col, a missing parameter, a wrong shape).
 """
 import ctypes
 import math
@@ -51,7 +56,7 @@ class Tensor:
             n *= s
         self._strides = strides or tuple(
             int(math.prod(shape[i + 1:])) for i in range(len(shape)))
-        ctype = ctypes.c_float if dtype == "float32" else ctypes.c_uint16
+        ctype = {"float32": ctypes.c_float, "int32": ctypes.c_int32}.get(dtype, ctypes.c_uint16)
         self.buf = (ctype * n)()
         self.device, self.is_cuda = Dev(), False
 
@@ -66,10 +71,11 @@ class Tensor:
 
     def get(self, idx):
         x = self.buf[self._off(idx)]
-        return x if self.dtype == "float32" else from_bits(self.dtype, x)
+        return x if self.dtype in ("float32", "int32") else from_bits(self.dtype, x)
 
     def set(self, idx, x):
-        self.buf[self._off(idx)] = x if self.dtype == "float32" else to_bits(self.dtype, x)
+        self.buf[self._off(idx)] = x if self.dtype in ("float32", "int32") else \
+            to_bits(self.dtype, x)
 
 
 def indices(shape):
@@ -92,7 +98,9 @@ def randn(rng, dtype, shape, bnhd=False):
     return t
 
 
-def reference(q, k, v, causal, scale):
+def reference(q, k, v, causal, scale, score=None, mask=None):
+    """float64 attention; score(s, b, h, i, j) modifies a scaled score, mask(b, h, i, j) says
+    whether query i sees key j (besides causal, bottom-right)"""
     B, H, Nq, D = q.shape
     HK, Nk = k.shape[1], k.shape[2]
     o, lse = {}, {}
@@ -101,8 +109,11 @@ def reference(q, k, v, causal, scale):
             hk = h // (H // HK)
             for i in range(Nq):
                 last = i + Nk - Nq if causal else Nk - 1
+                js = [j for j in range(min(last + 1, Nk)) if mask is None or mask(b, h, i, j)]
                 s = [sum(q.get((b, h, i, d)) * k.get((b, hk, j, d)) for d in range(D)) * scale
-                     for j in range(min(last + 1, Nk))]
+                     for j in js]
+                if score:
+                    s = [score(x, b, h, i, j) for x, j in zip(s, js)]
                 if not s:
                     for d in range(D):
                         o[(b, h, i, d)] = 0.0
@@ -112,7 +123,7 @@ def reference(q, k, v, causal, scale):
                 p = [math.exp(x - m) for x in s]
                 l = sum(p)
                 for d in range(D):
-                    o[(b, h, i, d)] = sum(p[j] * v.get((b, hk, j, d)) for j in range(len(p))) / l
+                    o[(b, h, i, d)] = sum(p[n] * v.get((b, hk, j, d)) for n, j in enumerate(js)) / l
                 lse[(b, h, i)] = m + math.log(l)
     return o, lse
 
@@ -146,6 +157,111 @@ def run_case(rng, dtype, B, H, HK, Nq, Nk, D, causal, with_lse, bnhd=False, scal
           "max|dO| %.2e (tol %.0e) max|dlse| %.2e" % (err, TOL[dtype], lerr))
 
 
+SCORE_MOD = """
+// a per-head temperature (a tensor parameter)
+func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, %temp: ptr<f32>) -> (f32) {
+  %c1 = const 1 : i64
+  %h64 = cast %h : i64
+  %t = load %temp[%h64] strides [%c1] : f32
+  %out = mul %score, %t : f32
+  return %out
+}
+"""
+MASK_MOD = """
+func @mask_mod(%b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, %chunk: i32) -> (i1) {
+  %qc = div %q_idx, %chunk : i32
+  %kc = div %kv_idx, %chunk : i32
+  %live = cmp le %kc, %qc : i1
+  return %live
+}
+func @block_mask(%b: i32, %h: i32, %q_lo: i32, %q_hi: i32, %kv_lo: i32, %kv_hi: i32, %chunk: i32) -> (i1) {
+  %c1 = const 1 : i32
+  %q_end = sub %q_hi, %c1 : i32
+  %qc = div %q_end, %chunk : i32
+  %kc = div %kv_lo, %chunk : i32
+  %live = cmp le %kc, %qc : i1
+  return %live
+}
+"""
+
+
+def segments(rng, B, N, ndocs):
+    t = Tensor("int32", (B, N))
+    for b in range(B):
+        for i, x in enumerate(sorted(rng.randrange(ndocs) for _ in range(N))):
+            t.set((b, i), x)
+    return t
+
+
+def run_variant(rng, name, dtype, B, H, HK, Nq, Nk, D, score=None, mask=None, causal=False,
+                **kw):
+    """kiln.attention with the variant arguments kw against reference() with score/mask"""
+    q = randn(rng, dtype, (B, H, Nq, D))
+    k = randn(rng, dtype, (B, HK, Nk, D))
+    v = randn(rng, dtype, (B, HK, Nk, D))
+    out = Tensor(dtype, (B, H, Nq, D))
+    lse = Tensor("float32", (B, H, Nq))
+    bc = causal is True or causal == "bottom_right"
+    kiln.attention(q, k, v, causal=causal, out=out, lse=lse, **kw)
+    ro, rl = reference(q, k, v, bc, 1 / math.sqrt(D), score, mask)
+    err = max(abs(out.get(i) - ro[i]) for i in ro)
+    lerr = max(0.0 if lse.get(i) == rl[i] else abs(lse.get(i) - rl[i]) for i in rl)
+    check("variant %s %s B%d H%d HK%d N(%d,%d) D%d" % (name, dtype, B, H, HK, Nq, Nk, D),
+          err <= TOL[dtype] and lerr <= LSE_TOL,
+          "max|dO| %.2e (tol %.0e) max|dlse| %.2e" % (err, TOL[dtype], lerr))
+
+
+def variants(rng):
+    # a sliding window with softcap (bottom-right aligned diagonal)
+    wl, wr, cap = 3, 1, 5.0
+    run_variant(rng, "window+softcap", "float32", 1, 2, 1, 9, 13, 32,
+                window_size=(wl, wr), softcap=cap,
+                score=lambda s, b, h, i, j: cap * math.tanh(s / cap),
+                mask=lambda b, h, i, j: -wl <= j - (i + 13 - 9) <= wr)
+    # ALiBi, one slope per head, with top-left causal
+    slopes = Tensor("float32", (2,))
+    for h in range(2):
+        slopes.set((h,), 0.1 + 0.3 * rng.random())
+    run_variant(rng, "alibi+top_left", "float16", 1, 2, 2, 11, 7, 32, causal="top_left",
+                alibi_slopes=slopes,
+                score=lambda s, b, h, i, j: s - slopes.get((h,)) * abs(i + 7 - 11 - j),
+                mask=lambda b, h, i, j: j <= i)
+    # a bias broadcast over heads (B, 1, Nq, Nk), with packed documents
+    bias = randn(rng, "bfloat16", (2, 1, 5, 8))
+    qs, ks = segments(rng, 2, 5, 3), segments(rng, 2, 8, 3)
+    run_variant(rng, "bias+document", "bfloat16", 2, 2, 1, 5, 8, 32, bias=bias,
+                document_ids=(qs, ks),
+                score=lambda s, b, h, i, j: s + bias.get((b, 0, i, j)),
+                mask=lambda b, h, i, j: qs.get((b, i)) == ks.get((b, j)))
+    # prefix-LM
+    run_variant(rng, "prefix", "float32", 1, 1, 1, 10, 12, 32, prefix_len=4,
+                mask=lambda b, h, i, j: j < 4 or j <= i + 12 - 10)
+    # the caller's modifiers: a tensor and an int parameter
+    temp = Tensor("float32", (3,))
+    for h in range(3):
+        temp.set((h,), 0.5 + rng.random())
+    chunk = 4
+    run_variant(rng, "score_mod+mask_mod", "float16", 1, 3, 1, 12, 12, 32,
+                score_mod=SCORE_MOD, mask_mod=MASK_MOD, params={"temp": temp, "chunk": chunk},
+                score=lambda s, b, h, i, j: s * temp.get((h,)),
+                mask=lambda b, h, i, j: j // chunk <= i // chunk)
+
+    q = Tensor("float16", (1, 1, 4, 32))
+    bad = SCORE_MOD.replace("%out = mul", "%out = fooo")
+    expect_error("malformed score_mod", kiln.ERR_INVALID,
+                 lambda: kiln.attention(q, q, q, out=q, score_mod=bad, params={"temp": temp}),
+                 "<mods>:7:")
+    expect_error("missing modifier parameter", kiln.ERR_INVALID,
+                 lambda: kiln.attention(q, q, q, out=Tensor("float16", (1, 1, 4, 32)),
+                                        mask_mod=MASK_MOD), "%chunk (i32) has no value")
+    expect_error("alibi_slopes shape", kiln.ERR_INVALID,
+                 lambda: kiln.attention(q, q, q, out=Tensor("float16", (1, 1, 4, 32)),
+                                        alibi_slopes=Tensor("float32", (3,))), "alibi_slopes")
+    expect_error("causal 5", kiln.ERR_INVALID,
+                 lambda: kiln.attention(q, q, q, out=Tensor("float16", (1, 1, 4, 32)),
+                                        causal=5), "causal")
+
+
 def expect_error(name, status, fn, needle=""):
     try:
         fn()
@@ -167,6 +283,7 @@ def main():
     run_case(rng, "float16", 1, 2, 2, 9, 4, 32, causal=True, with_lse=True)  # rows see no key
     run_case(rng, "bfloat16", 2, 2, 1, 3, 11, 32, causal=False, with_lse=False, bnhd=True)
     run_case(rng, "float16", 1, 1, 1, 17, 17, 48, causal=False, with_lse=True, scale=0.3)
+    variants(rng)
 
     # the low-level API: one context, memo, info, stats
     with kiln.Context(device="host", cache_dir=cache) as ctx:

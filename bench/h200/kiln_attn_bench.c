@@ -111,7 +111,7 @@ static int launch(const kernel *kk, const kn_attn_desc *desc, const kn_attn_prob
   /* the launch helper the API uses packs each parameter in its own width */
   kn_attn_cuda_launch_info li = {.threads = kk->threads, .smem_bytes = kk->smem};
   kn_diag e;
-  if (kn_attn_cuda_launch(kk->k, &li, args, grid, NULL, &e)) {
+  if (kn_attn_cuda_launch(kk->k, &li, NULL, args, grid, NULL, &e)) {
     printf("# launch failed: %s\n", e.message);
     return -1;
   }

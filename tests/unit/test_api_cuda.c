@@ -10,7 +10,9 @@
  *     compiled by the NVPTX target and stored in the cache; only the GPU is pretend.  This checks
  *     the API's CUDA path end to end: device selection, the PTX payload and its cache key, a
  *     second context's cache hit, the parameter packing (pointers, f32 scale, i32 sizes, i64
- *     strides of a (B, N, H, D) layout), lse optional, GQA, streams, 8 threads at once.
+ *     strides of a (B, N, H, D) layout), lse optional, GQA, streams, 8 threads at once, and a
+ *     variant's parameters after the template's (a window and a softcap, which the fake
+ *     computes too).
  *   - On a machine with an NVIDIA sm_80+ GPU (the H200): the same GPU tests on the real driver,
  *     where the numbers come from kiln's PTX on the GPU, checked against the float64 reference.
  * Without either (a plain `test_api_cuda` here) the GPU tests are cmocka skips.
@@ -44,6 +46,7 @@
 #include "cuda_device.h"
 #include "kiln.h"
 #include "numeric.h"
+#include "test_mods.h"
 
 static const char *self_path;
 static uint64_t seed = 1;
@@ -82,6 +85,7 @@ static void capture(void *user, kiln_log_level level, const char *msg) {
 
 /* the fake driver's side channel (NULL on a real driver) */
 static void (*fake_attn)(int elem_bytes, int bf16, int head_dim, int causal);
+static void (*fake_variant)(int window, int softcap);
 static pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER; /* its settings are global */
 
 static void find_fake(void) {
@@ -89,6 +93,7 @@ static void find_fake(void) {
   if (!lib) return;
   void *h = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
   if (h) *(void **)&fake_attn = dlsym(h, "kn_fake_cuda_attn");
+  if (h) *(void **)&fake_variant = dlsym(h, "kn_fake_cuda_attn_variant");
 }
 
 static uint64_t rng(uint64_t *s) {
@@ -109,6 +114,9 @@ static kn_attn_desc internal_desc(const kiln_attn_desc *d) {
   return x;
 }
 
+/* a descriptor of the plain template: dtype, head dim, causal, has_lse */
+#define DESC(t, d, c, l) {.dtype = t, .head_dim = d, .causal = c, .has_lse = l}
+
 typedef struct shape {
   int batch, heads, kv_heads, seqlen_q, seqlen_k;
   int bshd;     /* q/k/v/o stored as (B, N, H, D) through strides */
@@ -116,6 +124,23 @@ typedef struct shape {
 } shape;
 
 static kn_cuda_device *dev; /* opened once, for buffers */
+
+/* the largest lse error of n rows (equal infinities: 0; NaN sticks) */
+static double lse_error(const float *got, const double *want, size_t n) {
+  double e = 0;
+  for (size_t i = 0; i < n; i++) {
+    double x = isinf(want[i]) && got[i] == want[i] ? 0 : fabs(got[i] - want[i]);
+    if (!(x <= e)) e = x;
+  }
+  return e;
+}
+
+/* 0 when the errors are within the dtype's tolerances, else -1; why gets the numbers */
+static int verdict(kn_scalar t, double err, double lerr, char *why, size_t nwhy) {
+  double tol = kn_attn_tolerance(t), ltol = kn_attn_lse_tolerance(t);
+  snprintf(why, nwhy, "max|dO| %.2e (tol %.0e), max|dlse| %.2e (tol %.0e)", err, tol, lerr, ltol);
+  return err <= tol && lerr <= ltol ? 0 : -1;
+}
 
 /* one forward on device buffers against the reference; 0 when within tolerance.  The output is
  * filled with NaN bytes first, so a row the kernel never writes fails. */
@@ -191,17 +216,12 @@ static int check_forward(kiln_kernel *k, const kiln_attn_desc *d, shape s, uint6
     double x = fabs(kn_load_elem(t, ho + at * es) - ro[i]);
     if (!(x <= err)) err = x; /* NaN sticks */
   }
-  for (size_t i = 0; dl && i < nl; i++) {
-    double x = isinf(rl[i]) && hl[i] == rl[i] ? 0 : fabs(hl[i] - rl[i]);
-    if (!(x <= lerr)) lerr = x;
-  }
+  if (dl) lerr = lse_error(hl, rl, nl);
   kn_cuda_free(dev, dq, NULL), kn_cuda_free(dev, dk, NULL), kn_cuda_free(dev, dv, NULL);
   kn_cuda_free(dev, dout, NULL);
   if (dl) kn_cuda_free(dev, dl, NULL);
   free(hq), free(hk), free(hv), free(ho), free(hl), free(q), free(kk), free(v), free(ro), free(rl);
-  double tol = kn_attn_tolerance(t), ltol = kn_attn_lse_tolerance(t);
-  snprintf(why, nwhy, "max|dO| %.2e (tol %.0e), max|dlse| %.2e (tol %.0e)", err, tol, lerr, ltol);
-  return err <= tol && lerr <= ltol ? 0 : -1;
+  return verdict(t, err, lerr, why, nwhy);
 }
 
 /* a CUDA device present (real, or the fake)?  Opens `dev` the first time. */
@@ -293,11 +313,11 @@ static void test_forward(void **state) {
   kn_diag e;
   if (kn_cuda_stream_create(dev, &stream, &e)) fail_msg("%s", e.message);
   const struct { kiln_attn_desc d; shape s; } cases[] = {
-      {{KILN_F16, 64, 1, 1}, {1, 2, 2, 129, 77, 0, 0}},
-      {{KILN_F16, 64, 1, 1}, {2, 4, 2, 300, 511, 1, 0}},   /* GQA, (B, N, H, D) strides */
-      {{KILN_BF16, 128, 0, 0}, {1, 2, 1, 17, 1000, 0, 1}}, /* no lse */
-      {{KILN_BF16, 128, 1, 1}, {1, 3, 3, 1000, 64, 0, 0}}, /* rows that see no key */
-      {{KILN_F16, 128, 0, 1}, {2, 2, 2, 1, 1, 1, 0}},
+      {DESC(KILN_F16, 64, 1, 1), {1, 2, 2, 129, 77, 0, 0}},
+      {DESC(KILN_F16, 64, 1, 1), {2, 4, 2, 300, 511, 1, 0}},   /* GQA, (B, N, H, D) strides */
+      {DESC(KILN_BF16, 128, 0, 0), {1, 2, 1, 17, 1000, 0, 1}}, /* no lse */
+      {DESC(KILN_BF16, 128, 1, 1), {1, 3, 3, 1000, 64, 0, 0}}, /* rows that see no key */
+      {DESC(KILN_F16, 128, 0, 1), {2, 2, 2, 1, 1, 1, 0}},
   };
   int failures = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -368,6 +388,184 @@ static void test_forward(void **state) {
   assert_int_equal(failures, 0);
 }
 
+/* ---- variants on the device ----
+ *
+ * A few variants through the CUDA path against kn_attn_reference_v: the launch packs the
+ * variant's parameters after the template's (i32 window sizes, an f32 cap, device pointers and
+ * i64 strides of the tensors, the caller's own).  The fake driver computes a window and a
+ * softcap (kn_fake_cuda_attn_variant), so there only those cases run; the H200 runs them all. */
+
+/* the caller's modifiers: a per-head temperature (a device tensor) and a chunked causal mask
+ * with its block predicate (an i32) */
+static const char cuda_mods[] = TEST_HEAD_TEMP_SCORE_MOD TEST_CHUNK_MASK_MOD;
+
+typedef struct vcase {
+  kiln_attn_desc d;     /* has_lse is set; mods from `user` */
+  shape s;
+  int wl, wr;
+  float cap;
+  int user;             /* cuda_mods */
+} vcase;
+
+/* device copies of host tensors, freed at the end of a case */
+typedef struct devbufs {
+  kn_cuda_ptr p[8];
+  int n;
+} devbufs;
+static void *upload(devbufs *b, const void *host, size_t bytes) {
+  kn_diag e;
+  kn_cuda_ptr d;
+  if (kn_cuda_alloc(dev, bytes, &d, &e) || kn_cuda_copy_htod(dev, d, host, bytes, &e))
+    fail_msg("%s", e.message);
+  b->p[b->n++] = d;
+  return (void *)(uintptr_t)d;
+}
+
+static int check_variant(kiln_context *ctx, const vcase *c, uint64_t sd, char *why, size_t nwhy) {
+  kiln_attn_desc d = c->d;
+  d.has_lse = 1;
+  d.mods = c->user ? cuda_mods : NULL;
+  kiln_kernel *k;
+  if (kiln_prepare(ctx, &d, NULL, &k)) fail_msg("prepare: %s", kiln_last_error());
+  const kn_attn_desc id = internal_desc(&d);
+  const shape *s = &c->s;
+  kn_scalar t = id.dtype;
+  size_t es = kn_scalar_size(t), D = (size_t)d.head_dim;
+  size_t nq = (size_t)s->batch * s->heads * s->seqlen_q * D;
+  size_t nk = (size_t)s->batch * s->kv_heads * s->seqlen_k * D;
+  size_t nl = (size_t)s->batch * s->heads * s->seqlen_q;
+  const int B = s->batch, H = s->heads, Nq = s->seqlen_q, Nk = s->seqlen_k;
+  char *h[3] = {malloc(nq * es), malloc(nk * es), malloc(nk * es)}, *ho = malloc(nq * es);
+  double *x[3] = {malloc(nq * 8), malloc(nk * 8), malloc(nk * 8)}, *ro = malloc(nq * 8);
+  double *rl = malloc(nl * 8);
+  float *hl = malloc(nl * 4);
+  size_t n[3] = {nq, nk, nk};
+  for (int a = 0; a < 3; a++)
+    for (size_t i = 0; i < n[a]; i++) {
+      kn_store_elem(t, h[a] + i * es, normal(&sd));
+      x[a][i] = kn_load_elem(t, h[a] + i * es);
+    }
+  /* the variant's tensors, on the host (the reference) and on the device (the kernel) */
+  devbufs bufs = {0};
+  float *slopes = malloc(sizeof(float) * (size_t)B * H), temp[64];
+  size_t nbias = (size_t)B * H * Nq * Nk;
+  char *bias = malloc(nbias * es);
+  int32_t *qseg = malloc(sizeof(int32_t) * (size_t)B * Nq);
+  int32_t *kseg = malloc(sizeof(int32_t) * (size_t)B * Nk);
+  for (int i = 0; i < B * H; i++) slopes[i] = (float)(0.01 + 0.2 * (double)(rng(&sd) % 100) / 100);
+  for (size_t i = 0; i < nbias; i++) kn_store_elem(t, bias + i * es, normal(&sd));
+  for (int b = 0; b < B; b++) {
+    for (int i = 0; i < Nq; i++) qseg[(size_t)b * Nq + i] = (int32_t)((int64_t)i * 3 / Nq);
+    for (int j = 0; j < Nk; j++) kseg[(size_t)b * Nk + j] = (int32_t)((int64_t)j * 3 / Nk);
+  }
+  for (int i = 0; i < H; i++) temp[i] = (float)(0.5 + (double)(rng(&sd) % 100) / 100);
+  int chunk = 16 + (int)(rng(&sd) % 50);
+  kn_attn_vargs va = {.window_left = c->wl, .window_right = c->wr, .softcap = c->cap,
+                      .alibi_slopes = slopes, .alibi_sb = H, .bias = bias,
+                      .bias_sb = (int64_t)H * Nq * Nk, .bias_sh = (int64_t)Nq * Nk,
+                      .bias_sm = Nk, .q_seg = qseg, .k_seg = kseg, .q_seg_sb = Nq,
+                      .k_seg_sb = Nk};
+  kn_attn_named_arg named[2] = {{"temp", {.p = temp}, sizeof(float) * (size_t)H},
+                                {"chunk", {.i = chunk}, 0}};
+  if (c->user) va.mods = named, va.nmods = 2;
+  kiln_mod_arg margs[2] = {{.name = "temp", .kind = KILN_MOD_ARG_PTR},
+                           {.name = "chunk", .kind = KILN_MOD_ARG_INT, .i = chunk}};
+  kn_diag e;
+  kn_cuda_ptr dout, dl;
+  if (kn_cuda_alloc(dev, nq * es, &dout, &e) || kn_cuda_alloc(dev, nl * 4, &dl, &e) ||
+      kn_cuda_memset8(dev, dout, 0xff, nq * es, &e) || kn_cuda_memset8(dev, dl, 0xff, nl * 4, &e))
+    fail_msg("%s", e.message);
+  kiln_attn_args a = {.q = upload(&bufs, h[0], nq * es), .k = upload(&bufs, h[1], nk * es),
+                      .v = upload(&bufs, h[2], nk * es), .o = (void *)(uintptr_t)dout,
+                      .lse = (float *)(uintptr_t)dl, .batch = B, .heads = H,
+                      .kv_heads = s->kv_heads, .seqlen_q = Nq, .seqlen_k = Nk};
+  if (d.window) a.window_left = c->wl, a.window_right = c->wr;
+  if (d.softcap) a.softcap = c->cap;
+  if (d.alibi) a.alibi_slopes = upload(&bufs, slopes, sizeof(float) * (size_t)B * H),
+               a.alibi_stride = H;
+  if (d.bias) a.bias = upload(&bufs, bias, nbias * es);
+  if (d.document) a.q_seg = upload(&bufs, qseg, sizeof(int32_t) * (size_t)B * Nq),
+                  a.k_seg = upload(&bufs, kseg, sizeof(int32_t) * (size_t)B * Nk);
+  if (c->user) {
+    margs[0].p = upload(&bufs, temp, sizeof(float) * (size_t)H);
+    a.mod_args = margs, a.n_mod_args = 2;
+  }
+  if (fake_attn) {
+    pthread_mutex_lock(&fake_mu);
+    if (!fake_variant) fail_msg("the fake driver has no kn_fake_cuda_attn_variant");
+    fake_attn((int)es, d.dtype == KILN_BF16, d.head_dim, d.causal);
+    fake_variant(d.window, d.softcap);
+  }
+  kiln_status st = kiln_forward(k, &a, NULL);
+  int sync = st == KILN_OK ? kn_cuda_device_sync(dev, &e) : 0;
+  if (fake_attn) {
+    fake_variant(0, 0);
+    pthread_mutex_unlock(&fake_mu);
+  }
+  if (sync) fail_msg("sync: %s", e.message);
+  if (st) fail_msg("forward: %s", kiln_last_error());
+  if (kn_cuda_copy_dtoh(dev, ho, dout, nq * es, &e) || kn_cuda_copy_dtoh(dev, hl, dl, nl * 4, &e))
+    fail_msg("%s", e.message);
+  kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = s->kv_heads, .seqlen_q = Nq,
+                       .seqlen_k = Nk};
+  if (kn_attn_reference_v(&id, NULL, &p, &va, x[0], x[1], x[2], ro, rl, &e))
+    fail_msg("reference: %s", e.message);
+  double err = 0, lerr = lse_error(hl, rl, nl);
+  for (size_t i = 0; i < nq; i++) {
+    double y = fabs(kn_load_elem(t, ho + i * es) - ro[i]);
+    if (!(y <= err)) err = y;
+  }
+  for (int i = 0; i < bufs.n; i++) kn_cuda_free(dev, bufs.p[i], NULL);
+  kn_cuda_free(dev, dout, NULL), kn_cuda_free(dev, dl, NULL);
+  for (int i = 0; i < 3; i++) free(h[i]), free(x[i]);
+  free(ho), free(ro), free(rl), free(hl), free(slopes), free(bias), free(qseg), free(kseg);
+  return verdict(t, err, lerr, why, nwhy);
+}
+
+static void test_variants(void **state) {
+  (void)state;
+  if (!have_gpu()) {
+    skip();
+    return;
+  }
+  char *dir = fresh_dir();
+  kiln_context *ctx = cuda_ctx(dir, NULL, "cuda");
+#define VD(dt, hd, ...) {.dtype = dt, .head_dim = hd, __VA_ARGS__}
+  const vcase cases[] = {
+      {.d = VD(KILN_F16, 64, .causal = 1, .window = 1, .softcap = 1),
+       .s = {2, 4, 2, 300, 333, 0, 0}, .wl = 32, .wr = 0, .cap = 20},
+      {.d = VD(KILN_BF16, 128, .window = 1), .s = {1, 2, 1, 100, 1000, 0, 0}, .wl = -1, .wr = 8},
+      {.d = VD(KILN_BF16, 128, .alibi = 1, .bias = 1, .document = 1),
+       .s = {2, 2, 2, 130, 170, 0, 0}},
+      {.d = VD(KILN_F16, 64, .causal = KILN_CAUSAL_TOP_LEFT), .s = {1, 4, 1, 200, 90, 0, 0},
+       .user = 1},
+  };
+#undef VD
+  int failures = 0, ran = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const vcase *c = &cases[i];
+    bool fake_can = !c->d.alibi && !c->d.bias && !c->d.document && !c->user &&
+                    c->d.causal != KILN_CAUSAL_TOP_LEFT;
+    if (fake_attn && !fake_can) {
+      printf("  SKIP variant case %zu (the fake driver computes windows and softcaps only)\n", i);
+      continue;
+    }
+    char why[160];
+    int bad = check_variant(ctx, c, seed + 31 * i, why, sizeof why);
+    printf("  %s variant case %zu (window %d, softcap %d, alibi %d, bias %d, document %d, "
+           "causal %d, mods %d): %s\n", bad ? "FAIL" : "PASS", i, c->d.window, c->d.softcap,
+           c->d.alibi, c->d.bias, c->d.document, c->d.causal, c->user, why);
+    failures += bad != 0;
+    ran++;
+  }
+  kiln_stats st;
+  kiln_context_stats(ctx, &st);
+  assert_int_equal(st.launches, ran);
+  kiln_context_destroy(ctx);
+  rm_dir(dir);
+  assert_int_equal(failures, 0);
+}
+
 /* 8 threads, each on its own stream, preparing 4 kernels and launching: one compile each */
 typedef struct tharg {
   kiln_context *ctx;
@@ -375,7 +573,8 @@ typedef struct tharg {
 } tharg;
 
 static const kiln_attn_desc th_desc[4] = {
-    {KILN_F16, 64, 0, 1}, {KILN_F16, 64, 1, 1}, {KILN_BF16, 64, 0, 1}, {KILN_BF16, 64, 1, 0}};
+    DESC(KILN_F16, 64, 0, 1), DESC(KILN_F16, 64, 1, 1), DESC(KILN_BF16, 64, 0, 1),
+    DESC(KILN_BF16, 64, 1, 0)};
 
 static void *thread_main(void *p) {
   tharg *t = p;
@@ -441,6 +640,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_no_device),
       cmocka_unit_test(test_forward),
       cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_variants),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   if (dev) kn_cuda_device_close(dev);

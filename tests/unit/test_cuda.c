@@ -15,7 +15,9 @@
  *     reads the 24 kernelParams in the template's order and widths (templates/attention.h),
  *     which lets test_api_cuda check the public API's CUDA path (cache payload, module load,
  *     parameter packing, strides, streams) without a GPU.  The dtype, head dim and causal flag
- *     are not kernel parameters, so the test tells the fake with kn_fake_cuda_attn() first.
+ *     are not kernel parameters, so the test tells the fake with kn_fake_cuda_attn() first;
+ *     kn_fake_cuda_attn_variant() says that a softcap (an f32) and/or a sliding window (two
+ *     i32 parameters) follow the 24, which checks the packing of a variant's parameters.
  *   - On the H200 (bench/h200/device_run.sh): the same GPU tests against the real driver, with
  *     hand-written PTX (.version 8.0, .target sm_80) JIT-compiled by the driver, and, where
  *     ptxas is installed, also a cubin made by compiler/ptxas.c.
@@ -43,6 +45,13 @@ void kn_fake_cuda_attn(int elem_bytes, int bf16, int head_dim, int causal) {
   attn_elem = elem_bytes, attn_bf16 = bf16, attn_d = head_dim, attn_causal = causal;
 }
 int kn_fake_cuda_attn_launches(void) { return attn_launches; }
+/* the variant of the next attn_fwd launches (templates/mods): a softcap (an f32) and/or a window
+ * (two i32) after the template's 24 parameters, in that order (score modifiers come before
+ * masks in a variant's signature, templates/attn_mods.c) */
+static int attn_window, attn_softcap;
+void kn_fake_cuda_attn_variant(int window, int softcap) {
+  attn_window = window, attn_softcap = softcap;
+}
 
 static double ld_elem(const void *base, int64_t i) {
   if (attn_elem == 4) return ((const float *)base)[i];
@@ -87,6 +96,12 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
           group = *(int32_t *)params[9];
   int64_t st[14];
   for (int i = 0; i < 14; i++) st[i] = *(int64_t *)params[10 + i];
+  int32_t wl = -1, wr = -1;
+  float cap = 0;
+  int at = 24;
+  if (attn_softcap) cap = *(float *)params[at++];
+  if (attn_window) wl = *(int32_t *)params[at++], wr = *(int32_t *)params[at++];
+  if (attn_softcap && !(cap > 0)) return 1;
   if (H <= 0 || group <= 0 || gy % (unsigned)H || gx == 0 || nq <= 0 || nk < 0 ||
       !(scale > 0) || !q || !k || !v || !o)
     return 1; /* CUDA_ERROR_INVALID_VALUE: the test sees a launch failure */
@@ -103,10 +118,13 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
         for (int j = 0; j < nk; j++) {
           s[j] = -INFINITY;
           if (j > last) continue;
+          int rel = j - (i + nk - nq); /* the window sits on the bottom-right diagonal */
+          if ((wl >= 0 && rel < -wl) || (wr >= 0 && rel > wr)) continue;
           int64_t ko = b * st[3] + hk * st[4] + j * st[5];
           double dot = 0;
           for (int d = 0; d < D; d++) dot += ld_elem(q, qo + d) * ld_elem(k, ko + d);
           s[j] = dot * scale;
+          if (cap > 0) s[j] = cap * tanh(s[j] / cap);
           if (s[j] > m) m = s[j];
         }
         for (int j = 0; j < nk; j++) l += s[j] == -INFINITY ? 0 : exp(s[j] - m);

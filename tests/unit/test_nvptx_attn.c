@@ -265,37 +265,84 @@ static void test_target(void **state) {
 }
 
 /* the launch helper's parameter widths (runtime/attn_launch_cuda.c) are those of the template's
- * signature, for every descriptor shape that changes it (dtype only changes pointee types) */
+ * signature, for every descriptor shape that changes it (dtype only changes pointee types), and
+ * for a variant's kernel (its modifiers' i32, f32, i64 and pointer parameters) those of its
+ * kn_attn_sig */
 static void test_launch_param_widths(void **state) {
   (void)state;
-  for (int lse = 0; lse < 2; lse++) {
-    kn_attn_desc desc = {.dtype = lse ? KN_BF16 : KN_F16, .head_dim = 64, .has_lse = lse};
-    kn_attn_config cfg = kn_attn_default_config(kn_arch_get("sm_90a"), &desc);
+  const char *user = "func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, "
+                     "%temp: f32, %shift: i64) -> (f32) {\n"
+                     "  %t = mul %score, %temp : f32\n"
+                     "  return %t\n"
+                     "}\n";
+  for (int v = 0; v < 3; v++) {
+    kn_attn_desc desc = {.dtype = v == 1 ? KN_BF16 : KN_F16, .head_dim = 64, .has_lse = v == 1};
+    if (v == 2) desc.window = desc.softcap = desc.alibi = true, desc.mods = user;
+    kn_attn_sig sig;
     kn_diag d;
+    if (kn_attn_signature(&desc, &sig, &d)) fail_msg("signature: %s", d.message);
+    const kn_attn_sig *s = v == 2 ? &sig : NULL; /* NULL: the template's own parameters */
+    kn_attn_config cfg = kn_attn_default_config(kn_arch_get("sm_90a"), &desc);
     kn_module *m = kn_module_new("<attn>");
     kn_func *f = kn_attn_fwd_build(m, &desc, &cfg, &d);
-    assert_non_null(f);
-    assert_int_equal(kn_func_nparams(f), KN_ATTN_NPARAMS);
-    for (int i = 0; i < KN_ATTN_NPARAMS; i++) {
+    if (!f) fail_msg("build: %s", d.message);
+    assert_int_equal(kn_func_nparams(f), v == 2 ? KN_ATTN_NPARAMS + 7 : KN_ATTN_NPARAMS);
+    assert_int_equal(sig.n, kn_func_nparams(f));
+    for (int i = 0; i < kn_func_nparams(f); i++) {
       const kn_type *t = &kn_func_param(f, i)->type;
       int want = t->kind == KN_TY_PTR ? 8 : (int)kn_scalar_size(t->elem);
-      if (kn_attn_cuda_param_bytes(i) != want)
+      if (kn_attn_cuda_param_bytes(s, i) != want)
         fail_msg("parameter %d: the launch helper packs %d bytes, the template declares %d", i,
-                 kn_attn_cuda_param_bytes(i), want);
+                 kn_attn_cuda_param_bytes(s, i), want);
     }
+    assert_int_equal(kn_attn_cuda_param_bytes(s, kn_func_nparams(f)), 0);
     kn_module_free(m);
   }
   /* and the packing puts each value at its own address, in its own width */
-  kn_argval a[KN_ATTN_NPARAMS];
-  for (int i = 0; i < KN_ATTN_NPARAMS; i++) a[i].i = 0x100000000ll + i;
+  kn_argval a[KN_ATTN_MAX_PARAMS];
+  for (int i = 0; i < KN_ATTN_MAX_PARAMS; i++) a[i].i = 0x100000000ll + i;
   a[0].p = (void *)(uintptr_t)0x7f0000001000ull;
   a[5].f = 0.125;
   kn_attn_cuda_params p;
-  kn_attn_cuda_pack(a, &p);
+  assert_int_equal(kn_attn_cuda_pack(NULL, a, &p), 0);
+  assert_int_equal(p.n, KN_ATTN_NPARAMS);
   assert_int_equal(*(uint64_t *)p.params[0], 0x7f0000001000ull);
   assert_true(*(float *)p.params[5] == 0.125f);
   assert_int_equal(*(int32_t *)p.params[6], 6);          /* truncated to the i32 */
   assert_int_equal(*(int64_t *)p.params[23], 0x100000000ll + 23);
+  /* a variant: softcap (f32), alibi_slopes (ptr), alibi_sb (i64), the caller's temp (f32) and
+   * shift (i64), window_left and window_right (i32), each where the signature puts it */
+  kn_attn_desc vd = {.dtype = KN_F16, .head_dim = 64, .window = true, .softcap = true,
+                     .alibi = true, .mods = user};
+  kn_attn_sig sig;
+  assert_int_equal(kn_attn_signature(&vd, &sig, NULL), 0);
+  assert_int_equal(sig.n, KN_ATTN_NPARAMS + 7);
+  const struct { const char *name; kn_argval v; } vals[] = {
+      {"window_left", {.i = -1}}, {"window_right", {.i = 7}}, {"softcap", {.f = 30.0}},
+      {"alibi_slopes", {.p = (void *)(uintptr_t)0x7f0000002000ull}}, {"alibi_sb", {.i = 8}},
+      {"temp", {.f = 0.5}}, {"shift", {.i = -3}}};
+  int at[7];
+  for (int j = 0; j < 7; j++) {
+    at[j] = -1;
+    for (int i = KN_ATTN_NPARAMS; i < sig.n; i++)
+      if (!strcmp(sig.name[i], vals[j].name)) at[j] = i;
+    if (at[j] < 0) fail_msg("%s is not in the variant's signature", vals[j].name);
+    a[at[j]] = vals[j].v;
+  }
+  assert_int_equal(kn_attn_cuda_pack(&sig, a, &p), 0);
+  assert_int_equal(p.n, KN_ATTN_NPARAMS + 7);
+  assert_int_equal(*(int32_t *)p.params[at[0]], -1);
+  assert_int_equal(*(int32_t *)p.params[at[1]], 7);
+  assert_true(*(float *)p.params[at[2]] == 30.0f);
+  assert_int_equal(*(uint64_t *)p.params[at[3]], 0x7f0000002000ull);
+  assert_int_equal(*(int64_t *)p.params[at[4]], 8);
+  assert_true(*(float *)p.params[at[5]] == 0.5f);
+  assert_int_equal(*(int64_t *)p.params[at[6]], -3);
+  assert_int_equal(*(int64_t *)p.params[23], 0x100000000ll + 23); /* the template's, unmoved */
+  /* a parameter the launch cannot pass (an i1) is refused, not packed in some width */
+  sig.type[at[6]] = kn_ty_scalar(KN_I1);
+  assert_int_equal(kn_attn_cuda_param_bytes(&sig, at[6]), 0);
+  assert_int_equal(kn_attn_cuda_pack(&sig, a, &p), -1);
 }
 
 /* ---- on the GPU ---- */
@@ -363,7 +410,7 @@ static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, int B,
                     (void *)(uintptr_t)v, (void *)(uintptr_t)o,
                     desc->has_lse ? (float *)(uintptr_t)lse : NULL, NULL, args, grid, NULL);
   kn_attn_cuda_launch_info li = {.threads = c.c.threads, .smem_bytes = c.c.smem_bytes};
-  if (kn_attn_cuda_launch(k, &li, args, grid, NULL, &e) || kn_cuda_device_sync(dev, &e))
+  if (kn_attn_cuda_launch(k, &li, NULL, args, grid, NULL, &e) || kn_cuda_device_sync(dev, &e))
     fail_msg("launch: %s", e.message);
   unsigned char *oh = malloc(nq * es);
   float *lh = desc->has_lse ? malloc(nl * 4) : NULL;
