@@ -296,18 +296,14 @@ static char *read_file(const char *path, size_t *len);
 /* o->attn and o->cfg from the options: the descriptor through the API's one conversion, the
  * template's default tiling with what was given.  -1 after a message (unsupported). */
 static int resolve_attn(options *o) {
-  if (api_desc_from_public(&o->desc, &o->attn)) {
-    fprintf(stderr, "kiln: error: unsupported attention request: %s\n", kiln_last_error());
-    return -1;
-  }
-  /* the variant options (until the public descriptor carries them all, they are set on the
-   * template's descriptor here) */
-  o->attn.window |= o->var.window;
-  o->attn.softcap |= o->var.softcap;
-  o->attn.alibi |= o->var.alibi;
-  o->attn.bias |= o->var.bias;
-  o->attn.document |= o->var.documents > 0;
-  o->attn.prefix |= o->var.prefix;
+  /* the variant options, on the public descriptor: the one conversion below makes the
+   * template's */
+  o->desc.window |= o->var.window;
+  o->desc.softcap |= o->var.softcap;
+  o->desc.alibi |= o->var.alibi;
+  o->desc.bias |= o->var.bias;
+  o->desc.document |= o->var.documents > 0;
+  o->desc.prefix |= o->var.prefix;
   if (o->var.mods_file && !o->var.mods_text) {
     size_t len;
     o->var.mods_text = read_file(o->var.mods_file, &len);
@@ -321,8 +317,12 @@ static int resolve_attn(options *o) {
     t[len] = 0;
     o->var.mods_text = t;
   }
-  o->attn.mods = o->var.mods_text;
-  o->attn.mods_file = o->var.mods_file;
+  o->desc.mods = o->var.mods_text;
+  o->desc.mods_name = o->var.mods_file;
+  if (api_desc_from_public(&o->desc, &o->attn)) {
+    fprintf(stderr, "kiln: error: unsupported attention request: %s\n", kiln_last_error());
+    return -1;
+  }
   kn_attn_sig sig;
   kn_diag diag;
   if (!o->ir_file && kn_attn_signature(&o->attn, &sig, &diag)) {
@@ -775,6 +775,7 @@ static void print_timing(const options *o, const char *had, double best_ms, cons
 typedef struct variant_values {
   kn_attn_vargs va;
   kn_attn_named_arg named[16];
+  char kind[16];        /* of each named value: 'i', 'f' or 'p' */
   void *buf[24];
   size_t bytes[24];
   int nbuf;
@@ -883,10 +884,13 @@ static int variant_make(const options *o, const kn_attn_sig *sig, variant_values
         kn_store_elem((kn_scalar)t.elem, x + i * es, is_int ? floor(u) : u);
       }
       na->value.p = x, na->bytes = (size_t)n * es;
+      vv->kind[va->nmods - 1] = 'p';
     } else if (t.elem == KN_F32 || t.elem == KN_F16 || t.elem == KN_BF16) {
       na->value.f = strtod(val, &end);
+      vv->kind[va->nmods - 1] = 'f';
     } else {
       na->value.i = strtoll(val, &end, 0);
+      vv->kind[va->nmods - 1] = 'i';
     }
     if (end && *end) {
       fprintf(stderr, "kiln: error: --mod-arg %s: '%s' is not a value of type %s\n", arg, val,
@@ -1029,17 +1033,59 @@ done:
   return rc;
 }
 
-static kiln_attn_args attn_args(const options *o, const void *q, const void *k, const void *v,
+/* the public arguments of a run; the variant's tensors through `dev` (host pointer -> the
+ * pointer the kernel reads: itself on the host, its device copy on CUDA) */
+typedef struct ptr_map {
+  const void *host[24];
+  const void *dev[24];
+  int n;
+} ptr_map;
+
+static const void *mapped(const ptr_map *m, const void *p) {
+  for (int i = 0; m && i < m->n; i++)
+    if (m->host[i] == p) return m->dev[i];
+  return p;
+}
+
+static kiln_attn_args attn_args(const options *o, const variant_values *vv, const ptr_map *pm,
+                                kiln_mod_arg *margs, const void *q, const void *k, const void *v,
                                 void *out, float *lse) {
   const kn_attn_problem *p = &o->prob;
-  return (kiln_attn_args){.q = q, .k = k, .v = v, .o = out, .lse = o->attn.has_lse ? lse : NULL,
-                          .batch = p->batch, .heads = p->heads, .kv_heads = p->kv_heads,
-                          .seqlen_q = p->seqlen_q, .seqlen_k = p->seqlen_k};
+  const kn_attn_vargs *va = &vv->va;
+  const kn_attn_desc *d = &o->attn;
+  kiln_attn_args a = {.q = q, .k = k, .v = v, .o = out, .lse = o->attn.has_lse ? lse : NULL,
+                      .batch = p->batch, .heads = p->heads, .kv_heads = p->kv_heads,
+                      .seqlen_q = p->seqlen_q, .seqlen_k = p->seqlen_k};
+  if (d->window) a.window_left = va->window_left, a.window_right = va->window_right;
+  if (d->softcap) a.softcap = va->softcap;
+  if (d->alibi) a.alibi_slopes = mapped(pm, va->alibi_slopes), a.alibi_stride = va->alibi_sb;
+  if (d->bias) {
+    a.bias = mapped(pm, va->bias);
+    a.bias_stride[0] = va->bias_sb, a.bias_stride[1] = va->bias_sh, a.bias_stride[2] = va->bias_sm;
+  }
+  if (d->document) {
+    a.q_seg = mapped(pm, va->q_seg), a.k_seg = mapped(pm, va->k_seg);
+    a.q_seg_stride = va->q_seg_sb, a.k_seg_stride = va->k_seg_sb;
+  }
+  if (d->prefix) a.prefix_len = va->prefix_len;
+  for (int i = 0; i < va->nmods; i++) {
+    const kn_attn_named_arg *na = &va->mods[i];
+    kiln_mod_arg *m = &margs[i];
+    *m = (kiln_mod_arg){.name = na->name};
+    if (vv->kind[i] == 'p')
+      m->kind = KILN_MOD_ARG_PTR, m->p = mapped(pm, na->value.p), m->bytes = na->bytes;
+    else if (vv->kind[i] == 'f') m->kind = KILN_MOD_ARG_FLOAT, m->f = na->value.f;
+    else m->kind = KILN_MOD_ARG_INT, m->i = na->value.i;
+  }
+  a.mod_args = margs, a.n_mod_args = va->nmods;
+  return a;
 }
 
 /* kiln_forward on the host: host buffers, wall-clock time; *best_ms the best of --repeats */
-static int forward_host(const options *o, kiln_kernel *k, run_inputs *in, double *best_ms) {
-  kiln_attn_args a = attn_args(o, in->q, in->k, in->v, in->out, in->lse);
+static int forward_host(const options *o, const variant_values *vv, kiln_kernel *k,
+                        run_inputs *in, double *best_ms) {
+  kiln_mod_arg margs[16];
+  kiln_attn_args a = attn_args(o, vv, NULL, margs, in->q, in->k, in->v, in->out, in->lse);
   *best_ms = INFINITY;
   for (int r = 0; r < o->repeats; r++) {
     double t1 = now_s();
@@ -1054,12 +1100,14 @@ static int forward_host(const options *o, kiln_kernel *k, run_inputs *in, double
 /* kiln_forward on a CUDA device: device buffers (the output and lse filled with NaN bytes first,
  * so an unwritten element fails), one checked launch, then --repeats launches timed with CUDA
  * events; driver failures are FAIL (1) */
-static int forward_cuda(const options *o, kiln_kernel *k, int ordinal, run_inputs *in,
-                        double *best_ms) {
+static int forward_cuda(const options *o, const variant_values *vv, kiln_kernel *k, int ordinal,
+                        run_inputs *in, double *best_ms) {
   size_t es = kn_scalar_size(o->attn.dtype), nq = in->nq, nk = in->nk, nl = in->nl;
   kn_cuda_device *dev = NULL;
   kn_cuda_event ev[2] = {NULL, NULL};
-  kn_cuda_ptr dq = 0, dk = 0, dv = 0, dout = 0, dl = 0;
+  kn_cuda_ptr dq = 0, dk = 0, dv = 0, dout = 0, dl = 0, dvar[24] = {0};
+  ptr_map pm = {.n = 0};
+  kiln_mod_arg margs[16];
   kn_diag e = {0};
   kiln_status s = KILN_OK;
   int rc = EXIT_FAIL;
@@ -1074,7 +1122,14 @@ static int forward_cuda(const options *o, kiln_kernel *k, int ordinal, run_input
       kn_cuda_memset8(dev, dl, 0xff, nl * sizeof(float), &e) ||
       kn_cuda_event_create(dev, &ev[0], &e) || kn_cuda_event_create(dev, &ev[1], &e))
     goto driver_error;
-  kiln_attn_args a = attn_args(o, (void *)(uintptr_t)dq, (void *)(uintptr_t)dk,
+  /* the variant's tensors on the device */
+  for (int i = 0; i < vv->nbuf; i++) {
+    if (kn_cuda_alloc(dev, vv->bytes[i] ? vv->bytes[i] : 1, &dvar[i], &e) ||
+        kn_cuda_copy_htod(dev, dvar[i], vv->buf[i], vv->bytes[i], &e))
+      goto driver_error;
+    pm.host[pm.n] = vv->buf[i], pm.dev[pm.n++] = (const void *)(uintptr_t)dvar[i];
+  }
+  kiln_attn_args a = attn_args(o, vv, &pm, margs, (void *)(uintptr_t)dq, (void *)(uintptr_t)dk,
                                (void *)(uintptr_t)dv, (void *)(uintptr_t)dout,
                                (float *)(uintptr_t)dl);
   /* the first launch is the one checked (and warms the module up); then the timed ones */
@@ -1103,6 +1158,8 @@ done:
     kn_cuda_ptr bufs[] = {dq, dk, dv, dout, dl};
     for (int i = 0; i < 5; i++)
       if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
+    for (int i = 0; i < 24; i++)
+      if (dvar[i]) kn_cuda_free(dev, dvar[i], NULL);
     for (int i = 0; i < 2; i++)
       if (ev[i]) kn_cuda_event_destroy(dev, ev[i]);
     kn_cuda_device_close(dev);
@@ -1118,11 +1175,6 @@ static int run_api(options *o, const char *target) {
     return EXIT_USAGE;
   }
   if (resolve_attn(o)) return EXIT_USAGE;
-  if (o->attn.window || o->attn.softcap || o->attn.alibi || o->attn.bias || o->attn.document ||
-      o->attn.prefix || o->attn.mods) {  /* TEMPORARY: until kiln.h carries the variant */
-    fprintf(stderr, "kiln: error: variants do not run through the API yet\n");
-    return EXIT_USAGE;
-  }
   kiln_context_options co = {.cache_dir = o->cache_dir, .no_cache = o->no_cache,
                              .device = target, .log = cli_log, .tune_policy = o->tune};
   kiln_context *ctx;
@@ -1141,6 +1193,7 @@ static int run_api(options *o, const char *target) {
   kiln_kernel *k;
   kiln_kernel_info info;
   run_inputs in = {0};
+  variant_values vv = {0};
   int rc = EXIT_USAGE;
   if ((s = kiln_prepare(ctx, &o->desc, &po, &k)) || (s = kiln_kernel_get_info(k, &info))) {
     rc = fail_api(s);
@@ -1149,20 +1202,28 @@ static int run_api(options *o, const char *target) {
   o->cfg.block_m = info.block_m, o->cfg.block_n = info.block_n;
   o->cfg.warps = info.warps, o->cfg.stages = info.stages;
   if (inputs_make(o, &in)) goto done;
+  kn_attn_sig sig;
+  kn_diag sd;
+  if (kn_attn_signature(&o->attn, &sig, &sd)) {
+    fputs(sd.rendered, stderr);
+    goto done;
+  }
+  if (variant_make(o, &sig, &vv)) goto done;
   print_header(o, kiln_context_target(ctx), kiln_context_device_name(ctx));
   int ordinal = kiln_context_device_ordinal(ctx);
   double best;
-  rc = ordinal < 0 ? forward_host(o, k, &in, &best) : forward_cuda(o, k, ordinal, &in, &best);
+  rc = ordinal < 0 ? forward_host(o, &vv, k, &in, &best)
+                   : forward_cuda(o, &vv, k, ordinal, &in, &best);
   if (rc == EXIT_PASS) {
     char had[96];
     snprintf(had, sizeof had, "prepare: %s %.1f ms (%s tiling)",
              info.source == KILN_SOURCE_CACHE ? "cache hit" : "compiled", info.prepare_ms,
              info.tuned ? "tuned" : blocks || o->warps ? "forced" : "default");
     print_timing(o, had, best, ordinal < 0 ? "" : ", CUDA events");
-    variant_values none = {0};
-    rc = check_and_report(o, NULL, &none, &in);
+    rc = check_and_report(o, NULL, &vv, &in);
   }
 done:
+  variant_free(&vv);
   inputs_free(&in);
   kiln_context_destroy(ctx);
   return rc;
@@ -1409,11 +1470,6 @@ static int cmd_tune(options *o) {
     return EXIT_USAGE;
   }
   if (resolve_attn(o)) return EXIT_USAGE;
-  if (o->attn.window || o->attn.softcap || o->attn.alibi || o->attn.bias || o->attn.document ||
-      o->attn.prefix || o->attn.mods) {  /* TEMPORARY: until kiln.h carries the variant */
-    fprintf(stderr, "kiln: error: variants do not run through the API yet\n");
-    return EXIT_USAGE;
-  }
   kiln_context_options co = {.cache_dir = o->cache_dir, .device = "host", .log = cli_log};
   kiln_context *ctx;
   kiln_status s = kiln_context_create(&co, &ctx);
