@@ -11,7 +11,8 @@
 # and a one-line verdict to summary.txt, printed last.  A failing step is recorded and the
 # script goes on; the exit status is the number of failed steps (0: all passed).
 #
-#   KILN_DEVICE_STEPS   space-separated steps to run (default: all of: info tests kiln sdpa)
+#   KILN_DEVICE_STEPS   space-separated steps to run (default: info tests kiln sdpa; also
+#                       variants and flex: kiln_variant_bench and flex_anchor.py)
 #   KILN_SDPA_ARGS      extra arguments for sdpa_anchor.py (e.g. "--quick")
 set -u
 
@@ -132,6 +133,24 @@ if want sdpa; then
   step "sdpa anchor" "$out/sdpa.log" 420 env PYTHONUNBUFFERED=1 python3 "$here/sdpa_anchor.py" \
     --csv "$out/sdpa.csv" ${KILN_SDPA_ARGS:-}
   grep -E "^(\||# )" "$out/sdpa.log" >>"$summary"
+fi
+
+# ---- the variants (issue 11): kiln through the API, then FlexAttention / SDPA with dense masks ----
+if want variants; then
+  if [ -x "$bin/kiln_variant_bench" ]; then
+    # shellcheck disable=SC2086
+    step "kiln variants" "$out/variants.log" 420 "$bin/kiln_variant_bench" ${KILN_VARIANT_ARGS:-}
+    grep -E "^(\||# |PASS|FAIL)" "$out/variants.log" >>"$summary"
+  else
+    note "FAIL  kiln_variant_bench: not in the pack"
+    failed=$((failed + 1))
+  fi
+fi
+if want flex; then
+  # shellcheck disable=SC2086
+  step "flex anchor" "$out/flex.log" 540 env PYTHONUNBUFFERED=1 python3 "$here/flex_anchor.py" \
+    --csv "$out/flex.csv" ${KILN_FLEX_ARGS:-}
+  grep -E "^(\||# )" "$out/flex.log" >>"$summary"
 fi
 
 note "failed steps: $failed"
