@@ -317,6 +317,21 @@ static int sig_index(const kn_attn_sig *sig, const char *name) {
   return 0;
 }
 
+/* does f (or a function it calls) load from memory? */
+static bool reads_memory_block(const kn_block *b, int depth);
+static bool reads_memory(const kn_func *f, int depth) {
+  return depth < 16 && reads_memory_block(f->body, depth);
+}
+static bool reads_memory_block(const kn_block *b, int depth) {
+  for (const kn_op *op = b->first; op; op = op->next) {
+    if (op->opc == KN_OP_LOAD || op->opc == KN_OP_GATHER) return true;
+    if (op->opc == KN_OP_CALL && op->callee && reads_memory(op->callee, depth + 1)) return true;
+    for (int r = 0; r < op->nregion; r++)
+      if (reads_memory_block(op->region[r], depth)) return true;
+  }
+  return false;
+}
+
 /* a call of the modifier: its fixed arguments, then the kernel parameters its plan binds; an
  * elemental call (docs/ir.md) when the arguments are tiles, so its result has type `res` */
 static kn_value *call_mod(gen *g, const kn_attn_mod *mod, kn_value *const *fixed, int nfixed,
@@ -420,20 +435,27 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   kn_value *one_r = cf(g, row_f32, 1.0, "one_r");
   kn_value *zero_acc = cf(g, acc_f32, 0.0, "zero_acc");
 
-  /* the modifiers' view of the tile: (BM, BN) query and key indices, clamped into range (a
-   * modifier may index a tensor with them unchecked; the padding rows are never stored and the
-   * padding columns are masked below), and the scalar (b, h) */
+  /* the modifiers' view of the tile: (BM, BN) query and key indices and the scalar (b, h).  When
+   * a modifier reads memory the indices are clamped into range, so it may index a tensor with
+   * them unchecked (the padding rows are never stored and the padding columns are masked
+   * below, so what it computes there is discarded); pure arithmetic needs no clamp */
   int nscore = 0, nmask = 0, nblock = 0;
   for (int i = 0; i < plan->nmods; i++) {
     nscore += plan->mod[i].kind == KN_MOD_SCORE;
     nmask += plan->mod[i].kind == KN_MOD_MASK;
     nblock += plan->mod[i].kind == KN_MOD_BLOCK;
   }
-  kn_value *c1 = nscore + nmask ? ci(g, i32, 1, "c1") : NULL;
+  /* clamping costs registers, and only a modifier that reads memory needs it */
+  bool clamp = false;
+  for (int i = 0; i < plan->nmods; i++) clamp |= reads_memory(plan->mod[i].f, 0);
+  kn_value *c1 = clamp ? ci(g, i32, 1, "c1") : NULL;
   kn_value *q_idx = NULL;
   if (nscore + nmask) {
-    kn_value *q_last = bin(g, KN_OP_SUB, seqlen_q, c1, "q_last");
-    kn_value *qi = bin(g, KN_OP_MIN, rows, splat1(g, q_last, BM, "q_last_v"), "q_idx_rows");
+    kn_value *qi = rows;
+    if (clamp) {
+      kn_value *q_last = bin(g, KN_OP_SUB, seqlen_q, c1, "q_last");
+      qi = bin(g, KN_OP_MIN, rows, splat1(g, q_last, BM, "q_last_v"), "q_idx_rows");
+    }
     q_idx = cols_of(g, qi, BN, "q_idx");
   }
 
@@ -514,14 +536,16 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
                                    (kn_value *[]){c_d, seqlen_k}, NULL, NULL),
                          "k_tile");
     kn_value *qk = named(g, kn_b_dot(&g->b, q_tile, kt, zero_s), "qk");      /* (BM, BN) */
+    /* without score modifiers, straight to exp2 units (the op order of the plain kernel is kept:
+     * it decides the schedule, and with it the registers, of the code objects) */
+    kn_value *s = nscore ? NULL : bin(g, KN_OP_MUL, qk, qk_scale_s, "s");
     kn_value *cols = bin(g, KN_OP_ADD, col_range, splat1(g, n0, BN, "n0_v"), "cols");
     kn_value *cols_s = rows_of(g, cols, BM, "cols_s");                        /* (BM, BN) */
-    kn_value *kv_idx = NULL;
-    if (nscore + nmask) {
+    kn_value *kv_idx = cols_s;
+    if (clamp) {
       kn_value *k_last = bin(g, KN_OP_SUB, seqlen_k, c1, "k_last");
       kv_idx = bin(g, KN_OP_MIN, cols_s, splat2(g, k_last, BM, BN, "k_last_s"), "kv_idx");
     }
-    kn_value *s;
     if (nscore) {
       /* the score modifiers see the scaled score in natural units (exp, not exp2) */
       kn_value *sc = bin(g, KN_OP_MUL, qk, splat2(g, P[P_SM_SCALE], BM, BN, "sm_scale_s"),
@@ -533,8 +557,6 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
       }
       s = bin(g, KN_OP_MUL, sc, splat2(g, cf(g, f32, M_LOG2E, "c_log2e_s"), BM, BN,
                                         "log2e_s"), "s");
-    } else {
-      s = bin(g, KN_OP_MUL, qk, qk_scale_s, "s");
     }
     kn_value *live = named(g, kn_b_cmp(&g->b, KN_PRED_LT, cols_s, seqlen_k_s), "in_k");
     for (int i = 0; i < plan->nmods; i++) {
