@@ -125,6 +125,40 @@ int kn_attn_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_c
                     "multiple of the instruction's m; block_n and the head dim of its n and k)",
                     c->block_m, c->block_n, c->warps, arch->name, kn_scalar_name(d->dtype),
                     head_text(d, hd, sizeof hd));
+  /* Above head dim 256 the registers decide as well: each thread holds its share of the f32
+   * accumulator (block_m x DP over the program's threads) and of Q (16-bit: two per register),
+   * and these may take at most half of what a thread may use (AMDGPU: the 512 unified VGPRs and
+   * AGPRs of a lane, 256 with 4 or more waves, whose kernels ask for 2 waves per SIMD; NVIDIA:
+   * 255), so that S, P and the addresses fit beside them.  Measured at D 512 (docs/gpu.md): the
+   * configs this accepts compile to gfx90a/gfx942/gfx950 code objects without VGPR spills;
+   * those it refuses spilled (gfx942 32x16 with 1 wave: 3 VGPRs; gfx950 64x32 with 4 waves:
+   * 77).  On NVIDIA a warp's rows are at least the instruction's 16, 256 accumulator registers
+   * per thread at D 512 (ptxas spilled 650-990 bytes): no tiling fits above 256.  f32 dots are
+   * per-thread FMAs whose A fragments hold whole rows of Q per lane: refused too (754 VGPR
+   * spills on gfx950). */
+  int64_t regs = 0, budget = 0;
+  if (dp > 256) {
+    if (in->operands == KN_MMA_FMA)
+      return kn_error(diag, NULL, nowhere, "attention: head dim %s is not supported for %s on "
+                      "%s (above 256 only with a matrix instruction: the f32 FMA dots hold "
+                      "whole rows of Q per thread)", head_text(d, hd, sizeof hd),
+                      kn_scalar_name(d->dtype), arch->name);
+    int64_t per_reg = 4 / (int64_t)kn_scalar_size(d->dtype);  /* Q elements per register */
+    int m = in->m;  /* the fewest rows a warp can hold: the smallest m of an instruction */
+    for (int i = 0; i < arch->nmma; i++)
+      if (arch->mma[i].a == d->dtype && arch->mma[i].m < m) m = arch->mma[i].m;
+    int64_t least = (int64_t)m * dp / arch->lanes;
+    int64_t most = arch->isa == KN_ISA_AMDGPU ? arch->amd->vgprs_per_lane : 255;
+    if (least + least / per_reg > most / 2)
+      return kn_error(diag, NULL, nowhere, "attention: head dim %s is not supported on %s: "
+                      "a warp holds at least %d rows of the f32 accumulator and Q, %lld "
+                      "registers per thread, more than half of its %lld (head dims above 256 "
+                      "are not supported there)", head_text(d, hd, sizeof hd), arch->name, m,
+                      (long long)(least + least / per_reg), (long long)most);
+    int64_t acc = (int64_t)c->block_m * dp / ((int64_t)c->warps * arch->lanes);
+    regs = acc + acc / per_reg;
+    budget = arch->isa == KN_ISA_AMDGPU ? most / (c->warps >= 4 ? 2 : 1) : most;
+  }
   /* Q staged once, K and V tiles through shared memory: the plan's size when nothing shares
    * bytes (what the NVPTX plan needs; AMDGPU's reuses some, so a few configs that would fit
    * are not offered) */
@@ -135,38 +169,12 @@ int kn_attn_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_c
                     "bytes of shared memory for Q, K and V; %s has %lld", c->block_m,
                     c->block_n, head_text(d, hd, sizeof hd), (long long)need, arch->name,
                     (long long)arch->shared_bytes);
-  /* Above head dim 256 the registers decide as well: each thread holds its share of the f32
-   * accumulator (block_m x DP over the program's threads) and of Q (16-bit: two per register),
-   * and these may take at most half of what a thread may use (AMDGPU: the 512 unified VGPRs and
-   * AGPRs of a lane, 256 with 4 or more waves, whose kernels ask for 2 waves per SIMD; NVIDIA:
-   * 255), so that S, P and the addresses fit beside them.  Measured at D 512 (docs/gpu.md): the
-   * configs this accepts compile to gfx90a/gfx942/gfx950 code objects without VGPR spills;
-   * those it refuses spilled (gfx942 32x16 with 1 wave: 3 VGPRs; gfx950 64x32 with 4 waves:
-   * 77).  On NVIDIA a warp's 16 rows give 256 accumulator registers per thread at D 512: ptxas
-   * spilled 650-990 bytes, so no tiling is accepted.  f32 dots are per-thread FMAs whose A
-   * fragments hold whole rows of Q per lane: refused too (754 VGPR spills on gfx950). */
-  if (dp > 256) {
-    int64_t threads = (int64_t)c->warps * arch->lanes;
-    int64_t acc = (int64_t)c->block_m * dp / threads;
-    int64_t regs = acc + acc * (int64_t)kn_scalar_size(d->dtype) / 4;
-    int64_t budget = arch->isa == KN_ISA_AMDGPU
-                         ? arch->amd->vgprs_per_lane / (c->warps >= 4 ? 2 : 1) : 255;
-    if (in->operands == KN_MMA_FMA)
-      return kn_error(diag, NULL, nowhere, "attention: head dim %s is not supported for %s on "
-                      "%s (above 256 only with a matrix instruction: the f32 FMA dots hold "
-                      "whole rows of Q per thread)", head_text(d, hd, sizeof hd),
-                      kn_scalar_name(d->dtype), arch->name);
-    if (regs > budget / 2)
-      return kn_error(diag, NULL, nowhere, "attention: block %dx%d with %d warps at head dim %s "
-                      "needs %lld registers per thread for the f32 accumulator and Q; above head "
-                      "dim 256 at most half of the %lld a thread has on %s (fewer rows per warp: "
-                      "a smaller block_m or more warps)%s", c->block_m, c->block_n, c->warps,
-                      head_text(d, hd, sizeof hd), (long long)regs, (long long)budget,
-                      arch->name, arch->isa == KN_ISA_NVPTX
-                                      ? "; on NVIDIA no tiling fits (16 rows per warp is the "
-                                        "least), head dims above 256 are not supported there"
-                                      : "");
-  }
+  if (regs > budget / 2)
+    return kn_error(diag, NULL, nowhere, "attention: block %dx%d with %d warps at head dim %s "
+                    "needs %lld registers per thread for the f32 accumulator and Q; above head "
+                    "dim 256 at most half of the %lld a thread has on %s (fewer rows per warp: "
+                    "a smaller block_m or more warps)", c->block_m, c->block_n, c->warps,
+                    head_text(d, hd, sizeof hd), (long long)regs, (long long)budget, arch->name);
   return 0;
 }
 
