@@ -135,9 +135,11 @@ static const kn_arch_default amd_defaults[] = {
  * bytes under ptxas at D 128); 64x64 with 4 warps above D 128 (1.06-1.14x faster than 64x32) */
 static const kn_arch_default nv_defaults[] = {
     /* head dims whose rows are not 16-byte aligned (D 59, 111, 255): K and V are loaded into
-     * registers and stored to shared memory (no cp.async), and the rows above spilled under
-     * ptxas (sm_90a: 28-40 bytes at D 59, 96 at D 111, ~500 at D 255); these compile with none
-     * (compiled, not timed) */
+     * registers and stored to shared memory (no cp.async), and the rows below spilled under
+     * ptxas (sm_90a: 28-40 bytes at D 59, 96 at D 111, ~500 at D 255); these spill nothing or
+     * a few words (compiled, not timed: docs/gpu.md), except at padded head dim 240 (D 225-239:
+     * 200-252 bytes, as every tiling tried).  8 warps were slower than 4 at aligned D 96 and
+     * 128 (above); whether they are here, against a few spilled words, is for an H200 to say */
     {128, 128, 64, 8, true}, {256, 64, 32, 4, true},
     {128, 128, 64, 4, false}, {256, 64, 64, 4, false}};
 
