@@ -1044,6 +1044,28 @@ static kiln_status variant_args(const kiln_kernel *k, const kiln_attn_args *a, k
   va->mods = named;
   va->nmods = a->n_mod_args;
   return s;
+/* GPU kernels access the head dimension in vectors of up to 16 bytes, as wide as the head dim's
+ * alignment allows (compiler/gpu/lower_gpu.c, kn_gpu_vec_aligned: 8 elements of f16 at D 72, 4
+ * at D 60, 1 at D 59): the buffers' row, head and batch strides must keep every row that
+ * aligned.  Contiguous layouts always do.  0, or KILN_ERR_INVALID naming the buffer. */
+static kiln_status check_alignment(const kn_attn_desc *d, const kiln_attn_args *a,
+                                   const kn_argval *args) {
+  int64_t es = (int64_t)kn_scalar_size(d->dtype), v = 16 / es;
+  while (v > 1 && d->head_dim % v) v /= 2;
+  static const char *const names[] = {"q", "k", "v", "o"};
+  const void *ptrs[] = {a->q, a->k, a->v, a->o};
+  for (int i = 0; i < 4; i++) {
+    bool qo = i == 0 || i == 3;
+    /* the strides of dims of size 1 are never multiplied by anything but 0 */
+    int sizes[3] = {a->batch, qo ? a->heads : a->kv_heads, qo ? a->seqlen_q : a->seqlen_k};
+    bool ok = (uintptr_t)ptrs[i] % (uintptr_t)(v * es) == 0;
+    for (int j = 0; j < 3; j++) ok &= sizes[j] <= 1 || args[ARG_Q_SB + 3 * i + j].i % v == 0;
+    if (!ok)
+      return api_fail(KILN_ERR_INVALID, "kiln_forward: %s must be %lld-byte aligned with strides "
+                      "that are multiples of %lld elements at head dim %d (the kernel's vector "
+                      "accesses)", names[i], (long long)(v * es), (long long)v, d->head_dim);
+  }
+  return KILN_OK;
 }
 
 kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) {
@@ -1091,7 +1113,8 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
       for (int j = 0; j < strides[i].n; j++) args[strides[i].at + j].i = strides[i].s[j];
 
   if (k->ctx->kind == KN_DEVICE_CUDA) {
-    s = api_cuda_forward(k, args, grid, stream);
+    s = check_alignment(d, a, args);
+    if (!s) s = api_cuda_forward(k, args, grid, stream);
     if (s) return s;
     atomic_fetch_add(&k->ctx->stats.launches, 1);
     return KILN_OK;

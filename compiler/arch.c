@@ -25,8 +25,12 @@
 
 /* ---- matrix instructions ----------------------------------------------------------------- */
 
-/* no matrix instruction: f32 dots as per-thread FMAs (compiler/gpu/layout.c, fma_16x32) */
-#define FMA_F32 {NULL, NULL, KN_MMA_FMA_16X32, 16, 32, 1, KN_F32, KN_F32, KN_F32, KN_MMA_FMA, 0}
+/* no matrix instruction: f32 dots as per-thread FMAs (compiler/gpu/layout.c, fma_16x32); where
+ * a dot's n is not a multiple of 32 (head dims 48, 80, ... ; block_n 16), over 16x16 blocks
+ * (fma_16x16_w64) */
+#define FMA_F32                                                                               \
+  {NULL, NULL, KN_MMA_FMA_16X32, 16, 32, 1, KN_F32, KN_F32, KN_F32, KN_MMA_FMA, 0},            \
+  {NULL, NULL, KN_MMA_FMA_16X16_W64, 16, 16, 1, KN_F32, KN_F32, KN_F32, KN_MMA_FMA, 0}
 
 /* CDNA 2: f16 and bf16 at 1024 flop/cycle/CU (64 cycles for 32x32x8) */
 static const kn_mma_instr gfx90a_mma[] = {
@@ -103,20 +107,41 @@ static const kn_amd_facts gfx950_facts = {
     .max_sgprs = 102, .lds_granule = 1280, .max_barriers_per_cu = 16};
 
 /* ---- default tilings ------------------------------------------------------------------------
- * Every row must compile for every dtype (tests/unit/test_defaults.c compiles each): on GPUs the
+ * Every row up to D 256 must compile for every dtype (tests/unit/test_defaults.c compiles each;
+ * above 256 kn_attn_check_on refuses f32 on GPUs and every NVIDIA tiling): on GPUs the
  * rows per warp (block_m / warps) must be a multiple of the matrix instruction's m.  Above
  * D 128 the Q tile, the accumulator and the K/V tiles of a 128-row block do not fit registers
  * and shared memory, so both block dims halve. */
-static const kn_arch_default host_defaults[] = {{128, 128, 64, 4}, {256, 64, 32, 4}};
+static const kn_arch_default host_defaults[] = {{128, 128, 64, 4, false}, {256, 64, 32, 4, false}};
 /* AMDGPU: 4 waves of 32 rows (one 32x32 MFMA row block per wave) up to D 128, the configuration
- * measured against Triton's in bench/RESULTS.md (no spills at D 128); above, 16 rows per wave
- * (16x16 MFMAs) */
-static const kn_arch_default amd_defaults[] = {{128, 128, 64, 4}, {256, 64, 32, 4}};
+ * measured against Triton's in bench/RESULTS.md (no spills at D 128), except at padded head dim
+ * 112, where it sits at 252-256 VGPRs and spilled at D 97 (gfx90a) and 112 (gfx950), and 8
+ * waves (16 rows per wave) take 168; above D 128, 16 rows per wave (16x16 MFMAs) with 4 waves,
+ * except at padded head dims 208 and 240, where that spilled 26-67 VGPRs on every chip (a wave
+ * of a 4-wave workgroup has 256 registers: the kernel asks for 2 waves per SIMD) and 32x32 with
+ * 2 waves (512 registers per lane) has none; above D 256 (f16 and bf16 only:
+ * kn_attn_check_on), 32x16 with 2 waves, the largest block whose Q, K and V fit 64 KiB of LDS
+ * and whose accumulator (128 registers per lane) fits a wave of a 2-wave workgroup.  The
+ * exceptions and the rows above 256 are compile measurements (no VGPR spills on gfx90a, gfx942
+ * and gfx950, f16 and bf16, causal or not, at the padded head dims and at D one above the
+ * previous row), not timings: there is no AMD GPU */
+static const kn_arch_default amd_defaults[] = {
+    {96, 128, 64, 4, false}, {112, 128, 64, 8, false}, {128, 128, 64, 4, false},
+    {192, 64, 32, 4, false}, {208, 32, 32, 2, false}, {224, 64, 32, 4, false},
+    {240, 32, 32, 2, false}, {256, 64, 32, 4, false}, {512, 32, 16, 2, false}};
 /* NVIDIA, measured on an H200 (bench/RESULTS.md, 2026-12-01, kiln_attn_bench --defaults: f16,
  * B4 H32 N 4096, 8 tilings per head dim): 128x64 with 4 warps is the fastest at D 64, 96 and 128
  * (8 warps were 1.27x slower at D 128 and 1.4-1.6x at D 96, even though 4 warps spill 12-28
  * bytes under ptxas at D 128); 64x64 with 4 warps above D 128 (1.06-1.14x faster than 64x32) */
-static const kn_arch_default nv_defaults[] = {{128, 128, 64, 4}, {256, 64, 64, 4}};
+static const kn_arch_default nv_defaults[] = {
+    /* head dims whose rows are not 16-byte aligned (D 59, 111, 255): K and V are loaded into
+     * registers and stored to shared memory (no cp.async), and the rows below spilled under
+     * ptxas (sm_90a: 28-40 bytes at D 59, 96 at D 111, ~500 at D 255); these spill nothing or
+     * a few words (compiled, not timed: docs/gpu.md), except at padded head dim 240 (D 225-239:
+     * 200-252 bytes, as every tiling tried).  8 warps were slower than 4 at aligned D 96 and
+     * 128 (above); whether they are here, against a few spilled words, is for an H200 to say */
+    {128, 128, 64, 8, true}, {256, 64, 32, 4, true},
+    {128, 128, 64, 4, false}, {256, 64, 64, 4, false}};
 
 /* ---- the registry ------------------------------------------------------------------------- */
 
@@ -186,9 +211,14 @@ const kn_mma_instr *kn_arch_pick_mma(const kn_arch *arch, kn_scalar a, int want_
   return NULL;
 }
 
-const kn_arch_default *kn_arch_default_for(const kn_arch *arch, int head_dim) {
+const kn_arch_default *kn_arch_default_for(const kn_arch *arch, int head_dim, bool aligned) {
   if (!arch || !arch->ndefaults) arch = kn_arch_host();
-  for (int i = 0; i < arch->ndefaults; i++)
-    if (head_dim <= arch->defaults[i].max_head_dim) return &arch->defaults[i];
-  return &arch->defaults[arch->ndefaults - 1];
+  const kn_arch_default *last = NULL;
+  for (int i = 0; i < arch->ndefaults; i++) {
+    const kn_arch_default *r = &arch->defaults[i];
+    if (aligned && r->unaligned) continue;
+    if (head_dim <= r->max_head_dim) return r;
+    last = r;
+  }
+  return last ? last : &arch->defaults[arch->ndefaults - 1];
 }

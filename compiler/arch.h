@@ -49,6 +49,9 @@ typedef enum kn_mma_id {
                             * k step 1 (f32 dots on AMDGPU): wave64, 2 A / 4 B / 8 acc */
   KN_MMA_FMA_16X16,        /* the same over a 16x16 block per warp of 32 (f32 dots on NVPTX):
                             * warp32, 2 A / 4 B / 8 acc */
+  KN_MMA_FMA_16X16_W64,    /* the same over a 16x16 block per wave of 64 (f32 dots on AMDGPU
+                            * whose n is not a multiple of 32: head dims 48, 80, ...; block_n
+                            * 16): wave64, 2 A / 2 B / 4 acc */
   KN_MMA_COUNT
 } kn_mma_id;
 
@@ -58,7 +61,7 @@ typedef enum kn_mma_operands {
   KN_MMA_VEC_I16,       /* a vector of i16 (the bf16 "_1k" MFMAs of CDNA 2/3) */
   KN_MMA_PACKED_I64,    /* 8 one-byte elements packed into an i64 (fp8 MFMAs) */
   KN_MMA_PAIRS_NV,      /* mma.sync: pairs of 16-bit elements per 32-bit register */
-  KN_MMA_FMA,           /* no intrinsic: scalar FMAs (KN_MMA_FMA_16X32) */
+  KN_MMA_FMA,           /* no intrinsic: scalar FMAs (KN_MMA_FMA_16X32 and the others) */
 } kn_mma_operands;
 
 /* One matrix instruction of an architecture: D(m x n) = A(m x k) B(k x n) + C. */
@@ -88,10 +91,15 @@ typedef struct kn_amd_facts {
 } kn_amd_facts;
 
 /* The default tiling for head dims up to max_head_dim (the first row that covers the head dim
- * wins).  Measured per architecture where a device was at hand (bench/RESULTS.md says where). */
+ * wins; the template looks rows up by its padded head dim, a multiple of 16).  Measured per
+ * architecture where a device was at hand (bench/RESULTS.md says where).  A row marked
+ * unaligned is only for head dims whose rows are not 16-byte aligned (f16/bf16: 8 does not
+ * divide D; f32: 4), whose K and V tiles cannot be copied in 16-byte chunks (NVPTX: no
+ * cp.async) and go through registers; the other rows are for every head dim. */
 typedef struct kn_arch_default {
   int max_head_dim;
   int block_m, block_n, warps;
+  bool unaligned;
 } kn_arch_default;
 
 typedef struct kn_arch {
@@ -132,8 +140,9 @@ const kn_mma_instr *kn_arch_pick_mma(const kn_arch *arch, kn_scalar a, int want_
                                      bool (*fits)(void *ctx, const kn_mma_instr *i), void *ctx);
 /* Does instruction i fit a dot of M x N x K run by `warps` warps stacked along M? */
 bool kn_mma_fits(const kn_mma_instr *i, int M, int N, int K, int warps);
-/* the default tiling row for head dim d on arch (never NULL) */
-const kn_arch_default *kn_arch_default_for(const kn_arch *arch, int head_dim);
+/* the default tiling row for head dim d on arch (never NULL); aligned: rows of that head dim
+ * are 16-byte aligned (the rows marked unaligned are skipped) */
+const kn_arch_default *kn_arch_default_for(const kn_arch *arch, int head_dim, bool aligned);
 
 #ifdef __cplusplus
 }

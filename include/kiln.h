@@ -219,7 +219,8 @@ enum {
 
 typedef struct kiln_attn_desc {
   kiln_dtype dtype;    /* of q, k, v and o */
-  int head_dim;        /* a multiple of 16 in 32..256 */
+  int head_dim;        /* 1..256 on every device; up to 512 where kiln accepts it (the host:
+                        * yes; NVIDIA: no); padded to a multiple of 16 inside the kernel */
   int causal;          /* KILN_CAUSAL_NONE, _BOTTOM_RIGHT or _TOP_LEFT */
   int has_lse;         /* nonzero: also write the log-sum-exp per query row (natural log, f32) */
   int window, softcap, alibi, bias, document, prefix; /* the built-in variants (above) */
@@ -303,7 +304,10 @@ kiln_status kiln_kernel_get_info(const kiln_kernel *k, kiln_kernel_info *out);
  *   lse  (batch, heads, seqlen_q) f32            strides {batch, head}, rows contiguous;
  *        required when the descriptor has_lse, ignored otherwise
  * heads must be a multiple of kv_heads (grouped-query attention: head h reads kv head
- * h / (heads / kv_heads)). */
+ * h / (heads / kv_heads)).  CUDA: GPU kernels read rows in vectors as wide as the head dim allows
+ * (up to 16 bytes: 8 f16/bf16 elements when 8 divides head_dim, 4 when 4 does, ...), so q, k, v
+ * and o must be aligned to the vector's size in bytes and their strides (of dims longer than 1)
+ * multiples of its elements; contiguous layouts always are, anything else is KILN_ERR_INVALID. */
 typedef struct kiln_attn_args {
   const void *q, *k, *v;
   void *o;

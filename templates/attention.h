@@ -19,10 +19,25 @@
  *   q_sb, q_sh, q_sm, k_sb, k_sh, k_sn, v_sb, v_sh, v_sn, o_sb, o_sh, o_sm, lse_sb, lse_sh   i64
  * That is 4 + 1 + 1 + 4 + 14 = 24 parameters (the lse row stride is 1: lse rows are contiguous).
  *
- * Supported (kn_attn_check): dtype f16, bf16 or f32; head_dim a multiple of 16 in 32..256 (16 is
- * the k-step of the f16/bf16 matrix instructions of every target, and the whole head is one tile
- * dimension, so it need not be a power of two); block_m and block_n powers of two in 16..256;
- * warps a power of two in 1..16; stages in 1..8; mfma 0, 16 or 32.
+ * Supported (kn_attn_check): dtype f16, bf16 or f32; head_dim any of 1..512; block_m and block_n
+ * powers of two in 16..256; warps a power of two in 1..16; stages in 1..8; mfma 0, 16 or 32.
+ *
+ * Head dims.  The whole head is one tile dimension of DP = kn_attn_head_pad(head_dim) columns:
+ * head_dim rounded up to a multiple of 16, the k step of the f16/bf16 matrix instructions of
+ * every target (so it need not be a power of two, and a multiple of 16 is its own DP).  The
+ * loads of Q, K and V have the bound head_dim on the head dimension, so the padding columns read
+ * as 0 and add 0 to QK^T; the store of O has the same bound, so they are never written.  Rows
+ * are head_dim elements apart in a contiguous layout: the GPU lowerings use vector accesses only
+ * as wide as head_dim's alignment allows (16 bytes at head dim 8 | D for f16/bf16, 4 | D for
+ * f32; scalar accesses for an odd head dim).  Tile sizes and shared-memory bounds (the check,
+ * the defaults) use DP; the descriptor and its key keep head_dim ("d=59").
+ * Head dims up to 256 compile on every target (tests/unit/test_defaults.c).  Above 256 (DP up to
+ * 512) kn_attn_check_on decides per architecture, by shared memory and registers: the host
+ * takes every dtype; gfx90a, gfx942 and gfx950 take f16 and bf16 at tilings whose f32
+ * accumulator and Q fit half of a thread's registers (the default 32x16 with 2 waves compiles
+ * without spills at D 512); NVIDIA (sm_80, sm_90a) takes none (16 rows per warp is the least,
+ * and 16 x 512 f32 is 256 registers per thread: ptxas spills 650-990 bytes), and f32 on a GPU
+ * is refused (its FMA dots hold whole rows of Q per thread).
  */
 #ifndef KILN_ATTENTION_H
 #define KILN_ATTENTION_H
@@ -41,15 +56,15 @@
 /* TEXT: a string, keyed by the hex XXH3-64 of its bytes ("0" for NULL or empty) */
 enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT, KN_ATTN_FIELD_TEXT };
 
-/* f16, bf16, f32; head_dim 32..256 a multiple of 16 (kn_attn_check); has_lse: store the
- * log-sum-exp.  The variant (docs/variants.md): causal 0 none, 1 bottom-right (FlashAttention 2:
- * query i sees key j iff j <= i + seqlen_k - seqlen_q), 2 top-left (j <= i); window: a sliding
- * window whose sizes are kernel arguments (kn_attn_vargs); softcap: cap * tanh(s / cap), the cap
- * an argument; alibi: per-head slopes (an argument tensor); bias: an additive bias tensor;
- * document: per-token segment ids, a query sees only keys of its own segment; prefix: prefix-LM,
- * a query sees every key below the prefix length (an argument) and the keys causal (bottom-right)
- * lets it see.  mods: the text of the user's own modifiers (@score_mod, @mask_mod, @block_mask;
- * NULL or "" for none), keyed by its hash. */
+/* f16, bf16, f32; head_dim 1..512 (kn_attn_check; above 256 not on every target:
+ * kn_attn_check_on); has_lse: store the log-sum-exp.  The variant (docs/variants.md): causal 0
+ * none, 1 bottom-right (FlashAttention 2: query i sees key j iff j <= i + seqlen_k - seqlen_q), 2
+ * top-left (j <= i); window: a sliding window whose sizes are kernel arguments (kn_attn_vargs);
+ * softcap: cap * tanh(s / cap), the cap an argument; alibi: per-head slopes (an argument tensor);
+ * bias: an additive bias tensor; document: per-token segment ids, a query sees only keys of its
+ * own segment; prefix: prefix-LM, a query sees every key below the prefix length (an argument)
+ * and the keys causal (bottom-right) lets it see.  mods: the text of the user's own modifiers
+ * (@score_mod, @mask_mod, @block_mask; NULL or "" for none), keyed by its hash. */
 #define KN_ATTN_DESC_FIELDS(X)                             \
   X(KN_ATTN_FIELD_SCALAR, kn_scalar, dtype, "dtype")       \
   X(KN_ATTN_FIELD_INT, int, head_dim, "d")                 \
@@ -103,8 +118,17 @@ enum { KN_ATTN_NPARAMS = 24 };
 /* the type of the template's own parameter i (< KN_ATTN_NPARAMS) of descriptor d */
 kn_type kn_attn_param_type(const kn_attn_desc *d, int i);
 
+/* the head dims the template takes, and the step its tile dimension is padded to */
+enum { KN_ATTN_MAX_HEAD_DIM = 512, KN_ATTN_HEAD_STEP = 16 };
+/* the head dimension of the kernel's tiles: head_dim rounded up to KN_ATTN_HEAD_STEP */
+static inline int kn_attn_head_pad(int head_dim) {
+  return (head_dim + KN_ATTN_HEAD_STEP - 1) / KN_ATTN_HEAD_STEP * KN_ATTN_HEAD_STEP;
+}
+
 /* the default config for a descriptor on an architecture (NULL: the host): the registry's
- * measured row for the head dim (compiler/arch.h), always one kn_attn_check_on accepts */
+ * measured row for the padded head dim (compiler/arch.h), or the nearest smaller tiling
+ * kn_attn_check_on accepts; one it accepts whenever there is one (not above head dim 256 on
+ * NVIDIA or for f32 on a GPU: the check says why) */
 kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d);
 /* does d apply modifiers beyond the causal masks (which every default tiling was measured with)? */
 bool kn_attn_has_modifiers(const kn_attn_desc *d);

@@ -118,8 +118,17 @@ typedef struct fit_ctx {
 
 static bool fits_both_dots(void *p, const kn_mma_instr *in) {
   const fit_ctx *f = p;
-  int bm = f->c->block_m, bn = f->c->block_n, hd = f->d->head_dim, w = f->c->warps;
+  int bm = f->c->block_m, bn = f->c->block_n, w = f->c->warps;
+  int hd = kn_attn_head_pad(f->d->head_dim);  /* the tiles' head dimension */
   return kn_mma_fits(in, bm, bn, hd, w) && kn_mma_fits(in, bm, hd, bn, w); /* S = QK^T, O = PV */
+}
+
+/* "59 (padded to 64)", or "64" when the head dim is its own tile dimension */
+static const char *head_text(const kn_attn_desc *d, char *buf, size_t n) {
+  int pad = kn_attn_head_pad(d->head_dim);
+  if (pad == d->head_dim) snprintf(buf, n, "%d", d->head_dim);
+  else snprintf(buf, n, "%d (padded to %d)", d->head_dim, pad);
+  return buf;
 }
 
 int kn_attn_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_config *c,
@@ -127,6 +136,8 @@ int kn_attn_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_c
   kn_loc nowhere = {0};
   if (kn_attn_check(d, c, diag)) return -1;
   if (!arch || arch->isa == KN_ISA_HOST) return 0;
+  char hd[40];
+  const int dp = kn_attn_head_pad(d->head_dim);
   fit_ctx f = {d, c};
   int want = arch->isa == KN_ISA_AMDGPU ? c->mfma : 0;
   const kn_mma_instr *in = kn_arch_pick_mma(arch, d->dtype, 0, NULL, NULL);
@@ -137,20 +148,60 @@ int kn_attn_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_c
   if (!kn_arch_pick_mma(arch, d->dtype, want, fits_both_dots, &f))
     return kn_error(diag, NULL, nowhere,
                     "attention: block %dx%d with %d warps does not fit a matrix instruction of %s "
-                    "for %s at head dim %d (the rows per warp, block_m / warps, must be a "
+                    "for %s at head dim %s (the rows per warp, block_m / warps, must be a "
                     "multiple of the instruction's m; block_n and the head dim of its n and k)",
                     c->block_m, c->block_n, c->warps, arch->name, kn_scalar_name(d->dtype),
-                    d->head_dim);
+                    head_text(d, hd, sizeof hd));
+  /* Above head dim 256 the registers decide as well: each thread holds its share of the f32
+   * accumulator (block_m x DP over the program's threads) and of Q (16-bit: two per register),
+   * and these may take at most half of what a thread may use (AMDGPU: the 512 unified VGPRs and
+   * AGPRs of a lane, 256 with 4 or more waves, whose kernels ask for 2 waves per SIMD; NVIDIA:
+   * 255), so that S, P and the addresses fit beside them.  Measured at D 512 (docs/gpu.md): the
+   * configs this accepts compile to gfx90a/gfx942/gfx950 code objects without VGPR spills;
+   * those it refuses spilled (gfx942 32x16 with 1 wave: 3 VGPRs; gfx950 64x32 with 4 waves:
+   * 77).  On NVIDIA a warp's rows are at least the instruction's 16, 256 accumulator registers
+   * per thread at D 512 (ptxas spilled 650-990 bytes): no tiling fits above 256.  f32 dots are
+   * per-thread FMAs whose A fragments hold whole rows of Q per lane: refused too (754 VGPR
+   * spills on gfx950). */
+  int64_t regs = 0, budget = 0;
+  if (dp > 256) {
+    if (in->operands == KN_MMA_FMA)
+      return kn_error(diag, NULL, nowhere, "attention: head dim %s is not supported for %s on "
+                      "%s (above 256 only with a matrix instruction: the f32 FMA dots hold "
+                      "whole rows of Q per thread)", head_text(d, hd, sizeof hd),
+                      kn_scalar_name(d->dtype), arch->name);
+    int64_t per_reg = 4 / (int64_t)kn_scalar_size(d->dtype);  /* Q elements per register */
+    int m = in->m;  /* the fewest rows a warp can hold: the smallest m of an instruction */
+    for (int i = 0; i < arch->nmma; i++)
+      if (arch->mma[i].a == d->dtype && arch->mma[i].m < m) m = arch->mma[i].m;
+    int64_t least = (int64_t)m * dp / arch->lanes;
+    int64_t most = arch->isa == KN_ISA_AMDGPU ? arch->amd->vgprs_per_lane : 255;
+    if (least + least / per_reg > most / 2)
+      return kn_error(diag, NULL, nowhere, "attention: head dim %s is not supported on %s: "
+                      "a warp holds at least %d rows of the f32 accumulator and Q, %lld "
+                      "registers per thread, more than half of its %lld (head dims above 256 "
+                      "are not supported there)", head_text(d, hd, sizeof hd), arch->name, m,
+                      (long long)(least + least / per_reg), (long long)most);
+    int64_t acc = (int64_t)c->block_m * dp / ((int64_t)c->warps * arch->lanes);
+    regs = acc + acc / per_reg;
+    budget = arch->isa == KN_ISA_AMDGPU ? most / (c->warps >= 4 ? 2 : 1) : most;
+  }
   /* Q staged once, K and V tiles through shared memory: the plan's size when nothing shares
    * bytes (what the NVPTX plan needs; AMDGPU's reuses some, so a few configs that would fit
    * are not offered) */
-  int64_t need = ((int64_t)c->block_m + 2 * (int64_t)c->block_n) * d->head_dim *
+  int64_t need = ((int64_t)c->block_m + 2 * (int64_t)c->block_n) * dp *
                  (int64_t)kn_scalar_size(d->dtype);
   if (need > arch->shared_bytes)
-    return kn_error(diag, NULL, nowhere, "attention: block %dx%d at head dim %d needs up to %lld "
+    return kn_error(diag, NULL, nowhere, "attention: block %dx%d at head dim %s needs up to %lld "
                     "bytes of shared memory for Q, K and V; %s has %lld", c->block_m,
-                    c->block_n, d->head_dim, (long long)need, arch->name,
+                    c->block_n, head_text(d, hd, sizeof hd), (long long)need, arch->name,
                     (long long)arch->shared_bytes);
+  if (regs > budget / 2)
+    return kn_error(diag, NULL, nowhere, "attention: block %dx%d with %d warps at head dim %s "
+                    "needs %lld registers per thread for the f32 accumulator and Q; above head "
+                    "dim 256 at most half of the %lld a thread has on %s (fewer rows per warp: "
+                    "a smaller block_m or more warps)", c->block_m, c->block_n, c->warps,
+                    head_text(d, hd, sizeof hd), (long long)regs, (long long)budget, arch->name);
   return 0;
 }
 
@@ -160,9 +211,12 @@ bool kn_attn_has_modifiers(const kn_attn_desc *d) {
 }
 
 kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d) {
-  /* the registry's measured row for the head dim (compiler/arch.c); when it does not fit this
-   * dtype (say f32 FMAs on AMDGPU need 32 | head dim), the nearest smaller shape that does */
-  const kn_arch_default *r = kn_arch_default_for(arch, d->head_dim);
+  /* the registry's measured row for the padded head dim (compiler/arch.c); when it does not
+   * fit this dtype or head dim (f32 tiles take twice the shared memory), the nearest smaller
+   * shape that does */
+  const int64_t chunk = 16 / (int64_t)kn_scalar_size(d->dtype);  /* elements per 16 bytes */
+  const kn_arch_default *r =
+      kn_arch_default_for(arch, kn_attn_head_pad(d->head_dim), d->head_dim % chunk == 0);
   kn_attn_config c = {.block_m = r->block_m, .block_n = r->block_n, .warps = r->warps, .stages = 2};
   /* A variant beyond causal adds (BM, BN) tiles of indices and mask terms that stay live across
    * the KV loop; at 128x64 they push D128 kernels past the register file (gfx90a/gfx942: 1 to
@@ -191,10 +245,9 @@ int kn_attn_check(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag)
   if (d->dtype != KN_F16 && d->dtype != KN_BF16 && d->dtype != KN_F32)
     return kn_error(diag, NULL, nowhere, "attention: dtype %s is not supported (f16, bf16 or f32)",
                     (unsigned)d->dtype < KN_SCALAR_COUNT ? kn_scalar_name(d->dtype) : "?");
-  if (d->head_dim < 32 || d->head_dim > 256 || d->head_dim % 16 != 0)
-    return kn_error(diag, NULL, nowhere,
-                    "attention: head dim %d is not supported (a multiple of 16 in 32..256)",
-                    d->head_dim);
+  if (d->head_dim < 1 || d->head_dim > KN_ATTN_MAX_HEAD_DIM)
+    return kn_error(diag, NULL, nowhere, "attention: head dim %d is not supported (1..%d)",
+                    d->head_dim, KN_ATTN_MAX_HEAD_DIM);
   if (d->causal < KN_CAUSAL_NONE || d->causal > KN_CAUSAL_TOP_LEFT)
     return kn_error(diag, NULL, nowhere, "attention: causal %d is not 0 (none), 1 (bottom-right) "
                     "or 2 (top-left)", d->causal);
@@ -349,11 +402,14 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
                            kn_diag *diag) {
   if (kn_attn_check(d, c, diag) != 0) return NULL;
   const kn_scalar dt = d->dtype;
-  const int BM = c->block_m, BN = c->block_n, D = d->head_dim;
+  /* D is the head dim the caller's rows have; DP, D rounded up to the matrix instructions' k
+   * step, is the head dimension of every tile: the loads read columns D..DP-1 as 0 (they add 0
+   * to QK^T and give O columns that are never stored) */
+  const int BM = c->block_m, BN = c->block_n, D = d->head_dim, DP = kn_attn_head_pad(D);
   const kn_type i32 = kn_ty_scalar(KN_I32), i64 = kn_ty_scalar(KN_I64), f32 = kn_ty_scalar(KN_F32);
   const kn_type row_f32 = kn_ty_tile1(KN_F32, BM);        /* (BM) per query row */
   const kn_type s_f32 = kn_ty_tile2(KN_F32, BM, BN);      /* (BM, BN) scores */
-  const kn_type acc_f32 = kn_ty_tile2(KN_F32, BM, D);     /* (BM, D) output accumulator */
+  const kn_type acc_f32 = kn_ty_tile2(KN_F32, BM, DP);    /* (BM, DP) output accumulator */
 
   /* the variant's modifiers (parsed into m unless the caller put them there) and the kernel
    * signature they make: the template's parameters, then theirs */
@@ -415,10 +471,10 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   kn_value *one64 = ci(g, i64, 1, "c1_i64");
   kn_value *qk_scale = bin(g, KN_OP_MUL, P[P_SM_SCALE], cf(g, f32, M_LOG2E, "c_log2e"), "qk_scale");
 
-  /* Q: (BM, D), loaded once; rows past seqlen_q read as 0 */
+  /* Q: (BM, DP), loaded once; rows past seqlen_q and columns past D read as 0 */
   kn_value *q_tile = named(
       g,
-      kn_b_load(&g->b, kn_ty_tile2(dt, BM, D), q_base, (kn_value *[]){row0, c0},
+      kn_b_load(&g->b, kn_ty_tile2(dt, BM, DP), q_base, (kn_value *[]){row0, c0},
                 (kn_value *[]){P[P_Q_SM], one64}, (kn_value *[]){seqlen_q, c_d}, NULL, NULL),
       "q_tile");
 
@@ -505,7 +561,7 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   kn_value *start_n = named(g, loop->region[0]->args[0], "start_n");
   kn_value *m_i = named(g, loop->region[0]->args[1], "m_i");   /* (BM) running max, exp2 units */
   kn_value *l_i = named(g, loop->region[0]->args[2], "l_i");   /* (BM) running sum of p */
-  kn_value *acc = named(g, loop->region[0]->args[3], "acc");   /* (BM, D) unnormalised O */
+  kn_value *acc = named(g, loop->region[0]->args[3], "acc");   /* (BM, DP) unnormalised O */
   kn_builder outer = g->b;
   g->b = body;
   kn_builder loop_body = body;
@@ -529,9 +585,9 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
       kn_b_yield(&else_b, 3, (kn_value *[]){m_i, l_i, acc});
       g->b = then_b;
     }
-    /* K^T: (D, BN), element (d, j) = K[n0 + j, d]; keys past seqlen_k read as 0 */
+    /* K^T: (DP, BN), element (d, j) = K[n0 + j, d]; keys past seqlen_k, d past D read as 0 */
     kn_value *kt = named(g,
-                         kn_b_load(&g->b, kn_ty_tile2(dt, D, BN), k_base, (kn_value *[]){c0, n0},
+                         kn_b_load(&g->b, kn_ty_tile2(dt, DP, BN), k_base, (kn_value *[]){c0, n0},
                                    (kn_value *[]){one64, P[P_K_SN]},
                                    (kn_value *[]){c_d, seqlen_k}, NULL, NULL),
                          "k_tile");
@@ -581,11 +637,11 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
     kn_value *l_blk = named(g, kn_b_reduce(&g->b, KN_OP_REDUCE_SUM, p, 1), "l_blk");
     kn_value *l_new = bin(g, KN_OP_ADD, bin(g, KN_OP_MUL, l_i, alpha, "l_scaled"), l_blk, "l_new");
     kn_value *acc_scaled =
-        bin(g, KN_OP_MUL, acc, cols_of(g, alpha, D, "alpha_s"), "acc_scaled");
+        bin(g, KN_OP_MUL, acc, cols_of(g, alpha, DP, "alpha_s"), "acc_scaled");
     /* P is rounded to the input dtype so the second dot is a dtype x dtype matrix product */
     kn_value *p_in = dt == KN_F32 ? p : named(g, kn_b_cast(&g->b, p, dt), "p_cast");
     kn_value *vt = named(g,
-                         kn_b_load(&g->b, kn_ty_tile2(dt, BN, D), v_base, (kn_value *[]){n0, c0},
+                         kn_b_load(&g->b, kn_ty_tile2(dt, BN, DP), v_base, (kn_value *[]){n0, c0},
                                    (kn_value *[]){P[P_V_SN], one64},
                                    (kn_value *[]){seqlen_k, c_d}, NULL, NULL),
                          "v_tile");
@@ -608,8 +664,9 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   /* O = acc / l; rows that saw no key have acc = 0 and l = 0: divide by 1 */
   kn_value *l_zero = named(g, kn_b_cmp(&g->b, KN_PRED_EQ, l_fin, zero_r), "l_zero");
   kn_value *l_safe = named(g, kn_b_select(&g->b, l_zero, one_r, l_fin), "l_safe");
-  kn_value *out = bin(g, KN_OP_DIV, acc_fin, cols_of(g, l_safe, D, "l_safe_s"), "out");
+  kn_value *out = bin(g, KN_OP_DIV, acc_fin, cols_of(g, l_safe, DP, "l_safe_s"), "out");
   if (dt != KN_F32) out = named(g, kn_b_cast(&g->b, out, dt), "out_cast");
+  /* rows past seqlen_q and the padding columns past D are not written */
   kn_b_store(&g->b, out, o_base, (kn_value *[]){row0, c0}, (kn_value *[]){P[P_O_SM], one64},
              (kn_value *[]){seqlen_q, c_d}, NULL);
 

@@ -86,8 +86,15 @@ if [ "$(head -c 4 "$tmp/attn.hsaco" | od -An -c | tr -d ' ')" = '177ELF' ]; then
 else echo "FAIL hsaco-is-elf"; fails=$((fails + 1)); fi
 expect compile-gfx90a-asm 0 'v_mfma_f32_32x32x8' -- \
   "$kiln" compile --target gfx90a --head-dim 64 --dtype bf16 --emit asm
-expect compile-head-dim-300 2 'head dim 300 is not supported' -- \
-  "$kiln" compile --target gfx942 --head-dim 300 -o "$tmp/x.hsaco"
+expect compile-head-dim-600 2 'head dim 600 is not supported' -- \
+  "$kiln" compile --target gfx942 --head-dim 600 -o "$tmp/x.hsaco"
+# any head dim up to 256 (padded to 16 inside the kernel), 512 where registers allow
+expect run-host-head-dim-59 0 ' PASS$' -- \
+  "$kiln" run --target host --head-dim 59 --seqlen-q 70 --seqlen-k 133 --causal
+expect compile-gfx942-head-dim-512 0 '^attn_fwd( +[0-9]+){4} +0/' -- \
+  "$kiln" compile --target gfx942 --head-dim 512 -o "$tmp/x512.hsaco" --stats
+expect compile-sm90a-head-dim-512 2 'head dims above 256 are not supported there' -- \
+  "$kiln" compile --target sm_90a --head-dim 512 -o "$tmp/x512.ptx"
 expect compile-unknown-target 3 "target 'gfx1234' is not available" -- \
   "$kiln" compile --target gfx1234 -o "$tmp/x.hsaco"
 expect compile-needs-target 2 'compile needs --target' -- "$kiln" compile -o "$tmp/x"
@@ -119,7 +126,7 @@ if command -v ptxas >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/ptxas ]; then
 else
   echo "SKIP compile-sm80-stats (no ptxas)"
 fi
-expect unsupported-head-dim 2 'head dim' -- "$kiln" run --target interp --head-dim 300
+expect unsupported-head-dim 2 'head dim 600' -- "$kiln" run --target interp --head-dim 600
 expect unsupported-dtype 2 "unknown dtype 'f64'" -- "$kiln" run --dtype f64
 expect unknown-target 3 "target 'gfx1234' is not available" -- "$kiln" run --target gfx1234
 expect bad-option 2 "unknown or incomplete option '--bogus'" -- "$kiln" run --bogus

@@ -124,6 +124,19 @@ static const kn_mma_shape mma_shapes[KN_MMA_COUNT] = {
         .acc_reg = {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {1, 0}, {1, 1}, {1, 2}, {1, 3}},
         .acc_lane = {{0, 4}, {0, 8}, {2, 0}, {4, 0}, {8, 0}},
     },
+    /* fma_16x32 halved for dots whose n is not a multiple of 32 (f32 attention at head dims
+     * 48, 80, ..., or block_n 16, on AMDGPU): a wave's 16x16 block, lane bits 0-2 walk columns
+     * (2 apart), bits 3-5 rows (2 apart), each lane 2 rows x 2 columns. */
+    [KN_MMA_FMA_16X16_W64] = {
+        .id = KN_MMA_FMA_16X16_W64, .name = "fma_16x16_w64", .m = 16, .n = 16, .k = 1,
+        .lanes = 64, .a_regs = 2, .b_regs = 2, .acc_regs = 4,
+        .a_reg = {{0, 0}, {1, 0}},
+        .a_lane = {{0, 0}, {0, 0}, {0, 0}, {2, 0}, {4, 0}, {8, 0}},
+        .b_reg = {{0, 0}, {0, 1}},
+        .b_lane = {{0, 2}, {0, 4}, {0, 8}, {0, 0}, {0, 0}, {0, 0}},
+        .acc_reg = {{0, 0}, {0, 1}, {1, 0}, {1, 1}},
+        .acc_lane = {{0, 2}, {0, 4}, {0, 8}, {2, 0}, {4, 0}, {8, 0}},
+    },
 };
 
 const kn_mma_shape *kn_mma_shape_get(kn_mma_id id) {

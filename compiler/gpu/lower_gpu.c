@@ -880,11 +880,15 @@ typedef struct access {
 } access;
 
 /* may groups of v elements along dim contig be accessed as one aligned vector?  The offset and
- * bound along contig must be known multiples of v (so are the groups' coordinates).  The other
- * dims' strides move whole rows: a constant one that is not a multiple of v (a row stride of 12
- * halves under 16-byte vectors) would misalign every other row, so it rules the vector out; a
- * stride known only at run time is assumed to keep rows aligned (the attention template's row
- * strides are multiples of the head dimension). */
+ * bound along contig must be known multiples of v (so are the groups' coordinates: a group never
+ * straddles the bound, and its first element decides its liveness).  The other dims' strides
+ * move whole rows: a constant one that is not a multiple of v (a row stride of 12 halves under
+ * 16-byte vectors) would misalign every other row, so it rules the vector out; a stride known
+ * only at run time is assumed to keep rows aligned.  The attention template's bound along the
+ * head dimension is the head dim D itself (its tiles are padded to a multiple of 16), so v
+ * divides D: 16-byte vectors at D 72, 8-byte ones at D 60, scalars at D 59; its contiguous row
+ * strides are D, and the caller's must be multiples of that alignment too (include/kiln.h;
+ * kiln_forward checks them on CUDA). */
 bool kn_gpu_vec_aligned(const kn_mem_operands *mo, int contig, int v) {
   if (known_multiple(mo->off[contig]) % v) return false;
   if (mo->bound[contig] && known_multiple(mo->bound[contig]) % v) return false;

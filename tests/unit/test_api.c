@@ -316,9 +316,9 @@ static void test_errors(void **state) {
   char *dir = fresh_dir();
   kiln_context *ctx = make_ctx(dir, NULL, KILN_TUNE_NONE);
   kiln_kernel *k = NULL;
-  kiln_attn_desc bad = DESC(KILN_F16, 300, 0, 0);
+  kiln_attn_desc bad = DESC(KILN_F16, 600, 0, 0);
   assert_int_equal(kiln_prepare(ctx, &bad, NULL, &k), KILN_ERR_UNSUPPORTED);
-  assert_non_null(strstr(kiln_last_error(), "head dim 300"));
+  assert_non_null(strstr(kiln_last_error(), "head dim 600"));
   bad = (kiln_attn_desc)DESC((kiln_dtype)42, 64, 0, 0);
   assert_int_equal(kiln_prepare(ctx, &bad, NULL, &k), KILN_ERR_UNSUPPORTED);
   kiln_prepare_options half = {.block_m = 64};

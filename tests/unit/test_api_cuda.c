@@ -318,6 +318,9 @@ static void test_forward(void **state) {
       {DESC(KILN_BF16, 128, 0, 0), {1, 2, 1, 17, 1000, 0, 1}}, /* no lse */
       {DESC(KILN_BF16, 128, 1, 1), {1, 3, 3, 1000, 64, 0, 0}}, /* rows that see no key */
       {DESC(KILN_F16, 128, 0, 1), {2, 2, 2, 1, 1, 1, 0}},
+      /* head dims that are not multiples of 16 (the padded head tile) */
+      {DESC(KILN_F16, 72, 1, 1), {1, 4, 2, 129, 77, 1, 0}},    /* 16-byte rows, BNHD strides */
+      {DESC(KILN_BF16, 59, 0, 1), {2, 2, 1, 300, 511, 0, 0}},  /* odd: scalar loads, no cp.async */
   };
   int failures = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -338,9 +341,9 @@ static void test_forward(void **state) {
   }
   kiln_stats st;
   kiln_context_stats(ctx, &st);
-  assert_int_equal(st.compiles, 4); /* the first two cases share a kernel */
+  assert_int_equal(st.compiles, 6); /* the first two cases share a kernel */
   assert_int_equal(st.cache_hits, 0);
-  assert_int_equal(st.launches, 5);
+  assert_int_equal(st.launches, 7);
 
   /* a second context loads every kernel from the cache: no compile */
   logcap l2 = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -367,6 +370,16 @@ static void test_forward(void **state) {
                       .batch = 70000, .heads = 1, .kv_heads = 1, .seqlen_q = 1, .seqlen_k = 1};
   assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_UNSUPPORTED);
   assert_non_null(strstr(kiln_last_error(), "65535"));
+  /* buffers whose rows the kernel's vector accesses would read misaligned (bf16, D 128: 16
+   * bytes, 8 elements) are refused before any launch: an address, a row stride */
+  kiln_attn_args m = {.q = (void *)18, .k = (void *)16, .v = (void *)16, .o = (void *)16,
+                      .batch = 1, .heads = 2, .kv_heads = 2, .seqlen_q = 4, .seqlen_k = 4};
+  assert_int_equal(kiln_forward(k, &m, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "q must be 16-byte aligned"));
+  m.q = (void *)16;
+  m.k_stride[0] = 1032, m.k_stride[1] = 516, m.k_stride[2] = 129;
+  assert_int_equal(kiln_forward(k, &m, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "k must be"));
 
   /* "auto" picks this GPU; "sm_80" compiles for sm_80 on it */
   kiln_context *c3;

@@ -6,8 +6,9 @@
  * kn_attn_tolerance(dtype).  Inputs are random on every run: the seed of each case is printed when
  * it fails, and KILN_TEST_SEED=<n> replays a run.  Also checked: causal KV-block skipping (dot
  * count = 2 x visited-and-needed blocks, by brute force), ragged sizes with small blocks,
- * kn_attn_check's rejections, that a wrong kernel is caught (the test can fail), and the golden
- * printed form in tests/golden/attn_fwd_*.tile.
+ * kn_attn_check's rejections, that a wrong kernel is caught (the test can fail), the golden
+ * printed form in tests/golden/attn_fwd_*.tile, and head dims that are not multiples of 16
+ * (the padded head tile) on the interpreter and on the host target, with gaps between rows.
  *
  * Runtime is dominated by the (1000, 1000) cases (batch 1, 2 query heads on 1 kv head): about 4 s
  * in all on one core with the interpreter's f32 dot fast path.
@@ -27,6 +28,7 @@
 #include "attention.h"
 #include "interp.h"
 #include "numeric.h"
+#include "pipeline.h"
 
 /* ---- random inputs ------------------------------------------------------------------------------ */
 
@@ -77,14 +79,33 @@ static double abs_err(double got, double want) {
   return e == e ? e : INFINITY;  /* NaN counts as infinitely wrong */
 }
 
+/* Where run_case runs the kernel, and how its rows lie in memory.  on_host: compiled for the
+ * host target with check_bounds (every access checked against the five buffers) instead of the
+ * interpreter.  row_gap: the rows of q, k, v and o are head_dim + row_gap elements apart (the
+ * caller's row strides), the gaps filled with NaN: a kernel that reads past head_dim gets NaN
+ * into its dots, one that writes past it is caught by the gap check. */
+static bool on_host;
+static int row_gap;
+
+/* the n rows of d elements of src (contiguous) at a stride of d + gap, the gaps NaN */
+static void *spread_rows(kn_scalar t, const void *src, size_t n, int d, int gap) {
+  size_t sz = kn_scalar_size(t), st = (size_t)(d + gap);
+  unsigned char *r = malloc(sz * (n * st > 0 ? n * st : 1));
+  assert_non_null(r);
+  for (size_t i = 0; i < n * st; i++) kn_store_elem(t, r + i * sz, NAN);
+  for (size_t i = 0; i < n; i++) memcpy(r + i * st * sz, (const char *)src + i * d * sz, d * sz);
+  return r;
+}
+
 /* Builds, verifies and runs the kernel for (desc, cfg) on problem p with fresh inputs, and
  * compares with the reference computed with causal = desc->causal ^ flip_ref_causal. */
 static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, const kn_attn_problem *p,
                      bool flip_ref_causal, result *res) {
   const kn_scalar dt = desc->dtype;
-  const int D = desc->head_dim;
-  const size_t nq = (size_t)p->batch * p->heads * p->seqlen_q * D;     /* (B, H, Nq, D) */
-  const size_t nk = (size_t)p->batch * p->kv_heads * p->seqlen_k * D;  /* (B, HK, Nk, D) */
+  const int D = desc->head_dim, S = D + row_gap;                      /* S: the row stride */
+  const size_t rq = (size_t)p->batch * p->heads * p->seqlen_q;         /* rows of q and o */
+  const size_t rk = (size_t)p->batch * p->kv_heads * p->seqlen_k;      /* rows of k and v */
+  const size_t nq = rq * D, nk = rk * D;                               /* (B, H, Nq, D) ... */
   const size_t nl = (size_t)p->batch * p->heads * p->seqlen_q;         /* (B, H, Nq) */
   const size_t sz = kn_scalar_size(dt);
   uint64_t seed = seed_base + seed_count++, rng = seed;
@@ -94,13 +115,19 @@ static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, const 
   void *q = random_buffer(dt, nq, &rng, &qd);
   void *k = random_buffer(dt, nk, &rng, &kd);
   void *v = random_buffer(dt, nk, &rng, &vd);
-  unsigned char *o = malloc(sz * (nq ? nq : 1));                       /* (B, H, Nq, D) */
+  if (row_gap) {
+    void *t;
+    t = spread_rows(dt, q, rq, D, row_gap), free(q), q = t;
+    t = spread_rows(dt, k, rk, D, row_gap), free(k), k = t;
+    t = spread_rows(dt, v, rk, D, row_gap), free(v), v = t;
+  }
+  unsigned char *o = malloc(sz * (rq * S > 0 ? rq * S : 1));              /* (B, H, Nq, S) */
   float *lse = malloc(sizeof *lse * (nl ? nl : 1));                    /* (B, H, Nq) */
   double *od = malloc(sizeof *od * (nq ? nq : 1));
   double *lsed = malloc(sizeof *lsed * (nl ? nl : 1));
   assert_non_null(o), assert_non_null(lse), assert_non_null(od), assert_non_null(lsed);
   /* NaN everywhere, so an element the kernel forgets to write fails the comparison */
-  for (size_t i = 0; i < nq; i++) kn_store_elem(dt, o + i * sz, NAN);
+  for (size_t i = 0; i < rq * S; i++) kn_store_elem(dt, o + i * sz, NAN);
   for (size_t i = 0; i < nl; i++) lse[i] = NAN;
 
   kn_module *m = kn_module_new(NULL);
@@ -111,13 +138,36 @@ static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, const 
 
   kn_argval args[KN_ATTN_NPARAMS];
   int grid[3];
-  kn_attn_fill_args(desc, NULL, cfg, p, q, k, v, o, desc->has_lse ? lse : NULL, NULL, args, grid, NULL);
-  kn_region regions[5] = {{q, sz * nq}, {k, sz * nk}, {v, sz * nk}, {o, sz * nq},
-                          {lse, sizeof *lse * nl}};
+  kn_attn_fill_args(desc, NULL, cfg, p, q, k, v, o, desc->has_lse ? lse : NULL, NULL, args, grid,
+                    NULL);
+  /* the strides of q, k, v, o (parameters 10..21: batch, head, row each) for rows S apart */
+  for (int i = 0; i < 4; i++) {
+    int64_t n = i == 0 || i == 3 ? p->seqlen_q : p->seqlen_k;
+    int64_t h = i == 0 || i == 3 ? p->heads : p->kv_heads;
+    args[10 + 3 * i].i = h * n * S, args[11 + 3 * i].i = n * S, args[12 + 3 * i].i = S;
+  }
+  kn_region regions[5] = {{q, sz * rq * S}, {k, sz * rk * S}, {v, sz * rk * S},
+                          {o, sz * rq * S}, {lse, sizeof *lse * nl}};
   kn_interp_stats stats;
   memset(&stats, 0, sizeof stats);
-  if (kn_interp_run(f, args, grid, regions, 5, &stats, &diag) != 0)
+  if (on_host) {
+    /* one compile per (descriptor, config): the last one is kept for the next case */
+    static kn_kernel *kern;
+    static kn_attn_desc kdesc;
+    static kn_attn_config kcfg;
+    if (!kern || memcmp(&kdesc, desc, sizeof kdesc) || memcmp(&kcfg, cfg, sizeof kcfg)) {
+      kn_kernel_free(kern);
+      kern = NULL;
+      kn_compile_options co = {.check_bounds = true};
+      if (kn_compile(m, "attn_fwd", kn_host_target(), &co, &kern, &diag))
+        fail_msg("host compile: %s", diag.rendered);
+      kdesc = *desc, kcfg = *cfg;
+    }
+    if (kn_kernel_run_host_checked(kern, args, grid, regions, 5, &diag))
+      fail_msg("host run (seed %llu): %s", (unsigned long long)seed, diag.rendered);
+  } else if (kn_interp_run(f, args, grid, regions, 5, &stats, &diag) != 0) {
     fail_msg("interp (seed %llu): %s", (unsigned long long)seed, diag.rendered);
+  }
   res->dots = stats.ops[KN_OP_DOT];
 
   kn_attn_desc ref_desc = *desc;
@@ -125,9 +175,12 @@ static void run_case(const kn_attn_desc *desc, const kn_attn_config *cfg, const 
   kn_attn_reference(&ref_desc, p, qd, kd, vd, od, lsed);
   res->err_o = 0;
   for (size_t i = 0; i < nq; i++) {
-    double e = abs_err(kn_load_elem(dt, o + i * sz), od[i]);
+    double e = abs_err(kn_load_elem(dt, o + (i / D * S + i % D) * sz), od[i]);
     if (e > res->err_o) res->err_o = e;
   }
+  /* the gaps are as they were: nothing was written past head_dim */
+  for (size_t i = 0; i < rq * S; i++)
+    if ((int)(i % S) >= D && !isnan(kn_load_elem(dt, o + i * sz))) res->err_o = INFINITY;
   res->err_lse = 0;
   if (desc->has_lse)
     for (size_t i = 0; i < nl; i++) {
@@ -147,11 +200,12 @@ static result check_case(const kn_attn_desc *desc, const kn_attn_config *cfg,
   run_case(desc, cfg, p, false, &r);
   double tol = kn_attn_tolerance(desc->dtype), ltol = kn_attn_lse_tolerance(desc->dtype);
   if (!(r.err_o <= tol) || !(r.err_lse <= ltol))
-    fail_msg("%s D=%d causal=%d lse=%d B=%d H=%d HK=%d Nq=%d Nk=%d BM=%d BN=%d seed=%llu: "
-             "max abs err O %.3g (tol %.3g), lse %.3g (tol %.3g)",
+    fail_msg("%s %s D=%d causal=%d lse=%d B=%d H=%d HK=%d Nq=%d Nk=%d BM=%d BN=%d row gap %d "
+             "seed=%llu: max abs err O %.3g (tol %.3g; inf: NaN, or a gap written), lse %.3g "
+             "(tol %.3g)", on_host ? "host" : "interp",
              kn_scalar_name(desc->dtype), desc->head_dim, desc->causal, desc->has_lse, p->batch,
              p->heads, p->kv_heads, p->seqlen_q, p->seqlen_k, cfg->block_m, cfg->block_n,
-             (unsigned long long)r.seed, r.err_o, tol, r.err_lse, ltol);
+             row_gap, (unsigned long long)r.seed, r.err_o, tol, r.err_lse, ltol);
   return r;
 }
 
@@ -266,12 +320,12 @@ static void test_check_rejects(void **state) {
   kn_diag d;
   assert_int_equal(kn_attn_check(&ok, &cfg, &d), 0);
   kn_attn_desc bad = ok;
-  bad.head_dim = 300;
-  expect_reject(bad, cfg, "head dim 300");
-  bad.head_dim = 72;  /* not a multiple of 16 */
-  expect_reject(bad, cfg, "head dim 72");
-  bad.head_dim = 16;
-  expect_reject(bad, cfg, "head dim 16");
+  bad.head_dim = 513;
+  expect_reject(bad, cfg, "head dim 513 is not supported (1..512)");
+  bad.head_dim = 0;
+  expect_reject(bad, cfg, "head dim 0");
+  bad.head_dim = -16;
+  expect_reject(bad, cfg, "head dim -16");
   bad = ok;
   bad.dtype = KN_I32;
   expect_reject(bad, cfg, "i32");
@@ -289,13 +343,68 @@ static void test_check_rejects(void **state) {
   c2 = cfg;
   c2.stages = 0;
   expect_reject(ok, c2, "stages 0");
-  /* every default config is accepted */
+  /* every head dim 1..512 is accepted with its default config, and builds a kernel whose head
+   * tile dimension is the padded one (a multiple of 16) */
   for (int dt = 0; dt < 3; dt++)
-    for (int D = 32; D <= 256; D += 16) {
+    for (int D = 1; D <= KN_ATTN_MAX_HEAD_DIM; D++) {
       kn_attn_desc x = {.dtype = (kn_scalar[]){KN_F16, KN_BF16, KN_F32}[dt], .head_dim = D};
       kn_attn_config c = kn_attn_default_config(NULL, &x);
       assert_int_equal(kn_attn_check(&x, &c, &d), 0);
+      int dp = kn_attn_head_pad(D);
+      assert_true(dp >= D && dp < D + 16 && dp % 16 == 0);
+      if (D % 16 == 0) assert_int_equal(dp, D);
     }
+  /* the descriptor keeps the caller's head dim */
+  kn_attn_desc x = {.dtype = KN_F16, .head_dim = 59, .causal = true};
+  char key[KN_ATTN_KEY_MAX];
+  kn_attn_desc_key(&x, key, sizeof key);
+  assert_string_equal(key, "dtype=f16;d=59;causal=1;lse=0");
+}
+
+/* ---- (e) any head dim: the tile dimension padded to 16, bounds at head_dim ------------------- */
+
+/* Head dims that are not multiples of 16 (FlashAttention's tests use 40, 59 and 111, models 72,
+ * 80 and 96; 1, 8 and 24 are below one k step), 256 and 512, on the interpreter and on the host
+ * target (checked mode), f16 / bf16 / f32 in turn, causal off and on (the host: one of them per
+ * head dim, alternating), ragged lengths, GQA, with
+ * row strides of head_dim (contiguous) and of head_dim + 5 (NaN gaps between rows: a read past
+ * head_dim poisons the result, a write past it is caught). */
+static void test_head_dims(void **state) {
+  (void)state;
+  static const int dims[] = {1, 8, 24, 40, 59, 72, 80, 96, 111, 256, 512};
+  static const int sz[][2] = {{77, 130}, {130, 77}, {1, 1}, {17, 33}};
+  static const kn_scalar dts[] = {KN_F16, KN_BF16, KN_F32};
+  const int ndims = (int)(sizeof dims / sizeof dims[0]);
+  double worst[3] = {0};
+  clock_t t0 = clock();
+  for (int host = 0; host < 2; host++)
+    for (int i = 0; i < ndims; i++)
+      for (int causal = 0; causal < 2; causal++) {
+        const int D = dims[i];
+        if (host && causal != i % 2) continue;  /* host: one compile per head dim (~0.8 s) */
+        kn_attn_desc desc = {.dtype = dts[(i + causal + host) % 3], .head_dim = D,
+                             .causal = causal, .has_lse = true};
+        /* the default config, and on the interpreter small blocks (several per row) as well */
+        kn_attn_config cfgs[2] = {kn_attn_default_config(NULL, &desc),
+                                  {.block_m = 32, .block_n = 16, .warps = 4, .stages = 2}};
+        for (int c = 0; c < (host ? 1 : 2); c++)
+          for (size_t s = 0; s < sizeof sz / sizeof sz[0]; s++) {
+            /* D 512 on the interpreter: the small problems (its dots are slow at 512) */
+            if (D == 512 && !host && sz[s][0] * sz[s][1] > 1000) continue;
+            kn_attn_problem p = {.batch = 2, .heads = 2, .kv_heads = 1, .seqlen_q = sz[s][0],
+                                 .seqlen_k = sz[s][1]};
+            on_host = host;
+            row_gap = s % 2 ? 5 : 0;
+            result r = check_case(&desc, &cfgs[c], &p);
+            on_host = false;
+            row_gap = 0;
+            int k = desc.dtype == KN_F16 ? 0 : desc.dtype == KN_BF16 ? 1 : 2;
+            if (r.err_o > worst[k]) worst[k] = r.err_o;
+          }
+      }
+  printf("[ attention ] head dims 1..512, interp and host: max abs err O f16 %.3g, bf16 %.3g, "
+         "f32 %.3g, %.1f s\n", worst[0], worst[1], worst[2],
+         (double)(clock() - t0) / CLOCKS_PER_SEC);
 }
 
 /* ---- (d) the comparison can fail ---------------------------------------------------------------- */
@@ -453,6 +562,7 @@ int main(void) {
       cmocka_unit_test(test_wrong_kernel_is_caught),
       cmocka_unit_test(test_causal_block_skipping),
       cmocka_unit_test(test_ragged_small_blocks),
+      cmocka_unit_test(test_head_dims),
       cmocka_unit_test(test_fwd_f32),
       cmocka_unit_test(test_fwd_f16),
       cmocka_unit_test(test_fwd_bf16),

@@ -2,11 +2,12 @@
  *
  * For every compile target of the registry (host and every GPU arch), every dtype the template
  * takes and head dims from 32 to 256 (the multiples of 16 models use, FlashAttention's 160, 192
- * and 256 included): the default config (kn_attn_default_config, the registry's measured row)
- * must pass kn_attn_check_on and compile through the one pipeline; where the arch has no matrix
- * instruction for the dtype (f32 on NVIDIA), or no tiling fits it (f32 FMAs on AMDGPU need 32 | D),
- * the check must say so and the compile must fail too.  On AMDGPU the code objects of the f16 /
- * bf16 defaults must not spill VGPRs.
+ * and 256 included), and head dims that are not multiples of 16 (1, 24, 40, 59, 72, 111, 200,
+ * 239, 255: the padded head tile) and 512: the default config (kn_attn_default_config, the
+ * registry's measured row) must pass kn_attn_check_on and compile through the one pipeline;
+ * where the arch has no tiling for the request (head dims above 256 on NVIDIA, f32 above 256 on
+ * any GPU) the check must say so.  On AMDGPU the code objects of the f16 / bf16 defaults must not
+ * spill VGPRs.
  *
  * The tuning space: for each GPU arch and a few head dims, every point of the default space that
  * kn_attn_check_on accepts (what the tuner offers) is compiled in a deterministic sample, and
@@ -31,6 +32,12 @@
 
 static const kn_scalar dtypes[] = {KN_F16, KN_BF16, KN_F32};
 static const int head_dims[] = {32, 48, 64, 80, 96, 128, 160, 192, 256};
+/* head dims that are not multiples of 16 (the padded head tile), at the edges of the registry's
+ * rows (AMDGPU 97..112, 193..208 and 225..240; NVIDIA's unaligned rows), and 512; f16, and one
+ * in bf16 (f32 takes the tile shapes of the multiple of 16 above it, in the list above) */
+static const struct { int hd; kn_scalar dt; } more_dims[] = {
+    {1, KN_F16},   {24, KN_F16},   {40, KN_F16},  {59, KN_F16},  {72, KN_F16},   {111, KN_F16},
+    {200, KN_F16}, {239, KN_BF16}, {255, KN_F16}, {512, KN_F16}, {512, KN_BF16}, {512, KN_F32}};
 
 /* 0 when it compiled (and, for code objects of f16 / bf16, without VGPR spills: f32 attention's
  * FMA layout is known to spill on AMDGPU, docs/amdgpu.md), else -1 with *d */
@@ -66,50 +73,50 @@ static int compile_cfg(const kn_target *t, const kn_attn_desc *desc, const kn_at
 static void test_defaults_compile(void **state) {
   (void)state;
   int compiled = 0, refused = 0;
+  const int nhd = (int)(sizeof head_dims / sizeof head_dims[0]);
+  const int nmain = (int)(sizeof dtypes / sizeof dtypes[0]) * nhd;
+  const int nmore = (int)(sizeof more_dims / sizeof more_dims[0]);
   for (int ti = 0; kn_target_at(ti); ti++) {
     const kn_target *t = kn_target_at(ti);
     if (t->emulated) continue;  /* the emulated targets compile what their chip compiles */
-    for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; di++)
-      for (size_t hi = 0; hi < sizeof head_dims / sizeof head_dims[0]; hi++) {
-        /* bf16 takes f16's shapes: one head dim of it is enough */
-        if (dtypes[di] == KN_BF16 && head_dims[hi] != 128) continue;
-        kn_attn_desc desc = {.dtype = dtypes[di], .head_dim = head_dims[hi], .causal = true,
-                             .has_lse = true};
-        kn_attn_config cfg = kn_attn_default_config(t->arch, &desc);
-        kn_diag d;
-        bool has_instr = t->arch->isa == KN_ISA_HOST ||
-                         kn_arch_pick_mma(t->arch, desc.dtype, 0, NULL, NULL) != NULL;
-        int ok = kn_attn_check_on(t->arch, &desc, &cfg, &d);
-        if (!has_instr) {
-          /* refused by the check and by the compile, for the same reason */
-          assert_int_equal(ok, -1);
-          assert_non_null(strstr(d.message, "no matrix instruction"));
-          kn_diag d2;
-          assert_int_equal(compile_cfg(t, &desc, &cfg, &d2), -1);
-          assert_non_null(strstr(d2.message, "no matrix instruction"));
-          refused++;
-          continue;
-        }
-        if (ok && desc.dtype == KN_F32 &&
-            (strstr(d.message, "does not fit") || strstr(d.message, "shared memory"))) {
-          /* f32 FMAs on AMDGPU take 32 | head dim (no tiling fits D 48: the compile fails too)
-           * and 4-byte tiles (the check's shared-memory bound, which ignores the plan's reuse,
-           * offers none at D 256): the request is refused with the reason */
-          kn_diag d2;
-          if (strstr(d.message, "does not fit"))
-            assert_int_equal(compile_cfg(t, &desc, &cfg, &d2), -1);
-          refused++;
-          continue;
-        }
-        if (ok) fail_msg("%s %s D%d: default %dx%d w%d refused: %s", t->name,
-                         kn_scalar_name(desc.dtype), desc.head_dim, cfg.block_m, cfg.block_n,
-                         cfg.warps, d.message);
-        if (compile_cfg(t, &desc, &cfg, &d))
-          fail_msg("%s %s D%d: default %dx%d w%d does not compile: %s", t->name,
-                   kn_scalar_name(desc.dtype), desc.head_dim, cfg.block_m, cfg.block_n,
-                   cfg.warps, d.message);
-        compiled++;
+    for (int ci = 0; ci < nmain + nmore; ci++) {
+      kn_scalar dt = ci < nmain ? dtypes[ci / nhd] : more_dims[ci - nmain].dt;
+      int hd = ci < nmain ? head_dims[ci % nhd] : more_dims[ci - nmain].hd;
+      /* bf16 takes f16's shapes: one head dim of it is enough */
+      if (ci < nmain && dt == KN_BF16 && hd != 128) continue;
+      kn_attn_desc desc = {.dtype = dt, .head_dim = hd, .causal = true, .has_lse = true};
+      kn_attn_config cfg = kn_attn_default_config(t->arch, &desc);
+      kn_diag d;
+      bool has_instr = t->arch->isa == KN_ISA_HOST ||
+                       kn_arch_pick_mma(t->arch, desc.dtype, 0, NULL, NULL) != NULL;
+      int ok = kn_attn_check_on(t->arch, &desc, &cfg, &d);
+      if (!has_instr) {
+        /* refused by the check and by the compile, for the same reason */
+        assert_int_equal(ok, -1);
+        assert_non_null(strstr(d.message, "no matrix instruction"));
+        kn_diag d2;
+        assert_int_equal(compile_cfg(t, &desc, &cfg, &d2), -1);
+        assert_non_null(strstr(d2.message, "no matrix instruction"));
+        refused++;
+        continue;
       }
+      if (ok && desc.head_dim > 256 && t->arch->isa != KN_ISA_HOST &&
+          (t->arch->isa == KN_ISA_NVPTX || desc.dtype == KN_F32)) {
+        /* above head dim 256: no tiling on NVIDIA (the accumulator alone is 256 registers
+         * per thread), and no f32 on a GPU; refused with the reason */
+        assert_non_null(strstr(d.message, "head dim 512"));
+        refused++;
+        continue;
+      }
+      if (ok) fail_msg("%s %s D%d: default %dx%d w%d refused: %s", t->name,
+                       kn_scalar_name(desc.dtype), desc.head_dim, cfg.block_m, cfg.block_n,
+                       cfg.warps, d.message);
+      if (compile_cfg(t, &desc, &cfg, &d))
+        fail_msg("%s %s D%d: default %dx%d w%d does not compile: %s", t->name,
+                 kn_scalar_name(desc.dtype), desc.head_dim, cfg.block_m, cfg.block_n,
+                 cfg.warps, d.message);
+      compiled++;
+    }
   }
   printf("  %d default configs compiled, %d (dtype, target) pairs refused with a reason\n",
          compiled, refused);

@@ -7,14 +7,15 @@
  * MFMA 16x16x16 by request, without (1000,1000)), one compile per kernel and
  * config, fresh random inputs per problem, every global access checked against the caller's
  * buffers, outputs pre-filled with NaN (an element never written fails).  f32 (no MFMA: FMA
- * dots) on a smaller matrix of its own (test_f32).  Then the test-only
+ * dots) on a smaller matrix of its own (test_f32); head dims that are not multiples of 16, and
+ * 512, on a few cases (test_head_dims).  Then the test-only
  * breaks (emu.h: KN_EMU_BREAK_*) — a missing barrier, MFMA operands swapped, the accumulator one
  * lane group off — must each make a run fail, with an error or with results outside the
  * tolerance: the numeric tests would catch kiln getting any of these decisions wrong.  Last,
  * the same kind of mistakes made by kiln's own layout and lowering code (layout.h:
  * KN_GPU_BREAK_*, test-only) on the correct emulator: caught, and passing once cleared.
  *
- * KILN_TEST_VERBOSE=1 prints one line per problem.
+ * KILN_TEST_VERBOSE=1 prints one line per problem; KILN_TEST_FILTER=<name> runs one test.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -58,35 +59,55 @@ typedef struct outcome {
   double err, lse_err;    /* max abs error of o and lse */
 } outcome;
 
+/* row_gap: the rows of q, k, v and o are head_dim + row_gap elements apart (the caller's row
+ * strides; a multiple of 8 keeps the rows as aligned as the kernel's vector accesses assume),
+ * the gaps NaN: a read past head_dim poisons O, a write past it is counted as an error */
+static int row_gap;
+
 /* one problem on a compiled kernel: random inputs, the run, the reference */
 static void run_problem(kn_kernel *kern, const kn_attn_desc *desc, const kn_attn_config *cfg,
                         int nq, int nk, int heads, int kv_heads, outcome *r) {
   kn_scalar dt = desc->dtype;
-  int hd = desc->head_dim;
+  int hd = desc->head_dim, rs = hd + row_gap;  /* rs: the row stride */
   kn_attn_problem p = {.batch = 1, .heads = heads, .kv_heads = kv_heads, .seqlen_q = nq, .seqlen_k = nk};
   size_t es = kn_scalar_size(dt);
   size_t nqe = (size_t)heads * nq * hd, nke = (size_t)kv_heads * nk * hd, nle = (size_t)heads * nq;
-  void *q = malloc(nqe * es), *k = malloc(nke * es), *v = malloc(nke * es), *o = malloc(nqe * es);
+  size_t nqs = nqe / hd * rs, nks = nke / hd * rs;  /* elements with the gaps */
+  void *q = malloc(nqs * es), *k = malloc(nks * es), *v = malloc(nks * es), *o = malloc(nqs * es);
   float *lse = malloc(nle * sizeof(float));
   double *qd = malloc(nqe * 8), *kd = malloc(nke * 8), *vd = malloc(nke * 8), *od = malloc(nqe * 8);
   double *lsed = malloc(nle * 8);
   assert_true(q && k && v && o && lse && qd && kd && vd && od && lsed);
-  for (size_t i = 0; i < nqe; i++) {
-    kn_store_elem(dt, (char *)q + i * es, urand(-2, 2));
-    qd[i] = kn_load_elem(dt, (char *)q + i * es);
+#define AT(i) (((i) / hd * rs + (i) % hd) * es)  /* byte offset of element i of a (.., hd) buffer */
+  for (size_t i = 0; i < nqs; i++) {
+    kn_store_elem(dt, (char *)q + i * es, NAN);
     kn_store_elem(dt, (char *)o + i * es, NAN);
+  }
+  for (size_t i = 0; i < nks; i++) {
+    kn_store_elem(dt, (char *)k + i * es, NAN);
+    kn_store_elem(dt, (char *)v + i * es, NAN);
+  }
+  for (size_t i = 0; i < nqe; i++) {
+    kn_store_elem(dt, (char *)q + AT(i), urand(-2, 2));
+    qd[i] = kn_load_elem(dt, (char *)q + AT(i));
   }
   for (size_t i = 0; i < nle; i++) lse[i] = NAN;
   for (size_t i = 0; i < nke; i++) {
-    kn_store_elem(dt, (char *)k + i * es, urand(-2, 2));
-    kd[i] = kn_load_elem(dt, (char *)k + i * es);
-    kn_store_elem(dt, (char *)v + i * es, urand(-2, 2));
-    vd[i] = kn_load_elem(dt, (char *)v + i * es);
+    kn_store_elem(dt, (char *)k + AT(i), urand(-2, 2));
+    kd[i] = kn_load_elem(dt, (char *)k + AT(i));
+    kn_store_elem(dt, (char *)v + AT(i), urand(-2, 2));
+    vd[i] = kn_load_elem(dt, (char *)v + AT(i));
   }
   kn_argval args[KN_ATTN_NPARAMS];
   int grid[3];
   kn_attn_fill_args(desc, NULL, cfg, &p, q, k, v, o, lse, NULL, args, grid, NULL);
-  kn_region regions[5] = {{q, nqe * es}, {k, nke * es}, {v, nke * es}, {o, nqe * es}, {lse, nle * 4}};
+  /* the strides of q, k, v, o (parameters 10..21: batch, head, row each) for rows rs apart */
+  for (int i = 0; i < 4; i++) {
+    int64_t n = i == 0 || i == 3 ? nq : nk, h = i == 0 || i == 3 ? heads : kv_heads;
+    args[10 + 3 * i].i = h * n * rs, args[11 + 3 * i].i = n * rs, args[12 + 3 * i].i = rs;
+  }
+  kn_region regions[5] = {{q, nqs * es}, {k, nks * es}, {v, nks * es}, {o, nqs * es},
+                          {lse, nle * 4}};
   kn_diag d;
   kn_emu_stats st;
   kn_emu_options opt = {.stats = &st};
@@ -97,9 +118,12 @@ static void run_problem(kn_kernel *kern, const kn_attn_desc *desc, const kn_attn
   kn_attn_reference(desc, &p, qd, kd, vd, od, lsed);
   r->err = r->lse_err = 0;
   for (size_t i = 0; i < nqe; i++) {
-    double e = fabs(kn_load_elem(dt, (char *)o + i * es) - od[i]);
+    double e = fabs(kn_load_elem(dt, (char *)o + AT(i)) - od[i]);
     if (!(e <= r->err)) r->err = isnan(e) ? INFINITY : e;
   }
+  for (size_t i = 0; i < nqs; i++)  /* the gaps are as they were */
+    if ((int)(i % rs) >= hd && !isnan(kn_load_elem(dt, (char *)o + i * es))) r->err = INFINITY;
+#undef AT
   for (size_t i = 0; i < nle; i++) {
     double e = (isinf(lsed[i]) && lse[i] == lsed[i]) ? 0 : fabs(lse[i] - lsed[i]);
     if (!(e <= r->lse_err)) r->lse_err = isnan(e) ? INFINITY : e;
@@ -276,6 +300,57 @@ static void test_f32(void **st) {
       }
 }
 
+/* Head dims that are not multiples of 16: the head tile padded to one (attention.h), the loads
+ * bounded at the head dim (vector accesses as wide as its alignment allows: 16 bytes at D 40, 72,
+ * 80, 8, 24; scalar at D 59, 111, 1), the store too.  Both chips, f16 / bf16 / f32 (f32 at D 40
+ * and 80: the fma_16x16_w64 dots), causal off and on, the default tiling of the chip (and for
+ * two of them 64x32 with 4 waves), ragged lengths, GQA, rows with NaN gaps between them on one
+ * problem each; and D 512 (f16 and bf16, the default 32x16 with 2 waves). */
+static void test_head_dims(void **st) {
+  (void)st;
+  static const struct { const char *arch; kn_scalar dt; int hd; bool causal, small; } cases[] = {
+      {"gfx90a-emu", KN_F16, 40, true, false},  {"gfx90a-emu", KN_BF16, 59, false, false},
+      {"gfx90a-emu", KN_F16, 111, true, true},  {"gfx90a-emu", KN_F32, 40, false, false},
+      {"gfx90a-emu", KN_BF16, 1, true, false},  {"gfx90a-emu", KN_F16, 512, false, false},
+      {"gfx942-emu", KN_BF16, 72, true, false}, {"gfx942-emu", KN_F16, 80, false, true},
+      {"gfx942-emu", KN_F16, 24, false, false}, {"gfx942-emu", KN_F32, 80, true, false},
+      {"gfx942-emu", KN_F16, 8, true, false},   {"gfx942-emu", KN_BF16, 512, true, false},
+  };
+  const int shapes[][2] = {{77, 130}, {130, 77}, {1, 1}, {17, 33}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const kn_target *t = kn_emu_target(cases[i].arch);
+    assert_non_null(t);
+    kn_attn_desc desc = {.dtype = cases[i].dt, .head_dim = cases[i].hd, .causal = cases[i].causal,
+                         .has_lse = true};
+    kn_attn_config cfgs[2] = {kn_attn_default_config(t->arch, &desc),
+                              {.block_m = 64, .block_n = 32, .warps = 4, .stages = 2}};
+    for (int g = 0; g < (cases[i].small ? 2 : 1); g++) {
+      kn_diag d;
+      if (kn_attn_check_on(t->arch, &desc, &cfgs[g], &d))
+        fail_msg("%s D%d: %s", cases[i].arch, desc.head_dim, d.message);
+      kn_kernel *k = compile(t, cases[i].arch, &desc, &cfgs[g]);
+      for (int s = 0; s < 4; s++) {
+        outcome r;
+        row_gap = s == 1 ? 16 : 0;
+        run_problem(k, &desc, &cfgs[g], shapes[s][0], shapes[s][1], 4, 2, &r);
+        row_gap = 0;
+        if (verbose())
+          printf("  %s %s D%d causal=%d %dx%d w%d (%d,%d): err %.3g lse %.3g\n", cases[i].arch,
+                 kn_scalar_name(desc.dtype), desc.head_dim, desc.causal, cfgs[g].block_m,
+                 cfgs[g].block_n, cfgs[g].warps, shapes[s][0], shapes[s][1], r.err, r.lse_err);
+        if (r.rc || !(r.err <= kn_attn_tolerance(desc.dtype)) ||
+            !(r.lse_err <= kn_attn_lse_tolerance(desc.dtype)))
+          fail_msg("%s %s D%d causal=%d %dx%d w%d (%d,%d)%s: %s max_abs_err=%.3g lse_err=%.3g "
+                   "(inf: NaN, or a gap written)", cases[i].arch, kn_scalar_name(desc.dtype),
+                   desc.head_dim, desc.causal, cfgs[g].block_m, cfgs[g].block_n, cfgs[g].warps,
+                   shapes[s][0], shapes[s][1], s == 1 ? " row gap 16" : "", r.rc ? r.msg : "",
+                   r.err, r.lse_err);
+      }
+      kn_kernel_free(k);
+    }
+  }
+}
+
 /* Each broken decision must fail a problem of the matrix (with a diagnostic or numerically). */
 static void test_breaks_are_caught(void **st) {
   (void)st;
@@ -347,11 +422,15 @@ static void test_kiln_breaks_are_caught(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_f32),
+      cmocka_unit_test(test_head_dims),
       cmocka_unit_test(test_gfx90a_emu),
       cmocka_unit_test(test_gfx942_emu),
       cmocka_unit_test(test_gfx950_emu),
       cmocka_unit_test(test_breaks_are_caught),
       cmocka_unit_test(test_kiln_breaks_are_caught),
   };
+  /* KILN_TEST_FILTER=test_head_dims (a cmocka pattern, * allowed) runs only the tests it names */
+  const char *filter = getenv("KILN_TEST_FILTER");
+  if (filter && *filter) cmocka_set_test_filter(filter);
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

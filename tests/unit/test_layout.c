@@ -63,6 +63,7 @@ static void test_coverage(void **state) {
   const kn_mma_shape *nv = kn_mma_shape_get(KN_MMA_NV_16X8X16);
   const kn_mma_shape *fm = kn_mma_shape_get(KN_MMA_FMA_16X32);
   const kn_mma_shape *fn = kn_mma_shape_get(KN_MMA_FMA_16X16);
+  const kn_mma_shape *fw = kn_mma_shape_get(KN_MMA_FMA_16X16_W64);
   struct { kn_layout l; int r, c, rep; } cases[] = {
       /* f32 FMAs: the accumulator once; A copied across the 8 column lanes, B across the 8
        * row lanes of every warp */
@@ -74,6 +75,11 @@ static void test_coverage(void **state) {
       {kn_layout_mma(fn, 4, false), 64, 64, 1},
       {kn_layout_dot(fn, 4, 0), 64, 128, 4},
       {kn_layout_dot(fn, 4, 1), 64, 128, 8 * 4},
+      /* 16x16 blocks on waves of 64 (f32 at head dim 48, 80, ...): A copied across the 8
+       * column lanes, B across the 8 row lanes of every wave; n = 48 is three blocks */
+      {kn_layout_mma(fw, 4, false), 64, 48, 1},
+      {kn_layout_dot(fw, 4, 0), 64, 48, 8},
+      {kn_layout_dot(fw, 4, 1), 48, 16, 8 * 4},
       {kn_layout_mma(s32, 4, false), 128, 64, 1},
       {kn_layout_mma(s32, 4, true), 128, 128, 1},
       {kn_layout_mma(s32, 4, true), 128, 96, 1},   /* head dim 96: three repetitions */

@@ -8,6 +8,9 @@
  * every PTX; registers, spills and stack are printed per config, and the default configs (and
  * 128x64 with 8 warps at D 128 and 4 warps at D 64) must have zero spills and no stack frame.
  *
+ * Head dims that are not multiples of 16 (1, 8, 24, 40, 59, 72, 80, 111) and 256 at the
+ * default configs: PTX, ptxas, spills; cp.async only where 8 | D; D 512 refused (test_head_dims).
+ *
  * On a machine with an NVIDIA GPU (kn_cuda_init finds one: the H200 of bench/h200) the kernels
  * run through runtime/cuda_device.h on N(0,1) inputs rounded to the dtype, with ragged lengths
  * ((17,17), (1000,1000), (64,1000), (1000,64), (1,1), (129,77), (300,511)), several configs,
@@ -232,6 +235,42 @@ static void test_configs(void **state) {
   report("sm_80", &desc, &cfg, &c);
   no_spills(&c);
   nv_compiled_free(&c.c);
+}
+
+/* Head dims that are not multiples of 16 (the head tile padded to one, attention.h) at the
+ * default configs, on sm_80 and sm_90a, f16 and bf16, causal off and on in turn: PTX that
+ * ptxas assembles with at most a few words spilled (D 59: 28-32 bytes at 255 registers).  The
+ * K/V stream takes cp.async where whole 16-byte chunks stay aligned (8 | D: the loads' bound
+ * along the head dim is D, and rows are D elements apart); at other head dims the K and V tiles
+ * are loaded into registers with narrower accesses and staged, and there is no cp.async (a
+ * 16-byte copy of a row of 59 halves would be misaligned).  D 512 is refused on both (the
+ * accumulator alone would need 256 registers per thread; ptxas spilled 650-990 bytes). */
+static void test_head_dims(void **state) {
+  (void)state;
+  static const int dims[] = {1, 8, 24, 40, 59, 72, 80, 111, 256};
+  for (int a = 0; a < 2; a++)
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+      kn_attn_desc desc = {.dtype = (i + a) % 2 ? KN_BF16 : KN_F16, .head_dim = dims[i],
+                           .causal = i % 2 == 1, .has_lse = i % 3 == 0};
+      kn_attn_config cfg = kn_attn_default_config(kn_arch_get(archs[a]), &desc);
+      kn_diag d;
+      if (kn_attn_check_on(kn_arch_get(archs[a]), &desc, &cfg, &d))
+        fail_msg("%s D%d: %s", archs[a], dims[i], d.message);
+      compiled c;
+      compile_one(archs[a], &desc, &cfg, &c);
+      report(archs[a], &desc, &cfg, &c);
+      no_spills(&c);
+      if (dims[i] % 8 == 0) fast_path(&c);
+      else assert_null(strstr(c.c.ptx, "cp.async"));
+      nv_compiled_free(&c.c);
+    }
+  for (int a = 0; a < 2; a++) {
+    kn_attn_desc desc = {.dtype = KN_F16, .head_dim = 512};
+    kn_attn_config cfg = kn_attn_default_config(kn_arch_get(archs[a]), &desc);
+    kn_diag d;
+    assert_int_equal(kn_attn_check_on(kn_arch_get(archs[a]), &desc, &cfg, &d), -1);
+    assert_non_null(strstr(d.message, "head dims above 256 are not supported there"));
+  }
 }
 
 /* the registry's NVIDIA targets through the one pipeline: the artefact is PTX for the arch */
@@ -484,6 +523,28 @@ static void test_gpu(void **state) {
             cases++;
           }
         }
+  /* head dims that are not multiples of 16 (the padded head tile; scalar or narrower loads and
+   * no cp.async where 8 does not divide D), at the default config, ragged lengths */
+  static const int dims[] = {40, 59, 72, 111, 256};
+  for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+    for (int causal = 0; causal < 2; causal++) {
+      kn_attn_desc desc = {.dtype = (di + causal) % 2 ? KN_BF16 : KN_F16, .head_dim = dims[di],
+                           .causal = causal, .has_lse = true};
+      kn_attn_config cfg = kn_attn_default_config(kn_arch_get("sm_90a"), &desc);
+      for (size_t li = 3; li < sizeof lens / sizeof lens[0]; li++) {
+        double eo, el;
+        run_case(&desc, &cfg, 1, 2, 1, lens[li][0], lens[li][1], &eo, &el);
+        seed++;
+        double tol = kn_attn_tolerance(desc.dtype), ltol = kn_attn_lse_tolerance(desc.dtype);
+        bool ok = eo <= tol && el <= ltol;
+        printf("  %s %-4s D%-3d causal=%d %3dx%-3d w%d N(%4d,%4d): max|dO| %.2e (tol %.0e), "
+               "max|dlse| %.2e (tol %.0e)\n", ok ? "PASS" : "FAIL", kn_scalar_name(desc.dtype),
+               dims[di], causal, cfg.block_m, cfg.block_n, cfg.warps, lens[li][0], lens[li][1],
+               eo, tol, el, ltol);
+        failures += !ok;
+        cases++;
+      }
+    }
   printf("  %d of %d GPU cases passed\n", cases - failures, cases);
   kn_cuda_device_close(dev);
   assert_int_equal(failures, 0);
@@ -496,6 +557,7 @@ int main(void) {
       cmocka_unit_test(test_launch_param_widths),
       cmocka_unit_test(test_default_configs),
       cmocka_unit_test(test_configs),
+      cmocka_unit_test(test_head_dims),
       cmocka_unit_test(test_gpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
