@@ -1044,6 +1044,8 @@ static kiln_status variant_args(const kiln_kernel *k, const kiln_attn_args *a, k
   va->mods = named;
   va->nmods = a->n_mod_args;
   return s;
+}
+
 /* GPU kernels access the head dimension in vectors of up to 16 bytes, as wide as the head dim's
  * alignment allows (compiler/gpu/lower_gpu.c, kn_gpu_vec_aligned: 8 elements of f16 at D 72, 4
  * at D 60, 1 at D 59): the buffers' row, head and batch strides must keep every row that
