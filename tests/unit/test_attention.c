@@ -358,7 +358,8 @@ static void test_check_rejects(void **state) {
   kn_attn_desc x = {.dtype = KN_F16, .head_dim = 59, .causal = true};
   char key[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(&x, key, sizeof key);
-  assert_string_equal(key, "dtype=f16;d=59;causal=1;lse=0;window=0;softcap=0;alibi=0;bias=0;doc=0;prefix=0;mods=0");
+  assert_string_equal(key, "dtype=f16;d=59;causal=1;lse=0;window=0;softcap=0;alibi=0;bias=0;"
+                           "doc=0;prefix=0;mods=0");
 }
 
 /* ---- (e) any head dim: the tile dimension padded to 16, bounds at head_dim ------------------- */
