@@ -17,7 +17,10 @@
  *     flex_anchor.py does, so the two tables compare times.  The window's time at N 16k over N 4k
  *     should be ~4 (linear in N), where a kernel that skipped nothing would show ~16.
  *
- *   kiln_variant_bench [--quick] [--repeats R]
+ * (c) --tilings: each variant at N 4096 with forced tilings (kiln_prepare_options), an extra
+ *     table for choosing the defaults.
+ *
+ *   kiln_variant_bench [--quick] [--repeats R] [--tilings]
  * Exit status: 0 when every correctness case passed and every run launched, 1 otherwise.
  */
 #include <math.h>
@@ -138,7 +141,7 @@ static double pairs_of(const variant *v, long N) {
 
 /* (b) one variant at one length: median ms of kiln_forward, or NAN */
 static double timed(kiln_context *ctx, const variant *v, int N, int repeats,
-                    kiln_kernel_info *info) {
+                    const kiln_prepare_options *po, kiln_kernel_info *info) {
   const int B = 4, H = 32, D = 128;
   size_t n = (size_t)B * H * N * D * 2;
   kn_cuda_ptr dq = upload(NULL, n), dk = upload(NULL, n), dv = upload(NULL, n),
@@ -153,7 +156,7 @@ static double timed(kiln_context *ctx, const variant *v, int N, int repeats,
   kn_cuda_event ev[2] = {0};
   if (!dq || !dk || !dv || !dout || !dsl || kn_cuda_memset8(dev, dq, 0x3c, n, &e) ||
       kn_cuda_memset8(dev, dk, 0x3b, n, &e) || kn_cuda_memset8(dev, dv, 0x3a, n, &e) ||
-      kiln_prepare(ctx, &d, NULL, &kern) || kiln_kernel_get_info(kern, info) ||
+      kiln_prepare(ctx, &d, po, &kern) || kiln_kernel_get_info(kern, info) ||
       kn_cuda_event_create(dev, &ev[0], &e) || kn_cuda_event_create(dev, &ev[1], &e)) {
     failures++;
     goto out;
@@ -193,12 +196,13 @@ out:
 
 int main(int argc, char **argv) {
   int repeats = 10;
-  bool quick = false;
+  bool quick = false, tilings = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = true, repeats = 3;
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--tilings")) tilings = true;
     else {
-      fprintf(stderr, "usage: %s [--quick] [--repeats R]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--repeats R] [--tilings]\n", argv[0]);
       return 2;
     }
   }
@@ -227,7 +231,7 @@ int main(int argc, char **argv) {
   for (int ni = 0; ni < (quick ? 1 : 2); ni++)
     for (int i = 0; i < NVAR; i++) {
       kiln_kernel_info info = {0};
-      double ms = timed(ctx, &variants[i], Ns[ni], repeats, &info);
+      double ms = timed(ctx, &variants[i], Ns[ni], repeats, NULL, &info);
       double tf = 4.0 * 4 * 32 * 128 * pairs_of(&variants[i], Ns[ni]) / (ms * 1e-3) / 1e12;
       printf("| %s | %d | %dx%d w%d%s | %.3f | %.0f |\n", variants[i].name, Ns[ni], info.block_m,
              info.block_n, info.warps, info.tuned ? " (tuned)" : "", ms, tf);
@@ -237,6 +241,22 @@ int main(int argc, char **argv) {
   if (!quick)
     printf("\n# window %d: time at N 16384 / N 4096 = %.2f (linear in N: 4; no skipping: 16)\n",
            WINDOW, win_ms[1] / win_ms[0]);
+  if (tilings) {
+    /* forced tilings (an extra table, not the headline): which would the defaults want? */
+    static const int t[][3] = {{64, 32, 4}, {64, 64, 4}, {128, 32, 4}, {128, 64, 4},
+                               {128, 64, 8}, {128, 128, 8}};
+    printf("\n| variant | N | forced tiling | ms | TFLOP/s |\n|---|---|---|---|---|\n");
+    for (int i = 0; i < NVAR; i++)
+      for (size_t j = 0; j < sizeof t / sizeof t[0]; j++) {
+        kiln_prepare_options po = {.block_m = t[j][0], .block_n = t[j][1], .warps = t[j][2]};
+        kiln_kernel_info info = {0};
+        double ms = timed(ctx, &variants[i], 4096, repeats, &po, &info);
+        double tf = 4.0 * 4 * 32 * 128 * pairs_of(&variants[i], 4096) / (ms * 1e-3) / 1e12;
+        printf("| %s | 4096 | %dx%d w%d | %.3f | %.0f |\n", variants[i].name, t[j][0], t[j][1],
+               t[j][2], ms, tf);
+        fflush(stdout);
+      }
+  }
   kiln_context_destroy(ctx);
   kn_cuda_device_close(dev);
   return failures ? 1 : 0;
