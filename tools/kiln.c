@@ -85,6 +85,8 @@ typedef struct options {
     const char *mods_file;
     char *mods_text;         /* the file's text, read by resolve_attn */
     bool ref_from_library;   /* --ir: the file lacks the library functions its attrs name */
+    kn_attn_sig sig;         /* the kernel's parameters: resolve_attn (the template's) or
+                                get_kernel (an --ir file's) */
     const char *mod_arg[16]; /* NAME=VALUE */
     int nmod_args;
   } var;
@@ -323,9 +325,8 @@ static int resolve_attn(options *o) {
     fprintf(stderr, "kiln: error: unsupported attention request: %s\n", kiln_last_error());
     return -1;
   }
-  kn_attn_sig sig;
   kn_diag diag;
-  if (!o->ir_file && kn_attn_signature(&o->attn, &sig, &diag)) {
+  if (!o->ir_file && kn_attn_signature(&o->attn, &o->var.sig, &diag)) {
     fputs(diag.rendered, stderr);
     return -1;
   }
@@ -471,17 +472,17 @@ static kn_func *get_kernel(options *o, kn_module **mout) {
   if (o->ir_file) {
     /* compare with the template's signature for the variant the file names (its modifier
      * functions are in the file) */
-    kn_attn_sig sig;
-    bool same = kn_attn_signature_in(m, &o->attn, &sig, &d) == 0;
+    kn_attn_sig *sig = &o->var.sig;
+    bool same = kn_attn_signature_in(m, &o->attn, sig, &d) == 0;
     if (!same) {
       /* a kernel written without the library's functions (by hand, or dumped before variants
        * were modifiers: its causal mask inline): the library's stand for them in the reference */
-      o->var.ref_from_library = same = kn_attn_signature(&o->attn, &sig, &d) == 0;
+      o->var.ref_from_library = same = kn_attn_signature(&o->attn, sig, &d) == 0;
       if (!same) fprintf(stderr, "%s", d.rendered);
     }
-    same = same && sig.n == kn_func_nparams(k);
-    for (int i = 0; same && i < sig.n; i++)
-      same = kn_ty_eq(sig.type[i], kn_func_param(k, i)->type);
+    same = same && sig->n == kn_func_nparams(k);
+    for (int i = 0; same && i < sig->n; i++)
+      same = kn_ty_eq(sig->type[i], kn_func_param(k, i)->type);
     if (!same) {
       fprintf(stderr,
               "kiln: error: %s: kernel @%s does not take the attention forward parameters "
@@ -974,20 +975,16 @@ static int run_direct(options *o, const kn_target *t) {
   }
   kn_argval args[KN_ATTN_MAX_PARAMS];
   int grid[3];
-  kn_attn_sig sig;
   variant_values vv = {0};
   kn_diag fd = {0};
   kn_region regions[5 + 24] = {{in.q, in.nq * es}, {in.k, in.nk * es}, {in.v, in.nk * es},
                                {in.out, in.nq * es}, {in.lse, in.nl * sizeof(float)}};
   int nregions = 5;
   kn_module *ref_mods = o->var.ref_from_library ? NULL : m;
-  if ((ref_mods ? kn_attn_signature_in(m, &o->attn, &sig, &fd)
-                : kn_attn_signature(&o->attn, &sig, &fd)) ||
-      variant_make(o, &sig, &vv) ||
-      kn_attn_fill_args(&o->attn, &sig, &o->cfg, &o->prob, in.q, in.k, in.v, in.out, in.lse,
+  if (variant_make(o, &o->var.sig, &vv) ||
+      kn_attn_fill_args(&o->attn, &o->var.sig, &o->cfg, &o->prob, in.q, in.k, in.v, in.out, in.lse,
                         &vv.va, args, grid, &fd)) {
-    if (fd.loc.line > 0) fputs(fd.rendered, stderr); /* a modifier's file:line:col */
-    else if (fd.message[0]) fprintf(stderr, "kiln: error: %s\n", fd.message);
+    if (fd.message[0]) fprintf(stderr, "kiln: error: %s\n", fd.message); /* a missing value */
     variant_free(&vv);
     inputs_free(&in);
     kn_kernel_free(compiled);
@@ -1202,13 +1199,7 @@ static int run_api(options *o, const char *target) {
   o->cfg.block_m = info.block_m, o->cfg.block_n = info.block_n;
   o->cfg.warps = info.warps, o->cfg.stages = info.stages;
   if (inputs_make(o, &in)) goto done;
-  kn_attn_sig sig;
-  kn_diag sd;
-  if (kn_attn_signature(&o->attn, &sig, &sd)) {
-    fputs(sd.rendered, stderr);
-    goto done;
-  }
-  if (variant_make(o, &sig, &vv)) goto done;
+  if (variant_make(o, &o->var.sig, &vv)) goto done;
   print_header(o, kiln_context_target(ctx), kiln_context_device_name(ctx));
   int ordinal = kiln_context_device_ordinal(ctx);
   double best;
