@@ -30,8 +30,8 @@
  * Every block it visits contains the live pair (r_last, start_n), and every block it skips is
  * fully masked; hi may be 0 (seqlen_q > seqlen_k: the whole program sees no key), then the loop
  * does not run and the rows get O = 0, lse = -inf.  Non-causal kernels use hi = seqlen_k.
- * (The diagonal blocks still need the element mask; splitting the loop into unmasked and masked
- * parts is a later optimisation that would not change the results.)
+ * Only the blocks on the edges of that range need the element mask: interior blocks skip it
+ * (kv_blocks; the bounds in attn_fwd_build).
  *
  * Out-of-range K/V elements are loaded as 0 through the load bounds (never read), so a masked
  * column contributes p = 0 times a finite 0 and cannot turn into NaN.
@@ -398,6 +398,177 @@ static kn_value *call_mod(gen *g, const kn_attn_mod *mod, kn_value *const *fixed
   return named(g, op->res[0], name);
 }
 
+/* what the KV loop's body reads from the program around it */
+typedef struct kv_loop {
+  const kn_attn_desc *d;
+  const kn_attn_plan *plan;
+  kn_value *const *P;
+  kn_scalar dt;
+  int BM, BN, DP, nscore, nblock;
+  bool clamp;
+  kn_value *c0, *c1, *c_d, *c_bn, *one64, *seqlen_k, *seqlen_k_s, *qk_scale_s, *neg_inf_s,
+      *zero_s, *neg_inf_r, *zero_r, *col_range, *q_tile, *k_base, *v_base, *q_idx, *bidx, *hidx,
+      *row0, *row_end;
+} kv_loop;
+
+/* a mask of the library whose live region the interior bounds already know (attn_fwd_build) */
+static bool bounded_mask(const kn_attn_mod *mod) {
+  static const char *const names[] = {"kiln.causal", "kiln.causal_top_left", "kiln.window",
+                                      "kiln.prefix"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (mod->f->name && !strcmp(mod->f->name, names[i])) return true;
+  return false;
+}
+
+/* The `for` over the KV blocks [lo, hi), carrying (m_i, l_i, acc) in and out of carry[].  The
+ * blocks outside [ilo, ihi) are edge blocks: only they evaluate the key bound and the masks
+ * bounded_mask knows, under a branch on the block start that is uniform over the program (one
+ * loop with a branch rather than three loops: NVPTX kernels with a loop per range kept more
+ * registers live across them, ptxas spilled 100-150 bytes at D 128).  Other masks apply to every
+ * block. */
+static void kv_blocks(gen *g, const kv_loop *L, kn_value *lo, kn_value *hi, kn_value *ilo,
+                      kn_value *ihi, bool edge_lo, kn_value *carry[3]) {
+  const kn_attn_plan *plan = L->plan;
+  kn_value *const *P = L->P;
+  const kn_scalar dt = L->dt;
+  const int BM = L->BM, BN = L->BN, DP = L->DP;
+  const kn_type row_f32 = kn_ty_tile1(KN_F32, BM), s_f32 = kn_ty_tile2(KN_F32, BM, BN),
+                acc_f32 = kn_ty_tile2(KN_F32, BM, DP), f32 = kn_ty_scalar(KN_F32);
+  kn_builder body;
+  kn_op *loop = kn_b_for(&g->b, lo, hi, L->c_bn, 3, carry, &body);
+  kn_value *start_n = named(g, loop->region[0]->args[0], "start_n");
+  kn_value *m_i = named(g, loop->region[0]->args[1], "m_i");   /* (BM) running max, exp2 units */
+  kn_value *l_i = named(g, loop->region[0]->args[2], "l_i");   /* (BM) running sum of p */
+  kn_value *acc = named(g, loop->region[0]->args[3], "acc");   /* (BM, DP) unnormalised O */
+  kn_builder outer = g->b;
+  g->b = body;
+  kn_builder loop_body = body;
+  kn_op *skip = NULL;
+  kn_value *n0 = named(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF, start_n, BN), "n0");
+  if (L->nblock) {
+    /* the block predicates: skip the block when any says no live pair is in it */
+    kn_value *kv_end = bin(g, KN_OP_MIN, bin(g, KN_OP_ADD, n0, L->c_bn, "n0_end"), L->seqlen_k,
+                           "kv_end_blk");
+    kn_value *live_blk = NULL;
+    for (int i = 0; i < plan->nmods; i++) {
+      if (plan->mod[i].kind != KN_MOD_BLOCK) continue;
+      kn_value *fixed[KN_MOD_FIXED_BLOCK] = {L->bidx, L->hidx, L->row0, L->row_end, n0, kv_end};
+      kn_value *r = call_mod(g, &plan->mod[i], fixed, KN_MOD_FIXED_BLOCK, P,
+                             kn_ty_scalar(KN_I1), "block_live");
+      live_blk = live_blk ? bin(g, KN_OP_AND, live_blk, r, "block_live_all") : r;
+    }
+    kn_builder then_b, else_b;
+    skip = kn_b_if(&g->b, live_blk, 3, (kn_type[]){row_f32, row_f32, acc_f32}, &then_b, &else_b);
+    kn_b_yield(&else_b, 3, (kn_value *[]){m_i, l_i, acc});
+    g->b = then_b;
+  }
+  /* K^T: (DP, BN), element (d, j) = K[n0 + j, d]; keys past seqlen_k, d past D read as 0 */
+  kn_value *kt = named(g,
+                       kn_b_load(&g->b, kn_ty_tile2(dt, DP, BN), L->k_base,
+                                 (kn_value *[]){L->c0, n0}, (kn_value *[]){L->one64, P[P_K_SN]},
+                                 (kn_value *[]){L->c_d, L->seqlen_k}, NULL, NULL),
+                       "k_tile");
+  kn_value *qk = named(g, kn_b_dot(&g->b, L->q_tile, kt, L->zero_s), "qk");   /* (BM, BN) */
+  /* without score modifiers, straight to exp2 units */
+  kn_value *s = L->nscore ? NULL : bin(g, KN_OP_MUL, qk, L->qk_scale_s, "s");
+  int nfree = 0;  /* masks of every block */
+  for (int i = 0; i < plan->nmods; i++)
+    nfree += plan->mod[i].kind == KN_MOD_MASK && !bounded_mask(&plan->mod[i]);
+  kn_value *cols_s = NULL, *kv_idx = NULL;
+  if (L->nscore || nfree) {
+    kn_value *cols = bin(g, KN_OP_ADD, L->col_range, splat1(g, n0, BN, "n0_v"), "cols");
+    cols_s = rows_of(g, cols, BM, "cols_s");                                   /* (BM, BN) */
+    kv_idx = cols_s;
+    if (L->clamp) {
+      kn_value *k_last = bin(g, KN_OP_SUB, L->seqlen_k, L->c1, "k_last");
+      kv_idx = bin(g, KN_OP_MIN, cols_s, splat2(g, k_last, BM, BN, "k_last_s"), "kv_idx");
+    }
+  }
+  if (L->nscore) {
+    /* the score modifiers see the scaled score in natural units (exp, not exp2) */
+    kn_value *sc = bin(g, KN_OP_MUL, qk, splat2(g, P[P_SM_SCALE], BM, BN, "sm_scale_s"), "score");
+    for (int i = 0; i < plan->nmods; i++) {
+      if (plan->mod[i].kind != KN_MOD_SCORE) continue;
+      kn_value *fixed[KN_MOD_FIXED_SCORE] = {sc, L->bidx, L->hidx, L->q_idx, kv_idx};
+      sc = call_mod(g, &plan->mod[i], fixed, KN_MOD_FIXED_SCORE, P, s_f32, "score_mod");
+    }
+    s = bin(g, KN_OP_MUL, sc, splat2(g, cf(g, f32, M_LOG2E, "c_log2e_s"), BM, BN, "log2e_s"),
+            "s");
+  }
+  if (nfree) {
+    kn_value *live = NULL;
+    for (int i = 0; i < plan->nmods; i++) {
+      if (plan->mod[i].kind != KN_MOD_MASK || bounded_mask(&plan->mod[i])) continue;
+      kn_value *fixed[KN_MOD_FIXED_MASK] = {L->bidx, L->hidx, L->q_idx, kv_idx};
+      kn_value *vis = call_mod(g, &plan->mod[i], fixed, KN_MOD_FIXED_MASK, P,
+                               kn_ty_tile2(KN_I1, BM, BN), "visible");
+      live = live ? bin(g, KN_OP_AND, live, vis, "live") : vis;
+    }
+    s = named(g, kn_b_select(&g->b, live, s, L->neg_inf_s), "s_live");
+  }
+  /* an edge block: the key bound and the bounded masks */
+  kn_value *edge = named(g, kn_b_cmp(&g->b, KN_PRED_GE, n0, ihi), "edge_hi");
+  if (edge_lo)
+    edge = bin(g, KN_OP_OR, named(g, kn_b_cmp(&g->b, KN_PRED_LT, n0, ilo), "edge_lo"), edge,
+               "edge");
+  kn_builder then_b, else_b;
+  kn_op *on_edge = kn_b_if(&g->b, edge, 1, &s_f32, &then_b, &else_b);
+  kn_b_yield(&else_b, 1, &s);
+  {
+    kn_builder inner = g->b;
+    g->b = then_b;
+    if (!cols_s) {
+      kn_value *cols = bin(g, KN_OP_ADD, L->col_range, splat1(g, n0, BN, "n0_v"), "cols");
+      cols_s = rows_of(g, cols, BM, "cols_s");
+    }
+    kn_value *live = named(g, kn_b_cmp(&g->b, KN_PRED_LT, cols_s, L->seqlen_k_s), "in_k");
+    for (int i = 0; i < plan->nmods; i++) {
+      if (plan->mod[i].kind != KN_MOD_MASK || !bounded_mask(&plan->mod[i])) continue;
+      kn_value *fixed[KN_MOD_FIXED_MASK] = {L->bidx, L->hidx, L->q_idx, cols_s};
+      kn_value *vis = call_mod(g, &plan->mod[i], fixed, KN_MOD_FIXED_MASK, P,
+                               kn_ty_tile2(KN_I1, BM, BN), "visible");
+      live = bin(g, KN_OP_AND, live, vis, "live");
+    }
+    kn_b_yield(&g->b, 1, (kn_value *[]){named(g, kn_b_select(&g->b, live, s, L->neg_inf_s),
+                                              "s_edge")});
+    g->b = inner;
+  }
+  s = named(g, on_edge->res[0], "s_masked");
+  kn_value *m_blk = named(g, kn_b_reduce(&g->b, KN_OP_REDUCE_MAX, s, 1), "m_blk");
+  kn_value *m_new = bin(g, KN_OP_MAX, m_i, m_blk, "m_new");
+  /* rows that have seen no live key: subtract 0, not -inf (-inf - -inf = NaN) */
+  kn_value *dead = named(g, kn_b_cmp(&g->b, KN_PRED_EQ, m_new, L->neg_inf_r), "no_key");
+  kn_value *m_sub = named(g, kn_b_select(&g->b, dead, L->zero_r, m_new), "m_sub");
+  kn_value *p = named(
+      g, kn_b_unary(&g->b, KN_OP_EXP2, bin(g, KN_OP_SUB, s, cols_of(g, m_sub, BN, "m_sub_s"),
+                                           "s_shift")),
+      "p");
+  kn_value *alpha =
+      named(g, kn_b_unary(&g->b, KN_OP_EXP2, bin(g, KN_OP_SUB, m_i, m_sub, "m_diff")), "alpha");
+  kn_value *l_blk = named(g, kn_b_reduce(&g->b, KN_OP_REDUCE_SUM, p, 1), "l_blk");
+  kn_value *l_new = bin(g, KN_OP_ADD, bin(g, KN_OP_MUL, l_i, alpha, "l_scaled"), l_blk, "l_new");
+  kn_value *acc_scaled = bin(g, KN_OP_MUL, acc, cols_of(g, alpha, DP, "alpha_s"), "acc_scaled");
+  /* P is rounded to the input dtype so the second dot is a dtype x dtype matrix product */
+  kn_value *p_in = dt == KN_F32 ? p : named(g, kn_b_cast(&g->b, p, dt), "p_cast");
+  kn_value *vt = named(g,
+                       kn_b_load(&g->b, kn_ty_tile2(dt, BN, DP), L->v_base,
+                                 (kn_value *[]){n0, L->c0}, (kn_value *[]){P[P_V_SN], L->one64},
+                                 (kn_value *[]){L->seqlen_k, L->c_d}, NULL, NULL),
+                       "v_tile");
+  kn_value *acc_new = named(g, kn_b_dot(&g->b, p_in, vt, acc_scaled), "acc_new");
+  kn_b_yield(&g->b, 3, (kn_value *[]){m_new, l_new, acc_new});
+  if (skip) {
+    kn_value *r[3];
+    for (int i = 0; i < 3; i++) r[i] = skip->res[i];
+    named(g, r[0], "m_blk_new");
+    named(g, r[1], "l_blk_new");
+    named(g, r[2], "acc_blk_new");
+    kn_b_yield(&loop_body, 3, r);
+  }
+  g->b = outer;
+  for (int i = 0; i < 3; i++) carry[i] = loop->res[i];
+}
+
 kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
                            kn_diag *diag) {
   if (kn_attn_check(d, c, diag) != 0) return NULL;
@@ -555,111 +726,66 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
 #undef CLAMP_K
   kn_value *c_bn = ci(g, i32, BN, "c_block_n");
 
-  kn_builder body;
-  kn_op *loop = kn_b_for(&g->b, lo, hi, c_bn, 3, (kn_value *[]){neg_inf_r, zero_r, zero_acc},
-                         &body);
-  kn_value *start_n = named(g, loop->region[0]->args[0], "start_n");
-  kn_value *m_i = named(g, loop->region[0]->args[1], "m_i");   /* (BM) running max, exp2 units */
-  kn_value *l_i = named(g, loop->region[0]->args[2], "l_i");   /* (BM) running sum of p */
-  kn_value *acc = named(g, loop->region[0]->args[3], "acc");   /* (BM, DP) unnormalised O */
-  kn_builder outer = g->b;
-  g->b = body;
-  kn_builder loop_body = body;
-  kn_op *skip = NULL;
-  {
-    kn_value *n0 = named(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF, start_n, BN), "n0");
-    if (nblock) {
-      /* the block predicates: skip the block when any says no live pair is in it */
-      kn_value *kv_end = bin(g, KN_OP_MIN, bin(g, KN_OP_ADD, n0, c_bn, "n0_end"), seqlen_k,
-                             "kv_end_blk");
-      kn_value *live_blk = NULL;
-      for (int i = 0; i < plan->nmods; i++) {
-        if (plan->mod[i].kind != KN_MOD_BLOCK) continue;
-        kn_value *fixed[KN_MOD_FIXED_BLOCK] = {bidx, hidx, row0, row_end, n0, kv_end};
-        kn_value *r = call_mod(g, &plan->mod[i], fixed, KN_MOD_FIXED_BLOCK, P,
-                               kn_ty_scalar(KN_I1), "block_live");
-        live_blk = live_blk ? bin(g, KN_OP_AND, live_blk, r, "block_live_all") : r;
-      }
-      kn_builder then_b, else_b;
-      skip = kn_b_if(&g->b, live_blk, 3, (kn_type[]){row_f32, row_f32, acc_f32}, &then_b, &else_b);
-      kn_b_yield(&else_b, 3, (kn_value *[]){m_i, l_i, acc});
-      g->b = then_b;
-    }
-    /* K^T: (DP, BN), element (d, j) = K[n0 + j, d]; keys past seqlen_k, d past D read as 0 */
-    kn_value *kt = named(g,
-                         kn_b_load(&g->b, kn_ty_tile2(dt, DP, BN), k_base, (kn_value *[]){c0, n0},
-                                   (kn_value *[]){one64, P[P_K_SN]},
-                                   (kn_value *[]){c_d, seqlen_k}, NULL, NULL),
-                         "k_tile");
-    kn_value *qk = named(g, kn_b_dot(&g->b, q_tile, kt, zero_s), "qk");      /* (BM, BN) */
-    /* without score modifiers, straight to exp2 units (the op order of the plain kernel is kept:
-     * it decides the schedule, and with it the registers, of the code objects) */
-    kn_value *s = nscore ? NULL : bin(g, KN_OP_MUL, qk, qk_scale_s, "s");
-    kn_value *cols = bin(g, KN_OP_ADD, col_range, splat1(g, n0, BN, "n0_v"), "cols");
-    kn_value *cols_s = rows_of(g, cols, BM, "cols_s");                        /* (BM, BN) */
-    kn_value *kv_idx = cols_s;
-    if (clamp) {
-      kn_value *k_last = bin(g, KN_OP_SUB, seqlen_k, c1, "k_last");
-      kv_idx = bin(g, KN_OP_MIN, cols_s, splat2(g, k_last, BM, BN, "k_last_s"), "kv_idx");
-    }
-    if (nscore) {
-      /* the score modifiers see the scaled score in natural units (exp, not exp2) */
-      kn_value *sc = bin(g, KN_OP_MUL, qk, splat2(g, P[P_SM_SCALE], BM, BN, "sm_scale_s"),
-                         "score");
-      for (int i = 0; i < plan->nmods; i++) {
-        if (plan->mod[i].kind != KN_MOD_SCORE) continue;
-        kn_value *fixed[KN_MOD_FIXED_SCORE] = {sc, bidx, hidx, q_idx, kv_idx};
-        sc = call_mod(g, &plan->mod[i], fixed, KN_MOD_FIXED_SCORE, P, s_f32, "score_mod");
-      }
-      s = bin(g, KN_OP_MUL, sc, splat2(g, cf(g, f32, M_LOG2E, "c_log2e_s"), BM, BN,
-                                        "log2e_s"), "s");
-    }
-    kn_value *live = named(g, kn_b_cmp(&g->b, KN_PRED_LT, cols_s, seqlen_k_s), "in_k");
-    for (int i = 0; i < plan->nmods; i++) {
-      if (plan->mod[i].kind != KN_MOD_MASK) continue;
-      kn_value *fixed[KN_MOD_FIXED_MASK] = {bidx, hidx, q_idx, kv_idx};
-      kn_value *vis = call_mod(g, &plan->mod[i], fixed, KN_MOD_FIXED_MASK, P,
-                               kn_ty_tile2(KN_I1, BM, BN), "visible");
-      live = bin(g, KN_OP_AND, live, vis, "live");
-    }
-    s = named(g, kn_b_select(&g->b, live, s, neg_inf_s), "s_masked");
-    kn_value *m_blk = named(g, kn_b_reduce(&g->b, KN_OP_REDUCE_MAX, s, 1), "m_blk");
-    kn_value *m_new = bin(g, KN_OP_MAX, m_i, m_blk, "m_new");
-    /* rows that have seen no live key: subtract 0, not -inf (-inf - -inf = NaN) */
-    kn_value *dead = named(g, kn_b_cmp(&g->b, KN_PRED_EQ, m_new, neg_inf_r), "no_key");
-    kn_value *m_sub = named(g, kn_b_select(&g->b, dead, zero_r, m_new), "m_sub");
-    kn_value *p = named(
-        g, kn_b_unary(&g->b, KN_OP_EXP2, bin(g, KN_OP_SUB, s, cols_of(g, m_sub, BN, "m_sub_s"),
-                                             "s_shift")),
-        "p");
-    kn_value *alpha =
-        named(g, kn_b_unary(&g->b, KN_OP_EXP2, bin(g, KN_OP_SUB, m_i, m_sub, "m_diff")), "alpha");
-    kn_value *l_blk = named(g, kn_b_reduce(&g->b, KN_OP_REDUCE_SUM, p, 1), "l_blk");
-    kn_value *l_new = bin(g, KN_OP_ADD, bin(g, KN_OP_MUL, l_i, alpha, "l_scaled"), l_blk, "l_new");
-    kn_value *acc_scaled =
-        bin(g, KN_OP_MUL, acc, cols_of(g, alpha, DP, "alpha_s"), "acc_scaled");
-    /* P is rounded to the input dtype so the second dot is a dtype x dtype matrix product */
-    kn_value *p_in = dt == KN_F32 ? p : named(g, kn_b_cast(&g->b, p, dt), "p_cast");
-    kn_value *vt = named(g,
-                         kn_b_load(&g->b, kn_ty_tile2(dt, BN, DP), v_base, (kn_value *[]){n0, c0},
-                                   (kn_value *[]){P[P_V_SN], one64},
-                                   (kn_value *[]){seqlen_k, c_d}, NULL, NULL),
-                         "v_tile");
-    kn_value *acc_new = named(g, kn_b_dot(&g->b, p_in, vt, acc_scaled), "acc_new");
-    kn_b_yield(&g->b, 3, (kn_value *[]){m_new, l_new, acc_new});
-    if (skip) {
-      kn_value *r[3];
-      for (int i = 0; i < 3; i++) r[i] = skip->res[i];
-      named(g, r[0], "m_blk_new");
-      named(g, r[1], "l_blk_new");
-      named(g, r[2], "acc_blk_new");
-      kn_b_yield(&loop_body, 3, r);
-    }
+  /* The interior of [lo, hi): the blocks in which every key is below seqlen_k and inside every
+   * built-in mask for every live row of the program, so they need no element mask (docs/
+   * variants.md, "Interior and edge blocks").  For the rows [row0, row_end) and the keys
+   * [n0, n0 + BN) that is n0 + BN <= e and n0 >= a with
+   *   e = min(seqlen_k; causal: row0 + diag_off + 1 (top-left: row0 + 1); prefix: max(prefix_len,
+   *       row0 + diag_off + 1); window: row0 + diag_off + wr + 1 when wr >= 0)
+   *   a = window: row_end - 1 + diag_off - wl when wl >= 0; else lo
+   * The loop masks the blocks in [lo, ilo) and [ihi, hi), not those in [ilo, ihi): ilo is the first
+   * block start at or above a, ihi the end of the blocks from ilo that end at or below e, both
+   * clamped into [lo, hi).  User masks (and the document mask) have no interior and are applied
+   * in every block. */
+  kv_loop L = {.d = d, .plan = plan, .P = P, .dt = dt, .BM = BM, .BN = BN, .DP = DP,
+               .nscore = nscore, .nblock = nblock, .clamp = clamp, .c0 = c0, .c1 = c1,
+               .c_d = c_d, .c_bn = c_bn, .one64 = one64, .seqlen_k = seqlen_k,
+               .seqlen_k_s = seqlen_k_s, .qk_scale_s = qk_scale_s, .neg_inf_s = neg_inf_s,
+               .zero_s = zero_s, .neg_inf_r = neg_inf_r, .zero_r = zero_r, .col_range = col_range,
+               .q_tile = q_tile, .k_base = k_base, .v_base = v_base, .q_idx = q_idx,
+               .bidx = bidx, .hidx = hidx, .row0 = row0, .row_end = row_end};
+  kn_value *e = seqlen_k, *a = NULL;
+  kn_value *c1i = ci(g, i32, 1, "c1_i");
+  if (d->causal || d->prefix) {
+    kn_value *diag = d->causal == KN_CAUSAL_TOP_LEFT
+                         ? row0 : bin(g, KN_OP_ADD, row0, diag_off, "i_diag0");
+    kn_value *ce = bin(g, KN_OP_ADD, diag, c1i, "i_causal_end");
+    if (d->prefix) ce = bin(g, KN_OP_MAX, ce, P[sig_index(sig, "prefix_len")], "i_prefix_end");
+    e = bin(g, KN_OP_MIN, e, ce, "i_end_c");
   }
-  g->b = outer;
-  kn_value *m_fin = named(g, loop->res[0], "m_final");
-  kn_value *l_fin = named(g, loop->res[1], "l_final");
-  kn_value *acc_fin = named(g, loop->res[2], "acc_final");
+  if (d->window) {
+    kn_value *span = bin(g, KN_OP_ADD, seqlen_q, seqlen_k, "i_span");
+    kn_value *wl = bin(g, KN_OP_MIN, P[sig_index(sig, "window_left")], span, "i_wl");
+    kn_value *wr = bin(g, KN_OP_MIN, P[sig_index(sig, "window_right")], span, "i_wr");
+    kn_value *we = bin(g, KN_OP_ADD, bin(g, KN_OP_ADD, bin(g, KN_OP_ADD, row0, diag_off, "i_wd0"),
+                                         wr, "i_wr_end0"), c1i, "i_w_end");
+    kn_value *no_right = named(g, kn_b_cmp(&g->b, KN_PRED_LT, wr, c0), "i_no_right");
+    e = bin(g, KN_OP_MIN, e, named(g, kn_b_select(&g->b, no_right, e, we), "i_w_end_s"), "i_end_w");
+    kn_value *last = bin(g, KN_OP_SUB, bin(g, KN_OP_ADD, row_end, diag_off, "i_wd1"), c1i,
+                         "i_w_last");
+    kn_value *wa = bin(g, KN_OP_SUB, last, wl, "i_w_first");
+    kn_value *no_left = named(g, kn_b_cmp(&g->b, KN_PRED_LT, wl, c0), "i_no_left");
+    a = named(g, kn_b_select(&g->b, no_left, lo, wa), "i_first");
+  }
+  /* ilo = lo + ceil(max(a - lo, 0) / BN) * BN, at most hi */
+  kn_value *ilo = lo;
+  if (a) {
+    kn_value *ra = bin(g, KN_OP_MAX, bin(g, KN_OP_SUB, a, lo, "i_a_rel"), c0, "i_a_pos");
+    kn_value *nb = bin(g, KN_OP_DIV, bin(g, KN_OP_ADD, ra, ci(g, i32, BN - 1, "c_bn_m1"), "i_a_up"),
+                       c_bn, "i_a_blocks");
+    ilo = bin(g, KN_OP_MIN, bin(g, KN_OP_ADD, lo, bin(g, KN_OP_MUL, nb, c_bn, "i_a_len"),
+                                "i_lo_raw"), hi, "i_lo");
+  }
+  /* ihi = ilo + floor(max(min(e, hi) - ilo, 0) / BN) * BN */
+  kn_value *re = bin(g, KN_OP_MAX, bin(g, KN_OP_SUB, bin(g, KN_OP_MIN, e, hi, "i_e_hi"), ilo,
+                                       "i_e_rel"), c0, "i_e_pos");
+  kn_value *ihi = bin(g, KN_OP_ADD, ilo, bin(g, KN_OP_MUL, bin(g, KN_OP_DIV, re, c_bn, "i_e_blocks"),
+                                             c_bn, "i_e_len"), "i_hi");
+  kn_value *carry[3] = {neg_inf_r, zero_r, zero_acc};
+  kv_blocks(g, &L, lo, hi, ilo, ihi, a != NULL, carry);
+  kn_value *m_fin = named(g, carry[0], "m_final");
+  kn_value *l_fin = named(g, carry[1], "l_final");
+  kn_value *acc_fin = named(g, carry[2], "acc_final");
 
   /* O = acc / l; rows that saw no key have acc = 0 and l = 0: divide by 1 */
   kn_value *l_zero = named(g, kn_b_cmp(&g->b, KN_PRED_EQ, l_fin, zero_r), "l_zero");

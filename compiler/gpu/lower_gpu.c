@@ -418,6 +418,17 @@ static LLVMValueRef expand_rsqrt(G *g, LLVMValueRef x) {
   return LLVMBuildFDiv(g->B, cf32(g, 1.0), f32_fn(g, "sqrt", x), "");
 }
 
+/* 1 / x, approximately (an error of about one ulp): the target's reciprocal unit where it has a
+ * leaf (NVPTX: rcp.approx.ftz.f32), else an fdiv LLVM may turn into one (arcp, afn: AMDGPU's
+ * v_rcp_f32).  For expansions whose result does not need a correctly rounded quotient. */
+static LLVMValueRef f32_rcp(G *g, LLVMValueRef x) {
+  LLVMValueRef r = g->ops->f32_math ? g->ops->f32_math(g, "rcp", x) : NULL;
+  if (r) return r;
+  r = LLVMBuildFDiv(g->B, cf32(g, 1.0), x, "");
+  LLVMSetFastMathFlags(r, LLVMFastMathAllowReciprocal | LLVMFastMathApproxFunc);
+  return r;
+}
+
 /* tanh from exp2 (no GPU backend selects llvm.tanh.f32 without afn, and NVPTX would make it a
  * libm call, which aborts LLVM).  |x| < 0.25: the odd Taylor polynomial
  *   x (1 - x^2/3 + 2x^4/15 - 17x^6/315 + 62x^8/2835 - 1382x^10/155925)
@@ -425,7 +436,10 @@ static LLVMValueRef expand_rsqrt(G *g, LLVMValueRef x) {
  * 1 - e cancellation).  Else 1 - 2 / (1 + e^{2|x|}) with e^{2|x|} = exp2(2|x| log2 e): 2/(1+e)
  * is at most 0.76 there, so the subtraction loses at most two bits, and a huge |x| gives
  * e = inf, 2/inf = 0, 1.  The sign is x's (copysign keeps -0 and NaN).  On NVPTX exp2 is
- * ex2.approx, hence KN_APPROX. */
+ * ex2.approx, hence KN_APPROX.  The quotient is 2 * f32_rcp(1 + e): a correctly rounded f32
+ * division is a dozen instructions on both GPU families (NVPTX's div.rn.f32 with its slow path),
+ * paid per score by soft-capping, and one ulp of it is far below the two bits the subtraction
+ * may lose. */
 static LLVMValueRef expand_tanh(G *g, LLVMValueRef x) {
   LLVMBuilderRef B = g->B;
   LLVMValueRef ax = call(g, "llvm.fabs.f32", g->f32, &x, 1);
@@ -436,7 +450,7 @@ static LLVMValueRef expand_tanh(G *g, LLVMValueRef x) {
   LLVMValueRef small = LLVMBuildFMul(B, x, p, "");
   LLVMValueRef t = LLVMBuildFMul(B, ax, cf32(g, 2.0 * 1.44269504088896340736), "");
   LLVMValueRef e = f32_fn(g, "exp2", t);
-  LLVMValueRef q = LLVMBuildFDiv(B, cf32(g, 2.0), LLVMBuildFAdd(B, cf32(g, 1.0), e, ""), "");
+  LLVMValueRef q = LLVMBuildFMul(B, cf32(g, 2.0), f32_rcp(g, LLVMBuildFAdd(B, cf32(g, 1.0), e, "")), "");
   LLVMValueRef big = LLVMBuildFSub(B, cf32(g, 1.0), q, "");
   LLVMValueRef args[2] = {big, x};
   big = call(g, "llvm.copysign.f32", g->f32, args, 2);

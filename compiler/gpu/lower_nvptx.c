@@ -100,6 +100,8 @@ static LLVMValueRef nv_f32_math(G *g, const char *fname, LLVMValueRef x) {
    * costs extra instructions to handle denormal inputs and outputs.  Flushing them to zero is
    * harmless for softmax weights (2^-126 of the row maximum is 0 to any f16/bf16 P). */
   if (!strcmp(fname, "exp2")) return call(g, "llvm.nvvm.ex2.approx.ftz.f32", g->f32, &x, 1);
+  /* rcp.approx.ftz.f32 (one MUFU op, max error about 1 ulp): for kiln's expansions only */
+  if (!strcmp(fname, "rcp")) return call(g, "llvm.nvvm.rcp.approx.ftz.f", g->f32, &x, 1);
   return NULL;
 }
 
