@@ -900,8 +900,7 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
   kn_tunedb *db = api_db(ctx);
   kn_tune_record rec;
   if (db && kn_tunedb_get(db, &key, &rec, NULL) == KN_OK) {
-    kn_attn_config t = {.block_m = rec.config.block_m, .block_n = rec.config.block_n,
-                        .warps = rec.config.warps, .stages = rec.config.stages};
+    kn_attn_config t = api_config_of(&rec.config);
     kn_diag diag;
     if (kn_attn_check_on(ctx->target->arch, d, &t, &diag) == 0) {
       *c = t;

@@ -1543,6 +1543,13 @@ static LLVMValueRef wgmma_desc_base(G *g, const kn_conversion *c) {
   LLVMBuilderRef E = g->E;
   LLVMValueRef off = ci64(g, (long long)g->p->buf[c->buffer].offset);
   LLVMValueRef a = smem_u32(E, g, LLVMBuildGEP2(E, g->i8, g->lds, &off, 1, ""));
+  /* the swizzle is the address bits': a shared array the driver did not place on a 1024-byte
+   * boundary (it is declared .align 1024) would read wrong elements silently, so trap instead */
+  LLVMValueRef mis = LLVMBuildAnd(E, smem_u32(E, g, g->lds), ci32(g, 1023), "");
+  LLVMBuilderRef keep = g->B;
+  g->B = E;
+  nv_asm(g, g->vd, "{\n.reg .pred q;\nsetp.ne.b32 q, $0, 0;\n@q trap;\n}", "r", &mis, 1);
+  g->B = keep;
   a = LLVMBuildLShr(E, LLVMBuildAnd(E, a, ci32(g, 0x3FFFF), ""), ci32(g, 4), "");
   unsigned long long hi = ((unsigned long long)(lbo >> 4) << 16) |
                           ((unsigned long long)(sbo >> 4) << 32) | (1ULL << 62);

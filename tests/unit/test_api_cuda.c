@@ -629,6 +629,16 @@ static void test_wgmma(void **state) {
   assert_int_equal(kiln_prepare(host, &d0, &wo, &k), KILN_ERR_UNSUPPORTED);
   assert_non_null(strstr(kiln_last_error(), "wgmma is not available on host"));
   kiln_context_destroy(host);
+  /* the tuner's matrix axis (the registry's names) and tuning records carry it too */
+  const kn_arch *sm90 = kn_arch_get("sm_90a");
+  for (int i = 0; i < sm90->nmma; i++) {
+    if (!sm90->mma[i].mnemonic) continue;
+    kn_tune_config tc = {.block_m = 64, .block_n = 64, .warps = 4, .stages = 2};
+    snprintf(tc.matrix_instr, sizeof tc.matrix_instr, "%s", sm90->mma[i].mnemonic);
+    kn_attn_config c = api_config_of(&tc);
+    assert_int_equal(c.wgmma, sm90->mma[i].operands == KN_MMA_WGMMA);
+    assert_int_equal(c.block_m, 64);
+  }
   if (!have_gpu()) {
     rm_dir(dir);
     skip();
