@@ -138,7 +138,8 @@ int kn_attn_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_c
   const kn_mma_instr *wg = c->wgmma ? kn_arch_pick_mma(arch, d->dtype, 64, NULL, NULL) : NULL;
   if (c->wgmma && (!wg || wg->operands != KN_MMA_WGMMA))
     return kn_error(diag, NULL, nowhere, "attention: wgmma is not available on %s for %s "
-                    "(sm_90a, f16 and bf16)", arch ? arch->name : "host", kn_scalar_name(d->dtype));
+                    "(sm_90a, f16 and bf16)", arch ? arch->name : "host",
+                    kn_scalar_name(d->dtype));
   if (!arch || arch->isa == KN_ISA_HOST) return 0;
   char hd[40];
   const int dp = kn_attn_head_pad(d->head_dim);
