@@ -116,6 +116,10 @@ kiln_status api_mod_args(const kn_attn_sig *sig, const bool *user, const kiln_mo
 void api_describe(const kn_attn_desc *d, const kn_attn_config *c, char *out, size_t n);
 /* the tuning database's key: template "fwd", variant = the descriptor's canonical key */
 void api_tune_key(const kiln_context *ctx, const kn_attn_desc *d, int seqlen, kn_tune_key *key);
+/* the template's tiling of a point of the tuning space or a tuning record: its block_m, block_n,
+ * warps, stages, and wgmma when its matrix instruction is one of sm_90a's wgmma entries (the
+ * space's matrix axis lists the registry's instructions) */
+kn_attn_config api_config_of(const kn_tune_config *tc);
 /* builds the template for (d, c) into a fresh module; NULL with the reason in *diag */
 kn_module *api_build_module(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag);
 /* the cache key of module m, built from (d, c), on the context's target */

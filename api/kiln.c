@@ -635,6 +635,7 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
   k->info.prepare_ms = now_ms() - t0;
   k->info.desc = api_desc_to_public(&k->desc);
   k->info.block_m = c->block_m;
+  k->info.wgmma = c->wgmma;
   k->info.block_n = c->block_n;
   k->info.warps = c->warps;
   k->info.stages = c->stages;
@@ -858,12 +859,18 @@ void api_tune_key(const kiln_context *ctx, const kn_attn_desc *d, int seqlen, kn
 static bool forced_config(const kiln_context *ctx, const kn_attn_desc *d,
                           const kiln_prepare_options *o, kn_attn_config *c) {
   *c = kn_attn_default_config(ctx->target->arch, d);
-  if (!o || (!o->block_m && !o->warps)) return false;
+  if (!o || (!o->block_m && !o->warps && !o->wgmma)) return false;
   if (o->block_m) {
     c->block_m = o->block_m;
     c->block_n = o->block_n;
   }
   if (o->warps) c->warps = o->warps;
+  if (o->wgmma) {  /* one 64-row slab per warpgroup: block_m = 16 x warps */
+    c->wgmma = true;
+    if (o->block_m && !o->warps) c->warps = c->block_m / 16;
+    else if (!o->block_m && o->warps) c->block_m = 16 * c->warps;
+    else if (!o->block_m) c->warps = c->block_m / 16;
+  }
   return true;
 }
 
@@ -893,8 +900,7 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
   kn_tunedb *db = api_db(ctx);
   kn_tune_record rec;
   if (db && kn_tunedb_get(db, &key, &rec, NULL) == KN_OK) {
-    kn_attn_config t = {.block_m = rec.config.block_m, .block_n = rec.config.block_n,
-                        .warps = rec.config.warps, .stages = rec.config.stages};
+    kn_attn_config t = api_config_of(&rec.config);
     kn_diag diag;
     if (kn_attn_check_on(ctx->target->arch, d, &t, &diag) == 0) {
       *c = t;

@@ -173,10 +173,10 @@ static const char *check(const run *r, char *why, size_t n) {
   return why;
 }
 
-/* the template's tiling of a point of the space */
-static kn_attn_config config_of(const kn_tune_config *tc) {
+kn_attn_config api_config_of(const kn_tune_config *tc) {
   return (kn_attn_config){.block_m = tc->block_m, .block_n = tc->block_n, .warps = tc->warps,
-                          .stages = tc->stages};
+                          .stages = tc->stages,
+                          .wgmma = !strncmp(tc->matrix_instr, "wgmma.", 6)};
 }
 
 /* compiles, prunes, checks and times one candidate (a point kn_attn_check_on accepted: the
@@ -190,7 +190,7 @@ static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate 
   out->stages = tc->stages;
   out->waves_per_eu = tc->waves_per_eu;
   snprintf(out->matrix_instr, sizeof out->matrix_instr, "%s", tc->matrix_instr);
-  kn_attn_config c = config_of(tc);
+  kn_attn_config c = api_config_of(tc);
   kn_diag diag;
   memset(obj, 0, sizeof *obj);
   kn_module *m = api_build_module(r->d, &c, &diag);
@@ -437,7 +437,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig
   for (int i = 0; i < npoints; i++) {
     kn_tune_config tc;
     kn_space_point(&space, i, &tc);
-    kn_attn_config c = config_of(&tc);
+    kn_attn_config c = api_config_of(&tc);
     kn_diag diag;
     if (kn_attn_check_on(ctx->target->arch, d, &c, &diag) == 0) points[total++] = i;
     else if (!first_why[0]) snprintf(first_why, sizeof first_why, "%.299s", diag.message);
@@ -497,8 +497,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig
                   key.variant, total);
   } else {
     const kiln_tune_candidate *b = &cands[ibest];
-    *best = (kn_attn_config){.block_m = b->block_m, .block_n = b->block_n, .warps = b->warps,
-                             .stages = b->stages};
+    *best = api_config_of(&best_tc);
     kn_tunedb *db = record ? api_db(ctx) : NULL;
     if (db) {
       kn_tune_record rec = {.key = key, .config = best_tc, .time_us = b->median_us};
@@ -508,12 +507,8 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig
       if (ps == KN_NOT_REPLACED) {
         /* another process recorded a faster tiling meanwhile: use that one, as it will */
         kn_tune_record theirs;
-        if (kn_tunedb_get(db, &key, &theirs, NULL) == KN_OK) {
-          best->block_m = theirs.config.block_m;
-          best->block_n = theirs.config.block_n;
-          best->warps = theirs.config.warps;
-          best->stages = theirs.config.stages;
-        }
+        if (kn_tunedb_get(db, &key, &theirs, NULL) == KN_OK)
+          *best = api_config_of(&theirs.config);
       } else if (ps < 0) {
         char msg[1200];
         snprintf(msg, sizeof msg, "tuning result not recorded: %s", why.message);
@@ -522,7 +517,8 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig
     }
     /* the winner's code goes to the cache: the prepare that follows is a cache hit */
     kn_module *m = api_build_module(d, best, &(kn_diag){0});
-    if (m && best->block_m == b->block_m && best->block_n == b->block_n) {
+    if (m && best->block_m == b->block_m && best->block_n == b->block_n &&
+        best->wgmma == api_config_of(&best_tc).wgmma) {
       kn_cache_key ck = api_cache_key(ctx, d, best, m);
       api_store(ctx, &ck, &best_obj);
     }

@@ -82,13 +82,29 @@ static const kn_mma_instr gfx950_mma[] = {
 };
 
 /* NVIDIA: LLVM 22 names the f16 form by its D and C types (.f32.f32), the bf16 form .bf16 */
-static const kn_mma_instr nv_mma[] = {
-    {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "llvm.nvvm.mma.m16n8k16.row.col.f32.f32",
-     KN_MMA_NV_16X8X16, 16, 8, 16, KN_F16, KN_F16, KN_F32, KN_MMA_PAIRS_NV, 0},
-    {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "llvm.nvvm.mma.m16n8k16.row.col.bf16",
-     KN_MMA_NV_16X8X16, 16, 8, 16, KN_BF16, KN_BF16, KN_F32, KN_MMA_PAIRS_NV, 0},
-    /* no instruction: f32 dots as per-thread FMAs over 16x16 blocks per warp */
-    {NULL, NULL, KN_MMA_FMA_16X16, 16, 16, 1, KN_F32, KN_F32, KN_F32, KN_MMA_FMA, 0},
+#define NV_MMA_SYNC                                                                            \
+  {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "llvm.nvvm.mma.m16n8k16.row.col.f32.f32", \
+   KN_MMA_NV_16X8X16, 16, 8, 16, KN_F16, KN_F16, KN_F32, KN_MMA_PAIRS_NV, 0},                  \
+  {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "llvm.nvvm.mma.m16n8k16.row.col.bf16", \
+   KN_MMA_NV_16X8X16, 16, 8, 16, KN_BF16, KN_BF16, KN_F32, KN_MMA_PAIRS_NV, 0}
+/* no instruction: f32 dots as per-thread FMAs over 16x16 blocks per warp */
+#define NV_FMA_F32 {NULL, NULL, KN_MMA_FMA_16X16, 16, 16, 1, KN_F32, KN_F32, KN_F32, KN_MMA_FMA, 0}
+
+static const kn_mma_instr nv_mma[] = {NV_MMA_SYNC, NV_FMA_F32};
+
+/* Hopper adds the warpgroup instruction wgmma.mma_async.m64nNk16 (PTX ISA 8.0, "Asynchronous
+ * Warpgroup Level Matrix Multiply-Accumulate"): 4 warps, 64 rows, N = 8..256 per instruction,
+ * B from shared memory.  LLVM 22 has no intrinsic for it (inline PTX, compiler/gpu/lower_gpu.c).
+ * After mma.sync, so that kn_arch_pick_mma's first fit stays mma.sync; a kernel asks for it with
+ * the meta key WGMMA (kn_attn_config.wgmma), which picks by m = 64.  The n of the entry is the
+ * step of N, the lane tables' 8 columns. */
+static const kn_mma_instr sm90_mma[] = {
+    NV_MMA_SYNC,
+    {"wgmma.mma_async.sync.aligned.m64nNk16.f32.f16.f16", NULL, KN_MMA_NV_WG64, 64, 8, 16,
+     KN_F16, KN_F16, KN_F32, KN_MMA_WGMMA, 0},
+    {"wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16", NULL, KN_MMA_NV_WG64, 64, 8, 16,
+     KN_BF16, KN_BF16, KN_F32, KN_MMA_WGMMA, 0},
+    NV_FMA_F32,
 };
 
 /* ---- AMDGPU register and LDS facts ------------------------------------------------------- */
@@ -166,7 +182,7 @@ const kn_arch kn_archs[] = {
      .defaults = nv_defaults, .ndefaults = NELEM(nv_defaults)},
     {.name = "sm_90a", .isa = KN_ISA_NVPTX, .chip = "Hopper (H100, H200)",
      .triple = "nvptx64-nvidia-cuda", .features = "+ptx80", .lanes = 32, .shared_bytes = 232448,
-     .mma = nv_mma, .nmma = NELEM(nv_mma), .cc_major = 9, .cc_minor = 0, .cc_exact = true,
+     .mma = sm90_mma, .nmma = NELEM(sm90_mma), .cc_major = 9, .cc_minor = 0, .cc_exact = true,
      .defaults = nv_defaults, .ndefaults = NELEM(nv_defaults)},
 };
 
@@ -198,6 +214,8 @@ const char *kn_isa_name(kn_isa isa) {
 }
 
 bool kn_mma_fits(const kn_mma_instr *i, int M, int N, int K, int warps) {
+  if (i->operands == KN_MMA_WGMMA)
+    return warps % 4 == 0 && M == 16 * warps && N % 8 == 0 && N <= 256 && K % 16 == 0;
   return warps > 0 && M % warps == 0 && (M / warps) % i->m == 0 && N % i->n == 0 && K % i->k == 0;
 }
 

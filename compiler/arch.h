@@ -45,6 +45,9 @@ typedef enum kn_mma_id {
   KN_MMA_MFMA_32X32X16,    /* wave64: 8 / 8 / 16 (gfx942 fp8; gfx950 f16, bf16, fp8) */
   KN_MMA_MFMA_16X16X32,    /* wave64: 8 / 8 / 4 (gfx950 f16, bf16) */
   KN_MMA_NV_16X8X16,       /* mma.sync.m16n8k16: warp32, 8 A / 4 B / 4 acc */
+  KN_MMA_NV_WG64,          /* wgmma.mma_async m64nNk16 (sm_90a): per warp of a warpgroup the
+                            * m16n8k16 tables (A: 8 per k step; acc: 4 per 8 columns); B is read
+                            * from shared memory through a descriptor, never from registers */
   KN_MMA_FMA_16X32,        /* no instruction: per-thread f32 FMAs over a 16x32 block per wave,
                             * k step 1 (f32 dots on AMDGPU): wave64, 2 A / 4 B / 8 acc */
   KN_MMA_FMA_16X16,        /* the same over a 16x16 block per warp of 32 (f32 dots on NVPTX):
@@ -62,6 +65,8 @@ typedef enum kn_mma_operands {
   KN_MMA_PACKED_I64,    /* 8 one-byte elements packed into an i64 (fp8 MFMAs) */
   KN_MMA_PAIRS_NV,      /* mma.sync: pairs of 16-bit elements per 32-bit register */
   KN_MMA_FMA,           /* no intrinsic: scalar FMAs (KN_MMA_FMA_16X32 and the others) */
+  KN_MMA_WGMMA,         /* inline PTX wgmma.mma_async: A as four 32-bit pairs per k step, B as a
+                         * 64-bit shared-memory matrix descriptor, the accumulator N/2 f32 */
 } kn_mma_operands;
 
 /* One matrix instruction of an architecture: D(m x n) = A(m x k) B(k x n) + C. */
@@ -138,7 +143,9 @@ const char *kn_isa_name(kn_isa isa);
  * (fits(ctx, instr) true), or NULL.  With fits NULL: the first entry of that type. */
 const kn_mma_instr *kn_arch_pick_mma(const kn_arch *arch, kn_scalar a, int want_m,
                                      bool (*fits)(void *ctx, const kn_mma_instr *i), void *ctx);
-/* Does instruction i fit a dot of M x N x K run by `warps` warps stacked along M? */
+/* Does instruction i fit a dot of M x N x K run by `warps` warps stacked along M?  wgmma
+ * (KN_MMA_WGMMA, m = 64 per warpgroup of 4 warps): exactly one 64-row slab per warpgroup
+ * (M = 16 * warps, warps a multiple of 4), N a multiple of 8 up to 256, K of 16. */
 bool kn_mma_fits(const kn_mma_instr *i, int M, int N, int K, int warps);
 /* the default tiling row for head dim d on arch (never NULL); aligned: rows of that head dim
  * are 16-byte aligned (the rows marked unaligned are skipped) */

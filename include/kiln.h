@@ -273,6 +273,10 @@ typedef struct kiln_prepare_options {
                                         kernel whose modifiers have parameters is not tuned
                                         without them */
   int tune_n_mod_args;
+  int wgmma;           /* nonzero (sm_90a only): the dots as wgmma.mma_async instead of mma.sync;
+                          a forced tiling, no tuning: block_m/block_n/warps if given, else the
+                          default's block_n and block_m with block_m / 16 warps (wgmma takes one
+                          64-row slab per warpgroup of 4 warps: block_m = 16 x warps) */
 } kiln_prepare_options;
 
 /* Compile-or-load.  options NULL: defaults.  On success *out is the context's kernel for this
@@ -294,6 +298,7 @@ typedef struct kiln_kernel_info {
   double prepare_ms;         /* time to compile or load it */
   char cache_key[33];        /* hex key of its cache entry */
   char target[16];
+  int wgmma;                 /* the dots are wgmma (kiln_prepare_options.wgmma) */
 } kiln_kernel_info;
 kiln_status kiln_kernel_get_info(const kiln_kernel *k, kiln_kernel_info *out);
 

@@ -101,14 +101,15 @@ class _PrepareOptions(ctypes.Structure):
                 ("tune_heads", ctypes.c_int), ("tune_warmup", ctypes.c_int),
                 ("tune_repeats", ctypes.c_int), ("tune_window_left", ctypes.c_int),
                 ("tune_window_right", ctypes.c_int), ("tune_mod_args", ctypes.POINTER(_ModArg)),
-                ("tune_n_mod_args", ctypes.c_int)]
+                ("tune_n_mod_args", ctypes.c_int), ("wgmma", ctypes.c_int)]
 
 
 class _KernelInfo(ctypes.Structure):
     _fields_ = [("desc", _AttnDesc), ("block_m", ctypes.c_int), ("block_n", ctypes.c_int),
                 ("warps", ctypes.c_int), ("stages", ctypes.c_int), ("tuned", ctypes.c_int),
                 ("source", ctypes.c_int), ("prepare_ms", ctypes.c_double),
-                ("cache_key", ctypes.c_char * 33), ("target", ctypes.c_char * 16)]
+                ("cache_key", ctypes.c_char * 33), ("target", ctypes.c_char * 16),
+                ("wgmma", ctypes.c_int)]
 
 
 _I64x3 = ctypes.c_int64 * 3
@@ -323,9 +324,10 @@ class Context:
     def prepare(self, dtype, head_dim, causal=False, has_lse=False, seqlen=0, block_m=0,
                 block_n=0, warps=0, tune_policy=TUNE_CONTEXT, window=False, softcap=False,
                 alibi=False, bias=False, document=False, prefix=False, mods=None,
-                mods_name=None, tune_mod_args=None):
+                mods_name=None, tune_mod_args=None, wgmma=False):
         """Compile-or-load the attention kernel; dtype is F16/BF16/F32 or a name ("float16").
-        block_m/block_n (together) and warps force the tiling (0: chosen by the policy).
+        block_m/block_n (together) and warps force the tiling (0: chosen by the policy); wgmma
+        (sm_90a) forces the dots onto wgmma.mma_async (kiln_prepare_options.wgmma).
 
         The variant (docs/variants.md): causal False, True or "bottom_right" (FlashAttention 2's
         alignment), "top_left"; the flags window, softcap, alibi, bias, document, prefix; mods,
@@ -342,7 +344,7 @@ class Context:
                          1 if bias else 0, 1 if document else 0, 1 if prefix else 0,
                          _bytes(mods), _bytes(mods_name))
         po = _PrepareOptions(tune_policy=tune_policy, seqlen=seqlen, block_m=block_m,
-                             block_n=block_n, warps=warps)
+                             block_n=block_n, warps=warps, wgmma=1 if wgmma else 0)
         targs, po.tune_n_mod_args = _mod_args(tune_mod_args)
         if targs is not None:
             po.tune_mod_args = targs
@@ -372,7 +374,7 @@ class Kernel:
                 "warps": i.warps, "stages": i.stages, "tuned": bool(i.tuned),
                 "source": {1: "compiled", 2: "cache"}.get(i.source, "?"),
                 "prepare_ms": i.prepare_ms, "cache_key": i.cache_key.decode(),
-                "target": i.target.decode()}
+                "target": i.target.decode(), "wgmma": bool(i.wgmma)}
 
     def forward(self, q, k, v, o, batch, heads, kv_heads, seqlen_q, seqlen_k, lse=None,
                 sm_scale=0.0, q_stride=(0, 0, 0), k_stride=(0, 0, 0), v_stride=(0, 0, 0),

@@ -20,7 +20,8 @@
  * That is 4 + 1 + 1 + 4 + 14 = 24 parameters (the lse row stride is 1: lse rows are contiguous).
  *
  * Supported (kn_attn_check): dtype f16, bf16 or f32; head_dim any of 1..512; block_m and block_n
- * powers of two in 16..256; warps a power of two in 1..16; stages in 1..8; mfma 0, 16 or 32.
+ * powers of two in 16..256; warps a power of two in 1..16; stages in 1..8; mfma 0, 16 or 32;
+ * wgmma only on sm_90a, f16/bf16, with block_m = 16 x warps (kn_attn_check_on).
  *
  * Head dims.  The whole head is one tile dimension of DP = kn_attn_head_pad(head_dim) columns:
  * head_dim rounded up to a multiple of 16, the k step of the f16/bf16 matrix instructions of
@@ -85,13 +86,17 @@ enum { KN_CAUSAL_NONE = 0, KN_CAUSAL_BOTTOM_RIGHT = 1, KN_CAUSAL_TOP_LEFT = 2 };
  * stages: GPU targets, software pipeline depth (recorded as meta).  mfma: AMDGPU, the matrix
  * instruction m, 16 (16x16xK) or 32 (32x32xK, K from the chip: 8/16 or 16/32 on gfx950); 0 = the target's choice; recorded as meta
  * MFMA only when non-zero, so the IR of a config that leaves it 0 is what it was before the field
- * existed; NVPTX ignores it (one instruction shape). */
+ * existed; NVPTX ignores it.  wgmma: sm_90a, the dots as wgmma.mma_async m64nNk16 (B from
+ * shared memory) instead of mma.sync; needs block_m = 16 x warps with warps a multiple of 4
+ * (one 64-row slab per warpgroup); recorded as meta WGMMA = 1 only when set (the IR of the
+ * default config is unchanged). */
 #define KN_ATTN_CONFIG_FIELDS(X)                           \
   X(KN_ATTN_FIELD_INT, int, block_m, "block_m")            \
   X(KN_ATTN_FIELD_INT, int, block_n, "block_n")            \
   X(KN_ATTN_FIELD_INT, int, warps, "warps")                \
   X(KN_ATTN_FIELD_INT, int, stages, "stages")              \
-  X(KN_ATTN_FIELD_INT, int, mfma, "mfma")
+  X(KN_ATTN_FIELD_INT, int, mfma, "mfma")                  \
+  X(KN_ATTN_FIELD_BOOL, bool, wgmma, "wgmma")
 
 #define KN_ATTN_DECLARE_FIELD(kind, type, field, name) type field;
 typedef struct kn_attn_desc {
@@ -109,7 +114,7 @@ typedef struct kn_attn_config {
  * to n - 1 characters; buf may be NULL when n is 0).  Equal descriptors give equal texts and
  * descriptors that differ in any field give different texts. */
 int kn_attn_desc_key(const kn_attn_desc *d, char *buf, size_t n);
-/* the same for a config: "block_m=128;block_n=64;warps=4;stages=2;mfma=0" */
+/* the same for a config: "block_m=128;block_n=64;warps=4;stages=2;mfma=0;wgmma=0" */
 int kn_attn_config_key(const kn_attn_config *c, char *buf, size_t n);
 /* room for either key (with the fields of today, and some to spare) */
 enum { KN_ATTN_KEY_MAX = 160 };

@@ -135,6 +135,11 @@ int kn_attn_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_c
                      kn_diag *diag) {
   kn_loc nowhere = {0};
   if (kn_attn_check(d, c, diag)) return -1;
+  const kn_mma_instr *wg = c->wgmma ? kn_arch_pick_mma(arch, d->dtype, 64, NULL, NULL) : NULL;
+  if (c->wgmma && (!wg || wg->operands != KN_MMA_WGMMA))
+    return kn_error(diag, NULL, nowhere, "attention: wgmma is not available on %s for %s "
+                    "(sm_90a, f16 and bf16)", arch ? arch->name : "host",
+                    kn_scalar_name(d->dtype));
   if (!arch || arch->isa == KN_ISA_HOST) return 0;
   char hd[40];
   const int dp = kn_attn_head_pad(d->head_dim);
@@ -145,6 +150,14 @@ int kn_attn_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_c
     return kn_error(diag, NULL, nowhere, "attention: %s has no matrix instruction for %s",
                     arch->name, kn_scalar_name(d->dtype));
   if (in->operands == KN_MMA_FMA) want = 0;  /* f32 on AMDGPU: FMAs, MFMA ignored */
+  if (c->wgmma) {  /* sm_90a's wgmma: one 64-row slab per warpgroup of 4 warps */
+    if (!kn_arch_pick_mma(arch, d->dtype, 64, fits_both_dots, &f))
+      return kn_error(diag, NULL, nowhere, "attention: block %dx%d with %d warps does not fit "
+                      "wgmma at head dim %s (block_m must be 16 x warps, warps a multiple of 4: "
+                      "one 64-row slab per warpgroup)", c->block_m, c->block_n, c->warps,
+                      head_text(d, hd, sizeof hd));
+    want = 64;
+  }
   if (!kn_arch_pick_mma(arch, d->dtype, want, fits_both_dots, &f))
     return kn_error(diag, NULL, nowhere,
                     "attention: block %dx%d with %d warps does not fit a matrix instruction of %s "
@@ -191,6 +204,9 @@ int kn_attn_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_c
    * are not offered) */
   int64_t need = ((int64_t)c->block_m + 2 * (int64_t)c->block_n) * dp *
                  (int64_t)kn_scalar_size(d->dtype);
+  if (c->wgmma)  /* K and V in column blocks of 64, each buffer 1024-byte aligned */
+    need = ((int64_t)c->block_m * dp + 2 * (int64_t)c->block_n * ((dp + 63) / 64 * 64)) *
+               (int64_t)kn_scalar_size(d->dtype) + 2048;
   if (need > arch->shared_bytes)
     return kn_error(diag, NULL, nowhere, "attention: block %dx%d at head dim %s needs up to %lld "
                     "bytes of shared memory for Q, K and V; %s has %lld", c->block_m,
@@ -602,6 +618,7 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   kn_func_set_meta(f, "STAGES", c->stages);
   /* only when asked for: the default config's IR (golden files, cache keys) stays as it was */
   if (c->mfma) kn_func_set_meta(f, "MFMA", c->mfma);
+  if (c->wgmma) kn_func_set_meta(f, "WGMMA", 1);
   /* the variant's kinds, only when set (the IR of plain attention stays as it was); `kiln run
    * --ir` reads them back to know which reference to check against */
   static const struct { const char *key; size_t off; } flags[] = {

@@ -300,6 +300,10 @@ def main():
         i3 = k3.info()
         check("forced warps", i3["warps"] == 2 and i3["block_m"] == 32 and
               k3._h.value != k1._h.value, "%s" % i3)
+        check("info wgmma", i3["wgmma"] is False, "%s" % i3)
+        # wgmma (kiln_prepare_options.wgmma, the struct's last field) is sm_90a's: refused here
+        expect_error("wgmma on host", kiln.ERR_UNSUPPORTED,
+                     lambda: ctx.prepare("float16", 64, wgmma=True), "wgmma is not available")
 
     # errors: Python-side checks and the C library's statuses, both as KilnError
     f64 = Tensor("float32", (1, 1, 4, 32))

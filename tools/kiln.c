@@ -65,6 +65,7 @@ typedef struct options {
   bool stats;          /* compile: --stats */
   kiln_attn_desc desc; /* what the options ask for, as the public API takes it */
   int block_m, block_n, warps, stages; /* the tiling asked for (0: not given) */
+  bool wgmma;                           /* --mma wgmma */
   struct {
     bool dtype, head_dim, causal;
   } given;             /* descriptor options given on the command line (--ir checks them) */
@@ -116,6 +117,7 @@ static void usage(FILE *f) {
         "  --dtype f16|bf16|f32  --head-dim D  --batch B  --heads H  --kv-heads HK\n"
         "  --seqlen-q N  --seqlen-k M  --causal  --block-m BM  --block-n BN\n"
         "  --warps W  --stages S (not on the API path)  --seed S  --repeats R  --ir FILE.tile\n"
+        "  --mma sync|wgmma (sm_90a: the dots as wgmma.mma_async; block_m = 16 x warps)\n"
         "  (with --ir, the file's kernel attrs decide; an option that contradicts them is an error)\n"
         "  --check-bounds (run, host: check every load and store against the buffers)\n"
         "variants (docs/variants.md; each a modifier of templates/mods/*.tile):\n"
@@ -220,6 +222,13 @@ static int parse_options(int argc, char **argv, int first, options *o) {
                                                                     : NULL;
     if (str && v) {
       *str = v;
+      i++;
+    } else if (!strcmp(a, "--mma") && v) {
+      if (strcmp(v, "sync") && strcmp(v, "wgmma")) {
+        fprintf(stderr, "kiln: error: --mma expects sync or wgmma, got '%s'\n", v);
+        return -1;
+      }
+      o->wgmma = !strcmp(v, "wgmma");
       i++;
     } else if (!strcmp(a, "--causal")) {
       o->desc.causal = 1;
@@ -336,6 +345,12 @@ static int resolve_attn(options *o) {
   if (o->block_n) o->cfg.block_n = o->block_n;
   if (o->warps) o->cfg.warps = o->warps;
   if (o->stages) o->cfg.stages = o->stages;
+  if (o->wgmma) {  /* as kiln_prepare_options.wgmma: block_m = 16 x warps */
+    o->cfg.wgmma = true;
+    if (o->block_m && !o->warps) o->cfg.warps = o->cfg.block_m / 16;
+    else if (!o->block_m && o->warps) o->cfg.block_m = 16 * o->cfg.warps;
+    else if (!o->block_m) o->cfg.warps = o->cfg.block_m / 16;
+  }
   return 0;
 }
 
@@ -1186,7 +1201,8 @@ static int run_api(options *o, const char *target) {
   bool blocks = o->block_m || o->block_n;
   kiln_prepare_options po = {.seqlen = p->seqlen_q > p->seqlen_k ? p->seqlen_q : p->seqlen_k,
                              .block_m = blocks ? o->cfg.block_m : 0,
-                             .block_n = blocks ? o->cfg.block_n : 0, .warps = o->warps};
+                             .block_n = blocks ? o->cfg.block_n : 0, .warps = o->warps,
+                             .wgmma = o->wgmma};
   kiln_kernel *k;
   kiln_kernel_info info;
   run_inputs in = {0};
@@ -1197,7 +1213,7 @@ static int run_api(options *o, const char *target) {
     goto done;
   }
   o->cfg.block_m = info.block_m, o->cfg.block_n = info.block_n;
-  o->cfg.warps = info.warps, o->cfg.stages = info.stages;
+  o->cfg.warps = info.warps, o->cfg.stages = info.stages, o->cfg.wgmma = info.wgmma;
   if (inputs_make(o, &in)) goto done;
   if (variant_make(o, &o->var.sig, &vv)) goto done;
   print_header(o, kiln_context_target(ctx), kiln_context_device_name(ctx));

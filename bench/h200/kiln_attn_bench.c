@@ -3,8 +3,8 @@
  *
  * Built statically into the H200 pack (bench/h200/build_static.sh) and run there by
  * kiln_tables.sh.  Every kernel is the attention template (templates/attention.h) compiled by
- * the pipeline for the sm_90a target (kn_compile_artifact: mma.sync m16n8k16 so far) and loaded as PTX
- * through the CUDA driver (runtime/cuda_device.h); no ptxas is needed.
+ * the pipeline for the sm_90a target (kn_compile_artifact: mma.sync m16n8k16, or wgmma with
+ * --mma) and loaded as PTX through the CUDA driver (runtime/cuda_device.h); no ptxas is needed.
  *
  * (a) correctness: D 64/128, causal off/on, f16/bf16, ragged (Nq, Nk), batch 1, 2 heads (every
  *     other case on 1 kv head), every config the throughput table times, inputs N(0,1) rounded to the
@@ -17,7 +17,12 @@
  *     anchor's convention).  One CSV line per (shape, config), then a markdown table of the best
  *     config per shape.
  *
- *   kiln_attn_bench [--quick] [--no-check] [--no-perf] [--seed N]
+ *   kiln_attn_bench [--quick] [--no-check] [--no-perf] [--seed N] [--mma sync|wgmma|both]
+ * --mma (or $KILN_BENCH_MMA, which kiln_tables.sh passes through device_run.sh) picks the
+ * candidate tilings: mma.sync (default), wgmma (kn_attn_config.wgmma, sm_90a's
+ * wgmma.mma_async) or both; every candidate is checked against float64 on the ragged shapes of
+ * (a) before (b) times it, and its lines carry "wgmma" (the CSV a last column mma).  --quick:
+ * N 1k and 4k only, and the first two candidates of each set.
  * Exit status: 0 when every correctness case passed (and no run failed), 1 otherwise.
  */
 #include <math.h>
@@ -54,6 +59,9 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* " wgmma" for a wgmma config, "" for mma.sync: the tag every line of a config carries */
+static const char *mma_tag(const kn_attn_config *c) { return c->wgmma ? " wgmma" : ""; }
+
 /* compile + load; 0, or -1 with a message printed (the bench goes on) */
 static int build(const kn_attn_desc *desc, const kn_attn_config *cfg, kernel *out) {
   memset(out, 0, sizeof *out);
@@ -61,7 +69,8 @@ static int build(const kn_attn_desc *desc, const kn_attn_config *cfg, kernel *ou
   kn_diag d;
   kn_module *m = kn_module_new("<attn>");
   if (!kn_attn_fwd_build(m, desc, cfg, &d)) {
-    printf("# config %dx%d w%d: %s\n", cfg->block_m, cfg->block_n, cfg->warps, d.message);
+    printf("# config %dx%d w%d%s: %s\n", cfg->block_m, cfg->block_n, cfg->warps, mma_tag(cfg),
+           d.message);
     kn_module_free(m);
     return -1;
   }
@@ -219,9 +228,9 @@ static void check_case(const kn_attn_desc *desc, const kernel *kk, int HK, int N
   double tol = kn_attn_tolerance(t);
   bool ok = err <= tol;
   failures += !ok;
-  printf("%s  %-4s D%-3d causal=%d B%d H%d HK%d N(%4d,%4d) %dx%d w%d: max|dO| %.3e tol %.0e%s\n",
+  printf("%s  %-4s D%-3d causal=%d B%d H%d HK%d N(%4d,%4d) %dx%d w%d%s: max|dO| %.3e tol %.0e%s\n",
          ok ? "PASS" : "FAIL", kn_scalar_name(t), D, desc->causal, B, H, HK, Nq, Nk,
-         kk->cfg.block_m, kk->cfg.block_n, kk->cfg.warps, err, tol, why);
+         kk->cfg.block_m, kk->cfg.block_n, kk->cfg.warps, mma_tag(&kk->cfg), err, tol, why);
   fflush(stdout);
   free(qd), free(kd), free(vd);
   if (b.q) kn_cuda_free(dev, b.q, NULL);
@@ -232,9 +241,22 @@ static void check_case(const kn_attn_desc *desc, const kernel *kk, int HK, int N
 
 /* the candidates of the mini autotune (configs whose registers spill are still timed); the
  * correctness table checks every one of them, so whichever wins the throughput table was
- * checked too */
-static const kn_attn_config cands[] = {{128, 64, 4, 2, 0}, {128, 64, 8, 2, 0}, {128, 128, 8, 2, 0},
-                                       {64, 64, 4, 2, 0},  {128, 32, 8, 2, 0}, {64, 32, 4, 2, 0}};
+ * checked too.  --mma picks the set: mma.sync (the default), wgmma (kn_attn_config.wgmma:
+ * block_m = 16 x warps, one 64-row slab per warpgroup) or both. */
+static const kn_attn_config sync_cands[] = {{128, 64, 4, 2, 0, false}, {128, 64, 8, 2, 0, false},
+                                            {128, 128, 8, 2, 0, false}, {64, 64, 4, 2, 0, false},
+                                            {128, 32, 8, 2, 0, false}, {64, 32, 4, 2, 0, false}};
+static const kn_attn_config wgmma_cands[] = {{128, 64, 8, 2, 0, true}, {128, 128, 8, 2, 0, true},
+                                             {64, 64, 4, 2, 0, true}, {64, 128, 4, 2, 0, true},
+                                             {128, 32, 8, 2, 0, true}};
+enum { MAX_CANDS = 16 };
+static kn_attn_config cands[MAX_CANDS];
+static int ncands;
+
+static void add_cands(const kn_attn_config *c, int n) {
+  for (int i = 0; i < n && ncands < MAX_CANDS; i++) cands[ncands++] = c[i];
+}
+
 
 static void correctness(uint64_t seed) {
   printf("## correctness: kiln (sm_90a PTX, every candidate config) vs float64 reference\n");
@@ -243,7 +265,7 @@ static void correctness(uint64_t seed) {
   for (int t = 0; t < 2; t++)
     for (int hd = 64; hd <= 128; hd += 64)
       for (int causal = 0; causal < 2; causal++)
-        for (size_t ci = 0; ci < sizeof cands / sizeof cands[0]; ci++) {
+        for (int ci = 0; ci < ncands; ci++) {
         kn_attn_desc desc = {.dtype = t ? KN_BF16 : KN_F16, .head_dim = hd, .causal = causal};
         kn_attn_config cfg = cands[ci];
         kernel kk;
@@ -252,9 +274,9 @@ static void correctness(uint64_t seed) {
           printf("FAIL  %s D%d causal=%d: compile/load\n", kn_scalar_name(desc.dtype), hd, causal);
           continue;
         }
-        printf("# %s D%d causal=%d %dx%d w%d: %d registers, %d B local, %lld B shared, "
+        printf("# %s D%d causal=%d %dx%d w%d%s: %d registers, %d B local, %lld B shared, "
                "compile+load %.0f ms\n", kn_scalar_name(desc.dtype), hd, causal, cfg.block_m,
-               cfg.block_n, cfg.warps, kk.attrs.num_regs, kk.attrs.local_bytes,
+               cfg.block_n, cfg.warps, mma_tag(&cfg), kk.attrs.num_regs, kk.attrs.local_bytes,
                (long long)kk.smem, kk.ms_compile);
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
           check_case(&desc, &kk, li % 2 ? 1 : 2, lens[li][0], lens[li][1], seed++);
@@ -310,10 +332,13 @@ static void throughput(bool quick) {
   const int B = 4, H = 32;
   const int ns[] = {1024, 4096, 16384};
   int nn = quick ? 2 : 3;
-  const int ncand = quick ? 2 : (int)(sizeof cands / sizeof cands[0]);
+  const int ncand = ncands;  /* --quick: two of each set (main) */
   size_t maxn = (size_t)B * H * ns[nn - 1] * 128;
-  printf("## throughput: kiln sm_90a (mma.sync), batch %d, %d heads, median of repeats\n", B, H);
-  printf("csv,kernel,dtype,D,causal,N,block_m,block_n,warps,regs,local_bytes,ms,tflops\n");
+  printf("## throughput: kiln sm_90a (%s), batch %d, %d heads, median of repeats\n",
+         cands[0].wgmma && cands[ncands - 1].wgmma ? "wgmma" : cands[ncands - 1].wgmma
+                                                             ? "mma.sync and wgmma" : "mma.sync",
+         B, H);
+  printf("csv,kernel,dtype,D,causal,N,block_m,block_n,warps,regs,local_bytes,ms,tflops,mma\n");
   best bests[2 * 2 * 2 * 3];
   int nbest = 0;
   for (int dt = 0; dt < 2; dt++) {
@@ -325,8 +350,8 @@ static void throughput(bool quick) {
     for (int hd = 64; hd <= 128; hd += 64)
       for (int causal = 0; causal < 2; causal++) {
         kn_attn_desc desc = {.dtype = t, .head_dim = hd, .causal = causal};
-        kernel ks[8];
-        bool ok[8] = {0};
+        kernel ks[MAX_CANDS];
+        bool ok[MAX_CANDS] = {0};
         for (int c = 0; c < ncand; c++) ok[c] = build(&desc, &cands[c], &ks[c]) == 0;
         for (int ni = 0; ni < nn; ni++) {
           int N = ns[ni];
@@ -343,9 +368,10 @@ static void throughput(bool quick) {
               continue;
             }
             double tf = flops / (ms * 1e-3) / 1e12;
-            printf("csv,kiln,%s,%d,%d,%d,%d,%d,%d,%d,%d,%.4f,%.1f\n", kn_scalar_name(t), hd,
+            printf("csv,kiln,%s,%d,%d,%d,%d,%d,%d,%d,%d,%.4f,%.1f,%s\n", kn_scalar_name(t), hd,
                    causal, N, cands[c].block_m, cands[c].block_n, cands[c].warps,
-                   ks[c].attrs.num_regs, ks[c].attrs.local_bytes, ms, tf);
+                   ks[c].attrs.num_regs, ks[c].attrs.local_bytes, ms, tf,
+                   cands[c].wgmma ? "wgmma" : "sync");
             fflush(stdout);
             if (tf > bb->tflops) {
               bb->tflops = tf;
@@ -364,9 +390,9 @@ static void throughput(bool quick) {
   printf("|---|---|---|---|---|---|---|---|\n");
   for (int i = 0; i < nbest; i++) {
     const best *bb = &bests[i];
-    printf("| %s | %d | %s | %d | %.0f | %.3f | %dx%d, %d | %d |\n", bb->dt ? "bf16" : "fp16",
+    printf("| %s | %d | %s | %d | %.0f | %.3f | %dx%d, %d%s | %d |\n", bb->dt ? "bf16" : "fp16",
            bb->hd, bb->causal ? "yes" : "no", bb->n, bb->tflops, bb->ms, bb->cfg.block_m,
-           bb->cfg.block_n, bb->cfg.warps, bb->regs);
+           bb->cfg.block_n, bb->cfg.warps, mma_tag(&bb->cfg), bb->regs);
   }
 }
 
@@ -378,9 +404,10 @@ static void throughput(bool quick) {
 static void defaults_table(uint64_t seed) {
   const int B = 4, H = 32, N = 4096;
   static const int dims[] = {64, 96, 128, 192, 256};
-  static const kn_attn_config dc[] = {{128, 64, 4, 2, 0}, {128, 64, 8, 2, 0}, {128, 128, 8, 2, 0},
-                                      {128, 32, 4, 2, 0}, {64, 64, 4, 2, 0},  {64, 32, 4, 2, 0},
-                                      {64, 64, 2, 2, 0},  {64, 32, 2, 2, 0}};
+  static const kn_attn_config dc[] = {
+      {128, 64, 4, 2, 0, false}, {128, 64, 8, 2, 0, false}, {128, 128, 8, 2, 0, false},
+      {128, 32, 4, 2, 0, false}, {64, 64, 4, 2, 0, false},  {64, 32, 4, 2, 0, false},
+      {64, 64, 2, 2, 0, false},  {64, 32, 2, 2, 0, false}};
   enum { NC = sizeof dc / sizeof dc[0] };
   const kn_arch *arch = kn_arch_get("sm_90a");
   size_t maxn = (size_t)B * H * N * 256;
@@ -436,19 +463,30 @@ static void defaults_table(uint64_t seed) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   bool quick = false, check = true, perf = true, defaults = false;
+  const char *mma = getenv("KILN_BENCH_MMA") ? getenv("KILN_BENCH_MMA") : "sync";
   uint64_t seed = (uint64_t)time(NULL);
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = true;
+    else if (!strcmp(argv[i], "--mma") && i + 1 < argc) mma = argv[++i];
     else if (!strcmp(argv[i], "--no-check")) check = false;
     else if (!strcmp(argv[i], "--no-perf")) perf = false;
     else if (!strcmp(argv[i], "--defaults")) defaults = true;
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
     else {
-      fprintf(stderr, "usage: %s [--quick] [--no-check] [--no-perf] [--defaults] [--seed N]\n",
-              argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--no-check] [--no-perf] [--defaults] [--seed N] "
+              "[--mma sync|wgmma|both]\n", argv[0]);
       return 2;
     }
   }
+  bool sync = !strcmp(mma, "sync") || !strcmp(mma, "both");
+  bool wg = !strcmp(mma, "wgmma") || !strcmp(mma, "both");
+  if (!sync && !wg) {
+    fprintf(stderr, "%s: --mma (or KILN_BENCH_MMA) expects sync, wgmma or both, not '%s'\n",
+            argv[0], mma);
+    return 2;
+  }
+  if (sync) add_cands(sync_cands, quick ? 2 : (int)(sizeof sync_cands / sizeof sync_cands[0]));
+  if (wg) add_cands(wgmma_cands, quick ? 2 : (int)(sizeof wgmma_cands / sizeof wgmma_cands[0]));
   kn_diag e;
   if (kn_cuda_init(&e) != KN_OK || kn_cuda_device_open(0, &dev, &e)) {
     printf("FAIL  no CUDA device: %s\n", e.message);

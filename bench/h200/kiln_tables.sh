@@ -9,6 +9,8 @@
 # summary.txt, so they come back even if kiln.log is long.  No new files under $OUT (device_run
 # brings back at most 8).  The exit status is non-zero when a correctness case or a run failed.
 #   KILN_BENCH_ARGS   extra arguments for kiln_attn_bench (e.g. "--quick", "--no-perf")
+#   KILN_BENCH_MMA    sync (default), wgmma or both: kiln_attn_bench's candidate tilings; with
+#                     wgmma or both, four `kiln run --target sm_90a --mma wgmma` checks first
 set -u
 bin=$(dirname "$1")   # the kiln binary itself need not exist: only its folder is used
 out=${2:-${OUT:-/tmp/kiln-out}}
@@ -29,6 +31,26 @@ if [ -x "$bin/test_nvptx_attn" ]; then
     grep -E "^  (FAIL|device 0|[0-9]+ of [0-9]+ GPU cases)" "$tmp" | sed 's/^/    /'
   } >>"$summary"
 fi
+
+# wgmma through the public API (kiln run goes through kiln_prepare / kiln_forward on sm_90a),
+# each run checked against float64 on a ragged shape: when KILN_BENCH_MMA asks for wgmma
+case "${KILN_BENCH_MMA:-sync}" in
+wgmma|both)
+  if [ -x "$bin/kiln" ]; then
+    echo "===== kiln run --mma wgmma (the public API)"
+    for args in "--head-dim 64 --causal --seqlen-q 1000 --seqlen-k 1000" \
+                "--head-dim 64 --dtype bf16 --seqlen-q 129 --seqlen-k 77 --heads 4 --kv-heads 2 --warps 4" \
+                "--head-dim 128 --seqlen-q 300 --seqlen-k 511" \
+                "--head-dim 128 --dtype bf16 --causal --seqlen-q 1000 --seqlen-k 64 --warps 4"; do
+      # shellcheck disable=SC2086
+      line=$(timeout 120 "$bin/kiln" run --target sm_90a --mma wgmma --no-cache $args 2>&1 | tail -1)
+      echo "kiln run --mma wgmma $args: $line"
+      case "$line" in *PASS) ;; *) status=1 ;; esac
+      echo "      kiln run --mma wgmma $args: $line" >>"$summary"
+    done
+  fi
+  ;;
+esac
 
 if [ ! -x "$bin/kiln_attn_bench" ]; then
   echo "kiln_attn_bench is not in the pack" | tee -a "$summary"

@@ -89,7 +89,8 @@ static void list_instrs(const kn_arch *arch, kn_scalar a, char *buf, size_t n) {
 
 /* One instruction for the whole kernel, from the registry's table (compiler/arch.h): all dots
  * must take one operand type, and the first entry for that type that fits every dot wins.
- * Meta MFMA = 16 / 32 picks the instruction's m on AMDGPU (16x16 holds a quarter of 32x32's
+ * Meta WGMMA = 1 picks sm_90a's wgmma (m = 64 per warpgroup; an error where there is none or
+ * it does not fit).  Meta MFMA = 16 / 32 picks the instruction's m on AMDGPU (16x16 holds a quarter of 32x32's
  * accumulator per lane group: fewer registers per dot, more instructions, a balance the
  * autotuner may prefer); only that size is then tried, so a kernel it does not fit is an error
  * rather than silently another shape.  NVPTX has one shape and ignores the key, and so do f32
@@ -124,9 +125,23 @@ static int choose_mma(pass *s) {
                     "dot of %s operands not supported on %s: no matrix instruction takes them "
                     "(it has instructions for %s)", kn_scalar_name(a), arch->name, have);
   }
-  int64_t want = 0;
+  int64_t want = 0, wg = 0;
   bool fma = kn_arch_pick_mma(arch, a, 0, NULL, NULL)->operands == KN_MMA_FMA;
-  if (kn_func_get_meta(s->p->k, "MFMA", &want) && arch->isa == KN_ISA_AMDGPU && !fma) {
+  if (kn_func_get_meta(s->p->k, "WGMMA", &wg) && wg) {
+    /* wgmma (sm_90a): the entries with m = 64; only those, so a dot it does not fit is an
+     * error rather than silently mma.sync */
+    const kn_mma_instr *w = kn_arch_pick_mma(arch, a, 64, NULL, NULL);
+    if (arch->isa != KN_ISA_NVPTX || !w || w->operands != KN_MMA_WGMMA)
+      return kn_error(s->d, s->p->k->module, s->p->k->loc,
+                      "WGMMA = %lld: %s has no wgmma instruction for %s operands (wgmma is "
+                      "sm_90a's, f16 and bf16)", (long long)wg, arch->name, kn_scalar_name(a));
+    if (!kn_arch_pick_mma(arch, a, 64, fits_all, s))
+      return kn_error(s->d, s->p->k->module, first->loc,
+                      "WGMMA = %lld: wgmma does not fit this dot with %d warps (each warpgroup "
+                      "of 4 warps takes one 64-row slab: rows = 16 x warps, warps a multiple of "
+                      "4; N a multiple of 8 up to 256, K of 16)", (long long)wg, s->p->warps);
+    want = 64;
+  } else if (kn_func_get_meta(s->p->k, "MFMA", &want) && arch->isa == KN_ISA_AMDGPU && !fma) {
     if (want != 16 && want != 32)
       return kn_error(s->d, s->p->k->module, s->p->k->loc,
                       "MFMA must be 16 (16x16 instructions) or 32 (32x32), not %lld",
@@ -521,7 +536,10 @@ static int user_pos(const kn_layout_plan *p, const kn_conversion *c) {
   return p->pos[c->user->res[0]->id];
 }
 
-/* NVPTX: decides which dot operands are read with ldmatrix from an XOR-swizzled layout (16-byte
+/* NVPTX: with wgmma (KN_MMA_NV_WG64) every B operand goes to shared memory in wgmma's canonical
+ * swizzled layout and is read through a descriptor (c->desc; streamed by cp.async like the
+ * ldmatrix operands below); otherwise decides which dot operands are read with ldmatrix from an
+ * XOR-swizzled layout (16-byte
  * chunks, chunk ^ row phase: the 8 rows of one 8x8 matrix hit 8 distinct 16-byte bank groups),
  * which loop-invariant operands are staged once and read from shared memory in the loop instead
  * of held in registers (when they would take more than 32 registers per thread: D 128 with 4
@@ -529,13 +547,29 @@ static int user_pos(const kn_layout_plan *p, const kn_conversion *c) {
  * are filled by cp.async and how they are scheduled (gpu.h, kn_stage_kind). */
 static void nv_plan_staging(pass *s) {
   kn_layout_plan *p = s->p;
-  if (p->arch->isa != KN_ISA_NVPTX || !s->shape || s->shape->id != KN_MMA_NV_16X8X16) return;
+  if (p->arch->isa != KN_ISA_NVPTX || !s->shape ||
+      (s->shape->id != KN_MMA_NV_16X8X16 && s->shape->id != KN_MMA_NV_WG64))
+    return;
+  bool wgmma = s->shape->id == KN_MMA_NV_WG64;
   for (int i = 0; i < p->nconv; i++) {
     kn_conversion *c = &p->conv[i];
     if (c->kind == KN_CONV_FREE || c->user->opc != KN_OP_DOT || c->opnd > 1) continue;
     if (kn_scalar_size(c->value->type.elem) != 2) continue;
     kn_op *loop = loop_of(c->user);
     int shape[2] = {c->value->type.shape[0], c->value->type.shape[1]};
+    if (wgmma && c->opnd == 1) {
+      /* wgmma's B: always from shared memory, in the canonical layout whose rows run along the
+       * load's contiguous dim (K^T: K-major; V: N-major, read with the transpose flag), staged
+       * at the dot or streamed by cp.async below */
+      const kn_layout *have = get(s, c->value);
+      int inner = have && have->kind == KN_LAYOUT_BLOCKED && have->rank == 2 ? have->order[0] : 0;
+      kn_layout sh = kn_layout_shared_wgmma(inner, shape, 2);
+      sh.warps = (uint8_t)p->warps;
+      c->shared = sh;
+      c->desc = true;
+      c->kind = KN_CONV_LAZY;
+      continue;
+    }
     kn_lmap m;
     kn_diag d;
     if (kn_layout_eval(c->dst, 2, shape, &m, &d)) continue;
@@ -573,7 +607,7 @@ static void nv_plan_staging(pass *s) {
     int idx[16], n = 0;
     for (int i = 0; i < p->nconv && n < 16; i++) {
       kn_conversion *c = &p->conv[i];
-      if (!c->ldsm || c->kind != KN_CONV_LAZY || c->stage != KN_STAGE_AT_DOT ||
+      if (!(c->ldsm || c->desc) || c->kind != KN_CONV_LAZY || c->stage != KN_STAGE_AT_DOT ||
           loop_of(c->user) != loop || !async_ok(s, c))
         continue;
       bool dup = false;  /* one streamed operand per dot */

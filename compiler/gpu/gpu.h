@@ -69,6 +69,9 @@ typedef struct kn_conversion {
   /* NVPTX, lazy dot operands: fragments read with ldmatrix (.trans when the shared layout's
    * contiguous dim is not the operand's k), from a 16-byte-chunk XOR-swizzled layout */
   bool ldsm;
+  /* NVPTX, wgmma's B operand: never read into registers; the instruction reads it through a
+   * matrix descriptor from wgmma's canonical swizzled layout (kn_layout_shared_wgmma) */
+  bool desc;
   kn_stage_kind stage;
   kn_op *loop;            /* ONCE / ASYNC_*: the `for` whose iterations read the buffer */
   bool issue_head;        /* ASYNC_EARLY: this dot is the loop's last streamed one, where the

@@ -40,6 +40,16 @@ static const kn_loc gpu_loc = {"layout", 0, 0};
 
 /* ---- lane tables --------------------------------------------------------------------------- */
 
+/* mma.sync m16n8k16's lane tables (A, B, C/D per warp), also wgmma m64nNk16's per warp */
+#define NV_16X8X16_TABLES                                                                      \
+  .a_regs = 8, .b_regs = 4, .acc_regs = 4,                                                     \
+  .a_reg = {{0, 0}, {0, 1}, {8, 0}, {8, 1}, {0, 8}, {0, 9}, {8, 8}, {8, 9}},                   \
+  .a_lane = {{0, 2}, {0, 4}, {1, 0}, {2, 0}, {4, 0}},                                          \
+  .b_reg = {{0, 0}, {1, 0}, {8, 0}, {9, 0}},                                                   \
+  .b_lane = {{2, 0}, {4, 0}, {0, 1}, {0, 2}, {0, 4}},                                          \
+  .acc_reg = {{0, 0}, {0, 1}, {8, 0}, {8, 1}},                                                 \
+  .acc_lane = {{0, 2}, {0, 4}, {1, 0}, {2, 0}, {4, 0}}
+
 static const kn_mma_shape mma_shapes[KN_MMA_COUNT] = {
     [KN_MMA_MFMA_32X32X8] = {
         .id = KN_MMA_MFMA_32X32X8, .name = "mfma_32x32x8", .m = 32, .n = 32, .k = 8, .lanes = 64,
@@ -87,13 +97,19 @@ static const kn_mma_shape mma_shapes[KN_MMA_COUNT] = {
     },
     [KN_MMA_NV_16X8X16] = {
         .id = KN_MMA_NV_16X8X16, .name = "mma_m16n8k16", .m = 16, .n = 8, .k = 16, .lanes = 32,
-        .a_regs = 8, .b_regs = 4, .acc_regs = 4,
-        .a_reg = {{0, 0}, {0, 1}, {8, 0}, {8, 1}, {0, 8}, {0, 9}, {8, 8}, {8, 9}},
-        .a_lane = {{0, 2}, {0, 4}, {1, 0}, {2, 0}, {4, 0}},
-        .b_reg = {{0, 0}, {1, 0}, {8, 0}, {9, 0}},
-        .b_lane = {{2, 0}, {4, 0}, {0, 1}, {0, 2}, {0, 4}},
-        .acc_reg = {{0, 0}, {0, 1}, {8, 0}, {8, 1}},
-        .acc_lane = {{0, 2}, {0, 4}, {1, 0}, {2, 0}, {4, 0}},
+        NV_16X8X16_TABLES,
+    },
+    /* wgmma.mma_async.m64nNk16 (PTX ISA, "Register Fragments" of the warpgroup-level MMA,
+     * figures "WGMMA .m64nNk16 register fragment layout for matrix A / accumulator D"): warp w
+     * of a warpgroup holds rows 16w..16w+15 of the 64-row slab, and within the warp A is the
+     * m16n8k16 A fragment and D the m16n8 C fragment repeated N/8 times (d[4j..4j+3] at columns
+     * 8j..8j+7).  Evaluated with 16 rows per warp (kn_mma_fits: M = 16 * warps), the mma.sync
+     * tables give exactly that map, register order included; B has no register table in
+     * use (it is read from shared memory through a matrix descriptor), the m16n8k16 one stands
+     * in for the layout pass's dot_b. */
+    [KN_MMA_NV_WG64] = {
+        .id = KN_MMA_NV_WG64, .name = "wgmma_m64nNk16", .m = 16, .n = 8, .k = 16, .lanes = 32,
+        NV_16X8X16_TABLES,
     },
     /* Not an instruction: f32 dots on AMDGPU (no f32 MFMA is used) as FMAs in each thread,
      * written in the same tables so that the layout pass, the reduction plans and the dot
@@ -219,6 +235,25 @@ kn_layout kn_layout_shared_swizzled(int inner, const int *shape, int vec, int el
   return l;
 }
 
+kn_layout kn_layout_shared_wgmma(int inner, const int *shape, int elem_bytes) {
+  (void)shape;
+  kn_layout l = {.kind = KN_LAYOUT_SHARED, .rank = 2, .warps = 1, .lanes = 32};
+  l.order[0] = (uint8_t)inner;
+  l.order[1] = (uint8_t)(1 - inner);
+  l.vec = (uint8_t)(16 / elem_bytes);
+  l.per_phase = 1;
+  l.max_phase = 8;
+  l.cblock = (uint8_t)(128 / elem_bytes);
+  return l;
+}
+
+kn_wgmma_desc kn_wgmma_desc_for(const kn_layout *s, const int *shape, int elem_bytes, int k0) {
+  kn_wgmma_desc d = {.sbo = 1024, .trans = s->order[0] != 0};
+  d.lbo = d.trans ? (int64_t)s->cblock * shape[1 - s->order[0]] * elem_bytes : 16;
+  d.start = kn_shared_offset(s, shape, k0, 0) * elem_bytes;  /* (k0, 0): chunk phase 0 */
+  return d;
+}
+
 kn_layout kn_layout_shared_for(const kn_layout *reader, const int *shape, int elem_bytes) {
   int inner, vec;
   if (reader->kind == KN_LAYOUT_DOT_A) inner = 1, vec = reader->kwidth;
@@ -261,7 +296,7 @@ bool kn_layout_eq(const kn_layout *a, const kn_layout *b) {
     return a->dim == b->dim && kn_layout_eq(a->parent, b->parent);
   case KN_LAYOUT_SHARED:
     return !memcmp(a->order, b->order, 2) && a->vec == b->vec && a->per_phase == b->per_phase &&
-           a->max_phase == b->max_phase && a->pad == b->pad;
+           a->max_phase == b->max_phase && a->pad == b->pad && a->cblock == b->cblock;
   }
   return false;
 }
@@ -290,6 +325,10 @@ int kn_layout_format(const kn_layout *l, char *buf, size_t n) {
     if (l->pad)
       return snprintf(buf, n, "#shared<order=[%d,%d], vec=%d, pad=%d>", l->order[0], l->order[1],
                       l->vec, l->pad);
+    if (l->cblock)
+      return snprintf(buf, n, "#shared<order=[%d,%d], vec=%d, per_phase=%d, max_phase=%d, "
+                      "cblock=%d>", l->order[0], l->order[1], l->vec, l->per_phase, l->max_phase,
+                      l->cblock);
     return snprintf(buf, n, "#shared<order=[%d,%d], vec=%d, per_phase=%d, max_phase=%d>",
                     l->order[0], l->order[1], l->vec, l->per_phase, l->max_phase);
   }
@@ -604,10 +643,19 @@ int64_t kn_shared_offset(const kn_layout *s, const int *shape, int i, int j) {
   int inner = s->order[0];
   int ci = inner == 0 ? i : j, co = inner == 0 ? j : i;
   int phase = (co / s->per_phase) % s->max_phase;
-  return (int64_t)co * (shape[inner] + s->pad) + ((ci / s->vec) ^ phase) * s->vec + ci % s->vec;
+  int64_t block = 0, row = shape[inner] + s->pad;
+  if (s->cblock) {  /* column blocks of cblock elements, each all rows long */
+    block = (int64_t)(ci / s->cblock) * s->cblock * shape[1 - inner];
+    ci %= s->cblock;
+    row = s->cblock;
+  }
+  return block + (int64_t)co * row + ((ci / s->vec) ^ phase) * s->vec + ci % s->vec;
 }
 
 int64_t kn_shared_size(const kn_layout *s, const int *shape) {
   if (s->rank == 1) return shape[0];
+  if (s->cblock)
+    return (int64_t)(shape[s->order[0]] + s->cblock - 1) / s->cblock * s->cblock *
+           shape[1 - s->order[0]];
   return (int64_t)shape[0] * shape[1] + (int64_t)shape[1 - s->order[0]] * s->pad;
 }

@@ -103,6 +103,10 @@ struct kn_layout {
   /* shared */
   uint8_t vec, per_phase, max_phase;
   uint8_t pad;            /* shared: elements of padding after each row (then no XOR) */
+  /* shared, XOR-swizzled: 0, or the inner dim is cut into column blocks of cblock elements,
+   * each block stored whole (all rows of cblock elements) before the next, rows swizzled
+   * within it: wgmma's canonical 128-byte swizzled layout (kn_layout_shared_wgmma) */
+  uint8_t cblock;
 };
 
 kn_layout kn_layout_blocked(int rank, const int *shape, int contig_dim, int elem_bytes, int warps,
@@ -119,6 +123,23 @@ kn_layout kn_layout_shared_for(const kn_layout *reader, const int *shape, int el
 /* an XOR-swizzled shared layout: order[0] = inner, groups of vec elements XOR-ed with the phase
  * (row / per_phase) % max_phase, which spreads max_phase rows over 128 bytes of banks */
 kn_layout kn_layout_shared_swizzled(int inner, const int *shape, int vec, int elem_bytes);
+/* wgmma's canonical layout with the 128-byte swizzle (PTX ISA, "Shared Memory Matrix Layout":
+ * K-major ((8,m),(T,2k)):((8T,SBO),(1,T)), MN-major ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), both
+ * under Swizzle<3,4,3>): rows of 128 bytes along the contiguous dim `inner`, 16-byte chunks
+ * XOR-ed with row % 8, in column blocks of 128 bytes (64 16-bit elements), one after the other
+ * (a last partial block is padded to 64).  Read through a matrix descriptor: SBO = 1024 bytes
+ * (8 rows), LBO = the column block's bytes; the buffer must start on a 1024-byte boundary. */
+kn_layout kn_layout_shared_wgmma(int inner, const int *shape, int elem_bytes);
+/* wgmma's matrix descriptor for B (K x N, k along dim 0) stored in s = kn_layout_shared_wgmma
+ * over shape: the byte offset from the buffer's start of the k step that begins at k0, the
+ * leading and stride byte offsets, and whether B is N-major (imm-trans-b = 1) rather than
+ * K-major.  K-major: SBO 1024 (8 rows of 128 bytes), LBO unused (16: "assumed 1"); N-major: SBO
+ * 1024 (8 k rows), LBO the bytes of one column block. */
+typedef struct kn_wgmma_desc {
+  int64_t start, lbo, sbo;
+  bool trans;
+} kn_wgmma_desc;
+kn_wgmma_desc kn_wgmma_desc_for(const kn_layout *s, const int *shape, int elem_bytes, int k0);
 bool kn_layout_eq(const kn_layout *a, const kn_layout *b);
 /* "#mma<mfma_32x32x8, warps=[4,1], transposed>"; snprintf-like */
 int kn_layout_format(const kn_layout *l, char *buf, size_t n);

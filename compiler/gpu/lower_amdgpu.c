@@ -64,6 +64,7 @@ static int amd_mma(G *g, const kn_mma_shape *s, kn_scalar t, bool transposed, LL
     bv = LLVMBuildBitCast(g->B, bv, g->i64, "");
     break;
   case KN_MMA_PAIRS_NV:
+  case KN_MMA_WGMMA:
   case KN_MMA_FMA:
     return -1;
   }

@@ -17,7 +17,8 @@
  * workgroup-scope fences), ds.bpermute, mfma.*; LDS is one
  * addrspace(3) global (@kn_lds) indexed by the plan's offsets; global memory is addrspace(1).
  * No inline asm on AMDGPU.  NVPTX adds ldmatrix fragment reads and cp.async staging (inline
- * PTX, see "NVPTX: ldmatrix fragment reads and cp.async staging" and docs/gpu.md).
+ * PTX, see "NVPTX: ldmatrix fragment reads and cp.async staging" and docs/gpu.md), and on sm_90a
+ * wgmma.mma_async when the plan's instruction is wgmma ("NVPTX: wgmma").
  *
  * Operations.  Every op of ops.def is lowered (each switch over opcodes names them all; the
  * families come from op_cases.h), on the element types the interpreter has, except arithmetic
@@ -175,11 +176,19 @@ static void barrier(G *g) { g->ops->barrier(g); }
 static LLVMValueRef shared_off(G *g, const kn_layout *s, const int *shape, LLVMValueRef i,
                                LLVMValueRef j) {
   int inner = s->order[0];
-  LLVMValueRef ci = inner == 0 ? i : j, co = inner == 0 ? j : i;
+  LLVMValueRef ci = inner == 0 ? i : j, co = inner == 0 ? j : i, block = NULL;
+  int row = shape[inner] + s->pad;
+  if (s->cblock) {  /* column blocks (wgmma's canonical layout) */
+    block = LLVMBuildMul(g->B, LLVMBuildUDiv(g->B, ci, ci32(g, s->cblock), ""),
+                         ci32(g, (long long)s->cblock * shape[1 - inner]), "");
+    ci = LLVMBuildURem(g->B, ci, ci32(g, s->cblock), "");
+    row = s->cblock;
+  }
   LLVMValueRef phase = LLVMBuildURem(g->B, LLVMBuildUDiv(g->B, co, ci32(g, s->per_phase), ""),
                                      ci32(g, s->max_phase), "");
   LLVMValueRef grp = LLVMBuildXor(g->B, LLVMBuildUDiv(g->B, ci, ci32(g, s->vec), ""), phase, "");
-  LLVMValueRef v = nowrap(g, LLVMBuildMul(g->B, co, ci32(g, shape[inner] + s->pad), ""));
+  LLVMValueRef v = nowrap(g, LLVMBuildMul(g->B, co, ci32(g, row), ""));
+  if (block) v = LLVMBuildAdd(g->B, v, block, "");
   if (s->max_phase == 1)   /* padded: affine, so LLVM folds each register's constant offset */
     return nowrap(g, LLVMBuildAdd(g->B, v, ci, ""));
   v = LLVMBuildAdd(g->B, v, LLVMBuildMul(g->B, grp, ci32(g, s->vec), ""), "");
@@ -281,6 +290,16 @@ static LLVMValueRef first_copy(G *g, const kn_lmap *m) {
   return own;
 }
 
+static LLVMValueRef nv_asm(G *g, LLVMTypeRef ret, const char *text, const char *cons,
+                           LLVMValueRef *args, int n);
+
+/* NVPTX, a buffer wgmma reads through a descriptor (c->desc): wgmma reads shared memory through
+ * the async proxy, so each thread's ordinary stores and cp.async copies are made visible to it
+ * by fence.proxy.async before the barrier that publishes them (PTX ISA, "Async proxy") */
+static void proxy_fence(G *g, const kn_conversion *c) {
+  if (c->desc) nv_asm(g, g->vd, "fence.proxy.async.shared::cta;", "", NULL, 0);
+}
+
 /* barrier; store every register of the value at its swizzled offset (from the threads holding
  * the first copy of each element); barrier */
 static void stage_store(G *g, const kn_conversion *c) {
@@ -303,6 +322,7 @@ static void stage_store(G *g, const kn_conversion *c) {
     LLVMSetAlignment(st, (unsigned)(v * (int)kn_scalar_size(c->value->type.elem)));
   }
   guard_close(g, &own);
+  proxy_fence(g, c);
   if (!(kn_gpu_test_breaks & KN_GPU_BREAK_STAGING_BARRIER)) barrier(g);
 }
 
@@ -1152,9 +1172,11 @@ static void fragment(G *g, kn_op *op, int i, LLVMValueRef *regs, const kn_lmap *
  * warp-collective (.aligned) instruction. */
 static LLVMValueRef nv_asm(G *g, LLVMTypeRef ret, const char *text, const char *cons,
                            LLVMValueRef *args, int n) {
-  LLVMTypeRef ts[8];
+  LLVMTypeRef *ts = malloc(sizeof(LLVMTypeRef) * (size_t)(n + 1));
+  KN_ASSERT(ts);
   for (int i = 0; i < n; i++) ts[i] = LLVMTypeOf(args[i]);
   LLVMTypeRef ft = LLVMFunctionType(ret, ts, (unsigned)n, 0);
+  free(ts);
   LLVMValueRef a = LLVMGetInlineAsm(ft, text, strlen(text), cons, strlen(cons), 1, 0,
                                     LLVMInlineAsmDialectATT, 0);
   LLVMValueRef c = LLVMBuildCall2(g->B, ft, a, args, (unsigned)n, "");
@@ -1313,7 +1335,8 @@ static void issue_copies(G *g, const kn_conversion *c, LLVMValueRef iv) {
    * every chunk keeps the base's phase and chunk residue; else from the coordinates */
   bool affine = exact_map(m);
   for (int r = 0; r < m->nregs && affine; r += a.vec)
-    affine = m->reg[r][outer] % 8 == 0 && m->reg[r][inner] % (8 * s->max_phase) == 0;
+    affine = m->reg[r][outer] % 8 == 0 && m->reg[r][inner] % (8 * s->max_phase) == 0 &&
+             (!s->cblock || m->reg[r][inner] % s->cblock == 0);
   LLVMValueRef dbase = NULL;
   if (affine) {
     LLVMValueRef b[2];
@@ -1333,8 +1356,13 @@ static void issue_copies(G *g, const kn_conversion *c, LLVMValueRef iv) {
     LLVMValueRef src, live, dst, k;
     address(g, &a, tptr, NULL, r, &src, &live);
     if (dbase) {
+      /* column blocks: a register whose inner offset is whole blocks keeps the base's place
+       * within its block */
+      long long kk = s->cblock ? (long long)m->reg[r][inner] * shape[outer] +
+                                     (long long)m->reg[r][outer] * s->cblock
+                               : m->reg[r][outer] * row + m->reg[r][inner];
       dst = dbase;
-      k = ci32(g, (m->reg[r][outer] * row + m->reg[r][inner]) * a.esz);
+      k = ci32(g, kk * a.esz);
     } else {
       dst = smem_u32(g->B, g, shared_reg_ptr(g, c, m, r, shape));
       k = ci32(g, 0);
@@ -1381,6 +1409,7 @@ static void stage_for_dot(G *g, const kn_conversion *c) {
     issue_copies(g, c, NULL);
     cp_commit(g);
     cp_wait_all(g);
+    proxy_fence(g, c);
     barrier(g);                 /* every thread's copies have landed */
     break;
   case KN_STAGE_ASYNC_HEAD:
@@ -1388,6 +1417,7 @@ static void stage_for_dot(G *g, const kn_conversion *c) {
      * every thread is past the last streamed dot of the previous iteration: the other
      * streamed buffers may be refilled now, overlapping this dot */
     cp_wait_all(g);
+    proxy_fence(g, c);
     barrier(g);
     for (int i = 0; i < g->p->nconv; i++) {
       const kn_conversion *o = &g->p->conv[i];
@@ -1397,6 +1427,7 @@ static void stage_for_dot(G *g, const kn_conversion *c) {
     break;
   case KN_STAGE_ASYNC_EARLY:
     cp_wait_all(g);
+    proxy_fence(g, c);
     barrier(g);                 /* its copies landed; the head's buffer is read by no one */
     if (c->issue_head) {
       const kn_conversion *h = loop_head(g, c->loop);
@@ -1463,6 +1494,138 @@ static int lower_dot_ldsm(G *g, kn_op *op, const kn_mma_shape *s, kn_scalar t, b
   return 0;
 }
 
+/* ---- NVPTX: wgmma ----
+ *
+ * wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} (PTX ISA 8.0, sm_90a), inline
+ * PTX: LLVM 22 has no intrinsic for the MMA itself.  One instruction per k step of 16 covers the
+ * warpgroup's 64 rows and the dot's whole N; A comes from registers (the per-warp m16n8k16 A
+ * fragment, kn_mma_shape KN_MMA_NV_WG64), B from shared memory through a 64-bit matrix
+ * descriptor (PTX ISA, "Matrix Descriptor Format"):
+ *     bits 0-13  (start address & 0x3FFFF) >> 4       bits 16-29  leading byte offset >> 4
+ *     bits 32-45 stride byte offset >> 4              bits 49-51  base offset (0: the buffer is
+ *     bits 62-63 swizzle: 1 = 128 bytes                           1024-byte aligned)
+ * over the canonical 128-byte swizzled layout (kn_layout_shared_wgmma).  K-major B (K^T of
+ * S = QK^T: shared rows are n, elements k): SBO = 1024 (8 rows of 128 bytes), LBO unused (1), a
+ * k step starts k * 2 bytes into its column block.  N-major B (V of O += PV, rows are k,
+ * elements n; imm-trans-b = 1): SBO = 1024 (8 k rows), LBO = one column block (64 n of every k
+ * row), a k step starts k rows in.  The accumulator is the m16n8 C fragment repeated N/8 times,
+ * d[4j..4j+3], which is the mma layout's register order.
+ *
+ * Ordering (PTX ISA, "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group"): wgmma.fence
+ * before the first wgmma, after the registers it reads (A, the accumulator) were written;
+ * commit_group after the dot's instructions, wait_group 0 before the accumulator is read.  The
+ * fence and the wait take the registers they order as tied operands ("+r" / "+f"), so LLVM can
+ * neither compute A or the accumulator after the fence nor read the result before the wait. */
+
+/* inline PTX whose operands $0..$(n-1) are v[0..n) in and out (tied: each comes back as the
+ * asm's result, v[] updated), followed by nx further inputs x[] with constraints xcons
+ * ("r,l,...", NULL when nx is 0) */
+static void nv_asm_tied(G *g, const char *text, LLVMValueRef *v, int n, LLVMValueRef *x,
+                        const char *xcons, int nx) {
+  LLVMTypeRef *ts = malloc(sizeof(LLVMTypeRef) * (size_t)(2 * n + nx + 1));
+  LLVMValueRef *args = malloc(sizeof(LLVMValueRef) * (size_t)(n + nx + 1));
+  size_t cap = (size_t)(n * 10 + 16) + (xcons ? strlen(xcons) : 0), len = 0;
+  char *cons = malloc(cap);
+  KN_ASSERT(ts && args && cons);
+  cons[0] = 0;
+  for (int i = 0; i < n; i++) {
+    ts[i] = LLVMTypeOf(v[i]);
+    len += (size_t)snprintf(cons + len, cap - len, "%s=%s", i ? "," : "", ts[i] == g->f32 ? "f" : "r");
+  }
+  for (int i = 0; i < n; i++) {
+    args[i] = v[i];
+    len += (size_t)snprintf(cons + len, cap - len, ",%d", i);
+  }
+  for (int i = 0; i < nx; i++) args[n + i] = x[i];
+  if (nx) snprintf(cons + len, cap - len, "%s%s", n ? "," : "", xcons);
+  LLVMTypeRef ret = n == 0 ? g->vd : n == 1 ? ts[0] : LLVMStructTypeInContext(g->C, ts, (unsigned)n, 0);
+  LLVMValueRef r = nv_asm(g, ret, text, cons, args, n + nx);
+  if (n == 1) v[0] = r;
+  else
+    for (int i = 0; i < n; i++) v[i] = LLVMBuildExtractValue(g->B, r, (unsigned)i, "");
+  free(ts);
+  free(args);
+  free(cons);
+}
+
+/* the descriptor of conversion c's buffer at its start (entry block): address, LBO, SBO and the
+ * 128-byte swizzle; a k step adds its byte offset >> 4 */
+static LLVMValueRef wgmma_desc_base(G *g, const kn_conversion *c) {
+  int shape[2] = {c->value->type.shape[0], c->value->type.shape[1]};
+  kn_wgmma_desc wd = kn_wgmma_desc_for(&c->shared, shape, (int)kn_scalar_size(c->value->type.elem), 0);
+  long long lbo = wd.lbo, sbo = wd.sbo;
+  LLVMBuilderRef E = g->E;
+  LLVMValueRef off = ci64(g, (long long)g->p->buf[c->buffer].offset);
+  LLVMValueRef a = smem_u32(E, g, LLVMBuildGEP2(E, g->i8, g->lds, &off, 1, ""));
+  /* the swizzle is the address bits': a shared array the driver did not place on a 1024-byte
+   * boundary (it is declared .align 1024) would read wrong elements silently, so trap instead */
+  LLVMValueRef mis = LLVMBuildAnd(E, smem_u32(E, g, g->lds), ci32(g, 1023), "");
+  LLVMBuilderRef keep = g->B;
+  g->B = E;
+  nv_asm(g, g->vd, "{\n.reg .pred q;\nsetp.ne.b32 q, $0, 0;\n@q trap;\n}", "r", &mis, 1);
+  g->B = keep;
+  a = LLVMBuildLShr(E, LLVMBuildAnd(E, a, ci32(g, 0x3FFFF), ""), ci32(g, 4), "");
+  unsigned long long hi = ((unsigned long long)(lbo >> 4) << 16) |
+                          ((unsigned long long)(sbo >> 4) << 32) | (1ULL << 62);
+  return LLVMBuildOr(E, LLVMBuildZExt(E, a, g->i64, ""), LLVMConstInt(g->i64, hi, 0), "wgmma.desc");
+}
+
+static int lower_dot_wgmma(G *g, kn_op *op, kn_scalar t, LLVMValueRef *ra, const kn_lmap *ma,
+                           LLVMValueRef *acc, LLVMValueRef *out) {
+  kn_value *res = op->res[0], *A = op->opnd[0], *Bv = op->opnd[1];
+  const kn_conversion *ca = kn_plan_conversion(g->p, op, 0), *cb = kn_plan_conversion(g->p, op, 1);
+  int M = res->type.shape[0], N = res->type.shape[1], K = A->type.shape[1];
+  if (!cb || !cb->desc || M != 16 * g->p->warps || N % 8 || N > 256 || K % 16 ||
+      cb->shared.cblock == 0)
+    return -1;
+  int nacc = N / 2, ksteps = K / 16;
+  int bshape[2] = {Bv->type.shape[0], Bv->type.shape[1]};
+  int esz = (int)kn_scalar_size(t);
+  bool trans = kn_wgmma_desc_for(&cb->shared, bshape, esz, 0).trans;  /* N-major B */
+  LLVMValueRef desc = wgmma_desc_base(g, cb);
+  /* A: four 32-bit pairs per k step, in the fragment's order (a0a1, a2a3, a4a5, a6a7) */
+  LLVMValueRef *w = malloc(sizeof(LLVMValueRef) * (size_t)(4 * ksteps + nacc));
+  KN_ASSERT(w);
+  for (int kr = 0; kr < ksteps; kr++) {
+    LLVMValueRef af[8];
+    int r0 = kr * 8;
+    if (!ra && ca && ca->ldsm) {
+      int regs[4] = {r0, r0 + 2, r0 + 4, r0 + 6};
+      ldsm_read(g, ca, ma, 1, regs, 4, af);
+    } else {
+      fragment(g, op, 0, ra, ma, r0, 8, af);
+    }
+    for (int q = 0; q < 4; q++)
+      w[4 * kr + q] = LLVMBuildBitCast(g->B, pack_vec(g, af + 2 * q, 2, t), g->i32, "");
+  }
+  LLVMValueRef *d = w + 4 * ksteps;
+  memcpy(d, acc, sizeof(LLVMValueRef) * (size_t)nacc);
+  nv_asm_tied(g, "wgmma.fence.sync.aligned;", w, 4 * ksteps + nacc, NULL, NULL, 0);
+  /* "{ .reg .pred p; setp.ne.b32 p, $S, 0; wgmma... {$0, ..}, {$A..}, $D, p, 1, 1, trans; }" */
+  size_t cap = (size_t)nacc * 6 + 400, len = 0;
+  char *text = malloc(cap);
+  KN_ASSERT(text);
+  const char *ty = t == KN_BF16 ? "bf16" : "f16";
+  len += (size_t)snprintf(text + len, cap - len, "{\n.reg .pred p;\nsetp.ne.b32 p, $%d, 0;\n"
+                          "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {", 2 * nacc + 5, N,
+                          ty, ty);
+  for (int i = 0; i < nacc; i++) len += (size_t)snprintf(text + len, cap - len, "%s$%d", i ? ", " : "", i);
+  snprintf(text + len, cap - len, "}, {$%d, $%d, $%d, $%d}, $%d, p, 1, 1, %d;\n}", 2 * nacc,
+           2 * nacc + 1, 2 * nacc + 2, 2 * nacc + 3, 2 * nacc + 4, trans ? 1 : 0);
+  for (int kr = 0; kr < ksteps; kr++) {
+    /* the k step's first element, (16 kr, 0) of B; its byte offset >> 4 goes into the address */
+    int64_t start = kn_wgmma_desc_for(&cb->shared, bshape, esz, 16 * kr).start;
+    LLVMValueRef x[6] = {w[4 * kr], w[4 * kr + 1], w[4 * kr + 2], w[4 * kr + 3],
+                         LLVMBuildAdd(g->B, desc, ci64(g, start >> 4), ""), ci32(g, 1)};
+    nv_asm_tied(g, text, d, nacc, x, "r,r,r,r,l,r", 6);
+  }
+  free(text);
+  nv_asm(g, g->vd, "wgmma.commit_group.sync.aligned;", "", NULL, 0);
+  nv_asm_tied(g, "wgmma.wait_group.sync.aligned 0;", d, nacc, NULL, NULL, 0);
+  memcpy(out, d, sizeof(LLVMValueRef) * (size_t)nacc);
+  free(w);
+  return 0;
+}
 
 /* the fragment (n registers from r0) of a dot operand: from registers or from LDS */
 static void fragment(G *g, kn_op *op, int i, LLVMValueRef *regs, const kn_lmap *m, int r0, int n,
@@ -1515,6 +1678,14 @@ static int lower_dot(G *g, kn_op *op) {
   LLVMValueRef *acc = opnd_regs(g, op, 2);
   if (!acc) return fail(g, op, "internal: %s", "dot accumulator without registers");
   LLVMValueRef *out = new_regs(g, res);
+  if (in->operands == KN_MMA_WGMMA) {
+    int rc = lower_dot_wgmma(g, op, t, ra, &ma, acc, out);
+    kn_lmap_free(&ma);
+    kn_lmap_free(&mb);
+    if (rc) return unsupported(g, op, "this dot with wgmma (B from shared memory, 64 rows per "
+                               "warpgroup, N a multiple of 8 up to 256)");
+    return 0;
+  }
   if (ldsm) {
     int rc = lower_dot_ldsm(g, op, s, t, rl->transposed, ra, rb, &ma, &mb, acc, out);
     kn_lmap_free(&ma);

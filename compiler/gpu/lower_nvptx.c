@@ -1,7 +1,9 @@
 /* lower_nvptx.c — the NVPTX leaf operations of the GPU lowering (lower_gpu.c calls them through
  * kn_leaf_nvptx): warps of 32, bar.sync, shfl.sync butterflies, mma.sync m16n8k16, a ptx_kernel
  * with .reqntid, dynamic shared memory, and the f32 math NVPTX has no libm for (.approx units).
- * The ldmatrix / cp.async staging stays with the layouts in lower_gpu.c.
+ * The ldmatrix / cp.async staging and wgmma (inline PTX, B through shared-memory descriptors)
+ * stay with the layouts in lower_gpu.c; the shared array is 1024-byte aligned when wgmma reads
+ * it.
  */
 #include "lower_gpu_internal.h"
 
@@ -80,7 +82,12 @@ static LLVMValueRef nv_shared(G *g, int64_t bytes) {
   LLVMTypeRef at = LLVMArrayType2(g->i8, 0);
   LLVMValueRef smem = LLVMAddGlobalInAddressSpace(g->M, at, "kn_smem", 3);
   LLVMSetLinkage(smem, LLVMExternalLinkage);
-  LLVMSetAlignment(smem, 16);
+  /* wgmma's swizzled operands need their buffers on 1024-byte boundaries (plan_shared.c
+   * places them so within the array): then the array itself is aligned so */
+  unsigned align = 16;
+  for (int i = 0; i < g->p->nconv; i++)
+    if (g->p->conv[i].desc) align = 1024;
+  LLVMSetAlignment(smem, align);
   return smem;
 }
 

@@ -6,8 +6,8 @@
  * a lazy one (a dot operand) at the dot, a permute at its reshape or transpose.  Because
  * every staging begins with a barrier (all reads of an earlier use are done) and ends with one,
  * buffers used at different points of the program may share bytes; a linear scan over the
- * live ranges in program order places each buffer at the lowest 16-byte aligned offset free of
- * every buffer live at the same time.  NVPTX's cp.async streams and operands staged once
+ * live ranges in program order places each buffer at the lowest 16-byte aligned offset (1024
+ * for wgmma's swizzled operands) free of every buffer live at the same time.  NVPTX's cp.async streams and operands staged once
  * before a loop outlive an iteration: their ranges are stretched to the whole loop
  * (conv_range).
  * The total must fit the target's LDS (64 KiB on gfx90a / gfx942), else the compile fails with
@@ -92,7 +92,9 @@ int kn_plan_shared(kn_layout_plan *p, kn_diag *d) {
   p->lds_bytes = 0;
   for (int i = 0; i < p->nbuf; i++) {
     kn_lds_buffer *b = &p->buf[order[i]];
-    int64_t off = 0;
+    /* wgmma's canonical 128-byte swizzle repeats every 1024 bytes and is applied to the
+     * address bits themselves: such a buffer starts on a 1024-byte boundary */
+    int64_t align = p->conv[b->conv].shared.cblock ? 1024 : 16, off = 0;
     for (bool moved = true; moved;) {
       moved = false;
       for (int j = 0; j < i; j++) {
@@ -100,7 +102,7 @@ int kn_plan_shared(kn_layout_plan *p, kn_diag *d) {
         bool live = o->first <= b->last && b->first <= o->last;
         bool overlap = o->offset < off + b->bytes && off < o->offset + o->bytes;
         if (live && overlap) {
-          off = (o->offset + o->bytes + 15) / 16 * 16;
+          off = (o->offset + o->bytes + align - 1) / align * align;
           moved = true;
         }
       }
@@ -191,7 +193,8 @@ char *kn_layout_plan_format(const kn_layout_plan *p) {
       put(&b, " via lds[%d] %s", c->buffer, lay);
       static const char *stages[] = {"", ", staged once", ", cp.async at the dot",
                                      ", cp.async one iteration ahead", ", cp.async early"};
-      if (c->ldsm) put(&b, ", ldmatrix%s", stages[c->stage]);
+      if (c->ldsm || c->desc)
+        put(&b, ", %s%s", c->desc ? "wgmma descriptor" : "ldmatrix", stages[c->stage]);
     }
     put(&b, "\n");
   }

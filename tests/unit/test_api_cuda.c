@@ -12,7 +12,8 @@
  *     second context's cache hit, the parameter packing (pointers, f32 scale, i32 sizes, i64
  *     strides of a (B, N, H, D) layout), lse optional, GQA, streams, 8 threads at once, and a
  *     variant's parameters after the template's (a window and a softcap, which the fake
- *     computes too).
+ *     computes too), and kiln_prepare_options.wgmma (the wgmma PTX compiled and cached; refused
+ *     on the host).
  *   - On a machine with an NVIDIA sm_80+ GPU (the H200): the same GPU tests on the real driver,
  *     where the numbers come from kiln's PTX on the GPU, checked against the float64 reference.
  * Without either (a plain `test_api_cuda` here) the GPU tests are cmocka skips.
@@ -612,6 +613,81 @@ static void *thread_main(void *p) {
   return NULL;
 }
 
+/* kiln_prepare_options.wgmma: on sm_90a the dots as wgmma.mma_async (a forced tiling with
+ * block_m = 16 x warps; the kernel's info says so, its cache entry is its own), checked against
+ * float64 on ragged shapes with GQA; on an sm_80 device and on the host it is refused with the
+ * reason (KILN_ERR_UNSUPPORTED). */
+static void test_wgmma(void **state) {
+  (void)state;
+  char *dir = fresh_dir();
+  kiln_context_options ho = {.cache_dir = dir, .device = "host", .tune_policy = KILN_TUNE_NONE};
+  kiln_context *host;
+  assert_int_equal(kiln_context_create(&ho, &host), KILN_OK);
+  kiln_attn_desc d0 = DESC(KILN_F16, 64, 1, 1);
+  kiln_prepare_options wo = {.wgmma = 1};
+  kiln_kernel *k;
+  assert_int_equal(kiln_prepare(host, &d0, &wo, &k), KILN_ERR_UNSUPPORTED);
+  assert_non_null(strstr(kiln_last_error(), "wgmma is not available on host"));
+  kiln_context_destroy(host);
+  /* the tuner's matrix axis (the registry's names) and tuning records carry it too */
+  const kn_arch *sm90 = kn_arch_get("sm_90a");
+  for (int i = 0; i < sm90->nmma; i++) {
+    if (!sm90->mma[i].mnemonic) continue;
+    kn_tune_config tc = {.block_m = 64, .block_n = 64, .warps = 4, .stages = 2};
+    snprintf(tc.matrix_instr, sizeof tc.matrix_instr, "%s", sm90->mma[i].mnemonic);
+    kn_attn_config c = api_config_of(&tc);
+    assert_int_equal(c.wgmma, sm90->mma[i].operands == KN_MMA_WGMMA);
+    assert_int_equal(c.block_m, 64);
+  }
+  if (!have_gpu()) {
+    rm_dir(dir);
+    skip();
+    return;
+  }
+  kiln_context *ctx = cuda_ctx(dir, NULL, "cuda");
+  if (strcmp(kiln_context_target(ctx), "sm_90a")) {
+    assert_int_equal(kiln_prepare(ctx, &d0, &wo, &k), KILN_ERR_UNSUPPORTED);
+    assert_non_null(strstr(kiln_last_error(), "wgmma is not available"));
+    kiln_context_destroy(ctx);
+    rm_dir(dir);
+    return;
+  }
+  const struct { kiln_attn_desc d; shape s; int warps; } cases[] = {
+      {DESC(KILN_F16, 64, 1, 1), {1, 2, 2, 129, 77, 0, 0}, 0},     /* the default's 128 rows: 8 warps */
+      {DESC(KILN_F16, 64, 0, 1), {2, 4, 2, 300, 511, 1, 0}, 4},    /* GQA, BNHD; 64 x 4 warps */
+      {DESC(KILN_BF16, 128, 1, 1), {1, 3, 3, 1000, 64, 0, 0}, 8},
+      {DESC(KILN_BF16, 128, 0, 0), {1, 2, 1, 17, 1000, 0, 1}, 4},
+  };
+  int failures = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    kiln_prepare_options o = {.wgmma = 1, .warps = cases[i].warps};
+    if (kiln_prepare(ctx, &cases[i].d, &o, &k)) fail_msg("prepare: %s", kiln_last_error());
+    kiln_kernel_info info;
+    assert_int_equal(kiln_kernel_get_info(k, &info), KILN_OK);
+    assert_int_equal(info.wgmma, 1);
+    assert_int_equal(info.block_m, 16 * info.warps);
+    if (cases[i].warps) assert_int_equal(info.warps, cases[i].warps);
+    kiln_kernel *plain;
+    assert_int_equal(kiln_prepare(ctx, &cases[i].d, NULL, &plain), KILN_OK);
+    assert_true(plain != k);
+    char why[160];
+    int bad = check_forward(k, &cases[i].d, cases[i].s, seed + 100 + i, NULL, why, sizeof why);
+    const shape *s = &cases[i].s;
+    printf("  %s wgmma %s D%d causal=%d %dx%d w%d B%d H%d HK%d N(%d,%d): %s\n",
+           bad ? "FAIL" : "PASS", cases[i].d.dtype == KILN_F16 ? "f16" : "bf16",
+           cases[i].d.head_dim, cases[i].d.causal, info.block_m, info.block_n, info.warps,
+           s->batch, s->heads, s->kv_heads, s->seqlen_q, s->seqlen_k, why);
+    failures += bad != 0;
+  }
+  /* a tiling wgmma does not take is refused with the rule */
+  kiln_prepare_options bad = {.wgmma = 1, .block_m = 128, .block_n = 64, .warps = 4};
+  assert_int_equal(kiln_prepare(ctx, &d0, &bad, &k), KILN_ERR_UNSUPPORTED);
+  assert_non_null(strstr(kiln_last_error(), "16 x warps"));
+  kiln_context_destroy(ctx);
+  rm_dir(dir);
+  assert_int_equal(failures, 0);
+}
+
 static void test_threads(void **state) {
   (void)state;
   if (!have_gpu()) {
@@ -654,6 +730,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_forward),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_variants),
+      cmocka_unit_test(test_wgmma),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   if (dev) kn_cuda_device_close(dev);

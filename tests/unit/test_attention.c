@@ -577,7 +577,7 @@ static void test_keys_cover_every_field(void **state) {
                           "doc=0;prefix=0;mods=0");
   kn_attn_config c = {.block_m = 64, .block_n = 32, .warps = 4, .stages = 2};
   kn_attn_config_key(&c, k0, sizeof k0);
-  assert_string_equal(k0, "block_m=64;block_n=32;warps=4;stages=2;mfma=0");
+  assert_string_equal(k0, "block_m=64;block_n=32;warps=4;stages=2;mfma=0;wgmma=0");
   /* snprintf-like: the full length however small the buffer, always terminated */
   char tiny[8];
   assert_int_equal(kn_attn_desc_key(&d0, tiny, sizeof tiny), 86);

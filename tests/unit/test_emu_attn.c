@@ -164,8 +164,9 @@ static void matrix(const char *arch) {
         /* the last asks for MFMA 16x16x16 where 32x32x8 would fit (32 rows per wave): the
          * 16x16 lane tables and their two-butterfly row reductions on the transposed
          * accumulator (64x32 with 4 waves gets 16x16x16 too, as the only shape that fits) */
-        kn_attn_config cfgs[4] = {kn_attn_default_config(kn_arch_get("gfx942"), &desc), {64, 32, 4, 2, 0},
-                                  {64, 64, 2, 2, 0}, {128, 64, 4, 2, 16}};
+        kn_attn_config cfgs[4] = {kn_attn_default_config(kn_arch_get("gfx942"), &desc),
+                                  {64, 32, 4, 2, 0, false}, {64, 64, 2, 2, 0, false},
+                                  {128, 64, 4, 2, 16, false}};
         for (int g = 0; g < 4; g++) {
           if (verbose())
             printf("  %s D%d %s causal=%d %dx%d w%d mfma=%d\n", arch, hds[h], kn_scalar_name(dts[a]),
@@ -216,7 +217,7 @@ static void test_gfx950_emu(void **st) {
     for (int a = 0; a < 2; a++) {
       kn_attn_desc desc = {.dtype = dts[a], .head_dim = h, .causal = a == 1, .has_lse = true};
       kn_attn_config cfgs[3] = {kn_attn_default_config(kn_arch_get("gfx950"), &desc),
-                                {128, 64, 8, 2, 0}, {128, 64, 4, 2, 16}};
+                                {128, 64, 8, 2, 0, false}, {128, 64, 4, 2, 16, false}};
       for (int g = 0; g < 3; g++) {
         kn_kernel *k = compile(t, "gfx950-emu", &desc, &cfgs[g]);
         for (int s = 0; s < 4; s++) {
@@ -235,7 +236,7 @@ static void test_gfx950_emu(void **st) {
   const char *want[] = {"v_mfma_f32_32x32x16_f16", "v_mfma_f32_16x16x32_bf16"};
   for (int i = 0; i < 2; i++) {
     kn_attn_desc desc = {.dtype = i ? KN_BF16 : KN_F16, .head_dim = 64};
-    kn_attn_config cfg = {128, 64, i ? 8 : 4, 2, 0};
+    kn_attn_config cfg = {128, 64, i ? 8 : 4, 2, 0, false};
     kn_diag d;
     kn_module *m = kn_module_new("<attn>");
     assert_non_null(kn_attn_fwd_build(m, &desc, &cfg, &d));
@@ -274,7 +275,7 @@ static void test_f32(void **st) {
     for (int hd = 64; hd <= 128; hd += 64)
       for (int c = 0; c < 2; c++) {
         kn_attn_desc desc = {.dtype = KN_F32, .head_dim = hd, .causal = c, .has_lse = true};
-        kn_attn_config cfgs[2] = {{64, 32, 4, 2, 0}, {64, 64, 2, 2, 0}};
+        kn_attn_config cfgs[2] = {{64, 32, 4, 2, 0, false}, {64, 64, 2, 2, 0, false}};
         if (hd == 128 && c != t) continue;   /* D 128: one causal setting per chip (compile time) */
         /* one config per case, alternating, so each chip, head dim and causal setting meets
          * both somewhere */

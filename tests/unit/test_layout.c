@@ -473,6 +473,62 @@ static void reduce_check(const kn_layout *p, int R, int C) {
   kn_lmap_free(&pm), kn_lmap_free(&sm);
 }
 
+/* wgmma's B operand (compiler/gpu/lower_gpu.c, "NVPTX: wgmma"): the element the hardware
+ * reads for B(k, n) of every k step, modelled from the PTX ISA's canonical layouts ("Shared
+ * Memory Matrix Layout", 128-byte swizzle, T = 8 16-bit elements per 16 bytes):
+ *   K-major  ((8,m),(T,2k)) : ((8T,SBO),(1,T))      n = r + 8 m',  k = t + T k'
+ *   N-major  ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO)) n = t + T c + 64 m',  k = r + 8 k'
+ * at the descriptor's start address (strides in elements, LBO / SBO in bytes), then
+ * Swizzle<3,4,3> on the byte address (bits 4-6 ^= bits 7-9, the buffer 1024-byte aligned),
+ * must be where kiln's store layout (kn_layout_shared_wgmma, kn_shared_offset) put B(k, n);
+ * and the layout is a bijection into its buffer.  K^T of S = QK^T is K-major, V of O += PV
+ * N-major, at head dims that fill one, two and a partial column block. */
+static int64_t hw_swizzle(int64_t byte) { return byte ^ (((byte >> 7) & 7) << 4); }
+
+static void wgmma_reads(int K, int N, int inner) {
+  int shape[2] = {K, N};
+  kn_layout s = kn_layout_shared_wgmma(inner, shape, 2);
+  assert_int_equal(s.cblock, 64);
+  int64_t size = kn_shared_size(&s, shape);
+  char *seen = calloc((size_t)size, 1);
+  assert_non_null(seen);
+  for (int k = 0; k < K; k++)
+    for (int n = 0; n < N; n++) {
+      int64_t o = kn_shared_offset(&s, shape, k, n);
+      assert_true(o >= 0 && o < size);
+      assert_int_equal(seen[o]++, 0);
+    }
+  free(seen);
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    kn_wgmma_desc d = kn_wgmma_desc_for(&s, shape, 2, k0);
+    assert_int_equal(d.trans, inner != 0);
+    assert_int_equal(d.start % 16, 0);
+    assert_int_equal(d.sbo, 1024);
+    for (int k = 0; k < 16; k++)
+      for (int n = 0; n < N; n++) {
+        int64_t e;
+        if (!d.trans) e = (n % 8) * 64 + (n / 8) * (d.sbo / 2) + (k % 8) + (k / 8) * 8;
+        else e = (n % 8) + (n / 8 % 8) * 8 + (n / 64) * (d.lbo / 2) + (k % 8) * 64 + (k / 8) * (d.sbo / 2);
+        int64_t hw = hw_swizzle(d.start + 2 * e);
+        int64_t ours = 2 * kn_shared_offset(&s, shape, k0 + k, n);
+        if (hw != ours)
+          fail_msg("wgmma %s B %dx%d: k step %d reads B(%d,%d) at byte %lld, stored at %lld",
+                   d.trans ? "N-major" : "K-major", K, N, k0, k0 + k, n, (long long)hw,
+                   (long long)ours);
+      }
+  }
+}
+
+static void test_wgmma_shared(void **state) {
+  (void)state;
+  static const int heads[] = {64, 128, 96, 256, 32};
+  for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
+    for (int bn = 16; bn <= 128; bn *= 2) {
+      wgmma_reads(heads[i], bn, 0);   /* K^T: (d, n), d contiguous: K-major */
+      wgmma_reads(bn, heads[i], 1);   /* V: (n, d), d contiguous: N-major */
+    }
+}
+
 static void test_reduce(void **state) {
   (void)state;
   const kn_mma_shape *s32 = kn_mma_shape_get(KN_MMA_MFMA_32X32X8);
@@ -528,6 +584,7 @@ int main(void) {
       cmocka_unit_test(test_nv_tables),
       cmocka_unit_test(test_shared_roundtrip),
       cmocka_unit_test(test_ldsm_swizzle),
+      cmocka_unit_test(test_wgmma_shared),
       cmocka_unit_test(test_reduce),
       cmocka_unit_test(test_free_conversions),
   };

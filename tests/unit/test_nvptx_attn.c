@@ -10,6 +10,9 @@
  *
  * Head dims that are not multiples of 16 (1, 8, 24, 40, 59, 72, 80, 111) and 256 at the
  * default configs: PTX, ptxas, spills; cp.async only where 8 | D; D 512 refused (test_head_dims).
+ * wgmma on sm_90a (kn_attn_config.wgmma): the instructions, fences and descriptors' transpose
+ * flags in the PTX, ptxas without spills, the refusals (test_wgmma); the GPU test runs two wgmma
+ * tilings beside the mma.sync ones.
  *
  * On a machine with an NVIDIA GPU (kn_cuda_init finds one: the H200 of bench/h200) the kernels
  * run through runtime/cuda_device.h on N(0,1) inputs rounded to the dtype, with ragged lengths
@@ -114,7 +117,12 @@ static void compile_one(const char *arch, const kn_attn_desc *desc, const kn_att
   kn_module_free(m);
   const char *ptx = out->c.ptx;
   assert_non_null(strstr(ptx, ".entry attn_fwd"));
-  assert_non_null(strstr(ptx, "mma.sync.aligned.m16n8k16.row.col.f32"));
+  if (cfg->wgmma) {
+    assert_non_null(strstr(ptx, "wgmma.mma_async.sync.aligned.m64n"));
+    assert_null(strstr(ptx, "mma.sync.aligned"));
+  } else {
+    assert_non_null(strstr(ptx, "mma.sync.aligned.m16n8k16.row.col.f32"));
+  }
   assert_null(strstr(ptx, ".local"));
   char req[32];
   snprintf(req, sizeof req, ".reqntid %d", 32 * cfg->warps);
@@ -133,10 +141,15 @@ static void compile_one(const char *arch, const kn_attn_desc *desc, const kn_att
   kn_ptxas_result_free(&r);
 }
 
-static int count_mma(const char *ptx) {
+static int count_text(const char *ptx, const char *what) {
   int n = 0;
-  for (const char *p = ptx; (p = strstr(p, "mma.sync.aligned.m16n8k16")); p++) n++;
+  for (const char *p = ptx; (p = strstr(p, what)); p++) n++;
   return n;
+}
+
+/* matrix instructions in the PTX: mma.sync or wgmma */
+static int count_mma(const char *ptx) {
+  return count_text(ptx, "mma.sync.aligned.m16n8k16") + count_text(ptx, "wgmma.mma_async");
 }
 
 static void report(const char *arch, const kn_attn_desc *desc, const kn_attn_config *cfg,
@@ -235,6 +248,82 @@ static void test_configs(void **state) {
   report("sm_80", &desc, &cfg, &c);
   no_spills(&c);
   nv_compiled_free(&c.c);
+}
+
+/* wgmma (kn_attn_config.wgmma, sm_90a): D 64 and 128, causal and not, f16 and bf16, one and two
+ * warpgroups, block_n 64 and 128.  The PTX has exactly DP / 16 wgmma.mma_async.m64n{block_n}k16
+ * (S = QK^T, one per k step of the head dim) and block_n / 16 m64n{D}k16 (O += PV) in the loop,
+ * each dot fenced (wgmma.fence), committed and waited for, the .f16/.bf16 form of the dtype,
+ * PV's B N-major (imm-trans-b 1) and QK^T's K-major (0), fence.proxy.async after the K/V copies,
+ * the shared array 1024-byte aligned, no mma.sync and no ldmatrix of K or V (B is read through
+ * descriptors); ptxas assembles it without spills.  sm_80, f32 and tilings other than
+ * block_m = 16 x warps (warps a multiple of 4) are refused by kn_attn_check_on with the reason,
+ * and the layout pass refuses them too (an IR kernel with WGMMA = 1 that does not fit). */
+static void test_wgmma(void **state) {
+  (void)state;
+  const int cfgs[][3] = {{64, 64, 4}, {128, 64, 8}, {128, 128, 8}};
+  const kn_arch *sm90 = kn_arch_get("sm_90a");
+  for (int t = 0; t < 2; t++)
+    for (int hd = 64; hd <= 128; hd += 64)
+      for (int causal = 0; causal < 2; causal++)
+        for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+          kn_attn_desc desc = {.dtype = t ? KN_BF16 : KN_F16, .head_dim = hd, .causal = causal,
+                               .has_lse = i == 1};
+          kn_attn_config cfg = {.block_m = cfgs[i][0], .block_n = cfgs[i][1],
+                                .warps = cfgs[i][2], .stages = 2, .wgmma = true};
+          kn_diag d;
+          if (kn_attn_check_on(sm90, &desc, &cfg, &d)) fail_msg("%s", d.message);
+          compiled c;
+          compile_one("sm_90a", &desc, &cfg, &c);
+          report("sm_90a", &desc, &cfg, &c);
+          const char *ptx = c.c.ptx, *ty = t ? "bf16" : "f16";
+          char qk[96], pv[96];
+          snprintf(qk, sizeof qk, "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s", cfg.block_n,
+                   ty, ty);
+          snprintf(pv, sizeof pv, "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s", hd, ty, ty);
+          int nqk = count_text(ptx, qk), npv = count_text(ptx, pv);
+          if (cfg.block_n == hd) assert_int_equal(nqk, hd / 16 + cfg.block_n / 16);
+          else assert_int_equal(nqk, hd / 16), assert_int_equal(npv, cfg.block_n / 16);
+          assert_int_equal(count_text(ptx, "wgmma.fence.sync.aligned"), 2);
+          assert_int_equal(count_text(ptx, "wgmma.commit_group.sync.aligned"), 2);
+          assert_int_equal(count_text(ptx, "wgmma.wait_group.sync.aligned 0"), 2);
+          assert_int_equal(count_text(ptx, ", p, 1, 1, 0;"), hd / 16);             /* K-major */
+          assert_int_equal(count_text(ptx, ", p, 1, 1, 1;"), cfg.block_n / 16);    /* N-major */
+          assert_non_null(strstr(ptx, "fence.proxy.async.shared::cta"));
+          assert_non_null(strstr(ptx, ".align 1024 .b8 kn_smem"));
+          assert_non_null(strstr(ptx, "cp.async.cg.shared.global"));
+          assert_null(strstr(ptx, "ldmatrix.sync.aligned.m8n8.x4.trans"));
+          assert_non_null(strstr(c.c.layout_text, "wgmma descriptor, cp.async one iteration ahead"));
+          assert_non_null(strstr(c.c.layout_text, "wgmma descriptor, cp.async early"));
+          if (c.ptxas_ran) {
+            assert_int_equal(c.px.spill_stores, 0);
+            assert_int_equal(c.px.stack_frame, 0);
+          }
+          nv_compiled_free(&c.c);
+        }
+  /* refused, with the reason */
+  kn_attn_desc desc = {.dtype = KN_F16, .head_dim = 64};
+  kn_attn_config bad = {.block_m = 128, .block_n = 64, .warps = 4, .stages = 2, .wgmma = true};
+  kn_diag d;
+  assert_int_equal(kn_attn_check_on(sm90, &desc, &bad, &d), -1);
+  assert_non_null(strstr(d.message, "16 x warps"));
+  bad.block_m = 64;
+  assert_int_equal(kn_attn_check_on(kn_arch_get("sm_80"), &desc, &bad, &d), -1);
+  assert_non_null(strstr(d.message, "wgmma is not available on sm_80"));
+  desc.dtype = KN_F32;
+  assert_int_equal(kn_attn_check_on(sm90, &desc, &bad, &d), -1);
+  assert_non_null(strstr(d.message, "wgmma is not available"));
+  /* the layout pass's own check, on a kernel built without kn_attn_check_on */
+  desc.dtype = KN_F16;
+  bad.block_m = 128;
+  kn_module *m = kn_module_new("<attn>");
+  assert_non_null(kn_attn_fwd_build(m, &desc, &bad, &d));
+  nv_compiled nc;
+  assert_int_equal(nv_compile(m, "sm_90a", NULL, &nc, &d), -1);
+  assert_non_null(strstr(d.message, "wgmma does not fit this dot with 4 warps"));
+  assert_int_equal(nv_compile(m, "sm_80", NULL, &nc, &d), -1);
+  assert_non_null(strstr(d.message, "sm_80 has no wgmma instruction"));
+  kn_module_free(m);
 }
 
 /* Head dims that are not multiples of 16 (the head tile padded to one, attention.h) at the
@@ -497,15 +586,20 @@ static void test_gpu(void **state) {
   for (int t = 0; t < 2; t++)
     for (int hd = 64; hd <= 128; hd += 64)
       for (int causal = 0; causal < 2; causal++)
-        for (int cf = 0; cf < 4; cf++) {
+        for (int cf = 0; cf < 6; cf++) {
           /* the default; 64x32 w4 (lse); 128x64 w4 (at D 128 Q is staged once in shared memory
-           * and read with ldmatrix in the loop); 128x128 w8 (lse) */
+           * and read with ldmatrix in the loop); 128x128 w8 (lse); wgmma: 64x64 w4 (one
+           * warpgroup), 128x128 w8 (two warpgroups, lse) */
           kn_attn_desc desc = {.dtype = t ? KN_BF16 : KN_F16, .head_dim = hd, .causal = causal,
                                .has_lse = cf % 2 == 1};
           kn_attn_config cfg = kn_attn_default_config(kn_arch_get("sm_90a"), &desc);
           if (cf == 1) cfg = (kn_attn_config){.block_m = 64, .block_n = 32, .warps = 4, .stages = 2};
           if (cf == 2) cfg = (kn_attn_config){.block_m = 128, .block_n = 64, .warps = 4, .stages = 2};
           if (cf == 3) cfg = (kn_attn_config){.block_m = 128, .block_n = 128, .warps = 8, .stages = 2};
+          if (cf == 4)
+            cfg = (kn_attn_config){.block_m = 64, .block_n = 64, .warps = 4, .stages = 2, .wgmma = true};
+          if (cf == 5)
+            cfg = (kn_attn_config){.block_m = 128, .block_n = 128, .warps = 8, .stages = 2, .wgmma = true};
           for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
             int B = 1, H = 2, HK = li % 2 ? 1 : 2;  /* every other case: 2 heads on 1 kv head */
             double eo, el;
@@ -513,10 +607,11 @@ static void test_gpu(void **state) {
             seed++;
             double tol = kn_attn_tolerance(desc.dtype), ltol = kn_attn_lse_tolerance(desc.dtype);
             bool ok = eo <= tol && (!desc.has_lse || el <= ltol);
-            printf("  %s %-4s D%-3d causal=%d %3dx%-3d w%d B%d H%d HK%d N(%4d,%4d): max|dO| %.2e "
-                   "(tol %.0e)",
+            printf("  %s %-4s D%-3d causal=%d %3dx%-3d w%d%s B%d H%d HK%d N(%4d,%4d): max|dO| "
+                   "%.2e (tol %.0e)",
                    ok ? "PASS" : "FAIL", kn_scalar_name(desc.dtype), hd, causal, cfg.block_m,
-                   cfg.block_n, cfg.warps, B, H, HK, lens[li][0], lens[li][1], eo, tol);
+                   cfg.block_n, cfg.warps, cfg.wgmma ? " wgmma" : "", B, H, HK, lens[li][0],
+                   lens[li][1], eo, tol);
             if (desc.has_lse) printf(", max|dlse| %.2e (tol %.0e)", el, ltol);
             printf("\n");
             failures += !ok;
@@ -558,6 +653,7 @@ int main(void) {
       cmocka_unit_test(test_default_configs),
       cmocka_unit_test(test_configs),
       cmocka_unit_test(test_head_dims),
+      cmocka_unit_test(test_wgmma),
       cmocka_unit_test(test_gpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
