@@ -386,17 +386,47 @@ static int sig_index(const kn_attn_sig *sig, const char *name) {
   return 0;
 }
 
-/* does f (or a function it calls) load from memory? */
-static bool reads_memory_block(const kn_block *b, int depth);
-static bool reads_memory(const kn_func *f, int depth) {
-  return depth < 16 && reads_memory_block(f->body, depth);
+/* Does f (or a function it calls) read memory at an address that depends on the parameters
+ * `idx` marks (a modifier's q_idx and kv_idx)?  Those need their indices clamped into range; a
+ * load at uniform indices (ALiBi's slope of (b, h)) does not.  Values derived from a marked
+ * parameter are tainted, in program order (modifiers are straight-line code: an op with regions
+ * is answered with yes). */
+typedef struct taint {
+  const kn_value *v[256];
+  int n;
+  bool overflow;  /* more tainted values than the set holds: assume every load is indexed */
+} taint;
+
+static bool tainted(const taint *t, const kn_value *v) {
+  for (int i = 0; i < t->n; i++)
+    if (t->v[i] == v) return true;
+  return t->overflow;
 }
-static bool reads_memory_block(const kn_block *b, int depth) {
-  for (const kn_op *op = b->first; op; op = op->next) {
-    if (op->opc == KN_OP_LOAD || op->opc == KN_OP_GATHER) return true;
-    if (op->opc == KN_OP_CALL && op->callee && reads_memory(op->callee, depth + 1)) return true;
-    for (int r = 0; r < op->nregion; r++)
-      if (reads_memory_block(op->region[r], depth)) return true;
+
+static void taint_add(taint *t, const kn_value *v) {
+  if (t->n < (int)(sizeof t->v / sizeof t->v[0])) t->v[t->n++] = v;
+  else t->overflow = true;
+}
+
+static bool indexed_read(const kn_func *f, const bool *idx, int depth) {
+  if (depth >= 16) return true;
+  taint t = {.n = 0};
+  for (int i = 0; i < kn_func_nparams(f); i++)
+    if (idx[i]) taint_add(&t, f->body->args[i]);
+  for (const kn_op *op = f->body->first; op; op = op->next) {
+    bool any = false;
+    for (int i = 0; i < op->nopnd; i++) any |= tainted(&t, op->opnd[i]);
+    if ((op->opc == KN_OP_LOAD || op->opc == KN_OP_GATHER) && any) return true;
+    if (op->opc == KN_OP_CALL && op->callee) {
+      bool sub[KN_ATTN_MAX_PARAMS + KN_MOD_FIXED_BLOCK] = {false};
+      int n = op->nopnd < (int)(sizeof sub / sizeof sub[0]) ? op->nopnd : (int)(sizeof sub / sizeof sub[0]);
+      for (int i = 0; i < n; i++) sub[i] = tainted(&t, op->opnd[i]);
+      if (indexed_read(op->callee, sub, depth + 1)) return true;
+    } else if (op->nregion) {
+      return true;  /* not in modifiers the verifier accepts; stay safe */
+    }
+    if (any)
+      for (int r = 0; r < op->nres; r++) taint_add(&t, op->res[r]);
   }
   return false;
 }
@@ -689,9 +719,15 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
     nmask += plan->mod[i].kind == KN_MOD_MASK;
     nblock += plan->mod[i].kind == KN_MOD_BLOCK;
   }
-  /* clamping costs registers, and only a modifier that reads memory needs it */
+  /* clamping costs registers, and only a modifier that reads memory at the indices needs it */
   bool clamp = false;
-  for (int i = 0; i < plan->nmods; i++) clamp |= reads_memory(plan->mod[i].f, 0);
+  for (int i = 0; i < plan->nmods; i++) {
+    bool idx[KN_ATTN_MAX_PARAMS + KN_MOD_FIXED_BLOCK] = {false};
+    if (plan->mod[i].kind == KN_MOD_SCORE) idx[3] = idx[4] = true;       /* q_idx, kv_idx */
+    else if (plan->mod[i].kind == KN_MOD_MASK) idx[2] = idx[3] = true;
+    else continue;
+    clamp |= indexed_read(plan->mod[i].f, idx, 0);
+  }
   kn_value *c1 = clamp ? ci(g, i32, 1, "c1") : NULL;
   kn_value *q_idx = NULL;
   if (nscore + nmask) {
