@@ -168,6 +168,7 @@ typedef struct kiln_stats {
   uint64_t candidates;      /* candidates compiled by those runs */
   uint64_t launches;        /* kiln_forward calls that succeeded */
 } kiln_stats;
+/* counters since the context was created; all zero for a NULL ctx, nothing for a NULL out */
 void kiln_context_stats(kiln_context *ctx, kiln_stats *out);
 
 /* ---- kernels ---- */
@@ -260,9 +261,12 @@ typedef struct kiln_prepare_options {
                              (knobs block_m, block_n, warps, stages, waves_per_eu,
                              matrix_instr; limits max_tile_bytes, max_vgprs, max_lds_bytes,
                              max_spill_bytes) */
-  int tune_batch, tune_heads; /* problem timed: batch x heads x seqlen^2 (0: 1 and 8) */
-  int tune_warmup;     /* launches before timing (0: 2) */
-  int tune_repeats;    /* timed launches, median reported (0: 7) */
+  int tune_batch, tune_heads; /* problem timed: batch x heads x seqlen^2 (0: 1 and 8); at most
+                                  2^30 elements a tensor */
+  int tune_warmup;     /* launches before timing (0: 2; at most 10000) */
+  int tune_repeats;    /* timed launches, median reported (0: 7; at most 10000).  A negative or
+                          out-of-range tuning field is KILN_ERR_INVALID (kiln_tune, and
+                          kiln_prepare under KILN_TUNE_AUTO) */
   /* tuning a variant: every candidate is checked against the float64 reference with
    * representative values of the variant (window 256 left / 0 right, softcap 30, ALiBi's
    * geometric slopes, a random bias, four documents, a prefix of a quarter of the length) */
