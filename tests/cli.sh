@@ -75,6 +75,25 @@ expect run-host-check-bounds 2 'attn_oob.tile:114:[0-9]+: error: @attn_fwd: load
 expect run-host-check-bounds-pass 0 ' PASS$' -- \
   "$kiln" run --target host --check-bounds --ir "$tests/golden/attn_fwd_causal_lse.tile" --dtype bf16 --seqlen-q 130 --seqlen-k 61
 expect run-check-bounds-not-host 2 'check-bounds is for --target host' -- "$kiln" run --target gfx942 --check-bounds
+# an --ir kernel on the host is always checked, as on the interpreter and the emulator (it ran
+# unchecked before: an out-of-bounds access went unnoticed or crashed)
+expect run-host-ir-checked 2 'attn_oob.tile:114:[0-9]+: error: @attn_fwd: load out of bounds: element \[61, 0\] at address 0x[0-9a-f]+ .*outside every buffer' -- \
+  "$kiln" run --target host --ir "$tmp/attn_oob.tile" --dtype bf16 --seqlen-q 130 --seqlen-k 61
+expect run-interp-ir-oob 2 'attn_oob.tile:114:[0-9]+: error: .*element \[61, 0\]' -- \
+  "$kiln" run --target interp --ir "$tmp/attn_oob.tile" --dtype bf16 --seqlen-q 130 --seqlen-k 61
+# the interpreter's step budget: a KV loop to 2^31 - 1 stops with the error (it ran for hours
+# before); the default budget lets the ordinary runs above through
+sed -e 's/for %start_n = %c0 to %seqlen_k step/for %start_n = %c0 to %c_forever step/' \
+  -e 's/^  %c_block_m = const 128 : i32$/&\n  %c_forever = const 2147483647 : i32/' \
+  "$tests/golden/attn_fwd_default.tile" >"$tmp/forever.tile"
+expect run-interp-step-budget 2 'forever.tile:[0-9]+:[0-9]+: error: step budget of 20000000 exhausted \(a loop that does not end\?\)' -- \
+  "$kiln" run --target interp --ir "$tmp/forever.tile" --seqlen-q 20 --seqlen-k 20 --max-steps 20000000
+expect run-max-steps-not-interp 2 'max-steps is the interpreter.s step budget' -- \
+  "$kiln" run --target host --ir "$tmp/forever.tile" --max-steps 5
+expect run-max-steps-negative 2 "--max-steps expects a non-negative integer, got '-5'" -- \
+  "$kiln" run --target interp --max-steps -5
+expect run-max-steps-enough 0 ' PASS$' -- \
+  "$kiln" run --target interp --ir "$tests/golden/attn_fwd_default.tile" --seqlen-q 20 --seqlen-k 20 --max-steps 20000000
 expect dump-llvm 0 'define .*kiln_attn_fwd' -- "$kiln" dump --stage llvm --target host --head-dim 64
 expect dump-asm 0 'kiln_attn_fwd' -- "$kiln" dump --stage asm --target host --head-dim 64
 expect dump-bad-stage 2 "is not a stage" -- "$kiln" dump --stage bogus --target host

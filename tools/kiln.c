@@ -66,11 +66,13 @@ typedef struct options {
   kiln_attn_desc desc; /* what the options ask for, as the public API takes it */
   int block_m, block_n, warps, stages; /* the tiling asked for (0: not given) */
   struct {
-    bool dtype, head_dim, causal;
-  } given;             /* descriptor options given on the command line (--ir checks them) */
+    bool dtype, head_dim, causal, max_steps;
+  } given;             /* options given on the command line (--ir checks the descriptor's) */
   kn_attn_desc attn;   /* get_kernel / resolve_attn: the descriptor the kernel computes */
   kn_attn_config cfg;  /* ... and its tiling */
-  bool check_bounds;   /* run: --check-bounds (host: every global access checked) */
+  bool check_bounds;   /* run: --check-bounds (host: every global access checked; always for
+                          an --ir kernel, which nothing vouches for) */
+  unsigned long long max_steps; /* run on interp: the step budget (--max-steps; 0: none) */
   kn_attn_problem prob;
   unsigned long long seed;
   int repeats;
@@ -117,7 +119,9 @@ static void usage(FILE *f) {
         "  --seqlen-q N  --seqlen-k M  --causal  --block-m BM  --block-n BN\n"
         "  --warps W  --stages S (not on the API path)  --seed S  --repeats R  --ir FILE.tile\n"
         "  (with --ir, the file's kernel attrs decide; an option that contradicts them is an error)\n"
-        "  --check-bounds (run, host: check every load and store against the buffers)\n"
+        "  --check-bounds (run, host: check every load and store against the buffers;\n"
+        "  always on for an --ir kernel)  --max-steps N (run, interp: the step budget, default\n"
+        "  10^10 steps, 0 for none)\n"
         "variants (docs/variants.md; each a modifier of templates/mods/*.tile):\n"
         "  --causal-top-left  --window L,R (-1: unbounded)  --softcap C  --alibi\n"
         "  --bias (a random (B,H,Nq,Nk) tensor)  --documents K (K packed documents)\n"
@@ -143,13 +147,15 @@ static int parse_int(const char *opt, const char *s, long lo, long hi, int *out)
   return 0;
 }
 
-/* a 64-bit seed: decimal digits only (strtoull alone takes "abc" as 0 and "-1" as 2^64-1) */
-static int parse_seed(const char *s, unsigned long long *out) {
+/* a 64-bit count (--seed, --max-steps): decimal digits only (strtoull alone takes "abc" as 0
+ * and "-1" as 2^64-1) */
+static int parse_u64(const char *opt, const char *s, unsigned long long *out) {
   char *end;
   errno = 0;
   unsigned long long v = s && *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
   if (!s || *s < '0' || *s > '9' || errno || *end) {
-    fprintf(stderr, "kiln: error: --seed expects a non-negative integer, got '%s'\n", s ? s : "");
+    fprintf(stderr, "kiln: error: %s expects a non-negative integer, got '%s'\n", opt,
+            s ? s : "");
     return -1;
   }
   *out = v;
@@ -187,6 +193,7 @@ static int parse_options(int argc, char **argv, int first, options *o) {
                               .seqlen_k = 128};
   o->seed = 1;
   o->repeats = 1;
+  o->max_steps = 10000000000ull;
   for (int i = first; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     o->given.dtype |= !strcmp(a, "--dtype");
@@ -272,7 +279,11 @@ static int parse_options(int argc, char **argv, int first, options *o) {
     } else if (!strcmp(a, "--check-bounds")) {
       o->check_bounds = true;
     } else if (!strcmp(a, "--seed") && v) {
-      if (parse_seed(v, &o->seed)) return -1;
+      if (parse_u64(a, v, &o->seed)) return -1;
+      i++;
+    } else if (!strcmp(a, "--max-steps") && v) {
+      if (parse_u64(a, v, &o->max_steps)) return -1;
+      o->given.max_steps = true;
       i++;
     } else if (!strcmp(a, "--tune") && v) {
       if (parse_policy(v, &o->tune)) return -1;
@@ -958,7 +969,8 @@ static int run_direct(options *o, const kn_target *t) {
   if (t) {
     kn_diag d;
     double t1 = now_s();
-    kn_compile_options copts = {.check_bounds = o->check_bounds && !emu};
+    /* an --ir kernel is the user's: its accesses are checked as on the interpreter */
+    kn_compile_options copts = {.check_bounds = (o->check_bounds || o->ir_file) && !emu};
     if (kn_compile(m, k->name, t, &copts, &compiled, &d)) {
       fprintf(stderr, "kiln: error: compiling for %s failed:\n%s", t->name, d.rendered);
       kn_module_free(m);
@@ -1004,12 +1016,15 @@ static int run_direct(options *o, const kn_target *t) {
     kn_diag d;
     double t1 = now_s();
     /* the emulator checks every global access against the caller's buffers, like the
-     * interpreter; the host target runs unchecked at full speed unless --check-bounds */
-    int err = emu        ? kn_emu_run(compiled, args, grid, regions, nregions, NULL, &d)
-              : compiled ? kn_kernel_run_host_checked(compiled, args, grid,
-                                                      o->check_bounds ? regions : NULL, nregions,
-                                                      &d)
-                         : kn_interp_run(k, args, grid, regions, nregions, NULL, &d);
+     * interpreter; the host target runs the template unchecked at full speed unless
+     * --check-bounds, an --ir kernel always checked; the interpreter within --max-steps */
+    int err = emu ? kn_emu_run(compiled, args, grid, regions, nregions, NULL, &d)
+              : compiled
+                  ? kn_kernel_run_host_checked(compiled, args, grid,
+                                               o->check_bounds || o->ir_file ? regions : NULL,
+                                               nregions, &d)
+                  : kn_interp_run_budget(k, 0, o->max_steps, args, grid, regions, nregions, NULL,
+                                         &d);
     if (err) {
       fprintf(stderr, "kiln: error: the kernel failed to run:\n%s", d.rendered);
       rc = EXIT_USAGE;
@@ -1230,6 +1245,10 @@ static int cmd_run(options *o) {
   const char *tg = o->target;
   const kn_target *named = kn_target_get(tg);
   bool cuda = named && named->arch->isa == KN_ISA_NVPTX;
+  if (o->given.max_steps && strcmp(tg, "interp")) {
+    fprintf(stderr, "kiln: error: --max-steps is the interpreter's step budget (--target interp)\n");
+    return EXIT_USAGE;
+  }
   if (o->check_bounds && strcmp(tg, "host") && strcmp(tg, "interp") && !(named && named->emulated)) {
     fprintf(stderr, "kiln: error: --check-bounds is for --target host (interp and the -emu "
             "targets always check)\n");
