@@ -920,9 +920,8 @@ static int exec_if(interp *in, frame *fr, kn_op *op) {
 }
 
 static frame *frame_of(interp *in, const kn_func *f) {
-  for (int i = 0; i < in->m->nfuncs; i++)
-    if (in->m->funcs[i] == f) return &in->frames[i];
-  return NULL;
+  int i = f->index;
+  return i >= 0 && i < in->m->nfuncs && in->m->funcs[i] == f ? &in->frames[i] : NULL;
 }
 
 /* An elemental call: the callee runs once per element of the shape, its scalar params taking

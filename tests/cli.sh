@@ -92,6 +92,16 @@ expect run-max-steps-not-interp 2 'max-steps is the interpreter.s step budget' -
   "$kiln" run --target host --ir "$tmp/forever.tile" --max-steps 5
 expect run-max-steps-negative 2 "--max-steps expects a non-negative integer, got '-5'" -- \
   "$kiln" run --target interp --max-steps -5
+# inputs kiln reads: only regular files of at most 16 MiB (/dev/zero grew without bound, a FIFO
+# without a writer blocked for ever)
+mkfifo "$tmp/fifo"
+expect check-dev-zero 2 "cannot read '/dev/zero': not a regular file" -- "$kiln" check /dev/zero
+expect check-fifo 2 "cannot read '.*fifo': not a regular file" -- timeout 20 "$kiln" check "$tmp/fifo"
+expect inspect-fifo 2 "cannot read '.*fifo': not a regular file" -- timeout 20 "$kiln" inspect "$tmp/fifo"
+truncate -s 17M "$tmp/big.tile"
+expect check-too-big 2 "cannot read '.*big.tile': larger than the 16 MiB kiln reads" -- "$kiln" check "$tmp/big.tile"
+expect run-ir-fifo 2 "cannot read '.*fifo': not a regular file" -- timeout 20 "$kiln" run --target interp --ir "$tmp/fifo"
+expect run-mods-dev-zero 2 "cannot read '/dev/zero': not a regular file" -- "$kiln" run --target interp --mods /dev/zero
 expect run-max-steps-enough 0 ' PASS$' -- \
   "$kiln" run --target interp --ir "$tests/golden/attn_fwd_default.tile" --seqlen-q 20 --seqlen-k 20 --max-steps 20000000
 expect dump-llvm 0 'define .*kiln_attn_fwd' -- "$kiln" dump --stage llvm --target host --head-dim 64

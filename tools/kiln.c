@@ -32,7 +32,9 @@
 #include <string.h>
 #include <time.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "amdgpu.h"
 #include "attention.h"
@@ -319,10 +321,9 @@ static int resolve_attn(options *o) {
   o->desc.prefix |= o->var.prefix;
   if (o->var.mods_file && !o->var.mods_text) {
     size_t len;
-    o->var.mods_text = read_file(o->var.mods_file, &len);
-    if (!o->var.mods_text || memchr(o->var.mods_text, 0, len)) {
-      fprintf(stderr, "kiln: error: cannot read '%s': %s\n", o->var.mods_file,
-              o->var.mods_text ? "it holds a NUL byte" : strerror(errno));
+    if (!(o->var.mods_text = read_file(o->var.mods_file, &len))) return -1;
+    if (memchr(o->var.mods_text, 0, len)) {
+      fprintf(stderr, "kiln: error: cannot read '%s': it holds a NUL byte\n", o->var.mods_file);
       return -1;
     }
     char *t = realloc(o->var.mods_text, len + 1);
@@ -358,36 +359,51 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The whole of a regular file of at most KN_PARSE_MAX_BYTES (IR text, a code object); NULL
+ * after printing why not: it cannot be opened, it is not a regular file (reading a FIFO would
+ * wait for a writer, /dev/zero would never end) or it is larger. */
 static char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
-    n += got;
+  const char *why = NULL;
+  char big[64];
+  snprintf(big, sizeof big, "larger than the %zu MiB kiln reads", KN_PARSE_MAX_BYTES >> 20);
+  struct stat st;
+  char *buf = NULL;
+  size_t n = 0, cap = 0;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0 || fstat(fd, &st)) why = strerror(errno);
+  else if (!S_ISREG(st.st_mode)) why = "not a regular file (kiln reads files, not FIFOs or devices)";
+  else if ((uint64_t)st.st_size > KN_PARSE_MAX_BYTES) why = big;
+  /* (read to the end, not to st_size: the file may be growing, and /proc reports size 0) */
+  while (!why) {
     if (n == cap) {
-      char *nb = realloc(buf, cap *= 2);
-      if (!nb) free(buf);
+      char *nb = n > KN_PARSE_MAX_BYTES ? NULL : realloc(buf, cap = cap ? cap * 2 : 1 << 16);
+      if (!nb) {
+        why = n > KN_PARSE_MAX_BYTES ? big : "out of memory";
+        break;
+      }
       buf = nb;
     }
+    ssize_t got = read(fd, buf + n, cap - n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) why = strerror(errno);
+    if (got <= 0) break;
+    n += (size_t)got;
   }
-  if (ferror(f)) {
+  if (fd >= 0) close(fd);
+  if (why) {
+    fprintf(stderr, "kiln: error: cannot read '%s': %s\n", path, why);
     free(buf);
-    buf = NULL;
+    return NULL;
   }
-  fclose(f);
   *len = n;
-  return buf;
+  return buf ? buf : malloc(1);
 }
 
 /* parse + verify a file; NULL after printing the diagnostic */
 static kn_module *load_ir(const char *path) {
   size_t len;
   char *text = read_file(path, &len);
-  if (!text) {
-    fprintf(stderr, "kiln: error: cannot read '%s': %s\n", path, strerror(errno));
-    return NULL;
-  }
+  if (!text) return NULL;
   kn_diag d;
   kn_module *m = kn_parse(path, text, len, &d);
   free(text);
@@ -1304,10 +1320,7 @@ static int cmd_inspect(int argc, char **argv) {
   }
   size_t n;
   char *data = read_file(argv[2], &n);
-  if (!data) {
-    fprintf(stderr, "kiln: error: cannot read '%s': %s\n", argv[2], strerror(errno));
-    return EXIT_USAGE;
-  }
+  if (!data) return EXIT_USAGE;
   kn_codeobj co;
   kn_diag d;
   int rc = EXIT_PASS;
