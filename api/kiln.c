@@ -411,7 +411,9 @@ kn_tunedb *api_db(kiln_context *ctx) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", ctx->cache_dir, KN_TUNEDB_FILE);
     kn_diag why;
-    kn_status s = kn_tunedb_open(path, &ctx->db, &why);
+    /* in the directory the cache checked, through its descriptor (not the path again) */
+    kn_status s = kn_tunedb_open_at(kn_cache_dir_fd(ctx->cache), KN_TUNEDB_FILE, path, &ctx->db,
+                                    &why);
     if (s == KN_RECREATED) {
       api_log(ctx, KILN_LOG_WARN, "%s", why.message);
     } else if (s != KN_OK) {

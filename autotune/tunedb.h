@@ -84,8 +84,16 @@ int kn_tune_seq_bucket(int64_t n);
 typedef struct kn_tunedb kn_tunedb;
 
 /* path NULL: <kn_cache_default_dir()>/tuning.sqlite3, creating the directory 0700.
- * KN_OK or KN_RECREATED give a handle; other statuses leave *out NULL. */
+ * KN_OK or KN_RECREATED give a handle; other statuses leave *out NULL.  The file is opened
+ * relative to a descriptor of its directory (kn_tunedb_open_at). */
 kn_status kn_tunedb_open(const char *path, kn_tunedb **out, kn_diag *d);
+/* the database `name` (a file name) of the directory dirfd (a duplicate of it is held while
+ * the handle lives, and every file of the database — itself, -wal, -shm, .lock — is reached
+ * through it: a directory swapped at the path afterwards is never used); shown: its path in
+ * messages.  The file is created 0600; a symbolic link at the name (or at its .lock, -wal, -shm),
+ * a file that is not regular, not this user's or writable by others is KN_E_INSECURE. */
+kn_status kn_tunedb_open_at(int dirfd, const char *name, const char *shown, kn_tunedb **out,
+                            kn_diag *d);
 void kn_tunedb_close(kn_tunedb *db);
 const char *kn_tunedb_path(const kn_tunedb *db);
 

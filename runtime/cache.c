@@ -21,7 +21,8 @@
  *
  * Every file operation is relative to a descriptor of the objects directory, opened once and
  * checked (owner, mode) through that descriptor: a path component swapped after the check
- * cannot redirect later writes.  Temp files are created with O_CREAT|O_EXCL (mode 0600) under
+ * cannot redirect later writes.  The cache directory's own descriptor, checked the same way,
+ * stays open for the tuning database (kn_cache_dir_fd, kn_tunedb_open_at).  Temp files are created with O_CREAT|O_EXCL (mode 0600) under
  * a fresh random name in that same directory — what mkstemp does, but relative to the
  * descriptor — then written, fsync'ed, closed and renamed over the final name.  rename() is
  * atomic, so readers see the old entry, the new one, or none; concurrent writers of one key each
@@ -72,6 +73,7 @@ static const char kMagic[8] = {'K', 'I', 'L', 'N', 'C', 'A', 'C', 'H'};
 struct kn_cache {
   char dir[PATH_MAX];
   char objdir[PATH_MAX];
+  int topfd;                 /* the cache directory, checked (owner, mode) through it */
   int objfd;                 /* -1: objects directory missing and not creatable (read-only) */
   uint64_t max_bytes;
   kn_cache_log_fn log;
@@ -305,7 +307,7 @@ kn_status kn_cache_open(const kn_cache_config *config, kn_cache **out, kn_diag *
 
   kn_cache *c = calloc(1, sizeof *c);
   if (!c) return kn_diag_set(d, KN_E_NOMEM, "out of memory opening the cache");
-  c->objfd = -1;
+  c->topfd = c->objfd = -1;
   c->est_bytes = -1;
   c->log = config->log;
   c->log_user = config->log_user;
@@ -333,7 +335,7 @@ kn_status kn_cache_open(const kn_cache_config *config, kn_cache **out, kn_diag *
   }
 
   if ((s = make_dirs(c->dir, d))) goto fail;
-  int topfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int topfd = c->topfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (topfd < 0) {
     s = kn_diag_set(d, KN_E_IO, "cannot open cache directory %s: %s", c->dir, strerror(errno));
     goto fail;
@@ -341,12 +343,10 @@ kn_status kn_cache_open(const kn_cache_config *config, kn_cache **out, kn_diag *
   struct stat st;
   if (fstat(topfd, &st) != 0 || (s = check_dir_stat(c->dir, &st, d))) {
     if (!s) s = kn_diag_set(d, KN_E_IO, "cannot stat cache directory %s: %s", c->dir, strerror(errno));
-    close(topfd);
     goto fail;
   }
   if (snprintf(c->objdir, sizeof c->objdir, "%s/%s", c->dir, OBJECTS_DIR) >= (int)sizeof c->objdir) {
     s = kn_diag_set(d, KN_E_INVALID, "cache directory path too long");
-    close(topfd);
     goto fail;
   }
   if (mkdirat(topfd, OBJECTS_DIR, 0700) != 0 && errno != EEXIST) {
@@ -355,12 +355,10 @@ kn_status kn_cache_open(const kn_cache_config *config, kn_cache **out, kn_diag *
     kn_diag_set(d, KN_NOT_STORED, "cache directory %s is not writable (%s); running without a cache",
         c->dir, strerror(errno));
     warn(c, 1, KN_OK, d);
-    close(topfd);
     goto done;
   }
   c->objfd = openat(topfd, OBJECTS_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   int e = errno;
-  close(topfd);
   if (c->objfd < 0) {
     s = kn_diag_set(d, e == ELOOP || e == ENOTDIR ? KN_E_INSECURE : KN_E_IO, "cannot open %s: %s",
                     c->objdir, strerror(e));
@@ -382,11 +380,13 @@ fail:
 void kn_cache_close(kn_cache *c) {
   if (!c) return;
   if (c->objfd >= 0) close(c->objfd);
+  if (c->topfd >= 0) close(c->topfd);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
 
 const char *kn_cache_dir(const kn_cache *c) { return c->dir; }
+int kn_cache_dir_fd(const kn_cache *c) { return c->topfd; }
 uint64_t kn_cache_max_bytes(const kn_cache *c) { return c->max_bytes; }
 
 /* ---- reading ---- */

@@ -104,6 +104,10 @@ kn_status kn_cache_ensure_dir(const char *dir, kn_diag *d);
 kn_status kn_cache_open(const kn_cache_config *config, kn_cache **out, kn_diag *d);
 void kn_cache_close(kn_cache *cache);
 const char *kn_cache_dir(const kn_cache *cache);          /* the resolved cache directory */
+/* a descriptor of that directory, opened and checked (owner, mode) when the cache opened and
+ * open until it closes: files beside the entries (the tuning database) are opened relative to
+ * it, so a directory swapped at that path after the check is never used */
+int kn_cache_dir_fd(const kn_cache *cache);
 uint64_t kn_cache_max_bytes(const kn_cache *cache);
 
 /* ---- entries ---- */

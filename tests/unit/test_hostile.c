@@ -4,7 +4,7 @@
  * Each test is one of the issue's numbered cases and failed (a crash, a hang, a wrong answer)
  * before its fix: tuning options whose problem overflows size_t or whose launch counts never end
  * (1), forward sizes and strides no buffer can have (2), kiln_context_stats with a NULL output
- * (3).  Every rejection is checked for its status and for the message naming the cause; every
+ * (3), the tuning database of a cache directory swapped after the context checked it (8).  Every rejection is checked for its status and for the message naming the cause; every
  * accepted call next to them is checked against the float64 reference on fresh random inputs of
  * ragged sizes, so a check that refuses too much fails as well.  `--filter PATTERN` runs only
  * the matching tests.
@@ -206,6 +206,44 @@ static void test_stats_null(void **state) {
   rm_dir(dir);
 }
 
+/* ---- 8: the tuning database in a swapped directory ---- */
+
+static void test_tunedb_swapped_dir(void **state) {
+  (void)state;
+  char *dir = fresh_dir();
+  kiln_context *ctx = make_ctx(dir); /* the directory is checked now */
+  char moved[4200], theirs[4200], mine[4300];
+  snprintf(moved, sizeof moved, "%s.moved", dir);
+  assert_int_equal(rename(dir, moved), 0);
+  assert_int_equal(mkdir(dir, 0777), 0); /* another user's, writable by all */
+  assert_int_equal(chmod(dir, 0777), 0);
+  /* tuning opens the database for the first time: in the checked directory, not this one */
+  kiln_prepare_options o = {.seqlen = 40, .tune_batch = 1, .tune_heads = 2, .tune_warmup = 1,
+                            .tune_repeats = 1, .tune_space = "block_m=32;block_n=32"};
+  kiln_tune_result res;
+  assert_int_equal(kiln_tune(ctx, &f32_d16, &o, &res), KILN_OK);
+  assert_true(res.recorded);
+  kiln_tune_result_free(&res);
+  snprintf(theirs, sizeof theirs, "%s/tuning.sqlite3", dir);
+  snprintf(mine, sizeof mine, "%s/tuning.sqlite3", moved);
+  struct stat st;
+  assert_int_equal(lstat(theirs, &st), -1);
+  assert_int_equal(stat(mine, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0600);
+  kiln_kernel *k = NULL;
+  o.tune_policy = KILN_TUNE_CACHED;
+  if (kiln_prepare(ctx, &f32_d16, &o, &k)) fail_msg("prepare: %s", kiln_last_error());
+  kiln_kernel_info info;
+  assert_int_equal(kiln_kernel_get_info(k, &info), KILN_OK);
+  assert_true(info.tuned);
+  forward_matches(k, &f32_d16, 2, 2, 33, 40);
+  kiln_context_destroy(ctx);
+  rmdir(dir);
+  rm_dir(dir);
+  char *m = strdup(moved);
+  rm_dir(m);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--filter")) cmocka_set_test_filter(argv[2]);
   seed_state = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 32;
@@ -218,6 +256,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_tune_options),
       cmocka_unit_test(test_forward_sizes),
       cmocka_unit_test(test_stats_null),
+      cmocka_unit_test(test_tunedb_swapped_dir),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

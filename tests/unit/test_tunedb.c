@@ -1,7 +1,8 @@
 /* test_tunedb.c — the SQLite tuning database: round trips, the sequence-length bucket, 8
  * processes writing and reading at once, and files that are not ours (garbage, another
  * application's database, a truncated database, a newer schema) handled without a crash and
- * without destroying anything that might matter.  Also the errors of the search spaces beside
+ * without destroying anything that might matter; symbolic links at its names and a directory
+ * swapped after the check refused or never used.  Also the errors of the search spaces beside
  * it (space.h).
  */
 #define _GNU_SOURCE
@@ -370,6 +371,97 @@ static void test_space_errors(void **state) {
   assert_int_equal(kn_space_size(&s), 2);
 }
 
+/* issue 16, case 8: the database and its lock are opened relative to the directory's
+ * descriptor, without following symbolic links, and created 0600.  Before: a symlink at
+ * tuning.sqlite3 or at its .lock had kiln write or create the link's target, and a directory
+ * swapped in at the path after it was checked was used. */
+static void test_links_and_swaps(void **state) {
+  (void)state;
+  char target[400], lock[320], moved[320], other[320];
+  /* the database name is a symlink: refused, the target neither created nor written */
+  snprintf(target, sizeof target, "%s/target", g_root);
+  assert_int_equal(symlink(target, g_db), 0);
+  kn_tunedb *db = NULL;
+  assert_int_equal(kn_tunedb_open(g_db, &db, &diag), KN_E_INSECURE);
+  assert_null(db);
+  if (!strstr(diag.message, "symbolic link")) fail_msg("message '%s'", diag.message);
+  struct stat st;
+  assert_int_equal(lstat(target, &st), -1);
+  int fd = open(target, O_WRONLY | O_CREAT, 0600); /* ... nor written when it exists */
+  assert_true(fd >= 0 && write(fd, "precious", 8) == 8);
+  close(fd);
+  assert_int_equal(kn_tunedb_open(g_db, &db, &diag), KN_E_INSECURE);
+  assert_int_equal(stat(target, &st), 0);
+  assert_int_equal(st.st_size, 8);
+  unlink(g_db);
+
+  /* a bad database whose .lock is a symlink: refused, the lock's target not created */
+  fd = open(g_db, O_WRONLY | O_CREAT, 0600);
+  assert_true(fd >= 0 && write(fd, "this is not a database, it is garbage text", 42) == 42);
+  close(fd);
+  snprintf(lock, sizeof lock, "%s.lock", g_db);
+  unlink(target);
+  assert_int_equal(symlink(target, lock), 0);
+  assert_int_equal(kn_tunedb_open(g_db, &db, &diag), KN_E_INSECURE);
+  if (!strstr(diag.message, ".lock is a symbolic link")) fail_msg("message '%s'", diag.message);
+  assert_int_equal(lstat(target, &st), -1);
+  unlink(lock);
+  unlink(g_db);
+
+  /* a database writable by others, or a -wal that is a symlink: refused */
+  fd = open(g_db, O_WRONLY | O_CREAT, 0600);
+  close(fd);
+  assert_int_equal(chmod(g_db, 0666), 0);
+  assert_int_equal(kn_tunedb_open(g_db, &db, &diag), KN_E_INSECURE);
+  if (!strstr(diag.message, "writable by nobody else")) fail_msg("message '%s'", diag.message);
+  unlink(g_db);
+  char wal[320];
+  snprintf(wal, sizeof wal, "%s-wal", g_db);
+  assert_int_equal(symlink(target, wal), 0);
+  assert_int_equal(kn_tunedb_open(g_db, &db, &diag), KN_E_INSECURE);
+  assert_int_equal(lstat(target, &st), -1);
+  unlink(wal);
+  unlink(g_db);
+
+  /* created 0600 whatever the umask */
+  mode_t old = umask(0);
+  db = open_db(KN_OK);
+  umask(old);
+  assert_int_equal(stat(g_db, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0600);
+  kn_tune_record mine = rec("fwd", 64, 512, "gfx942", 64, 10.0);
+  assert_int_equal(kn_tunedb_put(db, &mine, 0, &diag), KN_OK);
+  kn_tunedb_close(db);
+
+  /* the directory swapped after its descriptor was taken: the records are the checked
+   * directory's, and the swapped-in one is never touched */
+  int dirfd = open(g_root, O_RDONLY | O_DIRECTORY);
+  assert_true(dirfd >= 0);
+  snprintf(moved, sizeof moved, "%s.moved", g_root);
+  snprintf(other, sizeof other, "%s/tuning.sqlite3", g_root);
+  assert_int_equal(rename(g_root, moved), 0);
+  assert_int_equal(mkdir(g_root, 0777), 0);
+  assert_int_equal(chmod(g_root, 0777), 0);
+  kn_tunedb *theirs = NULL;
+  assert_int_equal(kn_tunedb_open(other, &theirs, &diag), KN_OK);
+  kn_tune_record planted = rec("fwd", 64, 512, "gfx942", 16, 1.0);
+  assert_int_equal(kn_tunedb_put(theirs, &planted, 0, &diag), KN_OK);
+  kn_tunedb_close(theirs);
+  assert_int_equal(kn_tunedb_open_at(dirfd, "tuning.sqlite3", g_db, &db, &diag), KN_OK);
+  kn_tune_record got;
+  assert_int_equal(kn_tunedb_get(db, &mine.key, &got, &diag), KN_OK);
+  assert_int_equal(got.config.block_m, 64); /* ours, not the planted 16 */
+  kn_tune_record more = rec("fwd", 128, 512, "gfx942", 32, 5.0);
+  assert_int_equal(kn_tunedb_put(db, &more, 0, &diag), KN_OK);
+  kn_tunedb_close(db);
+  close(dirfd);
+  assert_int_equal(kn_tunedb_open(other, &theirs, &diag), KN_OK);
+  assert_int_equal(kn_tunedb_get(theirs, &more.key, &got, &diag), KN_MISS);
+  kn_tunedb_close(theirs);
+  nftw(g_root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+  assert_int_equal(rename(moved, g_root), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bucket),
@@ -382,6 +474,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_foreign_database, setup, teardown),
       cmocka_unit_test_setup_teardown(test_newer_schema, setup, teardown),
       cmocka_unit_test_setup_teardown(test_truncated_database, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_links_and_swaps, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
