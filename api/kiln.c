@@ -206,6 +206,14 @@ static const kn_arch *nv_arch_named(const char *device) {
   return a && a->isa == KN_ISA_NVPTX ? a : NULL;
 }
 
+/* the ordinal of "cuda:N" (N decimal digits only, at most 1024), else -1 */
+static int cuda_ordinal(const char *device) {
+  const char *p = device + 5;
+  long v = 0;
+  for (; *p >= '0' && *p <= '9' && v <= 1024; p++) v = v * 10 + (*p - '0');
+  return p == device + 5 || *p || v > 1024 ? -1 : (int)v;
+}
+
 /* the CUDA device a device string names, from discovery: "cuda" (the first NVIDIA GPU kiln
  * can run on), "cuda:N" (ordinal N), an NVIDIA target of the registry: one for any later GPU
  * ("sm_80": any sm_80+ GPU, compiled for sm_80) or for exactly one compute capability
@@ -216,16 +224,7 @@ static const kn_device_info *find_cuda(const char *device, char *why, size_t n) 
     snprintf(why, n, "no CUDA device: %s", discovered.cuda.why.message);
     return NULL;
   }
-  int ordinal = -1;
-  if (!strncmp(device, "cuda:", 5)) {
-    char *end;
-    long v = strtol(device + 5, &end, 10);
-    if (end == device + 5 || *end || v < 0 || v > 1024) {
-      snprintf(why, n, "'%s' is not cuda:<ordinal>", device);
-      return NULL;
-    }
-    ordinal = (int)v;
-  }
+  int ordinal = strncmp(device, "cuda:", 5) ? -1 : cuda_ordinal(device); /* (pick_device checked) */
   const kn_arch *want = nv_arch_named(device);
   bool exact = want && want->cc_exact;
   const kn_device_info *older = NULL;
@@ -288,6 +287,10 @@ static kiln_status pick_device(kiln_context *ctx, const char *device) {
   }
   const kn_arch *nv = nv_arch_named(device);
   if (!strcmp(device, "cuda") || !strncmp(device, "cuda:", 5) || nv) {
+    /* a malformed name is the caller's error, whatever the machine has */
+    if (!strncmp(device, "cuda:", 5) && cuda_ordinal(device) < 0)
+      return api_fail(KILN_ERR_INVALID, "device '%s' is not cuda:<ordinal> (a decimal number, "
+                      "0 to 1024)", device);
     const kn_device_info *cu = find_cuda(device, why, sizeof why);
     if (!cu) return api_fail(KILN_ERR_NO_DEVICE, "device '%s': %s", device, why);
     /* a target for any later GPU ("sm_80") asks for its code whatever the GPU (PTX for sm_80 runs
@@ -898,7 +901,10 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
   api_tune_key(ctx, d, seqlen, &key);
   kn_tunedb *db = api_db(ctx);
   kn_tune_record rec;
-  if (db && kn_tunedb_get(db, &key, &rec, NULL) == KN_OK) {
+  kn_diag gd;
+  kn_status gs = db ? kn_tunedb_get(db, &key, &rec, &gd) : KN_MISS;
+  if (gs == KN_E_CORRUPT) api_log(ctx, KILN_LOG_WARN, "%s", gd.message); /* then: no record */
+  if (gs == KN_OK) {
     kn_attn_config t = {.block_m = rec.config.block_m, .block_n = rec.config.block_n,
                         .warps = rec.config.warps, .stages = rec.config.stages};
     kn_diag diag;

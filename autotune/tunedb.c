@@ -24,7 +24,8 @@
  * it runs once per process.
  *
  * Connections use WAL (persistent in the file), synchronous=NORMAL (a power loss may drop the
- * last record, never corrupts) and a busy timeout of KN_TUNEDB_BUSY_TIMEOUT_MS, so concurrent
+ * last record, never corrupts) and a busy timeout of KN_TUNEDB_BUSY_TIMEOUT_MS for writes (reads:
+ * KN_TUNEDB_READ_TIMEOUT_MS, so a lock held for ever costs each opener a moment), so concurrent
  * tuners wait for each other instead of failing.  Statements are prepared per call: the handle
  * may be shared by threads and a shared prepared statement would need its own lock, while
  * preparing costs microseconds next to the milliseconds a tuning trial takes.
@@ -33,6 +34,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,11 +134,17 @@ static void at_register(void) {
 }
 
 /* Checks the database file `name` of dirfd before SQLite opens it, creating it 0600 when
- * missing: reached without following a symbolic link, a regular file, owned by this user and
- * writable by nobody else; its -wal, -shm and -journal are no symbolic links either.  0, or the
- * status with why. */
-static kn_status check_files(int dirfd, const char *name, char *why, size_t whysize) {
-  int fd = openat(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+ * missing (not when readonly: then KN_MISS): reached without following a symbolic link, a
+ * regular file, owned by this user and writable by nobody else; its -wal, -shm and -journal are
+ * no symbolic links either.  0, or the status with why. */
+static kn_status check_files(int dirfd, const char *name, bool readonly, char *why,
+                             size_t whysize) {
+  int fd = openat(dirfd, name, (readonly ? O_RDONLY : O_RDWR | O_CREAT) | O_NOFOLLOW |
+                  O_NONBLOCK | O_CLOEXEC, 0600);
+  if (fd < 0 && readonly && errno == ENOENT) {
+    snprintf(why, whysize, "no tuning database yet");
+    return KN_MISS;
+  }
   if (fd < 0 && errno == ELOOP) {
     snprintf(why, whysize, "it is a symbolic link; refused (kiln follows none in its cache)");
     return KN_E_INSECURE;
@@ -172,27 +180,43 @@ static kn_status check_files(int dirfd, const char *name, char *why, size_t whys
   return s;
 }
 
+/* BEGIN IMMEDIATE, waiting for another writer up to KN_TUNEDB_BUSY_TIMEOUT_MS (each attempt
+ * waits the connection's short busy timeout) */
+static int begin_immediate(sqlite3 *db) {
+  for (int waited_ms = 0;; waited_ms += KN_TUNEDB_READ_TIMEOUT_MS) {
+    int rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    if (rc == SQLITE_OK || (rc != SQLITE_BUSY && rc != SQLITE_LOCKED) ||
+        waited_ms >= KN_TUNEDB_BUSY_TIMEOUT_MS)
+      return rc;
+  }
+}
+
 typedef enum file_state {
   FILE_OK,       /* ours, current schema (or new and empty, schema now created) */
   FILE_BAD,      /* not a database, corrupt, foreign or older: move aside */
   FILE_NEWER,    /* a newer kiln's: leave it */
   FILE_ERROR,    /* cannot open at all (permissions, I/O): report */
+  FILE_EMPTY,    /* read-only: no schema yet (an empty file) */
 } file_state;
 
 /* Opens path and classifies it; on FILE_OK *out is the ready connection.  why receives the
  * reason for any other state. */
-static file_state open_checked(const char *path, const char *vfs, sqlite3 **out, char *why,
-                               size_t whysize) {
+static file_state open_checked(const char *path, const char *vfs, bool readonly, sqlite3 **out,
+                               char *why, size_t whysize) {
   sqlite3 *db = NULL;
   *out = NULL;
-  int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+  int rc = sqlite3_open_v2(path, &db, (readonly ? SQLITE_OPEN_READONLY
+                                                : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
                            SQLITE_OPEN_FULLMUTEX, vfs);
   if (rc != SQLITE_OK) {
     snprintf(why, whysize, "%s", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
     sqlite3_close(db);
     return FILE_ERROR;
   }
-  sqlite3_busy_timeout(db, KN_TUNEDB_BUSY_TIMEOUT_MS);
+  /* reads wait briefly: in WAL mode only a lock held against everything (a process that
+   * froze holding an exclusive lock) blocks them, and then every prepare would wait the whole
+   * busy timeout; writes wait the long timeout in put's own loop */
+  sqlite3_busy_timeout(db, KN_TUNEDB_READ_TIMEOUT_MS);
   /* one statement, so one snapshot: read separately, a schema another process commits in
    * between would look like "no version but tables" — a foreign file */
   int64_t app = 0, version = 0, tables = 0;
@@ -254,6 +278,10 @@ static file_state open_checked(const char *path, const char *vfs, sqlite3 **out,
     sqlite3_close(db);
     return FILE_BAD;
   }
+  if (readonly) { /* (an empty file: no schema yet, so no records) */
+    *out = db;
+    return version == 0 ? FILE_EMPTY : FILE_OK;
+  }
   if (!set_wal(db)) {
     snprintf(why, whysize, "cannot enable WAL: %s", sqlite3_errmsg(db));
     sqlite3_close(db);
@@ -262,10 +290,9 @@ static file_state open_checked(const char *path, const char *vfs, sqlite3 **out,
   char *err = NULL;
   if (version == 0) {
     char sql[1024];
-    snprintf(sql, sizeof sql,
-             "BEGIN IMMEDIATE; %s; PRAGMA application_id = %d; PRAGMA user_version = %d; COMMIT",
+    snprintf(sql, sizeof sql, "%s; PRAGMA application_id = %d; PRAGMA user_version = %d; COMMIT",
              kCreate, KN_TUNEDB_APPLICATION_ID, KN_TUNEDB_SCHEMA_VERSION);
-    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
+    if (begin_immediate(db) != SQLITE_OK || sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
       snprintf(why, whysize, "cannot create the schema: %s", err ? err : sqlite3_errmsg(db));
       sqlite3_free(err);
       sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
@@ -294,17 +321,17 @@ static int move_aside(int dirfd, const char *name, char *aside, size_t size) {
 
 /* the checks, then SQLite, on the file `name` of t->dirfd; sqlpath: its name for SQLite */
 static file_state open_file(kn_tunedb *t, const char *name, const char *sqlpath, const char *vfs,
-                            char *why, size_t whysize, kn_status *insecure) {
-  kn_status s = check_files(t->dirfd, name, why, whysize);
+                            bool readonly, char *why, size_t whysize, kn_status *insecure) {
+  kn_status s = check_files(t->dirfd, name, readonly, why, whysize);
   if (s) {
     *insecure = s;
     return FILE_ERROR;
   }
-  return open_checked(sqlpath, vfs, &t->db, why, whysize);
+  return open_checked(sqlpath, vfs, readonly, &t->db, why, whysize);
 }
 
-kn_status kn_tunedb_open_at(int dirfd, const char *name, const char *shown, kn_tunedb **out,
-                            kn_diag *d) {
+static kn_status open_at(int dirfd, const char *name, const char *shown, bool readonly,
+                         kn_tunedb **out, kn_diag *d) {
   if (!out) return kn_diag_set(d, KN_E_INVALID, "kn_tunedb_open: null output");
   *out = NULL;
   if (!name || !*name || strchr(name, '/') || strlen(name) > NAME_MAX - 40)
@@ -334,8 +361,20 @@ kn_status kn_tunedb_open_at(int dirfd, const char *name, const char *shown, kn_t
 
   char why[512] = "";
   kn_status insecure = KN_OK;
-  file_state fs = open_file(t, name, sqlpath, vfs, why, sizeof why, &insecure);
+  file_state fs = open_file(t, name, sqlpath, vfs, readonly, why, sizeof why, &insecure);
   kn_status status = KN_OK;
+  if (readonly && fs != FILE_OK) {
+    /* listing changes nothing: a missing or empty file has no records, a bad one stays */
+    status = fs == FILE_EMPTY || insecure == KN_MISS ? KN_MISS
+             : fs == FILE_BAD || fs == FILE_NEWER    ? KN_E_CORRUPT
+             : insecure                              ? insecure
+                                                     : KN_E_IO;
+    kn_diag_set(d, status, "tuning database %s: %s%s", t->path,
+                fs == FILE_EMPTY ? "no records yet" : why,
+                fs == FILE_BAD ? "; left as it is (a kiln that tunes moves it aside)" : "");
+    kn_tunedb_close(t);
+    return status;
+  }
   if (fs == FILE_BAD) {
     /* check again under the lock, so only one process moves a bad file aside */
     char lock[NAME_MAX + 8];
@@ -348,7 +387,7 @@ kn_status kn_tunedb_open_at(int dirfd, const char *name, const char *shown, kn_t
       fs = FILE_ERROR;
     }
     if (lfd >= 0) flock(lfd, LOCK_EX);
-    if (fs == FILE_BAD) fs = open_file(t, name, sqlpath, vfs, why, sizeof why, &insecure);
+    if (fs == FILE_BAD) fs = open_file(t, name, sqlpath, vfs, false, why, sizeof why, &insecure);
     if (fs == FILE_BAD) {
       char aside[NAME_MAX + 72];
       char first_why[512];
@@ -359,7 +398,7 @@ kn_status kn_tunedb_open_at(int dirfd, const char *name, const char *shown, kn_t
         fs = FILE_ERROR;
         status = KN_E_IO;
       } else {
-        fs = open_file(t, name, sqlpath, vfs, why, sizeof why, &insecure);
+        fs = open_file(t, name, sqlpath, vfs, false, why, sizeof why, &insecure);
         if (fs == FILE_OK)
           status = kn_diag_set(d, KN_RECREATED, "tuning database %s was unusable (%s); moved aside to "
                        "%s and started afresh", t->path, first_why, aside);
@@ -384,6 +423,16 @@ kn_status kn_tunedb_open_at(int dirfd, const char *name, const char *shown, kn_t
   if (status == KN_OK) kn_diag_clear(d);
   *out = t;
   return status;
+}
+
+kn_status kn_tunedb_open_at(int dirfd, const char *name, const char *shown, kn_tunedb **out,
+                            kn_diag *d) {
+  return open_at(dirfd, name, shown, false, out, d);
+}
+
+kn_status kn_tunedb_open_existing(int dirfd, const char *name, const char *shown,
+                                  kn_tunedb **out, kn_diag *d) {
+  return open_at(dirfd, name, shown, true, out, d);
 }
 
 kn_status kn_tunedb_open(const char *path, kn_tunedb **out, kn_diag *d) {
@@ -457,23 +506,48 @@ static void column_str(sqlite3_stmt *st, int col, char *dst, size_t size) {
   snprintf(dst, size, "%s", s ? (const char *)s : "");
 }
 
-static void read_row(sqlite3_stmt *st, kn_tune_record *r) {
+/* an INTEGER column within [lo, hi]: another type (a text, a real) or a value out of range is
+ * false, never truncated (sqlite3_column_int would take 2^32 + 16 as 16) */
+static bool column_in(sqlite3_stmt *st, int col, int64_t lo, int64_t hi, int *out) {
+  int64_t v = sqlite3_column_int64(st, col);
+  *out = (int)v;
+  return sqlite3_column_type(st, col) == SQLITE_INTEGER && v >= lo && v <= hi;
+}
+
+/* a row into *r; false (why says which field) when a value is of the wrong type or out of range:
+ * such a record came from another program or a damaged file, and is used as no record */
+static bool read_row(sqlite3_stmt *st, kn_tune_record *r, char *why, size_t whysize) {
   memset(r, 0, sizeof *r);
   column_str(st, 0, r->key.template_name, sizeof r->key.template_name);
   column_str(st, 1, r->key.variant, sizeof r->key.variant);
   column_str(st, 2, r->key.dtype, sizeof r->key.dtype);
-  r->key.head_dim = sqlite3_column_int(st, 3);
-  r->key.seq_bucket = sqlite3_column_int(st, 4);
   column_str(st, 5, r->key.arch, sizeof r->key.arch);
   column_str(st, 6, r->key.kiln_version, sizeof r->key.kiln_version);
-  r->config.block_m = sqlite3_column_int(st, 7);
-  r->config.block_n = sqlite3_column_int(st, 8);
-  r->config.warps = sqlite3_column_int(st, 9);
-  r->config.stages = sqlite3_column_int(st, 10);
-  r->config.waves_per_eu = sqlite3_column_int(st, 11);
   column_str(st, 12, r->config.matrix_instr, sizeof r->config.matrix_instr);
+  const struct { int col; const char *name; int64_t lo, hi; int *dst; } ints[] = {
+      {3, "head_dim", 1, INT32_MAX, &r->key.head_dim},
+      {4, "seq_bucket", 1, INT32_MAX, &r->key.seq_bucket},
+      {7, "block_m", 1, KN_TUNE_MAX_TILE, &r->config.block_m},
+      {8, "block_n", 1, KN_TUNE_MAX_TILE, &r->config.block_n},
+      {9, "warps", 1, KN_TUNE_MAX_TILE, &r->config.warps},
+      {10, "stages", 1, KN_TUNE_MAX_TILE, &r->config.stages},
+      {11, "waves_per_eu", 0, KN_TUNE_MAX_TILE, &r->config.waves_per_eu},
+  };
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+    if (!column_in(st, ints[i].col, ints[i].lo, ints[i].hi, ints[i].dst)) {
+      snprintf(why, whysize, "%s %s is not an integer in [%lld, %lld]", ints[i].name,
+               sqlite3_column_text(st, ints[i].col) ? (const char *)sqlite3_column_text(st, ints[i].col)
+                                                     : "NULL",
+               (long long)ints[i].lo, (long long)ints[i].hi);
+      return false;
+    }
   r->time_us = sqlite3_column_double(st, 13);
   r->tuned_at = sqlite3_column_int64(st, 14);
+  if (!(r->time_us >= 0) || isinf(r->time_us)) {
+    snprintf(why, whysize, "time_us %g is not a finite time >= 0", r->time_us);
+    return false;
+  }
+  return true;
 }
 
 static kn_status db_error(kn_tunedb *t, const char *what, kn_diag *d) {
@@ -489,8 +563,11 @@ kn_status kn_tunedb_get(kn_tunedb *t, const kn_tune_key *key, kn_tune_record *ou
     return db_error(t, "get", d);
   bind_key(st, key);
   int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
-    read_row(st, out);
+  char why[160];
+  if (rc == SQLITE_ROW && !read_row(st, out, why, sizeof why)) {
+    s = kn_diag_set(d, KN_E_CORRUPT, "tuning database %s: the record for the key is invalid (%s); "
+                    "not used", t->path, why);
+  } else if (rc == SQLITE_ROW) {
     s = KN_OK;
     kn_diag_clear(d);
   } else if (rc == SQLITE_DONE) {
@@ -506,12 +583,21 @@ kn_status kn_tunedb_put(kn_tunedb *t, const kn_tune_record *rec, int only_if_fas
   if (!t || !rec) return kn_diag_set(d, KN_E_INVALID, "kn_tunedb_put: null argument");
   kn_status s = check_key(&rec->key, d);
   if (s) return s;
-  if (!name_ok(rec->config.matrix_instr, sizeof rec->config.matrix_instr, true) ||
-      !(rec->time_us >= 0))
+  const kn_tune_config *c = &rec->config;
+  if (!name_ok(c->matrix_instr, sizeof c->matrix_instr, true) || !(rec->time_us >= 0) ||
+      isinf(rec->time_us))
     return kn_diag_set(d, KN_E_INVALID, "tuning record: bad matrix instruction name or time");
-  /* IMMEDIATE takes the write lock now (waiting up to the busy timeout), so the compare and the
-   * write below see and change the same state */
-  if (sqlite3_exec(t->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) return db_error(t, "begin", d);
+  if (c->block_m < 1 || c->block_n < 1 || c->warps < 1 || c->stages < 1 || c->waves_per_eu < 0 ||
+      c->block_m > KN_TUNE_MAX_TILE || c->block_n > KN_TUNE_MAX_TILE ||
+      c->warps > KN_TUNE_MAX_TILE || c->stages > KN_TUNE_MAX_TILE ||
+      c->waves_per_eu > KN_TUNE_MAX_TILE)
+    return kn_diag_set(d, KN_E_INVALID, "tuning record: block %dx%d, warps %d, stages %d, "
+                       "waves_per_eu %d: each must be in [1, %d] (waves_per_eu from 0)",
+                       c->block_m, c->block_n, c->warps, c->stages, c->waves_per_eu,
+                       KN_TUNE_MAX_TILE);
+  /* IMMEDIATE takes the write lock now (waiting up to the busy timeout: the connection's short
+   * one, retried here), so the compare and the write below see and change the same state */
+  if (begin_immediate(t->db) != SQLITE_OK) return db_error(t, "begin", d);
   sqlite3_stmt *st = NULL;
   if (only_if_faster) {
     if (sqlite3_prepare_v2(t->db, "SELECT time_us FROM tuning WHERE " KEY_WHERE, -1, &st, NULL) != SQLITE_OK)
@@ -578,7 +664,8 @@ kn_status kn_tunedb_list(kn_tunedb *t, kn_tune_record **records, size_t *count, 
       }
       v = nv;
     }
-    read_row(st, &v[n++]);
+    char why[160];
+    if (read_row(st, &v[n], why, sizeof why)) n++; /* (an invalid record is not listed) */
   }
   if (rc != SQLITE_DONE) {
     kn_status s = db_error(t, "list", d);

@@ -35,7 +35,8 @@
  * the device's primary context (the one PyTorch and other driver users share); forward launches
  * asynchronously on the caller's stream with caller-owned DEVICE pointers.  Without a usable GPU,
  * device "cuda" is KILN_ERR_NO_DEVICE with the reason discovery found (no driver, no device,
- * too old), and "auto" is the host.  AMD GPUs are compiled for but not launched by the API yet.
+ * too old), and "auto" is the host; a malformed "cuda:N" (N not decimal digits, or above 1024)
+ * is KILN_ERR_INVALID.  AMD GPUs are compiled for but not launched by the API yet.
  *
  * Threads.  All functions may be called from any number of threads at once on one context:
  * prepares of the same kernel compile it once (the others wait for it), and kernels may be
@@ -427,14 +428,17 @@ typedef struct kiln_cache_report {
   size_t entries;            /* examined */
   size_t valid;
   size_t removed_corrupt;    /* verify: bad entries removed */
-  size_t removed_temp;       /* stale temp files of crashed writers (clear: all) */
+  size_t removed_temp;       /* stale temp files (an hour old) of crashed writers */
   size_t removed;            /* clear: entries removed */
   uint64_t bytes;            /* held afterwards */
+  size_t corrupt_kept;       /* verify: bad entries that could not be removed (the log says why) */
+  size_t kept_temp;          /* younger temp files, left alone: writes that may be in flight */
 } kiln_cache_report;
 
 /* reads every entry and removes the bad ones (each also a warning to the log) */
 kiln_status kiln_cache_verify(kiln_context *ctx, kiln_cache_report *out);
-/* removes every entry; the tuning records are kept */
+/* removes every entry and stale temp file; the tuning records are kept, and so are younger
+ * temp files (another process's write in flight) */
 kiln_status kiln_cache_clear(kiln_context *ctx, kiln_cache_report *out);
 
 #ifdef __cplusplus

@@ -64,6 +64,15 @@ expect ir-agree 0 ' PASS$' -- \
   --block-n 64 --seqlen-q 20 --seqlen-k 20
 expect bad-seed 2 "--seed expects a non-negative integer, got 'abc'" -- "$kiln" run --seed abc
 expect bad-seed-negative 2 "--seed expects a non-negative integer" -- "$kiln" run --seed -1
+# numbers are digits (issue 16, case 10): strtol alone took " 64" and "+64"
+expect bad-seed-minus-5 2 "--seed expects a non-negative integer, got '-5'" -- "$kiln" run --seed -5
+expect bad-seed-space 2 "--seed expects a non-negative integer, got ' 5'" -- "$kiln" run --seed " 5"
+expect bad-head-dim-space 2 "--head-dim expects an integer in \[1, 4096\], got ' 64'" -- \
+  "$kiln" run --target interp --head-dim " 64"
+expect bad-head-dim-plus 2 "--head-dim expects an integer in \[1, 4096\], got '\+64'" -- \
+  "$kiln" run --target interp --head-dim "+64"
+expect bad-seqlen-trailing 2 "--seqlen-q expects an integer in \[1, 16777216\], got '64 '" -- \
+  "$kiln" run --target interp --seqlen-q "64 "
 expect run-help 0 'not served by the API' -- "$kiln" run --help
 expect version 0 '^kiln [0-9]+\.[0-9]+\.[0-9]+ \(LLVM [0-9]+\.' -- "$kiln" --version
 # checked mode: the same kernel with the bounds of its V load removed reads past V (seqlen 61 is

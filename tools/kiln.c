@@ -38,6 +38,7 @@
 
 #include "amdgpu.h"
 #include "attention.h"
+#include "cache.h"
 #include "cuda_device.h"
 #include "device.h"
 #include "discover.h"
@@ -139,8 +140,10 @@ static void usage(FILE *f) {
 static int parse_int(const char *opt, const char *s, long lo, long hi, int *out) {
   char *end;
   errno = 0;
-  long v = s ? strtol(s, &end, 10) : 0;
-  if (!s || errno || *end || end == s || v < lo || v > hi) {
+  /* strtol alone takes " 64" and "+64": a number here is an optional '-' and digits */
+  bool digits = s && (s[0] == '-' ? s[1] : s[0]) >= '0' && (s[0] == '-' ? s[1] : s[0]) <= '9';
+  long v = digits ? strtol(s, &end, 10) : 0;
+  if (!digits || errno || *end || end == s || v < lo || v > hi) {
     fprintf(stderr, "kiln: error: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi,
             s ? s : "");
     return -1;
@@ -1580,6 +1583,15 @@ static int cmd_cache(int argc, char **argv) {
     fprintf(stderr, "usage: kiln cache ls|verify|clear [--cache-dir DIR]\n");
     return EXIT_USAGE;
   }
+  /* looking at a cache creates nothing: a directory that is not there holds nothing */
+  char resolved[4096];
+  kn_diag dd;
+  if (!dir && kn_cache_default_dir(resolved, sizeof resolved, &dd) == KN_OK) dir = resolved;
+  struct stat st;
+  if (dir && stat(dir, &st) != 0 && errno == ENOENT) {
+    printf("cache %s: no such directory (nothing cached; not created)\n", dir);
+    return EXIT_PASS;
+  }
   kiln_context_options co = {.cache_dir = dir, .device = "host", .log = cli_log,
                              .tune_policy = KILN_TUNE_NONE};
   kiln_context *ctx;
@@ -1597,13 +1609,19 @@ static int cmd_cache(int argc, char **argv) {
       printf("cache %s: %zu entries, %zu valid, %zu corrupt removed, %zu stale temp files "
              "removed, %llu bytes\n", d, r.entries, r.valid, r.removed_corrupt, r.removed_temp,
              (unsigned long long)r.bytes);
-      if (r.removed_corrupt) rc = EXIT_FAIL;
+      if (r.corrupt_kept)
+        printf("cache %s: %zu corrupt entries could not be removed (see the warnings)\n", d,
+               r.corrupt_kept);
+      if (r.removed_corrupt || r.corrupt_kept) rc = EXIT_FAIL;
     }
   } else if ((s = kiln_cache_clear(ctx, &r))) {
     rc = fail_api(s);
   } else {
     printf("cache %s: removed %zu entries and %zu temp files (tuning records kept: %s/%s)\n", d,
            r.removed, r.removed_temp, d, KN_TUNEDB_FILE);
+    if (r.kept_temp)
+      printf("cache %s: %zu temp files younger than an hour left alone (writes that may be in "
+             "flight)\n", d, r.kept_temp);
   }
   kiln_context_destroy(ctx);
   return rc;

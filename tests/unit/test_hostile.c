@@ -4,7 +4,8 @@
  * Each test is one of the issue's numbered cases and failed (a crash, a hang, a wrong answer)
  * before its fix: tuning options whose problem overflows size_t or whose launch counts never end
  * (1), forward sizes and strides no buffer can have (2), kiln_context_stats with a NULL output
- * (3), the tuning database of a cache directory swapped after the context checked it (8).  Every rejection is checked for its status and for the message naming the cause; every
+ * (3), the tuning database of a cache directory swapped after the context checked it (8),
+ * malformed device names (10).  Every rejection is checked for its status and for the message naming the cause; every
  * accepted call next to them is checked against the float64 reference on fresh random inputs of
  * ragged sizes, so a check that refuses too much fails as well.  `--filter PATTERN` runs only
  * the matching tests.
@@ -244,6 +245,22 @@ static void test_tunedb_swapped_dir(void **state) {
   rm_dir(m);
 }
 
+/* ---- 10: device names ---- */
+
+static void test_device_names(void **state) {
+  (void)state;
+  /* malformed cuda:<ordinal> is a bad argument whatever the machine has (it was reported as a
+   * missing driver, or a missing device) */
+  static const char *const bad[] = {"cuda:x", "cuda:", "cuda: 1", "cuda:+1", "cuda:1x",
+                                    "cuda:-1", "cuda:99999", "cuda:0x1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    kiln_context_options o = {.device = bad[i], .no_cache = 1};
+    kiln_context *ctx = NULL;
+    assert_refused(kiln_context_create(&o, &ctx), KILN_ERR_INVALID, "is not cuda:<ordinal>");
+    assert_null(ctx);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--filter")) cmocka_set_test_filter(argv[2]);
   seed_state = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 32;
@@ -257,6 +274,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_forward_sizes),
       cmocka_unit_test(test_stats_null),
       cmocka_unit_test(test_tunedb_swapped_dir),
+      cmocka_unit_test(test_device_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
