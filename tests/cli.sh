@@ -106,6 +106,11 @@ expect run-max-steps-negative 2 "--max-steps expects a non-negative integer, got
 mkfifo "$tmp/fifo"
 expect check-dev-zero 2 "cannot read '/dev/zero': not a regular file" -- "$kiln" check /dev/zero
 expect check-fifo 2 "cannot read '.*fifo': not a regular file" -- timeout 20 "$kiln" check "$tmp/fifo"
+# a gfx942 code object of kiln's with two bytes changed (at 1989 and 7517) on which LLVM 22's
+# AMDGPU disassembler crashes (kiln inspect died of SIGSEGV): disassembled in a child process,
+# the crash is an error naming the kernel
+expect inspect-disasm-crash 2 "kernel 'attn_fwd': LLVM's gfx942 disassembler crashed on its 9588 bytes of code \(signal 11\): the code object is damaged" -- \
+  "$kiln" inspect "$tests/hostile/disasm_crash_gfx942.hsaco"
 expect inspect-fifo 2 "cannot read '.*fifo': not a regular file" -- timeout 20 "$kiln" inspect "$tmp/fifo"
 truncate -s 17M "$tmp/big.tile"
 expect check-too-big 2 "cannot read '.*big.tile': larger than the 16 MiB kiln reads" -- "$kiln" check "$tmp/big.tile"
