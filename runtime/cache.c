@@ -731,7 +731,7 @@ static kn_status scan(kn_cache *c, scan_result *sr, int remove_temps, kn_cache_r
     sr->total += (uint64_t)st.st_size;
   }
   closedir(dir);
-  qsort(sr->items, sr->n, sizeof *sr->items, cmp_oldest_first);
+  if (sr->n) qsort(sr->items, sr->n, sizeof *sr->items, cmp_oldest_first); /* (NULL when empty) */
   return KN_OK;
 }
 
