@@ -4,13 +4,12 @@
  * The context owns the cache handle (opened, and checked for safety, at creation), so these are
  * thin: they call the storage layers (runtime/cache.h, autotune/tunedb.h) on it and copy the
  * results into the public structs, statuses into kiln_status with the layer's message.  Listing
- * must not create the tuning database (api_db would): it is opened only when its file exists.
+ * changes nothing: the tuning database is opened read-only, only when it exists, and a bad one is
+ * a warning, not moved aside (api_db would create or replace it).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <sys/stat.h>
 
 #include "api.h"
 
@@ -45,16 +44,20 @@ static void copy_record(const kn_tune_record *t, kiln_tuning_record *r) {
   r->tuned_at = t->tuned_at;
 }
 
-/* the records of an existing tuning database into *l (none when there is no file) */
+/* the records of an existing tuning database into *l: none when there is no file; a file that
+ * cannot be read is a warning to the log, and stays as it is (listing changes nothing) */
 static kiln_status list_records(kiln_context *ctx, kiln_cache_listing *l) {
   char path[sizeof l->tuning_db];
-  struct stat sb;
   snprintf(path, sizeof path, "%s/%s", ctx->cache_dir, KN_TUNEDB_FILE);
-  if (stat(path, &sb) != 0) return KILN_OK;
   kn_tunedb *db;
   kn_diag why;
-  kn_status st = kn_tunedb_open(path, &db, &why);
-  if (kn_status_failed(st)) return layer_fail(st, path, &why);
+  kn_status st = kn_tunedb_open_existing(kn_cache_dir_fd(ctx->cache), KN_TUNEDB_FILE, path, &db,
+                                         &why);
+  if (st == KN_MISS) return KILN_OK;
+  if (kn_status_failed(st)) {
+    api_log(ctx, KILN_LOG_WARN, "%s", why.message);
+    return KILN_OK;
+  }
   snprintf(l->tuning_db, sizeof l->tuning_db, "%s", path);
   kn_tune_record *recs = NULL;
   size_t n = 0;
@@ -113,7 +116,8 @@ static void copy_report(const kn_cache_report *r, kiln_cache_report *out) {
   *out = (kiln_cache_report){.entries = r->entries, .valid = r->valid,
                              .removed_corrupt = r->removed_corrupt,
                              .removed_temp = r->removed_temp, .removed = r->removed_evicted,
-                             .bytes = r->bytes};
+                             .bytes = r->bytes, .corrupt_kept = r->corrupt_kept,
+                             .kept_temp = r->kept_temp};
 }
 
 /* verify or clear: the storage layer's operation on the context's cache, its report copied */

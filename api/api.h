@@ -153,8 +153,13 @@ kiln_status api_cuda_forward(kiln_kernel *k, const kn_argval *args, const int gr
 void api_cuda_unload(kiln_kernel *k);
 void api_cuda_close(kiln_context *ctx);
 
-/* tune.c: tunes (d) at seqlen; record: 0 do not record, 1 only if faster, 2 replace.  Fills res
- * (may be NULL) and *best. */
+/* tune.c: the tuning fields of o (tune_batch, tune_heads, tune_warmup, tune_repeats) and the problem
+ * they make at seqlen: negative values, more than 10000 launches of either kind (a prepare that
+ * would never return) or more than 2^30 elements a tensor (computed without overflow) are
+ * KILN_ERR_INVALID; api_tune checks them first, prepare with KILN_TUNE_AUTO too */
+kiln_status api_tune_check(const kn_attn_desc *d, const kiln_prepare_options *o, int seqlen);
+/* tunes (d) at seqlen; record: 0 do not record, 1 only if faster, 2 replace.  Fills res (may be
+ * NULL) and *best. */
 kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
                      const kiln_prepare_options *o, int seqlen, int record, kiln_tune_result *res,
                      kn_attn_config *best);

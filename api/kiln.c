@@ -206,6 +206,14 @@ static const kn_arch *nv_arch_named(const char *device) {
   return a && a->isa == KN_ISA_NVPTX ? a : NULL;
 }
 
+/* the ordinal of "cuda:N" (N decimal digits only, at most 1024), else -1 */
+static int cuda_ordinal(const char *device) {
+  const char *p = device + 5;
+  long v = 0;
+  for (; *p >= '0' && *p <= '9' && v <= 1024; p++) v = v * 10 + (*p - '0');
+  return p == device + 5 || *p || v > 1024 ? -1 : (int)v;
+}
+
 /* the CUDA device a device string names, from discovery: "cuda" (the first NVIDIA GPU kiln
  * can run on), "cuda:N" (ordinal N), an NVIDIA target of the registry: one for any later GPU
  * ("sm_80": any sm_80+ GPU, compiled for sm_80) or for exactly one compute capability
@@ -216,16 +224,7 @@ static const kn_device_info *find_cuda(const char *device, char *why, size_t n) 
     snprintf(why, n, "no CUDA device: %s", discovered.cuda.why.message);
     return NULL;
   }
-  int ordinal = -1;
-  if (!strncmp(device, "cuda:", 5)) {
-    char *end;
-    long v = strtol(device + 5, &end, 10);
-    if (end == device + 5 || *end || v < 0 || v > 1024) {
-      snprintf(why, n, "'%s' is not cuda:<ordinal>", device);
-      return NULL;
-    }
-    ordinal = (int)v;
-  }
+  int ordinal = strncmp(device, "cuda:", 5) ? -1 : cuda_ordinal(device); /* (pick_device checked) */
   const kn_arch *want = nv_arch_named(device);
   bool exact = want && want->cc_exact;
   const kn_device_info *older = NULL;
@@ -288,6 +287,10 @@ static kiln_status pick_device(kiln_context *ctx, const char *device) {
   }
   const kn_arch *nv = nv_arch_named(device);
   if (!strcmp(device, "cuda") || !strncmp(device, "cuda:", 5) || nv) {
+    /* a malformed name is the caller's error, whatever the machine has */
+    if (!strncmp(device, "cuda:", 5) && cuda_ordinal(device) < 0)
+      return api_fail(KILN_ERR_INVALID, "device '%s' is not cuda:<ordinal> (a decimal number, "
+                      "0 to 1024)", device);
     const kn_device_info *cu = find_cuda(device, why, sizeof why);
     if (!cu) return api_fail(KILN_ERR_NO_DEVICE, "device '%s': %s", device, why);
     /* a target for any later GPU ("sm_80") asks for its code whatever the GPU (PTX for sm_80 runs
@@ -388,6 +391,7 @@ int kiln_context_device_ordinal(const kiln_context *ctx) {
 }
 
 void kiln_context_stats(kiln_context *ctx, kiln_stats *o) {
+  if (!o) return;
   memset(o, 0, sizeof *o);
   if (!ctx) return;
   o->prepares = atomic_load(&ctx->stats.prepares);
@@ -410,7 +414,9 @@ kn_tunedb *api_db(kiln_context *ctx) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", ctx->cache_dir, KN_TUNEDB_FILE);
     kn_diag why;
-    kn_status s = kn_tunedb_open(path, &ctx->db, &why);
+    /* in the directory the cache checked, through its descriptor (not the path again) */
+    kn_status s = kn_tunedb_open_at(kn_cache_dir_fd(ctx->cache), KN_TUNEDB_FILE, path, &ctx->db,
+                                    &why);
     if (s == KN_RECREATED) {
       api_log(ctx, KILN_LOG_WARN, "%s", why.message);
     } else if (s != KN_OK) {
@@ -888,6 +894,9 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
     return KILN_OK;
   }
   if (policy == KILN_TUNE_NONE) return KILN_OK;
+  /* bad tuning options are the caller's error, not a tuning failure to serve around */
+  kiln_status s = policy == KILN_TUNE_AUTO ? api_tune_check(d, o, seqlen) : KILN_OK;
+  if (s) return s;
   /* no tuner on CUDA yet (api_tune): AUTO reads records like CACHED, and says so once */
   if (policy == KILN_TUNE_AUTO && ctx->kind != KN_DEVICE_HOST) {
     if (atomic_exchange(&ctx->warned_no_tuner, 1) == 0)
@@ -899,7 +908,10 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
   api_tune_key(ctx, d, seqlen, &key);
   kn_tunedb *db = api_db(ctx);
   kn_tune_record rec;
-  if (db && kn_tunedb_get(db, &key, &rec, NULL) == KN_OK) {
+  kn_diag gd;
+  kn_status gs = db ? kn_tunedb_get(db, &key, &rec, &gd) : KN_MISS;
+  if (gs == KN_E_CORRUPT) api_log(ctx, KILN_LOG_WARN, "%s", gd.message); /* then: no record */
+  if (gs == KN_OK) {
     kn_attn_config t = api_config_of(&rec.config);
     kn_diag diag;
     if (kn_attn_check_on(ctx->target->arch, d, &t, &diag) == 0) {
@@ -917,7 +929,7 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
   }
   if (policy != KILN_TUNE_AUTO) return KILN_OK;
   kn_attn_config best;
-  kiln_status s = api_tune(ctx, d, sig, o, seqlen, 1, NULL, &best);
+  s = api_tune(ctx, d, sig, o, seqlen, 1, NULL, &best);
   if (s) {
     /* a serving process keeps going on the default tiling */
     api_log(ctx, KILN_LOG_WARN, "tuning failed (%s); using the default tiling", kiln_last_error());
@@ -1035,9 +1047,11 @@ static kiln_status variant_args(const kiln_kernel *k, const kiln_attn_args *a, k
   va->alibi_sb = a->alibi_stride;
   va->bias = a->bias;
   bool contiguous = all_zero(a->bias_stride, 3);
-  va->bias_sb = contiguous ? H * Nq * Nk : a->bias_stride[0];
-  va->bias_sh = contiguous ? Nq * Nk : a->bias_stride[1];
-  va->bias_sm = contiguous ? Nk : a->bias_stride[2];
+  if (d->bias) { /* (check_extents bounded these products) */
+    va->bias_sb = contiguous ? H * Nq * Nk : a->bias_stride[0];
+    va->bias_sh = contiguous ? Nq * Nk : a->bias_stride[1];
+    va->bias_sm = contiguous ? Nk : a->bias_stride[2];
+  }
   va->q_seg = a->q_seg;
   va->k_seg = a->k_seg;
   va->q_seg_sb = a->q_seg_stride ? a->q_seg_stride : Nq;
@@ -1076,6 +1090,39 @@ static kiln_status check_alignment(const kn_attn_desc *d, const kiln_attn_args *
   return KILN_OK;
 }
 
+/* Sizes no buffer can have: kn_attn_check_sizes for the contiguous layouts, and the same bound
+ * (2^63 bytes) on the span the caller's strides address; beyond it the kernel's 64-bit offsets
+ * would wrap around to any address. */
+static kiln_status check_extents(const kn_attn_desc *d, const kiln_attn_args *a,
+                                 const kn_attn_problem *p) {
+  kn_diag diag;
+  if (kn_attn_check_sizes(d, p, &diag))
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: %s", diag.message);
+  const int64_t es = (int64_t)kn_scalar_size(d->dtype), D = d->head_dim;
+  const struct { const char *name; const int64_t *s; int n; int64_t dims[3], row, es; } t[] = {
+      {"q", a->q_stride, 3, {a->batch, a->heads, a->seqlen_q}, D, es},
+      {"k", a->k_stride, 3, {a->batch, a->kv_heads, a->seqlen_k}, D, es},
+      {"v", a->v_stride, 3, {a->batch, a->kv_heads, a->seqlen_k}, D, es},
+      {"o", a->o_stride, 3, {a->batch, a->heads, a->seqlen_q}, D, es},
+      {"lse", a->lse_stride, 2, {a->batch, a->heads}, a->seqlen_q, 4},
+      {"bias", a->bias_stride, 3, {a->batch, a->heads, a->seqlen_q}, a->seqlen_k, es},
+  };
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    int64_t span = t[i].row, m;
+    bool ovf = false;
+    for (int j = 0; !ovf && j < t[i].n; j++) {
+      int64_t st = t[i].s[j], last = t[i].dims[j] > 1 ? t[i].dims[j] - 1 : 0;
+      ovf = st == INT64_MIN || __builtin_mul_overflow(last, st < 0 ? -st : st, &m) ||
+            __builtin_add_overflow(span, m, &span);
+    }
+    ovf = ovf || __builtin_mul_overflow(span, t[i].es, &span);
+    if (ovf)
+      return api_fail(KILN_ERR_INVALID, "kiln_forward: the strides of %s address more than 2^63 "
+                      "bytes: no buffer is that large", t[i].name);
+  }
+  return KILN_OK;
+}
+
 kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) {
   /* the stream matters on CUDA only: the host device runs synchronously on its own pool */
   if (!k || !a) return api_fail(KILN_ERR_INVALID, "kiln_forward: null kernel or arguments");
@@ -1095,13 +1142,14 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
     return api_fail(KILN_ERR_INVALID, "kiln_forward: sm_scale must be finite and >= 0");
   if ((int64_t)a->batch * a->heads > INT32_MAX)
     return api_fail(KILN_ERR_UNSUPPORTED, "kiln_forward: batch * heads exceeds the grid");
-  kn_attn_vargs va;
-  kn_attn_named_arg named[KN_ATTN_MAX_PARAMS];
-  kiln_status s = variant_args(k, a, &va, named);
-  if (s) return s;
   kn_attn_problem p = {.batch = a->batch, .heads = a->heads, .kv_heads = a->kv_heads,
                        .seqlen_q = a->seqlen_q, .seqlen_k = a->seqlen_k,
                        .sm_scale = a->sm_scale};
+  kiln_status s = check_extents(d, a, &p);
+  if (s) return s;
+  kn_attn_vargs va;
+  kn_attn_named_arg named[KN_ATTN_MAX_PARAMS];
+  if ((s = variant_args(k, a, &va, named))) return s;
   kn_argval args[KN_ATTN_MAX_PARAMS];
   int grid[3];
   kn_diag diag;

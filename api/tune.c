@@ -46,7 +46,12 @@ enum {
   DEFAULT_WARMUP = 2,       /* launches before timing (the check launch not counted) */
   DEFAULT_REPEATS = 7,      /* timed launches; the median is the result */
   DEFAULT_TUNE_HEADS = 8,   /* enough programs to occupy a host's workers at short lengths */
+  MAX_LAUNCHES = 10000,     /* bound of tune_warmup and tune_repeats (each) */
+  MAX_TUNE_SEQLEN = 1 << 20,
 };
+/* bound of the tuning problem's elements per tensor (q, k, v, o, a bias): its float64 twins
+ * alone take 8 bytes an element */
+#define MAX_TUNE_ELEMS ((int64_t)1 << 30)
 #define ROTATE_BYTES ((size_t)64 << 20) /* rotate until this much input has been touched */
 
 typedef struct io_set {
@@ -335,6 +340,28 @@ nomem:
   return api_fail(KILN_ERR_NOMEM, "out of memory for the variant's tuning values");
 }
 
+/* The options' tuning problem and launch counts (api.h), checked before anything is sized by
+ * them. */
+kiln_status api_tune_check(const kn_attn_desc *d, const kiln_prepare_options *o, int seqlen) {
+  if (!o) return KILN_OK;
+  const struct { const char *name; int v, hi; } n[] = {
+      {"tune_batch", o->tune_batch, INT32_MAX}, {"tune_heads", o->tune_heads, INT32_MAX},
+      {"tune_warmup", o->tune_warmup, MAX_LAUNCHES}, {"tune_repeats", o->tune_repeats, MAX_LAUNCHES}};
+  for (size_t i = 0; i < sizeof n / sizeof n[0]; i++)
+    if (n[i].v < 0 || n[i].v > n[i].hi)
+      return api_fail(KILN_ERR_INVALID, "tuning: kiln_prepare_options.%s = %d is out of range "
+                      "(0: the default, up to %d)", n[i].name, n[i].v, n[i].hi);
+  if (seqlen <= 0 || seqlen > MAX_TUNE_SEQLEN) return KILN_OK; /* api_tune refuses it */
+  int64_t B = o->tune_batch > 0 ? o->tune_batch : 1;
+  int64_t H = o->tune_heads > 0 ? o->tune_heads : DEFAULT_TUNE_HEADS, e;
+  int64_t last = d->bias && seqlen > d->head_dim ? seqlen : d->head_dim; /* (B, H, N, D|N) */
+  if (__builtin_mul_overflow(B * H, (int64_t)seqlen * last, &e) || e > MAX_TUNE_ELEMS)
+    return api_fail(KILN_ERR_INVALID, "tuning: the problem tune_batch %lld x tune_heads %lld x "
+                    "seqlen %d x %lld is more than %lld elements a tensor", (long long)B,
+                    (long long)H, seqlen, (long long)last, (long long)MAX_TUNE_ELEMS);
+  return KILN_OK;
+}
+
 static kiln_status setup(run *r, const kiln_prepare_options *o, int seqlen) {
   const kn_attn_desc *d = r->d;
   r->p = (kn_attn_problem){.batch = o && o->tune_batch > 0 ? o->tune_batch : 1,
@@ -407,6 +434,11 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig
   double t_start = now_us();
   kn_space space;
   kn_diag why;
+  if (seqlen <= 0 || seqlen > MAX_TUNE_SEQLEN)
+    return api_fail(KILN_ERR_INVALID, "tuning sequence length %d out of range (1..%d)", seqlen,
+                    MAX_TUNE_SEQLEN);
+  kiln_status cs = api_tune_check(d, o, seqlen);
+  if (cs) return cs;
   /* candidates are host objects timed on the host's clock; timing PTX kernels with CUDA events
    * is not written yet (kiln.h: tuning on CUDA) */
   if (ctx->kind != KN_DEVICE_HOST)
@@ -421,8 +453,6 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig
   } else if (ctx->env_space[0] && (st = kn_space_apply(&space, ctx->env_space, &why)) != KN_OK) {
     return api_fail(api_status_of(st), "KILN_TUNE_SPACE: %s", why.message);
   }
-  if (seqlen <= 0 || seqlen > (1 << 20))
-    return api_fail(KILN_ERR_INVALID, "tuning sequence length %d out of range", seqlen);
 
   /* the points the template can compile on this target: the space never offers the others */
   int npoints = kn_space_size(&space), total = 0;

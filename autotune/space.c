@@ -75,10 +75,20 @@ kn_status kn_space_apply(kn_space *s, const char *spec, kn_diag *d) {
   char buf[1024];
   if (snprintf(buf, sizeof buf, "%s", spec) >= (int)sizeof buf)
     return kn_diag_set(d, KN_E_INVALID, "tuning space spec too long");
-  char *save = NULL;
-  for (char *item = strtok_r(buf, ";", &save); item; item = strtok_r(NULL, ";", &save)) {
+  /* items split by ';' and values by ',' by hand: strtok would pass over empty ones
+   * ("block_m=16,,32", ";;;") as if they were not there */
+  int nitems = 0;
+  for (char *item = buf, *next; item; item = next) {
+    if ((next = strchr(item, ';'))) *next++ = 0;
     while (*item == ' ') item++;
-    if (!*item) continue;
+    if (!*item && !next && nitems) break; /* one ';' ending the spec */
+    if (!*item && !next)
+      return kn_diag_set(d, KN_E_INVALID, "tuning space: '%s' names no knob (KNOB=V1,V2;...)",
+                         spec);
+    if (!*item)
+      return kn_diag_set(d, KN_E_INVALID, "tuning space: an empty item in '%s' (two ';' in a "
+                         "row, or nothing but ';')", spec);
+    nitems++;
     char *eq = strchr(item, '=');
     if (!eq) return kn_diag_set(d, KN_E_INVALID, "tuning space: '%s' is not name=values", item);
     *eq = 0;
@@ -101,10 +111,13 @@ kn_status kn_space_apply(kn_space *s, const char *spec, kn_diag *d) {
       if (!strcmp(name, axis_names[i])) id = i;
     if (id < 0) return kn_diag_set(d, KN_E_INVALID, "tuning space: unknown knob '%s'", name);
     int v[KN_SPACE_MAX_VALUES], n = 0;
-    char vbuf[512];
+    char vbuf[sizeof buf];
     snprintf(vbuf, sizeof vbuf, "%s", vals);
-    char *vsave = NULL;
-    for (char *t = strtok_r(vbuf, ",", &vsave); t; t = strtok_r(NULL, ",", &vsave)) {
+    for (char *t = vbuf, *tnext; t; t = tnext) {
+      if ((tnext = strchr(t, ','))) *tnext++ = 0;
+      if (!*t)
+        return kn_diag_set(d, KN_E_INVALID, "tuning space: an empty value for %s in '%s'", name,
+                           vals);
       if (n == KN_SPACE_MAX_VALUES)
         return kn_diag_set(d, KN_E_INVALID, "tuning space: too many values for %s", name);
       if (id == KN_AXIS_MATRIX) {

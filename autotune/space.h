@@ -76,7 +76,8 @@ kn_status kn_space_default(kn_space *s, const char *template_name, const kn_arch
 
 /* Applies a text spec ("block_m=32,64;max_tile_bytes=1000000") to s.  Returns KN_OK, or
  * KN_E_INVALID with the message in *d (unknown knob, bad or too many values, a matrix name the
- * space lacks). */
+ * space lacks, an empty item or value: "block_m=16,,32", ";;;" or "" name nothing and are
+ * errors; one ';' may end the spec). */
 kn_status kn_space_apply(kn_space *s, const char *spec, kn_diag *d);
 
 /* number of points in the cross product */

@@ -10,6 +10,11 @@
  * and PRAGMA user_version = 1.  The database is created inside one BEGIN IMMEDIATE
  * transaction that re-reads user_version, so processes racing to create it agree.
  *
+ * Every file of the database is reached through a descriptor of its directory (the cache's,
+ * checked when the cache opened): SQLite is given /proc/self/fd/<dirfd>/<name> through the
+ * "kiln-at" VFS, which keeps that name as it is.  Before SQLite opens it, the file is created
+ * 0600 with O_NOFOLLOW and must be a regular file of this user writable by nobody else.
+ *
  * Opening checks the file before trusting it: pragmas readable (a non-database gives
  * SQLITE_NOTADB here), PRAGMA quick_check says "ok", the application id and schema version are
  * ours.  A bad file is moved aside while holding an exclusive flock on <path>.lock and after
@@ -19,7 +24,8 @@
  * it runs once per process.
  *
  * Connections use WAL (persistent in the file), synchronous=NORMAL (a power loss may drop the
- * last record, never corrupts) and a busy timeout of KN_TUNEDB_BUSY_TIMEOUT_MS, so concurrent
+ * last record, never corrupts) and a busy timeout of KN_TUNEDB_BUSY_TIMEOUT_MS for writes (reads:
+ * KN_TUNEDB_READ_TIMEOUT_MS, so a lock held for ever costs each opener a moment), so concurrent
  * tuners wait for each other instead of failing.  Statements are prepared per call: the handle
  * may be shared by threads and a shared prepared statement would need its own lock, while
  * preparing costs microseconds next to the milliseconds a tuning trial takes.
@@ -28,11 +34,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,7 +52,9 @@
 
 struct kn_tunedb {
   sqlite3 *db;
-  char path[PATH_MAX];
+  char path[PATH_MAX];  /* as the caller named it (messages, kn_tunedb_path) */
+  int dirfd;            /* the directory it lives in, held open: every file of it is opened
+                           relative to this descriptor */
 };
 
 
@@ -94,26 +105,118 @@ static bool set_wal(sqlite3 *db) {
   return sqlite3_exec(db, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL) == SQLITE_OK;
 }
 
+/* ---- files relative to the directory's descriptor ---- */
+
+/* SQLite opens files by name.  To open them in the directory we hold a descriptor of (not at
+ * whatever the path names now), the database is named /proc/self/fd/<dirfd>/<name>: the kernel
+ * resolves that through the descriptor, and SQLite derives the -wal and -shm names from it.  The
+ * default VFS would first turn the name into a canonical path (resolving the /proc link back
+ * into a path string), so these names go through "kiln-at": the default VFS with the name taken
+ * as given. */
+static sqlite3_vfs at_vfs;
+static pthread_once_t at_once = PTHREAD_ONCE_INIT;
+
+static int at_full_pathname(sqlite3_vfs *vfs, const char *name, int n, char *out) {
+  (void)vfs;
+  if ((int)strlen(name) >= n) return SQLITE_CANTOPEN;
+  strcpy(out, name);
+  return SQLITE_OK;
+}
+
+static void at_register(void) {
+  sqlite3_vfs *base = sqlite3_vfs_find(NULL);
+  if (!base) return;
+  at_vfs = *base;
+  at_vfs.zName = "kiln-at";
+  at_vfs.pNext = NULL;
+  at_vfs.xFullPathname = at_full_pathname;
+  if (sqlite3_vfs_register(&at_vfs, 0) != SQLITE_OK) at_vfs.zName = NULL;
+}
+
+/* Checks the database file `name` of dirfd before SQLite opens it, creating it 0600 when
+ * missing (not when readonly: then KN_MISS): reached without following a symbolic link, a
+ * regular file, owned by this user and writable by nobody else; its -wal, -shm and -journal are
+ * no symbolic links either.  0, or the status with why. */
+static kn_status check_files(int dirfd, const char *name, bool readonly, char *why,
+                             size_t whysize) {
+  int fd = openat(dirfd, name, (readonly ? O_RDONLY : O_RDWR | O_CREAT) | O_NOFOLLOW |
+                  O_NONBLOCK | O_CLOEXEC, 0600);
+  if (fd < 0 && readonly && errno == ENOENT) {
+    snprintf(why, whysize, "no tuning database yet");
+    return KN_MISS;
+  }
+  if (fd < 0 && errno == ELOOP) {
+    snprintf(why, whysize, "it is a symbolic link; refused (kiln follows none in its cache)");
+    return KN_E_INSECURE;
+  }
+  if (fd < 0) {
+    snprintf(why, whysize, "%s", strerror(errno));
+    return KN_E_IO;
+  }
+  struct stat st;
+  kn_status s = KN_OK;
+  if (fstat(fd, &st) != 0) {
+    snprintf(why, whysize, "%s", strerror(errno));
+    s = KN_E_IO;
+  } else if (!S_ISREG(st.st_mode)) {
+    snprintf(why, whysize, "not a regular file; refused");
+    s = KN_E_INSECURE;
+  } else if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+    snprintf(why, whysize, "owned by uid %u with mode %03o: it must be this user's (uid %u) and "
+             "writable by nobody else; refused", (unsigned)st.st_uid,
+             (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
+    s = KN_E_INSECURE;
+  }
+  close(fd);
+  static const char *const sidecars[] = {"-wal", "-shm", "-journal"};
+  for (int i = 0; !s && i < 3; i++) {
+    char side[NAME_MAX + 16];
+    snprintf(side, sizeof side, "%s%s", name, sidecars[i]);
+    if (fstatat(dirfd, side, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode)) {
+      snprintf(why, whysize, "%s is not a regular file; refused", side);
+      s = KN_E_INSECURE;
+    }
+  }
+  return s;
+}
+
+/* BEGIN IMMEDIATE, waiting for another writer up to KN_TUNEDB_BUSY_TIMEOUT_MS (each attempt
+ * waits the connection's short busy timeout) */
+static int begin_immediate(sqlite3 *db) {
+  for (int waited_ms = 0;; waited_ms += KN_TUNEDB_READ_TIMEOUT_MS) {
+    int rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    if (rc == SQLITE_OK || (rc != SQLITE_BUSY && rc != SQLITE_LOCKED) ||
+        waited_ms >= KN_TUNEDB_BUSY_TIMEOUT_MS)
+      return rc;
+  }
+}
+
 typedef enum file_state {
   FILE_OK,       /* ours, current schema (or new and empty, schema now created) */
   FILE_BAD,      /* not a database, corrupt, foreign or older: move aside */
   FILE_NEWER,    /* a newer kiln's: leave it */
   FILE_ERROR,    /* cannot open at all (permissions, I/O): report */
+  FILE_EMPTY,    /* read-only: no schema yet (an empty file) */
 } file_state;
 
 /* Opens path and classifies it; on FILE_OK *out is the ready connection.  why receives the
  * reason for any other state. */
-static file_state open_checked(const char *path, sqlite3 **out, char *why, size_t whysize) {
+static file_state open_checked(const char *path, const char *vfs, bool readonly, sqlite3 **out,
+                               char *why, size_t whysize) {
   sqlite3 *db = NULL;
   *out = NULL;
-  int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                           SQLITE_OPEN_FULLMUTEX, NULL);
+  int rc = sqlite3_open_v2(path, &db, (readonly ? SQLITE_OPEN_READONLY
+                                                : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+                           SQLITE_OPEN_FULLMUTEX, vfs);
   if (rc != SQLITE_OK) {
     snprintf(why, whysize, "%s", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
     sqlite3_close(db);
     return FILE_ERROR;
   }
-  sqlite3_busy_timeout(db, KN_TUNEDB_BUSY_TIMEOUT_MS);
+  /* reads wait briefly: in WAL mode only a lock held against everything (a process that
+   * froze holding an exclusive lock) blocks them, and then every prepare would wait the whole
+   * busy timeout; writes wait the long timeout in put's own loop */
+  sqlite3_busy_timeout(db, KN_TUNEDB_READ_TIMEOUT_MS);
   /* one statement, so one snapshot: read separately, a schema another process commits in
    * between would look like "no version but tables" — a foreign file */
   int64_t app = 0, version = 0, tables = 0;
@@ -175,6 +278,10 @@ static file_state open_checked(const char *path, sqlite3 **out, char *why, size_
     sqlite3_close(db);
     return FILE_BAD;
   }
+  if (readonly) { /* (an empty file: no schema yet, so no records) */
+    *out = db;
+    return version == 0 ? FILE_EMPTY : FILE_OK;
+  }
   if (!set_wal(db)) {
     snprintf(why, whysize, "cannot enable WAL: %s", sqlite3_errmsg(db));
     sqlite3_close(db);
@@ -183,10 +290,9 @@ static file_state open_checked(const char *path, sqlite3 **out, char *why, size_
   char *err = NULL;
   if (version == 0) {
     char sql[1024];
-    snprintf(sql, sizeof sql,
-             "BEGIN IMMEDIATE; %s; PRAGMA application_id = %d; PRAGMA user_version = %d; COMMIT",
+    snprintf(sql, sizeof sql, "%s; PRAGMA application_id = %d; PRAGMA user_version = %d; COMMIT",
              kCreate, KN_TUNEDB_APPLICATION_ID, KN_TUNEDB_SCHEMA_VERSION);
-    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
+    if (begin_immediate(db) != SQLITE_OK || sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
       snprintf(why, whysize, "cannot create the schema: %s", err ? err : sqlite3_errmsg(db));
       sqlite3_free(err);
       sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
@@ -198,61 +304,101 @@ static file_state open_checked(const char *path, sqlite3 **out, char *why, size_
   return FILE_OK;
 }
 
-/* renames path (and its -wal and -shm) to path.bad-<time>-<pid>; aside receives the new name */
-static int move_aside(const char *path, char *aside, size_t size) {
-  snprintf(aside, size, "%s.bad-%lld-%d", path, (long long)time(NULL), (int)getpid());
-  if (rename(path, aside) != 0 && errno != ENOENT) return -1;
+/* renames name (and its -wal and -shm) in dirfd to name.bad-<time>-<pid>; aside receives the
+ * new name */
+static int move_aside(int dirfd, const char *name, char *aside, size_t size) {
+  snprintf(aside, size, "%s.bad-%lld-%d", name, (long long)time(NULL), (int)getpid());
+  if (renameat(dirfd, name, dirfd, aside) != 0 && errno != ENOENT) return -1;
   static const char *const sidecars[] = {"-wal", "-shm"};
   for (int i = 0; i < 2; i++) {
-    char from[PATH_MAX + 8], to[PATH_MAX + 64];
-    snprintf(from, sizeof from, "%s%s", path, sidecars[i]);
+    char from[NAME_MAX + 8], to[NAME_MAX + 72];
+    snprintf(from, sizeof from, "%s%s", name, sidecars[i]);
     snprintf(to, sizeof to, "%s%s", aside, sidecars[i]);
-    if (rename(from, to) != 0 && errno != ENOENT) unlink(from);
+    if (renameat(dirfd, from, dirfd, to) != 0 && errno != ENOENT) unlinkat(dirfd, from, 0);
   }
   return 0;
 }
 
-kn_status kn_tunedb_open(const char *path, kn_tunedb **out, kn_diag *d) {
+/* the checks, then SQLite, on the file `name` of t->dirfd; sqlpath: its name for SQLite */
+static file_state open_file(kn_tunedb *t, const char *name, const char *sqlpath, const char *vfs,
+                            bool readonly, char *why, size_t whysize, kn_status *insecure) {
+  kn_status s = check_files(t->dirfd, name, readonly, why, whysize);
+  if (s) {
+    *insecure = s;
+    return FILE_ERROR;
+  }
+  return open_checked(sqlpath, vfs, readonly, &t->db, why, whysize);
+}
+
+static kn_status open_at(int dirfd, const char *name, const char *shown, bool readonly,
+                         kn_tunedb **out, kn_diag *d) {
   if (!out) return kn_diag_set(d, KN_E_INVALID, "kn_tunedb_open: null output");
   *out = NULL;
+  if (!name || !*name || strchr(name, '/') || strlen(name) > NAME_MAX - 40)
+    return kn_diag_set(d, KN_E_INVALID, "tuning database name '%s' is not a file name",
+                       name ? name : "(null)");
   kn_tunedb *t = calloc(1, sizeof *t);
   if (!t) return kn_diag_set(d, KN_E_NOMEM, "out of memory opening the tuning database");
-  if (path) {
-    if (snprintf(t->path, sizeof t->path, "%s", path) >= (int)sizeof t->path) {
-      free(t);
-      return kn_diag_set(d, KN_E_INVALID, "tuning database path too long");
-    }
+  snprintf(t->path, sizeof t->path, "%s", shown ? shown : name);
+  if ((t->dirfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0)) < 0) {
+    kn_status e = kn_diag_set(d, KN_E_IO, "tuning database %s: %s", t->path, strerror(errno));
+    free(t);
+    return e;
+  }
+  /* SQLite's name for the file: through the descriptor where /proc allows, else the path */
+  pthread_once(&at_once, at_register);
+  char sqlpath[PATH_MAX];
+  const char *vfs = NULL;
+  snprintf(sqlpath, sizeof sqlpath, "/proc/self/fd/%d", t->dirfd);
+  struct stat a, b;
+  if (at_vfs.zName && stat(sqlpath, &a) == 0 && fstat(t->dirfd, &b) == 0 &&
+      a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+    snprintf(sqlpath, sizeof sqlpath, "/proc/self/fd/%d/%s", t->dirfd, name);
+    vfs = at_vfs.zName;
   } else {
-    char dir[PATH_MAX - 32];
-    kn_diag why;
-    if (kn_cache_default_dir(dir, sizeof dir, &why) != KN_OK || kn_cache_ensure_dir(dir, &why) != KN_OK) {
-      free(t);
-      return kn_diag_set(d, KN_E_IO, "tuning database: %s", why.message);
-    }
-    snprintf(t->path, sizeof t->path, "%s/%s", dir, KN_TUNEDB_FILE);
+    snprintf(sqlpath, sizeof sqlpath, "%s", t->path);
   }
 
   char why[512] = "";
-  file_state fs = open_checked(t->path, &t->db, why, sizeof why);
+  kn_status insecure = KN_OK;
+  file_state fs = open_file(t, name, sqlpath, vfs, readonly, why, sizeof why, &insecure);
   kn_status status = KN_OK;
+  if (readonly && fs != FILE_OK) {
+    /* listing changes nothing: a missing or empty file has no records, a bad one stays */
+    status = fs == FILE_EMPTY || insecure == KN_MISS ? KN_MISS
+             : fs == FILE_BAD || fs == FILE_NEWER    ? KN_E_CORRUPT
+             : insecure                              ? insecure
+                                                     : KN_E_IO;
+    kn_diag_set(d, status, "tuning database %s: %s%s", t->path,
+                fs == FILE_EMPTY ? "no records yet" : why,
+                fs == FILE_BAD ? "; left as it is (a kiln that tunes moves it aside)" : "");
+    kn_tunedb_close(t);
+    return status;
+  }
   if (fs == FILE_BAD) {
     /* check again under the lock, so only one process moves a bad file aside */
-    char lock[PATH_MAX + 8];
-    snprintf(lock, sizeof lock, "%s.lock", t->path);
-    int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    char lock[NAME_MAX + 8];
+    snprintf(lock, sizeof lock, "%s.lock", name);
+    int lfd = openat(t->dirfd, lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (lfd < 0 && errno == ELOOP) {
+      snprintf(why, sizeof why, "%s is a symbolic link; refused (kiln follows none in its cache)",
+               lock);
+      insecure = KN_E_INSECURE;
+      fs = FILE_ERROR;
+    }
     if (lfd >= 0) flock(lfd, LOCK_EX);
-    fs = open_checked(t->path, &t->db, why, sizeof why);
+    if (fs == FILE_BAD) fs = open_file(t, name, sqlpath, vfs, false, why, sizeof why, &insecure);
     if (fs == FILE_BAD) {
-      char aside[PATH_MAX + 64];
+      char aside[NAME_MAX + 72];
       char first_why[512];
       snprintf(first_why, sizeof first_why, "%s", why);
-      if (move_aside(t->path, aside, sizeof aside) != 0) {
+      if (move_aside(t->dirfd, name, aside, sizeof aside) != 0) {
         kn_diag_set(d, KN_E_IO, "tuning database %s is unusable (%s) and cannot be moved aside: %s",
             t->path, first_why, strerror(errno));
         fs = FILE_ERROR;
         status = KN_E_IO;
       } else {
-        fs = open_checked(t->path, &t->db, why, sizeof why);
+        fs = open_file(t, name, sqlpath, vfs, false, why, sizeof why, &insecure);
         if (fs == FILE_OK)
           status = kn_diag_set(d, KN_RECREATED, "tuning database %s was unusable (%s); moved aside to "
                        "%s and started afresh", t->path, first_why, aside);
@@ -263,22 +409,63 @@ kn_status kn_tunedb_open(const char *path, kn_tunedb **out, kn_diag *d) {
   if (fs == FILE_NEWER) {
     kn_diag_set(d, KN_E_UNSUPPORTED, "tuning database %s: %s; left untouched, tuning results will not "
         "be saved (use a newer kiln, or another KILN_CACHE_DIR)", t->path, why);
-    free(t);
+    kn_tunedb_close(t);
     return KN_E_UNSUPPORTED;
   }
   if (fs != FILE_OK) {
-    if (status == KN_OK) kn_diag_set(d, KN_E_IO, "cannot open tuning database %s: %s", t->path, why);
-    free(t);
-    return KN_E_IO;
+    if (status == KN_OK) {
+      status = insecure ? insecure : KN_E_IO;
+      kn_diag_set(d, status, "cannot open tuning database %s: %s", t->path, why);
+    }
+    kn_tunedb_close(t);
+    return status;
   }
   if (status == KN_OK) kn_diag_clear(d);
   *out = t;
   return status;
 }
 
+kn_status kn_tunedb_open_at(int dirfd, const char *name, const char *shown, kn_tunedb **out,
+                            kn_diag *d) {
+  return open_at(dirfd, name, shown, false, out, d);
+}
+
+kn_status kn_tunedb_open_existing(int dirfd, const char *name, const char *shown,
+                                  kn_tunedb **out, kn_diag *d) {
+  return open_at(dirfd, name, shown, true, out, d);
+}
+
+kn_status kn_tunedb_open(const char *path, kn_tunedb **out, kn_diag *d) {
+  if (!out) return kn_diag_set(d, KN_E_INVALID, "kn_tunedb_open: null output");
+  *out = NULL;
+  char full[PATH_MAX];
+  if (path) {
+    if (snprintf(full, sizeof full, "%s", path) >= (int)sizeof full)
+      return kn_diag_set(d, KN_E_INVALID, "tuning database path too long");
+  } else {
+    char dir[PATH_MAX - 32];
+    kn_diag why;
+    if (kn_cache_default_dir(dir, sizeof dir, &why) != KN_OK || kn_cache_ensure_dir(dir, &why) != KN_OK)
+      return kn_diag_set(d, KN_E_IO, "tuning database: %s", why.message);
+    snprintf(full, sizeof full, "%s/%s", dir, KN_TUNEDB_FILE);
+  }
+  /* the directory, then the file relative to it */
+  char dir[PATH_MAX];
+  const char *slash = strrchr(full, '/'), *name = slash ? slash + 1 : full;
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == full) snprintf(dir, sizeof dir, "/");
+  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - full), full);
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return kn_diag_set(d, KN_E_IO, "cannot open tuning database %s: %s", full, strerror(errno));
+  kn_status s = kn_tunedb_open_at(fd, name, full, out, d);
+  close(fd);
+  return s;
+}
+
 void kn_tunedb_close(kn_tunedb *t) {
   if (!t) return;
   sqlite3_close(t->db);
+  if (t->dirfd >= 0) close(t->dirfd);
   free(t);
 }
 
@@ -319,23 +506,48 @@ static void column_str(sqlite3_stmt *st, int col, char *dst, size_t size) {
   snprintf(dst, size, "%s", s ? (const char *)s : "");
 }
 
-static void read_row(sqlite3_stmt *st, kn_tune_record *r) {
+/* an INTEGER column within [lo, hi]: another type (a text, a real) or a value out of range is
+ * false, never truncated (sqlite3_column_int would take 2^32 + 16 as 16) */
+static bool column_in(sqlite3_stmt *st, int col, int64_t lo, int64_t hi, int *out) {
+  int64_t v = sqlite3_column_int64(st, col);
+  *out = (int)v;
+  return sqlite3_column_type(st, col) == SQLITE_INTEGER && v >= lo && v <= hi;
+}
+
+/* a row into *r; false (why says which field) when a value is of the wrong type or out of range:
+ * such a record came from another program or a damaged file, and is used as no record */
+static bool read_row(sqlite3_stmt *st, kn_tune_record *r, char *why, size_t whysize) {
   memset(r, 0, sizeof *r);
   column_str(st, 0, r->key.template_name, sizeof r->key.template_name);
   column_str(st, 1, r->key.variant, sizeof r->key.variant);
   column_str(st, 2, r->key.dtype, sizeof r->key.dtype);
-  r->key.head_dim = sqlite3_column_int(st, 3);
-  r->key.seq_bucket = sqlite3_column_int(st, 4);
   column_str(st, 5, r->key.arch, sizeof r->key.arch);
   column_str(st, 6, r->key.kiln_version, sizeof r->key.kiln_version);
-  r->config.block_m = sqlite3_column_int(st, 7);
-  r->config.block_n = sqlite3_column_int(st, 8);
-  r->config.warps = sqlite3_column_int(st, 9);
-  r->config.stages = sqlite3_column_int(st, 10);
-  r->config.waves_per_eu = sqlite3_column_int(st, 11);
   column_str(st, 12, r->config.matrix_instr, sizeof r->config.matrix_instr);
+  const struct { int col; const char *name; int64_t lo, hi; int *dst; } ints[] = {
+      {3, "head_dim", 1, INT32_MAX, &r->key.head_dim},
+      {4, "seq_bucket", 1, INT32_MAX, &r->key.seq_bucket},
+      {7, "block_m", 1, KN_TUNE_MAX_TILE, &r->config.block_m},
+      {8, "block_n", 1, KN_TUNE_MAX_TILE, &r->config.block_n},
+      {9, "warps", 1, KN_TUNE_MAX_TILE, &r->config.warps},
+      {10, "stages", 1, KN_TUNE_MAX_TILE, &r->config.stages},
+      {11, "waves_per_eu", 0, KN_TUNE_MAX_TILE, &r->config.waves_per_eu},
+  };
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+    if (!column_in(st, ints[i].col, ints[i].lo, ints[i].hi, ints[i].dst)) {
+      snprintf(why, whysize, "%s %s is not an integer in [%lld, %lld]", ints[i].name,
+               sqlite3_column_text(st, ints[i].col) ? (const char *)sqlite3_column_text(st, ints[i].col)
+                                                     : "NULL",
+               (long long)ints[i].lo, (long long)ints[i].hi);
+      return false;
+    }
   r->time_us = sqlite3_column_double(st, 13);
   r->tuned_at = sqlite3_column_int64(st, 14);
+  if (!(r->time_us >= 0) || isinf(r->time_us)) {
+    snprintf(why, whysize, "time_us %g is not a finite time >= 0", r->time_us);
+    return false;
+  }
+  return true;
 }
 
 static kn_status db_error(kn_tunedb *t, const char *what, kn_diag *d) {
@@ -351,8 +563,11 @@ kn_status kn_tunedb_get(kn_tunedb *t, const kn_tune_key *key, kn_tune_record *ou
     return db_error(t, "get", d);
   bind_key(st, key);
   int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
-    read_row(st, out);
+  char why[160];
+  if (rc == SQLITE_ROW && !read_row(st, out, why, sizeof why)) {
+    s = kn_diag_set(d, KN_E_CORRUPT, "tuning database %s: the record for the key is invalid (%s); "
+                    "not used", t->path, why);
+  } else if (rc == SQLITE_ROW) {
     s = KN_OK;
     kn_diag_clear(d);
   } else if (rc == SQLITE_DONE) {
@@ -368,12 +583,21 @@ kn_status kn_tunedb_put(kn_tunedb *t, const kn_tune_record *rec, int only_if_fas
   if (!t || !rec) return kn_diag_set(d, KN_E_INVALID, "kn_tunedb_put: null argument");
   kn_status s = check_key(&rec->key, d);
   if (s) return s;
-  if (!name_ok(rec->config.matrix_instr, sizeof rec->config.matrix_instr, true) ||
-      !(rec->time_us >= 0))
+  const kn_tune_config *c = &rec->config;
+  if (!name_ok(c->matrix_instr, sizeof c->matrix_instr, true) || !(rec->time_us >= 0) ||
+      isinf(rec->time_us))
     return kn_diag_set(d, KN_E_INVALID, "tuning record: bad matrix instruction name or time");
-  /* IMMEDIATE takes the write lock now (waiting up to the busy timeout), so the compare and the
-   * write below see and change the same state */
-  if (sqlite3_exec(t->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) return db_error(t, "begin", d);
+  if (c->block_m < 1 || c->block_n < 1 || c->warps < 1 || c->stages < 1 || c->waves_per_eu < 0 ||
+      c->block_m > KN_TUNE_MAX_TILE || c->block_n > KN_TUNE_MAX_TILE ||
+      c->warps > KN_TUNE_MAX_TILE || c->stages > KN_TUNE_MAX_TILE ||
+      c->waves_per_eu > KN_TUNE_MAX_TILE)
+    return kn_diag_set(d, KN_E_INVALID, "tuning record: block %dx%d, warps %d, stages %d, "
+                       "waves_per_eu %d: each must be in [1, %d] (waves_per_eu from 0)",
+                       c->block_m, c->block_n, c->warps, c->stages, c->waves_per_eu,
+                       KN_TUNE_MAX_TILE);
+  /* IMMEDIATE takes the write lock now (waiting up to the busy timeout: the connection's short
+   * one, retried here), so the compare and the write below see and change the same state */
+  if (begin_immediate(t->db) != SQLITE_OK) return db_error(t, "begin", d);
   sqlite3_stmt *st = NULL;
   if (only_if_faster) {
     if (sqlite3_prepare_v2(t->db, "SELECT time_us FROM tuning WHERE " KEY_WHERE, -1, &st, NULL) != SQLITE_OK)
@@ -440,7 +664,8 @@ kn_status kn_tunedb_list(kn_tunedb *t, kn_tune_record **records, size_t *count, 
       }
       v = nv;
     }
-    read_row(st, &v[n++]);
+    char why[160];
+    if (read_row(st, &v[n], why, sizeof why)) n++; /* (an invalid record is not listed) */
   }
   if (rc != SQLITE_DONE) {
     kn_status s = db_error(t, "list", d);

@@ -37,7 +37,8 @@ extern "C" {
 #define KN_TUNEDB_SCHEMA_VERSION 1
 #define KN_TUNEDB_APPLICATION_ID 0x4b494c4e /* "KILN" in the SQLite header */
 #define KN_TUNEDB_FILE "tuning.sqlite3"
-#define KN_TUNEDB_BUSY_TIMEOUT_MS 10000
+#define KN_TUNEDB_BUSY_TIMEOUT_MS 10000 /* a write waits this long for another writer */
+#define KN_TUNEDB_READ_TIMEOUT_MS 250  /* an open or a read waits this long for a lock */
 #define KN_TUNE_NAME_MAX 64
 /* a variant is a descriptor's whole canonical key (templates/attention.h, KN_ATTN_KEY_MAX) */
 #define KN_TUNE_VARIANT_MAX 192
@@ -62,6 +63,12 @@ typedef struct kn_tune_key {
   char kiln_version[32];                /* KILN_VERSION_STRING of the compiler that measured */
 } kn_tune_key;
 
+/* the largest value of a configuration field (block sizes, warps, stages, waves_per_eu) a
+ * record may hold: kn_tunedb_put refuses others, kn_tunedb_get reports a stored one as
+ * KN_E_CORRUPT (and kn_tunedb_list leaves it out), as it does a time that is negative, NaN or
+ * infinite */
+#define KN_TUNE_MAX_TILE (1 << 20)
+
 typedef struct kn_tune_config {
   int block_m, block_n;
   int warps;
@@ -84,12 +91,25 @@ int kn_tune_seq_bucket(int64_t n);
 typedef struct kn_tunedb kn_tunedb;
 
 /* path NULL: <kn_cache_default_dir()>/tuning.sqlite3, creating the directory 0700.
- * KN_OK or KN_RECREATED give a handle; other statuses leave *out NULL. */
+ * KN_OK or KN_RECREATED give a handle; other statuses leave *out NULL.  The file is opened
+ * relative to a descriptor of its directory (kn_tunedb_open_at). */
 kn_status kn_tunedb_open(const char *path, kn_tunedb **out, kn_diag *d);
+/* the database `name` (a file name) of the directory dirfd (a duplicate of it is held while
+ * the handle lives, and every file of the database — itself, -wal, -shm, .lock — is reached
+ * through it: a directory swapped at the path afterwards is never used); shown: its path in
+ * messages.  The file is created 0600; a symbolic link at the name (or at its .lock, -wal, -shm),
+ * a file that is not regular, not this user's or writable by others is KN_E_INSECURE. */
+kn_status kn_tunedb_open_at(int dirfd, const char *name, const char *shown, kn_tunedb **out,
+                            kn_diag *d);
+/* the same, read-only, changing nothing (for listing): KN_MISS when there is no database or an
+ * empty one, KN_E_CORRUPT for a file kn_tunedb_open_at would move aside (it stays) or a newer
+ * schema; puts on the handle fail */
+kn_status kn_tunedb_open_existing(int dirfd, const char *name, const char *shown,
+                                  kn_tunedb **out, kn_diag *d);
 void kn_tunedb_close(kn_tunedb *db);
 const char *kn_tunedb_path(const kn_tunedb *db);
 
-/* KN_OK (filled *out) or KN_MISS */
+/* KN_OK (filled *out), KN_MISS, or KN_E_CORRUPT for a stored record that is invalid */
 kn_status kn_tunedb_get(kn_tunedb *db, const kn_tune_key *key, kn_tune_record *out, kn_diag *d);
 /* inserts or replaces the record for rec->key; with only_if_faster an existing record with a
  * smaller time_us is kept (KN_NOT_REPLACED; decided inside one transaction, so racing tuners

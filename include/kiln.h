@@ -35,7 +35,8 @@
  * the device's primary context (the one PyTorch and other driver users share); forward launches
  * asynchronously on the caller's stream with caller-owned DEVICE pointers.  Without a usable GPU,
  * device "cuda" is KILN_ERR_NO_DEVICE with the reason discovery found (no driver, no device,
- * too old), and "auto" is the host.  AMD GPUs are compiled for but not launched by the API yet.
+ * too old), and "auto" is the host; a malformed "cuda:N" (N not decimal digits, or above 1024)
+ * is KILN_ERR_INVALID.  AMD GPUs are compiled for but not launched by the API yet.
  *
  * Threads.  All functions may be called from any number of threads at once on one context:
  * prepares of the same kernel compile it once (the others wait for it), and kernels may be
@@ -168,6 +169,7 @@ typedef struct kiln_stats {
   uint64_t candidates;      /* candidates compiled by those runs */
   uint64_t launches;        /* kiln_forward calls that succeeded */
 } kiln_stats;
+/* counters since the context was created; all zero for a NULL ctx, nothing for a NULL out */
 void kiln_context_stats(kiln_context *ctx, kiln_stats *out);
 
 /* ---- kernels ---- */
@@ -260,9 +262,12 @@ typedef struct kiln_prepare_options {
                              (knobs block_m, block_n, warps, stages, waves_per_eu,
                              matrix_instr; limits max_tile_bytes, max_vgprs, max_lds_bytes,
                              max_spill_bytes) */
-  int tune_batch, tune_heads; /* problem timed: batch x heads x seqlen^2 (0: 1 and 8) */
-  int tune_warmup;     /* launches before timing (0: 2) */
-  int tune_repeats;    /* timed launches, median reported (0: 7) */
+  int tune_batch, tune_heads; /* problem timed: batch x heads x seqlen^2 (0: 1 and 8); at most
+                                  2^30 elements a tensor */
+  int tune_warmup;     /* launches before timing (0: 2; at most 10000) */
+  int tune_repeats;    /* timed launches, median reported (0: 7; at most 10000).  A negative or
+                          out-of-range tuning field is KILN_ERR_INVALID (kiln_tune, and
+                          kiln_prepare under KILN_TUNE_AUTO) */
   /* tuning a variant: every candidate is checked against the float64 reference with
    * representative values of the variant (window 256 left / 0 right, softcap 30, ALiBi's
    * geometric slopes, a random bias, four documents, a prefix of a quarter of the length) */
@@ -428,14 +433,17 @@ typedef struct kiln_cache_report {
   size_t entries;            /* examined */
   size_t valid;
   size_t removed_corrupt;    /* verify: bad entries removed */
-  size_t removed_temp;       /* stale temp files of crashed writers (clear: all) */
+  size_t removed_temp;       /* stale temp files (an hour old) of crashed writers */
   size_t removed;            /* clear: entries removed */
   uint64_t bytes;            /* held afterwards */
+  size_t corrupt_kept;       /* verify: bad entries that could not be removed (the log says why) */
+  size_t kept_temp;          /* younger temp files, left alone: writes that may be in flight */
 } kiln_cache_report;
 
 /* reads every entry and removes the bad ones (each also a warning to the log) */
 kiln_status kiln_cache_verify(kiln_context *ctx, kiln_cache_report *out);
-/* removes every entry; the tuning records are kept */
+/* removes every entry and stale temp file; the tuning records are kept, and so are younger
+ * temp files (another process's write in flight) */
 kiln_status kiln_cache_clear(kiln_context *ctx, kiln_cache_report *out);
 
 #ifdef __cplusplus

@@ -1,7 +1,10 @@
-/* arena.c — bump allocation for IR lifetimes, internal-error aborts, and diagnostics.
+/* arena.c — bump allocation for IR lifetimes, string maps in arenas, internal-error aborts, and
+ * diagnostics.
  *
  * An arena is a list of chunks; allocations are zeroed and 16-byte aligned; everything goes at
- * once in kn_arena_free().  Out of memory in an arena is treated as an internal failure (abort),
+ * once in kn_arena_free().  A kn_strmap is an open-addressing hash table (FNV-1a, linear
+ * probing, at most half full) whose tables are arena memory: growing leaves the old table in the
+ * arena, which at most doubles what the map takes.  Out of memory in an arena is treated as an internal failure (abort),
  * since IR for a kernel is small: the caller's data is never in an arena.
  */
 #include <stdarg.h>
@@ -112,5 +115,50 @@ int kn_error(kn_diag *d, const kn_module *m, kn_loc loc, const char *fmt, ...) {
     pad[k] = 0;
     snprintf(d->rendered + w, left, "%.*s\n%s^\n", (int)n, l, pad);
   }
+  return -1;
+}
+
+/* ---- string maps ---- */
+
+struct kn_strmap_ent {
+  const char *s; /* NULL: empty */
+  size_t n;
+  int value;
+};
+
+static uint32_t strmap_hash(const char *s, size_t n) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
+  return h;
+}
+
+/* the entry holding s, or the empty one where it would go (the table is never full) */
+static struct kn_strmap_ent *strmap_slot(const kn_strmap *m, const char *s, size_t n) {
+  uint32_t mask = m->cap - 1, i = strmap_hash(s, n) & mask;
+  for (;; i = (i + 1) & mask) {
+    struct kn_strmap_ent *e = &m->ent[i];
+    if (!e->s || (e->n == n && memcmp(e->s, s, n) == 0)) return e;
+  }
+}
+
+int kn_strmap_get(const kn_strmap *m, const char *s, size_t n) {
+  if (!m->cap) return -1;
+  const struct kn_strmap_ent *e = strmap_slot(m, s, n);
+  return e->s ? e->value : -1;
+}
+
+int kn_strmap_put(kn_strmap *m, const char *s, size_t n, int value) {
+  if ((m->count + 1) * 2 > m->cap) {
+    struct kn_strmap_ent *old = m->ent;
+    uint32_t oldcap = m->cap;
+    m->cap = oldcap ? oldcap * 2 : 16;
+    m->ent = kn_arena_alloc(m->arena, sizeof *m->ent * m->cap);
+    for (uint32_t i = 0; i < oldcap; i++)
+      if (old[i].s) *strmap_slot(m, old[i].s, old[i].n) = old[i];
+  }
+  struct kn_strmap_ent *e = strmap_slot(m, s, n);
+  if (e->s) return e->value;
+  *e = (struct kn_strmap_ent){s, n, value};
+  m->count++;
   return -1;
 }

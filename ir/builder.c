@@ -12,6 +12,7 @@ kn_module *kn_module_new(const char *filename) {
   kn_arena *a = kn_arena_new();
   kn_module *m = kn_arena_alloc(a, sizeof *m);
   m->arena = a;
+  m->func_names.arena = a;
   m->filename = kn_arena_strdup(a, filename ? filename : "<built>");
   return m;
 }
@@ -21,9 +22,8 @@ void kn_module_free(kn_module *m) {
 }
 
 kn_func *kn_module_find(const kn_module *m, const char *name) {
-  for (int i = 0; i < m->nfuncs; i++)
-    if (strcmp(m->funcs[i]->name, name) == 0) return m->funcs[i];
-  return NULL;
+  int i = kn_strmap_get(&m->func_names, name, strlen(name));
+  return i < 0 ? NULL : m->funcs[i];
 }
 
 static kn_value *new_value(kn_module *m, kn_type t) {
@@ -67,8 +67,23 @@ kn_func *kn_func_new(kn_module *m, const char *name, bool is_kernel, int nparams
     m->funcs = nf;
     m->capfuncs = cap;
   }
+  f->index = m->nfuncs;
   m->funcs[m->nfuncs++] = f;
+  /* (a second function of one name stays out of the map: the verifier reports it) */
+  kn_strmap_put(&m->func_names, f->name, strlen(f->name), f->index);
   return f;
+}
+
+void kn_func_add_meta(kn_func *f, const char *key, int64_t value) {
+  if (f->nmeta == f->capmeta) {
+    int cap = f->capmeta ? f->capmeta * 2 : 8;
+    kn_meta *nm = kn_arena_alloc(f->module->arena, sizeof *nm * (size_t)cap);
+    if (f->nmeta) memcpy(nm, f->meta, sizeof *nm * (size_t)f->nmeta);
+    f->meta = nm;
+    f->capmeta = cap;
+  }
+  f->meta[f->nmeta].key = kn_arena_strdup(f->module->arena, key);
+  f->meta[f->nmeta++].value = value;
 }
 
 void kn_func_set_meta(kn_func *f, const char *key, int64_t value) {
@@ -77,12 +92,7 @@ void kn_func_set_meta(kn_func *f, const char *key, int64_t value) {
       f->meta[i].value = value;
       return;
     }
-  kn_meta *nm = kn_arena_alloc(f->module->arena, sizeof *nm * (size_t)(f->nmeta + 1));
-  if (f->nmeta) memcpy(nm, f->meta, sizeof *nm * (size_t)f->nmeta);
-  nm[f->nmeta].key = kn_arena_strdup(f->module->arena, key);
-  nm[f->nmeta].value = value;
-  f->meta = nm;
-  f->nmeta++;
+  kn_func_add_meta(f, key, value);
 }
 
 bool kn_func_get_meta(const kn_func *f, const char *key, int64_t *value) {

@@ -63,6 +63,7 @@ typedef struct interp {
   size_t scratch_cap;
   const kn_op *ecall;  /* the elemental call running its callee, or NULL */
   int64_t eidx;        /* ... on this element of its shape */
+  uint64_t steps, max_steps; /* ops executed; the budget (0: none) */
 } interp;
 
 /* ---- errors ---- */
@@ -919,9 +920,8 @@ static int exec_if(interp *in, frame *fr, kn_op *op) {
 }
 
 static frame *frame_of(interp *in, const kn_func *f) {
-  for (int i = 0; i < in->m->nfuncs; i++)
-    if (in->m->funcs[i] == f) return &in->frames[i];
-  return NULL;
+  int i = f->index;
+  return i >= 0 && i < in->m->nfuncs && in->m->funcs[i] == f ? &in->frames[i] : NULL;
 }
 
 /* An elemental call: the callee runs once per element of the shape, its scalar params taking
@@ -1076,6 +1076,13 @@ static int run_block(interp *in, frame *fr, kn_block *b, kn_op **term) {
   for (kn_op *op = b->first; op; op = op->next) {
     if ((unsigned)op->opc >= KN_OP_COUNT) return rt_error(in, op, "internal: bad opcode");
     in->st.ops[op->opc]++;
+    /* the budget: an op costs one step, plus one per element of a tile result (a tile op's
+     * work, so the budget bounds time whatever a loop's body holds) */
+    if (in->max_steps &&
+        (in->steps += 1 + (op->nres && op->res[0]->type.kind == KN_TY_TILE
+                               ? (uint64_t)numel(op->res[0]->type) : 0)) > in->max_steps)
+      return rt_error(in, op, "step budget of %llu exhausted (a loop that does not end?)",
+                      (unsigned long long)in->max_steps);
     if (op->opc == KN_OP_YIELD || op->opc == KN_OP_RETURN) {
       *term = op;
       return 0;
@@ -1148,13 +1155,13 @@ static int run_all(interp *in, kn_func *k, const kn_argval *args) {
   return 0;
 }
 
-int kn_interp_run_flags(kn_func *k, int flags, const kn_argval *args, const int grid[3],
-                        const kn_region *regions, int nregions, kn_interp_stats *stats,
-                        kn_diag *d) {
+int kn_interp_run_budget(kn_func *k, int flags, uint64_t max_steps, const kn_argval *args,
+                         const int grid[3], const kn_region *regions, int nregions,
+                         kn_interp_stats *stats, kn_diag *d) {
   if (stats) memset(stats, 0, sizeof *stats);
   if (!k || !k->module) return kn_error(d, NULL, (kn_loc){0}, "no kernel to run");
   interp in = {.m = k->module, .d = d, .reg = regions, .nreg = regions ? nregions : 0,
-               .last_reg = -1, .f64 = (flags & KN_INTERP_F64) != 0};
+               .last_reg = -1, .f64 = (flags & KN_INTERP_F64) != 0, .max_steps = max_steps};
   if (!grid) return kn_error(d, in.m, k->loc, "no grid");
   for (int i = 0; i < 3; i++) {
     if (grid[i] < 0) return kn_error(d, in.m, k->loc, "grid[%d] = %d is negative", i, grid[i]);
@@ -1168,9 +1175,15 @@ int kn_interp_run_flags(kn_func *k, int flags, const kn_argval *args, const int 
   return rc;
 }
 
+int kn_interp_run_flags(kn_func *k, int flags, const kn_argval *args, const int grid[3],
+                        const kn_region *regions, int nregions, kn_interp_stats *stats,
+                        kn_diag *d) {
+  return kn_interp_run_budget(k, flags, 0, args, grid, regions, nregions, stats, d);
+}
+
 int kn_interp_run(kn_func *k, const kn_argval *args, const int grid[3], const kn_region *regions,
                   int nregions, kn_interp_stats *stats, kn_diag *d) {
-  return kn_interp_run_flags(k, 0, args, grid, regions, nregions, stats, d);
+  return kn_interp_run_budget(k, 0, 0, args, grid, regions, nregions, stats, d);
 }
 
 /* ---- one function, called many times ---- */

@@ -14,7 +14,8 @@
  *    memory; a live element outside every registered memory region is an error naming the op's
  *    location, the element and the address, never a crash;
  *  - integer division or remainder by zero, and shifts by an amount outside [0, width), are
- *    errors; a for with step <= 0 is an error;
+ *    errors; a for with step <= 0 is an error; a run may have a step budget
+ *    (kn_interp_run_budget), whose end is an error;
  *  - an elemental call (tiles for a func's scalar params) runs the callee once per element;
  *    a gather reads base[offsets[i]] for each live element (dead ones give `other`, touch
  *    nothing).
@@ -75,6 +76,15 @@ enum {
 int kn_interp_run_flags(kn_func *k, int flags, const kn_argval *args, const int grid[3],
                         const kn_region *regions, int nregions, kn_interp_stats *stats,
                         kn_diag *d);
+
+/* kn_interp_run_flags with a step budget: each op executed costs one step plus one per element
+ * of its tile result (every program and callee together, a loop body's ops once per iteration,
+ * yields and returns included); the op that takes the total past max_steps (0: no budget)
+ * stops the run with an error naming it, so a loop that does not end (say, for 0 to 2^63 - 1)
+ * is an error rather than a hang */
+int kn_interp_run_budget(kn_func *k, int flags, uint64_t max_steps, const kn_argval *args,
+                         const int grid[3], const kn_region *regions, int nregions,
+                         kn_interp_stats *stats, kn_diag *d);
 
 /* A prepared function: f (a func or kernel of a verified module whose params and results are
  * scalars or pointers) with its frames, numbered and allocated once, so that a call costs the

@@ -44,6 +44,19 @@ void *kn_arena_alloc(kn_arena *a, size_t bytes);     /* zeroed, 16-byte aligned;
 char *kn_arena_strdup(kn_arena *a, const char *s);
 char *kn_arena_strndup(kn_arena *a, const char *s, size_t n);
 
+/* A map from strings (pointer and length; not copied, they must outlive the map) to ints, in an
+ * arena: the front end's name lookups and duplicate checks in constant time, so that a text of
+ * 60,000 functions or 30,000 attributes costs linear time (docs/hostile_inputs.md).  Zero
+ * initialise it with its arena; kn_strmap_put maps s to value unless s is there already and
+ * returns the value s had before (-1: it was not there).  kn_strmap_get: s's value or -1. */
+typedef struct kn_strmap {
+  kn_arena *arena;
+  struct kn_strmap_ent *ent;
+  uint32_t cap, count;
+} kn_strmap;
+int kn_strmap_put(kn_strmap *m, const char *s, size_t n, int value);
+int kn_strmap_get(const kn_strmap *m, const char *s, size_t n);
+
 /* ---- scalar element types ----------------------------------------------------------------------- */
 
 typedef enum kn_scalar {
@@ -251,16 +264,18 @@ struct kn_func {
   kn_block *body;     /* params are body->args */
   int nret;
   kn_type *ret;       /* func result types */
-  int nmeta;
+  int nmeta, capmeta;
   kn_meta *meta;      /* compile-time parameters, printed as attrs {BLOCK_M = 64, ...} */
   int nvalues;        /* after kn_func_number() */
   kn_module *module;
+  int index;          /* module->funcs[index] == this function */
 };
 
 struct kn_module {
   kn_arena *arena;
   int nfuncs, capfuncs;
   kn_func **funcs;
+  kn_strmap func_names; /* name -> index of the first function of that name */
   const char *filename;  /* for diagnostics; "<built>" for built IR */
   const char *source;    /* parsed text (arena copy) so diagnostics can show the line, or NULL */
 };
@@ -274,7 +289,8 @@ kn_func *kn_module_find(const kn_module *m, const char *name);
 /* a new function at the end of m; params get names pnames[i] (may be NULL, or pnames[i] NULL) */
 kn_func *kn_func_new(kn_module *m, const char *name, bool is_kernel, int nparams,
                      const kn_type *ptypes, const char *const *pnames, int nret, const kn_type *ret);
-void kn_func_set_meta(kn_func *f, const char *key, int64_t value);
+void kn_func_set_meta(kn_func *f, const char *key, int64_t value);  /* replaces key's value */
+void kn_func_add_meta(kn_func *f, const char *key, int64_t value);  /* appends (key not there) */
 bool kn_func_get_meta(const kn_func *f, const char *key, int64_t *value);
 static inline int kn_func_nparams(const kn_func *f) { return f->body->nargs; }
 static inline kn_value *kn_func_param(const kn_func *f, int i) { return f->body->args[i]; }
@@ -380,8 +396,12 @@ kn_op *kn_b_return(kn_builder *b, int n, kn_value *const *v);
 
 /* ---- text form, verifier ---------------------------------------------------------------------- */
 
-/* parse text (its own copy is kept in the module); NULL with *d filled on a syntax error.
- * The result is not verified: call kn_verify(). */
+/* the largest text the parser takes (bytes): a kernel's IR is kilobytes, and the bound keeps
+ * a hostile input under about 2 s and 400 MB (200,000 functions) */
+#define KN_PARSE_MAX_BYTES ((size_t)16 << 20)
+
+/* parse text (its own copy is kept in the module); NULL with *d filled on a syntax error or a
+ * text longer than KN_PARSE_MAX_BYTES.  The result is not verified: call kn_verify(). */
 kn_module *kn_parse(const char *filename, const char *text, size_t len, kn_diag *d);
 /* parses text into m, which must not hold parsed text yet (its functions may be built ones); its
  * locations name `filename` (NULL: m's).  0, or -1 with *d (m then holds what parsed before the
@@ -389,6 +409,10 @@ kn_module *kn_parse(const char *filename, const char *text, size_t len, kn_diag 
 int kn_parse_into(kn_module *m, const char *filename, const char *text, size_t len, kn_diag *d);
 /* print the module in the canonical text form (malloc'd string; the caller frees) */
 char *kn_print(const kn_module *m);
+/* the deepest chain of calls the verifier accepts (a call graph deeper than this is an error:
+ * the interpreter, the inliner and the verifier itself recurse along it) */
+#define KN_MAX_CALL_DEPTH 1000
+
 /* check the module; 0 when valid, else -1 and the first error in *d */
 int kn_verify(kn_module *m, kn_diag *d);
 

@@ -11,7 +11,9 @@
  *
  * Robustness: the input is untrusted.  The lexer never reads past `len` (the text need not be
  * NUL-terminated and may contain NUL bytes), literals are range-checked, region nesting is bounded
- * (KN_PARSE_MAX_DEPTH) so recursion is too, and list lengths are bounded.  On the first error we
+ * (KN_PARSE_MAX_DEPTH) so recursion is too, list lengths and the text (KN_PARSE_MAX_BYTES) are
+ * bounded, and every lookup (value names, function names, attribute duplicates) is a hash, so the
+ * time is linear in the text.  On the first error we
  * longjmp back to kn_parse(): everything allocated lives in the module arena or in the parser's
  * scratch arena, so unwinding is just freeing those two.
  */
@@ -932,11 +934,11 @@ static void parse_func(kn_parser *P) {
     int mcap = 8;
     keys = kn_arena_alloc(P->tmp, sizeof *keys * (size_t)mcap);
     vals = kn_arena_alloc(P->tmp, sizeof *vals * (size_t)mcap);
+    kn_strmap seen = {.arena = P->tmp};
     for (;;) {
       if (P->tok.k != T_IDENT) expected(P, "an attribute name");
-      for (int i = 0; i < nmeta; i++)
-        if (keys[i].n == P->tok.n && memcmp(keys[i].s, P->tok.s, P->tok.n) == 0)
-          fail(P, P->tok.loc, "duplicate attribute '%.*s'", (int)(P->tok.n > 40 ? 40 : P->tok.n), P->tok.s);
+      if (kn_strmap_put(&seen, P->tok.s, P->tok.n, nmeta) >= 0)
+        fail(P, P->tok.loc, "duplicate attribute '%.*s'", (int)(P->tok.n > 40 ? 40 : P->tok.n), P->tok.s);
       if (nmeta == mcap) {
         if (mcap >= KN_PARSE_MAX_LIST) fail(P, P->tok.loc, "too many attributes");
         kn_tok *nk = kn_arena_alloc(P->tmp, sizeof *nk * (size_t)mcap * 2);
@@ -959,8 +961,8 @@ static void parse_func(kn_parser *P) {
 
   kn_func *f = kn_func_new(P->m, name, is_kernel, np, pt, NULL, nret, ret);
   f->loc = floc;
-  for (int i = 0; i < nmeta; i++)
-    kn_func_set_meta(f, kn_arena_strndup(P->tmp, keys[i].s, keys[i].n), vals[i]);
+  for (int i = 0; i < nmeta; i++) /* (no duplicates: checked above) */
+    kn_func_add_meta(f, kn_arena_strndup(P->tmp, keys[i].s, keys[i].n), vals[i]);
   for (int i = 0; i < np; i++) name_bind(P, pe[i], f->body->args[i]);
 
   kn_builder b = kn_builder_at_end(P->m, f->body);
@@ -985,6 +987,9 @@ int kn_parse_into(kn_module *m, const char *filename, const char *text, size_t l
   KN_ASSERT(m && !m->source);
   if (!filename) filename = m->filename;
   if (!text) len = 0;
+  if (len > KN_PARSE_MAX_BYTES)
+    return kn_error(d, NULL, (kn_loc){.file = filename}, "the text is %zu bytes, more than the "
+                    "parser takes (%zu MiB)", len, KN_PARSE_MAX_BYTES >> 20);
   m->source = kn_arena_strndup(m->arena, len ? text : "", len);
   kn_parser P = {.m = m, .d = d, .tmp = kn_arena_new(), .file = kn_arena_strndup(m->arena, filename, strlen(filename)),
                  .p = m->source, .end = m->source + len, .line = 1, .col = 1};

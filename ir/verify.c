@@ -869,14 +869,21 @@ static int verify_func(vctx *c, kn_func *f) {
   kn_module *m = c->m;
   char what[160];
   const char *kind = f->is_kernel ? "kernel" : "function";
-  for (int j = 0; j < m->nfuncs && m->funcs[j] != f; j++)
-    if (strcmp(m->funcs[j]->name, f->name) == 0)
-      return fail(c, f->loc, "function '@%s' is already defined (line %d)", f->name,
-                  m->funcs[j]->loc.line);
-  for (int i = 0; i < f->nmeta; i++)
-    for (int j = 0; j < i; j++)
-      if (strcmp(f->meta[i].key, f->meta[j].key) == 0)
-        return fail(c, f->loc, "attribute '%s' of '@%s' is given twice", f->meta[i].key, f->name);
+  kn_func *first = kn_module_find(m, f->name); /* the first function of the name */
+  if (first != f)
+    return fail(c, f->loc, "function '@%s' is already defined (line %d)", f->name,
+                first ? first->loc.line : 0);
+  if (f->nmeta > 1) { /* (a set: linear in the attributes) */
+    kn_arena *a = kn_arena_new();
+    kn_strmap seen = {.arena = a};
+    int twice = -1;
+    for (int i = 0; twice < 0 && i < f->nmeta; i++)
+      if (kn_strmap_put(&seen, f->meta[i].key, strlen(f->meta[i].key), i) >= 0) twice = i;
+    kn_arena_free(a);
+    if (twice >= 0)
+      return fail(c, f->loc, "attribute '%s' of '@%s' is given twice", f->meta[twice].key,
+                  f->name);
+  }
   if (f->is_kernel && f->nret)
     return fail(c, f->loc, "kernel '@%s' cannot return values (it declares %d)", f->name, f->nret);
   for (int i = 0; i < f->nret; i++)
@@ -918,12 +925,11 @@ typedef struct cgraph {
   vctx *c;
   unsigned char *state;  /* 0 unvisited, 1 on the DFS stack, 2 done */
   int *stack, depth;
+  int *height;           /* of a done function: its longest chain of calls (0: calls nothing) */
 } cgraph;
 
 static int func_index(const kn_module *m, const kn_func *f) {
-  for (int i = 0; i < m->nfuncs; i++)
-    if (m->funcs[i] == f) return i;
-  return -1;
+  return f->index >= 0 && f->index < m->nfuncs && m->funcs[f->index] == f ? f->index : -1;
 }
 
 static int dfs_func(cgraph *g, int fi);
@@ -947,7 +953,16 @@ static int dfs_block(cgraph *g, const kn_block *b) {
       g->c->f = g->c->m->funcs[g->stack[g->depth - 1]];
       return fail(g->c, op->loc, "recursive call: %s (calls must not form a cycle)", path);
     }
-    if (g->state[ci] == 0 && dfs_func(g, ci)) return -1;
+    if (g->state[ci] == 0 && g->depth <= KN_MAX_CALL_DEPTH && dfs_func(g, ci)) return -1;
+    /* the longest chain of calls from the caller (g->stack's top) through this one */
+    int fi = g->stack[g->depth - 1];
+    if (g->state[ci] == 0 || g->height[ci] + 1 > KN_MAX_CALL_DEPTH) {
+      g->c->f = g->c->m->funcs[fi];
+      return fail(g->c, op->loc, "calls nested more than %d deep (through the call of @%.60s): "
+                  "the interpreter and the inliner recurse along them", KN_MAX_CALL_DEPTH,
+                  op->callee->name);
+    }
+    if (g->height[ci] + 1 > g->height[fi]) g->height[fi] = g->height[ci] + 1;
   }
   return 0;
 }
@@ -964,13 +979,16 @@ static int dfs_func(cgraph *g, int fi) {
 static int check_no_recursion(vctx *c) {
   int n = c->m->nfuncs;
   cgraph g = {.c = c, .state = calloc((size_t)n + 1, 1),
-              .stack = calloc((size_t)n + 1, sizeof(int))};
+              .stack = calloc((size_t)n + 1, sizeof(int)),
+              .height = calloc((size_t)n + 1, sizeof(int))};
   int rc = 0;
-  if (!g.state || !g.stack) rc = kn_error(c->d, c->m, (kn_loc){0}, "out of memory in verifier");
+  if (!g.state || !g.stack || !g.height)
+    rc = kn_error(c->d, c->m, (kn_loc){0}, "out of memory in verifier");
   for (int i = 0; rc == 0 && i < n; i++)
     if (g.state[i] == 0) rc = dfs_func(&g, i);
   free(g.state);
   free(g.stack);
+  free(g.height);
   return rc;
 }
 

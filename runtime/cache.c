@@ -21,7 +21,8 @@
  *
  * Every file operation is relative to a descriptor of the objects directory, opened once and
  * checked (owner, mode) through that descriptor: a path component swapped after the check
- * cannot redirect later writes.  Temp files are created with O_CREAT|O_EXCL (mode 0600) under
+ * cannot redirect later writes.  The cache directory's own descriptor, checked the same way,
+ * stays open for the tuning database (kn_cache_dir_fd, kn_tunedb_open_at).  Temp files are created with O_CREAT|O_EXCL (mode 0600) under
  * a fresh random name in that same directory — what mkstemp does, but relative to the
  * descriptor — then written, fsync'ed, closed and renamed over the final name.  rename() is
  * atomic, so readers see the old entry, the new one, or none; concurrent writers of one key each
@@ -72,6 +73,7 @@ static const char kMagic[8] = {'K', 'I', 'L', 'N', 'C', 'A', 'C', 'H'};
 struct kn_cache {
   char dir[PATH_MAX];
   char objdir[PATH_MAX];
+  int topfd;                 /* the cache directory, checked (owner, mode) through it */
   int objfd;                 /* -1: objects directory missing and not creatable (read-only) */
   uint64_t max_bytes;
   kn_cache_log_fn log;
@@ -305,7 +307,7 @@ kn_status kn_cache_open(const kn_cache_config *config, kn_cache **out, kn_diag *
 
   kn_cache *c = calloc(1, sizeof *c);
   if (!c) return kn_diag_set(d, KN_E_NOMEM, "out of memory opening the cache");
-  c->objfd = -1;
+  c->topfd = c->objfd = -1;
   c->est_bytes = -1;
   c->log = config->log;
   c->log_user = config->log_user;
@@ -333,7 +335,7 @@ kn_status kn_cache_open(const kn_cache_config *config, kn_cache **out, kn_diag *
   }
 
   if ((s = make_dirs(c->dir, d))) goto fail;
-  int topfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int topfd = c->topfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (topfd < 0) {
     s = kn_diag_set(d, KN_E_IO, "cannot open cache directory %s: %s", c->dir, strerror(errno));
     goto fail;
@@ -341,12 +343,10 @@ kn_status kn_cache_open(const kn_cache_config *config, kn_cache **out, kn_diag *
   struct stat st;
   if (fstat(topfd, &st) != 0 || (s = check_dir_stat(c->dir, &st, d))) {
     if (!s) s = kn_diag_set(d, KN_E_IO, "cannot stat cache directory %s: %s", c->dir, strerror(errno));
-    close(topfd);
     goto fail;
   }
   if (snprintf(c->objdir, sizeof c->objdir, "%s/%s", c->dir, OBJECTS_DIR) >= (int)sizeof c->objdir) {
     s = kn_diag_set(d, KN_E_INVALID, "cache directory path too long");
-    close(topfd);
     goto fail;
   }
   if (mkdirat(topfd, OBJECTS_DIR, 0700) != 0 && errno != EEXIST) {
@@ -355,12 +355,10 @@ kn_status kn_cache_open(const kn_cache_config *config, kn_cache **out, kn_diag *
     kn_diag_set(d, KN_NOT_STORED, "cache directory %s is not writable (%s); running without a cache",
         c->dir, strerror(errno));
     warn(c, 1, KN_OK, d);
-    close(topfd);
     goto done;
   }
   c->objfd = openat(topfd, OBJECTS_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   int e = errno;
-  close(topfd);
   if (c->objfd < 0) {
     s = kn_diag_set(d, e == ELOOP || e == ENOTDIR ? KN_E_INSECURE : KN_E_IO, "cannot open %s: %s",
                     c->objdir, strerror(e));
@@ -382,11 +380,13 @@ fail:
 void kn_cache_close(kn_cache *c) {
   if (!c) return;
   if (c->objfd >= 0) close(c->objfd);
+  if (c->topfd >= 0) close(c->topfd);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
 
 const char *kn_cache_dir(const kn_cache *c) { return c->dir; }
+int kn_cache_dir_fd(const kn_cache *c) { return c->topfd; }
 uint64_t kn_cache_max_bytes(const kn_cache *c) { return c->max_bytes; }
 
 /* ---- reading ---- */
@@ -402,19 +402,50 @@ static int read_full(int fd, void *buf, size_t n, off_t off) {
   return 0;
 }
 
-/* unlinks name if it still is the inode `st` describes; 0, or the errno of a failed unlink */
+/* removes the directory `name` of dirfd with everything in it (links unlinked, never
+ * followed; at most 16 levels deep); 0, or an errno */
+static int remove_tree(int dirfd, const char *name, int depth) {
+  if (unlinkat(dirfd, name, AT_REMOVEDIR) == 0) return 0;
+  if (errno != ENOTEMPTY && errno != EEXIST) return errno;
+  if (depth >= 16) return ENOTEMPTY;
+  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!dir) {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    return e;
+  }
+  int err = 0;
+  for (struct dirent *de; !err && (de = readdir(dir));) {
+    struct stat st;
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+        fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+      continue;
+    if (S_ISDIR(st.st_mode)) err = remove_tree(fd, de->d_name, depth + 1);
+    else if (unlinkat(fd, de->d_name, 0) != 0) err = errno;
+  }
+  closedir(dir);
+  if (!err && unlinkat(dirfd, name, AT_REMOVEDIR) != 0) err = errno;
+  return err;
+}
+
+/* removes name (a file, or a directory where an entry belongs) if it still is the inode `st`
+ * describes; 0, or the errno of a failed removal */
 static int remove_if_same(kn_cache *c, const char *name, const struct stat *st) {
   struct stat now;
   if (fstatat(c->objfd, name, &now, AT_SYMLINK_NOFOLLOW) != 0 || now.st_dev != st->st_dev ||
       now.st_ino != st->st_ino)
     return 0; /* already gone, or replaced by another writer: nothing bad left */
+  if (S_ISDIR(now.st_mode)) return remove_tree(c->objfd, name, 0);
   return unlinkat(c->objfd, name, 0) == 0 ? 0 : errno;
 }
 
 /* Reads and checks the entry `name`.  On OK with payload != NULL, *payload is malloc'ed.
- * On KN_E_CORRUPT the entry has been removed and *d (also logged) says why. */
+ * On KN_E_CORRUPT the entry has been removed (unless *kept, when kept is not NULL: the removal
+ * failed) and *d (also logged) says why.  The size is checked before anything is read. */
 static kn_status read_entry(kn_cache *c, const char *name, const kn_cache_key *key, void **payload,
-                            size_t *size, bool touch, kn_diag *d) {
+                            size_t *size, bool touch, bool *kept, kn_diag *d) {
+  if (kept) *kept = false;
   int fd = openat(c->objfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return kn_diag_set(d, KN_MISS, "no cache entry %s", name);
@@ -437,7 +468,17 @@ static kn_status read_entry(kn_cache *c, const char *name, const kn_cache_key *k
   uint8_t *data = NULL;
   uint64_t len = 0;
   if (!S_ISREG(st.st_mode)) {
-    why = "not a regular file";
+    why = S_ISDIR(st.st_mode) ? "a directory, not a file" : "not a regular file";
+  } else if ((uint64_t)st.st_size > KN_CACHE_MAX_ENTRY_BYTES) {
+    snprintf(whybuf, sizeof whybuf, "%llu bytes, larger than any entry kiln writes",
+             (unsigned long long)st.st_size);
+    why = whybuf;
+  } else if ((uint64_t)st.st_size > c->max_bytes) {
+    /* another process's, with a larger bound: not read (it may be large), not removed */
+    close(fd);
+    return kn_diag_set(d, KN_MISS, "cache entry %s/%s has %llu bytes, more than this cache's "
+                       "bound (%llu bytes); not read", c->objdir, name,
+                       (unsigned long long)st.st_size, (unsigned long long)c->max_bytes);
   } else if ((uint64_t)st.st_size < KN_CACHE_HEADER_BYTES) {
     snprintf(whybuf, sizeof whybuf, "truncated: %lld bytes, shorter than the header",
              (long long)st.st_size);
@@ -469,6 +510,7 @@ static kn_status read_entry(kn_cache *c, const char *name, const kn_cache_key *k
     free(data);
     int err = remove_if_same(c, name, &st);
     close(fd);
+    if (kept) *kept = err != 0;
     kn_diag_set(d, KN_E_CORRUPT, "cache entry %s/%s is corrupt (%s); %s%s", c->objdir, name, why,
         err ? "could not be removed: " : "removed", err ? strerror(err) : "");
     return warn(c, 1, KN_E_CORRUPT, d);
@@ -494,7 +536,7 @@ kn_status kn_cache_get(kn_cache *c, const kn_cache_key *key, void **payload, siz
   if (c->objfd < 0) return kn_diag_set(d, KN_MISS, "cache %s is not usable (read-only)", c->dir);
   char name[33];
   kn_cache_key_hex(key, name);
-  return read_entry(c, name, key, payload, size, true, d);
+  return read_entry(c, name, key, payload, size, true, NULL, d);
 }
 
 /* ---- writing ---- */
@@ -543,9 +585,11 @@ kn_status kn_cache_put(kn_cache *c, const kn_cache_key *key, const void *payload
     kn_diag_set(d, KN_NOT_STORED, "cache %s is not writable; %s not stored", c->dir, name);
     return warn(c, 1, KN_NOT_STORED, d);
   }
-  if (c->max_bytes != UINT64_MAX && (uint64_t)size + KN_CACHE_HEADER_BYTES > c->max_bytes) {
+  uint64_t bound = c->max_bytes < KN_CACHE_MAX_ENTRY_BYTES ? c->max_bytes : KN_CACHE_MAX_ENTRY_BYTES;
+  if ((uint64_t)size > bound || (uint64_t)size + KN_CACHE_HEADER_BYTES > bound) {
     kn_diag_set(d, KN_NOT_STORED, "cache entry %s (%zu bytes) is larger than the cache bound (%llu "
-        "bytes, KILN_CACHE_MAX_BYTES); not stored", name, size, (unsigned long long)c->max_bytes);
+        "bytes, KILN_CACHE_MAX_BYTES, at most %llu an entry); not stored", name, size,
+        (unsigned long long)c->max_bytes, (unsigned long long)KN_CACHE_MAX_ENTRY_BYTES);
     return warn(c, 1, KN_NOT_STORED, d);
   }
 
@@ -636,8 +680,9 @@ static int cmp_oldest_first(const void *a, const void *b) {
   return memcmp(x->key.b, y->key.b, 16);
 }
 
-/* Lists entries (names that are 32 hex digits, regular files) into sr.  Temp files count in
- * the total; with remove_temps 1 stale ones are removed, with 2 all of them. */
+/* Lists entries (names that are 32 hex digits) into sr.  Temp files count in the total; with
+ * remove_temps stale ones (KN_CACHE_STALE_TEMP_SECONDS old: a younger one may be another
+ * process's write in flight) are removed, the others counted in r->kept_temp. */
 static kn_status scan(kn_cache *c, scan_result *sr, int remove_temps, kn_cache_report *r,
                       kn_diag *d) {
   memset(sr, 0, sizeof *sr);
@@ -655,10 +700,11 @@ static kn_status scan(kn_cache *c, scan_result *sr, int remove_temps, kn_cache_r
     if (!strncmp(de->d_name, TEMP_PREFIX, strlen(TEMP_PREFIX))) {
       if (fstatat(c->objfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
       bool stale = now - st.st_mtime > KN_CACHE_STALE_TEMP_SECONDS;
-      if (remove_temps == 2 || (remove_temps == 1 && stale)) {
-        if (unlinkat(c->objfd, de->d_name, 0) == 0 && r) r->removed_temp++;
+      if (remove_temps && stale && unlinkat(c->objfd, de->d_name, 0) == 0) {
+        if (r) r->removed_temp++;
       } else {
         sr->total += (uint64_t)st.st_size;
+        if (remove_temps && r) r->kept_temp++;
       }
       continue;
     }
@@ -685,7 +731,7 @@ static kn_status scan(kn_cache *c, scan_result *sr, int remove_temps, kn_cache_r
     sr->total += (uint64_t)st.st_size;
   }
   closedir(dir);
-  qsort(sr->items, sr->n, sizeof *sr->items, cmp_oldest_first);
+  if (sr->n) qsort(sr->items, sr->n, sizeof *sr->items, cmp_oldest_first); /* (NULL when empty) */
   return KN_OK;
 }
 
@@ -765,9 +811,12 @@ kn_status kn_cache_verify(kn_cache *c, kn_cache_report *report, kn_diag *d) {
   r.bytes = sr.total;
   for (size_t i = 0; i < sr.n; i++) {
     /* verification reads every entry but is not a use: it leaves the LRU order alone */
-    kn_status e = read_entry(c, sr.items[i].name, &sr.items[i].e.key, NULL, NULL, false, d);
+    bool kept;
+    kn_status e = read_entry(c, sr.items[i].name, &sr.items[i].e.key, NULL, NULL, false, &kept, d);
     if (e == KN_OK) {
       r.valid++;
+    } else if (e == KN_E_CORRUPT && kept) {
+      r.corrupt_kept++;
     } else if (e == KN_E_CORRUPT) {
       r.removed_corrupt++;
       r.bytes -= sr.items[i].e.file_bytes;
@@ -783,7 +832,10 @@ kn_status kn_cache_verify(kn_cache *c, kn_cache_report *report, kn_diag *d) {
   c->est_bytes = (int64_t)r.bytes;
   pthread_mutex_unlock(&c->mu);
   if (report) *report = r;
-  if (r.removed_corrupt)
+  if (r.corrupt_kept)
+    kn_diag_set(d, KN_OK, "cache %s: %zu of %zu entries were corrupt, %zu of them could not be "
+                "removed", c->objdir, r.removed_corrupt + r.corrupt_kept, r.entries, r.corrupt_kept);
+  else if (r.removed_corrupt)
     kn_diag_set(d, KN_OK, "cache %s: %zu of %zu entries were corrupt and have been removed", c->objdir,
         r.removed_corrupt, r.entries);
   else
@@ -798,11 +850,15 @@ kn_status kn_cache_clear(kn_cache *c, kn_cache_report *report, kn_diag *d) {
   if (c->objfd < 0) return KN_OK;
   pthread_mutex_lock(&c->mu);
   scan_result sr;
-  kn_status s = scan(c, &sr, 2, &r, d);
+  kn_status s = scan(c, &sr, 1, &r, d);
   if (!s) {
     r.entries = sr.n;
-    for (size_t i = 0; i < sr.n; i++)
-      if (unlinkat(c->objfd, sr.items[i].name, 0) == 0 || errno == ENOENT) r.removed_evicted++;
+    for (size_t i = 0; i < sr.n; i++) {
+      struct stat st;
+      if (fstatat(c->objfd, sr.items[i].name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+          remove_if_same(c, sr.items[i].name, &st) == 0)
+        r.removed_evicted++;
+    }
     free(sr.items);
     c->est_bytes = 0;
   }

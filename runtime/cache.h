@@ -43,6 +43,10 @@ extern "C" {
 #define KN_CACHE_FORMAT_VERSION 1
 #define KN_CACHE_HEADER_BYTES 64
 #define KN_CACHE_DEFAULT_MAX_BYTES ((uint64_t)1 << 30) /* 1 GiB */
+/* the largest entry file kiln writes or reads, whatever the bound: a larger file is corrupt
+ * (removed unread); one above this handle's bound but within this is another process's (a miss,
+ * left alone, unread) */
+#define KN_CACHE_MAX_ENTRY_BYTES ((uint64_t)1 << 30)
 /* a temp file older than this is a crashed writer's leftover and may be removed */
 #define KN_CACHE_STALE_TEMP_SECONDS 3600
 
@@ -104,6 +108,10 @@ kn_status kn_cache_ensure_dir(const char *dir, kn_diag *d);
 kn_status kn_cache_open(const kn_cache_config *config, kn_cache **out, kn_diag *d);
 void kn_cache_close(kn_cache *cache);
 const char *kn_cache_dir(const kn_cache *cache);          /* the resolved cache directory */
+/* a descriptor of that directory, opened and checked (owner, mode) when the cache opened and
+ * open until it closes: files beside the entries (the tuning database) are opened relative to
+ * it, so a directory swapped at that path after the check is never used */
+int kn_cache_dir_fd(const kn_cache *cache);
 uint64_t kn_cache_max_bytes(const kn_cache *cache);
 
 /* ---- entries ---- */
@@ -134,7 +142,10 @@ typedef struct kn_cache_report {
   size_t entries;        /* entries examined */
   size_t valid;          /* of which good */
   size_t removed_corrupt;
-  size_t removed_temp;   /* stale temp files of crashed writers (or all, for clear) */
+  size_t corrupt_kept;   /* corrupt entries that could not be removed (the message says why) */
+  size_t removed_temp;   /* stale temp files of crashed writers (an hour old: a younger one
+                            may be another process's write in flight, and clear leaves it) */
+  size_t kept_temp;      /* temp files left because they are younger */
   size_t removed_evicted; /* entries removed by eviction (or by clear) */
   uint64_t bytes;        /* bytes held after the operation */
 } kn_cache_report;
@@ -142,7 +153,8 @@ typedef struct kn_cache_report {
 /* reads every entry, removes bad ones (and stale temp files); report may be NULL.  When bad
  * entries were removed, *d holds a note of how many, with KN_OK. */
 kn_status kn_cache_verify(kn_cache *cache, kn_cache_report *report, kn_diag *d);
-/* removes every entry and temp file kiln wrote (other files are left alone) */
+/* removes every entry and every stale temp file kiln wrote (other files, and temp files of
+ * writes that may be in flight, are left alone) */
 kn_status kn_cache_clear(kn_cache *cache, kn_cache_report *report, kn_diag *d);
 /* evicts least-recently-used entries until the total is at most `target` bytes (put does this
  * on its own to ~90% of the bound when the bound is exceeded); a note in *d when it removed any */

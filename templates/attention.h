@@ -209,9 +209,15 @@ int kn_attn_signature_in(kn_module *m, const kn_attn_desc *d, kn_attn_sig *sig, 
  * of kn_attn_vargs: window_left, softcap, bias, ...) rather than a named one (kn_attn_vargs.mods) */
 bool kn_attn_param_builtin(const kn_attn_desc *d, const char *name);
 
+/* 0 when every tensor of problem p (q/o, k/v, lse and a bias of d) has a byte size that fits
+ * in int64; -1 with *diag for sizes no buffer can have (their strides would overflow).  The
+ * sizes must be >= 0. */
+int kn_attn_check_sizes(const kn_attn_desc *d, const kn_attn_problem *p, kn_diag *diag);
+
 /* Fills the sig->n kernel arguments for contiguous (B, H, N, D) buffers and the grid.  lse may
  * be NULL; va may be NULL for a descriptor without variant parameters.  -1 with *diag when a
- * parameter has no value (a user parameter missing from va->mods, a NULL built-in tensor). */
+ * parameter has no value (a user parameter missing from va->mods, a NULL built-in tensor) or
+ * the sizes fit no buffer (kn_attn_check_sizes). */
 int kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_attn_config *c,
                       const kn_attn_problem *p, void *q, void *k, void *v, void *o, float *lse,
                       const kn_attn_vargs *va, kn_argval *out, int grid[3], kn_diag *diag);

@@ -863,9 +863,32 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
 
 /* ---- arguments ----------------------------------------------------------------------------------- */
 
+int kn_attn_check_sizes(const kn_attn_desc *d, const kn_attn_problem *p, kn_diag *diag) {
+  const int64_t es = (int64_t)kn_scalar_size(d->dtype);
+  const struct { const char *name; bool on; int64_t es, dims[4]; } t[] = {
+      {"q/o", true, es, {p->batch, p->heads, p->seqlen_q, d->head_dim}},
+      {"k/v", true, es, {p->batch, p->kv_heads, p->seqlen_k, d->head_dim}},
+      {"lse", d->has_lse, 4, {p->batch, p->heads, p->seqlen_q, 1}},
+      {"bias", d->bias, es, {p->batch, p->heads, p->seqlen_q, p->seqlen_k}},
+  };
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    int64_t n = t[i].es;
+    bool ovf = false;
+    /* (an empty dim still multiplies the strides of the dims before it) */
+    for (int j = 0; j < 4; j++) ovf |= __builtin_mul_overflow(n, t[i].dims[j] ? t[i].dims[j] : 1, &n);
+    if (t[i].on && ovf)
+      return kn_error(diag, NULL, (kn_loc){0}, "attention: the %s tensor of %lld x %lld x %lld "
+                      "x %lld elements is larger than any buffer can be (2^63 bytes)", t[i].name,
+                      (long long)t[i].dims[0], (long long)t[i].dims[1], (long long)t[i].dims[2],
+                      (long long)t[i].dims[3]);
+  }
+  return 0;
+}
+
 int kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_attn_config *c,
                       const kn_attn_problem *p, void *q, void *k, void *v, void *o, float *lse,
                       const kn_attn_vargs *va, kn_argval *out, int grid[3], kn_diag *diag) {
+  if (kn_attn_check_sizes(d, p, diag)) return -1;
   const int64_t D = d->head_dim, H = p->heads, HK = p->kv_heads, Nq = p->seqlen_q,
                 Nk = p->seqlen_k;
   memset(out, 0, sizeof *out * (size_t)(sig ? sig->n : KN_ATTN_NPARAMS));

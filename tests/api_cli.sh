@@ -23,6 +23,11 @@ expect tune-space-invalid-value 2 'none of the 2 points of the tuning space is a
   "$kiln" tune --cache-dir "$c" --head-dim 32 --seqlen-q 32 --space "block_m=24;block_n=16,32"
 expect tune-space-malformed 2 'error' -- \
   "$kiln" tune --cache-dir "$c" --head-dim 32 --seqlen-q 32 --space "block_q=16"
+# empty items and values are errors (issue 16, case 10: they were passed over)
+expect tune-space-empty-value 2 "an empty value for block_m in '16,,32'" -- \
+  "$kiln" tune --cache-dir "$c" --head-dim 32 --seqlen-q 32 --space "block_m=16,,32"
+expect tune-space-only-separators 2 "an empty item in ';;;'" -- \
+  "$kiln" tune --cache-dir "$c" --head-dim 32 --seqlen-q 32 --space ";;;"
 expect cache-ls 0 '1 entries' -- "$kiln" cache ls --cache-dir "$c"
 expect cache-ls-records 0 \
   'fwd dtype=f16;d=32;causal=1;lse=1;window=0;softcap=0;alibi=0;bias=0;doc=0;prefix=0;mods=0 f16 D32 bucket 64 host-' \
@@ -34,6 +39,29 @@ printf '\x5a' | dd of="$f" bs=1 seek=200 conv=notrunc status=none
 expect cache-verify-corrupt 1 '1 corrupt removed' -- "$kiln" cache verify --cache-dir "$c"
 expect cache-clear 0 'removed 0 entries' -- "$kiln" cache clear --cache-dir "$c"
 expect cache-bad-sub 2 'usage: kiln cache' -- "$kiln" cache frobnicate
+# looking changes nothing (issue 16, case 9): a missing directory is not created, a bad tuning
+# database is a warning and stays as it is (it was moved aside and replaced before)
+expect cache-ls-missing 0 'no such directory \(nothing cached; not created\)' -- \
+  "$kiln" cache ls --cache-dir "$tmp/none"
+[ ! -e "$tmp/none" ] && echo "PASS cache-ls-not-created" ||
+  { echo "FAIL cache-ls-not-created"; fails=$((fails + 1)); }
+mkdir -m 0700 "$tmp/baddb" && echo 'not a database, some notes' >"$tmp/baddb/tuning.sqlite3"
+chmod 0600 "$tmp/baddb/tuning.sqlite3" && cp "$tmp/baddb/tuning.sqlite3" "$tmp/baddb.copy"
+expect cache-ls-bad-db 0 'tuning.sqlite3: file is not a database; left as it is' -- \
+  "$kiln" cache ls --cache-dir "$tmp/baddb"
+cmp -s "$tmp/baddb/tuning.sqlite3" "$tmp/baddb.copy" && [ -z "$(ls "$tmp/baddb" | grep bad-)" ] &&
+  echo "PASS cache-ls-bad-db-kept" || { echo "FAIL cache-ls-bad-db-kept"; fails=$((fails + 1)); }
+# a directory at an entry's name is removed by verify (it stayed, reported removed), and clear
+# leaves a temp file younger than an hour (another process's write in flight)
+mkdir -p "$c/objects-v1/0123456789abcdef0123456789abcdef/sub"
+expect cache-verify-dir-entry 1 '1 corrupt removed' -- "$kiln" cache verify --cache-dir "$c"
+[ ! -e "$c/objects-v1/0123456789abcdef0123456789abcdef" ] && echo "PASS cache-dir-entry-gone" ||
+  { echo "FAIL cache-dir-entry-gone"; fails=$((fails + 1)); }
+: >"$c/objects-v1/.tmp-01234567-0000000000000001"
+expect cache-clear-fresh-temp 0 '1 temp files younger than an hour left alone' -- \
+  "$kiln" cache clear --cache-dir "$c"
+[ -e "$c/objects-v1/.tmp-01234567-0000000000000001" ] && echo "PASS cache-clear-kept-temp" ||
+  { echo "FAIL cache-clear-kept-temp"; fails=$((fails + 1)); }
 # a directory writable by all users is refused
 mkdir -m 0777 "$tmp/open" && chmod 0777 "$tmp/open"
 expect tune-insecure 2 'writable by all users' -- \

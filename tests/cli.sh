@@ -64,6 +64,15 @@ expect ir-agree 0 ' PASS$' -- \
   --block-n 64 --seqlen-q 20 --seqlen-k 20
 expect bad-seed 2 "--seed expects a non-negative integer, got 'abc'" -- "$kiln" run --seed abc
 expect bad-seed-negative 2 "--seed expects a non-negative integer" -- "$kiln" run --seed -1
+# numbers are digits (issue 16, case 10): strtol alone took " 64" and "+64"
+expect bad-seed-minus-5 2 "--seed expects a non-negative integer, got '-5'" -- "$kiln" run --seed -5
+expect bad-seed-space 2 "--seed expects a non-negative integer, got ' 5'" -- "$kiln" run --seed " 5"
+expect bad-head-dim-space 2 "--head-dim expects an integer in \[1, 4096\], got ' 64'" -- \
+  "$kiln" run --target interp --head-dim " 64"
+expect bad-head-dim-plus 2 "--head-dim expects an integer in \[1, 4096\], got '\+64'" -- \
+  "$kiln" run --target interp --head-dim "+64"
+expect bad-seqlen-trailing 2 "--seqlen-q expects an integer in \[1, 16777216\], got '64 '" -- \
+  "$kiln" run --target interp --seqlen-q "64 "
 expect run-help 0 'not served by the API' -- "$kiln" run --help
 expect version 0 '^kiln [0-9]+\.[0-9]+\.[0-9]+ \(LLVM [0-9]+\.' -- "$kiln" --version
 # checked mode: the same kernel with the bounds of its V load removed reads past V (seqlen 61 is
@@ -75,6 +84,40 @@ expect run-host-check-bounds 2 'attn_oob.tile:114:[0-9]+: error: @attn_fwd: load
 expect run-host-check-bounds-pass 0 ' PASS$' -- \
   "$kiln" run --target host --check-bounds --ir "$tests/golden/attn_fwd_causal_lse.tile" --dtype bf16 --seqlen-q 130 --seqlen-k 61
 expect run-check-bounds-not-host 2 'check-bounds is for --target host' -- "$kiln" run --target gfx942 --check-bounds
+# an --ir kernel on the host is always checked, as on the interpreter and the emulator (it ran
+# unchecked before: an out-of-bounds access went unnoticed or crashed)
+expect run-host-ir-checked 2 'attn_oob.tile:[0-9]+:[0-9]+: error: @attn_fwd: load out of bounds: element \[61, 0\] at address 0x[0-9a-f]+ .*outside every buffer' -- \
+  "$kiln" run --target host --ir "$tmp/attn_oob.tile" --dtype bf16 --seqlen-q 130 --seqlen-k 61
+expect run-interp-ir-oob 2 'attn_oob.tile:[0-9]+:[0-9]+: error: .*element \[61, 0\]' -- \
+  "$kiln" run --target interp --ir "$tmp/attn_oob.tile" --dtype bf16 --seqlen-q 130 --seqlen-k 61
+# the interpreter's step budget: a KV loop to 2^31 - 1 stops with the error (it ran for hours
+# before); the default budget lets the ordinary runs above through
+sed -e 's/for %start_n = %c0 to %seqlen_k step/for %start_n = %c0 to %c_forever step/' \
+  -e 's/^  %c_block_m = const 128 : i32$/&\n  %c_forever = const 2147483647 : i32/' \
+  "$tests/golden/attn_fwd_default.tile" >"$tmp/forever.tile"
+expect run-interp-step-budget 2 'forever.tile:[0-9]+:[0-9]+: error: step budget of 20000000 exhausted \(a loop that does not end\?\)' -- \
+  "$kiln" run --target interp --ir "$tmp/forever.tile" --seqlen-q 20 --seqlen-k 20 --max-steps 20000000
+expect run-max-steps-not-interp 2 'max-steps is the interpreter.s step budget' -- \
+  "$kiln" run --target host --ir "$tmp/forever.tile" --max-steps 5
+expect run-max-steps-negative 2 "--max-steps expects a non-negative integer, got '-5'" -- \
+  "$kiln" run --target interp --max-steps -5
+# inputs kiln reads: only regular files of at most 16 MiB (/dev/zero grew without bound, a FIFO
+# without a writer blocked for ever)
+mkfifo "$tmp/fifo"
+expect check-dev-zero 2 "cannot read '/dev/zero': not a regular file" -- "$kiln" check /dev/zero
+expect check-fifo 2 "cannot read '.*fifo': not a regular file" -- timeout 20 "$kiln" check "$tmp/fifo"
+# a gfx942 code object of kiln's with two bytes changed (at 1989 and 7517) on which LLVM 22's
+# AMDGPU disassembler crashes (kiln inspect died of SIGSEGV): disassembled in a child process,
+# the crash is an error naming the kernel
+expect inspect-disasm-crash 2 "kernel 'attn_fwd': LLVM's gfx942 disassembler crashed on its 9588 bytes of code \(signal 11\): the code object is damaged" -- \
+  "$kiln" inspect "$tests/hostile/disasm_crash_gfx942.hsaco"
+expect inspect-fifo 2 "cannot read '.*fifo': not a regular file" -- timeout 20 "$kiln" inspect "$tmp/fifo"
+truncate -s 17M "$tmp/big.tile"
+expect check-too-big 2 "cannot read '.*big.tile': larger than the 16 MiB kiln reads" -- "$kiln" check "$tmp/big.tile"
+expect run-ir-fifo 2 "cannot read '.*fifo': not a regular file" -- timeout 20 "$kiln" run --target interp --ir "$tmp/fifo"
+expect run-mods-dev-zero 2 "cannot read '/dev/zero': not a regular file" -- "$kiln" run --target interp --mods /dev/zero
+expect run-max-steps-enough 0 ' PASS$' -- \
+  "$kiln" run --target interp --ir "$tests/golden/attn_fwd_default.tile" --seqlen-q 20 --seqlen-k 20 --max-steps 20000000
 expect dump-llvm 0 'define .*kiln_attn_fwd' -- "$kiln" dump --stage llvm --target host --head-dim 64
 expect dump-asm 0 'kiln_attn_fwd' -- "$kiln" dump --stage asm --target host --head-dim 64
 expect dump-bad-stage 2 "is not a stage" -- "$kiln" dump --stage bogus --target host

@@ -32,10 +32,13 @@
 #include <string.h>
 #include <time.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "amdgpu.h"
 #include "attention.h"
+#include "cache.h"
 #include "cuda_device.h"
 #include "device.h"
 #include "discover.h"
@@ -67,11 +70,13 @@ typedef struct options {
   int block_m, block_n, warps, stages; /* the tiling asked for (0: not given) */
   bool wgmma;                           /* --mma wgmma */
   struct {
-    bool dtype, head_dim, causal;
-  } given;             /* descriptor options given on the command line (--ir checks them) */
+    bool dtype, head_dim, causal, max_steps;
+  } given;             /* options given on the command line (--ir checks the descriptor's) */
   kn_attn_desc attn;   /* get_kernel / resolve_attn: the descriptor the kernel computes */
   kn_attn_config cfg;  /* ... and its tiling */
-  bool check_bounds;   /* run: --check-bounds (host: every global access checked) */
+  bool check_bounds;   /* run: --check-bounds (host: every global access checked; always for
+                          an --ir kernel, which nothing vouches for) */
+  unsigned long long max_steps; /* run on interp: the step budget (--max-steps; 0: none) */
   kn_attn_problem prob;
   unsigned long long seed;
   int repeats;
@@ -119,7 +124,9 @@ static void usage(FILE *f) {
         "  --warps W  --stages S (not on the API path)  --seed S  --repeats R  --ir FILE.tile\n"
         "  --mma sync|wgmma (sm_90a: the dots as wgmma.mma_async; block_m = 16 x warps)\n"
         "  (with --ir, the file's kernel attrs decide; an option that contradicts them is an error)\n"
-        "  --check-bounds (run, host: check every load and store against the buffers)\n"
+        "  --check-bounds (run, host: check every load and store against the buffers;\n"
+        "  always on for an --ir kernel)  --max-steps N (run, interp: the step budget, default\n"
+        "  10^10 steps, 0 for none)\n"
         "variants (docs/variants.md; each a modifier of templates/mods/*.tile):\n"
         "  --causal-top-left  --window L,R (-1: unbounded)  --softcap C  --alibi\n"
         "  --bias (a random (B,H,Nq,Nk) tensor)  --documents K (K packed documents)\n"
@@ -135,8 +142,10 @@ static void usage(FILE *f) {
 static int parse_int(const char *opt, const char *s, long lo, long hi, int *out) {
   char *end;
   errno = 0;
-  long v = s ? strtol(s, &end, 10) : 0;
-  if (!s || errno || *end || end == s || v < lo || v > hi) {
+  /* strtol alone takes " 64" and "+64": a number here is an optional '-' and digits */
+  bool digits = s && (s[0] == '-' ? s[1] : s[0]) >= '0' && (s[0] == '-' ? s[1] : s[0]) <= '9';
+  long v = digits ? strtol(s, &end, 10) : 0;
+  if (!digits || errno || *end || end == s || v < lo || v > hi) {
     fprintf(stderr, "kiln: error: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi,
             s ? s : "");
     return -1;
@@ -145,13 +154,15 @@ static int parse_int(const char *opt, const char *s, long lo, long hi, int *out)
   return 0;
 }
 
-/* a 64-bit seed: decimal digits only (strtoull alone takes "abc" as 0 and "-1" as 2^64-1) */
-static int parse_seed(const char *s, unsigned long long *out) {
+/* a 64-bit count (--seed, --max-steps): decimal digits only (strtoull alone takes "abc" as 0
+ * and "-1" as 2^64-1) */
+static int parse_u64(const char *opt, const char *s, unsigned long long *out) {
   char *end;
   errno = 0;
   unsigned long long v = s && *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
   if (!s || *s < '0' || *s > '9' || errno || *end) {
-    fprintf(stderr, "kiln: error: --seed expects a non-negative integer, got '%s'\n", s ? s : "");
+    fprintf(stderr, "kiln: error: %s expects a non-negative integer, got '%s'\n", opt,
+            s ? s : "");
     return -1;
   }
   *out = v;
@@ -189,6 +200,7 @@ static int parse_options(int argc, char **argv, int first, options *o) {
                               .seqlen_k = 128};
   o->seed = 1;
   o->repeats = 1;
+  o->max_steps = 10000000000ull;
   for (int i = first; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     o->given.dtype |= !strcmp(a, "--dtype");
@@ -281,7 +293,11 @@ static int parse_options(int argc, char **argv, int first, options *o) {
     } else if (!strcmp(a, "--check-bounds")) {
       o->check_bounds = true;
     } else if (!strcmp(a, "--seed") && v) {
-      if (parse_seed(v, &o->seed)) return -1;
+      if (parse_u64(a, v, &o->seed)) return -1;
+      i++;
+    } else if (!strcmp(a, "--max-steps") && v) {
+      if (parse_u64(a, v, &o->max_steps)) return -1;
+      o->given.max_steps = true;
       i++;
     } else if (!strcmp(a, "--tune") && v) {
       if (parse_policy(v, &o->tune)) return -1;
@@ -317,10 +333,9 @@ static int resolve_attn(options *o) {
   o->desc.prefix |= o->var.prefix;
   if (o->var.mods_file && !o->var.mods_text) {
     size_t len;
-    o->var.mods_text = read_file(o->var.mods_file, &len);
-    if (!o->var.mods_text || memchr(o->var.mods_text, 0, len)) {
-      fprintf(stderr, "kiln: error: cannot read '%s': %s\n", o->var.mods_file,
-              o->var.mods_text ? "it holds a NUL byte" : strerror(errno));
+    if (!(o->var.mods_text = read_file(o->var.mods_file, &len))) return -1;
+    if (memchr(o->var.mods_text, 0, len)) {
+      fprintf(stderr, "kiln: error: cannot read '%s': it holds a NUL byte\n", o->var.mods_file);
       return -1;
     }
     char *t = realloc(o->var.mods_text, len + 1);
@@ -362,36 +377,51 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The whole of a regular file of at most KN_PARSE_MAX_BYTES (IR text, a code object); NULL
+ * after printing why not: it cannot be opened, it is not a regular file (reading a FIFO would
+ * wait for a writer, /dev/zero would never end) or it is larger. */
 static char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
-    n += got;
+  const char *why = NULL;
+  char big[64];
+  snprintf(big, sizeof big, "larger than the %zu MiB kiln reads", KN_PARSE_MAX_BYTES >> 20);
+  struct stat st;
+  char *buf = NULL;
+  size_t n = 0, cap = 0;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0 || fstat(fd, &st)) why = strerror(errno);
+  else if (!S_ISREG(st.st_mode)) why = "not a regular file (kiln reads files, not FIFOs or devices)";
+  else if ((uint64_t)st.st_size > KN_PARSE_MAX_BYTES) why = big;
+  /* (read to the end, not to st_size: the file may be growing, and /proc reports size 0) */
+  while (!why) {
     if (n == cap) {
-      char *nb = realloc(buf, cap *= 2);
-      if (!nb) free(buf);
+      char *nb = n > KN_PARSE_MAX_BYTES ? NULL : realloc(buf, cap = cap ? cap * 2 : 1 << 16);
+      if (!nb) {
+        why = n > KN_PARSE_MAX_BYTES ? big : "out of memory";
+        break;
+      }
       buf = nb;
     }
+    ssize_t got = read(fd, buf + n, cap - n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) why = strerror(errno);
+    if (got <= 0) break;
+    n += (size_t)got;
   }
-  if (ferror(f)) {
+  if (fd >= 0) close(fd);
+  if (why) {
+    fprintf(stderr, "kiln: error: cannot read '%s': %s\n", path, why);
     free(buf);
-    buf = NULL;
+    return NULL;
   }
-  fclose(f);
   *len = n;
-  return buf;
+  return buf ? buf : malloc(1);
 }
 
 /* parse + verify a file; NULL after printing the diagnostic */
 static kn_module *load_ir(const char *path) {
   size_t len;
   char *text = read_file(path, &len);
-  if (!text) {
-    fprintf(stderr, "kiln: error: cannot read '%s': %s\n", path, strerror(errno));
-    return NULL;
-  }
+  if (!text) return NULL;
   kn_diag d;
   kn_module *m = kn_parse(path, text, len, &d);
   free(text);
@@ -973,7 +1003,8 @@ static int run_direct(options *o, const kn_target *t) {
   if (t) {
     kn_diag d;
     double t1 = now_s();
-    kn_compile_options copts = {.check_bounds = o->check_bounds && !emu};
+    /* an --ir kernel is the user's: its accesses are checked as on the interpreter */
+    kn_compile_options copts = {.check_bounds = (o->check_bounds || o->ir_file) && !emu};
     if (kn_compile(m, k->name, t, &copts, &compiled, &d)) {
       fprintf(stderr, "kiln: error: compiling for %s failed:\n%s", t->name, d.rendered);
       kn_module_free(m);
@@ -1019,12 +1050,15 @@ static int run_direct(options *o, const kn_target *t) {
     kn_diag d;
     double t1 = now_s();
     /* the emulator checks every global access against the caller's buffers, like the
-     * interpreter; the host target runs unchecked at full speed unless --check-bounds */
-    int err = emu        ? kn_emu_run(compiled, args, grid, regions, nregions, NULL, &d)
-              : compiled ? kn_kernel_run_host_checked(compiled, args, grid,
-                                                      o->check_bounds ? regions : NULL, nregions,
-                                                      &d)
-                         : kn_interp_run(k, args, grid, regions, nregions, NULL, &d);
+     * interpreter; the host target runs the template unchecked at full speed unless
+     * --check-bounds, an --ir kernel always checked; the interpreter within --max-steps */
+    int err = emu ? kn_emu_run(compiled, args, grid, regions, nregions, NULL, &d)
+              : compiled
+                  ? kn_kernel_run_host_checked(compiled, args, grid,
+                                               o->check_bounds || o->ir_file ? regions : NULL,
+                                               nregions, &d)
+                  : kn_interp_run_budget(k, 0, o->max_steps, args, grid, regions, nregions, NULL,
+                                         &d);
     if (err) {
       fprintf(stderr, "kiln: error: the kernel failed to run:\n%s", d.rendered);
       rc = EXIT_USAGE;
@@ -1246,6 +1280,10 @@ static int cmd_run(options *o) {
   const char *tg = o->target;
   const kn_target *named = kn_target_get(tg);
   bool cuda = named && named->arch->isa == KN_ISA_NVPTX;
+  if (o->given.max_steps && strcmp(tg, "interp")) {
+    fprintf(stderr, "kiln: error: --max-steps is the interpreter's step budget (--target interp)\n");
+    return EXIT_USAGE;
+  }
   if (o->check_bounds && strcmp(tg, "host") && strcmp(tg, "interp") && !(named && named->emulated)) {
     fprintf(stderr, "kiln: error: --check-bounds is for --target host (interp and the -emu "
             "targets always check)\n");
@@ -1301,10 +1339,7 @@ static int cmd_inspect(int argc, char **argv) {
   }
   size_t n;
   char *data = read_file(argv[2], &n);
-  if (!data) {
-    fprintf(stderr, "kiln: error: cannot read '%s': %s\n", argv[2], strerror(errno));
-    return EXIT_USAGE;
-  }
+  if (!data) return EXIT_USAGE;
   kn_codeobj co;
   kn_diag d;
   int rc = EXIT_PASS;
@@ -1564,6 +1599,15 @@ static int cmd_cache(int argc, char **argv) {
     fprintf(stderr, "usage: kiln cache ls|verify|clear [--cache-dir DIR]\n");
     return EXIT_USAGE;
   }
+  /* looking at a cache creates nothing: a directory that is not there holds nothing */
+  char resolved[4096];
+  kn_diag dd;
+  if (!dir && kn_cache_default_dir(resolved, sizeof resolved, &dd) == KN_OK) dir = resolved;
+  struct stat st;
+  if (dir && stat(dir, &st) != 0 && errno == ENOENT) {
+    printf("cache %s: no such directory (nothing cached; not created)\n", dir);
+    return EXIT_PASS;
+  }
   kiln_context_options co = {.cache_dir = dir, .device = "host", .log = cli_log,
                              .tune_policy = KILN_TUNE_NONE};
   kiln_context *ctx;
@@ -1581,13 +1625,19 @@ static int cmd_cache(int argc, char **argv) {
       printf("cache %s: %zu entries, %zu valid, %zu corrupt removed, %zu stale temp files "
              "removed, %llu bytes\n", d, r.entries, r.valid, r.removed_corrupt, r.removed_temp,
              (unsigned long long)r.bytes);
-      if (r.removed_corrupt) rc = EXIT_FAIL;
+      if (r.corrupt_kept)
+        printf("cache %s: %zu corrupt entries could not be removed (see the warnings)\n", d,
+               r.corrupt_kept);
+      if (r.removed_corrupt || r.corrupt_kept) rc = EXIT_FAIL;
     }
   } else if ((s = kiln_cache_clear(ctx, &r))) {
     rc = fail_api(s);
   } else {
     printf("cache %s: removed %zu entries and %zu temp files (tuning records kept: %s/%s)\n", d,
            r.removed, r.removed_temp, d, KN_TUNEDB_FILE);
+    if (r.kept_temp)
+      printf("cache %s: %zu temp files younger than an hour left alone (writes that may be in "
+             "flight)\n", d, r.kept_temp);
   }
   kiln_context_destroy(ctx);
   return rc;

@@ -145,16 +145,26 @@ typedef struct kn_codeobj {
 } kn_codeobj;
 
 /* Parses an AMDGPU ELF (relocatable or linked) from bytes: headers, the NT_AMDGPU_METADATA
- * note, the kernel symbols, and (for known targets) disassembles each kernel to count MFMAs.
- * Every read is bounds-checked: a corrupt or truncated file gives -1 and *d, never a crash.
- * On success the caller frees *co with kn_codeobj_free. */
+ * note, the kernel symbols, and (for known targets) disassembles each kernel to count MFMAs, in
+ * a child process (kn_amdgpu_count_mfma_isolated).  Every read is bounds-checked: a corrupt or
+ * truncated file gives -1 and *d, never a crash, also when the disassembler crashes on it (the
+ * message names the kernel and the signal).  On success the caller frees *co with
+ * kn_codeobj_free. */
 int kn_codeobj_parse(const void *data, size_t n, kn_codeobj *co, kn_diag *d);
 void kn_codeobj_free(kn_codeobj *co);
 const kn_codeobj_kernel *kn_codeobj_find(const kn_codeobj *co, const char *name);
 
 /* Counts the instructions and the v_mfma* instructions in code[0..n) disassembled for cpu;
- * -1 when the disassembler cannot be created. */
+ * -1 when the disassembler cannot be created.  In this process: for code kiln just compiled. */
 int kn_amdgpu_count_mfma(const char *cpu, const uint8_t *code, size_t n, int *ninstr);
+
+/* The same in a child process, for bytes nobody vouches for: LLVM 22's AMDGPU disassembler
+ * crashes on some damaged code (two changed bytes of a code object are enough), and a decoder
+ * that loops is stopped after KN_DISASM_SECONDS.  -2 with *sig the signal that ended the child
+ * (SIGALRM for the time limit), -1 when it could not run. */
+#define KN_DISASM_SECONDS 30
+int kn_amdgpu_count_mfma_isolated(const char *cpu, const uint8_t *code, size_t n, int *ninstr,
+                                  int *sig);
 
 /* A readable table of co into buf (snprintf-like: returns the length it needed). */
 int kn_codeobj_format_stats(const kn_codeobj *co, char *buf, size_t n);

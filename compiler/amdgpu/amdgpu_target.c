@@ -18,11 +18,14 @@
  * segment carries no unused hidden arguments), and emits.  The module's LLVMContext gets a
  * diagnostic handler for the duration of the call, so nothing LLVM reports is printed or fatal.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
@@ -371,8 +374,8 @@ void kn_amdgpu_output_free(kn_amdgpu_output *out) {
 
 /* ---- disassembly ------------------------------------------------------------------------------------ */
 
-int kn_amdgpu_count_mfma(const char *cpu, const uint8_t *code, size_t n, int *ninstr) {
-  kn_amdgpu_init();
+/* the count, in this process */
+static int count_mfma(const char *cpu, const uint8_t *code, size_t n, int *ninstr) {
   LLVMDisasmContextRef dc = LLVMCreateDisasmCPU("amdgcn-amd-amdhsa", cpu, NULL, 0, NULL, NULL);
   if (!dc) return -1;
   int mfma = 0, count = 0;
@@ -396,4 +399,43 @@ int kn_amdgpu_count_mfma(const char *cpu, const uint8_t *code, size_t n, int *ni
   LLVMDisasmDispose(dc);
   if (ninstr) *ninstr = count;
   return mfma;
+}
+
+int kn_amdgpu_count_mfma(const char *cpu, const uint8_t *code, size_t n, int *ninstr) {
+  kn_amdgpu_init();
+  return count_mfma(cpu, code, n, ninstr);
+}
+
+int kn_amdgpu_count_mfma_isolated(const char *cpu, const uint8_t *code, size_t n, int *ninstr,
+                                  int *sig) {
+  kn_amdgpu_init(); /* (before the fork: the child only disassembles) */
+  *sig = 0;
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]), close(fds[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    alarm(KN_DISASM_SECONDS); /* a decoder that loops is killed like one that crashes */
+    int r[2] = {0, 0};
+    r[0] = count_mfma(cpu, code, n, &r[1]);
+    _exit(write(fds[1], r, sizeof r) == (ssize_t)sizeof r ? 0 : 1);
+  }
+  close(fds[1]);
+  int r[2] = {-1, -1}, status = 0;
+  ssize_t got;
+  while ((got = read(fds[0], r, sizeof r)) < 0 && errno == EINTR) {}
+  close(fds[0]);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  if (WIFSIGNALED(status)) {
+    *sig = WTERMSIG(status);
+    return -2;
+  }
+  if (got != (ssize_t)sizeof r || !WIFEXITED(status) || WEXITSTATUS(status)) return -1;
+  if (ninstr) *ninstr = r[1];
+  return r[0];
 }

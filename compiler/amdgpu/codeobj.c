@@ -13,6 +13,7 @@
  * written ("amdgcn-amd-amdhsa--gfx942" when sramecc and xnack are "any").
  */
 #include <elf.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -340,9 +341,19 @@ int kn_codeobj_parse(const void *data, size_t n, kn_codeobj *co, kn_diag *d) {
     kn->occupancy = kn_amdgpu_occupancy_of(co->target, kn->vgpr_count, kn->agpr_count,
                                            kn->sgpr_count, kn->lds_bytes,
                                            kn->max_flat_workgroup_size);
+    int sig = 0;
     if (kn->code_size)
-      kn->mfma_count = kn_amdgpu_count_mfma(co->target->name, b->p + kn->code_offset,
-                                            (size_t)kn->code_size, &kn->ninstr);
+      kn->mfma_count = kn_amdgpu_count_mfma_isolated(co->target->name, b->p + kn->code_offset,
+                                                     (size_t)kn->code_size, &kn->ninstr, &sig);
+    if (kn->mfma_count == -2) {
+      kn_error(d, NULL, co_loc, "kernel '%s': LLVM's %s disassembler %s on its %llu bytes of "
+               "code (signal %d): the code object is damaged", kn->name, co->target->name,
+               sig == SIGALRM ? "did not finish" : "crashed", (unsigned long long)kn->code_size,
+               sig);
+      kn_codeobj_free(co);
+      return -1;
+    }
+    if (kn->mfma_count < 0) kn->ninstr = kn->mfma_count = -1;
   }
   return 0;
 }

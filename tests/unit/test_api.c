@@ -45,6 +45,7 @@
 #include "cache.h"
 #include "kiln.h"
 #include "numeric.h"
+#include "test_dirs.h"
 #include "test_mods.h"
 #include "tunedb.h"
 
@@ -52,25 +53,8 @@ static const char *self_path;
 
 /* ---- helpers ---- */
 
-static char *fresh_dir(void) {
-  const char *base = getenv("TMPDIR");
-  char *p = malloc(4096);
-  snprintf(p, 4096, "%s/kiln-api-XXXXXX", base && *base ? base : "/tmp");
-  assert_non_null(mkdtemp(p));
-  return p;
-}
-
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
-  (void)st, (void)flag, (void)f;
-  chmod(p, 0700);
-  return remove(p);
-}
-
-static void rm_dir(char *p) {
-  chmod(p, 0700);
-  nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-  free(p);
-}
+static char *fresh_dir(void) { return test_fresh_dir("api"); }
+static void rm_dir(char *p) { test_rm_dir(p); }
 
 typedef struct logcap {
   pthread_mutex_t mu;

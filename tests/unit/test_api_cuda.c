@@ -47,6 +47,7 @@
 #include "cuda_device.h"
 #include "kiln.h"
 #include "numeric.h"
+#include "test_dirs.h"
 #include "test_mods.h"
 
 static const char *self_path;
@@ -54,21 +55,8 @@ static uint64_t seed = 1;
 
 /* ---- helpers ---- */
 
-static char *fresh_dir(void) {
-  const char *base = getenv("TMPDIR");
-  char *p = malloc(4096);
-  snprintf(p, 4096, "%s/kiln-apicu-XXXXXX", base && *base ? base : "/tmp");
-  assert_non_null(mkdtemp(p));
-  return p;
-}
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
-  (void)st, (void)flag, (void)f;
-  return remove(p);
-}
-static void rm_dir(char *p) {
-  nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-  free(p);
-}
+static char *fresh_dir(void) { return test_fresh_dir("apicu"); }
+static void rm_dir(char *p) { test_rm_dir(p); }
 
 typedef struct logcap {
   pthread_mutex_t mu;

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -374,13 +375,90 @@ static void test_verify_and_clear(void **state) {
   assert_int_equal(list[0].file_bytes, 700 + KN_CACHE_HEADER_BYTES);
   free(list);
 
+  /* clear: every entry; the fresh temp file is a write that may be in flight (another
+   * process's): left alone (it was removed before, issue 16 case 9) */
+  fclose(fopen(stale, "w")); /* (verify removed the first) */
+  assert_int_equal(utimensat(AT_FDCWD, stale, old, 0), 0);
   assert_int_equal(kn_cache_clear(c, &r, &diag), KN_OK);
   assert_int_equal(r.removed_evicted, 4);
   assert_int_equal(r.removed_temp, 1);
+  assert_int_equal(r.kept_temp, 1);
   int entries, temps;
   count_files(&entries, &temps);
-  assert_int_equal(entries + temps, 0);
+  assert_int_equal(entries, 0);
+  assert_int_equal(temps, 1);
+  assert_true(exists(fresh));
   assert_true(exists(foreign)); /* not ours: left alone */
+  free(p);
+  kn_cache_close(c);
+}
+
+/* issue 16, case 9: a directory at an entry's name is removed (it stayed, every get warned
+ * and every put failed, and verify called it removed); an entry larger than any kiln writes is
+ * removed unread (it was read whole first: a 1.5 GiB sparse file cost 1.5 GB), and one above
+ * this handle's bound but within that is a miss, unread and kept (another process's) */
+static void test_odd_entries(void **state) {
+  (void)state;
+  logbook lb = {0};
+  kn_cache *c = open_cache(0, &lb);
+  kn_cache_key k = key_str("dir-entry");
+  char path[400], inner[460];
+  entry_path(&k, path, sizeof path);
+  assert_int_equal(mkdir(path, 0700), 0);
+  snprintf(inner, sizeof inner, "%s/sub", path);
+  assert_int_equal(mkdir(inner, 0700), 0);
+  snprintf(inner, sizeof inner, "%s/sub/file", path);
+  fclose(fopen(inner, "w"));
+  void *got;
+  size_t n;
+  assert_int_equal(kn_cache_get(c, &k, &got, &n, &diag), KN_E_CORRUPT);
+  if (!strstr(diag.message, "a directory, not a file") || !strstr(diag.message, "; removed"))
+    fail_msg("message '%s'", diag.message);
+  assert_false(exists(path));
+  uint8_t *p = make_payload(900, 7);
+  assert_int_equal(kn_cache_put(c, &k, p, 900, &diag), KN_OK);
+  assert_int_equal(kn_cache_get(c, &k, &got, &n, &diag), KN_OK);
+  assert_int_equal(n, 900);
+  assert_memory_equal(got, p, 900);
+  free(got);
+  /* ... and found by verify, which says removed only when it is */
+  kn_cache_key k2 = key_str("dir-entry-2");
+  entry_path(&k2, path, sizeof path);
+  assert_int_equal(mkdir(path, 0700), 0);
+  kn_cache_report r;
+  assert_int_equal(kn_cache_verify(c, &r, &diag), KN_OK);
+  assert_int_equal(r.removed_corrupt, 1);
+  assert_int_equal(r.corrupt_kept, 0);
+  assert_false(exists(path));
+
+  /* a valid entry's header on a 1.5 GiB sparse file (the header's length patched to match) */
+  entry_path(&k, path, sizeof path);
+  const uint64_t big = (uint64_t)3 << 29;
+  int fd = open(path, O_RDWR);
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, (off_t)big), 0);
+  uint8_t len[8];
+  for (int i = 0; i < 8; i++) len[i] = (uint8_t)((big - KN_CACHE_HEADER_BYTES) >> (8 * i));
+  assert_int_equal(pwrite(fd, len, 8, 32), 8);
+  close(fd);
+  struct rusage ru0, ru1;
+  getrusage(RUSAGE_SELF, &ru0);
+  assert_int_equal(kn_cache_get(c, &k, &got, &n, &diag), KN_E_CORRUPT);
+  getrusage(RUSAGE_SELF, &ru1);
+  if (!strstr(diag.message, "larger than any entry kiln writes")) fail_msg("message '%s'", diag.message);
+  assert_false(exists(path));
+  assert_true(ru1.ru_maxrss - ru0.ru_maxrss < 256 * 1024); /* KB: nothing of it was read */
+  kn_cache_close(c);
+
+  /* above a small bound, within the entry limit: another process's, a miss, kept */
+  c = open_cache(1 << 20, &lb);
+  assert_int_equal(kn_cache_put(c, &k, p, 900, &diag), KN_OK);
+  fd = open(path, O_RDWR);
+  assert_int_equal(ftruncate(fd, 4 << 20), 0);
+  close(fd);
+  assert_int_equal(kn_cache_get(c, &k, &got, &n, &diag), KN_MISS);
+  if (!strstr(diag.message, "more than this cache's bound")) fail_msg("message '%s'", diag.message);
+  assert_true(exists(path));
   free(p);
   kn_cache_close(c);
 }
@@ -680,6 +758,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_insecure_dir, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lru_eviction, setup, teardown),
       cmocka_unit_test_setup_teardown(test_max_bytes_env, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_odd_entries, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1002,6 +1002,61 @@ static void test_interp_fn_speed(void **st) {
   kn_module_free(m);
 }
 
+/* the step budget (kn_interp_run_budget): a loop of 2^63 - 1 iterations stops with the error
+ * once the budget is spent (it ran for ever before); a loop of random length with a budget that
+ * covers it computes the sum of its tiles, and one step less is the error */
+static void test_step_budget(void **st) {
+  (void)st;
+  fresh_seed();
+  kn_module *m = parse_ok(
+      "kernel @k(%p: ptr<f32>, %n: i64, %o: ptr<f32>) {\n"
+      "  %c0 = const 0 : i64\n"
+      "  %c1 = const 1 : i64\n"
+      "  %c8 = const 8 : i64\n"
+      "  %z = const 0 : tile<8xf32>\n"
+      "  %s = for %i = %c0 to %n step %c1 iter (%a = %z) : tile<8xf32> {\n"
+      "    %at = mul %i, %c8 : i64\n"
+      "    %x = load %p[%at] strides [%c1] : tile<8xf32>\n"
+      "    %b = add %a, %x : tile<8xf32>\n"
+      "    yield %b\n"
+      "  }\n"
+      "  %r = reduce_sum %s, 0 : f32\n"
+      "  store %r, %o[%c0] strides [%c1]\n"
+      "  return\n"
+      "}\n");
+  kn_func *k = kn_module_find(m, "k");
+  int n = 50 + (int)(rnd() % 400);
+  float *p = malloc(sizeof *p * 8 * (size_t)n), out = -1;
+  for (int i = 0; i < 8 * n; i++) p[i] = (float)(int)(rnd() % 200) - 100; /* sums exact in f32 */
+  kn_region reg[2] = {{p, sizeof *p * 8 * (size_t)n}, {&out, sizeof out}};
+  kn_diag d;
+  /* 2^63 - 1 iterations (the loads stay inside p only for the first n: the budget ends first) */
+  kn_argval forever[3] = {{.p = p}, {.i = INT64_MAX}, {.p = &out}};
+  uint64_t budget = 10 * (uint64_t)n; /* a tenth of n iterations at ~30 steps each */
+  assert_int_equal(kn_interp_run_budget(k, 0, budget, forever, (int[]){1, 1, 1}, reg, 2, NULL, &d), -1);
+  if (!strstr(d.message, "step budget of") || !strstr(d.message, "exhausted"))
+    fail_msg("message '%s'", d.message);
+  /* the same loop over n tiles, its ops counted by a run without a budget */
+  kn_argval finite[3] = {{.p = p}, {.i = n}, {.p = &out}};
+  kn_interp_stats stats;
+  assert_int_equal(kn_interp_run_budget(k, 0, 0, finite, (int[]){1, 1, 1}, reg, 2, &stats, &d), 0);
+  float want = 0;
+  for (int i = 0; i < 8 * n; i++) want += p[i];
+  assert_true(out == want);
+  /* steps: every op once, plus 8 for each tile result (const z, the for, and per iteration the
+   * load and the add) */
+  uint64_t ops = 0;
+  for (int i = 0; i < KN_OP_COUNT; i++) ops += stats.ops[i];
+  uint64_t steps = ops + 16 + 16 * (uint64_t)n;
+  out = -1;
+  if (kn_interp_run_budget(k, 0, steps, finite, (int[]){1, 1, 1}, reg, 2, NULL, &d)) fail_msg("%s", d.rendered);
+  assert_true(out == want);
+  assert_int_equal(kn_interp_run_budget(k, 0, steps - 1, finite, (int[]){1, 1, 1}, reg, 2, NULL, &d), -1);
+  assert_non_null(strstr(d.message, "step budget"));
+  free(p);
+  kn_module_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_vadd),          cmocka_unit_test(test_float_binary),
@@ -1015,6 +1070,7 @@ int main(void) {
       cmocka_unit_test(test_call),          cmocka_unit_test(test_misc),
       cmocka_unit_test(test_elemental_call), cmocka_unit_test(test_gather),
       cmocka_unit_test(test_interp_fn_f64), cmocka_unit_test(test_interp_fn_speed),
+      cmocka_unit_test(test_step_budget),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

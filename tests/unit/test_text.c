@@ -3,7 +3,8 @@
  * Checks that builder-made IR prints and re-parses to the same text, that unnamed and duplicate
  * names print as documented in docs/ir.md, that floats round-trip bit for bit, and that syntax
  * errors come back at the exact line:col with the expected message and a caret under the column.
- * It needs only the IR library (no verifier: the parser does not verify).
+ * It needs only the IR library (the parser does not verify; the large texts below are verified
+ * and run too, since the verifier's and the interpreter's lookups must be linear as well).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,7 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "interp.h"
 #include "ir.h"
 
 /* print(m), parse that, print again: the two texts must be equal; returns the first text */
@@ -426,6 +430,172 @@ static void test_float_roundtrip(void **state) {
   }
 }
 
+/* ---- large texts (issue 16, case 4) ---- */
+
+static double cpu_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t big_rng;
+static uint64_t big_next(void) {
+  big_rng ^= big_rng << 13, big_rng ^= big_rng >> 7, big_rng ^= big_rng << 17;
+  return big_rng;
+}
+
+/* a growing text */
+typedef struct text { char *s; size_t n, cap; } text;
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *fmt, ...) {
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(t->s + t->n, t->cap - t->n, fmt, ap);
+    va_end(ap);
+    if (t->s && (size_t)k < t->cap - t->n) {
+      t->n += (size_t)k;
+      return;
+    }
+    t->cap = t->cap ? t->cap * 2 : 1 << 16;
+    t->s = realloc(t->s, t->cap);
+    assert_non_null(t->s);
+  }
+}
+
+/* parse + verify + print + reparse: the two prints equal; the module */
+static kn_module *front_end(const text *t) {
+  kn_diag d;
+  kn_module *m = kn_parse("big.tile", t->s, t->n, &d);
+  if (!m || kn_verify(m, &d)) fail_msg("%s", d.rendered);
+  char *a = kn_print(m);
+  kn_module *m2 = kn_parse("big2.tile", a, strlen(a), &d);
+  if (!m2) fail_msg("%s", d.rendered);
+  char *b = kn_print(m2);
+  assert_string_equal(a, b);
+  free(a), free(b);
+  kn_module_free(m2);
+  return m;
+}
+
+/* 30,000 attributes and 60,000 functions through the front end in linear time (they took
+ * minutes and gigabytes before: a copy of the attribute array per attribute, quadratic duplicate
+ * checks and function lookups); a repeated attribute among 30,000 found at its place; a call
+ * chain 1000 deep runs on the interpreter, 1001 deep is the verifier's error; a text over the
+ * parser's limit is an error */
+static void test_large_texts(void **state) {
+  (void)state;
+  big_rng = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)getpid();
+  if (getenv("KILN_TEST_SEED")) big_rng = strtoull(getenv("KILN_TEST_SEED"), NULL, 0);
+  big_rng |= 1;
+  printf("  seed %llu\n", (unsigned long long)big_rng);
+  enum { NATTR = 30000, NFUNC = 60000 };
+  double t0 = cpu_s();
+  /* attributes in random order with random values */
+  int *perm = malloc(sizeof *perm * NATTR);
+  int64_t *val = malloc(sizeof *val * NATTR);
+  for (int i = 0; i < NATTR; i++) perm[i] = i, val[i] = (int64_t)(big_next() >> 1) - INT64_MAX / 2;
+  for (int i = NATTR - 1; i > 0; i--) {
+    int j = (int)(big_next() % (uint64_t)(i + 1)), x = perm[i];
+    perm[i] = perm[j], perm[j] = x;
+  }
+  text t = {0};
+  put(&t, "kernel @k(%%p: ptr<f32>) attrs {");
+  for (int i = 0; i < NATTR; i++)
+    put(&t, "%sA%d = %lld", i ? ", " : "", perm[i], (long long)val[perm[i]]);
+  put(&t, "} {\n  return\n}\n");
+  kn_module *m = front_end(&t);
+  assert_int_equal(m->funcs[0]->nmeta, NATTR);
+  for (int r = 0; r < 100; r++) {
+    int i = (int)(big_next() % NATTR);
+    char key[16];
+    snprintf(key, sizeof key, "A%d", i);
+    int64_t v = 0;
+    assert_true(kn_func_get_meta(m->funcs[0], key, &v));
+    assert_true(v == val[i]);
+  }
+  kn_module_free(m);
+  /* ... the same with the first attribute repeated last: the error at the repetition */
+  t.n -= strlen("} {\n  return\n}\n");
+  size_t col = t.n + 3; /* after ", " */
+  put(&t, ", A%d = 1} {\n  return\n}\n", perm[0]);
+  kn_diag d;
+  assert_null(kn_parse("big.tile", t.s, t.n, &d));
+  char want[64];
+  snprintf(want, sizeof want, "duplicate attribute 'A%d'", perm[0]);
+  if (!strstr(d.message, want)) fail_msg("message '%s'", d.message);
+  assert_int_equal(d.loc.line, 1);
+  assert_int_equal(d.loc.col, (int)col);
+
+  /* 60,000 functions, each calling a random earlier one */
+  t.n = 0;
+  for (int i = 0; i < NFUNC; i++) {
+    if (i == 0) {
+      put(&t, "func @f0(%%x: i32) -> (i32) {\n  return %%x\n}\n");
+      continue;
+    }
+    put(&t, "func @f%d(%%x: i32) -> (i32) {\n  %%y = call @f%d(%%x) : i32\n  return %%y\n}\n", i,
+        (int)(big_next() % (uint64_t)i));
+  }
+  m = front_end(&t);
+  assert_int_equal(m->nfuncs, NFUNC);
+  for (int r = 0; r < 100; r++) {
+    int i = (int)(big_next() % NFUNC);
+    char name[16];
+    snprintf(name, sizeof name, "f%d", i);
+    kn_func *f = kn_module_find(m, name);
+    assert_non_null(f);
+    assert_string_equal(f->name, name);
+    assert_ptr_equal(m->funcs[i], f);
+  }
+  assert_null(kn_module_find(m, "f60000"));
+  kn_module_free(m);
+  double took = cpu_s() - t0;
+  printf("  30,000 attributes and 60,000 functions: %.2f s of CPU time\n", took);
+  assert_true(took < 20);
+
+  /* a chain of calls: kernel -> f999 -> ... -> f0, each adding 1 (1000 calls deep), runs; one
+   * more function in the chain is the verifier's error at the call that goes too deep */
+  for (int depth = 1000; depth <= 1001; depth++) {
+    t.n = 0;
+    put(&t, "func @f0(%%x: i32) -> (i32) {\n  return %%x\n}\n");
+    for (int i = 1; i < depth; i++)
+      put(&t, "func @f%d(%%x: i32) -> (i32) {\n  %%c = const 1 : i32\n  %%a = add %%x, %%c : i32\n"
+          "  %%y = call @f%d(%%a) : i32\n  return %%y\n}\n", i, i - 1);
+    put(&t, "kernel @k(%%p: ptr<i32>, %%x: i32) {\n  %%c0 = const 0 : i32\n  %%c1 = const 1 : i32\n"
+        "  %%y = call @f%d(%%x) : i32\n  store %%y, %%p[%%c0] strides [%%c1]\n  return\n}\n",
+        depth - 1);
+    m = kn_parse("chain.tile", t.s, t.n, &d);
+    assert_non_null(m);
+    if (depth == 1001) {
+      assert_int_equal(kn_verify(m, &d), -1);
+      if (!strstr(d.message, "calls nested more than 1000 deep")) fail_msg("message '%s'", d.message);
+    } else {
+      if (kn_verify(m, &d)) fail_msg("%s", d.rendered);
+      int32_t out = 0, x = (int32_t)(big_next() % 100000);
+      kn_region reg = {&out, sizeof out};
+      kn_argval args[2] = {{.p = &out}, {.i = x}};
+      if (kn_interp_run(kn_module_find(m, "k"), args, (int[]){1, 1, 1}, &reg, 1, NULL, &d))
+        fail_msg("%s", d.rendered);
+      assert_int_equal(out, x + depth - 1);
+    }
+    kn_module_free(m);
+  }
+
+  /* over the limit: an error naming the size, before anything is read */
+  size_t n = KN_PARSE_MAX_BYTES + 1;
+  char *huge = malloc(n);
+  assert_non_null(huge);
+  memset(huge, '\n', n);
+  assert_null(kn_parse("huge.tile", huge, n, &d));
+  if (!strstr(d.message, "more than the parser takes")) fail_msg("message '%s'", d.message);
+  kn_module *at_limit = kn_parse("huge.tile", huge, n - 1, &d); /* the limit itself is fine */
+  assert_non_null(at_limit);
+  kn_module_free(at_limit);
+  free(huge);
+  free(t.s), free(perm), free(val);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_builder_roundtrip),
@@ -437,6 +607,7 @@ int main(void) {
       cmocka_unit_test(test_rendered_caret),
       cmocka_unit_test(test_truncation),
       cmocka_unit_test(test_float_roundtrip),
+      cmocka_unit_test(test_large_texts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /* test_tunedb.c — the SQLite tuning database: round trips, the sequence-length bucket, 8
  * processes writing and reading at once, and files that are not ours (garbage, another
  * application's database, a truncated database, a newer schema) handled without a crash and
- * without destroying anything that might matter.  Also the errors of the search spaces beside
+ * without destroying anything that might matter; symbolic links at its names and a directory
+ * swapped after the check refused or never used.  Also the errors of the search spaces beside
  * it (space.h).
  */
 #define _GNU_SOURCE
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -368,6 +370,226 @@ static void test_space_errors(void **state) {
   assert_non_null(strstr(diag.message, "max_tile_bytes=lots is not a number"));
   assert_int_equal(kn_space_apply(&s, "block_m=16,32;block_n=16", &diag), KN_OK);
   assert_int_equal(kn_space_size(&s), 2);
+  /* issue 16, case 10: empty items and values are errors (they were passed over, so
+   * "block_m=16,,32" was {16, 32} and ";;;" the template's whole space) */
+  static const char *const bad[] = {"block_m=16,,32", ";;;", "", "block_m=16;;block_n=32",
+                                    "block_m=,16", "block_m=16,", " ; "};
+  static const char *const says[] = {"empty value for block_m", "empty item", "names no knob",
+                                     "empty item", "empty value", "empty value", "empty item"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(kn_space_default(&s, "fwd", NULL, &diag), KN_OK);
+    if (kn_space_apply(&s, bad[i], &diag) != KN_E_INVALID || !strstr(diag.message, says[i]))
+      fail_msg("'%s': '%s'", bad[i], diag.message);
+  }
+  /* one ';' may end the spec; the values are those given */
+  assert_int_equal(kn_space_default(&s, "fwd", NULL, &diag), KN_OK);
+  assert_int_equal(kn_space_apply(&s, "block_m=16,32,64;block_n=16;", &diag), KN_OK);
+  assert_int_equal(kn_space_size(&s), 3);
+}
+
+/* issue 16, case 8: the database and its lock are opened relative to the directory's
+ * descriptor, without following symbolic links, and created 0600.  Before: a symlink at
+ * tuning.sqlite3 or at its .lock had kiln write or create the link's target, and a directory
+ * swapped in at the path after it was checked was used. */
+static void test_links_and_swaps(void **state) {
+  (void)state;
+  char target[400], lock[320], moved[320], other[320];
+  /* the database name is a symlink: refused, the target neither created nor written */
+  snprintf(target, sizeof target, "%s/target", g_root);
+  assert_int_equal(symlink(target, g_db), 0);
+  kn_tunedb *db = NULL;
+  assert_int_equal(kn_tunedb_open(g_db, &db, &diag), KN_E_INSECURE);
+  assert_null(db);
+  if (!strstr(diag.message, "symbolic link")) fail_msg("message '%s'", diag.message);
+  struct stat st;
+  assert_int_equal(lstat(target, &st), -1);
+  int fd = open(target, O_WRONLY | O_CREAT, 0600); /* ... nor written when it exists */
+  assert_true(fd >= 0 && write(fd, "precious", 8) == 8);
+  close(fd);
+  assert_int_equal(kn_tunedb_open(g_db, &db, &diag), KN_E_INSECURE);
+  assert_int_equal(stat(target, &st), 0);
+  assert_int_equal(st.st_size, 8);
+  unlink(g_db);
+
+  /* a bad database whose .lock is a symlink: refused, the lock's target not created */
+  fd = open(g_db, O_WRONLY | O_CREAT, 0600);
+  assert_true(fd >= 0 && write(fd, "this is not a database, it is garbage text", 42) == 42);
+  close(fd);
+  snprintf(lock, sizeof lock, "%s.lock", g_db);
+  unlink(target);
+  assert_int_equal(symlink(target, lock), 0);
+  assert_int_equal(kn_tunedb_open(g_db, &db, &diag), KN_E_INSECURE);
+  if (!strstr(diag.message, ".lock is a symbolic link")) fail_msg("message '%s'", diag.message);
+  assert_int_equal(lstat(target, &st), -1);
+  unlink(lock);
+  unlink(g_db);
+
+  /* a database writable by others, or a -wal that is a symlink: refused */
+  fd = open(g_db, O_WRONLY | O_CREAT, 0600);
+  close(fd);
+  assert_int_equal(chmod(g_db, 0666), 0);
+  assert_int_equal(kn_tunedb_open(g_db, &db, &diag), KN_E_INSECURE);
+  if (!strstr(diag.message, "writable by nobody else")) fail_msg("message '%s'", diag.message);
+  unlink(g_db);
+  char wal[320];
+  snprintf(wal, sizeof wal, "%s-wal", g_db);
+  assert_int_equal(symlink(target, wal), 0);
+  assert_int_equal(kn_tunedb_open(g_db, &db, &diag), KN_E_INSECURE);
+  assert_int_equal(lstat(target, &st), -1);
+  unlink(wal);
+  unlink(g_db);
+
+  /* created 0600 whatever the umask */
+  mode_t old = umask(0);
+  db = open_db(KN_OK);
+  umask(old);
+  assert_int_equal(stat(g_db, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0600);
+  kn_tune_record mine = rec("fwd", 64, 512, "gfx942", 64, 10.0);
+  assert_int_equal(kn_tunedb_put(db, &mine, 0, &diag), KN_OK);
+  kn_tunedb_close(db);
+
+  /* the directory swapped after its descriptor was taken: the records are the checked
+   * directory's, and the swapped-in one is never touched */
+  int dirfd = open(g_root, O_RDONLY | O_DIRECTORY);
+  assert_true(dirfd >= 0);
+  snprintf(moved, sizeof moved, "%s.moved", g_root);
+  snprintf(other, sizeof other, "%s/tuning.sqlite3", g_root);
+  assert_int_equal(rename(g_root, moved), 0);
+  assert_int_equal(mkdir(g_root, 0777), 0);
+  assert_int_equal(chmod(g_root, 0777), 0);
+  kn_tunedb *theirs = NULL;
+  assert_int_equal(kn_tunedb_open(other, &theirs, &diag), KN_OK);
+  kn_tune_record planted = rec("fwd", 64, 512, "gfx942", 16, 1.0);
+  assert_int_equal(kn_tunedb_put(theirs, &planted, 0, &diag), KN_OK);
+  kn_tunedb_close(theirs);
+  assert_int_equal(kn_tunedb_open_at(dirfd, "tuning.sqlite3", g_db, &db, &diag), KN_OK);
+  kn_tune_record got;
+  assert_int_equal(kn_tunedb_get(db, &mine.key, &got, &diag), KN_OK);
+  assert_int_equal(got.config.block_m, 64); /* ours, not the planted 16 */
+  kn_tune_record more = rec("fwd", 128, 512, "gfx942", 32, 5.0);
+  assert_int_equal(kn_tunedb_put(db, &more, 0, &diag), KN_OK);
+  kn_tunedb_close(db);
+  close(dirfd);
+  assert_int_equal(kn_tunedb_open(other, &theirs, &diag), KN_OK);
+  assert_int_equal(kn_tunedb_get(theirs, &more.key, &got, &diag), KN_MISS);
+  kn_tunedb_close(theirs);
+  nftw(g_root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+  assert_int_equal(rename(moved, g_root), 0);
+}
+
+/* issue 16, case 9: a stored record is read as it is, never truncated to int (block_m 2^32 + 16
+ * was used as 16), and one out of range, of another type or with a negative time is
+ * KN_E_CORRUPT on get and left out of the list; put refuses such values */
+static void test_invalid_records(void **state) {
+  (void)state;
+  kn_tunedb *db = open_db(KN_OK);
+  kn_tune_record a = rec("fwd", 64, 512, "gfx942", 64, 10.0), b = rec("fwd", 128, 512, "gfx942", 32, 7.5);
+  assert_int_equal(kn_tunedb_put(db, &a, 0, &diag), KN_OK);
+  assert_int_equal(kn_tunedb_put(db, &b, 0, &diag), KN_OK);
+  kn_tune_record bad = a;
+  bad.time_us = -5;
+  assert_int_equal(kn_tunedb_put(db, &bad, 0, &diag), KN_E_INVALID);
+  bad = a;
+  bad.config.block_m = 0;
+  assert_int_equal(kn_tunedb_put(db, &bad, 0, &diag), KN_E_INVALID);
+  bad.config.block_m = (1 << 20) + 1;
+  assert_int_equal(kn_tunedb_put(db, &bad, 0, &diag), KN_E_INVALID);
+  kn_tunedb_close(db);
+  static const char *const damage[] = {
+      "UPDATE tuning SET block_m = 4294967312 WHERE head_dim = 64",
+      "UPDATE tuning SET time_us = -3.5 WHERE head_dim = 64",
+      "UPDATE tuning SET warps = '4abc' WHERE head_dim = 64",
+      "UPDATE tuning SET stages = 2.5 WHERE head_dim = 64",
+      "UPDATE tuning SET block_n = -64 WHERE head_dim = 64",
+  };
+  static const char *const says[] = {"block_m 4294967312", "time_us -3.5", "warps 4abc",
+                                     "stages 2.5", "block_n -64"};
+  for (size_t i = 0; i < sizeof damage / sizeof damage[0]; i++) {
+    db = open_db(KN_OK);
+    assert_int_equal(kn_tunedb_put(db, &a, 0, &diag), KN_OK); /* whole again */
+    kn_tunedb_close(db);
+    sqlite3 *raw;
+    assert_int_equal(sqlite3_open(g_db, &raw), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(raw, damage[i], NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(raw);
+    db = open_db(KN_OK);
+    kn_tune_record got;
+    assert_int_equal(kn_tunedb_get(db, &a.key, &got, &diag), KN_E_CORRUPT);
+    if (!strstr(diag.message, says[i])) fail_msg("case %zu: message '%s'", i, diag.message);
+    assert_int_equal(kn_tunedb_get(db, &b.key, &got, &diag), KN_OK); /* the other is fine */
+    assert_int_equal(got.config.block_m, 32);
+    kn_tune_record *list;
+    size_t n;
+    assert_int_equal(kn_tunedb_list(db, &list, &n, &diag), KN_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(list[0].key.head_dim, 128);
+    free(list);
+    kn_tunedb_close(db);
+  }
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* issue 16, case 9: a lock held against everything (a process frozen in an exclusive
+ * transaction) cost every opener the whole busy timeout (~10 s, each new context); now a moment,
+ * and the error says the database is locked.  A writer still waits for another writer that
+ * finishes within the busy timeout. */
+static void test_held_lock(void **state) {
+  (void)state;
+  kn_tunedb *db = open_db(KN_OK);
+  kn_tune_record a = rec("fwd", 64, 512, "gfx942", 64, 10.0);
+  assert_int_equal(kn_tunedb_put(db, &a, 0, &diag), KN_OK);
+  kn_tunedb_close(db);
+  sqlite3 *raw;
+  assert_int_equal(sqlite3_open(g_db, &raw), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(raw, "PRAGMA locking_mode=EXCLUSIVE; BEGIN EXCLUSIVE; "
+                                "UPDATE tuning SET time_us = time_us", NULL, NULL, NULL), SQLITE_OK);
+  double t0 = now_s();
+  kn_tunedb *locked = NULL;
+  kn_status s = kn_tunedb_open(g_db, &locked, &diag);
+  double took = now_s() - t0;
+  printf("  open under a held exclusive lock: %s after %.2f s\n", kn_status_str(s), took);
+  assert_int_equal(s, KN_E_IO);
+  if (!strstr(diag.message, "locked")) fail_msg("message '%s'", diag.message);
+  assert_true(took < 2.0);
+  sqlite3_exec(raw, "COMMIT", NULL, NULL, NULL);
+  sqlite3_close(raw);
+
+  /* a writer that holds the write lock for a second: the put waits for it */
+  int go[2];
+  assert_int_equal(pipe(go), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    sqlite3 *w;
+    if (sqlite3_open(g_db, &w) != SQLITE_OK || sqlite3_exec(w, "BEGIN IMMEDIATE", NULL, NULL, NULL))
+      _exit(1);
+    (void)!write(go[1], "x", 1);
+    usleep(1000000);
+    sqlite3_exec(w, "COMMIT", NULL, NULL, NULL);
+    sqlite3_close(w);
+    _exit(0);
+  }
+  char c;
+  assert_int_equal(read(go[0], &c, 1), 1);
+  db = open_db(KN_OK);
+  kn_tune_record b = rec("fwd", 128, 512, "gfx942", 32, 5.0);
+  t0 = now_s();
+  if (kn_tunedb_put(db, &b, 0, &diag) != KN_OK) fail_msg("put: %s", diag.message);
+  took = now_s() - t0;
+  assert_true(took > 0.5); /* it did wait */
+  kn_tune_record got;
+  assert_int_equal(kn_tunedb_get(db, &b.key, &got, &diag), KN_OK);
+  assert_int_equal(got.config.block_m, 32);
+  kn_tunedb_close(db);
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  close(go[0]), close(go[1]);
 }
 
 int main(void) {
@@ -382,6 +604,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_foreign_database, setup, teardown),
       cmocka_unit_test_setup_teardown(test_newer_schema, setup, teardown),
       cmocka_unit_test_setup_teardown(test_truncated_database, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_links_and_swaps, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_invalid_records, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_held_lock, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
