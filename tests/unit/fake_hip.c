@@ -1,7 +1,7 @@
 /* fake_hip.c — a test-only stand-in for libamdhip64, loaded by runtime/hip.c unchanged through
  * KILN_HIP_LIBRARY (and by discovery, runtime/discover.c, which reads its ROCm 6 properties).
  *
- * One pretend AMD GPU; "device memory" is host memory (malloc), every allocation remembered so a
+ * One pretend AMD GPU (ROCm 6's symbols; ROCm 5's with -DKN_FAKE_HIP_ROCM5); "device memory" is host memory (malloc), every allocation remembered so a
  * launch can hand the emulator the buffers it may touch.  Every call is validated as a real
  * runtime would, and more strictly:
  *   - hipModuleLoadData: an AMDGPU ELF kiln's reader accepts (codeobj.h), linked (ET_DYN), code
@@ -166,9 +166,11 @@ EXPORT int hipSetDevice(int d) {
 EXPORT int hipGetDevice(int *d) { *d = current; return hipSuccess; }
 EXPORT int hipDeviceSynchronize(void) { return hipSuccess; }
 
-/* the ROCm 6 layout (runtime/discover.c): name at 0, totalGlobalMem at 288,
- * multiProcessorCount at 388, gcnArchName at 1160 */
-EXPORT int hipGetDevicePropertiesR0600(void *props, int d) {
+/* The device properties in the layout of the ROCm release the stand-in plays (runtime/
+ * discover.c): ROCm 6 (hipGetDevicePropertiesR0600: totalGlobalMem at 288, multiProcessorCount
+ * at 388, gcnArchName at 1160), or, built with KN_FAKE_HIP_ROCM5, ROCm 5 (only the unversioned
+ * hipGetDeviceProperties: 256, 336, 396).  The name is at 0 in both. */
+static int props(void *props, int d, size_t mem_at, size_t cus_at, size_t arch_at) {
   if (d != 0) return hipErrorInvalidDevice;
   char *p = props;
   char chip[64];
@@ -176,11 +178,16 @@ EXPORT int hipGetDevicePropertiesR0600(void *props, int d) {
   snprintf(p, 256, "Fake AMD Instinct (%s)", chip);
   size_t mem = (size_t)64 << 30;
   int cus = 304;
-  memcpy(p + 288, &mem, sizeof mem);
-  memcpy(p + 388, &cus, sizeof cus);
-  snprintf(p + 1160, 256, "%s", gcn_arch());
+  memcpy(p + mem_at, &mem, sizeof mem);
+  memcpy(p + cus_at, &cus, sizeof cus);
+  snprintf(p + arch_at, 256, "%s", gcn_arch());
   return hipSuccess;
 }
+#ifdef KN_FAKE_HIP_ROCM5
+EXPORT int hipGetDeviceProperties(void *p, int d) { return props(p, d, 256, 336, 396); }
+#else
+EXPORT int hipGetDevicePropertiesR0600(void *p, int d) { return props(p, d, 288, 388, 1160); }
+#endif
 
 /* ---- memory ---- */
 
