@@ -406,6 +406,8 @@ static uint64_t hidden_value(const char *kind, const unsigned grid[3], const uns
   return 0;
 }
 
+int kn_hip_test_swap;
+
 kn_status kn_hip_pack_kernargs(const kn_codeobj_kernel *meta, const unsigned grid[3],
                                const unsigned block[3], unsigned dyn_lds, const kn_hip_arg *args,
                                int nargs, uint8_t *buf, size_t *size, kn_diag *err) {
@@ -435,7 +437,11 @@ kn_status kn_hip_pack_kernargs(const kn_codeobj_kernel *meta, const unsigned gri
       return kn_diag_set(err, KN_E_INVALID, "kernel %s: argument %d (%s%s%s) is %u bytes in the "
                          "code object; %u given", meta->name, e, a->value_kind,
                          a->name[0] ? " " : "", a->name, a->size, args[e].size);
-    memcpy(buf + a->offset, args[e].value, a->size);
+    int from = e;
+    if (kn_hip_test_swap > 0 && kn_hip_test_swap + 1 < nargs &&
+        args[kn_hip_test_swap].size == args[kn_hip_test_swap + 1].size)
+      from = e == kn_hip_test_swap ? e + 1 : e == kn_hip_test_swap + 1 ? e - 1 : e;
+    memcpy(buf + a->offset, args[from].value, a->size);
     e++;
   }
   *size = meta->kernarg_size;

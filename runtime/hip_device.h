@@ -101,6 +101,11 @@ kn_status kn_hip_pack_kernargs(const kn_codeobj_kernel *meta, const unsigned gri
                                const unsigned block[3], unsigned dyn_lds, const kn_hip_arg *args,
                                int nargs, uint8_t *buf, size_t *size, kn_diag *err);
 
+/* Test only (never set outside tests): when > 0, the packing swaps the values of explicit
+ * arguments kn_hip_test_swap and kn_hip_test_swap + 1 (of equal size) — a wrong offset, which the
+ * numeric tests must catch. */
+extern int kn_hip_test_swap;
+
 /* memory, streams, events (on dev) */
 kn_status kn_hip_alloc(kn_hip_device *dev, size_t bytes, void **out, kn_diag *err);
 kn_status kn_hip_free(kn_hip_device *dev, void *p, kn_diag *err);

@@ -283,35 +283,40 @@ static int check_forward(kiln_kernel *k, shape s, const kn_attn_vargs *vin, cons
     a.k_stride[2] = a.v_stride[2] = (int64_t)s.kv_heads * Dq;
   }
   kiln_status st = kiln_forward(k, &a, (void *)stream);
-  if (st) fail_msg("forward: %s", kiln_last_error());
-  if (kn_hip_stream_sync(dev, stream, &e)) fail_msg("sync: %s", e.message);
-  if (kn_hip_copy_dtoh(dev, ho, dout, nq * es, &e) || (dl && kn_hip_copy_dtoh(dev, hl, dl, nl * 4, &e)))
-    fail_msg("%s", e.message);
-  kn_attn_problem p = {.batch = s.batch, .heads = s.heads, .kv_heads = s.kv_heads,
-                       .seqlen_q = s.seqlen_q, .seqlen_k = s.seqlen_k};
-  kn_attn_vargs va = vin ? *vin : (kn_attn_vargs){.window_left = -1, .window_right = -1};
-  if (kn_attn_reference_v(id, NULL, &p, &va, x[0], x[1], x[2], ro, rl, &e))
-    fail_msg("reference: %s", e.message);
-  double err = 0, lerr = 0;
-  for (size_t i = 0; i < nq; i++) {
-    size_t dd = i % D, r = i / D, n = r % s.seqlen_q, hb = r / s.seqlen_q, hh = hb % s.heads,
-           b = hb / s.heads;
-    size_t at = s.bshd ? ((b * s.seqlen_q + n) * s.heads + hh) * D + dd : i;
-    double y = fabs(kn_load_elem(t, ho + at * es) - ro[i]);
-    if (!(y <= err)) err = y; /* NaN sticks */
-  }
-  for (size_t i = 0; dl && i < nl; i++) {
-    double y = isinf(rl[i]) && hl[i] == rl[i] ? 0 : fabs(hl[i] - rl[i]);
-    if (!(y <= lerr)) lerr = y;
+  double err = 0, lerr = 0, tol = kn_attn_tolerance(t), ltol = kn_attn_lse_tolerance(t);
+  if (st) {
+    /* a failed launch (the emulator's error) is a wrong result, not the end of the test */
+    snprintf(why, nwhy, "forward: %.150s", kiln_last_error());
+  } else {
+    if (kn_hip_stream_sync(dev, stream, &e)) fail_msg("sync: %s", e.message);
+    if (kn_hip_copy_dtoh(dev, ho, dout, nq * es, &e) ||
+        (dl && kn_hip_copy_dtoh(dev, hl, dl, nl * 4, &e)))
+      fail_msg("%s", e.message);
+    kn_attn_problem p = {.batch = s.batch, .heads = s.heads, .kv_heads = s.kv_heads,
+                         .seqlen_q = s.seqlen_q, .seqlen_k = s.seqlen_k};
+    kn_attn_vargs va = vin ? *vin : (kn_attn_vargs){.window_left = -1, .window_right = -1};
+    if (kn_attn_reference_v(id, NULL, &p, &va, x[0], x[1], x[2], ro, rl, &e))
+      fail_msg("reference: %s", e.message);
+    for (size_t i = 0; i < nq; i++) {
+      size_t dd = i % D, r = i / D, n = r % s.seqlen_q, hb = r / s.seqlen_q, hh = hb % s.heads,
+             b = hb / s.heads;
+      size_t at = s.bshd ? ((b * s.seqlen_q + n) * s.heads + hh) * D + dd : i;
+      double y = fabs(kn_load_elem(t, ho + at * es) - ro[i]);
+      if (!(y <= err)) err = y; /* NaN sticks */
+    }
+    for (size_t i = 0; dl && i < nl; i++) {
+      double y = isinf(rl[i]) && hl[i] == rl[i] ? 0 : fabs(hl[i] - rl[i]);
+      if (!(y <= lerr)) lerr = y;
+    }
+    snprintf(why, nwhy, "max|dO| %.2e (tol %.0e), max|dlse| %.2e (tol %.0e)", err, tol, lerr,
+             ltol);
   }
   void *bufs[] = {dq, dk, dv, dout, dl};
   for (int i = 0; i < 5; i++)
     if (bufs[i]) kn_hip_free(dev, bufs[i], NULL);
   for (int i = 0; i < 3; i++) free(h[i]), free(x[i]);
   free(ho), free(ro), free(rl), free(hl);
-  double tol = kn_attn_tolerance(t), ltol = kn_attn_lse_tolerance(t);
-  snprintf(why, nwhy, "max|dO| %.2e (tol %.0e), max|dlse| %.2e (tol %.0e)", err, tol, lerr, ltol);
-  return err <= tol && lerr <= ltol ? 0 : -1;
+  return !st && err <= tol && lerr <= ltol ? 0 : -1;
 }
 
 /* ---- no device ---- */
@@ -661,6 +666,38 @@ static void test_forward(void **state) {
   assert_int_equal(failures, 0);
 }
 
+/* the packing broken on purpose (kn_hip_test_swap: two explicit arguments exchanged, as a wrong
+ * offset would) must give a failed check: an out-of-bounds access the emulator reports, or wrong
+ * numbers */
+static void test_broken_packing(void **state) {
+  (void)state;
+  if (!have_gpu()) {
+    skip();
+    return;
+  }
+  kiln_context *ctx = hip_ctx(NULL, "hip");
+  kiln_attn_desc d = DESC(KILN_F16, 64, 1, 1);
+  kiln_kernel *k = prepare(ctx, &d);
+  /* (lse's strides with B = H = 2: every row still inside the buffer, at another (b, h): wrong
+   * numbers, not an out-of-bounds access) */
+  const struct { int swap; const char *what; int batch; } breaks[] = {
+      {11, "q's head and row strides", 1}, {6, "seqlen_q and seqlen_k", 1},
+      {22, "lse's batch and head strides", 2}};
+  for (int i = 0; i < 3; i++) {
+    char why[200];
+    kn_hip_test_swap = breaks[i].swap;
+    int bad = check_forward(k, (shape){breaks[i].batch, 2, 2, 40, 70, 0}, NULL, NULL,
+                            seed + 50 + (uint64_t)i, NULL, why, sizeof why);
+    kn_hip_test_swap = 0;
+    printf("  %s swapped: %s (%s)\n", breaks[i].what, bad ? "caught" : "NOT CAUGHT", why);
+    assert_int_not_equal(bad, 0);
+  }
+  char why[200];
+  assert_int_equal(check_forward(k, (shape){1, 2, 2, 40, 70, 0}, NULL, NULL, seed, NULL, why,
+                                 sizeof why), 0);
+  kiln_context_destroy(ctx);
+}
+
 /* a variant's parameters after the template's: a window (two i32) and a softcap (an f32), then
  * ALiBi slopes (a pointer and an i64 stride) */
 static void test_variants(void **state) {
@@ -814,7 +851,8 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_no_device), cmocka_unit_test(test_hidden_args),
       cmocka_unit_test(test_runtime),
-      cmocka_unit_test(test_forward),   cmocka_unit_test(test_variants),
+      cmocka_unit_test(test_forward),   cmocka_unit_test(test_broken_packing),
+      cmocka_unit_test(test_variants),
       cmocka_unit_test(test_faults),    cmocka_unit_test(test_threads),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
