@@ -170,6 +170,9 @@ kiln_status api_hip_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m,
 kiln_status api_hip_forward(kiln_kernel *k, const kn_argval *args, const int grid[3],
                             void *stream);
 void api_hip_unload(kiln_kernel *k);
+/* loads a code object into k (the tuner's candidates: k is a kernel of its own, unloaded with
+ * api_hip_unload) */
+kiln_status api_hip_load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n);
 void api_hip_close(kiln_context *ctx);
 
 /* tune.c: tunes (d) at seqlen; record: 0 do not record, 1 only if faster, 2 replace.  Fills res

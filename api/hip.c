@@ -76,6 +76,13 @@ static int load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n, kn_
   return 0;
 }
 
+kiln_status api_hip_load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n) {
+  kn_status st;
+  kn_diag e;
+  if (load(ctx, k, co, n, &st, &e)) return api_fail(api_status_of(st), "%s", e.message);
+  return KILN_OK;
+}
+
 kiln_status api_hip_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m,
                           const kn_cache_key *key, const char *what) {
   const char *hex = k->info.cache_key;

@@ -949,7 +949,7 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
   }
   if (policy == KILN_TUNE_NONE) return KILN_OK;
   /* no tuner on CUDA yet (api_tune): AUTO reads records like CACHED, and says so once */
-  if (policy == KILN_TUNE_AUTO && ctx->kind != KN_DEVICE_HOST) {
+  if (policy == KILN_TUNE_AUTO && ctx->kind == KN_DEVICE_CUDA) {
     if (atomic_exchange(&ctx->warned_no_tuner, 1) == 0)
       api_log(ctx, KILN_LOG_INFO, "autotuning on %s is not implemented yet: KILN_TUNE_AUTO acts "
               "as KILN_TUNE_CACHED", ctx->target_name);

@@ -48,6 +48,7 @@
 #include "hip_device.h"
 #include "kiln.h"
 #include "numeric.h"
+#include "space.h"
 #include "target.h"
 #include "test_api_util.h"
 
@@ -77,14 +78,14 @@ static pthread_mutex_t twin_mu = PTHREAD_MUTEX_INITIALIZER;
 static twin *twins;
 static int twin_runs;
 
-/* remembers k's kernel (descriptor, tiling, signature) for the runner */
-static void twin_note(const kiln_kernel *k) {
+/* remembers a kernel (descriptor, tiling, signature) for the runner */
+static void twin_add(const kn_attn_desc *d, const kn_attn_config *c, const kn_attn_sig *sig) {
   pthread_mutex_lock(&twin_mu);
   for (twin *t = twins; t; t = t->next)
-    if (!memcmp(&t->cfg, &k->cfg, sizeof t->cfg) && t->desc.dtype == k->desc.dtype) {
+    if (!memcmp(&t->cfg, c, sizeof t->cfg) && t->desc.dtype == d->dtype) {
       char a[KN_ATTN_KEY_MAX], b[KN_ATTN_KEY_MAX];
       kn_attn_desc_key(&t->desc, a, sizeof a);
-      kn_attn_desc_key(&k->desc, b, sizeof b);
+      kn_attn_desc_key(d, b, sizeof b);
       if (!strcmp(a, b)) {
         pthread_mutex_unlock(&twin_mu);
         return;
@@ -92,14 +93,33 @@ static void twin_note(const kiln_kernel *k) {
     }
   twin *t = calloc(1, sizeof *t);
   assert_non_null(t);
-  t->desc = k->desc;
-  t->cfg = k->cfg;
-  t->sig = k->sig;
-  t->mods = k->mods ? strdup(k->mods) : NULL;
+  t->desc = *d;
+  t->cfg = *c;
+  t->sig = *sig;
+  t->mods = d->mods ? strdup(d->mods) : NULL;
   t->desc.mods = t->mods;
   t->next = twins;
   twins = t;
   pthread_mutex_unlock(&twin_mu);
+}
+static void twin_note(const kiln_kernel *k) { twin_add(&k->desc, &k->cfg, &k->sig); }
+
+/* every tiling the tuner may try for d under the space spec (its candidates) */
+static void twin_note_space(const kiln_attn_desc *pd, const char *spec) {
+  kn_attn_desc d;
+  kn_attn_sig sig;
+  if (api_desc_from_public(pd, &d) || api_signature(&d, &sig)) fail_msg("%s", kiln_last_error());
+  kn_space sp;
+  kn_diag e;
+  if (kn_space_default(&sp, "fwd", kn_arch_get(chip), &e) || kn_space_apply(&sp, spec, &e))
+    fail_msg("space: %s", e.message);
+  for (int i = 0; i < kn_space_size(&sp); i++) {
+    kn_tune_config tc;
+    kn_space_point(&sp, i, &tc);
+    kn_attn_config c = {.block_m = tc.block_m, .block_n = tc.block_n, .warps = tc.warps,
+                        .stages = tc.stages};
+    if (kn_attn_check_on(kn_arch_get(chip), &d, &c, &e) == 0) twin_add(&d, &c, &sig);
+  }
 }
 
 static int run_twin(void *user, const kn_fake_hip_launch *l, char *why, size_t n) {
@@ -650,8 +670,6 @@ static void test_forward(void **state) {
   assert_int_equal(kiln_context_create(&o, &c3), KILN_ERR_NO_DEVICE);
   print_message("the other chip: %s\n", kiln_last_error());
   assert_non_null(strstr(kiln_last_error(), chip));
-  /* no tuner on HIP yet: kiln_tune is unsupported */
-  assert_int_equal(kiln_tune(ctx2, &cases[2].d, NULL, NULL), KILN_ERR_UNSUPPORTED);
   /* misaligned rows are refused before any launch, as on CUDA */
   kiln_attn_args m = {.q = (void *)18, .k = (void *)16, .v = (void *)16, .o = (void *)16,
                       .batch = 1, .heads = 2, .kv_heads = 2, .seqlen_q = 4, .seqlen_k = 4};
@@ -729,6 +747,64 @@ static void test_variants(void **state) {
   kn_hip_free(dev, ds, NULL);
   kiln_context_destroy(ctx);
   assert_int_equal(failures, 0);
+}
+
+/* ---- tuning on the device: candidates timed with the runtime's events ---- */
+
+static void test_tune(void **state) {
+  (void)state;
+  if (!have_gpu()) {
+    skip();
+    return;
+  }
+  char *dir = fresh_dir();
+  setenv("KILN_TUNE_PROGRESS", "0", 1);
+  kiln_context *ctx = hip_ctx(dir, "hip");
+  unsetenv("KILN_TUNE_PROGRESS");
+  kiln_attn_desc d = DESC(KILN_BF16, 64, 1, 1);
+  /* (the tuner builds its tiling from block_m, block_n, warps and stages: one value of the
+   * other axes, so each candidate is a different kernel) */
+  kn_space sp;
+  kn_diag e;
+  if (kn_space_default(&sp, "fwd", kn_arch_get(chip), &e)) fail_msg("%s", e.message);
+  char spec[256];
+  snprintf(spec, sizeof spec, "block_m=64,128;block_n=32,64;warps=4;stages=2;waves_per_eu=0;"
+           "matrix_instr=%s", sp.matrix_names[0]);
+  twin_note_space(&d, spec);
+  kiln_prepare_options po = {.seqlen = 128, .tune_space = spec, .tune_heads = 2, .tune_repeats = 3,
+                             .tune_warmup = 1};
+  kiln_tune_result res;
+  if (kiln_tune(ctx, &d, &po, &res)) fail_msg("tune: %s", kiln_last_error());
+  int timed = 0;
+  for (int i = 0; i < res.ncandidates; i++) {
+    const kiln_tune_candidate *c = &res.candidates[i];
+    printf("  candidate %dx%d w%d s%d: state %d, median %.1f us %s\n", c->block_m, c->block_n,
+           c->warps, c->stages, (int)c->state, c->median_us, c->note);
+    timed += c->state == KILN_CANDIDATE_TIMED;
+  }
+  assert_true(res.ncandidates >= 2);
+  assert_int_equal(timed, res.ncandidates); /* every candidate checked against the reference */
+  assert_true(res.best >= 0 && res.recorded);
+  assert_true(res.candidates[res.best].median_us > 0);
+  const kiln_tune_candidate *b = &res.candidates[res.best];
+  /* the record is used by the next prepare, whose code comes from the cache */
+  kiln_prepare_options cached = {.tune_policy = KILN_TUNE_CACHED, .seqlen = 128};
+  kiln_kernel *k;
+  if (kiln_prepare(ctx, &d, &cached, &k)) fail_msg("prepare: %s", kiln_last_error());
+  kiln_kernel_info info;
+  assert_int_equal(kiln_kernel_get_info(k, &info), KILN_OK);
+  assert_true(info.tuned);
+  assert_int_equal(info.block_m, b->block_m);
+  assert_int_equal(info.block_n, b->block_n);
+  assert_int_equal(info.source, KILN_SOURCE_CACHE);
+  char why[160];
+  int bad = check_forward(k, (shape){1, 2, 1, 100, 77, 0}, NULL, NULL, seed + 11, NULL, why,
+                          sizeof why);
+  printf("  %s the tuned kernel: %s\n", bad ? "FAIL" : "PASS", why);
+  assert_int_equal(bad, 0);
+  kiln_tune_result_free(&res);
+  kiln_context_destroy(ctx);
+  rm_dir(dir);
 }
 
 /* ---- faults (the stand-in's KILN_FAKE_HIP_FAULT) ---- */
@@ -852,7 +928,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_no_device), cmocka_unit_test(test_hidden_args),
       cmocka_unit_test(test_runtime),
       cmocka_unit_test(test_forward),   cmocka_unit_test(test_broken_packing),
-      cmocka_unit_test(test_variants),
+      cmocka_unit_test(test_variants),  cmocka_unit_test(test_tune),
       cmocka_unit_test(test_faults),    cmocka_unit_test(test_threads),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
