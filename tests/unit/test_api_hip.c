@@ -803,6 +803,24 @@ static void test_tune(void **state) {
   printf("  %s the tuned kernel: %s\n", bad ? "FAIL" : "PASS", why);
   assert_int_equal(bad, 0);
   kiln_tune_result_free(&res);
+  /* a variant with tensors (ALiBi slopes, a bias, document ids): the tuner's device copies are
+   * what the candidates read (host pointers would be outside device memory: the emulator's
+   * error), checked against the reference */
+  kiln_attn_desc dv = {.dtype = KILN_F16, .head_dim = 64, .has_lse = 1, .alibi = 1, .bias = 1,
+                       .document = 1};
+  snprintf(spec, sizeof spec, "block_m=64;block_n=32,64;warps=4;stages=2;waves_per_eu=0;"
+           "matrix_instr=%s", sp.matrix_names[0]);
+  twin_note_space(&dv, spec);
+  po.tune_space = spec;
+  if (kiln_tune(ctx, &dv, &po, &res)) fail_msg("tune: %s", kiln_last_error());
+  for (int i = 0; i < res.ncandidates; i++) {
+    const kiln_tune_candidate *c = &res.candidates[i];
+    printf("  variant candidate %dx%d: state %d, median %.1f us %s\n", c->block_m, c->block_n,
+           (int)c->state, c->median_us, c->note);
+    assert_int_equal(c->state, KILN_CANDIDATE_TIMED);
+  }
+  assert_int_equal(res.ncandidates, 2);
+  kiln_tune_result_free(&res);
   kiln_context_destroy(ctx);
   rm_dir(dir);
 }
