@@ -2,8 +2,9 @@
  *
  * The API layer is the only one that sees templates, the compiler, the runtime and the storage
  * layers together.  It holds no LLVM types: compiler/pipeline.h's object path (kn_artifact,
- * kn_host_object) is its view of host code generation, and api/cuda.c's three calls below (which
- * alone know the CUDA device) its view of the NVIDIA targets; both compile through kn_compile_artifact.
+ * kn_host_object) is its view of host code generation, api/cuda.c's calls below (which alone know
+ * the CUDA device) its view of the NVIDIA targets, and api/hip.c's (which alone know the HIP
+ * device) its view of the AMD ones; all compile through kn_compile_artifact.
  */
 #ifndef KILN_API_INTERNAL_H
 #define KILN_API_INTERNAL_H
@@ -17,6 +18,7 @@
 #include "cache.h"
 #include "cuda_device.h"
 #include "discover.h"
+#include "hip_device.h"
 #include "kiln.h"
 #include "pipeline.h"
 #include "space.h"
@@ -27,11 +29,13 @@
 typedef struct memo_slot memo_slot;
 
 struct kiln_context {
-  const kn_target *target;     /* what the context compiles for (host, sm_80, sm_90a) */
-  kn_device_kind kind;         /* HOST or CUDA */
+  const kn_target *target;     /* what the context compiles for (host, sm_*, gfx*) */
+  kn_device_kind kind;         /* HOST, CUDA or HIP */
   kn_cuda_device *cuda;        /* CUDA: the device's primary context, retained for our life */
   int cuda_ordinal;
   int64_t cuda_smem_optin;     /* CUDA: the most dynamic shared memory a block may opt into */
+  kn_hip_device *hip;          /* HIP: the device (the runtime's ordinal and chip) */
+  int hip_ordinal;
   char target_name[16];
   char device_name[128];
   char target_id[1024];        /* kn_object_target_id: part of every cache key */
@@ -81,6 +85,9 @@ struct kiln_kernel {
   kn_cuda_module *cu_mod;      /* CUDA: the loaded PTX module and its kernel */
   kn_cuda_kernel *cu_fn;
   kn_attn_cuda_launch_info cu_launch; /* CUDA: threads per block, dynamic shared bytes */
+  kn_hip_module *hip_mod;      /* HIP: the loaded code object and its kernel */
+  kn_hip_kernel *hip_fn;
+  int hip_threads;             /* HIP: work-items per workgroup (the code object's) */
 };
 
 /* kiln.c */
@@ -153,13 +160,32 @@ kiln_status api_cuda_forward(kiln_kernel *k, const kn_argval *args, const int gr
 void api_cuda_unload(kiln_kernel *k);
 void api_cuda_close(kiln_context *ctx);
 
+/* cuda.c, shared by the GPU devices: the context's target t and names for a GPU called `name`
+ * (target_name, device_name, the tuning key's arch "<target>-<GPU name>", the target identity
+ * of the cache keys); and whether every parameter of k's signature is one a GPU launch passes
+ * (i32, i64, f32, pointers: KILN_ERR_UNSUPPORTED naming the first that is not). */
+void api_gpu_target(kiln_context *ctx, const kn_target *t, const char *name);
+kiln_status api_gpu_params(const kiln_kernel *k, const char *what);
+
+/* hip.c: the HIP device, the same five calls as cuda.c's (the payload is the code object). */
+kiln_status api_hip_open(kiln_context *ctx, const kn_device_info *dev, const char *target);
+kiln_status api_hip_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m,
+                          const kn_cache_key *key, const char *what);
+kiln_status api_hip_forward(kiln_kernel *k, const kn_argval *args, const int grid[3],
+                            void *stream);
+void api_hip_unload(kiln_kernel *k);
+/* loads a code object into k (the tuner's candidates: k is a kernel of its own, unloaded with
+ * api_hip_unload) */
+kiln_status api_hip_load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n);
+void api_hip_close(kiln_context *ctx);
+
 /* tune.c: the tuning fields of o (tune_batch, tune_heads, tune_warmup, tune_repeats) and the problem
  * they make at seqlen: negative values, more than 10000 launches of either kind (a prepare that
  * would never return) or more than 2^30 elements a tensor (computed without overflow) are
  * KILN_ERR_INVALID; api_tune checks them first, prepare with KILN_TUNE_AUTO too */
 kiln_status api_tune_check(const kn_attn_desc *d, const kiln_prepare_options *o, int seqlen);
-/* tunes (d) at seqlen; record: 0 do not record, 1 only if faster, 2 replace.  Fills res (may be
- * NULL) and *best. */
+/* tune.c: tunes (d) at seqlen; record: 0 do not record, 1 only if faster, 2 replace.  Fills res
+ * (may be NULL) and *best. */
 kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
                      const kiln_prepare_options *o, int seqlen, int record, kiln_tune_result *res,
                      kn_attn_config *best);

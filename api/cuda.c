@@ -56,6 +56,29 @@ static kiln_status cuda_fail(kiln_status s, const char *what, const kn_diag *e) 
   return api_fail(s, "%s: %s", what, e->message);
 }
 
+void api_gpu_target(kiln_context *ctx, const kn_target *t, const char *name) {
+  ctx->target = t;
+  snprintf(ctx->target_name, sizeof ctx->target_name, "%s", t->arch->name);
+  snprintf(ctx->device_name, sizeof ctx->device_name, "%.127s", name);
+  /* the tuning key's arch: the target and the GPU model */
+  snprintf(ctx->arch, sizeof ctx->arch, "%s-%.22s", t->arch->name, name);
+  /* the code depends on the target and on LLVM's backend; the LLVM version is taken from the
+   * target's identity (api/ makes no LLVM calls of its own) */
+  if (kn_object_target_id(t, ctx->target_id, sizeof ctx->target_id))
+    snprintf(ctx->target_id, sizeof ctx->target_id, "%s", t->arch->name);
+}
+
+kiln_status api_gpu_params(const kiln_kernel *k, const char *what) {
+  for (int i = 0; i < k->sig.n; i++)
+    if (!kn_attn_cuda_param_bytes(&k->sig, i)) {
+      char ty[48];
+      kn_ty_format(k->sig.type[i], ty, sizeof ty);
+      return api_fail(KILN_ERR_UNSUPPORTED, "%s: parameter %%%s is %s; a GPU kernel takes i32, "
+                      "i64, f32 and pointer parameters", what, k->sig.name[i], ty);
+    }
+  return KILN_OK;
+}
+
 kiln_status api_cuda_open(kiln_context *ctx, const kn_device_info *dev, const char *target) {
   const kn_target *t = kn_target_get(target);
   if (!t) return api_fail(KILN_ERR_UNSUPPORTED, "target %s is not compiled into this kiln", target);
@@ -69,16 +92,8 @@ kiln_status api_cuda_open(kiln_context *ctx, const kn_device_info *dev, const ch
   ctx->kind = KN_DEVICE_CUDA;
   ctx->cuda_ordinal = dev->ordinal;
   ctx->cuda_smem_optin = p->shared_per_block_optin;
-  ctx->target = t;
-  snprintf(ctx->target_name, sizeof ctx->target_name, "%s", target);
-  snprintf(ctx->device_name, sizeof ctx->device_name, "%.127s", p->name);
-  /* the tuning key's arch: the target and the GPU model (an H100 and an H200 are both sm_90a
-   * but need not agree on a tiling) */
-  snprintf(ctx->arch, sizeof ctx->arch, "%s-%.22s", target, p->name);
-  /* the code depends on the target and on LLVM's NVPTX backend; the LLVM version is taken from
-   * the host target's identity (api/ makes no LLVM calls of its own) */
-  if (kn_object_target_id(t, ctx->target_id, sizeof ctx->target_id))
-    snprintf(ctx->target_id, sizeof ctx->target_id, "%s", target);
+  /* (an H100 and an H200 are both sm_90a but need not agree on a tiling) */
+  api_gpu_target(ctx, t, p->name);
   return KILN_OK;
 }
 
@@ -146,13 +161,8 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
   void *payload;
   size_t size;
   /* a modifier parameter of a type the launch cannot pass fails here, not at every forward */
-  for (int i = 0; i < k->sig.n; i++)
-    if (!kn_attn_cuda_param_bytes(&k->sig, i)) {
-      char ty[48];
-      kn_ty_format(k->sig.type[i], ty, sizeof ty);
-      return api_fail(KILN_ERR_UNSUPPORTED, "%s: parameter %%%s is %s; a CUDA kernel takes i32, "
-                      "i64, f32 and pointer parameters", what, k->sig.name[i], ty);
-    }
+  kiln_status bad = api_gpu_params(k, what);
+  if (bad) return bad;
   if (api_cache_get(ctx, key, hex, &payload, &size) == KN_OK) {
     char *ptx = NULL;
     int threads = 0;

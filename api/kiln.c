@@ -179,6 +179,7 @@ static void memo_finish(kiln_context *ctx, const char *key, kiln_kernel *k, bool
 static void kernel_free(kiln_kernel *k) {
   if (k->obj) kn_object_unload(k->obj);
   api_cuda_unload(k);
+  api_hip_unload(k);
   pthread_mutex_destroy(&k->launch_mu);
   free(k->mods);
   free(k);
@@ -253,6 +254,56 @@ static const kn_device_info *find_cuda(const char *device, char *why, size_t n) 
   return NULL;
 }
 
+/* the registry's AMDGPU architecture a device string names ("gfx90a", "gfx942"), or NULL */
+static const kn_arch *amd_arch_named(const char *device) {
+  const kn_arch *a = kn_arch_get(device);
+  return a && a->isa == KN_ISA_AMDGPU ? a : NULL;
+}
+
+/* the HIP device a device string names, from discovery: "hip" (the first AMD GPU kiln has a
+ * target for), "hip:N" (ordinal N), an AMDGPU target of the registry ("gfx942": the first AMD
+ * GPU of that chip).  NULL with the reason in *why. */
+static const kn_device_info *find_hip(const char *device, char *why, size_t n) {
+  pthread_once(&discover_once, discover_devices);
+  if (discovered.hip.status != KN_OK) {
+    snprintf(why, n, "HIP runtime: %s", discovered.hip.why.message);
+    return NULL;
+  }
+  int ordinal = -1;
+  if (!strncmp(device, "hip:", 4)) {
+    char *end;
+    long v = strtol(device + 4, &end, 10);
+    if (end == device + 4 || *end || v < 0 || v > 1024) {
+      snprintf(why, n, "'%s' is not hip:<ordinal>", device);
+      return NULL;
+    }
+    ordinal = (int)v;
+  }
+  const kn_arch *want = amd_arch_named(device);
+  const kn_device_info *other = NULL;
+  for (int i = 0; i < discovered.n; i++) {
+    const kn_device_info *d = &discovered.dev[i];
+    if (d->kind != KN_DEVICE_HIP || (ordinal >= 0 && d->ordinal != ordinal)) continue;
+    if (!d->target[0] || (want && strcmp(d->target, want->name))) {
+      if (!other) other = d;
+      continue;
+    }
+    return d;
+  }
+  if (other && want)
+    snprintf(why, n, "HIP device %d (%s) is a %s, not a %s", other->ordinal, other->name,
+             other->arch, want->name);
+  else if (other)
+    snprintf(why, n, "HIP device %d (%s) is a %s, for which kiln has no target", other->ordinal,
+             other->name, other->arch);
+  else if (ordinal >= 0)
+    snprintf(why, n, "no HIP device with ordinal %d (%d present)", ordinal,
+             discovered.hip.device_count);
+  else
+    snprintf(why, n, "no AMD GPU found");
+  return NULL;
+}
+
 static kiln_status pick_host(kiln_context *ctx) {
   ctx->kind = KN_DEVICE_HOST;
   ctx->target = kn_host_target();
@@ -268,15 +319,17 @@ static kiln_status pick_host(kiln_context *ctx) {
 static kiln_status pick_device(kiln_context *ctx, const char *device) {
   char why[700];
   if (!device || !strcmp(device, "auto")) {
-    /* an NVIDIA GPU kiln can run on, else the host (AMD GPUs are not launched by the API yet) */
+    /* an AMD GPU kiln has a target for, else an NVIDIA one, else the host (kn_discover_best's
+     * order) */
+    const kn_device_info *hip = find_hip("hip", why, sizeof why);
+    if (hip) return api_hip_open(ctx, hip, hip->target);
     const kn_device_info *cu = find_cuda("cuda", why, sizeof why);
     if (cu) return api_cuda_open(ctx, cu, cu->target);
     const kn_device_info *best = kn_discover_best(&discovered);
     if (best->kind != KN_DEVICE_HOST)
       api_log(ctx, KILN_LOG_INFO,
-              "device %s (%s, target %s) found, but the API launches only on NVIDIA GPUs and "
-              "the host so far; using the host", best->name, kn_device_kind_str(best->kind),
-              best->target[0] ? best->target : "none");
+              "device %s (%s, target %s) found, but kiln cannot launch on it; using the host",
+              best->name, kn_device_kind_str(best->kind), best->target[0] ? best->target : "none");
     const kn_device_info *host = &discovered.dev[discovered.n - 1];
     snprintf(ctx->device_name, sizeof ctx->device_name, "%s", host->name);
     return pick_host(ctx);
@@ -297,12 +350,20 @@ static kiln_status pick_device(kiln_context *ctx, const char *device) {
      * on every later one); otherwise the device's own target */
     return api_cuda_open(ctx, cu, nv && !nv->cc_exact ? nv->name : cu->target);
   }
-  if (kn_arch_get(device) || !strncmp(device, "sm_", 3))
+  const kn_arch *amd = amd_arch_named(device);
+  if (!strcmp(device, "hip") || !strncmp(device, "hip:", 4) || amd) {
+    const kn_device_info *hip = find_hip(device, why, sizeof why);
+    if (!hip) return api_fail(KILN_ERR_NO_DEVICE, "device '%s': %s", device, why);
+    return api_hip_open(ctx, hip, hip->target);
+  }
+  if (kn_arch_get(device) || !strncmp(device, "sm_", 3) || !strncmp(device, "gfx", 3))
     return api_fail(KILN_ERR_UNSUPPORTED,
-                    "device '%s': the API does not launch on this target yet (use \"host\", "
-                    "\"cuda\", \"sm_80\", \"sm_90a\" or \"auto\")", device);
+                    "device '%s': the API does not launch on this target (use \"host\", "
+                    "\"cuda\", \"sm_80\", \"sm_90a\", \"hip\", an AMD chip such as "
+                    "\"gfx942\", or \"auto\")", device);
   return api_fail(KILN_ERR_NO_DEVICE,
-                  "unknown device '%s' (expected auto, host, cuda, cuda:N, or a target)", device);
+                  "unknown device '%s' (expected auto, host, cuda, cuda:N, hip, hip:N, or a "
+                  "target)", device);
 }
 
 kiln_status kiln_context_create(const kiln_context_options *options, kiln_context **out) {
@@ -375,6 +436,7 @@ void kiln_context_destroy(kiln_context *ctx) {
     kernel_free(k);
   }
   api_cuda_close(ctx);
+  api_hip_close(ctx);
   kn_tunedb_close(ctx->db);
   kn_cache_close(ctx->cache);
   pthread_cond_destroy(&ctx->cv);
@@ -387,7 +449,9 @@ const char *kiln_context_target(const kiln_context *ctx) { return ctx ? ctx->tar
 const char *kiln_context_device_name(const kiln_context *ctx) { return ctx ? ctx->device_name : ""; }
 const char *kiln_context_cache_dir(const kiln_context *ctx) { return ctx ? ctx->cache_dir : ""; }
 int kiln_context_device_ordinal(const kiln_context *ctx) {
-  return ctx && ctx->kind == KN_DEVICE_CUDA ? ctx->cuda_ordinal : -1;
+  if (!ctx) return -1;
+  return ctx->kind == KN_DEVICE_CUDA ? ctx->cuda_ordinal
+       : ctx->kind == KN_DEVICE_HIP ? ctx->hip_ordinal : -1;
 }
 
 void kiln_context_stats(kiln_context *ctx, kiln_stats *o) {
@@ -502,7 +566,8 @@ kn_cache_key api_cache_key(const kiln_context *ctx, const kn_attn_desc *d,
   kn_attn_config_key(c, ck, sizeof ck);
   /* the payload's ABI names the device kind too: a host object and a PTX payload can never be
    * mistaken for each other, even for one IR */
-  const char *abi = ctx->kind == KN_DEVICE_CUDA ? "cuda-ptx-abi-1" : "host-object-abi-1";
+  const char *abi = ctx->kind == KN_DEVICE_CUDA ? "cuda-ptx-abi-1"
+                  : ctx->kind == KN_DEVICE_HIP ? "hip-codeobj-abi-1" : "host-object-abi-1";
   /* the compile options: kn_compile_object with NULL (O3, unchecked); an option that changes the
    * code, such as kn_compile_options.check_bounds, must be named here when it is used */
   static const char opts[] = "O3";
@@ -617,6 +682,8 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
   kiln_status s = KILN_OK;
   if (ctx->kind == KN_DEVICE_CUDA) {
     s = api_cuda_build(ctx, k, m, &key, what);
+  } else if (ctx->kind == KN_DEVICE_HIP) {
+    s = api_hip_build(ctx, k, m, &key, what);
   } else if (ctx->cache && load_cached(ctx, &key, k->info.cache_key, &k->obj) == 0) {
     k->info.source = KILN_SOURCE_CACHE;
     atomic_fetch_add(&ctx->stats.cache_hits, 1);
@@ -898,7 +965,7 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
   kiln_status s = policy == KILN_TUNE_AUTO ? api_tune_check(d, o, seqlen) : KILN_OK;
   if (s) return s;
   /* no tuner on CUDA yet (api_tune): AUTO reads records like CACHED, and says so once */
-  if (policy == KILN_TUNE_AUTO && ctx->kind != KN_DEVICE_HOST) {
+  if (policy == KILN_TUNE_AUTO && ctx->kind == KN_DEVICE_CUDA) {
     if (atomic_exchange(&ctx->warned_no_tuner, 1) == 0)
       api_log(ctx, KILN_LOG_INFO, "autotuning on %s is not implemented yet: KILN_TUNE_AUTO acts "
               "as KILN_TUNE_CACHED", ctx->target_name);
@@ -1168,9 +1235,10 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
     if (!all_zero(strides[i].s, strides[i].n))
       for (int j = 0; j < strides[i].n; j++) args[strides[i].at + j].i = strides[i].s[j];
 
-  if (k->ctx->kind == KN_DEVICE_CUDA) {
+  if (k->ctx->kind != KN_DEVICE_HOST) {
     s = check_alignment(d, a, args);
-    if (!s) s = api_cuda_forward(k, args, grid, stream);
+    if (!s) s = k->ctx->kind == KN_DEVICE_CUDA ? api_cuda_forward(k, args, grid, stream)
+                                               : api_hip_forward(k, args, grid, stream);
     if (s) return s;
     atomic_fetch_add(&k->ctx->stats.launches, 1);
     return KILN_OK;

@@ -36,12 +36,16 @@
  * asynchronously on the caller's stream with caller-owned DEVICE pointers.  Without a usable GPU,
  * device "cuda" is KILN_ERR_NO_DEVICE with the reason discovery found (no driver, no device,
  * too old), and "auto" is the host; a malformed "cuda:N" (N not decimal digits, or above 1024)
- * is KILN_ERR_INVALID.  AMD GPUs are compiled for but not launched by the API yet.
+ * is KILN_ERR_INVALID.  AMD GPUs (gfx90a, gfx942, gfx950) through the HIP runtime
+ * (libamdhip64 found at run time by dlopen): prepare compiles the kernel to a code object for the
+ * device's chip, caches it, and loads it (hipModuleLoadData); forward packs the kernel arguments
+ * from the code object's metadata and launches asynchronously on the caller's hipStream_t with
+ * caller-owned DEVICE pointers.
  *
  * Threads.  All functions may be called from any number of threads at once on one context:
  * prepares of the same kernel compile it once (the others wait for it), and kernels may be
  * launched concurrently (on the host device, launches are serialised inside the device; on
- * CUDA they go to the driver directly, each on its caller's stream).
+ * CUDA and HIP they go to the driver directly, each on its caller's stream).
  *
  * Lifetime.  A kernel belongs to its context: it stays valid until kiln_context_destroy, which
  * must not race with other calls on that context.  Repeated prepares return the same kernel.
@@ -51,9 +55,10 @@
  * write there could make this process run their code.  An unwritable cache directory or a full
  * disk is a single warning; kernels are then compiled and run without being stored.
  *
- * Tuning on CUDA is not implemented yet: there, KILN_TUNE_AUTO acts as KILN_TUNE_CACHED (one
- * info log says so), kiln_tune returns KILN_ERR_UNSUPPORTED, and the template's default tiling
- * (or a forced block_m/block_n) is what runs.
+ * Tuning runs on the host (the host's clock) and on HIP (candidates timed with the runtime's
+ * events on the device).  On CUDA it is not implemented yet: there, KILN_TUNE_AUTO acts as
+ * KILN_TUNE_CACHED (one info log says so), kiln_tune returns KILN_ERR_UNSUPPORTED, and the
+ * template's default tiling (or a forced block_m/block_n) is what runs.
  *
  * Environment: KILN_CACHE_DIR, KILN_AUTOTUNE=0|1|none (overrides the tuning policy: 1 tune on a
  * tuning-database miss, 0 use tuned records but never tune, none ignore records),
@@ -129,10 +134,14 @@ typedef void (*kiln_progress_fn)(void *user, int done, int total,
 typedef struct kiln_context_options {
   const char *cache_dir;      /* NULL: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln, ~/.cache/kiln */
   int no_cache;               /* nonzero: no disk cache and no tuning database at all */
-  const char *device;         /* "auto" (NULL): the first NVIDIA sm_80+ GPU, else the host;
-                                 "host"; "cuda" (the first NVIDIA sm_80+ GPU), "cuda:N" (CUDA
-                                 ordinal N); "sm_80" (any sm_80+ GPU, sm_80 code), "sm_90a" (a
-                                 compute capability 9.0 GPU).  "gfx*": KILN_ERR_UNSUPPORTED */
+  const char *device;         /* "auto" (NULL): the first AMD GPU kiln has a target for, else
+                                 the first NVIDIA sm_80+ GPU, else the host; "host"; "cuda"
+                                 (the first NVIDIA sm_80+ GPU), "cuda:N" (CUDA ordinal N);
+                                 "sm_80" (any sm_80+ GPU, sm_80 code), "sm_90a" (a compute
+                                 capability 9.0 GPU); "hip" (the first AMD GPU kiln has a
+                                 target for), "hip:N" (HIP ordinal N), "gfx90a", "gfx942",
+                                 "gfx950" (the first AMD GPU of that chip).  Another "gfx*" or
+                                 "sm_*": KILN_ERR_UNSUPPORTED */
   kiln_log_fn log;            /* optional */
   void *log_user;
   kiln_tune_policy tune_policy; /* default for prepares (KILN_TUNE_CONTEXT: CACHED); the
@@ -146,14 +155,15 @@ typedef struct kiln_context_options {
 kiln_status kiln_context_create(const kiln_context_options *options, kiln_context **out);
 void kiln_context_destroy(kiln_context *ctx);
 
-/* the kiln target the context compiles for ("host", "sm_80", "sm_90a") and the device's name
- * (CPU model, "NVIDIA H200") */
+/* the kiln target the context compiles for ("host", "sm_80", "sm_90a", "gfx942"...) and the
+ * device's name (CPU model, "NVIDIA H200") */
 const char *kiln_context_target(const kiln_context *ctx);
 const char *kiln_context_device_name(const kiln_context *ctx);
 /* the cache directory in use, or "" when running without one */
 const char *kiln_context_cache_dir(const kiln_context *ctx);
 
-/* the CUDA ordinal of the context's GPU (buffers for kiln_forward live on it), -1 on the host */
+/* the CUDA or HIP ordinal of the context's GPU (buffers for kiln_forward live on it), -1 on the
+ * host */
 int kiln_context_device_ordinal(const kiln_context *ctx);
 
 /* counters since the context was created (for tests, monitoring, and "did we compile?") */
@@ -352,8 +362,10 @@ typedef struct kiln_attn_args {
  * primary context, `stream` a CUstream (NULL: the legacy default stream), the call returns once
  * the launch is queued (KILN_ERR_UNSUPPORTED for a grid CUDA cannot launch: batch * heads above
  * 65535; KILN_ERR_RUNTIME when the driver refuses the launch; faults inside the kernel show at
- * the caller's next synchronisation, as with any CUDA kernel).  Host: host pointers, the stream
- * is ignored and the call returns when the output is written. */
+ * the caller's next synchronisation, as with any CUDA kernel).  HIP: buffers are device
+ * pointers of the context's device, `stream` a hipStream_t (NULL: the null stream), the call
+ * returns once the launch is queued (KILN_ERR_RUNTIME when the runtime refuses it).  Host: host
+ * pointers, the stream is ignored and the call returns when the output is written. */
 kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *args, void *stream);
 
 /* ---- autotuning ---- */

@@ -263,7 +263,8 @@ def _mod_args(params):
 
 
 class Context:
-    """A kiln context: device ("auto", "host", "cuda", "cuda:N", "sm_80", "sm_90a"), cache
+    """A kiln context: device ("auto", "host", "cuda", "cuda:N", "sm_80", "sm_90a", "hip",
+    "hip:N", "gfx90a", "gfx942", "gfx950"; tensors are routed to "host" or "cuda:N"), cache
     directory (None: $KILN_CACHE_DIR, ...), tuning policy, and an optional log callable
     log(level, message) (called from any thread)."""
 

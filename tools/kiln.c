@@ -1221,8 +1221,12 @@ static int run_api(options *o, const char *target) {
     return EXIT_USAGE;
   }
   if (resolve_attn(o)) return EXIT_USAGE;
+  /* the API's "auto" prefers an AMD GPU, which `kiln run` has no buffers for yet: its own auto
+   * stays an NVIDIA sm_80+ GPU, else the host */
+  const char *device = target;
+  if (!strcmp(target, "auto")) device = cuda_device_for("sm_80") ? "cuda" : "host";
   kiln_context_options co = {.cache_dir = o->cache_dir, .no_cache = o->no_cache,
-                             .device = target, .log = cli_log, .tune_policy = o->tune};
+                             .device = device, .log = cli_log, .tune_policy = o->tune};
   kiln_context *ctx;
   kiln_status s = kiln_context_create(&co, &ctx);
   if (s == KILN_ERR_NO_DEVICE) {

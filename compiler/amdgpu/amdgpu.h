@@ -23,6 +23,7 @@
 #include <llvm-c/Types.h>
 
 #include "arch.h"
+#include "codeobj.h"
 #include "ir.h"
 
 #ifdef __cplusplus
@@ -31,25 +32,6 @@ extern "C" {
 
 /* The chips (gfx90a, gfx942, gfx950), their MFMA tables and occupancy facts are entries of the
  * registry (compiler/arch.h, kn_arch with its kn_amd_facts); this file takes them as kn_arch. */
-
-/* ---- occupancy ------------------------------------------------------------------------------- */
-
-/* How many waves of a kernel can be resident on one SIMD, and what limits it. */
-typedef struct kn_amdgpu_occupancy {
-  int unified_vgprs;  /* registers allocated per lane: vgpr rounded up to the granule */
-  int by_vgpr;        /* waves per SIMD allowed by the register file */
-  int by_sgpr;        /* ... by SGPRs */
-  int by_lds;         /* ... by LDS and workgroup slots (for the given workgroup size) */
-  int waves;          /* min of the above and max_waves_per_simd; 0: cannot launch */
-} kn_amdgpu_occupancy;
-
-/* vgpr, agpr and sgpr as the metadata note reports them: on gfx90a/gfx942 .vgpr_count is the
- * unified total align(arch VGPRs, 4) + AGPRs, and .agpr_count the AGPRs within it.  lds is in
- * bytes per workgroup, wg_size the work-items per workgroup (the kernel's
- * max_flat_workgroup_size when the launch size is not known).  Never fails: impossible inputs
- * give waves = 0. */
-kn_amdgpu_occupancy kn_amdgpu_occupancy_of(const kn_arch *t, int vgpr, int agpr,
-                                           int sgpr, uint32_t lds, int wg_size);
 
 /* ---- LLVM module -> code object ------------------------------------------------------------- */
 
@@ -102,57 +84,18 @@ void kn_amdgpu_output_free(kn_amdgpu_output *out);
  * (malloc'd) on success; else -1 and lld's messages in err. */
 int kn_amdgpu_link(const void *obj, size_t n, void **out, size_t *out_n, char *err, size_t errn);
 
-/* ---- code-object inspector (codeobj.c) ----------------------------------------------------------- */
+/* ---- code-object inspector ----------------------------------------------------------------- */
 
-typedef struct kn_codeobj_arg {
-  char name[64];          /* "" for hidden arguments */
-  char value_kind[40];    /* "global_buffer", "by_value", "hidden_block_count_x", ... */
-  uint32_t offset, size;
-  bool hidden;
-} kn_codeobj_arg;
+/* The code-object reader itself (kn_codeobj, kn_codeobj_read, the occupancy model) is LLVM-free
+ * and lives in codeobj.h (library kiln_codeobj), so the HIP runtime can use it; what needs LLVM's
+ * disassembler is here. */
 
-typedef struct kn_codeobj_kernel {
-  char name[128];
-  char symbol[136];                 /* the kernel descriptor's symbol, "<name>.kd" */
-  int vgpr_count;                   /* gfx90a/gfx942: align(arch VGPRs, 4) + AGPRs */
-  int agpr_count, sgpr_count;       /* sgpr includes VCC, FLAT_SCRATCH, XNACK_MASK */
-  int vgpr_spill_count, sgpr_spill_count;
-  uint32_t lds_bytes;               /* .group_segment_fixed_size */
-  uint32_t scratch_bytes;           /* .private_segment_fixed_size (spills, stack) */
-  uint32_t kernarg_size, kernarg_align;
-  uint32_t explicit_arg_bytes;      /* end of the last explicit argument */
-  int wavefront_size, max_flat_workgroup_size;
-  bool uses_dynamic_stack;
-  int nargs, nhidden;
-  kn_codeobj_arg *args;             /* nargs entries */
-  uint64_t code_size;               /* the kernel symbol's st_size; 0 when not found */
-  uint64_t code_offset;             /* file offset of its first instruction */
-  int ninstr;                       /* instructions disassembled; -1 when not disassembled */
-  int mfma_count;                   /* of them, mnemonics starting with v_mfma; -1 likewise */
-  kn_amdgpu_occupancy occupancy;    /* for max_flat_workgroup_size; zero for unknown targets */
-} kn_codeobj_kernel;
-
-typedef struct kn_codeobj {
-  int elf_type;                     /* ET_REL or ET_DYN */
-  int abi_version;                  /* e_ident[EI_ABIVERSION]: 2 = v4, 3 = v5, 4 = v6 */
-  int code_object_version;          /* 4, 5, 6 from abi_version; 0 when unknown */
-  unsigned e_flags;
-  int meta_version[2];              /* amdhsa.version (v5 and v6 both say 1.2) */
-  char target_id[96];               /* amdhsa.target, e.g. "amdgcn-amd-amdhsa--gfx942" */
-  const kn_arch *target;   /* from e_flags; NULL for a chip kiln does not describe */
-  int nkernels;
-  kn_codeobj_kernel *kernels;
-} kn_codeobj;
-
-/* Parses an AMDGPU ELF (relocatable or linked) from bytes: headers, the NT_AMDGPU_METADATA
- * note, the kernel symbols, and (for known targets) disassembles each kernel to count MFMAs, in
- * a child process (kn_amdgpu_count_mfma_isolated).  Every read is bounds-checked: a corrupt or
- * truncated file gives -1 and *d, never a crash, also when the disassembler crashes on it (the
- * message names the kernel and the signal).  On success the caller frees *co with
+/* kn_codeobj_read, then (for known targets) disassembles each kernel to count its instructions
+ * and MFMAs, in a child process (kn_amdgpu_count_mfma_isolated).  Every read is bounds-checked:
+ * a corrupt or truncated file gives -1 and *d, never a crash, also when the disassembler crashes
+ * on it (the message names the kernel and the signal).  On success the caller frees *co with
  * kn_codeobj_free. */
 int kn_codeobj_parse(const void *data, size_t n, kn_codeobj *co, kn_diag *d);
-void kn_codeobj_free(kn_codeobj *co);
-const kn_codeobj_kernel *kn_codeobj_find(const kn_codeobj *co, const char *name);
 
 /* Counts the instructions and the v_mfma* instructions in code[0..n) disassembled for cpu;
  * -1 when the disassembler cannot be created.  In this process: for code kiln just compiled. */
@@ -165,9 +108,6 @@ int kn_amdgpu_count_mfma(const char *cpu, const uint8_t *code, size_t n, int *ni
 #define KN_DISASM_SECONDS 30
 int kn_amdgpu_count_mfma_isolated(const char *cpu, const uint8_t *code, size_t n, int *ninstr,
                                   int *sig);
-
-/* A readable table of co into buf (snprintf-like: returns the length it needed). */
-int kn_codeobj_format_stats(const kn_codeobj *co, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
-/* amdgpu_target.c — the gfx90a / gfx942 descriptions, their MFMA tables, the occupancy model, and
- * the path from an LLVM module holding amdgpu_kernel functions to a code object.
+/* amdgpu_target.c — the gfx90a / gfx942 descriptions, their MFMA tables, the MFMA count of the
+ * inspector (the occupancy model these facts also feed is in codeobj.c), and the path from an
+ * LLVM module holding amdgpu_kernel functions to a code object.
  *
  * Sources of the facts below (references for numbers only; no code taken from them):
  *  - AMD Matrix Instruction Calculator (ROCm/amd_matrix_instruction_calculator, v1.3.2):
@@ -18,6 +19,7 @@
  * segment carries no unused hidden arguments), and emits.  The module's LLVMContext gets a
  * diagnostic handler for the duration of the call, so nothing LLVM reports is printed or fatal.
  */
+#include <signal.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -39,49 +41,28 @@
 
 static const kn_loc amd_loc = {"amdgpu", 0, 0};
 
-/* ---- occupancy ------------------------------------------------------------------------------------ */
+/* ---- the inspector's disassembly ------------------------------------------------------------- */
 
-static int align_up(int x, int a) { return (x + a - 1) / a * a; }
-static int min_int(int a, int b) { return a < b ? a : b; }
-
-kn_amdgpu_occupancy kn_amdgpu_occupancy_of(const kn_arch *t, int vgpr, int agpr,
-                                           int sgpr, uint32_t lds, int wg_size) {
-  kn_amdgpu_occupancy o = {0};
-  if (!t || !t->amd || vgpr < 0 || agpr < 0 || sgpr < 0 || wg_size <= 0 || wg_size > 1024) return o;
-  /* Registers.  On gfx90a and later VGPRs and AGPRs share one 512-entry file per lane; a wave's
-   * AGPRs start at its VGPR count rounded up to 4, and the metadata's .vgpr_count is already
-   * that total, align(arch, 4) + agpr (LLVM's TotalNumVgprs), so it is used as it is, rounded
-   * up to the allocation granule. */
-  if (agpr > t->amd->max_agprs || vgpr - agpr > t->amd->max_arch_vgprs || agpr > vgpr) return o;
-  o.unified_vgprs = align_up(vgpr > 0 ? vgpr : 1, t->amd->vgpr_granule);
-  if (o.unified_vgprs > t->amd->vgprs_per_lane) return o;
-  o.by_vgpr = min_int(t->amd->max_waves_per_simd, t->amd->vgprs_per_lane / o.unified_vgprs);
-
-  /* SGPRs: gfx9 steps.  The metadata's .sgpr_count adds the special registers (VCC,
-   * FLAT_SCRATCH, XNACK_MASK: 6 more) to the up to 102 a kernel addresses, so a launchable
-   * kernel reports up to 108; what lies above 100 gets the last step. */
-  if (sgpr > t->amd->max_sgprs + 6) return o;
-  o.by_sgpr = sgpr <= 80 ? 10 : sgpr <= 88 ? 9 : sgpr <= 100 ? 8 : 7;
-  o.by_sgpr = min_int(o.by_sgpr, t->amd->max_waves_per_simd);
-
-  /* LDS and workgroup slots: whole workgroups are resident on one CU, their waves spread over
-   * its SIMDs; a workgroup of more than one wave also takes one of the CU's barriers. */
-  int waves_per_wg = (wg_size + t->lanes - 1) / t->lanes;
-  int wave_slots = t->amd->max_waves_per_simd * t->amd->simds_per_cu;
-  int wgs = waves_per_wg > 1 ? min_int(wave_slots / waves_per_wg, t->amd->max_barriers_per_cu)
-                             : wave_slots;
-  if (lds > (uint32_t)t->shared_bytes) return o;
-  if (lds > 0) {
-    uint32_t rounded = (lds + (uint32_t)t->amd->lds_granule - 1) / (uint32_t)t->amd->lds_granule *
-                       (uint32_t)t->amd->lds_granule;
-    wgs = min_int(wgs, (int)((uint32_t)t->shared_bytes / rounded));
+int kn_codeobj_parse(const void *data, size_t n, kn_codeobj *co, kn_diag *d) {
+  if (kn_codeobj_read(data, n, co, d)) return -1;
+  for (int k = 0; k < co->nkernels; k++) {
+    kn_codeobj_kernel *kn = &co->kernels[k];
+    if (!co->target || !kn->code_size) continue;
+    int sig = 0;
+    kn->mfma_count = kn_amdgpu_count_mfma_isolated(co->target->name,
+                                                   (const uint8_t *)data + kn->code_offset,
+                                                   (size_t)kn->code_size, &kn->ninstr, &sig);
+    if (kn->mfma_count == -2) {
+      kn_error(d, NULL, (kn_loc){"code object", 0, 0}, "kernel '%s': LLVM's %s disassembler %s "
+               "on its %llu bytes of code (signal %d): the code object is damaged", kn->name, co->target->name,
+               sig == SIGALRM ? "did not finish" : "crashed", (unsigned long long)kn->code_size,
+               sig);
+      kn_codeobj_free(co);
+      return -1;
+    }
+    if (kn->mfma_count < 0) kn->ninstr = kn->mfma_count = -1;
   }
-  o.by_lds = min_int(t->amd->max_waves_per_simd, wgs * waves_per_wg / t->amd->simds_per_cu);
-
-  o.waves = min_int(min_int(o.by_vgpr, o.by_sgpr), o.by_lds);
-  /* a workgroup must fit at once: its waves need ceil(waves_per_wg / 4) slots on each SIMD */
-  if (o.waves < (waves_per_wg + t->amd->simds_per_cu - 1) / t->amd->simds_per_cu) o.waves = 0;
-  return o;
+  return 0;
 }
 
 /* ---- LLVM setup ------------------------------------------------------------------------------------ */
