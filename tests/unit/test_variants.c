@@ -530,7 +530,7 @@ static void test_block_skipping(void **state) {
   (void)dots_of;
 }
 
-/* ---- 5: the default tilings of variants compile without spills (NVIDIA: within 32 bytes) ---- */
+/* ---- 5: the default tilings of variants compile without spills (NVIDIA: within 48 bytes) ---- */
 
 static void test_defaults_no_spills(void **state) {
   (void)state;
@@ -577,9 +577,11 @@ static void test_defaults_no_spills(void **state) {
           kn_ptxas_result_free(&r);
         }
         kn_artifact_free(&a);
-        /* AMDGPU: none; NVIDIA: the bound test_nvptx_attn holds the plain kernels to (its
-         * measured D128 default spills 12-28 bytes and is still the fastest) */
-        int allowed = t->arch->isa == KN_ISA_NVPTX ? 32 : 0;
+        /* AMDGPU: none; NVIDIA: a few words of spill stores + loads (the plain D128 default
+         * spills 12 and is the fastest measured); the edge-block branch (docs/variants.md,
+         * "Interior and edge blocks") took softcap with both user modifiers on sm_80 from 28 to
+         * 40 bytes (on the H200 it made plain causal 6% and the window 7% faster) */
+        int allowed = t->arch->isa == KN_ISA_NVPTX ? 48 : 0;
         if (spills)
           printf("  %s on %s D%d at %dx%d w%d: %d spill bytes\n", cs[i].name, t->name, dims[di],
                  cfg.block_m, cfg.block_n, cfg.warps, spills);
@@ -590,7 +592,7 @@ static void test_defaults_no_spills(void **state) {
       }
   }
   printf("[ variants ] %d variant kernels at their default tilings: no AMDGPU spills, NVIDIA "
-         "within 32 bytes%s\n", checked,
+         "within 48 bytes%s\n", checked,
          have_ptxas ? "" : " (no ptxas: AMDGPU only)");
 }
 
