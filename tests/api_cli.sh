@@ -25,7 +25,7 @@ expect tune-space-malformed 2 'error' -- \
   "$kiln" tune --cache-dir "$c" --head-dim 32 --seqlen-q 32 --space "block_q=16"
 expect cache-ls 0 '1 entries' -- "$kiln" cache ls --cache-dir "$c"
 expect cache-ls-records 0 \
-  'fwd dtype=f16;d=32;causal=1;lse=1;window=0;softcap=0;alibi=0;bias=0;doc=0;prefix=0;mods=0 f16 D32 bucket 64 host-' \
+  'fwd dtype=f16;d=32;causal=1;lse=1;window=0;softcap=0;alibi=0;bias=0;doc=0;prefix=0;layout=0;mods=0 f16 D32 bucket 64 host-' \
   -- "$kiln" cache ls --cache-dir "$c"
 expect cache-verify 0 '1 entries, 1 valid, 0 corrupt' -- "$kiln" cache verify --cache-dir "$c"
 # a flipped byte in the one entry: verify finds and removes it (exit 1)
