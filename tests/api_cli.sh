@@ -40,6 +40,16 @@ expect tune-insecure 2 'writable by all users' -- \
   "$kiln" tune --cache-dir "$tmp/open" --head-dim 32 --seqlen-q 32 --space "block_m=16;block_n=16"
 expect cache-insecure 2 'writable by all users' -- "$kiln" cache ls --cache-dir "$tmp/open"
 expect targets-auto 0 '^auto = host' -- "$kiln" targets
+# a varlen run through the API (capacities described), then its kernel from the cache
+v=$tmp/varlen
+expect run-varlen-api 0 ' PASS$' -- \
+  "$kiln" run --target host --cache-dir "$v" --varlen 1,17,0,70/1,30,5,70 --heads 4 --kv-heads 1 \
+  --causal --head-dim 48
+expect run-varlen-api-cached 0 'prepare: cache hit' -- \
+  "$kiln" run --target host --cache-dir "$v" --varlen 2,9 --heads 4 --kv-heads 1 --causal \
+  --head-dim 48
+expect tune-varlen 2 'varlen kernels are not tuned yet' -- \
+  "$kiln" tune --target host --cache-dir "$v" --varlen 2,9 --head-dim 48
 
 echo "api_cli: $fails failed"
 [ "$fails" -eq 0 ]

@@ -65,6 +65,18 @@ expect ir-agree 0 ' PASS$' -- \
 expect bad-seed 2 "--seed expects a non-negative integer, got 'abc'" -- "$kiln" run --seed abc
 expect bad-seed-negative 2 "--seed expects a non-negative integer" -- "$kiln" run --seed -1
 expect run-help 0 'not served by the API' -- "$kiln" run --help
+# varlen (docs/serving.md): ragged packed sequences, an empty one and length 1, in one launch
+expect run-varlen-interp 0 ' PASS$' -- \
+  "$kiln" run --target interp --varlen 1,17,0,40 --heads 4 --kv-heads 2 --causal --head-dim 32
+expect run-varlen-emu 0 ' PASS$' -- \
+  "$kiln" run --target gfx942-emu --varlen 3,0,21/5,2,21 --window 4,0 --head-dim 32
+expect run-varlen-checked 0 ' PASS$' -- \
+  "$kiln" run --target host --check-bounds --varlen 1,17/30,2 --causal-top-left --dtype bf16
+expect run-varlen-header 0 'B=3 H=2 HK=2 Nq=17 Nk=17 seed=1 varlen total_q=18 total_k=18' -- \
+  "$kiln" run --target interp --varlen 1,0,17 --head-dim 16
+expect bad-varlen 2 "--varlen wants lengths >= 0 separated by commas" -- \
+  "$kiln" run --varlen 1,-3
+expect bad-varlen-count 2 "2 query lengths and 1 key lengths" -- "$kiln" run --varlen 1,2/3
 expect version 0 '^kiln [0-9]+\.[0-9]+\.[0-9]+ \(LLVM [0-9]+\.' -- "$kiln" --version
 # checked mode: the same kernel with the bounds of its V load removed reads past V (seqlen 61 is
 # not a multiple of BLOCK_N): unchecked that goes unnoticed, checked it is the access named
