@@ -76,6 +76,10 @@ expect run-varlen-header 0 'B=3 H=2 HK=2 Nq=17 Nk=17 seed=1 varlen total_q=18 to
   "$kiln" run --target interp --varlen 1,0,17 --head-dim 16
 expect bad-varlen 2 "--varlen wants lengths >= 0 separated by commas" -- \
   "$kiln" run --varlen 1,-3
+"$kiln" dump --stage ir --varlen 3,5 --head-dim 16 >"$tmp/varlen.tile" 2>/dev/null
+expect run-varlen-ir 0 ' PASS$' -- "$kiln" run --target interp --ir "$tmp/varlen.tile" --varlen 2,0,9
+expect run-varlen-ir-dense 2 'LAYOUT is 1 \(varlen\), so the run needs --varlen LENS' -- \
+  "$kiln" run --target interp --ir "$tmp/varlen.tile"
 expect bad-varlen-count 2 "2 query lengths and 1 key lengths" -- "$kiln" run --varlen 1,2/3
 expect version 0 '^kiln [0-9]+\.[0-9]+\.[0-9]+ \(LLVM [0-9]+\.' -- "$kiln" --version
 # checked mode: the same kernel with the bounds of its V load removed reads past V (seqlen 61 is

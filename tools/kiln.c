@@ -475,6 +475,15 @@ static int apply_ir_attrs(options *o, kn_func *k) {
     o->attn.causal = (int)v;
   }
   if (kn_func_get_meta(k, "HAS_LSE", &v)) o->attn.has_lse = v != 0;
+  /* the call shape is the kernel's parameters: the options must give the same one */
+  int64_t layout = 0;
+  kn_func_get_meta(k, "LAYOUT", &layout);
+  if (layout != o->attn.layout) {
+    fprintf(stderr, "kiln: error: %s: the kernel's LAYOUT is %lld (%s), %s\n", o->ir_file,
+            (long long)layout, layout ? "varlen" : "dense",
+            layout ? "so the run needs --varlen LENS" : "and --varlen runs varlen kernels only");
+    return -1;
+  }
   /* the variant the kernel says it computes decides the reference; its values come from the
    * options (variant_make says which are missing) */
   const struct { const char *attr; bool *dst; } flags[] = {
