@@ -238,7 +238,8 @@ int kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_at
  * rounded) inputs as doubles in contiguous (B, H, N, D) / (B, HK, N, D) layouts; o gets
  * (B, H, Nq, D) and lse (B, H, Nq) (lse may be NULL); varlen: packed (total_q, H, D),
  * (total_k, HK, D) and lse (H, total_q), the cu_seqlens of p (host memory) giving each sequence's
- * rows, and rows of o and lse no sequence owns left untouched.  Same masking rules as the kernel.  For a
+ * rows, and rows of o and lse no sequence owns left untouched.  Same masking rules as the
+ * kernel.  For a
  * descriptor whose variant takes no parameters (plain, causal either way); else
  * kn_attn_reference_v. */
 void kn_attn_reference(const kn_attn_desc *d, const kn_attn_problem *p, const double *q,

@@ -35,6 +35,12 @@
  *
  * Out-of-range K/V elements are loaded as 0 through the load bounds (never read), so a masked
  * column contributes p = 0 times a finite 0 and cannot turn into NaN.
+ *
+ * Varlen (attention.h, docs/serving.md) changes only the per-program setup: the program reads its
+ * sequence's token ranges from cu_seqlens_q/k (clamped into the packed buffers), starts its base
+ * pointers there, and from then on seqlen_q / seqlen_k are the sequence's own lengths (a program
+ * past its sequence's end gets seqlen_k = 0: no key block, no store).  The KV loop is the dense
+ * one.
  */
 #include <math.h>
 #include <stdint.h>
@@ -289,7 +295,8 @@ enum {
   P_O_SB, P_O_SH, P_O_SM, P_LSE_SB, P_LSE_SH, P_COUNT
 };
 _Static_assert((int)P_COUNT == (int)KN_ATTN_NPARAMS, "parameter list and KN_ATTN_NPARAMS disagree");
-_Static_assert((int)P_SEQLEN_Q == (int)KN_ATTN_P_SEQLEN_Q && (int)P_SEQLEN_K == (int)KN_ATTN_P_SEQLEN_K,
+_Static_assert((int)P_SEQLEN_Q == (int)KN_ATTN_P_SEQLEN_Q &&
+                   (int)P_SEQLEN_K == (int)KN_ATTN_P_SEQLEN_K,
                "attn_internal.h's parameter indices disagree");
 
 const char *const kn_attn_param_names[P_COUNT] = {
@@ -350,9 +357,6 @@ static kn_value *splat2(gen *g, kn_value *x, int m, int n, const char *name) {
   return named(g, kn_b_splat(&g->b, x, 2, shape), name);
 }
 
-/* ptr + b * sb + h * sh, the start of one (batch, head); named <nm>_base.  Each op is built by
- * its own statement: C leaves the evaluation order of arguments open, and the printed IR (golden
- * files, cache keys) must not depend on the compiler. */
 /* bin() named <nm>_<sfx> */
 static kn_value *bin_sfx(gen *g, kn_opcode opc, kn_value *x, kn_value *y, const char *nm,
                          const char *sfx) {
@@ -360,6 +364,10 @@ static kn_value *bin_sfx(gen *g, kn_opcode opc, kn_value *x, kn_value *y, const 
   snprintf(name, sizeof name, "%s_%s", nm, sfx);
   return bin(g, opc, x, y, name);
 }
+
+/* ptr + b * sb + h * sh, the start of one (batch, head); named <nm>_base.  Each op is built by
+ * its own statement: C leaves the evaluation order of arguments open, and the printed IR (golden
+ * files, cache keys) must not depend on the compiler. */
 
 static kn_value *head_base(gen *g, kn_value *ptr, kn_value *b, kn_value *sb, kn_value *h,
                            kn_value *sh, const char *nm) {

@@ -96,7 +96,8 @@ int kn_attn_reference_v(const kn_attn_desc *desc, kn_module *mods, const kn_attn
     for (int h = 0; h < H; h++) {
       const int hk = h / group;
       int nq = Nq, nk = Nk;
-      size_t qoff = ((size_t)b * H + h) * (size_t)Nq * D, koff = ((size_t)b * HK + hk) * (size_t)Nk * D;
+      size_t qoff = ((size_t)b * H + h) * (size_t)Nq * D;
+      size_t koff = ((size_t)b * HK + hk) * (size_t)Nk * D;
       size_t loff = ((size_t)b * H + h) * (size_t)Nq;  /* lse of row 0; rows are contiguous */
       if (varlen) {  /* sequence b: its own lengths, seen by the modifiers as seqlen_q/k */
         nq = p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b];

@@ -1,7 +1,8 @@
-/* attn_test.h — what the variant and varlen tests do alike with a built attention kernel: run
- * random inputs, run it on a target by name (the interpreter, the host, an emulated AMD target), and count the
- * spills of its compiled code as they bound them (an AMDGPU code object's VGPR spills plus
- * scratch bytes, from kiln's inspector; NVIDIA PTX's spill store and load bytes, from ptxas).
+/* attn_test.h — what the variant and varlen tests do alike with a built attention kernel:
+ * random inputs, running it on a target by name (the interpreter, the host, an emulated AMD
+ * target), and counting the spills of its compiled code as they bound them (an AMDGPU code
+ * object's VGPR spills plus scratch bytes, from kiln's inspector; NVIDIA PTX's spill store and
+ * load bytes, from ptxas).
  * Header-only, included by one test file each. */
 #ifndef KILN_TEST_ATTN_TEST_H
 #define KILN_TEST_ATTN_TEST_H
