@@ -25,6 +25,11 @@
  * refused at context creation (KILN_ERR_INSECURE) — loading code from a directory others can
  * write is running their code; the caller may pass no_cache=1 to run uncached instead.
  *
+ * forward checks before every launch: sizes, the variant's values, varlen's prefix sums (on the
+ * host, where they are readable), and the described capacities of every buffer against the
+ * shape and strides (check_capacities: docs/api.md "Varlen and capacities", the zero-stride
+ * rule); then it fills the kernel's arguments and launches on the host pool or the CUDA stream.
+ *
  * Errors are a status plus a thread-local message (kiln_last_error), so concurrent callers
  * never see each other's messages.  The library never prints; see tune.c for the one progress
  * exception the tuning policy asks for.
@@ -786,6 +791,9 @@ kiln_status api_desc_from_public(const kiln_attn_desc *in, kn_attn_desc *out) {
   if (in->prefix && in->causal)
     return api_fail(KILN_ERR_INVALID, "prefix includes its causal part: leave causal 0 with "
                     "prefix");
+  if (in->layout != KILN_LAYOUT_DENSE && in->layout != KILN_LAYOUT_VARLEN)
+    return api_fail(KILN_ERR_INVALID, "layout %d is not KILN_LAYOUT_DENSE (0) or "
+                    "KILN_LAYOUT_VARLEN (1)", in->layout);
   out->dtype = dtypes[i].s;
   out->head_dim = in->head_dim;
   out->causal = in->causal;
@@ -798,6 +806,7 @@ kiln_status api_desc_from_public(const kiln_attn_desc *in, kn_attn_desc *out) {
   out->prefix = in->prefix != 0;
   out->mods = in->mods && in->mods[0] ? in->mods : NULL;
   out->mods_file = in->mods_name;
+  out->layout = in->layout;
   kn_attn_config c = kn_attn_default_config(NULL, out);
   kn_diag diag;
   if (kn_attn_check(out, &c, &diag)) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
@@ -808,7 +817,7 @@ kiln_attn_desc api_desc_to_public(const kn_attn_desc *d) {
   kiln_attn_desc out = {.head_dim = d->head_dim, .causal = d->causal, .has_lse = d->has_lse,
                         .window = d->window, .softcap = d->softcap, .alibi = d->alibi,
                         .bias = d->bias, .document = d->document, .prefix = d->prefix,
-                        .mods = d->mods, .mods_name = d->mods_file};
+                        .mods = d->mods, .mods_name = d->mods_file, .layout = d->layout};
   for (int i = 0; i < NDTYPES; i++)
     if (dtypes[i].s == d->dtype) out.dtype = dtypes[i].pub;
   return out;
@@ -964,6 +973,12 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
   /* bad tuning options are the caller's error, not a tuning failure to serve around */
   kiln_status s = policy == KILN_TUNE_AUTO ? api_tune_check(d, o, seqlen) : KILN_OK;
   if (s) return s;
+  /* the tuner times dense problems only: a varlen kernel reads records, never tunes */
+  if (policy == KILN_TUNE_AUTO && d->layout == KN_ATTN_VARLEN) {
+    api_log(ctx, KILN_LOG_INFO, "varlen kernels are not tuned yet: KILN_TUNE_AUTO acts as "
+            "KILN_TUNE_CACHED");
+    policy = KILN_TUNE_CACHED;
+  }
   /* no tuner on CUDA yet (api_tune): AUTO reads records like CACHED, and says so once */
   if (policy == KILN_TUNE_AUTO && ctx->kind == KN_DEVICE_CUDA) {
     if (atomic_exchange(&ctx->warned_no_tuner, 1) == 0)
@@ -1099,6 +1114,10 @@ static kiln_status variant_args(const kiln_kernel *k, const kiln_attn_args *a, k
       return api_fail(KILN_ERR_INVALID, "%s: %s given, but the kernel was not prepared with the "
                       "%s variant", who, v[i].fields, v[i].what);
   const int64_t H = a->heads, Nq = a->seqlen_q, Nk = a->seqlen_k;
+  if (d->layout != KN_ATTN_VARLEN &&
+      (a->cu_seqlens_q || a->cu_seqlens_k || a->total_q || a->total_k))
+    return api_fail(KILN_ERR_INVALID, "%s: cu_seqlens_q/cu_seqlens_k/total_q/total_k given, but "
+                    "the kernel was not prepared with layout KILN_LAYOUT_VARLEN", who);
   if (d->window && (a->window_left < -1 || a->window_right < -1))
     return api_fail(KILN_ERR_INVALID, "%s: window sizes %d, %d: each is -1 (unbounded) or >= 0",
                     who, a->window_left, a->window_right);
@@ -1133,6 +1152,123 @@ static kiln_status variant_args(const kiln_kernel *k, const kiln_attn_args *a, k
   return s;
 }
 
+/* ---- capacities (kiln.h, docs/api.md: "Capacities") ---- */
+
+/* the elements a view of n dims (sizes, strides) plus `inner` contiguous ones reaches from its
+ * pointer: 0 when it is empty, -1 when a stride is negative */
+static int64_t view_span(const int64_t *size, const int64_t *stride, int n, int64_t inner) {
+  int64_t end = inner;
+  for (int i = 0; i < n; i++) {
+    if (size[i] == 0) return 0;
+    if (stride[i] < 0) return -1;
+    end += (size[i] - 1) * stride[i];
+  }
+  return end;
+}
+
+/* a buffer that its layout reaches past (only when its size is described) */
+static kiln_status check_span(const char *name, int64_t numel, const int64_t *size,
+                              const int64_t *stride, int n, int64_t inner) {
+  if (numel < 0)
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: %s_numel %lld is negative", name,
+                    (long long)numel);
+  if (!numel) return KILN_OK;
+  int64_t span = view_span(size, stride, n, inner);
+  if (span < 0)
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: %s has a negative stride; a described "
+                    "capacity (%s_numel) needs strides >= 0", name, name);
+  if (span > numel)
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: %s holds %lld elements (%s_numel), but the "
+                    "shape and strides described reach %lld", name, (long long)numel, name,
+                    (long long)span);
+  return KILN_OK;
+}
+
+/* Every described buffer holds what its layout reaches, and zero strides are not read over a
+ * dense q/k/v/o larger than its contiguous shape (the zero-stride trap).  args: the kernel's
+ * arguments with the effective strides; va: the variant's. */
+static kiln_status check_capacities(const kn_attn_desc *d, const kiln_attn_args *a,
+                                    const kn_argval *args, const kn_attn_vargs *va) {
+  const bool varlen = d->layout == KN_ATTN_VARLEN;
+  const int64_t D = d->head_dim, B = a->batch, H = a->heads, HK = a->kv_heads;
+  static const char *const names[] = {"q", "k", "v", "o"};
+  const int64_t numel[] = {a->q_numel, a->k_numel, a->v_numel, a->o_numel};
+  const int64_t *given[] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride};
+  kiln_status s;
+  for (int i = 0; i < 4; i++) {
+    bool qo = i == 0 || i == 3;
+    const int64_t heads = qo ? H : HK, rows = qo ? a->seqlen_q : a->seqlen_k;
+    const kn_argval *st = args + ARG_Q_SB + 3 * i;  /* {batch, head, row} */
+    if (varlen) {  /* (total, heads, D) with {token, head} */
+      int64_t size[2] = {qo ? a->total_q : a->total_k, heads}, stride[2] = {st[2].i, st[1].i};
+      if ((s = check_span(names[i], numel[i], size, stride, 2, D))) return s;
+      continue;
+    }
+    int64_t size[3] = {B, heads, rows}, stride[3] = {st[0].i, st[1].i, st[2].i};
+    if ((s = check_span(names[i], numel[i], size, stride, 3, D))) return s;
+    int64_t dense = B * heads * rows * D;
+    if (numel[i] > dense && all_zero(given[i], 3) && B * heads > 1)
+      return api_fail(KILN_ERR_INVALID, "kiln_forward: %s holds %lld elements (%s_numel), more "
+                      "than the contiguous (%lld, %lld, %lld, %lld) its zero strides describe: "
+                      "rows would be read %lld apart; give %s_stride (a buffer of C rows per "
+                      "head: {%lld*C*%lld, C*%lld, %lld})", names[i], (long long)numel[i],
+                      names[i], (long long)B, (long long)heads, (long long)rows, (long long)D,
+                      (long long)D, names[i], (long long)heads, (long long)D, (long long)D,
+                      (long long)D);
+  }
+  if (d->has_lse) {
+    int64_t size[2] = {varlen ? 1 : B, H}, stride[2] = {args[ARG_LSE_SB].i, args[ARG_LSE_SB + 1].i};
+    if ((s = check_span("lse", a->lse_numel, size, stride, 2, varlen ? a->total_q : a->seqlen_q)))
+      return s;
+  }
+  if (d->alibi) {
+    int64_t size[2] = {B, H}, stride[2] = {va->alibi_sb, 1};
+    if ((s = check_span("alibi", a->alibi_numel, size, stride, 2, 1))) return s;
+  }
+  if (d->bias) {
+    int64_t size[3] = {B, H, a->seqlen_q}, stride[3] = {va->bias_sb, va->bias_sh, va->bias_sm};
+    if ((s = check_span("bias", a->bias_numel, size, stride, 3, a->seqlen_k))) return s;
+  }
+  if (d->document) {
+    int64_t size[1] = {B}, sq[1] = {va->q_seg_sb}, sk[1] = {va->k_seg_sb};
+    if ((s = check_span("q_seg", a->q_seg_numel, size, sq, 1, a->seqlen_q))) return s;
+    if ((s = check_span("k_seg", a->k_seg_numel, size, sk, 1, a->seqlen_k))) return s;
+  }
+  return KILN_OK;
+}
+
+/* Varlen arguments: the prefix sums are given, total_q/total_k are not negative, the batch
+ * stride slots are 0 (a packed buffer has no batch axis); on the host (cu_seqlens readable)
+ * each sequence is a range of at most seqlen_q / seqlen_k tokens within the totals. */
+static kiln_status check_varlen(const kiln_kernel *k, const kiln_attn_args *a) {
+  if (!a->cu_seqlens_q || !a->cu_seqlens_k)
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: a varlen kernel needs cu_seqlens_q and "
+                    "cu_seqlens_k (batch + 1 prefix sums each)");
+  if (a->total_q < 0 || a->total_k < 0)
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: total_q %d, total_k %d: negative",
+                    a->total_q, a->total_k);
+  if (a->q_stride[0] || a->k_stride[0] || a->v_stride[0] || a->o_stride[0] || a->lse_stride[0])
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: varlen buffers have no batch axis: their "
+                    "strides are {0, head, token} (lse {0, head})");
+  if (k->ctx->kind == KN_DEVICE_CUDA) return KILN_OK;  /* device memory: the kernel clamps */
+  const int32_t *cu[2] = {a->cu_seqlens_q, a->cu_seqlens_k};
+  const int total[2] = {a->total_q, a->total_k}, most[2] = {a->seqlen_q, a->seqlen_k};
+  for (int w = 0; w < 2; w++) {
+    const char *nm = w ? "cu_seqlens_k" : "cu_seqlens_q";
+    if (cu[w][0] < 0)
+      return api_fail(KILN_ERR_INVALID, "kiln_forward: %s[0] = %d is negative", nm, cu[w][0]);
+    for (int b = 0; b < a->batch; b++) {
+      int lo = cu[w][b], hi = cu[w][b + 1];
+      if (hi < lo || hi > total[w] || hi - lo > most[w])
+        return api_fail(KILN_ERR_INVALID, "kiln_forward: %s[%d..%d] = %d..%d: each sequence must "
+                        "be a non-decreasing range of at most %s %d tokens within %s %d", nm, b,
+                        b + 1, lo, hi, w ? "seqlen_k (max_seqlen_k)" : "seqlen_q (max_seqlen_q)",
+                        most[w], w ? "total_k" : "total_q", total[w]);
+    }
+  }
+  return KILN_OK;
+}
+
 /* GPU kernels access the head dimension in vectors of up to 16 bytes, as wide as the head dim's
  * alignment allows (compiler/gpu/lower_gpu.c, kn_gpu_vec_aligned: 8 elements of f16 at D 72, 4
  * at D 60, 1 at D 59): the buffers' row, head and batch strides must keep every row that
@@ -1146,7 +1282,9 @@ static kiln_status check_alignment(const kn_attn_desc *d, const kiln_attn_args *
   for (int i = 0; i < 4; i++) {
     bool qo = i == 0 || i == 3;
     /* the strides of dims of size 1 are never multiplied by anything but 0 */
-    int sizes[3] = {a->batch, qo ? a->heads : a->kv_heads, qo ? a->seqlen_q : a->seqlen_k};
+    int tokens = qo ? a->total_q : a->total_k;  /* varlen: the batch slot is the token stride */
+    int sizes[3] = {d->layout == KN_ATTN_VARLEN ? tokens : a->batch, qo ? a->heads : a->kv_heads,
+                    d->layout == KN_ATTN_VARLEN ? tokens : qo ? a->seqlen_q : a->seqlen_k};
     bool ok = (uintptr_t)ptrs[i] % (uintptr_t)(v * es) == 0;
     for (int j = 0; j < 3; j++) ok &= sizes[j] <= 1 || args[ARG_Q_SB + 3 * i + j].i % v == 0;
     if (!ok)
@@ -1209,14 +1347,18 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
     return api_fail(KILN_ERR_INVALID, "kiln_forward: sm_scale must be finite and >= 0");
   if ((int64_t)a->batch * a->heads > INT32_MAX)
     return api_fail(KILN_ERR_UNSUPPORTED, "kiln_forward: batch * heads exceeds the grid");
-  kn_attn_problem p = {.batch = a->batch, .heads = a->heads, .kv_heads = a->kv_heads,
-                       .seqlen_q = a->seqlen_q, .seqlen_k = a->seqlen_k,
-                       .sm_scale = a->sm_scale};
-  kiln_status s = check_extents(d, a, &p);
-  if (s) return s;
   kn_attn_vargs va;
   kn_attn_named_arg named[KN_ATTN_MAX_PARAMS];
-  if ((s = variant_args(k, a, &va, named))) return s;
+  kiln_status s = variant_args(k, a, &va, named);
+  if (s) return s;
+  const bool varlen = d->layout == KN_ATTN_VARLEN;
+  if (varlen && (s = check_varlen(k, a))) return s;
+  kn_attn_problem p = {.batch = a->batch, .heads = a->heads, .kv_heads = a->kv_heads,
+                       .seqlen_q = a->seqlen_q, .seqlen_k = a->seqlen_k,
+                       .sm_scale = a->sm_scale, .cu_seqlens_q = a->cu_seqlens_q,
+                       .cu_seqlens_k = a->cu_seqlens_k, .total_q = a->total_q,
+                       .total_k = a->total_k};
+  if (!varlen && (s = check_extents(d, a, &p))) return s;
   kn_argval args[KN_ATTN_MAX_PARAMS];
   int grid[3];
   kn_diag diag;
@@ -1234,6 +1376,13 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
   for (int i = 0; i < 5; i++)
     if (!all_zero(strides[i].s, strides[i].n))
       for (int j = 0; j < strides[i].n; j++) args[strides[i].at + j].i = strides[i].s[j];
+  if (varlen) {
+    /* the kernel's batch stride of a packed buffer is its token stride; lse's tokens are
+     * contiguous (attention.h) */
+    for (int i = 0; i < 4; i++) args[strides[i].at].i = args[strides[i].at + 2].i;
+    args[ARG_LSE_SB].i = 1;
+  }
+  if ((s = check_capacities(d, a, args, &va))) return s;
 
   if (k->ctx->kind != KN_DEVICE_HOST) {
     s = check_alignment(d, a, args);

@@ -239,7 +239,14 @@ typedef struct kiln_attn_desc {
   const char *mods;    /* the caller's modifiers (IR text), NULL or "": none */
   const char *mods_name; /* what error messages call the text (a file name); NULL: "<mods>".
                             Not part of the kernel's identity */
+  int layout;          /* the call shape: KILN_LAYOUT_DENSE (0) or KILN_LAYOUT_VARLEN (packed
+                          sequences of their own lengths, cu_seqlens; kiln_attn_args) */
 } kiln_attn_desc;
+
+enum {
+  KILN_LAYOUT_DENSE = 0,  /* (batch, heads, seqlen, head_dim) buffers, one length for all */
+  KILN_LAYOUT_VARLEN = 1, /* packed (total_tokens, heads, head_dim), FlashAttention's varlen */
+};
 
 /* A value of a parameter of the caller's modifiers (kiln_attn_desc.mods), by name. */
 typedef enum kiln_mod_arg_kind {
@@ -318,11 +325,28 @@ typedef struct kiln_kernel_info {
 kiln_status kiln_kernel_get_info(const kiln_kernel *k, kiln_kernel_info *out);
 
 /* Buffers are the caller's; strides are in elements, the head dimension must be contiguous.
- * Layouts (a stride triple of zeros means contiguous):
+ * Layouts (a stride triple of zeros means contiguous for exactly the shape described):
  *   q, o (batch, heads, seqlen_q, head_dim)      strides {batch, head, row}
  *   k, v (batch, kv_heads, seqlen_k, head_dim)   strides {batch, head, row}
  *   lse  (batch, heads, seqlen_q) f32            strides {batch, head}, rows contiguous;
  *        required when the descriptor has_lse, ignored otherwise
+ * Varlen (KILN_LAYOUT_VARLEN): sequence b owns tokens [cu_seqlens_q[b], cu_seqlens_q[b+1]) of q
+ * and o and [cu_seqlens_k[b], cu_seqlens_k[b+1]) of k and v; seqlen_q and seqlen_k are the
+ * longest sequence's lengths (FlashAttention's max_seqlen_q / max_seqlen_k: the grid, and the
+ * row extents of bias and document tensors, which a sequence indexes from its own token 0):
+ *   q, o (total_q, heads, head_dim)              strides {0, head, token}
+ *   k, v (total_k, kv_heads, head_dim)           strides {0, head, token}
+ *   lse  (heads, total_q) f32                    strides {0, head}, tokens contiguous
+ * Each sequence is attended on its own: causal and window align bottom-right to its own
+ * lengths, as FlashAttention's varlen does.  An empty sequence (equal neighbours) is allowed.
+ *
+ * Capacities.  q_numel ... k_seg_numel give the elements each buffer holds from its pointer
+ * (0: not described, not checked).  A described buffer that the shape and strides reach past is
+ * KILN_ERR_INVALID before launch, and so are zero (contiguous) strides over a dense q, k, v or
+ * o larger than the contiguous shape when more than one (batch, head) is described: a
+ * (batch, kv_heads, capacity, head_dim) KV cache read with seqlen_k < capacity would otherwise
+ * be read with the wrong row stride (give its strides).  docs/api.md states the rule.
+ *
  * heads must be a multiple of kv_heads (grouped-query attention: head h reads kv head
  * h / (heads / kv_heads)).  CUDA: GPU kernels read rows in vectors as wide as the head dim allows
  * (up to 16 bytes: 8 f16/bf16 elements when 8 divides head_dim, 4 when 4 does, ...), so q, k, v
@@ -353,6 +377,14 @@ typedef struct kiln_attn_args {
   int prefix_len;            /* prefix: keys [0, prefix_len) are visible to every query */
   const kiln_mod_arg *mod_args; /* mods: a value for every parameter of the caller's modifiers */
   int n_mod_args;
+  /* varlen (KILN_LAYOUT_VARLEN; zero otherwise): batch + 1 non-decreasing int32 prefix sums
+   * each, where q lives (the host checks them; a GPU kernel clamps every range into total_q /
+   * total_k, so bad values give wrong rows, never accesses outside the buffers) */
+  const int32_t *cu_seqlens_q, *cu_seqlens_k;
+  int total_q, total_k;      /* tokens (rows) of the packed q/o and k/v */
+  /* capacities: elements each buffer holds from its pointer, 0: not described (above) */
+  int64_t q_numel, k_numel, v_numel, o_numel, lse_numel;
+  int64_t alibi_numel, bias_numel, q_seg_numel, k_seg_numel;
 } kiln_attn_args;
 
 /* Launches the kernel on `stream`.  Bad arguments are KILN_ERR_INVALID with the reason: a

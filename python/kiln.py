@@ -22,6 +22,10 @@ Two levels:
   allocate `out` when none is given and to ask for the current CUDA stream.  CPU tensors run on
   the host device (synchronously); CUDA tensors run on their GPU, asynchronously on torch's
   current stream, like any torch op.
+* attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...) is
+  FlashAttention's flash_attn_varlen_func: packed (total_tokens, heads, D) sequences of their own
+  lengths in one launch (docs/serving.md).  Both pass each buffer's size from its storage, so a
+  buffer too small for the shape and strides is an error before launch.
 
 Contexts are created once per device and kept for the life of the process (a context owns its
 compiled kernels; kiln_prepare is a memo lookup after the first call, so calling attention() in
@@ -34,7 +38,8 @@ import glob
 import os
 import threading
 
-__all__ = ["KilnError", "Context", "Kernel", "attention", "library", "F16", "BF16", "F32"]
+__all__ = ["KilnError", "Context", "Kernel", "attention", "attention_varlen", "library", "F16",
+           "BF16", "F32"]
 
 # ---- the C API's constants (include/kiln.h) ----
 
@@ -46,6 +51,7 @@ _STATUS_NAMES = ["KILN_OK", "KILN_ERR_INVALID", "KILN_ERR_UNSUPPORTED", "KILN_ER
 F16, BF16, F32 = 1, 2, 3
 TUNE_CONTEXT, TUNE_NONE, TUNE_CACHED, TUNE_AUTO = range(4)
 CAUSAL_NONE, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT = range(3)
+LAYOUT_DENSE, LAYOUT_VARLEN = range(2)
 MOD_ARG_INT, MOD_ARG_FLOAT, MOD_ARG_PTR = 1, 2, 3
 _CAUSAL = {False: CAUSAL_NONE, True: CAUSAL_BOTTOM_RIGHT, None: CAUSAL_NONE,
            "bottom_right": CAUSAL_BOTTOM_RIGHT, "top_left": CAUSAL_TOP_LEFT,
@@ -86,7 +92,7 @@ class _AttnDesc(ctypes.Structure):
                 ("has_lse", ctypes.c_int), ("window", ctypes.c_int), ("softcap", ctypes.c_int),
                 ("alibi", ctypes.c_int), ("bias", ctypes.c_int), ("document", ctypes.c_int),
                 ("prefix", ctypes.c_int), ("mods", ctypes.c_char_p),
-                ("mods_name", ctypes.c_char_p)]
+                ("mods_name", ctypes.c_char_p), ("layout", ctypes.c_int)]
 
 
 class _ModArg(ctypes.Structure):
@@ -115,6 +121,9 @@ class _KernelInfo(ctypes.Structure):
 _I64x3 = ctypes.c_int64 * 3
 
 
+_NUMEL = ("q", "k", "v", "o", "lse", "alibi", "bias", "q_seg", "k_seg")
+
+
 class _AttnArgs(ctypes.Structure):
     _fields_ = [("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
                 ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p), ("batch", ctypes.c_int),
@@ -128,7 +137,9 @@ class _AttnArgs(ctypes.Structure):
                 ("bias_stride", _I64x3), ("q_seg", ctypes.c_void_p), ("k_seg", ctypes.c_void_p),
                 ("q_seg_stride", ctypes.c_int64), ("k_seg_stride", ctypes.c_int64),
                 ("prefix_len", ctypes.c_int), ("mod_args", ctypes.POINTER(_ModArg)),
-                ("n_mod_args", ctypes.c_int)]
+                ("n_mod_args", ctypes.c_int), ("cu_seqlens_q", ctypes.c_void_p),
+                ("cu_seqlens_k", ctypes.c_void_p), ("total_q", ctypes.c_int),
+                ("total_k", ctypes.c_int)] + [(n + "_numel", ctypes.c_int64) for n in _NUMEL]
 
 
 _STATS = ["prepares", "memo_hits", "cache_hits", "compiles", "corrupt_entries", "not_stored",
@@ -325,7 +336,7 @@ class Context:
     def prepare(self, dtype, head_dim, causal=False, has_lse=False, seqlen=0, block_m=0,
                 block_n=0, warps=0, tune_policy=TUNE_CONTEXT, window=False, softcap=False,
                 alibi=False, bias=False, document=False, prefix=False, mods=None,
-                mods_name=None, tune_mod_args=None, wgmma=False):
+                mods_name=None, tune_mod_args=None, wgmma=False, layout=LAYOUT_DENSE):
         """Compile-or-load the attention kernel; dtype is F16/BF16/F32 or a name ("float16").
         block_m/block_n (together) and warps force the tiling (0: chosen by the policy); wgmma
         (sm_90a) forces the dots onto wgmma.mma_async (kiln_prepare_options.wgmma).
@@ -333,7 +344,8 @@ class Context:
         The variant (docs/variants.md): causal False, True or "bottom_right" (FlashAttention 2's
         alignment), "top_left"; the flags window, softcap, alibi, bias, document, prefix; mods,
         the IR text of the caller's @score_mod / @mask_mod / @block_mask (mods_name: what error
-        messages call it).  Their values are Kernel.forward's arguments.  tune_mod_args: values
+        messages call it).  Their values are Kernel.forward's arguments.  layout: LAYOUT_DENSE
+        or LAYOUT_VARLEN (packed sequences with cu_seqlens, docs/serving.md).  tune_mod_args: values
         of the modifiers' own parameters ({name: value}) for tuning (kiln_prepare_options)."""
         if isinstance(dtype, str):
             if dtype not in _DTYPES:
@@ -343,7 +355,7 @@ class Context:
         desc = _AttnDesc(dtype, head_dim, _causal(causal), 1 if has_lse else 0,
                          1 if window else 0, 1 if softcap else 0, 1 if alibi else 0,
                          1 if bias else 0, 1 if document else 0, 1 if prefix else 0,
-                         _bytes(mods), _bytes(mods_name))
+                         _bytes(mods), _bytes(mods_name), layout)
         po = _PrepareOptions(tune_policy=tune_policy, seqlen=seqlen, block_m=block_m,
                              block_n=block_n, warps=warps, wgmma=1 if wgmma else 0)
         targs, po.tune_n_mod_args = _mod_args(tune_mod_args)
@@ -369,7 +381,7 @@ class Kernel:
                 "has_lse": bool(i.desc.has_lse), "window": bool(i.desc.window),
                 "softcap": bool(i.desc.softcap), "alibi": bool(i.desc.alibi),
                 "bias": bool(i.desc.bias), "document": bool(i.desc.document),
-                "prefix": bool(i.desc.prefix),
+                "prefix": bool(i.desc.prefix), "layout": i.desc.layout,
                 "mods": i.desc.mods.decode() if i.desc.mods else None,
                 "block_m": i.block_m, "block_n": i.block_n,
                 "warps": i.warps, "stages": i.stages, "tuned": bool(i.tuned),
@@ -382,12 +394,16 @@ class Kernel:
                 o_stride=(0, 0, 0), lse_stride=(0, 0), stream=None, window=(0, 0), softcap=0.0,
                 alibi_slopes=None, alibi_stride=0, bias=None, bias_stride=(0, 0, 0),
                 q_seg=None, k_seg=None, q_seg_stride=0, k_seg_stride=0, prefix_len=0,
-                mod_args=None):
+                mod_args=None, cu_seqlens_q=None, cu_seqlens_k=None, total_q=0, total_k=0,
+                numel=None):
         """kiln_forward on raw addresses (ints): host pointers on the host device, device pointers
         on CUDA; strides in elements (zeros: contiguous); stream a CUstream address or None.
         The variant's values as kiln_attn_args has them: window (left, right), softcap, the
         addresses alibi_slopes, bias, q_seg, k_seg with their strides, prefix_len, and mod_args
-        {name: int | float | tensor or array} for the caller's modifier parameters."""
+        {name: int | float | tensor or array} for the caller's modifier parameters.  Varlen
+        kernels: the addresses cu_seqlens_q/k and the token counts total_q/k (seqlen_q/k are then
+        the longest sequence's).  numel: {buffer: elements it holds} (q, k, v, o, lse, alibi,
+        bias, q_seg, k_seg; docs/api.md "Capacities")."""
         self.context._handle()
         margs, nmargs = _mod_args(mod_args)
         a = _AttnArgs(q=q, k=k, v=v, o=o, lse=lse, batch=batch, heads=heads, kv_heads=kv_heads,
@@ -399,7 +415,12 @@ class Kernel:
                       alibi_slopes=alibi_slopes, alibi_stride=alibi_stride, bias=bias,
                       bias_stride=_I64x3(*bias_stride), q_seg=q_seg, k_seg=k_seg,
                       q_seg_stride=q_seg_stride, k_seg_stride=k_seg_stride,
-                      prefix_len=prefix_len, n_mod_args=nmargs)
+                      prefix_len=prefix_len, n_mod_args=nmargs, cu_seqlens_q=cu_seqlens_q,
+                      cu_seqlens_k=cu_seqlens_k, total_q=total_q, total_k=total_k)
+        for n, x in (numel or {}).items():
+            if n not in _NUMEL:
+                raise KilnError(ERR_INVALID, "numel: %r is none of %s" % (n, ", ".join(_NUMEL)))
+            setattr(a, n + "_numel", int(x))
         if margs is not None:
             a.mod_args = margs
         _check(library().kiln_forward(self._h, ctypes.byref(a), stream))
@@ -444,6 +465,16 @@ def _strides(t, name, rank):
         raise KilnError(ERR_INVALID, "%s: the last dimension must be contiguous (strides %s)"
                         % (name, s))
     return s
+
+
+def _numel(t):
+    """the elements t's memory holds from t.data_ptr() (its storage past its offset; 0 when the
+    tensor does not say: not checked)"""
+    try:
+        st = t.untyped_storage()
+        return st.nbytes() // _ITEMSIZE[_dtype_name(t)] - int(t.storage_offset())
+    except (AttributeError, KeyError, TypeError):
+        return 0
 
 
 def _variant_tensor(t, name, dev, rank, dtypes, shape, broadcast=False):
@@ -574,8 +605,99 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_s
                  lse=lse.data_ptr() if lse is not None else None,
                  sm_scale=0.0 if sm_scale is None else float(sm_scale),
                  q_stride=qs[:3], k_stride=ks[:3], v_stride=vs[:3], o_stride=os_[:3],
-                 lse_stride=ls, stream=stream, mod_args=margs, **val)
+                 lse_stride=ls, stream=stream, mod_args=margs,
+                 numel={"q": _numel(q), "k": _numel(k), "v": _numel(v), "o": _numel(out),
+                        "lse": _numel(lse) if lse is not None else 0}, **val)
     return out
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                     dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                     softcap=0.0, alibi_slopes=None, out=None, lse=None, return_lse=False):
+    """FlashAttention's flash_attn_varlen_func on kiln (docs/serving.md): q (total_q, H, D), k and
+    v (total_k, HK, D), the batch's sequences packed along the tokens; cu_seqlens_q/k int32
+    (batch + 1) prefix sums on q's device (sequence b owns tokens [cu[b], cu[b+1]); empty
+    sequences are allowed); max_seqlen_q/k the longest lengths (the grid).  One launch for the
+    whole batch.  causal (True / "bottom_right": each sequence aligned bottom-right to its own
+    lengths, FlashAttention's varlen convention; "top_left"), window_size (left, right), softcap
+    and alibi_slopes ((H) or (B, H) float32) as attention().  Returns out (total_q, H, D), or
+    (out, lse) with return_lse (lse (H, total_q) float32, FlashAttention's softmax_lse);
+    dropout_p must be 0 (kiln has no dropout).  Every failure is a KilnError."""
+    if dropout_p:
+        raise KilnError(ERR_UNSUPPORTED, "dropout_p %r: kiln has no dropout" % (dropout_p,))
+    name = _dtype_name(q)
+    if name not in _DTYPES:
+        raise KilnError(ERR_UNSUPPORTED, "dtype %s: kiln serves float16, bfloat16 and float32"
+                        % name)
+    dev = _device_key(q)
+    qs, ks, vs = _strides(q, "q", 3), _strides(k, "k", 3), _strides(v, "v", 3)
+    Tq, H, D = (int(x) for x in q.shape)
+    Tk, HK = int(k.shape[0]), int(k.shape[1])
+    if tuple(int(x) for x in k.shape) != (Tk, HK, D) or tuple(int(x) for x in v.shape) != (Tk, HK, D):
+        raise KilnError(ERR_INVALID, "shapes q %s, k %s, v %s: expected (total_q, H, D), "
+                        "(total_k, HK, D), (total_k, HK, D)"
+                        % (tuple(q.shape), tuple(k.shape), tuple(v.shape)))
+    for n, t in (("k", k), ("v", v)):
+        if _dtype_name(t) != name:
+            raise KilnError(ERR_INVALID, "%s has dtype %s, q has %s" % (n, _dtype_name(t), name))
+    for n, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if len(t.shape) != 1 or int(t.shape[0]) < 1:
+            raise KilnError(ERR_INVALID, "%s must be (batch + 1), got shape %s"
+                            % (n, tuple(t.shape)))
+        _variant_tensor(t, n, dev, 1, ("int32",), (int(t.shape[0]),))
+    B = int(cu_seqlens_q.shape[0]) - 1
+    if int(cu_seqlens_k.shape[0]) != B + 1:
+        raise KilnError(ERR_INVALID, "cu_seqlens_q has %d entries, cu_seqlens_k %d"
+                        % (B + 1, int(cu_seqlens_k.shape[0])))
+    var, val = {}, {}
+    if window_size is not None and tuple(window_size) != (-1, -1):
+        var["window"], val["window"] = True, (int(window_size[0]), int(window_size[1]))
+    if softcap:
+        var["softcap"], val["softcap"] = True, float(softcap)
+    if alibi_slopes is not None:
+        rank = len(alibi_slopes.shape)
+        if rank not in (1, 2):
+            raise KilnError(ERR_INVALID, "alibi_slopes must be (H) or (B, H), got shape %s"
+                            % (tuple(alibi_slopes.shape),))
+        st = _variant_tensor(alibi_slopes, "alibi_slopes", dev, rank, ("float32",),
+                             (H,) if rank == 1 else (B, H), broadcast=True)
+        var["alibi"], val["alibi_slopes"] = True, alibi_slopes.data_ptr()
+        val["alibi_stride"] = st[0] if rank == 2 else 0
+    if out is None:
+        import torch  # lazily: the caller's tensors are torch's, so it is installed
+        out = torch.empty((Tq, H, D), dtype=q.dtype, device=q.device)
+    elif tuple(int(x) for x in out.shape) != (Tq, H, D) or _dtype_name(out) != name:
+        raise KilnError(ERR_INVALID, "out must be %s of shape %s" % (name, (Tq, H, D)))
+    os_ = _strides(out, "out", 3)
+    if return_lse and lse is None:
+        import torch
+        lse = torch.empty((H, Tq), dtype=torch.float32, device=q.device)
+    ls = (0, 0)
+    if lse is not None:
+        if _dtype_name(lse) != "float32" or tuple(int(x) for x in lse.shape) != (H, Tq):
+            raise KilnError(ERR_INVALID, "lse must be float32 of shape %s" % ((H, Tq),))
+        ls = (0, _strides(lse, "lse", 2)[0])
+    for n, t in (("out", out), ("lse", lse)):
+        if t is not None and _device_key(t) != dev:
+            raise KilnError(ERR_INVALID, "%s is on %s, q on %s" % (n, _device_key(t), dev))
+    ctx = _context_for(dev)
+    kern = ctx.prepare(_DTYPES[name], D, causal=causal, has_lse=lse is not None,
+                       seqlen=max(max_seqlen_q, max_seqlen_k), layout=LAYOUT_VARLEN, **var)
+    stream = None
+    if dev != "host":
+        import torch
+        stream = torch.cuda.current_stream(q.device).cuda_stream or None
+    kern.forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), B, H, HK,
+                 int(max_seqlen_q), int(max_seqlen_k),
+                 lse=lse.data_ptr() if lse is not None else None,
+                 sm_scale=0.0 if softmax_scale is None else float(softmax_scale),
+                 q_stride=(0, qs[1], qs[0]), k_stride=(0, ks[1], ks[0]),
+                 v_stride=(0, vs[1], vs[0]), o_stride=(0, os_[1], os_[0]), lse_stride=ls,
+                 stream=stream, cu_seqlens_q=cu_seqlens_q.data_ptr(),
+                 cu_seqlens_k=cu_seqlens_k.data_ptr(), total_q=Tq, total_k=Tk,
+                 numel={"q": _numel(q), "k": _numel(k), "v": _numel(v), "o": _numel(out),
+                        "lse": _numel(lse) if lse is not None else 0}, **val)
+    return (out, lse) if return_lse else out
 
 
 if __name__ == "__main__":

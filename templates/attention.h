@@ -19,6 +19,18 @@
  *   q_sb, q_sh, q_sm, k_sb, k_sh, k_sn, v_sb, v_sh, v_sn, o_sb, o_sh, o_sm, lse_sb, lse_sh   i64
  * That is 4 + 1 + 1 + 4 + 14 = 24 parameters (the lse row stride is 1: lse rows are contiguous).
  *
+ * Varlen (layout KN_ATTN_VARLEN, docs/serving.md): the batch's sequences are packed along the
+ * token axis, q and o (total_q, H, D), k and v (total_k, HK, D), lse (H, total_q), and two more
+ * parameters follow the 24, cu_seqlens_q and cu_seqlens_k (ptr<i32>, batch + 1 prefix sums each:
+ * sequence b owns tokens [cu[b], cu[b+1])).  Then seqlen_q and seqlen_k are total_q and total_k
+ * (the kernel clamps every sequence's token range into them, so no cu_seqlens value can make it
+ * read or write outside the buffers), the batch strides (q_sb, k_sb, v_sb, o_sb, lse_sb) are the
+ * strides of one token (q_sb = q_sm for a packed buffer; lse_sb = 1), and each program takes
+ * its sequence's own lengths: the masks, the loop bounds and the modifiers see the sequence's
+ * seqlen_q and seqlen_k, and its indices count from the sequence's first token.  The grid is
+ * (cdiv(max_seqlen_q, BLOCK_M), batch * heads, 1); a program whose rows start past its
+ * sequence's end runs no key block and stores nothing.
+ *
  * Supported (kn_attn_check): dtype f16, bf16 or f32; head_dim any of 1..512; block_m and block_n
  * powers of two in 16..256; warps a power of two in 1..16; stages in 1..8; mfma 0, 16 or 32;
  * wgmma only on sm_90a, f16/bf16, with block_m = 16 x warps (kn_attn_check_on).
@@ -65,7 +77,9 @@ enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT, KN_ATTN_FIEL
  * bias: an additive bias tensor; document: per-token segment ids, a query sees only keys of its
  * own segment; prefix: prefix-LM, a query sees every key below the prefix length (an argument)
  * and the keys causal (bottom-right) lets it see.  mods: the text of the user's own modifiers
- * (@score_mod, @mask_mod, @block_mask; NULL or "" for none), keyed by its hash. */
+ * (@score_mod, @mask_mod, @block_mask; NULL or "" for none), keyed by its hash.  layout: the
+ * call shape, KN_ATTN_DENSE (0: (B, H, N, D) buffers) or KN_ATTN_VARLEN (1: packed sequences
+ * with cu_seqlens, above). */
 #define KN_ATTN_DESC_FIELDS(X)                             \
   X(KN_ATTN_FIELD_SCALAR, kn_scalar, dtype, "dtype")       \
   X(KN_ATTN_FIELD_INT, int, head_dim, "d")                 \
@@ -77,9 +91,11 @@ enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT, KN_ATTN_FIEL
   X(KN_ATTN_FIELD_BOOL, bool, bias, "bias")                \
   X(KN_ATTN_FIELD_BOOL, bool, document, "doc")             \
   X(KN_ATTN_FIELD_BOOL, bool, prefix, "prefix")            \
+  X(KN_ATTN_FIELD_INT, int, layout, "layout")              \
   X(KN_ATTN_FIELD_TEXT, const char *, mods, "mods")
 
 enum { KN_CAUSAL_NONE = 0, KN_CAUSAL_BOTTOM_RIGHT = 1, KN_CAUSAL_TOP_LEFT = 2 };
+enum { KN_ATTN_DENSE = 0, KN_ATTN_VARLEN = 1 };
 
 /* block_m: query rows per program, 16..256, a power of two.  block_n: keys per loop iteration,
  * 16..256, a power of two.  warps: GPU targets, warps / waves per program (recorded as meta).
@@ -148,10 +164,16 @@ int kn_attn_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_c
 kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
                            kn_diag *diag);
 
-/* A problem instance: shapes, contiguous (B, H, N, D) buffers and the scale. */
+/* A problem instance: shapes, contiguous (B, H, N, D) buffers and the scale.  Varlen (the
+ * descriptor's layout KN_ATTN_VARLEN): seqlen_q and seqlen_k are the longest sequence's lengths
+ * (max_seqlen_q/k: the grid, and the extents of the variant tensors' row axes), the buffers are
+ * packed (total_q, H, D) / (total_k, HK, D) / lse (H, total_q), and cu_seqlens_q/k hold batch + 1
+ * prefix sums each (memory the kernel reads: device memory on a GPU). */
 typedef struct kn_attn_problem {
   int batch, heads, kv_heads, seqlen_q, seqlen_k;
   double sm_scale;  /* 0 means 1/sqrt(head_dim) */
+  const int32_t *cu_seqlens_q, *cu_seqlens_k;  /* varlen only */
+  int total_q, total_k;                        /* varlen only: rows of the packed buffers */
 } kn_attn_problem;
 
 /* ---- variants: the kernel's extra parameters and their values (docs/variants.md) ----
@@ -214,10 +236,11 @@ bool kn_attn_param_builtin(const kn_attn_desc *d, const char *name);
  * sizes must be >= 0. */
 int kn_attn_check_sizes(const kn_attn_desc *d, const kn_attn_problem *p, kn_diag *diag);
 
-/* Fills the sig->n kernel arguments for contiguous (B, H, N, D) buffers and the grid.  lse may
- * be NULL; va may be NULL for a descriptor without variant parameters.  -1 with *diag when a
- * parameter has no value (a user parameter missing from va->mods, a NULL built-in tensor) or
- * the sizes fit no buffer (kn_attn_check_sizes). */
+/* Fills the sig->n kernel arguments for contiguous (B, H, N, D) buffers and the grid (varlen:
+ * packed contiguous buffers, the cu_seqlens of p; -1 when either is NULL).  lse may be NULL; va
+ * may be NULL for a descriptor without variant parameters.  -1 with *diag when a parameter has
+ * no value (a user parameter missing from va->mods, a NULL built-in tensor) or the sizes fit no
+ * buffer (kn_attn_check_sizes). */
 int kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_attn_config *c,
                       const kn_attn_problem *p, void *q, void *k, void *v, void *o, float *lse,
                       const kn_attn_vargs *va, kn_argval *out, int grid[3], kn_diag *diag);
@@ -225,7 +248,10 @@ int kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_at
 /* Naive float64 attention: the oracle of descriptor d (its dtype is that of the kernel whose
  * inputs were rounded; the reference itself computes in double).  q, k, v hold the (already
  * rounded) inputs as doubles in contiguous (B, H, N, D) / (B, HK, N, D) layouts; o gets
- * (B, H, Nq, D) and lse (B, H, Nq) (lse may be NULL).  Same masking rules as the kernel.  For a
+ * (B, H, Nq, D) and lse (B, H, Nq) (lse may be NULL); varlen: packed (total_q, H, D),
+ * (total_k, HK, D) and lse (H, total_q), the cu_seqlens of p (host memory) giving each sequence's
+ * rows, and rows of o and lse no sequence owns left untouched.  Same masking rules as the
+ * kernel.  For a
  * descriptor whose variant takes no parameters (plain, causal either way); else
  * kn_attn_reference_v. */
 void kn_attn_reference(const kn_attn_desc *d, const kn_attn_problem *p, const double *q,
@@ -234,7 +260,9 @@ void kn_attn_reference(const kn_attn_desc *d, const kn_attn_problem *p, const do
 /* The float64 reference of the variant: the same modifier functions (the library's and the
  * user's, or those of `mods`, a verified module holding them — the IR `kiln run --ir` read)
  * evaluated by the interpreter in double for every (b, h, i, j); otherwise as
- * kn_attn_reference.  -1 with *diag when a modifier fails (say, reads outside its tensor). */
+ * kn_attn_reference.  -1 with *diag when a modifier fails (say, reads outside its tensor) or a
+ * varlen problem's cu_seqlens are not non-decreasing prefix sums within total_q / total_k and
+ * the max lengths. */
 int kn_attn_reference_v(const kn_attn_desc *d, kn_module *mods, const kn_attn_problem *p,
                         const kn_attn_vargs *va, const double *q, const double *k,
                         const double *v, double *o, double *lse, kn_diag *diag);

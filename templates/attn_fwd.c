@@ -35,6 +35,12 @@
  *
  * Out-of-range K/V elements are loaded as 0 through the load bounds (never read), so a masked
  * column contributes p = 0 times a finite 0 and cannot turn into NaN.
+ *
+ * Varlen (attention.h, docs/serving.md) changes only the per-program setup: the program reads its
+ * sequence's token ranges from cu_seqlens_q/k (clamped into the packed buffers), starts its base
+ * pointers there, and from then on seqlen_q / seqlen_k are the sequence's own lengths (a program
+ * past its sequence's end gets seqlen_k = 0: no key block, no store).  The KV loop is the dense
+ * one.
  */
 #include <math.h>
 #include <stdint.h>
@@ -245,6 +251,13 @@ kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d
     if (c.block_m > 64) c.block_m = 64;
     if (c.block_n > 32) c.block_n = 32;
   }
+  /* Varlen on NVIDIA: the sequence's offsets and lengths are registers where a dense kernel's
+   * are parameters ptxas reloads at will, and at 32 rows per warp that tips the D128 128x64
+   * kernels from 12-28 bytes of spills to 2 KB (sm_80 and sm_90a; 64x64 with 4 warps: 76-330
+   * bytes).  16 rows per warp (128x64 with 8 warps) compile without spills; test_varlen keeps it
+   * true. */
+  if (d->layout == KN_ATTN_VARLEN && arch && arch->isa == KN_ISA_NVPTX && c.block_m / c.warps > 16)
+    c.warps = c.block_m / 16;
   kn_diag diag;
   if (kn_attn_check_on(arch, d, &c, &diag) == 0) return c;
   for (int bm = c.block_m; bm >= 16; bm /= 2)
@@ -270,6 +283,9 @@ int kn_attn_check(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag)
   if (d->prefix && d->causal)
     return kn_error(diag, NULL, nowhere, "attention: prefix already includes its causal part; "
                     "leave causal off with prefix");
+  if (d->layout != KN_ATTN_DENSE && d->layout != KN_ATTN_VARLEN)
+    return kn_error(diag, NULL, nowhere, "attention: layout %d is not 0 (dense) or 1 (varlen)",
+                    d->layout);
   if (!is_pow2_in(c->block_m, 16, 256))
     return kn_error(diag, NULL, nowhere,
                     "attention: BLOCK_M %d is not a power of two in 16..256", c->block_m);
@@ -295,6 +311,9 @@ enum {
   P_O_SB, P_O_SH, P_O_SM, P_LSE_SB, P_LSE_SH, P_COUNT
 };
 _Static_assert((int)P_COUNT == (int)KN_ATTN_NPARAMS, "parameter list and KN_ATTN_NPARAMS disagree");
+_Static_assert((int)P_SEQLEN_Q == (int)KN_ATTN_P_SEQLEN_Q &&
+                   (int)P_SEQLEN_K == (int)KN_ATTN_P_SEQLEN_K,
+               "attn_internal.h's parameter indices disagree");
 
 const char *const kn_attn_param_names[P_COUNT] = {
     "q", "k", "v", "o", "lse", "sm_scale", "seqlen_q", "seqlen_k", "heads", "kv_group",
@@ -354,18 +373,24 @@ static kn_value *splat2(gen *g, kn_value *x, int m, int n, const char *name) {
   return named(g, kn_b_splat(&g->b, x, 2, shape), name);
 }
 
+/* bin() named <nm>_<sfx> */
+static kn_value *bin_sfx(gen *g, kn_opcode opc, kn_value *x, kn_value *y, const char *nm,
+                         const char *sfx) {
+  char name[32];
+  snprintf(name, sizeof name, "%s_%s", nm, sfx);
+  return bin(g, opc, x, y, name);
+}
+
 /* ptr + b * sb + h * sh, the start of one (batch, head); named <nm>_base.  Each op is built by
  * its own statement: C leaves the evaluation order of arguments open, and the printed IR (golden
  * files, cache keys) must not depend on the compiler. */
+
 static kn_value *head_base(gen *g, kn_value *ptr, kn_value *b, kn_value *sb, kn_value *h,
                            kn_value *sh, const char *nm) {
   char name[32];
-  snprintf(name, sizeof name, "%s_boff", nm);
-  kn_value *boff = bin(g, KN_OP_MUL, b, sb, name);
-  snprintf(name, sizeof name, "%s_hoff", nm);
-  kn_value *hoff = bin(g, KN_OP_MUL, h, sh, name);
-  snprintf(name, sizeof name, "%s_off", nm);
-  kn_value *off = bin(g, KN_OP_ADD, boff, hoff, name);
+  kn_value *boff = bin_sfx(g, KN_OP_MUL, b, sb, nm, "boff");
+  kn_value *hoff = bin_sfx(g, KN_OP_MUL, h, sh, nm, "hoff");
+  kn_value *off = bin_sfx(g, KN_OP_ADD, boff, hoff, nm, "off");
   snprintf(name, sizeof name, "%s_base", nm);
   return named(g, kn_b_ptradd(&g->b, ptr, off), name);
 }
@@ -615,6 +640,29 @@ static void kv_blocks(gen *g, const kv_loop *L, kn_value *lo, kn_value *hi, kn_v
   for (int i = 0; i < 3; i++) carry[i] = loop->res[i];
 }
 
+/* Varlen: sequence b's token range [start, end) from cu = cu_seqlens_(q|k) of b64, both clamped
+ * into [0, total] with start <= end (so no cu_seqlens value makes the program leave the packed
+ * buffer); *len = end - start, and the start (i64) is returned: it takes the batch index's place
+ * in the base offsets (the batch stride of a varlen buffer is its token stride) */
+static kn_value *seq_range(gen *g, kn_value *cu, kn_value *b64, kn_value *total, kn_value *c0,
+                           const char *nm, kn_value **len) {
+  char name[32];
+  kn_value *one = ci(g, kn_ty_scalar(KN_I64), 1, "c1_cu");
+  kn_type i32 = kn_ty_scalar(KN_I32);
+  kn_value *b1 = bin_sfx(g, KN_OP_ADD, b64, one, nm, "b1");
+  snprintf(name, sizeof name, "%s_cu0", nm);
+  kn_value *s0 = named(g, kn_b_load(&g->b, i32, cu, &b64, &one, NULL, NULL, NULL), name);
+  snprintf(name, sizeof name, "%s_cu1", nm);
+  kn_value *e0 = named(g, kn_b_load(&g->b, i32, cu, &b1, &one, NULL, NULL, NULL), name);
+  kn_value *start = bin_sfx(g, KN_OP_MIN, bin_sfx(g, KN_OP_MAX, s0, c0, nm, "lo"), total, nm,
+                            "start");
+  kn_value *end = bin_sfx(g, KN_OP_MIN, bin_sfx(g, KN_OP_MAX, e0, start, nm, "hi"), total, nm,
+                          "end");
+  *len = bin_sfx(g, KN_OP_SUB, end, start, nm, "len");
+  snprintf(name, sizeof name, "%s_start64", nm);
+  return named(g, kn_b_cast(&g->b, start, KN_I64), name);
+}
+
 kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
                            kn_diag *diag) {
   if (kn_attn_check(d, c, diag) != 0) return NULL;
@@ -644,6 +692,7 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   kn_func_set_meta(f, "HEAD_DIM", D);
   kn_func_set_meta(f, "CAUSAL", d->causal);
   kn_func_set_meta(f, "HAS_LSE", d->has_lse);
+  if (d->layout) kn_func_set_meta(f, "LAYOUT", d->layout);  /* only when set, as the flags below */
   kn_func_set_meta(f, "WARPS", c->warps);
   kn_func_set_meta(f, "STAGES", c->stages);
   /* only when asked for: the default config's IR (golden files, cache keys) stays as it was */
@@ -677,12 +726,26 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   kn_value *b64 = named(g, kn_b_cast(&g->b, bidx, KN_I64), "b64");
   kn_value *h64 = named(g, kn_b_cast(&g->b, hidx, KN_I64), "h64");
   kn_value *hk64 = named(g, kn_b_cast(&g->b, hkidx, KN_I64), "hk64");
-  kn_value *q_base = head_base(g, P[P_Q], b64, P[P_Q_SB], h64, P[P_Q_SH], "q");   /* (Nq, D) */
-  kn_value *k_base = head_base(g, P[P_K], b64, P[P_K_SB], hk64, P[P_K_SH], "k");  /* (Nk, D) */
-  kn_value *v_base = head_base(g, P[P_V], b64, P[P_V_SB], hk64, P[P_V_SH], "v");  /* (Nk, D) */
-  kn_value *o_base = head_base(g, P[P_O], b64, P[P_O_SB], h64, P[P_O_SH], "o");   /* (Nq, D) */
+  /* what the batch strides multiply: the batch index, or for varlen the first token of the
+   * program's sequence in q/o/lse and in k/v.  Varlen programs then see their sequence's own
+   * lengths everywhere below (masks, loop bounds, modifiers: P[] is what the calls bind), and a
+   * program whose rows start past its sequence's end gets no keys (its loop runs no block) and
+   * stores nothing (its rows are past seqlen_q) */
+  kn_value *qb64 = b64, *kb64 = b64;
+  if (d->layout == KN_ATTN_VARLEN) {
+    kn_value *len_q, *len_k, *z = ci(g, i32, 0, "c0_cu");
+    qb64 = seq_range(g, P[sig_index(sig, "cu_seqlens_q")], b64, seqlen_q, z, "seq_q", &len_q);
+    kb64 = seq_range(g, P[sig_index(sig, "cu_seqlens_k")], b64, seqlen_k, z, "seq_k", &len_k);
+    kn_value *has_rows = named(g, kn_b_cmp(&g->b, KN_PRED_LT, row0, len_q), "has_rows");
+    P[P_SEQLEN_Q] = seqlen_q = len_q;
+    P[P_SEQLEN_K] = seqlen_k = named(g, kn_b_select(&g->b, has_rows, len_k, z), "seq_k_live");
+  }
+  kn_value *q_base = head_base(g, P[P_Q], qb64, P[P_Q_SB], h64, P[P_Q_SH], "q");   /* (Nq, D) */
+  kn_value *k_base = head_base(g, P[P_K], kb64, P[P_K_SB], hk64, P[P_K_SH], "k");  /* (Nk, D) */
+  kn_value *v_base = head_base(g, P[P_V], kb64, P[P_V_SB], hk64, P[P_V_SH], "v");  /* (Nk, D) */
+  kn_value *o_base = head_base(g, P[P_O], qb64, P[P_O_SB], h64, P[P_O_SH], "o");   /* (Nq, D) */
   kn_value *lse_base =                                                                /* (Nq) */
-      d->has_lse ? head_base(g, P[P_LSE], b64, P[P_LSE_SB], h64, P[P_LSE_SH], "lse") : NULL;
+      d->has_lse ? head_base(g, P[P_LSE], qb64, P[P_LSE_SB], h64, P[P_LSE_SH], "lse") : NULL;
 
   kn_value *c0 = ci(g, i32, 0, "c0");
   kn_value *c_d = ci(g, i32, D, "c_head_dim");
@@ -907,6 +970,17 @@ int kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_at
   out[P_V_SB].i = HK * Nk * D, out[P_V_SH].i = Nk * D, out[P_V_SN].i = D;
   out[P_O_SB].i = H * Nq * D, out[P_O_SH].i = Nq * D, out[P_O_SM].i = D;
   out[P_LSE_SB].i = H * Nq, out[P_LSE_SH].i = Nq;
+  if (d->layout == KN_ATTN_VARLEN) {
+    /* packed (total, heads, D): the batch stride is the token stride (attention.h) */
+    const int64_t Tq = p->total_q, Tk = p->total_k;
+    out[P_SEQLEN_Q].i = Tq;
+    out[P_SEQLEN_K].i = Tk;
+    out[P_Q_SB].i = out[P_Q_SM].i = out[P_O_SB].i = out[P_O_SM].i = H * D;
+    out[P_Q_SH].i = out[P_O_SH].i = D;
+    out[P_K_SB].i = out[P_K_SN].i = out[P_V_SB].i = out[P_V_SN].i = HK * D;
+    out[P_K_SH].i = out[P_V_SH].i = D;
+    out[P_LSE_SB].i = 1, out[P_LSE_SH].i = Tq;  /* (H, total_q) */
+  }
   grid[0] = (int)((Nq + c->block_m - 1) / c->block_m);
   grid[1] = (int)(p->batch * H);
   grid[2] = 1;

@@ -64,5 +64,10 @@ int kn_attn_fill_vargs(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_a
 
 /* the names of the template's own parameters, in order (KN_ATTN_NPARAMS) */
 extern const char *const kn_attn_param_names[];
+/* the indices of the template's seqlen_q and seqlen_k parameters (attn_fwd.c checks them) */
+enum { KN_ATTN_P_SEQLEN_Q = 6, KN_ATTN_P_SEQLEN_K = 7 };
+
+/* the names of a varlen kernel's two parameters after them (attention.h) */
+extern const char *const kn_attn_cu_names[2];
 
 #endif

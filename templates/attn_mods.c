@@ -220,6 +220,12 @@ int kn_attn_plan_make(kn_module *m, const kn_attn_desc *d, kn_attn_plan *p, kn_d
     sig->type[i] = kn_attn_param_type(d, i);
   }
   sig->n = KN_ATTN_NPARAMS;
+  /* varlen: the sequences' token ranges follow the template's own (attention.h) */
+  if (d->layout == KN_ATTN_VARLEN)
+    for (int i = 0; i < 2; i++) {
+      snprintf(sig->name[sig->n], sizeof sig->name[0], "%s", kn_attn_cu_names[i]);
+      sig->type[sig->n++] = kn_ty_ptr(KN_I32);
+    }
   if (d->prefix && d->causal)
     return kn_error(diag, NULL, nowhere, "attention: prefix already includes its causal part; "
                     "leave causal off with prefix");
@@ -304,7 +310,17 @@ static const builtin_arg builtin_args[] = {
 };
 #undef VA
 
+const char *const kn_attn_cu_names[2] = {"cu_seqlens_q", "cu_seqlens_k"};
+
+/* a varlen kernel's cu_seqlens_q (0) or cu_seqlens_k (1) parameter, else -1 */
+static int cu_param(const kn_attn_desc *d, const char *name) {
+  for (int i = 0; d->layout == KN_ATTN_VARLEN && i < 2; i++)
+    if (!strcmp(name, kn_attn_cu_names[i])) return i;
+  return -1;
+}
+
 bool kn_attn_param_builtin(const kn_attn_desc *d, const char *name) {
+  if (cu_param(d, name) >= 0) return true;
   for (size_t j = 0; j < sizeof builtin_args / sizeof builtin_args[0]; j++)
     if (!strcmp(builtin_args[j].name, name) && field_on(d, builtin_args[j].on)) return true;
   return false;
@@ -332,6 +348,14 @@ int kn_attn_fill_vargs(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_a
     const char *name = sig->name[i];
     bool is_ptr = sig->type[i].kind == KN_TY_PTR;
     bool done = false;
+    int cu = cu_param(d, name);
+    if (cu >= 0) {  /* the problem's, not the variant's */
+      out[i].p = (void *)(cu ? p->cu_seqlens_k : p->cu_seqlens_q);
+      if (!out[i].p)
+        return kn_error(diag, NULL, nowhere, "attention: varlen, but %s is NULL", name);
+      if (regions) regions[nreg++] = (kn_region){out[i].p, (size_t)(p->batch + 1) * 4};
+      done = true;
+    }
     for (size_t j = 0; j < sizeof builtin_args / sizeof builtin_args[0] && !done; j++) {
       const builtin_arg *a = &builtin_args[j];
       if (strcmp(a->name, name) || !field_on(d, a->on)) continue;

@@ -9,7 +9,8 @@
  * (docs/variants.md).  The key bound is restated here: row i may see key j only if j < seqlen_k.
  * A row that sees no key outputs zeros and lse = -inf.  GQA: query head h reads kv head
  * h / (heads / kv_heads).  It assumes contiguous q/k/v/o and kv_heads dividing heads; it is
- * O(B H Nq Nk (D + modifiers)) and slow.
+ * O(B H Nq Nk (D + modifiers)) and slow.  Varlen: packed tokens, each sequence a problem of its
+ * own lengths (the modifiers' seqlen_q / seqlen_k are the sequence's), its indices from 0.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -32,6 +33,27 @@ static int call_mod(ref_mods *r, int i, const kn_argval *fixed, int nfixed, kn_a
   for (int j = 0; j < nfixed; j++) a[n++] = fixed[j];
   for (int j = nfixed; j < kn_func_nparams(mod->f); j++) a[n++] = r->args[mod->arg[j - nfixed]];
   return kn_interp_fn_call(r->fn[i], a, res, diag);
+}
+
+/* a varlen problem's cu_seqlens: non-decreasing from 0 or more, within total_q / total_k, no
+ * sequence longer than the max lengths (seqlen_q / seqlen_k) */
+static int seqlens_check(const kn_attn_problem *p, kn_diag *diag) {
+  kn_loc nowhere = {0};
+  const int32_t *cu[2] = {p->cu_seqlens_q, p->cu_seqlens_k};
+  const int total[2] = {p->total_q, p->total_k}, most[2] = {p->seqlen_q, p->seqlen_k};
+  for (int w = 0; w < 2; w++) {
+    const char *nm = w ? "cu_seqlens_k" : "cu_seqlens_q";
+    if (!cu[w]) return kn_error(diag, NULL, nowhere, "attention reference: %s is NULL", nm);
+    if (cu[w][0] < 0)
+      return kn_error(diag, NULL, nowhere, "attention reference: %s[0] = %d is negative", nm,
+                      cu[w][0]);
+    for (int b = 0; b < p->batch; b++)
+      if (cu[w][b + 1] < cu[w][b] || cu[w][b + 1] > total[w] || cu[w][b + 1] - cu[w][b] > most[w])
+        return kn_error(diag, NULL, nowhere, "attention reference: %s[%d..%d] = %d..%d is not a "
+                        "range of at most %d tokens within %d", nm, b, b + 1, cu[w][b],
+                        cu[w][b + 1], most[w], total[w]);
+  }
+  return 0;
 }
 
 int kn_attn_reference_v(const kn_attn_desc *desc, kn_module *mods, const kn_attn_problem *p,
@@ -66,18 +88,33 @@ int kn_attn_reference_v(const kn_attn_desc *desc, kn_module *mods, const kn_attn
     if (!(r->fn[i] = kn_interp_fn_new(r->plan.mod[i].f, KN_INTERP_F64, regions, nreg, diag)))
       goto out;
 
+  const bool varlen = desc->layout == KN_ATTN_VARLEN;
+  if (varlen && seqlens_check(p, diag)) goto out;
+  /* the row strides of q/o and k/v: packed tokens of every head, or the rows of one head */
+  const size_t rq = varlen ? (size_t)H * D : (size_t)D, rk = varlen ? (size_t)HK * D : (size_t)D;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++) {
       const int hk = h / group;
-      const double *qh = q + ((size_t)b * H + h) * (size_t)Nq * D;    /* (Nq, D) */
-      const double *kh = k + ((size_t)b * HK + hk) * (size_t)Nk * D;  /* (Nk, D) */
-      const double *vh = v + ((size_t)b * HK + hk) * (size_t)Nk * D;  /* (Nk, D) */
-      double *oh = o + ((size_t)b * H + h) * (size_t)Nq * D;          /* (Nq, D) */
-      for (int i = 0; i < Nq; i++) {
+      int nq = Nq, nk = Nk;
+      size_t qoff = ((size_t)b * H + h) * (size_t)Nq * D;
+      size_t koff = ((size_t)b * HK + hk) * (size_t)Nk * D;
+      size_t loff = ((size_t)b * H + h) * (size_t)Nq;  /* lse of row 0; rows are contiguous */
+      if (varlen) {  /* sequence b: its own lengths, seen by the modifiers as seqlen_q/k */
+        nq = p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b];
+        nk = p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b];
+        qoff = (size_t)p->cu_seqlens_q[b] * rq + (size_t)h * D;
+        koff = (size_t)p->cu_seqlens_k[b] * rk + (size_t)hk * D;
+        loff = (size_t)h * (size_t)p->total_q + (size_t)p->cu_seqlens_q[b];
+        r->args[KN_ATTN_P_SEQLEN_Q].i = nq;
+        r->args[KN_ATTN_P_SEQLEN_K].i = nk;
+      }
+      const double *qh = q + qoff, *kh = k + koff, *vh = v + koff;  /* (nq, D), (nk, D) */
+      double *oh = o + qoff;
+      for (int i = 0; i < nq; i++) {
         double mx = -INFINITY;
-        for (int j = 0; j < Nk; j++) {
+        for (int j = 0; j < nk; j++) {
           double dot = 0;
-          for (int d = 0; d < D; d++) dot += qh[(size_t)i * D + d] * kh[(size_t)j * D + d];
+          for (int d = 0; d < D; d++) dot += qh[(size_t)i * rq + d] * kh[(size_t)j * rk + d];
           kn_argval sc = {.f = dot * scale}, vis = {.i = 1};
           for (int m = 0; m < r->plan.nmods && vis.i; m++) {
             const kn_attn_mod *mod = &r->plan.mod[m];
@@ -94,22 +131,22 @@ int kn_attn_reference_v(const kn_attn_desc *desc, kn_module *mods, const kn_attn
           s[j] = sc.f;
           if (live[j] && s[j] > mx) mx = s[j];
         }
-        double *orow = oh + (size_t)i * D;
+        double *orow = oh + (size_t)i * rq;
         for (int d = 0; d < D; d++) orow[d] = 0;
         if (mx == -INFINITY) {  /* no live key (or every live score is -inf) */
-          if (lse) lse[((size_t)b * H + h) * Nq + i] = -INFINITY;
+          if (lse) lse[loff + i] = -INFINITY;
           continue;
         }
         double sum = 0;
-        for (int j = 0; j < Nk; j++) {
+        for (int j = 0; j < nk; j++) {
           s[j] = live[j] ? exp(s[j] - mx) : 0;
           sum += s[j];
         }
-        for (int j = 0; j < Nk; j++)
+        for (int j = 0; j < nk; j++)
           if (live[j])
-            for (int d = 0; d < D; d++) orow[d] += s[j] * vh[(size_t)j * D + d];
+            for (int d = 0; d < D; d++) orow[d] += s[j] * vh[(size_t)j * rk + d];
         for (int d = 0; d < D; d++) orow[d] /= sum;
-        if (lse) lse[((size_t)b * H + h) * Nq + i] = mx + log(sum);
+        if (lse) lse[loff + i] = mx + log(sum);
       }
     }
   rc = 0;

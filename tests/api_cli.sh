@@ -30,7 +30,7 @@ expect tune-space-only-separators 2 "an empty item in ';;;'" -- \
   "$kiln" tune --cache-dir "$c" --head-dim 32 --seqlen-q 32 --space ";;;"
 expect cache-ls 0 '1 entries' -- "$kiln" cache ls --cache-dir "$c"
 expect cache-ls-records 0 \
-  'fwd dtype=f16;d=32;causal=1;lse=1;window=0;softcap=0;alibi=0;bias=0;doc=0;prefix=0;mods=0 f16 D32 bucket 64 host-' \
+  'fwd dtype=f16;d=32;causal=1;lse=1;window=0;softcap=0;alibi=0;bias=0;doc=0;prefix=0;layout=0;mods=0 f16 D32 bucket 64 host-' \
   -- "$kiln" cache ls --cache-dir "$c"
 expect cache-verify 0 '1 entries, 1 valid, 0 corrupt' -- "$kiln" cache verify --cache-dir "$c"
 # a flipped byte in the one entry: verify finds and removes it (exit 1)
@@ -68,6 +68,16 @@ expect tune-insecure 2 'writable by all users' -- \
   "$kiln" tune --cache-dir "$tmp/open" --head-dim 32 --seqlen-q 32 --space "block_m=16;block_n=16"
 expect cache-insecure 2 'writable by all users' -- "$kiln" cache ls --cache-dir "$tmp/open"
 expect targets-auto 0 '^auto = host' -- "$kiln" targets
+# a varlen run through the API (capacities described), then its kernel from the cache
+v=$tmp/varlen
+expect run-varlen-api 0 ' PASS$' -- \
+  "$kiln" run --target host --cache-dir "$v" --varlen 1,17,0,70/1,30,5,70 --heads 4 --kv-heads 1 \
+  --causal --head-dim 48
+expect run-varlen-api-cached 0 'prepare: cache hit' -- \
+  "$kiln" run --target host --cache-dir "$v" --varlen 2,9 --heads 4 --kv-heads 1 --causal \
+  --head-dim 48
+expect tune-varlen 2 'varlen kernels are not tuned yet' -- \
+  "$kiln" tune --target host --cache-dir "$v" --varlen 2,9 --head-dim 48
 
 echo "api_cli: $fails failed"
 [ "$fails" -eq 0 ]

@@ -74,6 +74,22 @@ expect bad-head-dim-plus 2 "--head-dim expects an integer in \[1, 4096\], got '\
 expect bad-seqlen-trailing 2 "--seqlen-q expects an integer in \[1, 16777216\], got '64 '" -- \
   "$kiln" run --target interp --seqlen-q "64 "
 expect run-help 0 'not served by the API' -- "$kiln" run --help
+# varlen (docs/serving.md): ragged packed sequences, an empty one and length 1, in one launch
+expect run-varlen-interp 0 ' PASS$' -- \
+  "$kiln" run --target interp --varlen 1,17,0,40 --heads 4 --kv-heads 2 --causal --head-dim 32
+expect run-varlen-emu 0 ' PASS$' -- \
+  "$kiln" run --target gfx942-emu --varlen 3,0,21/5,2,21 --window 4,0 --head-dim 32
+expect run-varlen-checked 0 ' PASS$' -- \
+  "$kiln" run --target host --check-bounds --varlen 1,17/30,2 --causal-top-left --dtype bf16
+expect run-varlen-header 0 'B=3 H=2 HK=2 Nq=17 Nk=17 seed=1 varlen total_q=18 total_k=18' -- \
+  "$kiln" run --target interp --varlen 1,0,17 --head-dim 16
+expect bad-varlen 2 "--varlen wants lengths >= 0 separated by commas" -- \
+  "$kiln" run --varlen 1,-3
+"$kiln" dump --stage ir --varlen 3,5 --head-dim 16 >"$tmp/varlen.tile" 2>/dev/null
+expect run-varlen-ir 0 ' PASS$' -- "$kiln" run --target interp --ir "$tmp/varlen.tile" --varlen 2,0,9
+expect run-varlen-ir-dense 2 'LAYOUT is 1 \(varlen\), so the run needs --varlen LENS' -- \
+  "$kiln" run --target interp --ir "$tmp/varlen.tile"
+expect bad-varlen-count 2 "2 query lengths and 1 key lengths" -- "$kiln" run --varlen 1,2/3
 expect version 0 '^kiln [0-9]+\.[0-9]+\.[0-9]+ \(LLVM [0-9]+\.' -- "$kiln" --version
 # checked mode: the same kernel with the bounds of its V load removed reads past V (seqlen 61 is
 # not a multiple of BLOCK_N): unchecked that goes unnoticed, checked it is the access named

@@ -12,7 +12,10 @@ variants.md) through kiln.attention against the same float64 formula with the va
 and mask written out here: a sliding window with softcap, ALiBi with top-left causal, a bias
 broadcast over heads with document masking, prefix-LM, and a score_mod with a per-head tensor
 parameter plus a mask_mod with a block_mask and an int parameter; and their errors (a malformed
-modifier text with its <mods>:line:col, a missing parameter, a wrong shape).
+modifier text with its <mods>:line:col, a missing parameter, a wrong shape).  Varlen through
+kiln.attention_varlen (ragged packed sequences with an empty one and length 1, GQA, causal both
+ways, a window, lse) against a per-sequence float64 reference, and its errors (a buffer smaller
+than its shape, decreasing cu_seqlens, dropout).
 """
 import ctypes
 import math
@@ -62,6 +65,14 @@ class Tensor:
 
     def data_ptr(self):
         return ctypes.addressof(self.buf)
+
+    def untyped_storage(self):  # the buffer's size, as torch reports it
+        class Storage:
+            nbytes = staticmethod(lambda: ctypes.sizeof(self.buf))
+        return Storage()
+
+    def storage_offset(self):
+        return 0
 
     def stride(self):
         return self._strides
@@ -262,6 +273,70 @@ def variants(rng):
                                         causal=5), "causal")
 
 
+def varlen(rng):
+    """attention_varlen against a float64 reference run sequence by sequence: ragged lengths
+    with an empty sequence and length 1, GQA, causal both ways, a window, lse; then its errors"""
+    for dtype, lq, lk, causal, window in (
+            ("float32", [1, 5, 0, 9], [1, 7, 3, 9], True, None),
+            ("float16", [4, 0, 17], [2, 6, 20], "top_left", None),
+            ("float32", [6, 11], [9, 11], False, (3, 1))):
+        B, H, HK, D = len(lq), 2, 1, 16
+        cq, ck = [0], [0]
+        for a, b in zip(lq, lk):
+            cq.append(cq[-1] + a)
+            ck.append(ck[-1] + b)
+        Tq, Tk = cq[-1], ck[-1]
+        q, k, v = (randn(rng, dtype, (Tq, H, D)), randn(rng, dtype, (Tk, HK, D)),
+                   randn(rng, dtype, (Tk, HK, D)))
+        out, lse = Tensor(dtype, (Tq, H, D)), Tensor("float32", (H, Tq))
+        cu_q, cu_k = Tensor("int32", (B + 1,)), Tensor("int32", (B + 1,))
+        for i in range(B + 1):
+            cu_q.set((i,), cq[i])
+            cu_k.set((i,), ck[i])
+        kiln.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal,
+                              window_size=window or (-1, -1), out=out, lse=lse)
+        err = lerr = 0.0
+        for b in range(B):
+            nq, nk = lq[b], lk[b]
+            for h in range(H):
+                for i in range(nq):
+                    diag = i + (nk - nq if causal != "top_left" else 0)
+                    js = [j for j in range(nk) if (not causal or j <= diag) and
+                          (window is None or -window[0] <= j - (i + nk - nq) <= window[1])]
+                    s = [sum(q.get((cq[b] + i, h, d)) * k.get((ck[b] + j, h // (H // HK), d))
+                             for d in range(D)) / math.sqrt(D) for j in js]
+                    m = max(s) if s else -math.inf
+                    p = [math.exp(x - m) for x in s]
+                    l = sum(p)
+                    for d in range(D):
+                        want = sum(p[n] * v.get((ck[b] + j, h // (H // HK), d))
+                                   for n, j in enumerate(js)) / l if s else 0.0
+                        err = max(err, abs(out.get((cq[b] + i, h, d)) - want))
+                    want = m + math.log(l) if s else -math.inf
+                    got = lse.get((h, cq[b] + i))
+                    lerr = max(lerr, 0.0 if got == want else abs(got - want))
+        check("varlen %s lens %s/%s causal %s window %s" % (dtype, lq, lk, causal, window),
+              err <= TOL[dtype] and lerr <= LSE_TOL, "err %.3g lse %.3g" % (err, lerr))
+    q = randn(rng, "float32", (5, 2, 16))
+    kv = randn(rng, "float32", (5, 1, 16))
+    cu = Tensor("int32", (3,))
+    for i, x in enumerate((0, 2, 5)):
+        cu.set((i,), x)
+    small = Tensor("float32", (5, 2, 16))
+    small.buf = (ctypes.c_float * 100)()  # holds less than its shape says
+    expect_error("varlen: out too small", kiln.ERR_INVALID,
+                 lambda: kiln.attention_varlen(q, kv, kv, cu, cu, 3, 3, out=small), "o holds")
+    bad = Tensor("int32", (3,))
+    for i, x in enumerate((0, 4, 2)):
+        bad.set((i,), x)
+    expect_error("varlen: decreasing cu_seqlens", kiln.ERR_INVALID,
+                 lambda: kiln.attention_varlen(q, kv, kv, bad, cu, 4, 3,
+                                               out=Tensor("float32", (5, 2, 16))),
+                 "cu_seqlens_q[1..2]")
+    expect_error("varlen: dropout", kiln.ERR_UNSUPPORTED,
+                 lambda: kiln.attention_varlen(q, kv, kv, cu, cu, 3, 3, dropout_p=0.1), "dropout")
+
+
 def expect_error(name, status, fn, needle=""):
     try:
         fn()
@@ -284,6 +359,7 @@ def main():
     run_case(rng, "bfloat16", 2, 2, 1, 3, 11, 32, causal=False, with_lse=False, bnhd=True)
     run_case(rng, "float16", 1, 1, 1, 17, 17, 48, causal=False, with_lse=True, scale=0.3)
     variants(rng)
+    varlen(rng)
 
     # the low-level API: one context, memo, info, stats
     with kiln.Context(device="host", cache_dir=cache) as ctx:

@@ -59,6 +59,8 @@ enum { EXIT_PASS = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_NODEV = 3 };
 
 /* ---- options ------------------------------------------------------------------------------ */
 
+enum { KILN_CLI_MAX_SEQS = 4096 };  /* --varlen */
+
 typedef struct options {
   const char *target;
   const char *stage;
@@ -96,6 +98,9 @@ typedef struct options {
     const char *mod_arg[16]; /* NAME=VALUE */
     int nmod_args;
   } var;
+  /* run: --varlen LENS[/LENS_K] (docs/serving.md): the sequences' prefix sums (prob points at
+   * them) */
+  int32_t cu[2][KILN_CLI_MAX_SEQS + 1];
 } options;
 
 static void usage(FILE *f) {
@@ -131,6 +136,8 @@ static void usage(FILE *f) {
         "  --causal-top-left  --window L,R (-1: unbounded)  --softcap C  --alibi\n"
         "  --bias (a random (B,H,Nq,Nk) tensor)  --documents K (K packed documents)\n"
         "  --prefix P (prefix-LM)  --mods FILE.tile (@score_mod, @mask_mod, @block_mask)\n"
+        "  --varlen LENS[/LENS_K] (run: packed sequences of these lengths in one launch,\n"
+        "  e.g. 1,17,0,300; sets --batch and the max lengths; docs/serving.md)\n"
         "  --mod-arg NAME=VALUE (a parameter of FILE's modifiers: a number, or rand:N[:LO:HI]\n"
         "  for a tensor of N random elements)\n"
         "targets: interp (the reference interpreter), auto (run: an NVIDIA sm_80+ GPU if\n"
@@ -192,6 +199,48 @@ static int parse_policy(const char *s, kiln_tune_policy *out) {
 }
 
 /* 0 ok, -1 bad usage (message printed), 1 --help (usage printed) */
+/* --varlen "1,17,0,300" (keys as long as the queries) or "1,17/5,30" (their own lengths):
+ * batch, the max lengths and the prefix sums of o->prob.  0, or -1 after a message */
+static int parse_varlen(const char *v, options *o) {
+  const char *at = v;
+  int n[2] = {0, 0}, most[2] = {0, 0};
+  for (int w = 0; w < 2; w++) {
+    o->cu[w][0] = 0;
+    while (*at && *at != '/') {
+      char *end;
+      long len = strtol(at, &end, 10);
+      if (end == at || len < 0 || len > (1 << 24) || (*end && *end != ',' && *end != '/') ||
+          n[w] == KILN_CLI_MAX_SEQS || o->cu[w][n[w]] + len > INT32_MAX / 2) {
+        fprintf(stderr, "kiln: error: --varlen wants lengths >= 0 separated by commas (at most "
+                "%d), optionally /key lengths, e.g. 1,17,0,300 or 1,17/5,30; not '%s'\n",
+                KILN_CLI_MAX_SEQS, v);
+        return -1;
+      }
+      o->cu[w][n[w] + 1] = o->cu[w][n[w]] + (int32_t)len;
+      n[w]++;
+      if (len > most[w]) most[w] = (int)len;
+      at = *end == ',' ? end + 1 : end;
+    }
+    if (w == 0 && *at == '/') {
+      at++;
+    } else if (w == 0) {  /* keys as long as the queries */
+      memcpy(o->cu[1], o->cu[0], sizeof o->cu[0]);
+      n[1] = n[0], most[1] = most[0];
+      break;
+    }
+  }
+  if (n[0] == 0 || n[0] != n[1]) {
+    fprintf(stderr, "kiln: error: --varlen '%s': %d query lengths and %d key lengths (one of "
+            "each per sequence)\n", v, n[0], n[1]);
+    return -1;
+  }
+  o->desc.layout = KILN_LAYOUT_VARLEN;
+  o->prob.batch = n[0], o->prob.seqlen_q = most[0], o->prob.seqlen_k = most[1];
+  o->prob.cu_seqlens_q = o->cu[0], o->prob.cu_seqlens_k = o->cu[1];
+  o->prob.total_q = o->cu[0][n[0]], o->prob.total_k = o->cu[1][n[1]];
+  return 0;
+}
+
 static int parse_options(int argc, char **argv, int first, options *o) {
   memset(o, 0, sizeof *o);
   o->target = "auto";
@@ -201,6 +250,7 @@ static int parse_options(int argc, char **argv, int first, options *o) {
   o->seed = 1;
   o->repeats = 1;
   o->max_steps = 10000000000ull;
+  const char *varlen = NULL;
   for (int i = first; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     o->given.dtype |= !strcmp(a, "--dtype");
@@ -265,6 +315,9 @@ static int parse_options(int argc, char **argv, int first, options *o) {
       }
       o->var.softcap = true;
       i++;
+    } else if (!strcmp(a, "--varlen") && v) {
+      varlen = v;
+      i++;
     } else if (!strcmp(a, "--alibi")) {
       o->var.alibi = true;
     } else if (!strcmp(a, "--bias")) {
@@ -315,6 +368,8 @@ static int parse_options(int argc, char **argv, int first, options *o) {
     }
   }
   if (!o->prob.kv_heads) o->prob.kv_heads = o->prob.heads;
+  /* after the loop: the lengths decide batch and the max lengths, whatever else was given */
+  if (varlen && parse_varlen(varlen, o)) return -1;
   return 0;
 }
 
@@ -465,6 +520,15 @@ static int apply_ir_attrs(options *o, kn_func *k) {
     o->attn.causal = (int)v;
   }
   if (kn_func_get_meta(k, "HAS_LSE", &v)) o->attn.has_lse = v != 0;
+  /* the call shape is the kernel's parameters: the options must give the same one */
+  int64_t layout = 0;
+  kn_func_get_meta(k, "LAYOUT", &layout);
+  if (layout != o->attn.layout) {
+    fprintf(stderr, "kiln: error: %s: the kernel's LAYOUT is %lld (%s), %s\n", o->ir_file,
+            (long long)layout, layout ? "varlen" : "dense",
+            layout ? "so the run needs --varlen LENS" : "and --varlen runs varlen kernels only");
+    return -1;
+  }
   /* the variant the kernel says it computes decides the reference; its values come from the
    * options (variant_make says which are missing) */
   const struct { const char *attr; bool *dst; } flags[] = {
@@ -777,9 +841,13 @@ static int inputs_make(const options *o, run_inputs *in) {
   kn_scalar dt = o->attn.dtype;
   size_t es = kn_scalar_size(dt);
   memset(in, 0, sizeof *in);
-  in->nq = (size_t)p->batch * p->heads * p->seqlen_q * D;
-  in->nk = (size_t)p->batch * p->kv_heads * p->seqlen_k * D;
-  in->nl = (size_t)p->batch * p->heads * p->seqlen_q;
+  /* rows of the buffers: batch x length, or the packed tokens of a varlen run */
+  const bool varlen = o->attn.layout == KN_ATTN_VARLEN;
+  const size_t rq = varlen ? (size_t)p->total_q : (size_t)p->batch * p->seqlen_q;
+  const size_t rk = varlen ? (size_t)p->total_k : (size_t)p->batch * p->seqlen_k;
+  in->nq = rq * p->heads * D;
+  in->nk = rk * p->kv_heads * D;
+  in->nl = rq * p->heads;
   in->q = malloc(in->nq * es), in->k = malloc(in->nk * es), in->v = malloc(in->nk * es);
   in->out = calloc(in->nq, es), in->lse = calloc(in->nl, sizeof(float));
   in->qd = malloc(in->nq * 8), in->kd = malloc(in->nk * 8), in->vd = malloc(in->nk * 8);
@@ -800,14 +868,24 @@ static void print_header(const options *o, const char *target, const char *devic
   const kn_attn_problem *p = &o->prob;
   char what[2 * KN_ATTN_KEY_MAX + 16];
   api_describe(&o->attn, &o->cfg, what, sizeof what);
-  printf("kiln run: target=%s device=%s kernel=%s B=%d H=%d HK=%d Nq=%d Nk=%d seed=%llu\n", target,
+  printf("kiln run: target=%s device=%s kernel=%s B=%d H=%d HK=%d Nq=%d Nk=%d seed=%llu", target,
          device, what, p->batch, p->heads, p->kv_heads, p->seqlen_q, p->seqlen_k, o->seed);
+  if (o->attn.layout == KN_ATTN_VARLEN)  /* Nq, Nk: the longest sequence's */
+    printf(" varlen total_q=%d total_k=%d", p->total_q, p->total_k);
+  printf("\n");
 }
 
 /* "<how the kernel was had>  run: <best> ms (best of R<, clock>)  <rate> GFLOP/s" */
 static void print_timing(const options *o, const char *had, double best_ms, const char *clock) {
   const kn_attn_problem *p = &o->prob;
-  double flops = 4.0 * p->batch * p->heads * (double)p->seqlen_q * p->seqlen_k * o->attn.head_dim;
+  double pairs = (double)p->batch * p->seqlen_q * p->seqlen_k;  /* query-key pairs per head */
+  if (o->attn.layout == KN_ATTN_VARLEN) {
+    pairs = 0;
+    for (int b = 0; b < p->batch; b++)
+      pairs += (double)(p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b]) *
+               (p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b]);
+  }
+  double flops = 4.0 * p->heads * pairs * o->attn.head_dim;
   if (o->attn.causal) flops *= 0.5;
   printf("%s  run: %.3f ms (best of %d%s)  %.3f GFLOP/s\n", had, best_ms, o->repeats, clock,
          flops / (best_ms * 1e-3) * 1e-9);
@@ -1023,7 +1101,7 @@ static int run_direct(options *o, const kn_target *t) {
   int grid[3];
   variant_values vv = {0};
   kn_diag fd = {0};
-  kn_region regions[5 + 24] = {{in.q, in.nq * es}, {in.k, in.nk * es}, {in.v, in.nk * es},
+  kn_region regions[5 + 24 + 2] = {{in.q, in.nq * es}, {in.k, in.nk * es}, {in.v, in.nk * es},
                                {in.out, in.nq * es}, {in.lse, in.nl * sizeof(float)}};
   int nregions = 5;
   kn_module *ref_mods = o->var.ref_from_library ? NULL : m;
@@ -1038,6 +1116,8 @@ static int run_direct(options *o, const kn_target *t) {
     return EXIT_USAGE;
   }
   for (int i = 0; i < vv.nbuf; i++) regions[nregions++] = (kn_region){vv.buf[i], vv.bytes[i]};
+  for (int w = 0; o->attn.layout == KN_ATTN_VARLEN && w < 2; w++)
+    regions[nregions++] = (kn_region){o->cu[w], sizeof(int32_t) * (size_t)(o->prob.batch + 1)};
   char device[96];
   if (!t) snprintf(device, sizeof device, "interpreter");
   else if (emu) snprintf(device, sizeof device, "emulator");
@@ -1082,8 +1162,8 @@ done:
 /* the public arguments of a run; the variant's tensors through `dev` (host pointer -> the
  * pointer the kernel reads: itself on the host, its device copy on CUDA) */
 typedef struct ptr_map {
-  const void *host[24];
-  const void *dev[24];
+  const void *host[26];
+  const void *dev[26];
   int n;
 } ptr_map;
 
@@ -1114,6 +1194,10 @@ static kiln_attn_args attn_args(const options *o, const variant_values *vv, cons
     a.q_seg_stride = va->q_seg_sb, a.k_seg_stride = va->k_seg_sb;
   }
   if (d->prefix) a.prefix_len = va->prefix_len;
+  if (d->layout == KN_ATTN_VARLEN) {
+    a.cu_seqlens_q = mapped(pm, p->cu_seqlens_q), a.cu_seqlens_k = mapped(pm, p->cu_seqlens_k);
+    a.total_q = p->total_q, a.total_k = p->total_k;
+  }
   for (int i = 0; i < va->nmods; i++) {
     const kn_attn_named_arg *na = &va->mods[i];
     kiln_mod_arg *m = &margs[i];
@@ -1132,6 +1216,8 @@ static int forward_host(const options *o, const variant_values *vv, kiln_kernel 
                         run_inputs *in, double *best_ms) {
   kiln_mod_arg margs[16];
   kiln_attn_args a = attn_args(o, vv, NULL, margs, in->q, in->k, in->v, in->out, in->lse);
+  a.q_numel = a.o_numel = (int64_t)in->nq, a.k_numel = a.v_numel = (int64_t)in->nk;
+  a.lse_numel = (int64_t)in->nl;
   *best_ms = INFINITY;
   for (int r = 0; r < o->repeats; r++) {
     double t1 = now_s();
@@ -1151,7 +1237,7 @@ static int forward_cuda(const options *o, const variant_values *vv, kiln_kernel 
   size_t es = kn_scalar_size(o->attn.dtype), nq = in->nq, nk = in->nk, nl = in->nl;
   kn_cuda_device *dev = NULL;
   kn_cuda_event ev[2] = {NULL, NULL};
-  kn_cuda_ptr dq = 0, dk = 0, dv = 0, dout = 0, dl = 0, dvar[24] = {0};
+  kn_cuda_ptr dq = 0, dk = 0, dv = 0, dout = 0, dl = 0, dvar[26] = {0};
   ptr_map pm = {.n = 0};
   kiln_mod_arg margs[16];
   kn_diag e = {0};
@@ -1175,9 +1261,19 @@ static int forward_cuda(const options *o, const variant_values *vv, kiln_kernel 
       goto driver_error;
     pm.host[pm.n] = vv->buf[i], pm.dev[pm.n++] = (const void *)(uintptr_t)dvar[i];
   }
+  /* varlen: the prefix sums too (the kernel reads them) */
+  for (int w = 0; o->attn.layout == KN_ATTN_VARLEN && w < 2; w++) {
+    size_t bytes = sizeof(int32_t) * (size_t)(o->prob.batch + 1);
+    if (kn_cuda_alloc(dev, bytes, &dvar[24 + w], &e) ||
+        kn_cuda_copy_htod(dev, dvar[24 + w], o->cu[w], bytes, &e))
+      goto driver_error;
+    pm.host[pm.n] = o->cu[w], pm.dev[pm.n++] = (const void *)(uintptr_t)dvar[24 + w];
+  }
   kiln_attn_args a = attn_args(o, vv, &pm, margs, (void *)(uintptr_t)dq, (void *)(uintptr_t)dk,
                                (void *)(uintptr_t)dv, (void *)(uintptr_t)dout,
                                (float *)(uintptr_t)dl);
+  a.q_numel = a.o_numel = (int64_t)nq, a.k_numel = a.v_numel = (int64_t)nk;
+  a.lse_numel = (int64_t)nl;
   /* the first launch is the one checked (and warms the module up); then the timed ones */
   if ((s = kiln_forward(k, &a, NULL))) goto api_error;
   if (kn_cuda_device_sync(dev, &e) || kn_cuda_copy_dtoh(dev, in->out, dout, nq * es, &e) ||
@@ -1204,7 +1300,7 @@ done:
     kn_cuda_ptr bufs[] = {dq, dk, dv, dout, dl};
     for (int i = 0; i < 5; i++)
       if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
-    for (int i = 0; i < 24; i++)
+    for (int i = 0; i < 26; i++)
       if (dvar[i]) kn_cuda_free(dev, dvar[i], NULL);
     for (int i = 0; i < 2; i++)
       if (ev[i]) kn_cuda_event_destroy(dev, ev[i]);

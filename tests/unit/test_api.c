@@ -154,7 +154,8 @@ static int check_forward(kiln_kernel *k, const kiln_attn_desc *d, shape s, uint6
     fprintf(stderr, "forward: %s\n", kiln_last_error());
     rc = -1;
   } else {
-    kn_attn_problem p = {s.batch, s.heads, s.kv_heads, s.seqlen_q, s.seqlen_k, 0};
+    kn_attn_problem p = {.batch = s.batch, .heads = s.heads, .kv_heads = s.kv_heads,
+                         .seqlen_q = s.seqlen_q, .seqlen_k = s.seqlen_k};
     kn_attn_reference(&idesc, &p, qd, kd, vd, od, ld);
     double err = 0, lerr = 0;
     for (int b = 0; b < s.batch; b++)
@@ -236,7 +237,7 @@ static void test_prepare_forward(void **state) {
   assert_int_equal(st.launches, 2);
   assert_int_equal(l.count[KILN_LOG_WARN], 0);
   assert_non_null(strstr(l.text, "compiled: attn_fwd [dtype=f16;d=64;causal=1;lse=1;window=0;softcap=0;"
-                                   "alibi=0;bias=0;doc=0;prefix=0;mods=0]"));
+                                   "alibi=0;bias=0;doc=0;prefix=0;layout=0;mods=0]"));
   /* a forced tiling, f32 without lse, ragged */
   kiln_attn_desc d32 = DESC(KILN_F32, 32, 0, 0);
   kiln_prepare_options force = {.block_m = 16, .block_n = 32};
@@ -276,7 +277,7 @@ static void test_prepare_forward(void **state) {
   assert_int_equal(st.compiles, 0);
   assert_int_equal(st.cache_hits, 1);
   assert_non_null(strstr(l2.text, "cache hit: attn_fwd [dtype=f16;d=64;causal=1;lse=1;window=0;softcap=0;"
-                                    "alibi=0;bias=0;doc=0;prefix=0;mods=0]"));
+                                    "alibi=0;bias=0;doc=0;prefix=0;layout=0;mods=0]"));
   kiln_context_destroy(ctx);
   rm_dir(dir);
 }
@@ -640,7 +641,7 @@ static void test_tune_prune_record(void **state) {
   assert_int_equal(recs[0].config.block_n, 16);
   assert_int_equal(recs[0].key.seq_bucket, 64);
   assert_string_equal(recs[0].key.variant, "dtype=f32;d=32;causal=1;lse=1;window=0;softcap=0;"
-                                           "alibi=0;bias=0;doc=0;prefix=0;mods=0");
+                                           "alibi=0;bias=0;doc=0;prefix=0;layout=0;mods=0");
   free(recs);
   kn_tunedb_close(db);
   rm_dir(dir);
@@ -930,7 +931,8 @@ static int check_variant(kiln_context *ctx, const vcase *c, uint64_t seed) {
                           .bias_sm = vv.bias_st[2], .q_seg = vv.qseg, .k_seg = vv.kseg,
                           .q_seg_sb = s->seqlen_q, .k_seg_sb = s->seqlen_k,
                           .prefix_len = vv.prefix, .mods = named, .nmods = vv.nmargs};
-      kn_attn_problem p = {s->batch, s->heads, s->kv_heads, s->seqlen_q, s->seqlen_k, 0};
+      kn_attn_problem p = {.batch = s->batch, .heads = s->heads, .kv_heads = s->kv_heads,
+                           .seqlen_q = s->seqlen_q, .seqlen_k = s->seqlen_k};
       kn_diag diag;
       if (kn_attn_reference_v(&id, NULL, &p, &va, qd, kd, vd, got, gotl, &diag)) {
         fprintf(stderr, "%s: kn_attn_reference_v: %s\n", c->name, diag.message);
@@ -1165,7 +1167,7 @@ static void test_variant_keys(void **state) {
   assert_int_equal(st.compiles, 11);
   assert_int_equal(st.memo_hits, 1);
   assert_non_null(strstr(l.text, "causal=2;lse=0;window=0"));
-  assert_non_null(strstr(l.text, "prefix=1;mods=0]"));
+  assert_non_null(strstr(l.text, "prefix=1;layout=0;mods=0]"));
   kiln_context_destroy(ctx);
 
   /* a second context: every variant loads from the cache under its own key */

@@ -12,8 +12,9 @@
  *     second context's cache hit, the parameter packing (pointers, f32 scale, i32 sizes, i64
  *     strides of a (B, N, H, D) layout), lse optional, GQA, streams, 8 threads at once, and a
  *     variant's parameters after the template's (a window and a softcap, which the fake
- *     computes too), and kiln_prepare_options.wgmma (the wgmma PTX compiled and cached; refused
- *     on the host).
+ *     computes too), kiln_prepare_options.wgmma (the wgmma PTX compiled and cached; refused
+ *     on the host), and varlen launches (the prefix sums as device memory after the template's
+ *     parameters; the fake computes packed sequences too).
  *   - On a machine with an NVIDIA sm_80+ GPU (the H200): the same GPU tests on the real driver,
  *     where the numbers come from kiln's PTX on the GPU, checked against the float64 reference.
  * Without either (a plain `test_api_cuda` here) the GPU tests are cmocka skips.
@@ -73,6 +74,7 @@ static void capture(void *user, kiln_log_level level, const char *msg) {
 /* the fake driver's side channel (NULL on a real driver) */
 static void (*fake_attn)(int elem_bytes, int bf16, int head_dim, int causal);
 static void (*fake_variant)(int window, int softcap);
+static void (*fake_varlen)(int on);
 static pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER; /* its settings are global */
 
 static void find_fake(void) {
@@ -81,6 +83,7 @@ static void find_fake(void) {
   void *h = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
   if (h) *(void **)&fake_attn = dlsym(h, "kn_fake_cuda_attn");
   if (h) *(void **)&fake_variant = dlsym(h, "kn_fake_cuda_attn_variant");
+  if (h) *(void **)&fake_varlen = dlsym(h, "kn_fake_cuda_attn_varlen");
 }
 
 
@@ -411,6 +414,51 @@ static void *upload(devbufs *b, const void *host, size_t bytes) {
   return (void *)(uintptr_t)d;
 }
 
+/* q, k, v: N(0,1) rounded to t (h) and the rounded values (x) */
+static void rand_inputs(kn_scalar t, char *const h[3], double *const x[3], const size_t n[3],
+                        uint64_t *sd) {
+  size_t es = kn_scalar_size(t);
+  for (int a = 0; a < 3; a++)
+    for (size_t i = 0; i < n[a]; i++) {
+      kn_store_elem(t, h[a] + i * es, normal(sd));
+      x[a][i] = kn_load_elem(t, h[a] + i * es);
+    }
+}
+
+/* kiln_forward and a sync, with the fake driver (when it is the driver) told what to compute;
+ * failures are cmocka failures */
+static void forward_synced(kiln_kernel *k, const kiln_attn_args *a, const kiln_attn_desc *d) {
+  kn_diag e;
+  if (fake_attn) {
+    pthread_mutex_lock(&fake_mu);
+    if (!fake_variant || !fake_varlen) fail_msg("the fake driver lacks its variant calls");
+    fake_attn((int)kn_scalar_size(internal_desc(d).dtype), d->dtype == KILN_BF16, d->head_dim,
+              d->causal);
+    fake_variant(d->window, d->softcap);
+    fake_varlen(d->layout == KILN_LAYOUT_VARLEN);
+  }
+  kiln_status st = kiln_forward(k, a, NULL);
+  int sync = st == KILN_OK ? kn_cuda_device_sync(dev, &e) : 0;
+  if (fake_attn) {
+    fake_variant(0, 0);
+    fake_varlen(0);
+    pthread_mutex_unlock(&fake_mu);
+  }
+  if (sync) fail_msg("sync: %s", e.message);
+  if (st) fail_msg("forward: %s", kiln_last_error());
+}
+
+/* the largest |O - reference| (NaN sticks) */
+static double out_error(kn_scalar t, const char *ho, const double *ro, size_t n) {
+  size_t es = kn_scalar_size(t);
+  double err = 0;
+  for (size_t i = 0; i < n; i++) {
+    double y = fabs(kn_load_elem(t, ho + i * es) - ro[i]);
+    if (!(y <= err)) err = y;
+  }
+  return err;
+}
+
 static int check_variant(kiln_context *ctx, const vcase *c, uint64_t sd, char *why, size_t nwhy) {
   kiln_attn_desc d = c->d;
   d.has_lse = 1;
@@ -430,11 +478,7 @@ static int check_variant(kiln_context *ctx, const vcase *c, uint64_t sd, char *w
   double *rl = malloc(nl * 8);
   float *hl = malloc(nl * 4);
   size_t n[3] = {nq, nk, nk};
-  for (int a = 0; a < 3; a++)
-    for (size_t i = 0; i < n[a]; i++) {
-      kn_store_elem(t, h[a] + i * es, normal(&sd));
-      x[a][i] = kn_load_elem(t, h[a] + i * es);
-    }
+  rand_inputs(t, h, x, n, &sd);
   /* the variant's tensors, on the host (the reference) and on the device (the kernel) */
   devbufs bufs = {0};
   float *slopes = malloc(sizeof(float) * (size_t)B * H), temp[64];
@@ -480,31 +524,14 @@ static int check_variant(kiln_context *ctx, const vcase *c, uint64_t sd, char *w
     margs[0].p = upload(&bufs, temp, sizeof(float) * (size_t)H);
     a.mod_args = margs, a.n_mod_args = 2;
   }
-  if (fake_attn) {
-    pthread_mutex_lock(&fake_mu);
-    if (!fake_variant) fail_msg("the fake driver has no kn_fake_cuda_attn_variant");
-    fake_attn((int)es, d.dtype == KILN_BF16, d.head_dim, d.causal);
-    fake_variant(d.window, d.softcap);
-  }
-  kiln_status st = kiln_forward(k, &a, NULL);
-  int sync = st == KILN_OK ? kn_cuda_device_sync(dev, &e) : 0;
-  if (fake_attn) {
-    fake_variant(0, 0);
-    pthread_mutex_unlock(&fake_mu);
-  }
-  if (sync) fail_msg("sync: %s", e.message);
-  if (st) fail_msg("forward: %s", kiln_last_error());
+  forward_synced(k, &a, &d);
   if (kn_cuda_copy_dtoh(dev, ho, dout, nq * es, &e) || kn_cuda_copy_dtoh(dev, hl, dl, nl * 4, &e))
     fail_msg("%s", e.message);
   kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = s->kv_heads, .seqlen_q = Nq,
                        .seqlen_k = Nk};
   if (kn_attn_reference_v(&id, NULL, &p, &va, x[0], x[1], x[2], ro, rl, &e))
     fail_msg("reference: %s", e.message);
-  double err = 0, lerr = lse_error(hl, rl, nl);
-  for (size_t i = 0; i < nq; i++) {
-    double y = fabs(kn_load_elem(t, ho + i * es) - ro[i]);
-    if (!(y <= err)) err = y;
-  }
+  double err = out_error(t, ho, ro, nq), lerr = lse_error(hl, rl, nl);
   for (int i = 0; i < bufs.n; i++) kn_cuda_free(dev, bufs.p[i], NULL);
   kn_cuda_free(dev, dout, NULL), kn_cuda_free(dev, dl, NULL);
   for (int i = 0; i < 3; i++) free(h[i]), free(x[i]);
@@ -551,6 +578,93 @@ static void test_variants(void **state) {
   kiln_stats st;
   kiln_context_stats(ctx, &st);
   assert_int_equal(st.launches, ran);
+  kiln_context_destroy(ctx);
+  rm_dir(dir);
+  assert_int_equal(failures, 0);
+}
+
+/* Varlen (docs/serving.md) through the CUDA path: packed ragged sequences (an empty one, length
+ * 1, lengths off the blocks), GQA, causal and a window, the prefix sums as device memory (the
+ * launch packs them after the template's parameters), capacities described; against
+ * kn_attn_reference_v.  The fake driver computes varlen too (kn_fake_cuda_attn_varlen). */
+static void test_varlen_cuda(void **state) {
+  (void)state;
+  if (!have_gpu()) {
+    skip();
+    return;
+  }
+  char *dir = fresh_dir();
+  kiln_context *ctx = cuda_ctx(dir, NULL, "cuda");
+  static const struct { kiln_attn_desc d; int n, lq[5], lk[5], wl, wr; } cases[] = {
+      {{.dtype = KILN_F16, .head_dim = 128, .causal = 1, .has_lse = 1}, 5,
+       {1, 130, 0, 77, 300}, {1, 200, 5, 77, 290}, 0, 0},
+      {{.dtype = KILN_BF16, .head_dim = 64, .causal = 1, .window = 1, .has_lse = 1}, 3,
+       {64, 9, 200}, {64, 40, 260}, 24, 0},
+  };
+  int failures = 0;
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    const kiln_attn_desc *d = &cases[ci].d;
+    kiln_kernel *k;
+    kiln_attn_desc vd = *d;
+    vd.layout = KILN_LAYOUT_VARLEN;
+    if (kiln_prepare(ctx, &vd, NULL, &k)) fail_msg("prepare: %s", kiln_last_error());
+    const kn_attn_desc id = internal_desc(&vd);
+    const int B = cases[ci].n, H = 4, HK = 2, D = d->head_dim;
+    int32_t cq[6] = {0}, ck[6] = {0};
+    int mq = 0, mk = 0;
+    for (int b = 0; b < B; b++) {
+      cq[b + 1] = cq[b] + cases[ci].lq[b], ck[b + 1] = ck[b] + cases[ci].lk[b];
+      if (cases[ci].lq[b] > mq) mq = cases[ci].lq[b];
+      if (cases[ci].lk[b] > mk) mk = cases[ci].lk[b];
+    }
+    kn_scalar t = id.dtype;
+    size_t es = kn_scalar_size(t), nq = (size_t)cq[B] * H * D, nk = (size_t)ck[B] * HK * D;
+    size_t nl = (size_t)H * cq[B];
+    char *h[3] = {malloc(nq * es), malloc(nk * es), malloc(nk * es)}, *ho = malloc(nq * es);
+    double *x[3] = {malloc(nq * 8), malloc(nk * 8), malloc(nk * 8)}, *ro = malloc(nq * 8);
+    double *rl = malloc(nl * 8);
+    float *hl = malloc(nl * 4);
+    size_t n[3] = {nq, nk, nk};
+    uint64_t sd = seed + 7 * ci;
+    rand_inputs(t, h, x, n, &sd);
+    devbufs bufs = {0};
+    kn_diag e;
+    kn_cuda_ptr dout, dl;
+    if (kn_cuda_alloc(dev, nq * es, &dout, &e) || kn_cuda_alloc(dev, nl * 4, &dl, &e) ||
+        kn_cuda_memset8(dev, dout, 0xff, nq * es, &e) ||
+        kn_cuda_memset8(dev, dl, 0xff, nl * 4, &e))
+      fail_msg("%s", e.message);
+    kiln_attn_args a = {.q = upload(&bufs, h[0], nq * es), .k = upload(&bufs, h[1], nk * es),
+                        .v = upload(&bufs, h[2], nk * es), .o = (void *)(uintptr_t)dout,
+                        .lse = (float *)(uintptr_t)dl, .batch = B, .heads = H, .kv_heads = HK,
+                        .seqlen_q = mq, .seqlen_k = mk,
+                        .cu_seqlens_q = upload(&bufs, cq, sizeof cq),
+                        .cu_seqlens_k = upload(&bufs, ck, sizeof ck), .total_q = cq[B],
+                        .total_k = ck[B], .q_numel = (int64_t)nq, .k_numel = (int64_t)nk,
+                        .v_numel = (int64_t)nk, .o_numel = (int64_t)nq,
+                        .lse_numel = (int64_t)nl};
+    if (d->window) a.window_left = cases[ci].wl, a.window_right = cases[ci].wr;
+    forward_synced(k, &a, &vd);
+    if (kn_cuda_copy_dtoh(dev, ho, dout, nq * es, &e) ||
+        kn_cuda_copy_dtoh(dev, hl, dl, nl * 4, &e))
+      fail_msg("%s", e.message);
+    kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = mq, .seqlen_k = mk,
+                         .cu_seqlens_q = cq, .cu_seqlens_k = ck, .total_q = cq[B],
+                         .total_k = ck[B]};
+    kn_attn_vargs va = {.window_left = cases[ci].wl, .window_right = cases[ci].wr};
+    if (kn_attn_reference_v(&id, NULL, &p, &va, x[0], x[1], x[2], ro, rl, &e))
+      fail_msg("reference: %s", e.message);
+    double err = out_error(t, ho, ro, nq), lerr = lse_error(hl, rl, nl);
+    char why[160];
+    int bad = verdict(t, err, lerr, why, sizeof why);
+    printf("  %s varlen case %zu (%d sequences, window %d): %s\n", bad ? "FAIL" : "PASS", ci, B,
+           d->window, why);
+    failures += bad != 0;
+    for (int i = 0; i < bufs.n; i++) kn_cuda_free(dev, bufs.p[i], NULL);
+    kn_cuda_free(dev, dout, NULL), kn_cuda_free(dev, dl, NULL);
+    for (int i = 0; i < 3; i++) free(h[i]), free(x[i]);
+    free(ho), free(ro), free(rl), free(hl);
+  }
   kiln_context_destroy(ctx);
   rm_dir(dir);
   assert_int_equal(failures, 0);
@@ -707,6 +821,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_variants),
       cmocka_unit_test(test_wgmma),
+      cmocka_unit_test(test_varlen_cuda),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   if (dev) kn_cuda_device_close(dev);

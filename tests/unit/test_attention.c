@@ -359,7 +359,7 @@ static void test_check_rejects(void **state) {
   char key[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(&x, key, sizeof key);
   assert_string_equal(key, "dtype=f16;d=59;causal=1;lse=0;window=0;softcap=0;alibi=0;bias=0;"
-                           "doc=0;prefix=0;mods=0");
+                           "doc=0;prefix=0;layout=0;mods=0");
 }
 
 /* ---- (e) any head dim: the tile dimension padded to 16, bounds at head_dim ------------------- */
@@ -574,15 +574,15 @@ static void test_keys_cover_every_field(void **state) {
   /* the text itself is a contract (tuning-database records, logs) */
   kn_attn_desc_key(&d0, k0, sizeof k0);
   assert_string_equal(k0, "dtype=f16;d=128;causal=1;lse=1;window=0;softcap=0;alibi=0;bias=0;"
-                          "doc=0;prefix=0;mods=0");
+                          "doc=0;prefix=0;layout=0;mods=0");
   kn_attn_config c = {.block_m = 64, .block_n = 32, .warps = 4, .stages = 2};
   kn_attn_config_key(&c, k0, sizeof k0);
   assert_string_equal(k0, "block_m=64;block_n=32;warps=4;stages=2;mfma=0;wgmma=0");
   /* snprintf-like: the full length however small the buffer, always terminated */
   char tiny[8];
-  assert_int_equal(kn_attn_desc_key(&d0, tiny, sizeof tiny), 86);
+  assert_int_equal(kn_attn_desc_key(&d0, tiny, sizeof tiny), 95);
   assert_string_equal(tiny, "dtype=f");
-  assert_int_equal(kn_attn_desc_key(&d0, NULL, 0), 86);
+  assert_int_equal(kn_attn_desc_key(&d0, NULL, 0), 95);
 }
 
 int main(void) {

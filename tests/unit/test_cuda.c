@@ -48,10 +48,13 @@ int kn_fake_cuda_attn_launches(void) { return attn_launches; }
 /* the variant of the next attn_fwd launches (templates/mods): a softcap (an f32) and/or a window
  * (two i32) after the template's 24 parameters, in that order (score modifiers come before
  * masks in a variant's signature, templates/attn_mods.c) */
-static int attn_window, attn_softcap;
+static int attn_window, attn_softcap, attn_varlen;
 void kn_fake_cuda_attn_variant(int window, int softcap) {
   attn_window = window, attn_softcap = softcap;
 }
+/* varlen (docs/serving.md): cu_seqlens_q and cu_seqlens_k (device pointers) follow the 24, and
+ * seqlen_q / seqlen_k are the packed totals; each sequence is attended on its own */
+void kn_fake_cuda_attn_varlen(int on) { attn_varlen = on; }
 
 static double ld_elem(const void *base, int64_t i) {
   if (attn_elem == 4) return ((const float *)base)[i];
@@ -99,6 +102,12 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
   int32_t wl = -1, wr = -1;
   float cap = 0;
   int at = 24;
+  const int32_t *cuq = NULL, *cuk = NULL;
+  if (attn_varlen) {
+    cuq = (const int32_t *)(uintptr_t)*(dptr *)params[at++];
+    cuk = (const int32_t *)(uintptr_t)*(dptr *)params[at++];
+    if (!cuq || !cuk) return 1;
+  }
   if (attn_softcap) cap = *(float *)params[at++];
   if (attn_window) wl = *(int32_t *)params[at++], wr = *(int32_t *)params[at++];
   if (attn_softcap && !(cap > 0)) return 1;
@@ -108,11 +117,21 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
   int B = (int)(gy / (unsigned)H), D = attn_d;
   double *s = malloc(sizeof(double) * (size_t)(nk > 0 ? nk : 1));
   if (!s) return 2;
+  const int32_t tq = nq, tk = nk;  /* varlen: the totals */
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++) {
       int hk = h / group;
+      /* what the batch strides multiply: the batch, or (varlen) the sequence's first token */
+      int64_t qb = b, kb = b;
+      if (attn_varlen) {
+        qb = cuq[b], kb = cuk[b], nq = cuq[b + 1] - cuq[b], nk = cuk[b + 1] - cuk[b];
+        if (nq < 0 || nk < 0 || cuq[b + 1] > tq || cuk[b + 1] > tk) {
+          free(s);
+          return 1;
+        }
+      }
       for (int i = 0; i < nq; i++) {
-        int64_t qo = b * st[0] + h * st[1] + i * st[2], oo = b * st[9] + h * st[10] + i * st[11];
+        int64_t qo = qb * st[0] + h * st[1] + i * st[2], oo = qb * st[9] + h * st[10] + i * st[11];
         double m = -INFINITY, l = 0;
         int last = attn_causal ? i + nk - nq : nk - 1;
         for (int j = 0; j < nk; j++) {
@@ -120,7 +139,7 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
           if (j > last) continue;
           int rel = j - (i + nk - nq); /* the window sits on the bottom-right diagonal */
           if ((wl >= 0 && rel < -wl) || (wr >= 0 && rel > wr)) continue;
-          int64_t ko = b * st[3] + hk * st[4] + j * st[5];
+          int64_t ko = kb * st[3] + hk * st[4] + j * st[5];
           double dot = 0;
           for (int d = 0; d < D; d++) dot += ld_elem(q, qo + d) * ld_elem(k, ko + d);
           s[j] = dot * scale;
@@ -132,10 +151,10 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
           double acc = 0;
           for (int j = 0; j < nk; j++)
             if (s[j] != -INFINITY)
-              acc += exp(s[j] - m) * ld_elem(v, b * st[6] + hk * st[7] + j * st[8] + d);
+              acc += exp(s[j] - m) * ld_elem(v, kb * st[6] + hk * st[7] + j * st[8] + d);
           st_elem(o, oo + d, l > 0 ? acc / l : 0);
         }
-        if (lse) lse[b * st[12] + h * st[13] + i] = l > 0 ? (float)(m + log(l)) : -INFINITY;
+        if (lse) lse[qb * st[12] + h * st[13] + i] = l > 0 ? (float)(m + log(l)) : -INFINITY;
       }
     }
   free(s);

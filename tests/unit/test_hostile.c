@@ -88,7 +88,7 @@ static void forward_matches(kiln_kernel *k, const kiln_attn_desc *d, int B, int 
   kiln_attn_args a = {.q = q, .k = kk, .v = v, .o = o, .lse = lse, .batch = B, .heads = H,
                       .kv_heads = H, .seqlen_q = Nq, .seqlen_k = Nk};
   if (kiln_forward(k, &a, NULL)) fail_msg("forward: %s", kiln_last_error());
-  kn_attn_problem p = {B, H, H, Nq, Nk, 0};
+  kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = H, .seqlen_q = Nq, .seqlen_k = Nk};
   kn_attn_reference(&id, &p, qd, kd, vd, od, ld);
   double err = 0;
   for (size_t i = 0; i < nq; i++) err = fmax(err, fabs(o[i] - od[i]));

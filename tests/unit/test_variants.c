@@ -38,23 +38,9 @@
 #include "numeric.h"
 #include "pipeline.h"
 #include "ptxas.h"
+#include "attn_test.h"
 #include "target.h"
 
-static uint64_t seed0, rng;
-
-static uint64_t next(void) {
-  uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static double unif(double lo, double hi) { return lo + (hi - lo) * (double)(next() >> 11) * 0x1p-53; }
-static int irand(int lo, int hi) { return lo + (int)(next() % (uint64_t)(hi - lo + 1)); }
-
-static bool verbose(void) {
-  const char *e = getenv("KILN_TEST_VERBOSE");
-  return e && *e && strcmp(e, "0");
-}
 
 /* ---- the user modifiers of this test ---------------------------------------------------------- */
 
@@ -250,24 +236,9 @@ static void run_on(const char *target, vcase *c, const kn_attn_config *cfg, run_
   }
   out->dots = 0;
   int rc;
-  if (!target) {
-    kn_interp_stats st;
-    rc = kn_interp_run(f, args, grid, regions, nreg, &st, &diag);
-    out->dots = st.ops[KN_OP_DOT];
-  } else {
-    const kn_target *t = strstr(target, "-emu") ? kn_emu_target(target) : kn_target_get(target);
-    assert_non_null(t);
-    kn_kernel *kern = NULL;
-    if (kn_compile(m, "attn_fwd", t, NULL, &kern, &diag))
-      fail_msg("%s on %s: compile: %s", c->name, target, diag.rendered);
-    if (strstr(target, "-emu")) {
-      kn_emu_options opt = {0};
-      rc = kn_emu_run(kern, args, grid, regions, nreg, &opt, &diag);
-    } else {
-      rc = kn_kernel_run_host(kern, args, grid, &diag);
-    }
-    kn_kernel_free(kern);
-  }
+  kn_interp_stats st;
+  rc = run_on_target(target, m, f, args, grid, regions, nreg, &st, c->name, &diag);
+  if (!target) out->dots = st.ops[KN_OP_DOT];
   if (rc) fail_msg("%s on %s (seed %llu): %s", c->name, target ? target : "interp",
                    (unsigned long long)seed0, diag.message);
   if (kn_attn_reference_v(d, NULL, &p, &c->va, qd, kd, vd, od, lsed, &diag))
@@ -559,23 +530,7 @@ static void test_defaults_no_spills(void **state) {
         if (kn_compile_artifact(m, "attn_fwd", t, NULL, &a, &d))
           fail_msg("%s on %s D%d: %s", cs[i].name, t->name, dims[di], d.rendered);
         kn_module_free(m);
-        int spills = 0;
-        if (a.kind == KN_ARTIFACT_CODE_OBJECT) {
-          kn_codeobj co;
-          if (kn_codeobj_parse(a.data, a.size, &co, &d)) fail_msg("code object: %s", d.message);
-          const kn_codeobj_kernel *k = kn_codeobj_find(&co, "attn_fwd");
-          assert_non_null(k);
-          spills = k->vgpr_spill_count + (int)k->scratch_bytes;
-          kn_codeobj_free(&co);
-        } else {
-          kn_ptxas_options po = {.arch = t->arch->name};
-          kn_ptxas_result r;
-          if (kn_ptxas_run(a.data, a.size, &po, &r, &d)) fail_msg("ptxas: %s", d.message);
-          const kn_ptxas_kernel *k = kn_ptxas_find_kernel(&r, "attn_fwd");
-          assert_non_null(k);
-          spills = k->spill_stores + k->spill_loads;
-          kn_ptxas_result_free(&r);
-        }
+        int spills = artifact_spills(&a, t->arch, "attn_fwd");
         kn_artifact_free(&a);
         /* AMDGPU: none; NVIDIA: a few words of spill stores + loads (the plain D128 default
          * spills 12 and is the fastest measured); the edge-block branch (docs/variants.md,
