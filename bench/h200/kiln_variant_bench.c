@@ -20,7 +20,7 @@
  * (c) --tilings: each variant at N 4096 with forced tilings (kiln_prepare_options), an extra
  *     table for choosing the defaults.
  *
- *   kiln_variant_bench [--quick] [--repeats R] [--tilings]
+ *   kiln_variant_bench [--quick] [--repeats R] [--tilings] [--wgmma]
  * Exit status: 0 when every correctness case passed and every run launched, 1 otherwise.
  */
 #include <math.h>
@@ -74,7 +74,9 @@ static kn_cuda_ptr upload(const void *h, size_t n) {
 }
 
 /* (a) one variant on the ragged problem against the float64 reference */
-static void check(kiln_context *ctx, const variant *v) {
+/* (a) one variant against float64 at its default tiling (po NULL) or a forced one; false on
+ * FAIL */
+static bool check(kiln_context *ctx, const variant *v, const kiln_prepare_options *po) {
   const int B = 2, H = 4, HK = 2, Nq = 301, Nk = 517, D = 128;
   size_t nq = (size_t)B * H * Nq * D, nk = (size_t)B * HK * Nk * D;
   uint16_t *q = malloc(nq * 2), *k = malloc(nk * 2), *vv = malloc(nk * 2), *o = malloc(nq * 2);
@@ -89,7 +91,7 @@ static void check(kiln_context *ctx, const variant *v) {
   for (int h = 0; h < H; h++) slopes[h] = (float)exp2(-8.0 * (h + 1) / H);
   kiln_attn_desc d = desc_of(v);
   kiln_kernel *kern;
-  kiln_status st = kiln_prepare(ctx, &d, NULL, &kern);
+  kiln_status st = kiln_prepare(ctx, &d, po, &kern);
   kn_cuda_ptr dq = upload(q, nq * 2), dk = upload(k, nk * 2), dv = upload(vv, nk * 2),
               dout = upload(NULL, nq * 2), dsl = upload(slopes, sizeof slopes);
   kn_diag e;
@@ -124,12 +126,18 @@ static void check(kiln_context *ctx, const variant *v) {
   if (st) fprintf(stderr, "kiln: %s\n", kiln_last_error());
   bool pass = err <= kn_attn_tolerance(KN_F16);
   failures += !pass;
-  printf("%s  %-8s B%d H%d/%d Nq %d Nk %d D%d f16: max_abs_err %.3g (tol %.3g)\n",
-         pass ? "PASS" : "FAIL", v->name, B, H, HK, Nq, Nk, D, err, kn_attn_tolerance(KN_F16));
+  char tiling[48] = "";
+  if (po)
+    snprintf(tiling, sizeof tiling, " %dx%d w%d%s", po->block_m, po->block_n, po->warps,
+             po->wgmma ? " wgmma" : "");
+  printf("%s  %-8s B%d H%d/%d Nq %d Nk %d D%d f16%s: max_abs_err %.3g (tol %.3g)\n",
+         pass ? "PASS" : "FAIL", v->name, B, H, HK, Nq, Nk, D, tiling, err,
+         kn_attn_tolerance(KN_F16));
   kn_cuda_ptr bufs[] = {dq, dk, dv, dout, dsl};
   for (int i = 0; i < 5; i++)
     if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
   free(q), free(k), free(vv), free(o), free(qd), free(kd), free(vd), free(od);
+  return pass;
 }
 
 static double pairs_of(const variant *v, long N) {
@@ -196,13 +204,14 @@ out:
 
 int main(int argc, char **argv) {
   int repeats = 10;
-  bool quick = false, tilings = false;
+  bool quick = false, tilings = false, wgmma = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = true, repeats = 3;
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--tilings")) tilings = true;
+    else if (!strcmp(argv[i], "--wgmma")) tilings = wgmma = true;
     else {
-      fprintf(stderr, "usage: %s [--quick] [--repeats R] [--tilings]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--repeats R] [--tilings] [--wgmma]\n", argv[0]);
       return 2;
     }
   }
@@ -220,7 +229,7 @@ int main(int argc, char **argv) {
   }
   printf("# kiln %s on %s (%s)\n", kiln_version(), kiln_context_device_name(ctx),
          kiln_context_target(ctx));
-  for (int i = 0; i < NVAR; i++) check(ctx, &variants[i]);
+  for (int i = 0; i < NVAR; i++) check(ctx, &variants[i], NULL);
   if (failures) {
     printf("# correctness failed: no timing\n");
     return 1;
@@ -243,19 +252,27 @@ int main(int argc, char **argv) {
            WINDOW, win_ms[1] / win_ms[0]);
   if (tilings) {
     /* forced tilings (an extra table, not the headline): which would the defaults want? */
-    static const int t[][3] = {{64, 32, 4}, {64, 64, 4}, {128, 32, 4}, {128, 64, 4},
-                               {128, 64, 8}, {128, 128, 8}};
-    printf("\n| variant | N | forced tiling | ms | TFLOP/s |\n|---|---|---|---|---|\n");
+    /* {block_m, block_n, warps, wgmma}; each checked against float64 before it is timed */
+    static const int t[][4] = {{64, 32, 4, 0},  {64, 64, 4, 0},  {128, 32, 4, 0},
+                               {128, 64, 4, 0}, {128, 64, 8, 0}, {128, 128, 8, 0},
+                               {64, 64, 4, 1},  {128, 64, 8, 1}, {128, 128, 8, 1}};
+    static char rows[64][96];
+    int nrows = 0;
     for (int i = 0; i < NVAR; i++)
       for (size_t j = 0; j < sizeof t / sizeof t[0]; j++) {
-        kiln_prepare_options po = {.block_m = t[j][0], .block_n = t[j][1], .warps = t[j][2]};
+        if (t[j][3] && !wgmma) continue;
+        kiln_prepare_options po = {.block_m = t[j][0], .block_n = t[j][1], .warps = t[j][2],
+                                   .wgmma = t[j][3]};
+        if (!check(ctx, &variants[i], &po)) continue;  /* a wrong kernel is not timed */
         kiln_kernel_info info = {0};
         double ms = timed(ctx, &variants[i], 4096, repeats, &po, &info);
         double tf = 4.0 * 4 * 32 * 128 * pairs_of(&variants[i], 4096) / (ms * 1e-3) / 1e12;
-        printf("| %s | 4096 | %dx%d w%d | %.3f | %.0f |\n", variants[i].name, t[j][0], t[j][1],
-               t[j][2], ms, tf);
-        fflush(stdout);
+        if (nrows < 64)
+          snprintf(rows[nrows++], sizeof rows[0], "| %s | 4096 | %dx%d w%d%s | %.3f | %.0f |",
+                   variants[i].name, t[j][0], t[j][1], t[j][2], t[j][3] ? " wgmma" : "", ms, tf);
       }
+    printf("\n| variant | N | forced tiling | ms | TFLOP/s |\n|---|---|---|---|---|\n");
+    for (int r = 0; r < nrows; r++) printf("%s\n", rows[r]);
   }
   kiln_context_destroy(ctx);
   kn_cuda_device_close(dev);
