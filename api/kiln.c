@@ -952,6 +952,10 @@ static bool forced_config(const kiln_context *ctx, const kn_attn_desc *d,
     if (o->block_m && !o->warps) c->warps = c->block_m / 16;
     else if (!o->block_m && o->warps) c->block_m = 16 * c->warps;
     else if (!o->block_m) c->warps = c->block_m / 16;
+    /* block_n equal to the padded head dim is refused with wgmma (kn_attn_check_on): the
+     * default's other side of it, when the caller left block_n to kiln */
+    int dp = kn_attn_head_pad(d->head_dim);
+    if (!o->block_m && c->block_n == dp) c->block_n = dp * 2 <= 128 ? dp * 2 : dp / 2;
   }
   return true;
 }

@@ -255,7 +255,7 @@ int main(int argc, char **argv) {
     /* {block_m, block_n, warps, wgmma}; each checked against float64 before it is timed */
     static const int t[][4] = {{64, 32, 4, 0},  {64, 64, 4, 0},  {128, 32, 4, 0},
                                {128, 64, 4, 0}, {128, 64, 8, 0}, {128, 128, 8, 0},
-                               {64, 64, 4, 1},  {128, 64, 8, 1}, {128, 128, 8, 1}};
+                               {64, 64, 4, 1},  {128, 64, 8, 1}, {128, 32, 8, 1}};
     static char rows[64][96];
     int nrows = 0;
     for (int i = 0; i < NVAR; i++)

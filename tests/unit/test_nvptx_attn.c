@@ -272,6 +272,12 @@ static void test_wgmma(void **state) {
           kn_attn_config cfg = {.block_m = cfgs[i][0], .block_n = cfgs[i][1],
                                 .warps = cfgs[i][2], .stages = 2, .wgmma = true};
           kn_diag d;
+          if (cfg.block_n == hd) {
+            /* wrong on the H200 past the first KV block (bench/RESULTS.md): refused */
+            assert_int_equal(kn_attn_check_on(sm90, &desc, &cfg, &d), -1);
+            assert_non_null(strstr(d.message, "equal to the head dim"));
+            continue;
+          }
           if (kn_attn_check_on(sm90, &desc, &cfg, &d)) fail_msg("%s", d.message);
           compiled c;
           compile_one("sm_90a", &desc, &cfg, &c);
@@ -588,18 +594,21 @@ static void test_gpu(void **state) {
       for (int causal = 0; causal < 2; causal++)
         for (int cf = 0; cf < 6; cf++) {
           /* the default; 64x32 w4 (lse); 128x64 w4 (at D 128 Q is staged once in shared memory
-           * and read with ldmatrix in the loop); 128x128 w8 (lse); wgmma: 64x64 w4 (one
-           * warpgroup), 128x128 w8 (two warpgroups, lse) */
+           * and read with ldmatrix in the loop); 128x128 w8 (lse); wgmma: 64 rows w4 (one
+           * warpgroup), 128 rows w8 (two warpgroups, lse) */
           kn_attn_desc desc = {.dtype = t ? KN_BF16 : KN_F16, .head_dim = hd, .causal = causal,
                                .has_lse = cf % 2 == 1};
           kn_attn_config cfg = kn_attn_default_config(kn_arch_get("sm_90a"), &desc);
           if (cf == 1) cfg = (kn_attn_config){.block_m = 64, .block_n = 32, .warps = 4, .stages = 2};
           if (cf == 2) cfg = (kn_attn_config){.block_m = 128, .block_n = 64, .warps = 4, .stages = 2};
           if (cf == 3) cfg = (kn_attn_config){.block_m = 128, .block_n = 128, .warps = 8, .stages = 2};
+          /* (block_n equal to the head dim is refused with wgmma: the other block_n there) */
           if (cf == 4)
-            cfg = (kn_attn_config){.block_m = 64, .block_n = 64, .warps = 4, .stages = 2, .wgmma = true};
+            cfg = (kn_attn_config){.block_m = 64, .block_n = hd == 64 ? 128 : 64, .warps = 4,
+                                   .stages = 2, .wgmma = true};
           if (cf == 5)
-            cfg = (kn_attn_config){.block_m = 128, .block_n = 128, .warps = 8, .stages = 2, .wgmma = true};
+            cfg = (kn_attn_config){.block_m = 128, .block_n = hd == 128 ? 64 : 128, .warps = 8,
+                                   .stages = 2, .wgmma = true};
           for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
             int B = 1, H = 2, HK = li % 2 ? 1 : 2;  /* every other case: 2 heads on 1 kv head */
             double eo, el;
