@@ -269,6 +269,16 @@ kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d
   if (d->layout == KN_ATTN_VARLEN && arch && arch->isa == KN_ISA_NVPTX && c.block_m / c.warps > 16)
     c.warps = c.block_m / 16;
   kn_diag diag;
+  /* Variants on sm_90a at head dim 128 (padded): wgmma, 64x64 with one warpgroup.  Measured on
+   * the H200 (bench/RESULTS.md, 2026-12-01, N 4096, each checked against float64 first): window
+   * 0.761 ms against 0.984 at 64x32 mma.sync, softcap 2.324 against 2.823, ALiBi 1.699 against
+   * 2.275 -- as fast as FlexAttention (0.76 / 2.96 / 1.65).  Other head dims keep mma.sync
+   * until measured (64x64 is refused with wgmma at D 64: docs/gpu.md). */
+  if (kn_attn_has_modifiers(d) && arch && arch->isa == KN_ISA_NVPTX &&
+      kn_attn_head_pad(d->head_dim) == 128) {
+    kn_attn_config w = {.block_m = 64, .block_n = 64, .warps = 4, .stages = 2, .wgmma = true};
+    if (kn_attn_check_on(arch, d, &w, &diag) == 0) return w;
+  }
   if (kn_attn_check_on(arch, d, &c, &diag) == 0) return c;
   for (int bm = c.block_m; bm >= 16; bm /= 2)
     for (int bn = c.block_n; bn >= 16; bn /= 2)
