@@ -501,7 +501,7 @@ static void test_block_skipping(void **state) {
   (void)dots_of;
 }
 
-/* ---- 5: the default tilings of variants compile without spills (NVIDIA: within 48 bytes) ---- */
+/* ---- 5: the default tilings of variants compile without spills ---- */
 
 static void test_defaults_no_spills(void **state) {
   (void)state;
@@ -532,11 +532,9 @@ static void test_defaults_no_spills(void **state) {
         kn_module_free(m);
         int spills = artifact_spills(&a, t->arch, "attn_fwd");
         kn_artifact_free(&a);
-        /* AMDGPU: none; NVIDIA: a few words of spill stores + loads (the plain D128 default
-         * spills 12 and is the fastest measured); the edge-block branch (docs/variants.md,
-         * "Interior and edge blocks") took softcap with both user modifiers on sm_80 from 28 to
-         * 40 bytes (on the H200 it made plain causal 6% and the window 7% faster) */
-        int allowed = t->arch->isa == KN_ISA_NVPTX ? 48 : 0;
+        /* none anywhere: ptxas at -O3, as the driver compiles PTX (at -O0, which this test ran
+         * by mistake before, the same kernels spilled 28-288 bytes) */
+        int allowed = 0;
         if (spills)
           printf("  %s on %s D%d at %dx%d w%d: %d spill bytes\n", cs[i].name, t->name, dims[di],
                  cfg.block_m, cfg.block_n, cfg.warps, spills);
@@ -547,7 +545,7 @@ static void test_defaults_no_spills(void **state) {
       }
   }
   printf("[ variants ] %d variant kernels at their default tilings: no AMDGPU spills, NVIDIA "
-         "within 48 bytes%s\n", checked,
+         "none either%s\n", checked,
          have_ptxas ? "" : " (no ptxas: AMDGPU only)");
 }
 
