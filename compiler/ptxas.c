@@ -335,7 +335,7 @@ kn_status kn_ptxas_run(const char *ptx, size_t len, const kn_ptxas_options *opts
 
   char archopt[32], optopt[8], regopt[32];
   snprintf(archopt, sizeof archopt, "-arch=%s", opts->arch);
-  int o = opts->opt_level >= 0 && opts->opt_level <= 3 ? opts->opt_level : 3;
+  int o = opts->opt_level >= 1 && opts->opt_level <= 3 ? opts->opt_level : 3;
   snprintf(optopt, sizeof optopt, "-O%d", o);
   char *argv[12];
   int argc = 0;

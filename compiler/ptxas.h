@@ -46,7 +46,10 @@ typedef struct kn_ptxas_kernel {
 
 typedef struct kn_ptxas_options {
   const char *arch;      /* "sm_80", "sm_90a", ... (required) */
-  int opt_level;         /* -O0..-O3; values outside 0..3 mean 3 */
+  int opt_level;         /* -O1..-O3; 0 (what a designated initializer leaves) and any other
+                            value mean -O3, as the CUDA driver compiles PTX.  -O0 is not
+                            offered: its spills mislead (kernels that spill 28-288 bytes at
+                            -O0 have none at -O3) */
   int max_registers;     /* -maxrregcount, 0: no cap */
   bool want_cubin;       /* keep the cubin in the result */
 } kn_ptxas_options;

@@ -74,7 +74,7 @@ static int artifact_spills(const kn_artifact *a, const kn_arch *arch, const char
     spills = k->vgpr_spill_count + (int)k->scratch_bytes;
     kn_codeobj_free(&co);
   } else {
-    kn_ptxas_options po = {.arch = arch->name, .opt_level = 3};  /* as the driver JITs PTX */
+    kn_ptxas_options po = {.arch = arch->name};  /* the default: -O3, as the driver JITs PTX */
     kn_ptxas_result r;
     if (kn_ptxas_run(a->data, a->size, &po, &r, &d)) fail_msg("ptxas: %s", d.message);
     const kn_ptxas_kernel *k = kn_ptxas_find_kernel(&r, name);
