@@ -511,6 +511,12 @@ static bool bounded_mask(const kn_attn_mod *mod) {
   return false;
 }
 
+/* the (BM, BN) tile of key indices of the block starting at n0 */
+static kn_value *block_cols(gen *g, const kv_loop *L, kn_value *n0) {
+  kn_value *cols = bin(g, KN_OP_ADD, L->col_range, splat1(g, n0, L->BN, "n0_v"), "cols");
+  return rows_of(g, cols, L->BM, "cols_s");
+}
+
 /* The `for` over the KV blocks [lo, hi), carrying (m_i, l_i, acc) in and out of carry[].  The
  * blocks outside [ilo, ihi) are edge blocks: only they evaluate the key bound and the masks
  * bounded_mask knows, under a branch on the block start that is uniform over the program (one
@@ -567,8 +573,7 @@ static void kv_blocks(gen *g, const kv_loop *L, kn_value *lo, kn_value *hi, kn_v
     nfree += plan->mod[i].kind == KN_MOD_MASK && !bounded_mask(&plan->mod[i]);
   kn_value *cols_s = NULL, *kv_idx = NULL;
   if (L->nscore || nfree) {
-    kn_value *cols = bin(g, KN_OP_ADD, L->col_range, splat1(g, n0, BN, "n0_v"), "cols");
-    cols_s = rows_of(g, cols, BM, "cols_s");                                   /* (BM, BN) */
+    cols_s = block_cols(g, L, n0);
     kv_idx = cols_s;
     if (L->clamp) {
       kn_value *k_last = bin(g, KN_OP_SUB, L->seqlen_k, L->c1, "k_last");
@@ -608,10 +613,7 @@ static void kv_blocks(gen *g, const kv_loop *L, kn_value *lo, kn_value *hi, kn_v
   {
     kn_builder inner = g->b;
     g->b = then_b;
-    if (!cols_s) {
-      kn_value *cols = bin(g, KN_OP_ADD, L->col_range, splat1(g, n0, BN, "n0_v"), "cols");
-      cols_s = rows_of(g, cols, BM, "cols_s");
-    }
+    if (!cols_s) cols_s = block_cols(g, L, n0);
     kn_value *live = named(g, kn_b_cmp(&g->b, KN_PRED_LT, cols_s, L->seqlen_k_s), "in_k");
     for (int i = 0; i < plan->nmods; i++) {
       if (plan->mod[i].kind != KN_MOD_MASK || !bounded_mask(&plan->mod[i])) continue;
@@ -830,6 +832,10 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
     row_end = bin(g, KN_OP_MIN, bin(g, KN_OP_ADD, row0, c_bm, "row0_end"), seqlen_q, "row_end");
   }
   kn_value *hi = seqlen_k, *lo = c0;
+  /* the window's sizes, and where its edges start for the first and the last live row (the
+   * loop bounds and the interior below both use them) */
+  kn_value *wl = NULL, *wr = NULL, *w_no_left = NULL, *w_no_right = NULL, *w_diag0 = NULL,
+           *w_diag_end = NULL;
   /* clamp(x, 0, seqlen_k) */
 #define CLAMP_K(x, nm) bin(g, KN_OP_MIN, bin(g, KN_OP_MAX, (x), c0, nm "_pos"), seqlen_k, nm)
   if (d->causal || d->prefix) {
@@ -842,22 +848,22 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   if (d->window) {
     /* sizes above seqlen_q + seqlen_k mean unbounded and keep the sums below in i32 */
     kn_value *span = bin(g, KN_OP_ADD, seqlen_q, seqlen_k, "span");
-    kn_value *wl = bin(g, KN_OP_MIN, P[sig_index(sig, "window_left")], span, "wl");
-    kn_value *wr = bin(g, KN_OP_MIN, P[sig_index(sig, "window_right")], span, "wr");
-    kn_value *last = bin(g, KN_OP_ADD, bin(g, KN_OP_ADD, row_end, diag_off, "w_diag_end"), wr,
-                         "w_end");
+    wl = bin(g, KN_OP_MIN, P[sig_index(sig, "window_left")], span, "wl");
+    wr = bin(g, KN_OP_MIN, P[sig_index(sig, "window_right")], span, "wr");
+    w_diag_end = bin(g, KN_OP_ADD, row_end, diag_off, "w_diag_end");
+    kn_value *last = bin(g, KN_OP_ADD, w_diag_end, wr, "w_end");
     kn_value *w_hi = CLAMP_K(last, "w_hi");
-    kn_value *no_right = named(g, kn_b_cmp(&g->b, KN_PRED_LT, wr, c0), "w_no_right");
-    hi = bin(g, KN_OP_MIN, hi, named(g, kn_b_select(&g->b, no_right, seqlen_k, w_hi), "w_hi_s"),
+    w_no_right = named(g, kn_b_cmp(&g->b, KN_PRED_LT, wr, c0), "w_no_right");
+    hi = bin(g, KN_OP_MIN, hi, named(g, kn_b_select(&g->b, w_no_right, seqlen_k, w_hi), "w_hi_s"),
              "kv_hi_w");
     /* the first key row0 may see, rounded down to a block start */
-    kn_value *first = bin(g, KN_OP_SUB, bin(g, KN_OP_ADD, row0, diag_off, "w_diag0"), wl,
-                          "w_first");
+    w_diag0 = bin(g, KN_OP_ADD, row0, diag_off, "w_diag0");
+    kn_value *first = bin(g, KN_OP_SUB, w_diag0, wl, "w_first");
     first = bin(g, KN_OP_MAX, first, c0, "w_first_pos");
     first = bin(g, KN_OP_MUL, bin(g, KN_OP_DIV, first, ci(g, i32, BN, "c_bn_w"), "w_blk"),
                 ci(g, i32, BN, "c_bn_w2"), "w_lo");
-    kn_value *no_left = named(g, kn_b_cmp(&g->b, KN_PRED_LT, wl, c0), "w_no_left");
-    lo = named(g, kn_b_select(&g->b, no_left, c0, first), "kv_lo");
+    w_no_left = named(g, kn_b_cmp(&g->b, KN_PRED_LT, wl, c0), "w_no_left");
+    lo = named(g, kn_b_select(&g->b, w_no_left, c0, first), "kv_lo");
   }
 #undef CLAMP_K
   kn_value *c_bn = ci(g, i32, BN, "c_block_n");
@@ -890,18 +896,12 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
     e = bin(g, KN_OP_MIN, e, ce, "i_end_c");
   }
   if (d->window) {
-    kn_value *span = bin(g, KN_OP_ADD, seqlen_q, seqlen_k, "i_span");
-    kn_value *wl = bin(g, KN_OP_MIN, P[sig_index(sig, "window_left")], span, "i_wl");
-    kn_value *wr = bin(g, KN_OP_MIN, P[sig_index(sig, "window_right")], span, "i_wr");
-    kn_value *we = bin(g, KN_OP_ADD, bin(g, KN_OP_ADD, bin(g, KN_OP_ADD, row0, diag_off, "i_wd0"),
-                                         wr, "i_wr_end0"), c1i, "i_w_end");
-    kn_value *no_right = named(g, kn_b_cmp(&g->b, KN_PRED_LT, wr, c0), "i_no_right");
-    e = bin(g, KN_OP_MIN, e, named(g, kn_b_select(&g->b, no_right, e, we), "i_w_end_s"), "i_end_w");
-    kn_value *last = bin(g, KN_OP_SUB, bin(g, KN_OP_ADD, row_end, diag_off, "i_wd1"), c1i,
-                         "i_w_last");
+    kn_value *we = bin(g, KN_OP_ADD, bin(g, KN_OP_ADD, w_diag0, wr, "i_wr_end0"), c1i, "i_w_end");
+    e = bin(g, KN_OP_MIN, e, named(g, kn_b_select(&g->b, w_no_right, e, we), "i_w_end_s"),
+            "i_end_w");
+    kn_value *last = bin(g, KN_OP_SUB, w_diag_end, c1i, "i_w_last");
     kn_value *wa = bin(g, KN_OP_SUB, last, wl, "i_w_first");
-    kn_value *no_left = named(g, kn_b_cmp(&g->b, KN_PRED_LT, wl, c0), "i_no_left");
-    a = named(g, kn_b_select(&g->b, no_left, lo, wa), "i_first");
+    a = named(g, kn_b_select(&g->b, w_no_left, lo, wa), "i_first");
   }
   /* ilo = lo + ceil(max(a - lo, 0) / BN) * BN, at most hi */
   kn_value *ilo = lo;
