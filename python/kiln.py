@@ -493,6 +493,24 @@ def _variant_tensor(t, name, dev, rank, dtypes, shape, broadcast=False):
     return tuple(0 if g == 1 and w != 1 else x for g, w, x in zip(got, shape, st))
 
 
+def _scalar_variants(var, val, window_size, softcap, alibi_slopes, dev, B, H):
+    """The window, soft-capping and ALiBi arguments of attention() and attention_varlen() into
+    the descriptor flags (var) and launch values (val)."""
+    if window_size is not None and tuple(window_size) != (-1, -1):
+        var["window"], val["window"] = True, (int(window_size[0]), int(window_size[1]))
+    if softcap:
+        var["softcap"], val["softcap"] = True, float(softcap)
+    if alibi_slopes is not None:
+        rank = len(alibi_slopes.shape)
+        if rank not in (1, 2):
+            raise KilnError(ERR_INVALID, "alibi_slopes must be (H) or (B, H), got shape %s"
+                            % (tuple(alibi_slopes.shape),))
+        st = _variant_tensor(alibi_slopes, "alibi_slopes", dev, rank, ("float32",),
+                             (H,) if rank == 1 else (B, H), broadcast=True)
+        var["alibi"], val["alibi_slopes"] = True, alibi_slopes.data_ptr()
+        val["alibi_stride"] = st[0] if rank == 2 else 0
+
+
 def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_size=None,
               softcap=None, alibi_slopes=None, bias=None, document_ids=None, prefix_len=None,
               score_mod=None, mask_mod=None, params=None):
@@ -545,19 +563,7 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_s
 
     # the variant: descriptor flags and launch values
     var, val = {}, {}
-    if window_size is not None and tuple(window_size) != (-1, -1):
-        var["window"], val["window"] = True, (int(window_size[0]), int(window_size[1]))
-    if softcap:
-        var["softcap"], val["softcap"] = True, float(softcap)
-    if alibi_slopes is not None:
-        rank = len(alibi_slopes.shape)
-        if rank not in (1, 2):
-            raise KilnError(ERR_INVALID, "alibi_slopes must be (H) or (B, H), got shape %s"
-                            % (tuple(alibi_slopes.shape),))
-        st = _variant_tensor(alibi_slopes, "alibi_slopes", dev, rank, ("float32",),
-                             (H,) if rank == 1 else (B, H), broadcast=True)
-        var["alibi"], val["alibi_slopes"] = True, alibi_slopes.data_ptr()
-        val["alibi_stride"] = st[0] if rank == 2 else 0
+    _scalar_variants(var, val, window_size, softcap, alibi_slopes, dev, B, H)
     if bias is not None:
         st = _variant_tensor(bias, "bias", dev, 4, (name,), (B, H, Nq, Nk), broadcast=True)
         if st[:3] == (0, 0, 0) and (B, H, Nq) != (1, 1, 1):
@@ -650,19 +656,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         raise KilnError(ERR_INVALID, "cu_seqlens_q has %d entries, cu_seqlens_k %d"
                         % (B + 1, int(cu_seqlens_k.shape[0])))
     var, val = {}, {}
-    if window_size is not None and tuple(window_size) != (-1, -1):
-        var["window"], val["window"] = True, (int(window_size[0]), int(window_size[1]))
-    if softcap:
-        var["softcap"], val["softcap"] = True, float(softcap)
-    if alibi_slopes is not None:
-        rank = len(alibi_slopes.shape)
-        if rank not in (1, 2):
-            raise KilnError(ERR_INVALID, "alibi_slopes must be (H) or (B, H), got shape %s"
-                            % (tuple(alibi_slopes.shape),))
-        st = _variant_tensor(alibi_slopes, "alibi_slopes", dev, rank, ("float32",),
-                             (H,) if rank == 1 else (B, H), broadcast=True)
-        var["alibi"], val["alibi_slopes"] = True, alibi_slopes.data_ptr()
-        val["alibi_stride"] = st[0] if rank == 2 else 0
+    _scalar_variants(var, val, window_size, softcap, alibi_slopes, dev, B, H)
     if out is None:
         import torch  # lazily: the caller's tensors are torch's, so it is installed
         out = torch.empty((Tq, H, D), dtype=q.dtype, device=q.device)
