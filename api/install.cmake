@@ -21,15 +21,20 @@ include(CMakePackageConfigHelpers)
 set(KILN_RT_STATIC_LIBS sqlite3 xxhash pthread dl m)
 # libkiln.a: the same plus LLVM and, where the AMDGPU backend links in process, lld 22's
 # archives (named by path: never another lld), zlib and zstd (lld's), libstdc++ (lld is C++)
+set(KILN_STATIC_LLD)
+if(NOT KILN_LLVM_STATIC OR KILN_STATIC_LLD)
+  set(KILN_STATIC_LLD "${KILN_LLD_ELF};${KILN_LLD_COMMON}")
+endif()
 if(KILN_LLVM_STATIC)
   # LLVM's component archives: the consumer's find_package(kiln) finds LLVM's own CMake package
-  # (kilnConfig.cmake below); pkg-config's static_libs does not describe this build
+  # (kilnConfig.cmake below), they follow lld's archives; pkg-config's static_libs does not
+  # describe this build
   set(KILN_STATIC_LLVM "")
 else()
   set(KILN_STATIC_LLVM "$<TARGET_FILE:LLVM>")
-  set(KILN_STATIC_LLD "${KILN_LLD_ELF};${KILN_LLD_COMMON}")
 endif()
-set(KILN_STATIC_LIBS ${KILN_STATIC_LLD} ${KILN_STATIC_LLVM} z zstd stdc++ ${KILN_RT_STATIC_LIBS})
+set(KILN_STATIC_REST ${KILN_STATIC_LLVM} z zstd stdc++ ${KILN_RT_STATIC_LIBS})
+set(KILN_STATIC_LIBS ${KILN_STATIC_LLD} ${KILN_STATIC_REST})
 
 # ---- targets ----
 # the libraries' rpath: the LLVM they were linked against (Debian's libLLVM is on the loader's
@@ -50,7 +55,11 @@ string(JOIN " " KILN_RT_STATIC_LIBS_CMAKE ${KILN_RT_STATIC_LIBS})
 # a static LLVM: the component targets kiln's compiler links, from LLVM's own package
 set(KILN_LLVM_COMPONENTS)
 if(KILN_LLVM_STATIC)
-  foreach(t kiln_compiler kiln_amdgpu)
+  set(lld_targets)
+  if(KILN_STATIC_LLD)
+    set(lld_targets kn_lld_common)
+  endif()
+  foreach(t kiln_compiler kiln_amdgpu ${lld_targets})
     get_target_property(libs ${t} INTERFACE_LINK_LIBRARIES)
     foreach(l ${libs})
       if(l MATCHES "^LLVM")
