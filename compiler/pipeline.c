@@ -80,24 +80,6 @@ int kn_stage_parse(const char *s) {
   return mask;
 }
 
-/* ---- artefacts ---- */
-
-void kn_artifact_free(kn_artifact *a) {
-  if (!a) return;
-  free(a->data);
-  a->data = NULL;
-  a->size = 0;
-}
-
-const char *kn_artifact_kind_name(kn_artifact_kind k) {
-  switch (k) {
-  case KN_ARTIFACT_HOST_OBJECT: return "host object";
-  case KN_ARTIFACT_CODE_OBJECT: return "code object";
-  case KN_ARTIFACT_PTX: return "PTX";
-  }
-  return "?";
-}
-
 /* ---- one compile ---- */
 
 typedef struct compile {
