@@ -33,12 +33,13 @@
  *
  * Paged (layout KN_ATTN_PAGED, docs/serving.md, templates/attn_paged.c): q, o and lse are dense
  * (B, H, Nq, D) as above, k and v are page pools (num_pages, page_size, HK, D) addressed through
- * a block table, and five parameters follow the 24: block_table (ptr<i32>, (B, max_pages)),
- * cache_seqlens (ptr<i32>, (B)), page_size (i32, 1..256), num_pages (i32) and block_table_sb
- * (i64, the table's row stride).  Then seqlen_k is the table's capacity max_pages * page_size,
+ * a block table, and six parameters follow the 24: block_table (ptr<i32>, (B, max_pages)),
+ * cache_seqlens (ptr<i32>, (B)), page_size (i32, 1..256), num_pages (i32), seqlen_new (i32: the
+ * rows appended before this launch, flash_attn_with_kvcache's k_new) and block_table_sb (i64,
+ * the table's row stride).  Then seqlen_k is the table's capacity max_pages * page_size,
  * k_sb / v_sb are the pools' page strides, k_sh / v_sh their head strides and k_sn / v_sn the
- * row strides inside a page; each program's keys are its sequence's cache_seqlens[b] (clamped
- * into [0, seqlen_k]), and the masks, loop bounds and modifiers see that length as seqlen_k
+ * row strides inside a page; each program's keys are its sequence's cache_seqlens[b] +
+ * seqlen_new (clamped into [0, seqlen_k]), and the masks, loop bounds and modifiers see that length as seqlen_k
  * (causal is bottom-right aligned to it: the queries are the last seqlen_q keys, as in
  * flash_attn_with_kvcache).  Every page number is clamped into the pool, so no block table makes
  * the kernel read outside it.
@@ -192,6 +193,7 @@ typedef struct kn_attn_problem {
    * reads), the pools' num_pages pages of page_size rows; seqlen_k is max_pages * page_size */
   const int32_t *block_table, *cache_seqlens;
   int page_size, num_pages, max_pages;
+  int seqlen_new;  /* rows appended before the launch: sequence b has cache_seqlens[b] + it keys */
 } kn_attn_problem;
 
 /* flash_attn_with_kvcache's append, on host memory: k_new and v_new ((B, HK, seqlen_new, D)

@@ -794,7 +794,8 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
         .table = named(g, kn_b_ptradd(&g->b, table, toff), "table_row"),
         .page_size = P[sig_index(sig, "page_size")],
         .num_pages = P[sig_index(sig, "num_pages")],
-        .len = kn_paged_len(&g->b, P[sig_index(sig, "cache_seqlens")], b64, seqlen_k,
+        .len = kn_paged_len(&g->b, P[sig_index(sig, "cache_seqlens")], b64,
+                            P[sig_index(sig, "seqlen_new")], seqlen_k,
                             P[sig_index(sig, "num_pages")])};
     P[P_SEQLEN_K] = seqlen_k = pg_kv.len;
     kb64 = ci(g, i64, 0, "c0_page");

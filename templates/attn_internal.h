@@ -77,7 +77,7 @@ extern const char *const kn_attn_cu_names[2];
  * hold so no access leaves the pool, and name the values they build. */
 
 /* the names of a paged kernel's parameters after the template's 24 (attention.h) */
-enum { KN_ATTN_PAGED_NPARAMS = 5 };
+enum { KN_ATTN_PAGED_NPARAMS = 6 };
 extern const char *const kn_attn_paged_names[KN_ATTN_PAGED_NPARAMS];
 
 /* what the helpers read: the sequence's row of the block table (ptr<i32>), the page size and
@@ -92,10 +92,11 @@ typedef struct kn_paged_rows {
   kn_value *page, *slot, *live;
 } kn_paged_rows;
 
-/* sequence b64's (i64) key count: cache_seqlens[b] clamped into [0, cap] (cap = max_pages *
- * page_size, the most its table row addresses), 0 when num_pages <= 0 */
-kn_value *kn_paged_len(kn_builder *b, kn_value *cache_seqlens, kn_value *b64, kn_value *cap,
-                       kn_value *num_pages);
+/* sequence b64's (i64) key count: cache_seqlens[b] + added (i32: the rows appended before the
+ * launch) clamped into [0, cap] (cap = max_pages * page_size, the most its table row
+ * addresses), 0 when num_pages <= 0 */
+kn_value *kn_paged_len(kn_builder *b, kn_value *cache_seqlens, kn_value *b64, kn_value *added,
+                       kn_value *cap, kn_value *num_pages);
 
 /* the pages and slots of keys n0 .. n0 + n - 1: one gather of the table's live entries, each
  * clamped into [0, num_pages) */

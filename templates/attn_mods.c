@@ -230,7 +230,7 @@ int kn_attn_plan_make(kn_module *m, const kn_attn_desc *d, kn_attn_plan *p, kn_d
   if (d->layout == KN_ATTN_PAGED)
     for (int i = 0; i < KN_ATTN_PAGED_NPARAMS; i++) {
       snprintf(sig->name[sig->n], sizeof sig->name[0], "%s", kn_attn_paged_names[i]);
-      sig->type[sig->n++] = i < 2 ? kn_ty_ptr(KN_I32) : i < 4 ? kn_ty_scalar(KN_I32)
+      sig->type[sig->n++] = i < 2 ? kn_ty_ptr(KN_I32) : i < 5 ? kn_ty_scalar(KN_I32)
                                                               : kn_ty_scalar(KN_I64);
     }
   if (d->prefix && d->causal)
@@ -327,7 +327,7 @@ static int cu_param(const kn_attn_desc *d, const char *name) {
 }
 
 const char *const kn_attn_paged_names[KN_ATTN_PAGED_NPARAMS] = {
-    "block_table", "cache_seqlens", "page_size", "num_pages", "block_table_sb"};
+    "block_table", "cache_seqlens", "page_size", "num_pages", "seqlen_new", "block_table_sb"};
 
 /* a paged kernel's parameter of kn_attn_paged_names, else -1 */
 static int paged_param(const kn_attn_desc *d, const char *name) {
@@ -383,7 +383,8 @@ int kn_attn_fill_vargs(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_a
           return kn_error(diag, NULL, nowhere, "attention: paged, but %s is NULL", name);
         if (regions) regions[nreg++] = (kn_region){out[i].p, bytes[pg]};
       } else {
-        out[i].i = pg == 2 ? p->page_size : pg == 3 ? p->num_pages : p->max_pages;
+        const int64_t v[] = {0, 0, p->page_size, p->num_pages, p->seqlen_new, p->max_pages};
+        out[i].i = v[pg];
       }
       done = true;
     }

@@ -53,15 +53,20 @@ static kn_value *spread(kn_builder *b, kn_value *x, int axis, int other, const c
   return nm(b, kn_b_broadcast(b, e, 2, shape), name);
 }
 
-kn_value *kn_paged_len(kn_builder *b, kn_value *cache_seqlens, kn_value *b64, kn_value *cap,
-                       kn_value *num_pages) {
+kn_value *kn_paged_len(kn_builder *b, kn_value *cache_seqlens, kn_value *b64, kn_value *added,
+                       kn_value *cap, kn_value *num_pages) {
   kn_type i32 = kn_ty_scalar(KN_I32);
   kn_value *one = nm(b, kn_b_const_i(b, kn_ty_scalar(KN_I64), 1), "c1_pg");
   kn_value *z = nm(b, kn_b_const_i(b, i32, 0), "c0_pg");
   kn_value *raw = nm(b, kn_b_load(b, i32, cache_seqlens, &b64, &one, NULL, NULL, NULL),
                      "cache_len_raw");
-  kn_value *len = bin(b, KN_OP_MIN, bin(b, KN_OP_MAX, raw, z, "cache_len_pos"), cap,
-                      "cache_len_cap");
+  /* in i64, so no length and count can wrap around */
+  kn_value *sum = bin(b, KN_OP_ADD, nm(b, kn_b_cast(b, raw, KN_I64), "cache_len64"),
+                      nm(b, kn_b_cast(b, added, KN_I64), "added64"), "cache_len_sum");
+  kn_value *cap64 = nm(b, kn_b_cast(b, cap, KN_I64), "cap64");
+  kn_value *z64 = nm(b, kn_b_const_i(b, kn_ty_scalar(KN_I64), 0), "c0_pg64");
+  kn_value *len = nm(b, kn_b_cast(b, bin(b, KN_OP_MIN, bin(b, KN_OP_MAX, sum, z64, "cache_len_pos"),
+                                         cap64, "cache_len_cap64"), KN_I32), "cache_len_cap");
   /* a pool without pages has nothing to read: every sequence is empty */
   kn_value *any = nm(b, kn_b_cmp(b, KN_PRED_GT, num_pages, z), "pool_any");
   return nm(b, kn_b_select(b, any, len, z), "cache_len");

@@ -68,11 +68,12 @@ static int paged_check(const kn_attn_problem *p, kn_diag *diag) {
                     "cache_seqlens is NULL");
   const int64_t cap = (int64_t)p->max_pages * p->page_size;
   for (int b = 0; b < p->batch; b++) {
-    int n = p->cache_seqlens[b];
-    if (n < 0 || n > cap)
-      return kn_error(diag, NULL, nowhere, "attention reference: cache_seqlens[%d] = %d is not "
-                      "in 0..%lld (max_pages * page_size)", b, n, (long long)cap);
-    for (int i = 0; i < (n + p->page_size - 1) / p->page_size; i++) {
+    int64_t n = (int64_t)p->cache_seqlens[b] + p->seqlen_new;
+    if (p->cache_seqlens[b] < 0 || n > cap)
+      return kn_error(diag, NULL, nowhere, "attention reference: cache_seqlens[%d] = %d (+ %d "
+                      "new) is not in 0..%lld (max_pages * page_size)", b, p->cache_seqlens[b],
+                      p->seqlen_new, (long long)cap);
+    for (int i = 0; i < (int)((n + p->page_size - 1) / p->page_size); i++) {
       int pg = p->block_table[(size_t)b * p->max_pages + i];
       if (pg < 0 || pg >= p->num_pages)
         return kn_error(diag, NULL, nowhere, "attention reference: block_table[%d, %d] = %d is "
@@ -139,7 +140,7 @@ int kn_attn_reference_v(const kn_attn_desc *desc, kn_module *mods, const kn_attn
         r->args[KN_ATTN_P_SEQLEN_K].i = nk;
       }
       if (paged) {  /* keys through the table: key_row() below; the modifiers see the length */
-        nk = p->cache_seqlens[b];
+        nk = p->cache_seqlens[b] + p->seqlen_new;
         koff = (size_t)hk * D;
         r->args[KN_ATTN_P_SEQLEN_K].i = nk;
       }

@@ -51,6 +51,7 @@ typedef struct pg_case {
   int len[MAXB];     /* cache lengths */
   int tail;          /* unused table entries past the pages a sequence needs */
   int spare;         /* pool pages no sequence uses */
+  int seqlen_new;    /* rows appended before the launch (the kernel adds them to the lengths) */
   /* derived */
   int max_pages, num_pages, max_len;
   int32_t *table, seqlens[MAXB];
@@ -134,7 +135,7 @@ static kn_attn_problem pg_problem(const pg_case *c) {
                            .seqlen_q = c->seqlen_q, .seqlen_k = c->max_pages * c->page_size,
                            .block_table = c->table, .cache_seqlens = c->seqlens,
                            .page_size = c->page_size, .num_pages = c->num_pages,
-                           .max_pages = c->max_pages};
+                           .max_pages = c->max_pages, .seqlen_new = c->seqlen_new};
 }
 
 static double abs_err(double got, double want) {
@@ -444,6 +445,10 @@ static void test_clamped(void **state) {
     assert_int_equal(kn_attn_reference_v(&c.desc, NULL, &p, NULL, x.qd, x.kd, x.vd, x.od, x.ld,
                                          &diag), -1);
     assert_non_null(strstr(diag.message, "block_table[0, 0]"));
+    /* lengths that would wrap around i32 */
+    r.args[sig_param(&c.desc, "seqlen_new")].i = INT32_MAX;
+    if (kn_interp_run(r.f, r.args, r.grid, r.regions, r.nreg, NULL, &diag))
+      fail_msg("seqlen_new INT32_MAX: %s", diag.message);
     /* an empty pool: every sequence has no keys, whatever the table says */
     r.args[sig_param(&c.desc, "num_pages")].i = 0;
     if (kn_interp_run(r.f, r.args, r.grid, r.regions, r.nreg, NULL, &diag))
@@ -503,7 +508,7 @@ static void test_append(void **state) {
             x.vd[(row * HK + h) * D + e] = vnd[from];
           }
       }
-    for (int b = 0; b < c.batch; b++) c.seqlens[b] += nnew;
+    c.seqlen_new = nnew;  /* the kernel attends over cache_seqlens + seqlen_new keys */
     kn_attn_config cfg = {.block_m = 16, .block_n = 32, .warps = 1, .stages = 1};
     pg_run r;
     run_make(&c, &x, &cfg, &r);
@@ -511,7 +516,7 @@ static void test_append(void **state) {
       fail_msg("append + attend: %s", diag.message);
     check_reference(&c, &x, "interp+append");
     /* past the table's capacity: refused, nothing written */
-    c.seqlens[0] = c.max_pages * c.page_size - nnew + 1;
+    c.seqlens[0] = c.max_pages * c.page_size - nnew + 1;  /* one row past the table */
     unsigned char *before = malloc(x.nk * x.es + 1);
     memcpy(before, x.k, x.nk * x.es);
     assert_int_equal(kn_attn_paged_append(&ap, &diag), -1);
