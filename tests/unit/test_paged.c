@@ -462,6 +462,24 @@ static void test_clamped(void **state) {
 
 /* ---- 4: append, then attend ----------------------------------------------------------------------- */
 
+/* the reference's pools get the new rows ((B, nnew, HK, D) values) by their own loop */
+static void ref_append(const pg_case *c, pg_data *x, const double *knd, const double *vnd,
+                       int nnew) {
+  const int HK = c->kv_heads, D = c->desc.head_dim;
+  for (int b = 0; b < c->batch; b++)
+    for (int i = 0; i < nnew; i++) {
+      int j = c->seqlens[b] + i;
+      size_t row = (size_t)c->table[b * c->max_pages + j / c->page_size] * c->page_size +
+                   (size_t)(j % c->page_size);
+      for (int h = 0; h < HK; h++)
+        for (int e = 0; e < D; e++) {
+          size_t from = (((size_t)b * nnew + i) * HK + h) * D + e;
+          x->kd[(row * HK + h) * D + e] = knd[from];
+          x->vd[(row * HK + h) * D + e] = vnd[from];
+        }
+    }
+}
+
 static void test_append(void **state) {
   (void)state;
   pg_case cs[16];
@@ -495,19 +513,7 @@ static void test_append(void **state) {
         .v_new_stride = {(int64_t)nnew * HK * D, D, (int64_t)HK * D}};
     kn_diag diag;
     if (kn_attn_paged_append(&ap, &diag)) fail_msg("append: %s", diag.message);
-    /* the reference's pools get the same rows by their own loop */
-    for (int b = 0; b < c.batch; b++)
-      for (int i = 0; i < nnew; i++) {
-        int j = c.seqlens[b] + i;
-        size_t row = (size_t)c.table[b * c.max_pages + j / c.page_size] * c.page_size +
-                     (size_t)(j % c.page_size);
-        for (int h = 0; h < HK; h++)
-          for (int e = 0; e < D; e++) {
-            size_t from = (((size_t)b * nnew + i) * HK + h) * D + e;
-            x.kd[(row * HK + h) * D + e] = knd[from];
-            x.vd[(row * HK + h) * D + e] = vnd[from];
-          }
-      }
+    ref_append(&c, &x, knd, vnd, nnew);
     c.seqlen_new = nnew;  /* the kernel attends over cache_seqlens + seqlen_new keys */
     kn_attn_config cfg = {.block_m = 16, .block_n = 32, .warps = 1, .stages = 1};
     pg_run r;
@@ -571,6 +577,138 @@ static void test_code(void **state) {
          have_ptxas ? ", sm_80, sm_90a through ptxas" : "; no ptxas: NVIDIA skipped");
 }
 
+/* ---- 6: the API on the host ----------------------------------------------------------------- */
+
+static kiln_context *host_context(void) {
+  kiln_context_options co = {.no_cache = 1, .device = "host"};
+  kiln_context *ctx = NULL;
+  if (kiln_context_create(&co, &ctx)) fail_msg("context: %s", kiln_last_error());
+  return ctx;
+}
+
+/* kiln_forward of case c (its lengths after appending nnew rows) on the host: q and o in
+ * FlashAttention's (B, Nq, H, D), k_new / v_new (B, nnew, HK, D), every capacity described;
+ * the status, and on success the check against the reference */
+static kiln_status api_run(kiln_context *ctx, pg_case *c, int nnew, void (*edit)(kiln_attn_args *)) {
+  for (int b = 0; b < c->batch; b++) c->len[b] += nnew;
+  pg_prepare(c);
+  for (int b = 0; b < c->batch; b++) c->seqlens[b] -= nnew;
+  pg_data x;
+  data_make(c, &x);
+  const int B = c->batch, H = c->heads, HK = c->kv_heads, D = c->desc.head_dim, Nq = c->seqlen_q;
+  size_t nn = (size_t)B * nnew * HK * D;
+  void *kn = malloc(nn * x.es + 2), *vn = malloc(nn * x.es + 2);
+  double *knd = malloc(nn * 8 + 8), *vnd = malloc(nn * 8 + 8);
+  fill(c->desc.dtype, kn, knd, nn, x.es, false);
+  fill(c->desc.dtype, vn, vnd, nn, x.es, false);
+  /* the (B, H, Nq, D) values the reference reads, laid out as (B, Nq, H, D) for the API */
+  void *qf = malloc(x.nq * x.es + 2), *of = malloc(x.nq * x.es + 2);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < Nq; i++) {
+        size_t from = (((size_t)b * H + h) * Nq + i) * D, to = (((size_t)b * Nq + i) * H + h) * D;
+        memcpy((char *)qf + to * x.es, (char *)x.q + from * x.es, (size_t)D * x.es);
+      }
+  kiln_attn_desc pd = {.dtype = c->desc.dtype == KN_F16 ? KILN_F16 : KILN_F32,
+                       .head_dim = D, .causal = c->desc.causal, .has_lse = c->desc.has_lse,
+                       .window = c->desc.window, .softcap = c->desc.softcap,
+                       .alibi = c->desc.alibi, .layout = KILN_LAYOUT_PAGED};
+  kiln_kernel *k;
+  if (kiln_prepare(ctx, &pd, NULL, &k)) fail_msg("prepare: %s", kiln_last_error());
+  int64_t qs[3] = {(int64_t)Nq * H * D, D, (int64_t)H * D};
+  kiln_attn_args a = {
+      .q = qf, .k = x.k, .v = x.v, .o = of, .lse = x.lse, .batch = B, .heads = H,
+      .kv_heads = HK, .seqlen_q = Nq, .window_left = c->va.window_left,
+      .window_right = c->va.window_right, .softcap = c->va.softcap,
+      .alibi_slopes = c->va.alibi_slopes, .alibi_stride = c->va.alibi_sb,
+      .block_table = c->table, .cache_seqlens = c->seqlens, .page_size = c->page_size,
+      .num_pages = c->num_pages, .max_pages = c->max_pages, .k_new = nnew ? kn : NULL,
+      .v_new = nnew ? vn : NULL, .seqlen_new = nnew, .q_numel = (int64_t)x.nq,
+      .k_numel = (int64_t)x.nk, .v_numel = (int64_t)x.nk, .o_numel = (int64_t)x.nq,
+      .lse_numel = (int64_t)x.nl, .block_table_numel = (int64_t)B * c->max_pages,
+      .k_new_numel = (int64_t)nn, .v_new_numel = (int64_t)nn,
+      .alibi_numel = c->desc.alibi ? (int64_t)B * H : 0};
+  memcpy(a.q_stride, qs, sizeof qs);
+  memcpy(a.o_stride, qs, sizeof qs);
+  if (edit) edit(&a);
+  unsigned char *before = malloc(x.nk * x.es + 1);
+  memcpy(before, x.k, x.nk * x.es);
+  kiln_status st = kiln_forward(k, &a, NULL);
+  if (st == KILN_OK) {
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < H; h++)
+        for (int i = 0; i < Nq; i++) {
+          size_t to = (((size_t)b * H + h) * Nq + i) * D, from = (((size_t)b * Nq + i) * H + h) * D;
+          memcpy((char *)x.o + to * x.es, (char *)of + from * x.es, (size_t)D * x.es);
+        }
+    ref_append(c, &x, knd, vnd, nnew);
+    c->seqlen_new = nnew;
+    check_reference(c, &x, "host (API)");
+    c->seqlen_new = 0;
+  } else {
+    assert_memory_equal(before, x.k, x.nk * x.es);  /* a refused call appends nothing */
+  }
+  free(before), free(qf), free(of), free(kn), free(vn), free(knd), free(vnd);
+  data_free(&x);
+  pg_free(c);
+  return st;
+}
+
+static void page_out(kiln_attn_args *a) { ((int32_t *)a->block_table)[0] = a->num_pages; }
+static void long_seq(kiln_attn_args *a) { ((int32_t *)a->cache_seqlens)[1] = a->max_pages * a->page_size; }
+static void bad_seqlen_k(kiln_attn_args *a) { a->seqlen_k = 7; }
+static void small_table(kiln_attn_args *a) { a->block_table_numel -= 1; }
+static void no_v_new(kiln_attn_args *a) { a->v_new = NULL; }
+static void page_zero(kiln_attn_args *a) { a->page_size = 0; }
+static void big_page(kiln_attn_args *a) { a->page_size = 257; }
+static void small_pool(kiln_attn_args *a) { a->k_numel -= 1; }
+static void small_new(kiln_attn_args *a) { a->v_new_numel -= 1; }
+
+static void expect_invalid(kiln_context *ctx, pg_case c, void (*edit)(kiln_attn_args *),
+                           const char *words) {
+  assert_int_equal(api_run(ctx, &c, 2, edit), KILN_ERR_INVALID);
+  if (!strstr(kiln_last_error(), words))
+    fail_msg("expected \"%s\" in: %s", words, kiln_last_error());
+}
+
+static void test_api_paged(void **state) {
+  (void)state;
+  kiln_context *ctx = host_context();
+  pg_case cs[16];
+  case_list(cs, KN_F16, 64);
+  static const int variants[] = {0, 1, 3, 5, 6};  /* plain, causal, window, softcap, alibi */
+  for (int i = 0; i < 5; i++)
+    for (int sh = 0; sh < 6; sh++) {
+      pg_case c = cs[variants[i]];
+      shape_of(&c, sh + i);
+      assert_int_equal(api_run(ctx, &c, (sh + i) % 3, NULL), KILN_OK);
+    }
+  pg_case c = cs[1];
+  shape_of(&c, 0);
+  expect_invalid(ctx, c, page_out, "block_table[0, 0]");
+  expect_invalid(ctx, c, long_seq, "cache_seqlens[1]");
+  expect_invalid(ctx, c, bad_seqlen_k, "seqlen_k 7");
+  expect_invalid(ctx, c, small_table, "block_table holds");
+  expect_invalid(ctx, c, no_v_new, "k_new and v_new");
+  expect_invalid(ctx, c, page_zero, "page_size 0");
+  expect_invalid(ctx, c, big_page, "page_size 257");
+  expect_invalid(ctx, c, small_pool, "k holds");
+  expect_invalid(ctx, c, small_new, "v_new holds");
+  /* paged fields to a dense kernel; a paged kernel is not tuned */
+  kiln_attn_desc pd = {.dtype = KILN_F16, .head_dim = 64};
+  kiln_kernel *k;
+  if (kiln_prepare(ctx, &pd, NULL, &k)) fail_msg("prepare: %s", kiln_last_error());
+  char buf[64];
+  int32_t one = 1;
+  kiln_attn_args a = {.q = buf, .k = buf, .v = buf, .o = buf, .batch = 1, .heads = 1,
+                      .kv_heads = 1, .seqlen_q = 1, .seqlen_k = 1, .block_table = &one};
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "KILN_LAYOUT_PAGED"));
+  pd.layout = KILN_LAYOUT_PAGED;
+  assert_int_equal(kiln_tune(ctx, &pd, NULL, NULL), KILN_ERR_UNSUPPORTED);
+  kiln_context_destroy(ctx);
+}
+
 int main(void) {
   const char *e = getenv("KILN_TEST_SEED");
   seed0 = e ? strtoull(e, NULL, 10) : (uint64_t)time(NULL);
@@ -581,6 +719,7 @@ int main(void) {
       cmocka_unit_test(test_append),          cmocka_unit_test(test_interp),
       cmocka_unit_test(test_host),            cmocka_unit_test(test_gfx90a_emu),
       cmocka_unit_test(test_gfx942_emu),      cmocka_unit_test(test_code),
+      cmocka_unit_test(test_api_paged),
   };
   if (getenv("KILN_TEST_FILTER")) cmocka_set_test_filter(getenv("KILN_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);
