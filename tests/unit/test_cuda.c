@@ -17,7 +17,9 @@
  *     parameter packing, strides, streams) without a GPU.  The dtype, head dim and causal flag
  *     are not kernel parameters, so the test tells the fake with kn_fake_cuda_attn() first;
  *     kn_fake_cuda_attn_variant() says that a softcap (an f32) and/or a sliding window (two
- *     i32 parameters) follow the 24, which checks the packing of a variant's parameters.
+ *     i32 parameters) follow the 24, which checks the packing of a variant's parameters;
+ *     kn_fake_cuda_attn_varlen() and kn_fake_cuda_attn_paged() switch it to packed sequences
+ *     and to a paged KV cache read through its block table.
  *   - On the H200 (bench/h200/device_run.sh): the same GPU tests against the real driver, with
  *     hand-written PTX (.version 8.0, .target sm_80) JIT-compiled by the driver, and, where
  *     ptxas is installed, also a cubin made by compiler/ptxas.c.
@@ -25,6 +27,7 @@
  */
 #if defined(KN_FAKE_LIBCUDA)
 /* ---------------- the fake driver ---------------- */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +58,12 @@ void kn_fake_cuda_attn_variant(int window, int softcap) {
 /* varlen (docs/serving.md): cu_seqlens_q and cu_seqlens_k (device pointers) follow the 24, and
  * seqlen_q / seqlen_k are the packed totals; each sequence is attended on its own */
 void kn_fake_cuda_attn_varlen(int on) { attn_varlen = on; }
+/* paged (docs/serving.md): block_table, cache_seqlens (device pointers), page_size, num_pages,
+ * seqlen_new (i32) and block_table_sb (i64) follow the 24; seqlen_k is the table's capacity,
+ * k_sb / v_sb are page strides, and sequence b's key j is row j % page_size of its page
+ * block_table[b, j / page_size] (clamped into the pool, as the kernel does) */
+static int attn_paged;
+void kn_fake_cuda_attn_paged(int on) { attn_paged = on; }
 
 static double ld_elem(const void *base, int64_t i) {
   if (attn_elem == 4) return ((const float *)base)[i];
@@ -88,6 +97,12 @@ static void st_elem(void *base, int64_t i, double v) {
   ((uint16_t *)base)[i] = h;
 }
 
+/* the page of sequence b's key j, clamped into the pool as the kernel clamps it */
+static int64_t fake_page(const int32_t *bt, int b, int64_t bt_sb, int32_t np, int32_t ps, int j) {
+  int32_t p = bt[b * bt_sb + j / ps];
+  return p < 0 ? 0 : p >= np ? np - 1 : p;
+}
+
 /* params in template order: q k v o lse (u64), sm_scale (f32), seqlen_q seqlen_k heads
  * kv_group (i32), q_sb q_sh q_sm k_sb k_sh k_sn v_sb v_sh v_sn o_sb o_sh o_sm lse_sb lse_sh */
 static int fake_attention(unsigned gx, unsigned gy, void **params) {
@@ -107,6 +122,16 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
     cuq = (const int32_t *)(uintptr_t)*(dptr *)params[at++];
     cuk = (const int32_t *)(uintptr_t)*(dptr *)params[at++];
     if (!cuq || !cuk) return 1;
+  }
+  const int32_t *bt = NULL, *cs = NULL;
+  int32_t ps = 1, np = 0, snew = 0;
+  int64_t bt_sb = 0;
+  if (attn_paged) {
+    bt = (const int32_t *)(uintptr_t)*(dptr *)params[at++];
+    cs = (const int32_t *)(uintptr_t)*(dptr *)params[at++];
+    ps = *(int32_t *)params[at++], np = *(int32_t *)params[at++], snew = *(int32_t *)params[at++];
+    bt_sb = *(int64_t *)params[at++];
+    if (!bt || !cs || ps < 1) return 1;
   }
   if (attn_softcap) cap = *(float *)params[at++];
   if (attn_window) wl = *(int32_t *)params[at++], wr = *(int32_t *)params[at++];
@@ -130,6 +155,13 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
           return 1;
         }
       }
+      bool pstart = false;  /* paged: rows are (page, slot); the page stride is st[3] */
+      if (attn_paged) {
+        int64_t n = (int64_t)cs[b] + snew;
+        nk = np <= 0 ? 0 : (int32_t)(n < 0 ? 0 : n > tk ? tk : n);
+        kb = 0;
+        pstart = true;
+      }
       for (int i = 0; i < nq; i++) {
         int64_t qo = qb * st[0] + h * st[1] + i * st[2], oo = qb * st[9] + h * st[10] + i * st[11];
         double m = -INFINITY, l = 0;
@@ -140,6 +172,7 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
           int rel = j - (i + nk - nq); /* the window sits on the bottom-right diagonal */
           if ((wl >= 0 && rel < -wl) || (wr >= 0 && rel > wr)) continue;
           int64_t ko = kb * st[3] + hk * st[4] + j * st[5];
+          if (pstart) ko = fake_page(bt, b, bt_sb, np, ps, j) * st[3] + hk * st[4] + (j % ps) * st[5];
           double dot = 0;
           for (int d = 0; d < D; d++) dot += ld_elem(q, qo + d) * ld_elem(k, ko + d);
           s[j] = dot * scale;
@@ -151,7 +184,10 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
           double acc = 0;
           for (int j = 0; j < nk; j++)
             if (s[j] != -INFINITY)
-              acc += exp(s[j] - m) * ld_elem(v, kb * st[6] + hk * st[7] + j * st[8] + d);
+              acc += exp(s[j] - m) *
+                     ld_elem(v, pstart ? fake_page(bt, b, bt_sb, np, ps, j) * st[6] + hk * st[7] +
+                                             (j % ps) * st[8] + d
+                                       : kb * st[6] + hk * st[7] + j * st[8] + d);
           st_elem(o, oo + d, l > 0 ? acc / l : 0);
         }
         if (lse) lse[qb * st[12] + h * st[13] + i] = l > 0 ? (float)(m + log(l)) : -INFINITY;
