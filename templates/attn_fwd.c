@@ -281,6 +281,14 @@ kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d
    * 64x64 with 4 warps 1.6 KB; 128x32 with 8 warps (16 rows per warp, 16 gathered elements of K
    * per thread) compiles without spills at D 64 and 128 on sm_80 and sm_90a, every variant
    * test_paged compiles (ptxas -O3) */
+  /* Paged on AMDGPU above head dim 64: the gathers' i64 offsets took gfx942 D128 causal at
+   * 128x64 to 352 VGPRs and 96 AGPRs (one wave per SIMD, 46 SGPR spills); 64x32 holds it in
+   * 226 VGPRs (two waves), as the variants' default does (kiln compile --stats) */
+  if (d->layout == KN_ATTN_PAGED && arch && arch->isa == KN_ISA_AMDGPU &&
+      kn_attn_head_pad(d->head_dim) > 64) {
+    if (c.block_m > 64) c.block_m = 64;
+    if (c.block_n > 32) c.block_n = 32;
+  }
   if (d->layout == KN_ATTN_PAGED && arch && arch->isa == KN_ISA_NVPTX) {
     kn_attn_config t = {.block_m = 128, .block_n = 32, .warps = 8, .stages = 2};
     if (kn_attn_check_on(arch, d, &t, &diag) == 0) return t;
