@@ -23,8 +23,10 @@
  *
  * kn_attn_paged_append is the append of flash_attn_with_kvcache: new rows (batch, seqlen_new,
  * kv_heads, D) written at positions cache_seqlens[b]... of each sequence, through the table,
- * before the attention launch (host memory; the API's host path, the command line and the tests
- * call it).  It checks every position and page first and writes nothing when one is bad.
+ * before the attention launch (host memory; the API's host path and the tests call it).  It
+ * checks every position and page first and writes nothing when one is bad.  On a device whose
+ * memory the host does not write (CUDA), kn_paged_append_build's kernel does the same copy,
+ * clamping instead of checking: one program per new row and kv head.
  */
 #include <stdio.h>
 #include <string.h>
@@ -159,4 +161,89 @@ int kn_attn_paged_append(const kn_paged_append *a, kn_diag *diag) {
       }
   }
   return 0;
+}
+
+/* ---- the append kernel (CUDA: flash_attn_with_kvcache's append on the device) -------------------- */
+
+const char *const kn_paged_append_names[KN_PAGED_APPEND_NPARAMS] = {
+    "k_pool", "v_pool", "k_new", "v_new", "block_table", "cache_seqlens", "page_size",
+    "num_pages", "max_pages", "kv_heads", "block_table_sb", "k_psb", "k_psh", "k_psn", "v_psb",
+    "v_psh", "v_psn", "k_nsb", "k_nsh", "k_nsn", "v_nsb", "v_nsh", "v_nsn"};
+
+kn_type kn_paged_append_param_type(kn_scalar dt, int i) {
+  if (i < 4) return kn_ty_ptr(dt);
+  if (i < 6) return kn_ty_ptr(KN_I32);
+  if (i < 10) return kn_ty_scalar(KN_I32);
+  return kn_ty_scalar(KN_I64);
+}
+
+/* One program per new row and (batch, kv head): grid (seqlen_new, batch * kv_heads, 1).  The row
+ * goes to position cache_seqlens[b] + i of its sequence; a position outside [0, max_pages *
+ * page_size) stores nothing, and the page is clamped into the pool, so no table or length
+ * writes outside it.  Rows are D elements, one tile of the padded head dim. */
+kn_func *kn_paged_append_build(kn_module *m, kn_scalar dt, int head_dim, kn_diag *diag) {
+  if (head_dim < 1 || head_dim > KN_ATTN_MAX_HEAD_DIM) {
+    kn_error(diag, NULL, (kn_loc){0}, "paged append: head dim %d is not in 1..%d", head_dim,
+             KN_ATTN_MAX_HEAD_DIM);
+    return NULL;
+  }
+  kn_type types[KN_PAGED_APPEND_NPARAMS];
+  for (int i = 0; i < KN_PAGED_APPEND_NPARAMS; i++) types[i] = kn_paged_append_param_type(dt, i);
+  kn_func *f = kn_func_new(m, "kv_append", true, KN_PAGED_APPEND_NPARAMS, types,
+                           kn_paged_append_names, 0, NULL);
+  kn_func_set_meta(f, "HEAD_DIM", head_dim);
+  kn_func_set_meta(f, "WARPS", 1);
+  kn_builder B = kn_builder_at_end(m, f->body), *b = &B;
+  kn_value *P[KN_PAGED_APPEND_NPARAMS];
+  for (int i = 0; i < KN_PAGED_APPEND_NPARAMS; i++) P[i] = kn_func_param(f, i);
+  const kn_type i32 = kn_ty_scalar(KN_I32), i64 = kn_ty_scalar(KN_I64);
+  const int DP = kn_attn_head_pad(head_dim);
+  kn_value *row = nm(b, kn_b_program_id(b, 0), "row");
+  kn_value *bh = nm(b, kn_b_program_id(b, 1), "bh");
+  kn_value *bi = bin(b, KN_OP_DIV, bh, P[9], "b");
+  kn_value *hk = bin(b, KN_OP_REM, bh, P[9], "hk");
+  kn_value *b64 = nm(b, kn_b_cast(b, bi, KN_I64), "b64");
+  kn_value *hk64 = nm(b, kn_b_cast(b, hk, KN_I64), "hk64");
+  kn_value *row64 = nm(b, kn_b_cast(b, row, KN_I64), "row64");
+  kn_value *one = nm(b, kn_b_const_i(b, i64, 1), "c1_64");
+  kn_value *z32 = nm(b, kn_b_const_i(b, i32, 0), "c0");
+  kn_value *z64 = nm(b, kn_b_const_i(b, i64, 0), "c0_64");
+  kn_value *len = nm(b, kn_b_load(b, i32, P[5], &b64, &one, NULL, NULL, NULL), "cache_len");
+  kn_value *pos = bin(b, KN_OP_ADD, nm(b, kn_b_cast(b, len, KN_I64), "cache_len64"), row64, "pos");
+  kn_value *ps64 = nm(b, kn_b_cast(b, P[6], KN_I64), "page_size64");
+  kn_value *cap = bin(b, KN_OP_MUL, nm(b, kn_b_cast(b, P[8], KN_I64), "max_pages64"), ps64, "cap");
+  kn_value *ok = bin(b, KN_OP_AND, nm(b, kn_b_cmp(b, KN_PRED_GE, pos, z64), "pos_ge0"),
+                     nm(b, kn_b_cmp(b, KN_PRED_LT, pos, cap), "pos_lt_cap"), "pos_ok");
+  ok = bin(b, KN_OP_AND, ok, nm(b, kn_b_cmp(b, KN_PRED_GT, P[7], z32), "pool_any"), "ok");
+  kn_value *posc = nm(b, kn_b_select(b, ok, pos, z64), "pos_ok64");
+  kn_value *pidx = bin(b, KN_OP_DIV, posc, ps64, "page_index");
+  kn_value *slot = bin(b, KN_OP_SUB, posc, bin(b, KN_OP_MUL, pidx, ps64, "page_first"), "slot");
+  kn_value *toff = bin(b, KN_OP_ADD, bin(b, KN_OP_MUL, b64, P[10], "table_boff"), pidx, "table_off");
+  kn_value *page = nm(b, kn_b_load(b, i32, P[4], &toff, &one, NULL, NULL, NULL), "page_raw");
+  kn_value *last = bin(b, KN_OP_SUB, P[7], nm(b, kn_b_const_i(b, i32, 1), "c1"), "page_last");
+  page = bin(b, KN_OP_MAX, bin(b, KN_OP_MIN, page, last, "page_hi"), z32, "page");
+  kn_value *page64 = nm(b, kn_b_cast(b, page, KN_I64), "page64");
+  kn_value *cd = nm(b, kn_b_const_i(b, i32, head_dim), "c_head_dim");
+  kn_value *bound = nm(b, kn_b_select(b, ok, cd, z32), "store_bound");
+  for (int w = 0; w < 2; w++) {
+    const int ps = 11 + 3 * w, ns = 17 + 3 * w;
+    const char *sfx = w ? "v" : "k";
+    char name[32];
+    /* the source row: b * nsb + hk * nsh + row * nsn */
+    kn_value *src = bin(b, KN_OP_ADD, bin(b, KN_OP_MUL, b64, P[ns], "src_boff"),
+                        bin(b, KN_OP_MUL, hk64, P[ns + 1], "src_hoff"), "src_bh");
+    src = bin(b, KN_OP_ADD, src, bin(b, KN_OP_MUL, row64, P[ns + 2], "src_roff"), "src_off");
+    snprintf(name, sizeof name, "%s_row", sfx);
+    kn_value *base = nm(b, kn_b_ptradd(b, P[2 + w], src), "src_row");
+    kn_value *vals = nm(b, kn_b_load(b, kn_ty_tile1(dt, DP), base, &z32, &one, &cd, NULL, NULL),
+                        name);
+    /* the destination: page * psb + hk * psh + slot * psn */
+    kn_value *dst = bin(b, KN_OP_ADD, bin(b, KN_OP_MUL, page64, P[ps], "dst_poff"),
+                        bin(b, KN_OP_MUL, hk64, P[ps + 1], "dst_hoff"), "dst_ph");
+    dst = bin(b, KN_OP_ADD, dst, bin(b, KN_OP_MUL, slot, P[ps + 2], "dst_soff"), "dst_off");
+    kn_value *to = nm(b, kn_b_ptradd(b, P[w], dst), "dst_row");
+    kn_b_store(b, vals, to, &z32, &one, &bound, NULL);
+  }
+  kn_b_return(b, 0, NULL);
+  return f;
 }

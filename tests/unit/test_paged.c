@@ -536,6 +536,77 @@ static void test_append(void **state) {
   }
 }
 
+/* The append kernel (kv_append, for CUDA) against kn_attn_paged_append on the interpreter, the
+ * host and gfx90a-emu: the same pools byte for byte, k_new in (B, Nnew, HK, D) and v_new in
+ * (B, HK, Nnew, D) (its own strides); then rows past the table's capacity and pages outside
+ * the pool store nothing outside it (the interpreter checks every access) */
+static void test_append_kernel(void **state) {
+  (void)state;
+  static const char *const targets[] = {NULL, "host", "gfx90a-emu"};
+  for (int ti = 0; ti < 3; ti++)
+    for (int s = 0; s < 3; s++) {
+      pg_case c = {.desc = {.dtype = s == 1 ? KN_BF16 : KN_F16, .head_dim = s == 2 ? 40 : 64,
+                            .layout = KN_ATTN_PAGED}};
+      shape_of(&c, s * 2 + ti);
+      const int nnew = 1 + s;
+      for (int b = 0; b < c.batch; b++) c.len[b] += nnew;
+      pg_prepare(&c);
+      for (int b = 0; b < c.batch; b++) c.seqlens[b] -= nnew;
+      pg_data x, y;
+      data_make(&c, &x);
+      data_make(&c, &y);
+      memcpy(y.k, x.k, x.nk * x.es), memcpy(y.v, x.v, x.nk * x.es);
+      const int B = c.batch, HK = c.kv_heads, D = c.desc.head_dim, PS = c.page_size;
+      size_t nn = (size_t)B * nnew * HK * D;
+      void *kn = malloc(nn * x.es), *vn = malloc(nn * x.es);
+      double *scratch = malloc(nn * 8);
+      fill(c.desc.dtype, kn, scratch, nn, x.es, false);
+      fill(c.desc.dtype, vn, scratch, nn, x.es, false);
+      int64_t pool[3] = {(int64_t)PS * HK * D, D, (int64_t)HK * D};
+      int64_t ks[3] = {(int64_t)nnew * HK * D, D, (int64_t)HK * D};   /* (B, Nnew, HK, D) */
+      int64_t vs[3] = {(int64_t)HK * nnew * D, (int64_t)nnew * D, D}; /* (B, HK, Nnew, D) */
+      kn_paged_append ap = {.batch = B, .kv_heads = HK, .head_dim = D, .seqlen_new = nnew,
+                            .page_size = PS, .num_pages = c.num_pages, .max_pages = c.max_pages,
+                            .elem_size = x.es, .block_table = c.table, .cache_seqlens = c.seqlens,
+                            .table_stride = c.max_pages, .k_pool = x.k, .v_pool = x.v,
+                            .k_new = kn, .v_new = vn};
+      memcpy(ap.k_pool_stride, pool, sizeof pool), memcpy(ap.v_pool_stride, pool, sizeof pool);
+      memcpy(ap.k_new_stride, ks, sizeof ks), memcpy(ap.v_new_stride, vs, sizeof vs);
+      kn_diag diag;
+      if (kn_attn_paged_append(&ap, &diag)) fail_msg("append: %s", diag.message);
+      kn_module *m = kn_module_new("<append>");
+      kn_func *f = kn_paged_append_build(m, c.desc.dtype, D, &diag);
+      if (!f) fail_msg("append kernel: %s", diag.message);
+      kn_argval a[KN_PAGED_APPEND_NPARAMS] = {
+          {.p = y.k}, {.p = y.v}, {.p = kn}, {.p = vn}, {.p = c.table}, {.p = c.seqlens},
+          {.i = PS}, {.i = c.num_pages}, {.i = c.max_pages}, {.i = HK}, {.i = c.max_pages},
+          {.i = pool[0]}, {.i = pool[1]}, {.i = pool[2]}, {.i = pool[0]}, {.i = pool[1]},
+          {.i = pool[2]}, {.i = ks[0]}, {.i = ks[1]}, {.i = ks[2]}, {.i = vs[0]}, {.i = vs[1]},
+          {.i = vs[2]}};
+      kn_region regions[] = {{y.k, y.nk * y.es}, {y.v, y.nk * y.es}, {kn, nn * x.es},
+                             {vn, nn * x.es}, {c.table, sizeof(int32_t) * (size_t)(B * c.max_pages)},
+                             {c.seqlens, sizeof(int32_t) * (size_t)B}};
+      int grid[3] = {nnew, B * HK, 1};
+      if (run_on_target(targets[ti], m, f, a, grid, regions, 6, NULL, "kv_append", &diag))
+        fail_msg("kv_append on %s: %s", targets[ti] ? targets[ti] : "interp", diag.message);
+      assert_memory_equal(x.k, y.k, x.nk * x.es);
+      assert_memory_equal(x.v, y.v, x.nk * x.es);
+      if (!targets[ti]) {  /* hostile positions and pages: nothing outside the pool */
+        c.seqlens[0] = c.max_pages * PS;  /* every row past the table */
+        c.seqlens[1 % B] = -3;
+        for (int i = 0; i < B * c.max_pages; i++) c.table[i] = i % 2 ? INT32_MAX : -9;
+        memcpy(x.k, y.k, x.nk * x.es);
+        if (kn_interp_run(f, a, grid, regions, 6, NULL, &diag))
+          fail_msg("kv_append, hostile table: %s", diag.message);
+        if (B == 1) assert_memory_equal(x.k, y.k, x.nk * x.es);  /* all past: nothing stored */
+      }
+      kn_module_free(m);
+      free(kn), free(vn), free(scratch);
+      data_free(&x), data_free(&y);
+      pg_free(&c);
+    }
+}
+
 /* ---- 5: code objects and PTX at the default tilings ------------------------------------------ */
 
 static void test_code(void **state) {
@@ -572,6 +643,17 @@ static void test_code(void **state) {
                    t->name, dims[di], cfg.block_m, cfg.block_n, cfg.warps, spills);
         checked++;
       }
+      /* and the append kernel of this head dim */
+      kn_module *m = kn_module_new("<append>");
+      if (!kn_paged_append_build(m, KN_F16, dims[di], &d)) fail_msg("kv_append: %s", d.message);
+      kn_artifact a;
+      if (kn_compile_artifact(m, "kv_append", t, NULL, &a, &d))
+        fail_msg("kv_append on %s: %s", t->name, d.rendered);
+      kn_module_free(m);
+      int spills = artifact_spills(&a, t->arch, "kv_append");
+      kn_artifact_free(&a);
+      if (spills) fail_msg("kv_append on %s D%d: %d spill units", t->name, dims[di], spills);
+      checked++;
     }
   printf("[ paged ] %d kernels compiled (gfx90a, gfx942%s)\n", checked,
          have_ptxas ? ", sm_80, sm_90a through ptxas" : "; no ptxas: NVIDIA skipped");
@@ -716,7 +798,8 @@ int main(void) {
   printf("[ paged ] seed %llu\n", (unsigned long long)seed0);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reference_dense), cmocka_unit_test(test_clamped),
-      cmocka_unit_test(test_append),          cmocka_unit_test(test_interp),
+      cmocka_unit_test(test_append),          cmocka_unit_test(test_append_kernel),
+      cmocka_unit_test(test_interp),
       cmocka_unit_test(test_host),            cmocka_unit_test(test_gfx90a_emu),
       cmocka_unit_test(test_gfx942_emu),      cmocka_unit_test(test_code),
       cmocka_unit_test(test_api_paged),
