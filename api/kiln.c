@@ -1332,11 +1332,11 @@ static kiln_status check_paged(const kiln_kernel *k, const kiln_attn_args *a) {
   if (!a->k_new && (!all_zero(a->k_new_stride, 3) || !all_zero(a->v_new_stride, 3)))
     return api_fail(KILN_ERR_INVALID, "%s: k_new_stride/v_new_stride given without k_new", who);
   if (k->ctx->kind != KN_DEVICE_HOST) {
-    if (a->k_new)
+    if (a->k_new && k->ctx->kind != KN_DEVICE_CUDA)
       return api_fail(KILN_ERR_UNSUPPORTED, "%s: appending k_new/v_new on %s is not implemented "
                       "yet: write the new rows into the pages yourself and pass seqlen_new "
                       "with k_new NULL (docs/serving.md)", who, k->ctx->target_name);
-    return KILN_OK;  /* device memory: the kernel clamps */
+    return KILN_OK;  /* device memory: the kernels clamp */
   }
   const int64_t ts = a->block_table_stride ? a->block_table_stride : a->max_pages;
   for (int b = 0; b < a->batch; b++) {
@@ -1524,6 +1524,10 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
   if ((s = check_capacities(d, a, args, &va))) return s;
   if (paged && a->k_new && k->ctx->kind == KN_DEVICE_HOST && (s = append_host(d, a, args)))
     return s;
+  if (paged && a->k_new && k->ctx->kind == KN_DEVICE_CUDA &&
+      (s = check_alignment(d, a, args)) == KILN_OK && (s = api_cuda_append(k, a, args, stream)))
+    return s;
+  if (s) return s;
   if (a->seqlen_q == 0) {
     atomic_fetch_add(&k->ctx->stats.launches, 1);
     return KILN_OK;

@@ -349,7 +349,8 @@ kiln_status kiln_kernel_get_info(const kiln_kernel *k, kiln_kernel_info *out);
  * and sequence b's key j is row j % page_size of page block_table[b, j / page_size].  Sequence b
  * has cache_seqlens[b] + seqlen_new keys: with k_new / v_new ((batch, seqlen_new, kv_heads,
  * head_dim), strides {batch, head, row}, zeros: contiguous) kiln first writes the new rows at
- * positions cache_seqlens[b].. through the table (host only for now), then attends; causal and
+ * positions cache_seqlens[b].. through the table (on the host in kiln_forward, on CUDA by a
+ * small append kernel launched first on the same stream; not on HIP yet), then attends; causal and
  * window align bottom-right to each sequence's length (the queries are its last seqlen_q keys).
  * seqlen_k must be 0 or max_pages * page_size (the table's capacity, also the key extent of bias
  * and document tensors).  On the host every used table entry must be a page of the pool and
@@ -407,7 +408,8 @@ typedef struct kiln_attn_args {
   int64_t block_table_stride;  /* the table's batch stride; 0: max_pages */
   int page_size;               /* rows per page, 1..256 */
   int num_pages, max_pages;    /* pages in each pool; table entries per sequence */
-  const void *k_new, *v_new;   /* NULL, or (batch, seqlen_new, kv_heads, head_dim) each */
+  const void *k_new, *v_new;   /* NULL, or (batch, seqlen_new, kv_heads, head_dim) each; with
+                                  NULL, seqlen_new counts rows the caller already wrote */
   int seqlen_new;
   int64_t k_new_stride[3], v_new_stride[3];      /* {batch, head, row}; zeros: contiguous */
   int64_t block_table_numel, k_new_numel, v_new_numel;  /* capacities, 0: not described */

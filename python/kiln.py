@@ -727,8 +727,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
     block table, dense caches (B, S, HK, D) (viewed as pages of a size dividing S); cache_seqlens
     int32 (B) tensor or an int: the keys already in each sequence's cache (None: all S of a dense
     cache).  k and v (B, seqlen_new, HK, D), when given, are written into the cache at positions
-    cache_seqlens[b].. first (on the host; on CUDA kiln does not append yet: KILN_ERR_UNSUPPORTED),
-    then the queries attend over cache_seqlens[b] + seqlen_new keys; cache_seqlens is not
+    cache_seqlens[b].. first (on CUDA by an append kernel on the same stream), then the queries
+    attend over cache_seqlens[b] + seqlen_new keys; cache_seqlens is not
     updated (as in FlashAttention).  causal (True / "bottom_right": the queries are each
     sequence's last Nq positions), window_size, softcap and alibi_slopes as attention().  Returns
     out (B, Nq, H, D), or (out, lse) with return_softmax_lse (lse (B, H, Nq) float32).  Rotary

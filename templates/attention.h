@@ -214,6 +214,18 @@ typedef struct kn_paged_append {
 } kn_paged_append;
 int kn_attn_paged_append(const kn_paged_append *a, kn_diag *diag);
 
+/* The append as a kernel, "kv_append" (for devices whose memory the host cannot write: CUDA):
+ * parameters kn_paged_append_names with kn_paged_append_param_type, in that order (the pools,
+ * the new rows, the table and lengths, page_size, num_pages, max_pages, kv_heads (i32), the
+ * table's row stride, the pools' {page, head, row} and the new rows' {batch, head, row} strides
+ * (i64)); grid (seqlen_new, batch * kv_heads, 1).  Row i of (b, hk) goes to position
+ * cache_seqlens[b] + i through the table; positions outside the table's capacity store nothing
+ * and pages are clamped into the pool.  NULL with *diag for a head dim out of range. */
+enum { KN_PAGED_APPEND_NPARAMS = 23 };
+extern const char *const kn_paged_append_names[KN_PAGED_APPEND_NPARAMS];
+kn_type kn_paged_append_param_type(kn_scalar dt, int i);
+kn_func *kn_paged_append_build(kn_module *m, kn_scalar dt, int head_dim, kn_diag *diag);
+
 /* ---- variants: the kernel's extra parameters and their values (docs/variants.md) ----
  *
  * A variant's kernel takes the KN_ATTN_NPARAMS parameters above, then the parameters of its

@@ -109,16 +109,4 @@ kn_value *kn_paged_gather(kn_builder *b, kn_scalar dt, kn_value *base, const kn_
                           kn_value *page_stride, kn_value *row_stride, int d, int dp,
                           bool transposed, const char *name);
 
-/* The append as a kernel, "kv_append" (for devices whose memory the host cannot write: CUDA):
- * parameters kn_paged_append_names with kn_paged_append_param_type, in that order (the pools,
- * the new rows, the table and lengths, page_size, num_pages, max_pages, kv_heads (i32), the
- * table's row stride, the pools' {page, head, row} and the new rows' {batch, head, row} strides
- * (i64)); grid (seqlen_new, batch * kv_heads, 1).  Row i of (b, hk) goes to position
- * cache_seqlens[b] + i through the table; positions outside the table's capacity store nothing
- * and pages are clamped into the pool.  NULL with *diag for a head dim out of range. */
-enum { KN_PAGED_APPEND_NPARAMS = 23 };
-extern const char *const kn_paged_append_names[KN_PAGED_APPEND_NPARAMS];
-kn_type kn_paged_append_param_type(kn_scalar dt, int i);
-kn_func *kn_paged_append_build(kn_module *m, kn_scalar dt, int head_dim, kn_diag *diag);
-
 #endif

@@ -16,7 +16,7 @@
  *     on the host), and varlen launches (the prefix sums as device memory after the template's
  *     parameters; the fake computes packed sequences too), and paged KV launches (the block
  *     table and cache lengths as device memory, pools read through the table; the fake
- *     computes them too, and k_new is refused on CUDA).
+ *     computes them and the device append of k_new / v_new too).
  *   - On a machine with an NVIDIA sm_80+ GPU (the H200): the same GPU tests on the real driver,
  *     where the numbers come from kiln's PTX on the GPU, checked against the float64 reference.
  * Without either (a plain `test_api_cuda` here) the GPU tests are cmocka skips.
@@ -681,9 +681,9 @@ static void test_varlen_cuda(void **state) {
  * page_size, kv_heads, D) with pages in shuffled order, the block table and cache lengths as
  * device memory (packed after the template's parameters), page sizes off the blocks, an empty
  * sequence and length 1, GQA, causal and a window, rows the caller appended itself counted by
- * seqlen_new, q and o as (B, Nq, H, D), capacities described; against kn_attn_reference_v.
- * k_new on CUDA is refused (the append runs on the host only).  The fake driver computes paged
- * attention too (kn_fake_cuda_attn_paged). */
+ * seqlen_new, q and o as (B, Nq, H, D), capacities described; then k_new / v_new appended on
+ * the device (the kv_append kernel) and attended over; against kn_attn_reference_v.  The fake
+ * driver computes paged attention and the append too (kn_fake_cuda_attn_paged). */
 static void test_paged_cuda(void **state) {
   (void)state;
   if (!have_gpu()) {
@@ -779,10 +779,48 @@ static void test_paged_cuda(void **state) {
     printf("  %s paged case %zu (%d sequences, page %d, window %d): %s\n", bad ? "FAIL" : "PASS",
            ci, B, ps, pd.window, why);
     failures += bad != 0;
-    /* the append is the host's: on CUDA it is refused before anything runs */
-    a.k_new = a.q, a.v_new = a.q, a.seqlen_new = 1;
-    assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_UNSUPPORTED);
-    assert_non_null(strstr(kiln_last_error(), "k_new"));
+    /* then an append on the device (the kv_append kernel): one new row per sequence, at the
+     * position its length had before, the same keys attended over */
+    if (ci > 0) {
+      size_t nn = (size_t)B * HK * D;
+      char *kn = malloc(nn * es), *vn = malloc(nn * es);
+      double *knd = malloc(nn * 8), *vnd = malloc(nn * 8);
+      char *hn[3] = {kn, vn, kn};
+      double *xn[3] = {knd, vnd, knd};
+      size_t nn3[3] = {nn, nn, 0};
+      rand_inputs(t, hn, xn, nn3, &sd);
+      int32_t cs1[4];
+      for (int b = 0; b < B; b++) {
+        cs1[b] = cases[ci].len[b] - 1;  /* the new row is each sequence's last key */
+        int j = cs1[b];
+        size_t row = ((size_t)bt[b * mp + j / ps] * ps + (size_t)(j % ps)) * HK;
+        for (int hh = 0; hh < HK; hh++)
+          for (int dd = 0; dd < D; dd++) {
+            x[1][(row + hh) * D + dd] = knd[((size_t)b * HK + hh) * D + dd];
+            x[2][(row + hh) * D + dd] = vnd[((size_t)b * HK + hh) * D + dd];
+          }
+      }
+      a.cache_seqlens = upload(&bufs, cs1, sizeof cs1);
+      a.k_new = upload(&bufs, kn, nn * es), a.v_new = upload(&bufs, vn, nn * es);
+      a.seqlen_new = 1, a.k_new_numel = a.v_new_numel = (int64_t)nn;
+      forward_synced(k, &a, &pd);
+      if (kn_cuda_copy_dtoh(dev, ho, dout, nq * es, &e) ||
+          kn_cuda_copy_dtoh(dev, hl, dl, nl * 4, &e))
+        fail_msg("%s", e.message);
+      p.cache_seqlens = cs1, p.seqlen_new = 1;
+      if (kn_attn_reference_v(&id, NULL, &p, &va, xq, x[1], x[2], ro, rl, &e))
+        fail_msg("reference: %s", e.message);
+      for (int b = 0; b < B; b++)
+        for (int hh = 0; hh < H; hh++)
+          for (int i = 0; i < Nq; i++)
+            memcpy(hb + (((size_t)b * H + hh) * Nq + i) * D * es,
+                   ho + (((size_t)b * Nq + i) * H + hh) * D * es, (size_t)D * es);
+      err = out_error(t, hb, ro, nq), lerr = lse_error(hl, rl, nl);
+      bad = verdict(t, err, lerr, why, sizeof why);
+      printf("  %s paged case %zu after a device append: %s\n", bad ? "FAIL" : "PASS", ci, why);
+      failures += bad != 0;
+      free(kn), free(vn), free(knd), free(vnd);
+    }
     for (int i = 0; i < bufs.n; i++) kn_cuda_free(dev, bufs.p[i], NULL);
     kn_cuda_free(dev, dout, NULL), kn_cuda_free(dev, dl, NULL);
     for (int i = 0; i < 3; i++) free(h[i]), free(x[i]);

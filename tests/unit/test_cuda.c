@@ -36,10 +36,10 @@
 
 typedef unsigned long long dptr;
 typedef struct fake_fn {
-  int id; /* 0 kn_vadd, 1 kn_block_reverse, 2 attn_fwd */
+  int id; /* 0 kn_vadd, 1 kn_block_reverse, 2 attn_fwd, 3 kv_append */
   int max_dyn;
 } fake_fn;
-static fake_fn fake_fns[3] = {{0, 48 * 1024}, {1, 48 * 1024}, {2, 48 * 1024}};
+static fake_fn fake_fns[4] = {{0, 48 * 1024}, {1, 48 * 1024}, {2, 48 * 1024}, {3, 48 * 1024}};
 
 /* ---- kiln's attention, for test_api_cuda ---- */
 static int attn_elem = 2, attn_bf16, attn_d = 64, attn_causal, attn_launches;
@@ -197,6 +197,41 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
   attn_launches++;
   return 0;
 }
+/* the paged append (templates/attn_paged.c, kv_append): row i of (b, hk), grid (seqlen_new,
+ * batch * kv_heads), to position cache_seqlens[b] + i through the table, in the parameter order
+ * of kn_paged_append_names; elements of attn_elem bytes, rows of attn_d */
+static int fake_append(unsigned gx, unsigned gy, void **params) {
+  char *pool[2], *src[2];
+  for (int w = 0; w < 2; w++) {
+    pool[w] = (char *)(uintptr_t)*(dptr *)params[w];
+    src[w] = (char *)(uintptr_t)*(dptr *)params[2 + w];
+  }
+  const int32_t *bt = (const int32_t *)(uintptr_t)*(dptr *)params[4];
+  const int32_t *cs = (const int32_t *)(uintptr_t)*(dptr *)params[5];
+  int32_t ps = *(int32_t *)params[6], np = *(int32_t *)params[7], mp = *(int32_t *)params[8],
+          hk_n = *(int32_t *)params[9];
+  int64_t st[13];
+  for (int i = 0; i < 13; i++) st[i] = *(int64_t *)params[10 + i];
+  if (!pool[0] || !pool[1] || !src[0] || !src[1] || !bt || !cs || ps < 1 || hk_n < 1 ||
+      gy % (unsigned)hk_n)
+    return 1;
+  for (unsigned bh = 0; bh < gy; bh++)
+    for (unsigned i = 0; i < gx; i++) {
+      int b = (int)bh / hk_n, hk = (int)bh % hk_n;
+      int64_t pos = (int64_t)cs[b] + i;
+      if (pos < 0 || pos >= (int64_t)mp * ps || np <= 0) continue;
+      int32_t page = bt[b * st[0] + pos / ps];
+      page = page < 0 ? 0 : page >= np ? np - 1 : page;
+      for (int w = 0; w < 2; w++) {
+        const int64_t *p = st + 1 + 3 * w, *n = st + 7 + 3 * w;
+        memcpy(pool[w] + (page * p[0] + hk * p[1] + (pos % ps) * p[2]) * attn_elem,
+               src[w] + (b * n[0] + hk * n[1] + (int64_t)i * n[2]) * attn_elem,
+               (size_t)attn_d * (size_t)attn_elem);
+      }
+    }
+  return 0;
+}
+
 static int fake_ctx_obj;
 static __thread void *cur_ctx;
 
@@ -265,6 +300,7 @@ int cuModuleGetFunction(void **f, void *m, const char *name) {
   if (strcmp(name, "kn_vadd") == 0) *f = &fake_fns[0];
   else if (strcmp(name, "kn_block_reverse") == 0) *f = &fake_fns[1];
   else if (strcmp(name, "attn_fwd") == 0) *f = &fake_fns[2];
+  else if (strcmp(name, "kv_append") == 0) *f = &fake_fns[3];
   else return 500;
   return 0;
 }
@@ -286,6 +322,7 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
   fake_fn *fn = f;
   if (bx * by * bz > 1024 || (int)dyn > fn->max_dyn || gz != 1) return 1;
   if (fn->id == 2) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_attention(gx, gy, params) : 1;
+  if (fn->id == 3) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_append(gx, gy, params) : 1;
   if (gy != 1) return 1;
   if (fn->id == 0) {
     float *a = (float *)(uintptr_t)*(dptr *)params[0], *b = (float *)(uintptr_t)*(dptr *)params[1];
