@@ -27,7 +27,10 @@
  * through the launch helper shared with the CLI and the tests (runtime/attn_launch_cuda.h), which
  * packs every parameter of the kernel's signature (the variant's too) in its PTX width.
  * Launches of one kernel need no lock: the driver is thread-safe and the helper keeps every
- * launch's parameter values on the launching thread's stack.
+ * launch's parameter values on the launching thread's stack.  A paged kernel's append of new
+ * rows (api_cuda_append) is a second, small kernel (templates/attn_paged.c, kv_append), compiled
+ * and loaded at the first forward that appends (under the kernel's launch_mu, uncached: it is
+ * tiny) and launched on the same stream before the attention.
  *
  * Kernels are compiled by the one pipeline (kn_compile_artifact, compiler/pipeline.h) for the
  * context's target from the registry; the artefact is the PTX.

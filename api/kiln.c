@@ -25,10 +25,12 @@
  * refused at context creation (KILN_ERR_INSECURE) — loading code from a directory others can
  * write is running their code; the caller may pass no_cache=1 to run uncached instead.
  *
- * forward checks before every launch: sizes, the variant's values, varlen's prefix sums (on the
- * host, where they are readable), and the described capacities of every buffer against the
- * shape and strides (check_capacities: docs/api.md "Varlen and capacities", the zero-stride
- * rule); then it fills the kernel's arguments and launches on the host pool or the CUDA stream.
+ * forward checks before every launch: sizes, the variant's values, varlen's prefix sums and a
+ * paged call's block table and cache lengths (on the host, where they are readable), and the
+ * described capacities of every buffer against the shape and strides (check_capacities:
+ * docs/api.md "Varlen and capacities", the zero-stride rule); then it fills the kernel's
+ * arguments, appends a paged call's new rows (on the host here, on CUDA by api_cuda_append's
+ * kernel) and launches on the host pool or the CUDA stream.
  *
  * Errors are a status plus a thread-local message (kiln_last_error), so concurrent callers
  * never see each other's messages.  The library never prints; see tune.c for the one progress
