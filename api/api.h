@@ -87,6 +87,10 @@ struct kiln_kernel {
   kn_cuda_module *cu_mod;      /* CUDA: the loaded PTX module and its kernel */
   kn_cuda_kernel *cu_fn;
   kn_attn_cuda_launch_info cu_launch; /* CUDA: threads per block, dynamic shared bytes */
+  kn_cuda_module *cu_append_mod; /* CUDA, paged: the append kernel (kv_append), compiled at the
+                                    first forward with k_new (under launch_mu), not cached */
+  kn_cuda_kernel *cu_append_fn;
+  kn_attn_cuda_launch_info cu_append_launch;
   kn_hip_module *hip_mod;      /* HIP: the loaded code object and its kernel */
   kn_hip_kernel *hip_fn;
   int hip_threads;             /* HIP: work-items per workgroup (the code object's) */
@@ -142,6 +146,9 @@ void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_artifact *o)
  * api/compiler.h and counts the compile: KILN_OK and *out (kn_artifact_free), KILN_ERR_COMPILE
  * with the compiler's message, or KILN_ERR_UNSUPPORTED where this library has no compiler */
 kiln_status api_compile(kiln_context *ctx, const kn_module *m, const char *what, kn_artifact *out);
+/* the same for kernel kname of m (api_compile: "attn_fwd") */
+kiln_status api_compile_named(kiln_context *ctx, const kn_module *m, const char *kname,
+                              const char *what, kn_artifact *out);
 /* the cache lookup of kiln.c: KN_OK with a malloc'ed payload, or a miss (corrupt entries
  * counted and logged as warnings) */
 kn_status api_cache_get(kiln_context *ctx, const kn_cache_key *key, const char *hex,
@@ -164,6 +171,10 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
 kiln_status api_cuda_forward(kiln_kernel *k, const kn_argval *args, const int grid[3],
                              void *stream);
 void api_cuda_unload(kiln_kernel *k);
+/* a paged kernel's append of k_new / v_new on CUDA (kiln_forward, before the attention launch,
+ * on the same stream); args: the attention's arguments (the pools' strides) */
+kiln_status api_cuda_append(kiln_kernel *k, const kiln_attn_args *a, const kn_argval *args,
+                            void *stream);
 void api_cuda_close(kiln_context *ctx);
 
 /* cuda.c, shared by the GPU devices: the context's target a and names for a GPU called `name`

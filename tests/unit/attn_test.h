@@ -48,7 +48,7 @@ static int run_on_target(const char *target, kn_module *m, kn_func *f, const kn_
   const kn_target *t = strstr(target, "-emu") ? kn_emu_target(target) : kn_target_get(target);
   assert_non_null(t);
   kn_kernel *kern = NULL;
-  if (kn_compile(m, "attn_fwd", t, NULL, &kern, diag))
+  if (kn_compile(m, f->name, t, NULL, &kern, diag))  /* attn_fwd, or another kernel */
     fail_msg("%s on %s: compile: %s", what, target, diag->rendered);
   int rc;
   if (strstr(target, "-emu")) {
