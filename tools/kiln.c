@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "amdgpu.h"
+#include "aot.h"
 #include "attention.h"
 #include "cache.h"
 #include "cuda_device.h"
@@ -1757,6 +1758,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "check")) return cmd_check(argc, argv);
   if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
   if (!strcmp(cmd, "cache")) return cmd_cache(argc, argv);
+  if (!strcmp(cmd, "aot")) return aot_main(argc, argv);
   options o;
   if (!strcmp(cmd, "run") || !strcmp(cmd, "dump") || !strcmp(cmd, "compile") ||
       !strcmp(cmd, "tune")) {
