@@ -84,7 +84,8 @@ class _ContextOptions(ctypes.Structure):
     _fields_ = [("cache_dir", ctypes.c_char_p), ("no_cache", ctypes.c_int),
                 ("device", ctypes.c_char_p), ("log", _LOG_FN), ("log_user", ctypes.c_void_p),
                 ("tune_policy", ctypes.c_int), ("progress", _PROGRESS_FN),
-                ("progress_user", ctypes.c_void_p)]
+                ("progress_user", ctypes.c_void_p), ("bundle", ctypes.c_char_p),
+                ("bundle_only", ctypes.c_int)]
 
 
 class _AttnDesc(ctypes.Structure):
@@ -143,7 +144,7 @@ class _AttnArgs(ctypes.Structure):
 
 
 _STATS = ["prepares", "memo_hits", "cache_hits", "compiles", "corrupt_entries", "not_stored",
-          "tuning_hits", "tunings", "candidates", "launches"]
+          "tuning_hits", "tunings", "candidates", "launches", "bundle_loads"]
 
 
 class _Stats(ctypes.Structure):
