@@ -475,6 +475,95 @@ static void test_bundle_damaged(void **state) {
   }
 }
 
+/* ---- the generated launcher ---- */
+
+/* kiln_aot_args of the generated kiln_aot.h (tools/aot_emit.c writes that struct; a field out of
+ * place gives wrong numbers below) */
+typedef struct launcher_args {
+  const void *q, *k, *v;
+  void *o;
+  float *lse;
+  int batch, heads, kv_heads, seqlen_q, seqlen_k;
+  float sm_scale;
+  int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3], lse_stride[2];
+  int window_left, window_right;
+  float softcap;
+} launcher_args;
+typedef int (*variant_fn)(const launcher_args *a, void *stream);
+static const char *(*launcher_error)(void);
+
+static int launcher_launch(void *user, const kiln_attn_args *a) {
+  launcher_args l = {.q = a->q, .k = a->k, .v = a->v, .o = a->o, .lse = a->lse,
+                     .batch = a->batch, .heads = a->heads, .kv_heads = a->kv_heads,
+                     .seqlen_q = a->seqlen_q, .seqlen_k = a->seqlen_k, .sm_scale = a->sm_scale,
+                     .window_left = a->window_left, .window_right = a->window_right,
+                     .softcap = a->softcap};
+  int rc = ((variant_fn)user)(&l, NULL);
+  if (rc) api_fail(KILN_ERR_RUNTIME, "%s", launcher_error());
+  return rc;
+}
+
+static void test_launcher(void **state) {
+  (void)state;
+  if (!open_device()) skip();
+  char src[4200];
+  snprintf(src, sizeof src, "%s/kiln_aot.c", aot_dir);
+  if (access(src, R_OK)) {
+    printf("  (no %s: the bundle was built without --emit-c)\n", src);
+    skip();
+  }
+  /* the twins of the HIP stand-in learn the kernels from a bundle context (no compile) */
+  kiln_context *ctx = bundle_ctx(aot_dir, 1, KILN_OK);
+  for (int i = 0; i < 16; i++) {
+    kcase c = case_at(i);
+    kiln_kernel *k;
+    if (prepare(ctx, &c.d, &k)) fail_msg("%s", kiln_last_error());
+    char symbol[128];
+    snprintf(symbol, sizeof symbol, "attn_fwd_%s", c.name);
+    twin_note(symbol, k);
+  }
+  /* a plain C compiler, no include path, no kiln, no LLVM */
+  char *dir = fresh_dir(), cmd[9000], so[4200];
+  snprintf(so, sizeof so, "%s/libkiln_aot.so", dir);
+  const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+  snprintf(cmd, sizeof cmd, "%s -std=c11 -O1 -Wall -Wextra -Werror -fPIC -shared -o '%s' '%s' "
+           "-ldl -lpthread", cc, so, src);
+  printf("  %s\n", cmd);
+  if (system(cmd)) fail_msg("the generated launcher does not compile");
+  void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  if (!h) fail_msg("%s", dlerror());
+  int (*init)(const char *);
+  const char *(*arch)(void);
+  *(void **)&init = dlsym(h, "kiln_aot_init");
+  *(void **)&arch = dlsym(h, "kiln_aot_arch");
+  *(void **)&launcher_error = dlsym(h, "kiln_aot_error");
+  assert_non_null(init);
+  assert_int_equal(init("metal"), -1);
+  assert_non_null(strstr(launcher_error(), "not hip, cuda or auto"));
+  if (init(kind == KN_DEVICE_HIP ? "hip" : "cuda")) fail_msg("init: %s", launcher_error());
+  assert_string_equal(arch(), chip);
+  int bad = 0;
+  for (int i = 0; i < 16; i++) {
+    kcase c = case_at(i);
+    char fn[96];
+    snprintf(fn, sizeof fn, "kiln_aot_%s", c.name);
+    void *f = dlsym(h, fn);
+    if (!f) fail_msg("the launcher has no %s", fn);
+    char why[400];
+    int r = check_launch(&c.d, launcher_launch, f, why, sizeof why);
+    printf("  %-24s %s (launcher): %s %s\n", c.name, arch(), why, r ? "FAIL" : "ok");
+    bad += r != 0;
+  }
+  /* a bad shape: refused before any launch */
+  variant_fn f0 = (variant_fn)dlsym(h, "kiln_aot_f16_d64_lse");
+  launcher_args l = {.batch = 1, .heads = 3, .kv_heads = 2, .seqlen_q = 4, .seqlen_k = 4};
+  assert_int_equal(f0(&l, NULL), -1);
+  assert_non_null(strstr(launcher_error(), "bad shape"));
+  kiln_context_destroy(ctx);
+  rm_dir(dir);
+  assert_int_equal(bad, 0);
+}
+
 int main(void) {
   const char *s = getenv("KILN_TEST_SEED");
   if (s) seed = strtoull(s, NULL, 0);
@@ -486,6 +575,7 @@ int main(void) {
       cmocka_unit_test(test_index_errors),
       cmocka_unit_test(test_bundle_api),
       cmocka_unit_test(test_bundle_damaged),
+      cmocka_unit_test(test_launcher),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
