@@ -647,8 +647,9 @@ int aot_main(int argc, char **argv) {
       }
       printf("\n");
     }
-    printf("kiln aot: %d kernels, %d objects in %s/%s, %.1f s (-j %d; %.1f s of compiles)\n",
-           b.n, q.njobs, out, KN_AOT_INDEX_FILE, wall / 1e3, jobs, cpu / 1e3);
+    printf("kiln aot: %d kernel%s, %d objects in %s/%s, %.1f s (-j %d; %.1f s of compiles)\n",
+           b.n, b.n == 1 ? "" : "s", q.njobs, out, KN_AOT_INDEX_FILE, wall / 1e3, jobs,
+           cpu / 1e3);
   }
   if (q.db) kn_tunedb_close(q.db);
   pthread_mutex_destroy(&q.db_mu);
