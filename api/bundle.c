@@ -104,8 +104,9 @@ kiln_status api_bundle_load(kiln_context *ctx, kiln_kernel *k, const kn_aot_entr
       s = api_fail(KILN_ERR_IO, "bundle %s: %s on %s runs %d work-items; the index says %d",
                    ix->path, e->symbol, e->arch, k->hip_threads, e->threads);
     } else if (s) {
-      s = api_fail(s, "%s from the bundle %s (%s): %s", what, ix->path, e->file.name,
-                   kiln_last_error());
+      char why[1024]; /* (api_fail writes the buffer kiln_last_error reads) */
+      snprintf(why, sizeof why, "%s", kiln_last_error());
+      s = api_fail(s, "%s from the bundle %s (%s): %s", what, ix->path, e->file.name, why);
     }
   } else if (ctx->kind == KN_DEVICE_CUDA) {
     const kn_cuda_props *p = kn_cuda_device_get_props(ctx->cuda);

@@ -23,11 +23,9 @@ void kn_module_free(kn_module *m) {
 
 kn_func *kn_module_find(const kn_module *m, const char *name) {
   int i = kn_strmap_get(&m->func_names, name, strlen(name));
-  if (i >= 0 && !strcmp(m->funcs[i]->name, name)) return m->funcs[i];
-  /* renamed functions (kn_func_rename) leave their old name in the map, which cannot forget */
-  for (int j = 0; j < m->nfuncs; j++)
-    if (!strcmp(m->funcs[j]->name, name)) return m->funcs[j];
-  return NULL;
+  /* a function renamed by kn_func_rename leaves its old name in the map (which cannot forget
+   * a key): that name finds nothing now */
+  return i >= 0 && !strcmp(m->funcs[i]->name, name) ? m->funcs[i] : NULL;
 }
 
 int kn_func_rename(kn_func *f, const char *name) {

@@ -607,6 +607,10 @@ int aot_main(int argc, char **argv) {
   }
   if (any_tuned) q.db = open_tunedb(cache_dir);
   q.jobs = malloc(sizeof *q.jobs * (size_t)b.n * AOT_MAX_ARCHS);
+  if (!q.jobs) {
+    aot_build_free(&b);
+    return usage_error("out of memory");
+  }
   for (int i = 0; i < b.n; i++)
     for (int a = 0; a < b.k[i].narchs; a++) q.jobs[q.njobs][0] = i, q.jobs[q.njobs++][1] = a;
   if (jobs > q.njobs) jobs = q.njobs;

@@ -142,6 +142,27 @@ static void test_index_errors(void **state) {
   expect_index_error_n("kiln-aot-index 1\n\0", 18, ":1:1:", "NUL");
 }
 
+/* the unique symbols: kn_func_rename on the template's kernel */
+static void test_rename(void **state) {
+  (void)state;
+  kn_attn_desc d = {.dtype = KN_F16, .head_dim = 64, .window = true}; /* + a library function */
+  kn_attn_config c = kn_attn_default_config(NULL, &d);
+  kn_diag e;
+  kn_module *m = api_build_module(&d, &c, &e);
+  assert_non_null(m);
+  kn_func *f = kn_module_find(m, "attn_fwd");
+  assert_non_null(f);
+  assert_int_equal(kn_func_rename(f, "attn_fwd_x"), 0);
+  assert_ptr_equal(kn_module_find(m, "attn_fwd_x"), f);
+  assert_null(kn_module_find(m, "attn_fwd"));
+  /* a name another function has is refused */
+  assert_true(m->nfuncs > 1);
+  kn_func *g = m->funcs[0] == f ? m->funcs[1] : m->funcs[0];
+  assert_int_equal(kn_func_rename(f, g->name), -1);
+  assert_string_equal(f->name, "attn_fwd_x");
+  kn_module_free(m);
+}
+
 /* ---- the device: the HIP stand-in or the fake CUDA driver ---- */
 
 static kn_device_kind kind;
@@ -585,6 +606,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bundle_round_trip),
       cmocka_unit_test(test_index_errors),
+      cmocka_unit_test(test_rename),
       cmocka_unit_test(test_bundle_api),
       cmocka_unit_test(test_bundle_damaged),
       cmocka_unit_test(test_launcher),
