@@ -147,11 +147,14 @@ static const char *unpack(const uint8_t *p, size_t size, char **ptx, int *thread
   return NULL;
 }
 
-/* loads ptx into k; 0, or -1 with the driver's message in e */
-static int load(kiln_context *ctx, kiln_kernel *k, const char *ptx, int threads, int64_t smem,
-                kn_diag *e) {
-  if (kn_cuda_module_load_ptx(ctx->cuda, ptx, &k->cu_mod, e)) return -1;
-  if (kn_cuda_module_kernel(k->cu_mod, "attn_fwd", &k->cu_fn, e)) {
+/* loads ptx (or, ptx NULL, the cubin) into k, its kernel `symbol`; 0, or -1 with the driver's
+ * message in e */
+static int load(kiln_context *ctx, kiln_kernel *k, const char *ptx, const void *cubin,
+                size_t cubin_n, const char *symbol, int threads, int64_t smem, kn_diag *e) {
+  if (ptx ? kn_cuda_module_load_ptx(ctx->cuda, ptx, &k->cu_mod, e)
+          : kn_cuda_module_load_cubin(ctx->cuda, cubin, cubin_n, &k->cu_mod, e))
+    return -1;
+  if (kn_cuda_module_kernel(k->cu_mod, symbol, &k->cu_fn, e)) {
     api_cuda_unload(k);
     return -1;
   }
@@ -175,7 +178,7 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
     const char *bad = unpack(payload, size, &ptx, &threads, &smem);
     free(payload);
     if (!bad && smem > ctx->cuda_smem_optin) bad = "needs more shared memory than the device has";
-    if (!bad && load(ctx, k, ptx, threads, smem, &e)) bad = e.message;
+    if (!bad && load(ctx, k, ptx, NULL, 0, "attn_fwd", threads, smem, &e)) bad = e.message;
     free(ptx);
     if (!bad) {
       k->info.source = KILN_SOURCE_CACHE;
@@ -192,7 +195,8 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
     s = api_fail(KILN_ERR_UNSUPPORTED, "%s needs %lld bytes of shared memory per block; %s "
                  "allows %lld (choose smaller blocks)", what, (long long)c.shared_bytes,
                  ctx->device_name, (long long)ctx->cuda_smem_optin);
-  } else if (load(ctx, k, (const char *)c.data, c.threads, c.shared_bytes, &e)) {
+  } else if (load(ctx, k, (const char *)c.data, NULL, 0, "attn_fwd", c.threads, c.shared_bytes,
+                  &e)) {
     s = api_fail(KILN_ERR_COMPILE, "loading %s (%s PTX) into the driver failed: %s", what,
                  ctx->target_name, e.message);
   } else {
@@ -285,6 +289,19 @@ kiln_status api_cuda_append(kiln_kernel *k, const kiln_attn_args *a, const kn_ar
   if (st == KN_OK) return KILN_OK;
   return api_fail(api_status_of(st), "kiln_forward (paged append) on %s: %s",
                   k->ctx->device_name, e.message);
+}
+
+kiln_status api_cuda_load(kiln_context *ctx, kiln_kernel *k, const char *ptx, const void *cubin,
+                          size_t cubin_n, const char *symbol, int threads, int64_t smem) {
+  kn_diag e;
+  if (smem > ctx->cuda_smem_optin)
+    return api_fail(KILN_ERR_UNSUPPORTED, "%s needs %lld bytes of shared memory per block; %s "
+                    "allows %lld", symbol, (long long)smem, ctx->device_name,
+                    (long long)ctx->cuda_smem_optin);
+  if (load(ctx, k, ptx, cubin, cubin_n, symbol, threads, smem, &e))
+    return api_fail(KILN_ERR_RUNTIME, "loading %s (%s) into the driver failed: %s", symbol,
+                    ptx ? "PTX" : "cubin", e.message);
+  return KILN_OK;
 }
 
 kiln_status api_cuda_forward(kiln_kernel *k, const kn_argval *args, const int grid[3],

@@ -403,10 +403,12 @@ kiln_status kiln_context_create(const kiln_context_options *options, kiln_contex
   if (ctx->env_policy) ctx->policy = ctx->env_policy;
 
   kiln_status s = pick_device(ctx, options->device);
+  if (!s && options->bundle) s = api_bundle_open(ctx, options->bundle);
   if (s) {
     kiln_context_destroy(ctx);
     return s;
   }
+  ctx->bundle_only = options->bundle_only || !api_the_compiler.present;
   if (!options->no_cache) {
     kn_cache_config cc = {.dir = options->cache_dir, .log = cache_log, .log_user = ctx};
     kn_diag why;
@@ -447,6 +449,7 @@ void kiln_context_destroy(kiln_context *ctx) {
   }
   api_cuda_close(ctx);
   api_hip_close(ctx);
+  api_bundle_close(ctx);
   kn_tunedb_close(ctx->db);
   kn_cache_close(ctx->cache);
   pthread_cond_destroy(&ctx->cv);
@@ -478,6 +481,7 @@ void kiln_context_stats(kiln_context *ctx, kiln_stats *o) {
   o->tunings = atomic_load(&ctx->stats.tunings);
   o->candidates = atomic_load(&ctx->stats.candidates);
   o->launches = atomic_load(&ctx->stats.launches);
+  o->bundle_loads = atomic_load(&ctx->stats.bundle_loads);
 }
 
 /* the tuning database beside the cache, opened on first use */
@@ -679,19 +683,13 @@ static int load_cached(kiln_context *ctx, const kn_cache_key *key, const char *h
   return -1;
 }
 
-static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
-                                const kn_attn_config *c, bool tuned, kiln_kernel **out) {
-  double t0 = now_ms();
-  kn_diag diag;
-  char what[2 * KN_ATTN_KEY_MAX + 16];
-  api_describe(d, c, what, sizeof what);
-  kn_module *m = api_build_module(d, c, &diag);
-  if (!m) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
+/* a new kernel of ctx for (d, c, sig), nothing loaded yet; NULL when out of memory */
+static kiln_kernel *kernel_new(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
+                               const kn_attn_config *c) {
   kiln_kernel *k = calloc(1, sizeof *k);
   if (!k || (d->mods && !(k->mods = strdup(d->mods)))) {
     free(k);
-    kn_module_free(m);
-    return api_fail(KILN_ERR_NOMEM, "out of memory");
+    return NULL;
   }
   k->ctx = ctx;
   /* the kernel's own descriptor: its copy of the text; the caller's name for it is not kept */
@@ -702,6 +700,55 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
   k->sig = *sig;
   k->n_user_params = api_user_params(d, sig, k->user_param);
   pthread_mutex_init(&k->launch_mu, NULL);
+  return k;
+}
+
+/* the kernel's info once it is loaded */
+static void kernel_loaded(kiln_context *ctx, kiln_kernel *k, const char *what, double t0,
+                          bool tuned) {
+  const kn_attn_config *c = &k->cfg;
+  k->info.prepare_ms = now_ms() - t0;
+  k->info.desc = api_desc_to_public(&k->desc);
+  k->info.block_m = c->block_m;
+  k->info.wgmma = c->wgmma;
+  k->info.block_n = c->block_n;
+  k->info.warps = c->warps;
+  k->info.stages = c->stages;
+  k->info.tuned = tuned;
+  snprintf(k->info.target, sizeof k->info.target, "%s", ctx->target_name);
+  api_log(ctx, KILN_LOG_INFO, "%s: %s in %.2f ms (key %s)",
+          k->info.source == KILN_SOURCE_CACHE ? "cache hit"
+          : k->info.source == KILN_SOURCE_BUNDLE ? "bundle" : "compiled",
+          what, k->info.prepare_ms, k->info.cache_key);
+}
+
+static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
+                                const kn_attn_config *c, bool tuned, const kn_aot_entry *be,
+                                kiln_kernel **out) {
+  double t0 = now_ms();
+  kn_diag diag;
+  char what[2 * KN_ATTN_KEY_MAX + 16];
+  api_describe(d, c, what, sizeof what);
+  if (be) {
+    /* the compile-free path: nothing of the template is built */
+    kiln_kernel *k = kernel_new(ctx, d, sig, c);
+    if (!k) return api_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status s = api_bundle_load(ctx, k, be, what);
+    if (s) {
+      kernel_free(k);
+      return s;
+    }
+    kernel_loaded(ctx, k, what, t0, tuned);
+    *out = k;
+    return KILN_OK;
+  }
+  kn_module *m = api_build_module(d, c, &diag);
+  if (!m) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
+  kiln_kernel *k = kernel_new(ctx, d, sig, c);
+  if (!k) {
+    kn_module_free(m);
+    return api_fail(KILN_ERR_NOMEM, "out of memory");
+  }
   kn_cache_key key = api_cache_key(ctx, d, c, m);
   kn_cache_key_hex(&key, k->info.cache_key);
 
@@ -733,25 +780,15 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
     kernel_free(k);
     return s;
   }
-  k->info.prepare_ms = now_ms() - t0;
-  k->info.desc = api_desc_to_public(&k->desc);
-  k->info.block_m = c->block_m;
-  k->info.wgmma = c->wgmma;
-  k->info.block_n = c->block_n;
-  k->info.warps = c->warps;
-  k->info.stages = c->stages;
-  k->info.tuned = tuned;
-  snprintf(k->info.target, sizeof k->info.target, "%s", ctx->target_name);
-  api_log(ctx, KILN_LOG_INFO, "%s: %s in %.2f ms (key %s)",
-          k->info.source == KILN_SOURCE_CACHE ? "cache hit" : "compiled", what, k->info.prepare_ms,
-          k->info.cache_key);
+  kernel_loaded(ctx, k, what, t0, tuned);
   *out = k;
   return KILN_OK;
 }
 
 /* the second memo level: one kernel per (descriptor, tiling) */
 static kiln_status get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
-                              const kn_attn_config *c, bool tuned, kiln_kernel **out) {
+                              const kn_attn_config *c, bool tuned, const kn_aot_entry *be,
+                              kiln_kernel **out) {
   char key[2 * KN_ATTN_KEY_MAX + 32], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(d, dk, sizeof dk);
   kn_attn_config_key(c, ck, sizeof ck);
@@ -760,7 +797,7 @@ static kiln_status get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn
   if (m > 0) return KILN_OK;
   if (m < 0) return api_fail(KILN_ERR_NOMEM, "out of memory");
   kiln_kernel *k = NULL;
-  kiln_status s = build_kernel(ctx, d, sig, c, tuned, &k);
+  kiln_status s = build_kernel(ctx, d, sig, c, tuned, be, &k);
   memo_finish(ctx, key, s ? NULL : k, true);
   *out = k;
   return s;
@@ -1076,8 +1113,20 @@ kiln_status kiln_prepare(kiln_context *ctx, const kiln_attn_desc *desc,
   kn_attn_config c;
   bool tuned = false;
   s = api_signature(&d, &sig);
-  if (!s) s = resolve_config(ctx, &d, &sig, o, policy, seqlen, &c, &tuned);
-  if (!s) s = get_kernel(ctx, &d, &sig, &c, tuned, &k);
+  /* the AOT bundle first: a descriptor it holds is loaded with the bundle's tiling, never
+   * tuned or compiled */
+  const kn_aot_entry *be = NULL;
+  if (!s) be = api_bundle_find(ctx, &d, seqlen, is_forced ? &forced : NULL, &c);
+  if (be) tuned = be->tuned;
+  if (!s && !be && ctx->bundle_only)
+    s = api_fail(KILN_ERR_UNSUPPORTED, "%s: the bundle %s has no kernel for [%s]%s on %s, and "
+                 "this %s", api_the_compiler.present ? "bundle_only" : "no compiler",
+                 ctx->bundle.path[0] ? ctx->bundle.path : "(none)", dk,
+                 is_forced ? " with the forced tiling" : "", ctx->target_name,
+                 api_the_compiler.present ? "context may not compile (bundle_only)"
+                                     : "library cannot compile (it has no compiler)");
+  if (!s && !be) s = resolve_config(ctx, &d, &sig, o, policy, seqlen, &c, &tuned);
+  if (!s) s = get_kernel(ctx, &d, &sig, &c, tuned, be, &k);
   memo_finish(ctx, key, s ? NULL : k, false);
   if (s) {
     api_log(ctx, KILN_LOG_ERROR, "prepare: %s", tl_error);

@@ -218,7 +218,7 @@ static void time_on_hip(run *r, const kn_attn_config *c, kiln_tune_candidate *ou
     if (!why[0] && (call)) snprintf(why, sizeof why, "%.299s", kiln_last_error());           \
   } while (0)
   if (!t) snprintf(why, sizeof why, "out of memory");
-  API_STEP(api_hip_load(ctx, &tk, obj->data, obj->size));
+  API_STEP(api_hip_load(ctx, &tk, obj->data, obj->size, "attn_fwd"));
   /* set 0 first, its output cleared: the correctness check */
   HIP_STEP(kn_hip_memset8(dev, r->dsets[0].o, 0, ob, &e));
   launch_args(r, c, 0, args, grid);

@@ -153,6 +153,13 @@ typedef struct kiln_context_options {
                                    environment's KILN_AUTOTUNE overrides it */
   kiln_progress_fn progress;  /* optional; NULL: stderr while tuning (KILN_TUNE_PROGRESS=0: none) */
   void *progress_user;
+  const char *bundle;         /* optional: an AOT bundle (`kiln aot`'s directory, or its
+                                 index.kiln): descriptors it holds for the context's target are
+                                 loaded from it, never compiled (docs/aot.md).  A malformed index:
+                                 kiln_context_create fails (KILN_ERR_IO with file:line:col) */
+  int bundle_only;            /* nonzero: never compile; a descriptor the bundle lacks is
+                                 KILN_ERR_UNSUPPORTED (always so in a library without the
+                                 compiler); zero: such a descriptor is compiled as usual */
 } kiln_context_options;
 
 /* options NULL: all defaults.  KILN_ERR_INSECURE for a cache directory writable by others,
@@ -183,6 +190,7 @@ typedef struct kiln_stats {
   uint64_t tunings;         /* autotuning runs */
   uint64_t candidates;      /* candidates compiled by those runs */
   uint64_t launches;        /* kiln_forward calls that succeeded */
+  uint64_t bundle_loads;    /* kernels loaded from the context's AOT bundle */
 } kiln_stats;
 /* counters since the context was created; all zero for a NULL ctx, nothing for a NULL out */
 void kiln_context_stats(kiln_context *ctx, kiln_stats *out);
@@ -319,6 +327,7 @@ kiln_status kiln_prepare(kiln_context *ctx, const kiln_attn_desc *desc,
 typedef enum kiln_kernel_source {
   KILN_SOURCE_COMPILED = 1,  /* compiled in this context */
   KILN_SOURCE_CACHE,         /* loaded from the disk cache */
+  KILN_SOURCE_BUNDLE,        /* loaded from the context's AOT bundle (kiln_context_options.bundle) */
 } kiln_kernel_source;
 
 typedef struct kiln_kernel_info {

@@ -88,7 +88,8 @@ class _ContextOptions(ctypes.Structure):
     _fields_ = [("cache_dir", ctypes.c_char_p), ("no_cache", ctypes.c_int),
                 ("device", ctypes.c_char_p), ("log", _LOG_FN), ("log_user", ctypes.c_void_p),
                 ("tune_policy", ctypes.c_int), ("progress", _PROGRESS_FN),
-                ("progress_user", ctypes.c_void_p)]
+                ("progress_user", ctypes.c_void_p), ("bundle", ctypes.c_char_p),
+                ("bundle_only", ctypes.c_int)]
 
 
 class _AttnDesc(ctypes.Structure):
@@ -154,7 +155,7 @@ class _AttnArgs(ctypes.Structure):
 
 
 _STATS = ["prepares", "memo_hits", "cache_hits", "compiles", "corrupt_entries", "not_stored",
-          "tuning_hits", "tunings", "candidates", "launches"]
+          "tuning_hits", "tunings", "candidates", "launches", "bundle_loads"]
 
 
 class _Stats(ctypes.Structure):
@@ -287,17 +288,19 @@ def _mod_args(params):
 class Context:
     """A kiln context: device ("auto", "host", "cuda", "cuda:N", "sm_80", "sm_90a", "hip",
     "hip:N", "gfx90a", "gfx942", "gfx950"; tensors are routed to "host" or "cuda:N"), cache
-    directory (None: $KILN_CACHE_DIR, ...), tuning policy, and an optional log callable
-    log(level, message) (called from any thread)."""
+    directory (None: $KILN_CACHE_DIR, ...), tuning policy, an optional log callable
+    log(level, message) (called from any thread), and an AOT bundle (a `kiln aot` directory:
+    its kernels are loaded, not compiled; bundle_only: never compile, docs/aot.md)."""
 
     def __init__(self, device=None, cache_dir=None, no_cache=False, tune_policy=TUNE_CONTEXT,
-                 log=None):
+                 log=None, bundle=None, bundle_only=False):
         lib = library()
         self._log = None
         if log is not None:
             self._log = _LOG_FN(lambda user, level, msg: log(level, msg.decode("utf-8", "replace")))
         opts = _ContextOptions(cache_dir=_bytes(cache_dir), no_cache=1 if no_cache else 0,
-                               device=_bytes(device), tune_policy=tune_policy)
+                               device=_bytes(device), tune_policy=tune_policy,
+                               bundle=_bytes(bundle), bundle_only=1 if bundle_only else 0)
         if self._log is not None:
             opts.log = self._log
         handle = ctypes.c_void_p()

@@ -491,6 +491,21 @@ def main():
         check("no CUDA device", e.status == kiln.ERR_NO_DEVICE, e.message)
     expect_error("unknown device", kiln.ERR_NO_DEVICE, lambda: kiln.Context(device="tpu"), "tpu")
 
+    # AOT bundles (docs/aot.md): a malformed index refuses the context with its line:col; a
+    # bundle holds GPU kernels only, so on the host bundle_only refuses every descriptor
+    bundle = os.path.join(cache, "bundle")
+    os.mkdir(bundle)
+    with open(os.path.join(bundle, "index.kiln"), "w") as f:
+        f.write("kiln-aot-index 1\nentry name=x colour=red\n")
+    expect_error("malformed bundle index", kiln.ERR_IO,
+                 lambda: kiln.Context(device="host", no_cache=True, bundle=bundle),
+                 "index.kiln:2:14: unknown field 'colour'")
+    with open(os.path.join(bundle, "index.kiln"), "w") as f:
+        f.write("kiln-aot-index 1\n")
+    with kiln.Context(device="host", no_cache=True, bundle=bundle, bundle_only=True) as bctx:
+        expect_error("bundle_only without the kernel", kiln.ERR_UNSUPPORTED,
+                     lambda: bctx.prepare("float16", 64), "has no kernel for [dtype=f16;d=64")
+
     for root, dirs, files in os.walk(cache, topdown=False):
         for f in files:
             os.remove(os.path.join(root, f))

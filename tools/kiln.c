@@ -37,7 +37,9 @@
 #include <unistd.h>
 
 #include "amdgpu.h"
+#include "aot.h"
 #include "attention.h"
+#include "bundle.h"
 #include "cache.h"
 #include "cuda_device.h"
 #include "device.h"
@@ -123,10 +125,15 @@ static void usage(FILE *f) {
         "                          --stats (registers, spills, LDS, occupancy, MFMA count)\n"
         "  check FILE.tile         parse and verify a text IR file\n"
         "  inspect FILE.hsaco      registers, spills, LDS, occupancy, MFMA count of a code object\n"
+        "                          (or of each in an offload bundle, FILE.hipfb)\n"
         "  tune  [--target T]      autotune the tiling for the kernel options and record it:\n"
         "                          --space \"block_m=32,64;block_n=32\", --cache-dir DIR,\n"
         "                          --seqlen-q N (the length tuned for), --repeats R\n"
         "  cache ls|verify|clear   the code cache and tuning records [--cache-dir DIR]\n"
+        "  aot MANIFEST -o DIR     build a manifest's kernels into a bundle (docs/aot.md):\n"
+        "                          offload bundles, PTX and cubins, index.kiln; -j N jobs,\n"
+        "                          --emit-c NAME (NAME.h / NAME.c, a launcher), --cache-dir DIR\n"
+        "                          (the tuning records \"config=tuned\" reads)\n"
         "kernel options:\n"
         "  --dtype f16|bf16|f32  --head-dim D  --batch B  --heads H  --kv-heads HK\n"
         "  --seqlen-q N  --seqlen-k M  --causal  --block-m BM  --block-n BN\n"
@@ -1548,7 +1555,7 @@ static int write_out(const char *path, const void *data, size_t n) {
 /* kiln inspect FILE: the resources of any AMDGPU code object (kiln's or another compiler's) */
 static int cmd_inspect(int argc, char **argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: kiln inspect FILE.hsaco\n");
+    fprintf(stderr, "usage: kiln inspect FILE.hsaco|FILE.hipfb\n");
     return EXIT_USAGE;
   }
   size_t n;
@@ -1557,7 +1564,30 @@ static int cmd_inspect(int argc, char **argv) {
   kn_codeobj co;
   kn_diag d;
   int rc = EXIT_PASS;
-  if (kn_codeobj_parse(data, n, &co, &d)) {
+  if (kn_bundle_is(data, n)) {
+    /* a clang offload bundle (kiln aot's .hipfb): each code object in turn */
+    kn_bundle_part parts[64];
+    size_t idl[64];
+    int count;
+    if (kn_bundle_entries(data, n, parts, idl, 64, &count, &d) != KN_OK) {
+      fprintf(stderr, "kiln: error: %s: %s\n", argv[2], d.message);
+      rc = EXIT_USAGE;
+    }
+    for (int i = 0; rc == EXIT_PASS && i < count; i++) {
+      printf("bundle entry %.*s: %zu bytes\n", (int)idl[i], parts[i].id, parts[i].size);
+      if (!parts[i].size) continue;
+      if (kn_codeobj_parse(parts[i].data, parts[i].size, &co, &d)) {
+        fprintf(stderr, "kiln: error: %s: entry %.*s is not a code object kiln can read: %s\n",
+                argv[2], (int)idl[i], parts[i].id, d.message);
+        rc = EXIT_USAGE;
+        break;
+      }
+      char buf[16384];
+      kn_codeobj_format_stats(&co, buf, sizeof buf);
+      fputs(buf, stdout);
+      kn_codeobj_free(&co);
+    }
+  } else if (kn_codeobj_parse(data, n, &co, &d)) {
     fprintf(stderr, "kiln: error: %s: not a code object kiln can read: %s\n", argv[2], d.message);
     rc = EXIT_USAGE;
   } else {
@@ -1871,6 +1901,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "check")) return cmd_check(argc, argv);
   if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
   if (!strcmp(cmd, "cache")) return cmd_cache(argc, argv);
+  if (!strcmp(cmd, "aot")) return aot_main(argc, argv);
   options o;
   if (!strcmp(cmd, "run") || !strcmp(cmd, "dump") || !strcmp(cmd, "compile") ||
       !strcmp(cmd, "tune")) {

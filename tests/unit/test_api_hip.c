@@ -51,6 +51,7 @@
 #include "space.h"
 #include "target.h"
 #include "test_api_util.h"
+#include "twin_args.h"
 
 static const char *self_path;
 static uint64_t seed = 1;
@@ -164,22 +165,7 @@ static int run_twin(void *user, const kn_fake_hip_launch *l, char *why, size_t n
     goto out;
   }
   kn_argval args[KN_ATTN_MAX_PARAMS];
-  for (int i = 0; i < t->sig.n; i++) {
-    kn_type ty = t->sig.type[i];
-    uint64_t v = l->values[i];
-    if (ty.kind == KN_TY_PTR) {
-      args[i].p = (void *)(uintptr_t)v;
-    } else if (ty.elem == KN_F32) {
-      uint32_t b = (uint32_t)v;
-      float f;
-      memcpy(&f, &b, 4);
-      args[i].f = f;
-    } else if (ty.elem == KN_I32) {
-      args[i].i = (int32_t)(uint32_t)v;
-    } else {
-      args[i].i = (int64_t)v;
-    }
-  }
+  twin_decode(&t->sig, l->values, args);
   int grid[3] = {(int)l->grid[0], (int)l->grid[1], (int)l->grid[2]};
   if (kn_emu_run(t->emu, args, grid, l->regions, l->nregions, NULL, &d)) {
     snprintf(why, n, "%s", d.message);
