@@ -59,7 +59,7 @@ void api_hip_unload(kiln_kernel *k) {
 static int load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n, kn_status *st,
                 kn_diag *e) {
   *st = kn_hip_module_load(ctx->hip, co, n, &k->hip_mod, e);
-  if (*st == KN_OK) *st = kn_hip_module_kernel(k->hip_mod, "attn_fwd", &k->hip_fn, e);
+  if (*st == KN_OK) *st = kn_hip_module_kernel(k->hip_mod, k->kname, &k->hip_fn, e);
   if (*st != KN_OK) {
     api_hip_unload(k);
     return -1;
@@ -104,7 +104,7 @@ kiln_status api_hip_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m,
   }
   kn_artifact c;
   kn_diag d;
-  if (kn_compile_artifact(m, "attn_fwd", ctx->target, NULL, &c, &d))
+  if (kn_compile_artifact(m, k->kname, ctx->target, NULL, &c, &d))
     return api_fail(KILN_ERR_COMPILE, "compiling %s for %s failed: %s", what, ctx->target_name,
                     d.message);
   atomic_fetch_add(&ctx->stats.compiles, 1);

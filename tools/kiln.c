@@ -867,7 +867,7 @@ static int inputs_make(const options *o, run_inputs *in) {
 static void print_header(const options *o, const char *target, const char *device) {
   const kn_attn_problem *p = &o->prob;
   char what[2 * KN_ATTN_KEY_MAX + 16];
-  api_describe(&o->attn, &o->cfg, what, sizeof what);
+  api_describe("attn_fwd", &o->attn, &o->cfg, what, sizeof what);
   printf("kiln run: target=%s device=%s kernel=%s B=%d H=%d HK=%d Nq=%d Nk=%d seed=%llu", target,
          device, what, p->batch, p->heads, p->kv_heads, p->seqlen_q, p->seqlen_k, o->seed);
   if (o->attn.layout == KN_ATTN_VARLEN)  /* Nq, Nk: the longest sequence's */

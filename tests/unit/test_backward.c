@@ -17,6 +17,8 @@
  * 4. Code: the backward kernels at their default tilings compile for gfx90a / gfx942 (VGPR
  *    spills reported) and sm_80 / sm_90a (ptxas; skipped without it).
  * 5. Bad input: varlen, head dim above 256, wgmma, a non-differentiable score_mod: clear errors.
+ * 6. The API on the host: kiln_forward then kiln_backward (GQA and causal, softcap, a user
+ *    score_mod with its tensor) against the float64 reference, and the errors of bad calls.
  *
  * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_VERBOSE=1 prints each case.
  */
@@ -36,6 +38,7 @@
 #include "attn_internal.h"
 #include "numeric.h"
 #include "attn_test.h"
+#include "kiln.h"
 
 /* ---- one problem --------------------------------------------------------------------------- */
 
@@ -537,6 +540,98 @@ static void test_errors(void **state) {
   expect_error(&(kn_attn_desc){.dtype = KN_I32, .head_dim = 64}, &c, "dtype i32 is not supported");
 }
 
+/* ---- 6. the API on the host ---------------------------------------------------------------------- */
+
+/* kiln_backward on the host for case c (GQA, causal, softcap, ALiBi or a user modifier) with the
+ * forward through kiln_forward first (its O and lse are what the backward reads), against the
+ * float64 reference; and the errors of bad calls */
+static void api_case(kiln_context *ctx, bcase *c, const kiln_attn_desc *pd) {
+  make_values(c);
+  const kn_scalar dt = c->desc.dtype;
+  const int D = c->desc.head_dim;
+  const size_t nq = (size_t)c->batch * c->heads * c->nq * D, nk = (size_t)c->batch * c->kv_heads * c->nk * D;
+  const size_t nrow = (size_t)c->batch * c->heads * c->nq;
+  double *q = rand_vec(nq, dt, -2, 2), *k = rand_vec(nk, dt, -2, 2), *v = rand_vec(nk, dt, -2, 2);
+  double *dout = rand_vec(nq, dt, -1, 1);
+  void *bq = dt_buf(dt, q, nq), *bk = dt_buf(dt, k, nk), *bv = dt_buf(dt, v, nk), *bo = dt_buf(dt, NULL, nq);
+  void *bdo = dt_buf(dt, dout, nq), *bdq = dt_buf(dt, NULL, nq), *bdk = dt_buf(dt, NULL, nk), *bdv = dt_buf(dt, NULL, nk);
+  float *lse = malloc(4 * nrow), *delta = malloc(4 * nrow);
+  kiln_kernel *fwd, *bwd;
+  kiln_attn_desc fd = *pd;
+  fd.has_lse = 1;
+  if (kiln_prepare(ctx, &fd, NULL, &fwd)) fail_msg("%s: prepare: %s", c->name, kiln_last_error());
+  if (kiln_prepare_backward(ctx, pd, NULL, &bwd)) fail_msg("%s: prepare_backward: %s", c->name, kiln_last_error());
+  kiln_mod_arg ma = {0};
+  kiln_backward_args a = {.fwd = {.q = bq, .k = bk, .v = bv, .o = bo, .lse = lse, .batch = c->batch,
+                                  .heads = c->heads, .kv_heads = c->kv_heads, .seqlen_q = c->nq,
+                                  .seqlen_k = c->nk, .softcap = c->va.softcap,
+                                  .alibi_slopes = c->va.alibi_slopes, .alibi_stride = c->va.alibi_sb,
+                                  .q_numel = (int64_t)nq, .k_numel = (int64_t)nk},
+                          .dout = bdo, .dq = bdq, .dk = bdk, .dv = bdv, .delta = delta,
+                          .dq_numel = (int64_t)nq, .dk_numel = (int64_t)nk, .delta_numel = (int64_t)nrow};
+  if (pd->mods) {
+    ma = (kiln_mod_arg){.name = "temp", .kind = KILN_MOD_ARG_PTR, .p = c->named[0].value.p,
+                        .bytes = c->named[0].bytes};
+    a.fwd.mod_args = &ma, a.fwd.n_mod_args = 1;
+  }
+  if (kiln_forward(fwd, &a.fwd, NULL)) fail_msg("%s: forward: %s", c->name, kiln_last_error());
+  if (kiln_backward(bwd, &a, NULL)) fail_msg("%s: backward: %s", c->name, kiln_last_error());
+  double *ref[3];
+  size_t n[3] = {nq, nk, nk};
+  for (int t = 0; t < 3; t++) ref[t] = malloc(sizeof(double) * n[t]);
+  kn_attn_problem p = problem_of(c);
+  kn_diag diag;
+  if (kn_attn_bwd_reference(&c->desc, NULL, &p, &c->va, q, k, v, dout, false, ref[0], ref[1], ref[2], &diag))
+    fail_msg("reference: %s", diag.rendered);
+  void *got[3] = {bdq, bdk, bdv};
+  for (int t = 0; t < 3; t++) {
+    double big = 0, e = max_err(dt, got[t], ref[t], n[t], &big);
+    if (verbose()) printf("  api %-24s grad %d: err %.2e (max %.2f)\n", c->name, t, e, big);
+    if (!(e <= kn_attn_bwd_tolerance(dt) * (1 + big)))
+      fail_msg("%s through the API: gradient %d error %g", c->name, t, e);
+  }
+  /* bad calls: each a clear KILN_ERR_INVALID */
+  struct { const char *want; kiln_backward_args a; kiln_kernel *k; } bad[] = {
+      {"null dout", a, bwd}, {"null lse", a, bwd}, {"dq holds 1 elements", a, bwd},
+      {"launch it with kiln_backward", a, bwd}, {"prepare the backward with kiln_prepare_backward", a, fwd}};
+  bad[0].a.dout = NULL;
+  bad[1].a.fwd.lse = NULL;
+  bad[2].a.dq_numel = 1;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    kiln_status st = i == 3 ? kiln_forward(bwd, &a.fwd, NULL) : kiln_backward(bad[i].k, &bad[i].a, NULL);
+    assert_int_equal(st, KILN_ERR_INVALID);
+    if (!strstr(kiln_last_error(), bad[i].want))
+      fail_msg("error '%s' does not say '%s'", kiln_last_error(), bad[i].want);
+  }
+  for (int t = 0; t < 3; t++) free(ref[t]);
+  void *all[] = {q, k, v, dout, bq, bk, bv, bo, bdo, bdq, bdk, bdv, lse, delta};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+  free_values(c);
+}
+
+static void test_api(void **state) {
+  (void)state;
+  kiln_context_options co = {.no_cache = 1, .device = "host"};
+  kiln_context *ctx = NULL;
+  if (kiln_context_create(&co, &ctx)) fail_msg("context: %s", kiln_last_error());
+  bcase cases[] = {
+      C("api causal gqa f16", 2, 4, 2, 67, 81, .dtype = KN_F16, .head_dim = 64, .causal = 1),
+      C("api softcap bf16", 1, 2, 1, 50, 40, .dtype = KN_BF16, .head_dim = 40, .softcap = true),
+      C("api user score_mod f16", 1, 2, 2, 30, 45, .dtype = KN_F16, .head_dim = 32, .mods = TEMP_SCORE_MOD),
+  };
+  const kiln_attn_desc pub[] = {{.dtype = KILN_F16, .head_dim = 64, .causal = 1},
+                                {.dtype = KILN_BF16, .head_dim = 40, .softcap = 1},
+                                {.dtype = KILN_F16, .head_dim = 32, .mods = TEMP_SCORE_MOD}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) api_case(ctx, &cases[i], &pub[i]);
+  /* refusals at prepare */
+  kiln_kernel *k;
+  assert_int_equal(kiln_prepare_backward(ctx, &(kiln_attn_desc){.dtype = KILN_F16, .head_dim = 64,
+                                                                 .layout = KILN_LAYOUT_VARLEN}, NULL, &k),
+                   KILN_ERR_UNSUPPORTED);
+  if (!strstr(kiln_last_error(), "varlen is not supported yet")) fail_msg("%s", kiln_last_error());
+  kiln_context_destroy(ctx);
+}
+
 int main(void) {
   const char *s = getenv("KILN_TEST_SEED");
   seed0 = s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL);
@@ -546,7 +641,7 @@ int main(void) {
       cmocka_unit_test(test_reference_fd), cmocka_unit_test(test_mod_grad),
       cmocka_unit_test(test_errors),       cmocka_unit_test(test_interp),
       cmocka_unit_test(test_host),         cmocka_unit_test(test_emu),
-      cmocka_unit_test(test_codegen),
+      cmocka_unit_test(test_codegen),      cmocka_unit_test(test_api),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
