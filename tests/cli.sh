@@ -217,5 +217,15 @@ expect dump-env-unknown 2 'KILN_DUMP=layout,bogus: not a list of stages \(ir, la
 expect compile-gfx950 0 'v_mfma_f32_32x32x16_f16' -- \
   sh -c "\"$kiln\" compile --target gfx950 --head-dim 64 --emit asm"
 expect targets-registry 0 'gfx950 .*CDNA 4' -- "$kiln" targets
+
+# run --backward (docs/backward.md): dQ, dK, dV against float64, the same PASS/FAIL line
+expect run-backward-interp 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
+  "$kiln" run --backward --target interp --head-dim 24 --seqlen-q 37 --seqlen-k 50 --causal --heads 4 --kv-heads 2
+expect run-backward-host-variant 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
+  "$kiln" run --backward --target host --no-cache --dtype bf16 --head-dim 59 --seqlen-q 90 --seqlen-k 70 --softcap 3 --window 20,5
+expect run-backward-emu 0 ' PASS$' -- \
+  "$kiln" run --backward --target gfx942-emu --head-dim 32 --seqlen-q 40 --seqlen-k 33 --causal --block-m 32 --block-n 32 --warps 2
+expect run-backward-varlen 2 '--backward runs the backward template: not with' -- \
+  "$kiln" run --backward --target host --varlen 3,5
 echo "cli: $fails failed"
 [ "$fails" -eq 0 ]
