@@ -23,41 +23,25 @@
 #include "attn_internal.h"
 #include "numeric.h"
 
-typedef struct bref {
-  kn_attn_plan plan;
-  kn_interp_fn *fn[KN_ATTN_MAX_MODS];
-  kn_argval args[KN_ATTN_MAX_PARAMS];
-} bref;
-
-static int call_mod(bref *r, int i, const kn_argval *fixed, int nfixed, kn_argval *res,
-                    kn_diag *diag) {
-  const kn_attn_mod *mod = &r->plan.mod[i];
-  kn_argval a[KN_ATTN_MAX_PARAMS + KN_MOD_FIXED_BLOCK];
-  int n = 0;
-  for (int j = 0; j < nfixed; j++) a[n++] = fixed[j];
-  for (int j = nfixed; j < kn_func_nparams(mod->f); j++) a[n++] = r->args[mod->arg[j - nfixed]];
-  return kn_interp_fn_call(r->fn[i], a, res, diag);
-}
-
 /* the score modifiers applied to x for the pair (b, h, i, j) */
-static int score_chain(bref *r, double x, int b, int h, int i, int j, double *z, kn_diag *diag) {
+static int score_chain(kn_attn_ref_mods *r, double x, int b, int h, int i, int j, double *z, kn_diag *diag) {
   kn_argval sc = {.f = x};
   for (int m = 0; m < r->plan.nmods; m++) {
     if (r->plan.mod[m].kind != KN_MOD_SCORE) continue;
     kn_argval fx[KN_MOD_FIXED_SCORE] = {sc, {.i = b}, {.i = h}, {.i = i}, {.i = j}};
-    if (call_mod(r, m, fx, KN_MOD_FIXED_SCORE, &sc, diag)) return -1;
+    if (kn_attn_ref_mod_call(r, m, fx, KN_MOD_FIXED_SCORE, &sc, diag)) return -1;
   }
   *z = sc.f;
   return 0;
 }
 
 /* is the pair visible to every mask of the plan? */
-static int visible(bref *r, int b, int h, int i, int j, bool *vis, kn_diag *diag) {
+static int visible(kn_attn_ref_mods *r, int b, int h, int i, int j, bool *vis, kn_diag *diag) {
   *vis = true;
   for (int m = 0; m < r->plan.nmods && *vis; m++) {
     if (r->plan.mod[m].kind != KN_MOD_MASK) continue;
     kn_argval fx[KN_MOD_FIXED_MASK] = {{.i = b}, {.i = h}, {.i = i}, {.i = j}}, res;
-    if (call_mod(r, m, fx, KN_MOD_FIXED_MASK, &res, diag)) return -1;
+    if (kn_attn_ref_mod_call(r, m, fx, KN_MOD_FIXED_MASK, &res, diag)) return -1;
     *vis = res.i != 0;
   }
   return 0;
@@ -72,33 +56,17 @@ int kn_attn_bwd_reference(const kn_attn_desc *desc, kn_module *mods, const kn_at
   const double scale = p->sm_scale != 0 ? p->sm_scale : 1.0 / sqrt((double)D);
   const kn_scalar dt = desc->dtype;
   int rc = -1;
-  bref *r = calloc(1, sizeof *r);
+  kn_attn_ref_mods *r = calloc(1, sizeof *r);
   const size_t nk1 = (size_t)(Nk > 0 ? Nk : 1);
   double *z = malloc(sizeof *z * nk1), *fp = malloc(sizeof *fp * nk1);
   double *o = malloc(sizeof *o * (size_t)(D > 0 ? D : 1));
   bool *live = malloc(sizeof *live * nk1);
   KN_ASSERT(r && z && fp && o && live);
-  kn_module *own = NULL;
   if (desc->layout != KN_ATTN_DENSE) {
     kn_error(diag, NULL, (kn_loc){0}, "attention backward reference: varlen is not supported");
     goto out;
   }
-  if (!mods) {
-    own = mods = kn_module_new(desc->mods_file ? desc->mods_file : "<mods>");
-    if (kn_attn_mods_parse(mods, desc, diag) || (mods->nfuncs && kn_verify(mods, diag))) goto out;
-  }
-  if (kn_attn_plan_make(mods, desc, &r->plan, diag)) goto out;
-  kn_attn_config cfg = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 1};
-  kn_region regions[KN_ATTN_MAX_PARAMS];
-  int grid[3];
-  if (kn_attn_fill_args(desc, NULL, &cfg, p, NULL, NULL, NULL, NULL, NULL, NULL, r->args, grid,
-                        diag))
-    goto out;
-  int nreg = kn_attn_fill_vargs(desc, &r->plan.sig, p, va, r->args, regions, diag);
-  if (nreg < 0) goto out;
-  for (int i = 0; i < r->plan.nmods; i++)
-    if (!(r->fn[i] = kn_interp_fn_new(r->plan.mod[i].f, KN_INTERP_F64, regions, nreg, diag)))
-      goto out;
+  if (kn_attn_ref_mods_open(r, desc, mods, p, va, diag)) goto out;
   memset(dq, 0, sizeof *dq * (size_t)B * H * Nq * D);
   memset(dk, 0, sizeof *dk * (size_t)B * HK * Nk * D);
   memset(dv, 0, sizeof *dv * (size_t)B * HK * Nk * D);
@@ -163,9 +131,7 @@ int kn_attn_bwd_reference(const kn_attn_desc *desc, kn_module *mods, const kn_at
   }
   rc = 0;
 out:
-  for (int i = 0; i < r->plan.nmods; i++)
-    if (r->fn[i]) kn_interp_fn_free(r->fn[i]);
-  if (own) kn_module_free(own);
+  kn_attn_ref_mods_close(r);
   free(live);
   free(o);
   free(fp);

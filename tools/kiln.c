@@ -1235,6 +1235,19 @@ static int forward_host(const options *o, const variant_values *vv, kiln_kernel 
   return EXIT_PASS;
 }
 
+/* copies the variant's tensors to the device (dvar: room for vv->nbuf) and maps them in pm;
+ * 0, or -1 with the driver's message in *e */
+static int upload_variants(kn_cuda_device *dev, const variant_values *vv, kn_cuda_ptr *dvar,
+                           ptr_map *pm, kn_diag *e) {
+  for (int i = 0; i < vv->nbuf; i++) {
+    if (kn_cuda_alloc(dev, vv->bytes[i] ? vv->bytes[i] : 1, &dvar[i], e) ||
+        kn_cuda_copy_htod(dev, dvar[i], vv->buf[i], vv->bytes[i], e))
+      return -1;
+    pm->host[pm->n] = vv->buf[i], pm->dev[pm->n++] = (const void *)(uintptr_t)dvar[i];
+  }
+  return 0;
+}
+
 /* kiln_forward on a CUDA device: device buffers (the output and lse filled with NaN bytes first,
  * so an unwritten element fails), one checked launch, then --repeats launches timed with CUDA
  * events; driver failures are FAIL (1) */
@@ -1261,12 +1274,7 @@ static int forward_cuda(const options *o, const variant_values *vv, kiln_kernel 
       kn_cuda_event_create(dev, &ev[0], &e) || kn_cuda_event_create(dev, &ev[1], &e))
     goto driver_error;
   /* the variant's tensors on the device */
-  for (int i = 0; i < vv->nbuf; i++) {
-    if (kn_cuda_alloc(dev, vv->bytes[i] ? vv->bytes[i] : 1, &dvar[i], &e) ||
-        kn_cuda_copy_htod(dev, dvar[i], vv->buf[i], vv->bytes[i], &e))
-      goto driver_error;
-    pm.host[pm.n] = vv->buf[i], pm.dev[pm.n++] = (const void *)(uintptr_t)dvar[i];
-  }
+  if (upload_variants(dev, vv, dvar, &pm, &e)) goto driver_error;
   /* varlen: the prefix sums too (the kernel reads them) */
   for (int w = 0; o->attn.layout == KN_ATTN_VARLEN && w < 2; w++) {
     size_t bytes = sizeof(int32_t) * (size_t)(o->prob.batch + 1);
@@ -1571,12 +1579,7 @@ static int bwd_api(const options *o, const variant_values *vv, kiln_kernel *k, i
       goto driver_error;
     p[i] = (void *)(uintptr_t)dp[i];
   }
-  for (int i = 0; i < vv->nbuf; i++) {
-    if (kn_cuda_alloc(dev, vv->bytes[i] ? vv->bytes[i] : 1, &dvar[i], &e) ||
-        kn_cuda_copy_htod(dev, dvar[i], vv->buf[i], vv->bytes[i], &e))
-      goto driver_error;
-    pm.host[pm.n] = vv->buf[i], pm.dev[pm.n++] = (const void *)(uintptr_t)dvar[i];
-  }
+  if (upload_variants(dev, vv, dvar, &pm, &e)) goto driver_error;
   kiln_backward_args a = bwd_args(o, vv, &pm, margs, p, in);
   if ((s = kiln_backward(k, &a, NULL))) goto api_error;
   if (kn_cuda_device_sync(dev, &e)) goto driver_error;
