@@ -171,6 +171,10 @@ if [ -n "$fake" ] && [ -f "$fake" ]; then
   # the PTX is compiled, loaded by the (fake) driver and launched with the API's launch helper
   expect run-sm90a-fake 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
     env KILN_CUDA_LIBRARY="$fake" "$kiln" run --target sm_90a --seqlen-q 130 --seqlen-k 77 --heads 4 --kv-heads 2 --repeats 3
+  # the backward through kiln_backward's CUDA path: three PTX kernels loaded and launched with
+  # their 43 parameters, which the fake driver computes in float64 (f16, D 64, as it assumes)
+  expect run-backward-sm90a-fake 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
+    env KILN_CUDA_LIBRARY="$fake" "$kiln" run --backward --target sm_90a --no-cache --seqlen-q 130 --seqlen-k 77 --heads 4 --kv-heads 2 --repeats 2
   expect run-auto-fake-gpu 0 'target=sm_90a device=Fake CUDA device .* PASS' -- \
     sh -c "KILN_CUDA_LIBRARY='$fake' \"$kiln\" run --target auto --seqlen-q 33 --seqlen-k 40 | tr '\n' ' '"
   expect targets-auto-fake-gpu 0 '^auto = sm_90a \(Fake CUDA device' -- env KILN_CUDA_LIBRARY="$fake" "$kiln" targets

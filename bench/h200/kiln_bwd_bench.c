@@ -116,10 +116,10 @@ static bool check(kiln_context *ctx, kiln_dtype pdt, int D, int causal, const sh
   dbufs b;
   kn_diag e;
   bool ok = false;
-  char what[128];
-  snprintf(what, sizeof what, "%s D%d causal=%d B%d H%d HK%d N(%d,%d) %dx%d w%d", dt_name(pdt), D,
-           causal, s->B, s->H, s->HK, s->Nq, s->Nk, po ? po->block_m : 0, po ? po->block_n : 0,
-           po ? po->warps : 0);
+  char what[128], tiling[32] = "default tiling";
+  if (po) snprintf(tiling, sizeof tiling, "%dx%d w%d", po->block_m, po->block_n, po->warps);
+  snprintf(what, sizeof what, "%s D%d causal=%d B%d H%d HK%d N(%d,%d) %s", dt_name(pdt), D,
+           causal, s->B, s->H, s->HK, s->Nq, s->Nk, tiling);
   if (kiln_prepare(ctx, &d, NULL, &fwd) || kiln_prepare_backward(ctx, &d, po, &bwd)) {
     printf("FAIL %s: prepare: %s\n", what, kiln_last_error());
     goto out;
