@@ -4,7 +4,8 @@
  * layers together.  It holds no LLVM types: compiler/pipeline.h's object path (kn_artifact,
  * kn_host_object) is its view of host code generation, api/cuda.c's calls below (which alone know
  * the CUDA device) its view of the NVIDIA targets, and api/hip.c's (which alone know the HIP
- * device) its view of the AMD ones; all compile through kn_compile_artifact.
+ * device) its view of the AMD ones; all compile through api_compile, and every call that needs
+ * LLVM goes through api/compiler.h's table (absent from libkiln_rt).
  */
 #ifndef KILN_API_INTERNAL_H
 #define KILN_API_INTERNAL_H
@@ -17,6 +18,7 @@
 #include "attn_bwd.h"
 #include "attn_launch_cuda.h"
 #include "cache.h"
+#include "compiler.h"
 #include "cuda_device.h"
 #include "discover.h"
 #include "hip_device.h"
@@ -30,7 +32,7 @@
 typedef struct memo_slot memo_slot;
 
 struct kiln_context {
-  const kn_target *target;     /* what the context compiles for (host, sm_*, gfx*) */
+  const kn_arch *target_arch;  /* what the context compiles for (host, sm_*, gfx*) */
   kn_device_kind kind;         /* HOST, CUDA or HIP */
   kn_cuda_device *cuda;        /* CUDA: the device's primary context, retained for our life */
   int cuda_ordinal;
@@ -144,6 +146,11 @@ kn_cache_key api_cache_key(const kiln_context *ctx, const char *kname, const kn_
 void *api_pack(const kn_artifact *o, size_t *size);
 /* stores a compiled object in the cache (NOT_STORED is logged, counted, and not an error) */
 void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_artifact *o);
+/* compiles kernel kname of m (`what` names it) for the context's target through
+ * api/compiler.h and counts the compile: KILN_OK and *out (kn_artifact_free), KILN_ERR_COMPILE
+ * with the compiler's message, or KILN_ERR_UNSUPPORTED where this library has no compiler */
+kiln_status api_compile(kiln_context *ctx, const kn_module *m, const char *kname, const char *what,
+                        kn_artifact *out);
 /* the cache lookup of kiln.c: KN_OK with a malloc'ed payload, or a miss (corrupt entries
  * counted and logged as warnings) */
 kn_status api_cache_get(kiln_context *ctx, const kn_cache_key *key, const char *hex,
@@ -168,11 +175,11 @@ kiln_status api_cuda_forward(kiln_kernel *k, const kn_argval *args, const int gr
 void api_cuda_unload(kiln_kernel *k);
 void api_cuda_close(kiln_context *ctx);
 
-/* cuda.c, shared by the GPU devices: the context's target t and names for a GPU called `name`
+/* cuda.c, shared by the GPU devices: the context's target a and names for a GPU called `name`
  * (target_name, device_name, the tuning key's arch "<target>-<GPU name>", the target identity
  * of the cache keys); and whether every parameter of k's signature is one a GPU launch passes
  * (i32, i64, f32, pointers: KILN_ERR_UNSUPPORTED naming the first that is not). */
-void api_gpu_target(kiln_context *ctx, const kn_target *t, const char *name);
+void api_gpu_target(kiln_context *ctx, const kn_arch *a, const char *name);
 kiln_status api_gpu_params(const kiln_kernel *k, const char *what);
 
 /* hip.c: the HIP device, the same five calls as cuda.c's (the payload is the code object). */

@@ -29,7 +29,7 @@
  * Launches of one kernel need no lock: the driver is thread-safe and the helper keeps every
  * launch's parameter values on the launching thread's stack.
  *
- * Kernels are compiled by the one pipeline (kn_compile_artifact, compiler/pipeline.h) for the
+ * Kernels are compiled by the one pipeline (api_compile: kn_compile_artifact) for the
  * context's target from the registry; the artefact is the PTX.
  */
 #include <stdio.h>
@@ -37,7 +37,6 @@
 #include <string.h>
 
 #include "api.h"
-#include "target.h"
 
 #define PTX_MAGIC "KILNPTX1"
 #define PTX_ABI 1u
@@ -56,16 +55,16 @@ static kiln_status cuda_fail(kiln_status s, const char *what, const kn_diag *e) 
   return api_fail(s, "%s: %s", what, e->message);
 }
 
-void api_gpu_target(kiln_context *ctx, const kn_target *t, const char *name) {
-  ctx->target = t;
-  snprintf(ctx->target_name, sizeof ctx->target_name, "%s", t->arch->name);
+void api_gpu_target(kiln_context *ctx, const kn_arch *a, const char *name) {
+  ctx->target_arch = a;
+  snprintf(ctx->target_name, sizeof ctx->target_name, "%s", a->name);
   snprintf(ctx->device_name, sizeof ctx->device_name, "%.127s", name);
   /* the tuning key's arch: the target and the GPU model */
-  snprintf(ctx->arch, sizeof ctx->arch, "%s-%.22s", t->arch->name, name);
-  /* the code depends on the target and on LLVM's backend; the LLVM version is taken from the
-   * target's identity (api/ makes no LLVM calls of its own) */
-  if (kn_object_target_id(t, ctx->target_id, sizeof ctx->target_id))
-    snprintf(ctx->target_id, sizeof ctx->target_id, "%s", t->arch->name);
+  snprintf(ctx->arch, sizeof ctx->arch, "%s-%.22s", a->name, name);
+  /* the code depends on the target and on LLVM's backend (api/compiler.h: the same identity
+   * with or without a compiler) */
+  if (api_the_compiler.target_id(a, ctx->target_id, sizeof ctx->target_id))
+    snprintf(ctx->target_id, sizeof ctx->target_id, "%s", a->name);
 }
 
 kiln_status api_gpu_params(const kiln_kernel *k, const char *what) {
@@ -80,8 +79,8 @@ kiln_status api_gpu_params(const kiln_kernel *k, const char *what) {
 }
 
 kiln_status api_cuda_open(kiln_context *ctx, const kn_device_info *dev, const char *target) {
-  const kn_target *t = kn_target_get(target);
-  if (!t) return api_fail(KILN_ERR_UNSUPPORTED, "target %s is not compiled into this kiln", target);
+  const kn_arch *a = kn_arch_get(target);
+  if (!a) return api_fail(KILN_ERR_UNSUPPORTED, "target %s is not compiled into this kiln", target);
   kn_diag e;
   kn_status st = kn_cuda_init(&e);
   if (st != KN_OK) return cuda_fail(api_status_of(st), "CUDA", &e);
@@ -93,7 +92,7 @@ kiln_status api_cuda_open(kiln_context *ctx, const kn_device_info *dev, const ch
   ctx->cuda_ordinal = dev->ordinal;
   ctx->cuda_smem_optin = p->shared_per_block_optin;
   /* (an H100 and an H200 are both sm_90a but need not agree on a tiling) */
-  api_gpu_target(ctx, t, p->name);
+  api_gpu_target(ctx, a, p->name);
   return KILN_OK;
 }
 
@@ -181,12 +180,8 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
   }
 
   kn_artifact c;
-  kn_diag d;
-  if (kn_compile_artifact(m, k->kname, ctx->target, NULL, &c, &d))
-    return api_fail(KILN_ERR_COMPILE, "compiling %s for %s failed: %s", what, ctx->target_name,
-                    d.message);
-  atomic_fetch_add(&ctx->stats.compiles, 1);
-  kiln_status s = KILN_OK;
+  kiln_status s = api_compile(ctx, m, k->kname, what, &c);
+  if (s) return s;
   if (c.shared_bytes > ctx->cuda_smem_optin) {
     s = api_fail(KILN_ERR_UNSUPPORTED, "%s needs %lld bytes of shared memory per block; %s "
                  "allows %lld (choose smaller blocks)", what, (long long)c.shared_bytes,

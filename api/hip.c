@@ -23,15 +23,14 @@
 #include <string.h>
 
 #include "api.h"
-#include "target.h"
 
 static kiln_status hip_fail(kiln_status s, const char *what, const kn_diag *e) {
   return api_fail(s, "%s: %s", what, e->message);
 }
 
 kiln_status api_hip_open(kiln_context *ctx, const kn_device_info *dev, const char *target) {
-  const kn_target *t = kn_target_get(target);
-  if (!t) return api_fail(KILN_ERR_UNSUPPORTED, "target %s is not compiled into this kiln", target);
+  const kn_arch *a = kn_arch_get(target);
+  if (!a) return api_fail(KILN_ERR_UNSUPPORTED, "target %s is not compiled into this kiln", target);
   kn_diag e;
   kn_status st = kn_hip_init(&e);
   if (st != KN_OK) return hip_fail(api_status_of(st), "HIP", &e);
@@ -40,7 +39,7 @@ kiln_status api_hip_open(kiln_context *ctx, const kn_device_info *dev, const cha
   ctx->kind = KN_DEVICE_HIP;
   ctx->hip_ordinal = dev->ordinal;
   /* (an MI300X and an MI300A are both gfx942 but need not agree on a tiling) */
-  api_gpu_target(ctx, t, dev->name);
+  api_gpu_target(ctx, a, dev->name);
   return KILN_OK;
 }
 
@@ -64,7 +63,7 @@ static int load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n, kn_
     api_hip_unload(k);
     return -1;
   }
-  int want = k->cfg.warps * ctx->target->arch->lanes;
+  int want = k->cfg.warps * ctx->target_arch->lanes;
   int got = kn_hip_kernel_meta(k->hip_fn)->max_flat_workgroup_size;
   if (got != want) {
     *st = kn_diag_set(e, KN_E_CORRUPT, "the code object's attn_fwd runs %d work-items per "
@@ -103,12 +102,8 @@ kiln_status api_hip_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m,
     api_cache_reject(ctx, key, hex, e.message);
   }
   kn_artifact c;
-  kn_diag d;
-  if (kn_compile_artifact(m, k->kname, ctx->target, NULL, &c, &d))
-    return api_fail(KILN_ERR_COMPILE, "compiling %s for %s failed: %s", what, ctx->target_name,
-                    d.message);
-  atomic_fetch_add(&ctx->stats.compiles, 1);
-  kiln_status s = KILN_OK;
+  kiln_status s = api_compile(ctx, m, k->kname, what, &c);
+  if (s) return s;
   if (load(ctx, k, c.data, c.size, &st, &e)) {
     s = api_fail(st == KN_E_NOMEM ? KILN_ERR_NOMEM : KILN_ERR_COMPILE,
                  "loading %s (%s code object) into the HIP runtime failed: %s", what,

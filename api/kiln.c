@@ -44,7 +44,6 @@
 #include "api.h"
 #include "device.h"
 #include "interp.h"
-#include "target.h"
 
 /* ---- errors and logging ---- */
 
@@ -182,7 +181,7 @@ static void memo_finish(kiln_context *ctx, const char *key, kiln_kernel *k, bool
 /* ---- context ---- */
 
 static void kernel_free(kiln_kernel *k) {
-  if (k->obj) kn_object_unload(k->obj);
+  if (k->obj) api_the_compiler.host_unload(k->obj);
   api_cuda_unload(k);
   api_hip_unload(k);
   pthread_mutex_destroy(&k->launch_mu);
@@ -309,14 +308,20 @@ static const kn_device_info *find_hip(const char *device, char *why, size_t n) {
   return NULL;
 }
 
-static kiln_status pick_host(kiln_context *ctx) {
+/* the host device; device_name: the caller's, else the CPU as discovery names it */
+static kiln_status pick_host(kiln_context *ctx, const char *device_name) {
   ctx->kind = KN_DEVICE_HOST;
-  ctx->target = kn_host_target();
+  ctx->target_arch = kn_arch_host();
   snprintf(ctx->target_name, sizeof ctx->target_name, "host");
+  pthread_once(&discover_once, discover_devices);
+  snprintf(ctx->device_name, sizeof ctx->device_name, "%s",
+           device_name ? device_name : discovered.dev[discovered.n - 1].name);
+  /* LLVM's name of the CPU keys the tuning records; libkiln_rt, which runs no host code, has
+   * none */
   char cpu[64];
-  kn_host_cpu_name(cpu, sizeof cpu);
+  if (api_the_compiler.host_cpu_name(cpu, sizeof cpu)) snprintf(cpu, sizeof cpu, "unknown");
   snprintf(ctx->arch, sizeof ctx->arch, "host-%.26s", cpu);
-  if (kn_object_target_id(ctx->target, ctx->target_id, sizeof ctx->target_id))
+  if (api_the_compiler.target_id(ctx->target_arch, ctx->target_id, sizeof ctx->target_id))
     return api_fail(KILN_ERR_UNSUPPORTED, "host target description too long");
   return KILN_OK;
 }
@@ -335,13 +340,11 @@ static kiln_status pick_device(kiln_context *ctx, const char *device) {
       api_log(ctx, KILN_LOG_INFO,
               "device %s (%s, target %s) found, but kiln cannot launch on it; using the host",
               best->name, kn_device_kind_str(best->kind), best->target[0] ? best->target : "none");
-    const kn_device_info *host = &discovered.dev[discovered.n - 1];
-    snprintf(ctx->device_name, sizeof ctx->device_name, "%s", host->name);
-    return pick_host(ctx);
+    return pick_host(ctx, NULL);
   }
   if (!strcmp(device, "host")) {
-    kn_host_cpu_name(ctx->device_name, sizeof ctx->device_name);
-    return pick_host(ctx);
+    char cpu[sizeof ctx->device_name];
+    return pick_host(ctx, api_the_compiler.host_cpu_name(cpu, sizeof cpu) ? NULL : cpu);
   }
   const kn_arch *nv = nv_arch_named(device);
   if (!strcmp(device, "cuda") || !strncmp(device, "cuda:", 5) || nv) {
@@ -608,6 +611,18 @@ void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_artifact *o)
   free(payload);
 }
 
+kiln_status api_compile(kiln_context *ctx, const kn_module *m, const char *kname, const char *what,
+                        kn_artifact *out) {
+  kn_diag d;
+  if (api_the_compiler.compile(m, kname, ctx->target_arch, out, &d))
+    return api_fail(api_the_compiler.present ? KILN_ERR_COMPILE : KILN_ERR_UNSUPPORTED,
+                    api_the_compiler.present ? "compiling %s for %s failed: %s"
+                                             : "%s for %s is not in the cache: %s",
+                    what, ctx->target_name, d.message);
+  atomic_fetch_add(&ctx->stats.compiles, 1);
+  return KILN_OK;
+}
+
 void api_describe(const char *kname, const kn_attn_desc *d, const kn_attn_config *c, char *out,
                   size_t n) {
   char dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
@@ -652,7 +667,7 @@ static int load_cached(kiln_context *ctx, const kn_cache_key *key, const char *h
   size_t nbytes;
   const char *bad = unpack(payload, size, symbol, sizeof symbol, &bytes, &nbytes);
   kn_diag d;
-  if (!bad && kn_object_load(bytes, nbytes, symbol, obj, &d) == 0) {
+  if (!bad && api_the_compiler.host_load(bytes, nbytes, symbol, obj, &d) == 0) {
     free(payload);
     return 0;
   }
@@ -694,17 +709,19 @@ static kiln_status build_kernel(kiln_context *ctx, const char *kname, const kn_a
     s = api_cuda_build(ctx, k, m, &key, what);
   } else if (ctx->kind == KN_DEVICE_HIP) {
     s = api_hip_build(ctx, k, m, &key, what);
+  } else if (!api_the_compiler.present) {
+    /* before the cache: a host object this library cannot load is not a bad entry to remove */
+    s = api_fail(KILN_ERR_UNSUPPORTED, "%s on the host: host kernels run in LLVM's ORC JIT, and "
+                 "this library (%s) has no compiler; link libkiln", what,
+                 api_the_compiler.library);
   } else if (ctx->cache && load_cached(ctx, &key, k->info.cache_key, &k->obj) == 0) {
     k->info.source = KILN_SOURCE_CACHE;
     atomic_fetch_add(&ctx->stats.cache_hits, 1);
   } else {
     kn_artifact o;
-    if (kn_compile_artifact(m, kname, ctx->target, NULL, &o, &diag)) {
-      s = api_fail(KILN_ERR_COMPILE, "compiling %s failed: %s", what, diag.message);
-    } else {
-      atomic_fetch_add(&ctx->stats.compiles, 1);
+    if (!(s = api_compile(ctx, m, kname, what, &o))) {
       api_store(ctx, &key, &o);
-      int rc = kn_object_load(o.data, o.size, o.symbol, &k->obj, &diag);
+      int rc = api_the_compiler.host_load(o.data, o.size, o.symbol, &k->obj, &diag);
       kn_artifact_free(&o);
       if (rc) s = api_fail(KILN_ERR_COMPILE, "loading %s failed: %s", what, diag.message);
       k->info.source = KILN_SOURCE_COMPILED;
@@ -762,27 +779,10 @@ const char *kiln_dtype_name(kiln_dtype t) {
   return NULL;
 }
 
-/* api/ makes no LLVM calls of its own: the version is the one in the host target's identity
- * (kn_object_target_id ends with ";llvm-<version>") */
-static char llvm_version[32];
-static pthread_once_t llvm_version_once = PTHREAD_ONCE_INIT;
-
-static void find_llvm_version(void) {
-  char id[1024];
-  const char *v = "unknown";
-  if (kn_object_target_id(kn_host_target(), id, sizeof id) == 0) {
-    const char *at = strstr(id, ";llvm-");
-    if (at) v = at + 6;
-  }
-  snprintf(llvm_version, sizeof llvm_version, "%s", v);
-}
-
 const char *kiln_version(void) { return KILN_VERSION_STRING; }
 
-const char *kiln_llvm_version(void) {
-  pthread_once(&llvm_version_once, find_llvm_version);
-  return llvm_version;
-}
+/* the LLVM that compiles (libkiln) or that generated the code this library loads (libkiln_rt) */
+const char *kiln_llvm_version(void) { return api_the_compiler.llvm_version(); }
 
 kiln_status api_desc_from_public(const kiln_attn_desc *in, kn_attn_desc *out) {
   if (!in) return api_fail(KILN_ERR_INVALID, "null descriptor");
@@ -946,7 +946,7 @@ void api_tune_key(const kiln_context *ctx, const kn_attn_desc *d, int seqlen, kn
  * default with the forced values in it; no tuning then */
 static bool forced_config(const kiln_context *ctx, const kn_attn_desc *d,
                           const kiln_prepare_options *o, kn_attn_config *c) {
-  *c = kn_attn_default_config(ctx->target->arch, d);
+  *c = kn_attn_default_config(ctx->target_arch, d);
   if (!o || (!o->block_m && !o->warps && !o->wgmma)) return false;
   if (o->block_m) {
     c->block_m = o->block_m;
@@ -971,11 +971,11 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
                                   const kn_attn_sig *sig, const kiln_prepare_options *o,
                                   kiln_tune_policy policy, int seqlen, kn_attn_config *c,
                                   bool *tuned) {
-  *c = kn_attn_default_config(ctx->target->arch, d);
+  *c = kn_attn_default_config(ctx->target_arch, d);
   *tuned = false;
   if (forced_config(ctx, d, o, c)) {
     kn_diag diag;
-    if (kn_attn_check_on(ctx->target->arch, d, c, &diag))
+    if (kn_attn_check_on(ctx->target_arch, d, c, &diag))
       return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
     return KILN_OK;
   }
@@ -989,11 +989,13 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
             "KILN_TUNE_CACHED");
     policy = KILN_TUNE_CACHED;
   }
-  /* no tuner on CUDA yet (api_tune): AUTO reads records like CACHED, and says so once */
-  if (policy == KILN_TUNE_AUTO && ctx->kind == KN_DEVICE_CUDA) {
+  /* no tuner on CUDA yet (api_tune), none without a compiler: AUTO reads records like CACHED,
+   * and says so once */
+  if (policy == KILN_TUNE_AUTO && (ctx->kind == KN_DEVICE_CUDA || !api_the_compiler.present)) {
     if (atomic_exchange(&ctx->warned_no_tuner, 1) == 0)
-      api_log(ctx, KILN_LOG_INFO, "autotuning on %s is not implemented yet: KILN_TUNE_AUTO acts "
-              "as KILN_TUNE_CACHED", ctx->target_name);
+      api_log(ctx, KILN_LOG_INFO, "autotuning on %s %s: KILN_TUNE_AUTO acts as KILN_TUNE_CACHED",
+              ctx->target_name, api_the_compiler.present ? "is not implemented yet"
+                                                         : "needs a compiler (libkiln)");
     policy = KILN_TUNE_CACHED;
   }
   kn_tune_key key;
@@ -1006,7 +1008,7 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
   if (gs == KN_OK) {
     kn_attn_config t = api_config_of(&rec.config);
     kn_diag diag;
-    if (kn_attn_check_on(ctx->target->arch, d, &t, &diag) == 0) {
+    if (kn_attn_check_on(ctx->target_arch, d, &t, &diag) == 0) {
       *c = t;
       *tuned = true;
       atomic_fetch_add(&ctx->stats.tuning_hits, 1);
@@ -1405,7 +1407,7 @@ static kiln_status launch(kiln_kernel *k, const kn_argval *args, const int grid[
                                           : api_hip_forward(k, args, grid, stream);
   kn_diag diag;
   pthread_mutex_lock(&k->launch_mu);
-  int rc = kn_object_run_host(k->obj, args, grid, &diag);
+  int rc = api_the_compiler.host_run(k->obj, args, grid, &diag);
   pthread_mutex_unlock(&k->launch_mu);
   if (rc) return api_fail(KILN_ERR_RUNTIME, "%s", diag.message);
   return KILN_OK;
@@ -1450,11 +1452,11 @@ kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
   if (o && o->wgmma)
     return api_fail(KILN_ERR_UNSUPPORTED, "%s: wgmma is not supported by the backward yet", who);
   /* the tiling: the caller's, else the backward's default (no tuning yet) */
-  kn_attn_config c = kn_attn_bwd_default_config(ctx->target->arch, &d);
+  kn_attn_config c = kn_attn_bwd_default_config(ctx->target_arch, &d);
   if (o && o->block_m) c.block_m = o->block_m, c.block_n = o->block_n;
   if (o && o->warps) c.warps = o->warps;
   kn_diag diag;
-  if (kn_attn_bwd_check_on(ctx->target->arch, &d, &c, &diag))
+  if (kn_attn_bwd_check_on(ctx->target_arch, &d, &c, &diag))
     return api_fail(KILN_ERR_UNSUPPORTED, "%s: %s", who, diag.message);
   char key[2 * KN_ATTN_KEY_MAX + 64], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(&d, dk, sizeof dk);

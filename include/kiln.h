@@ -6,6 +6,11 @@
  * on-disk cache in milliseconds, or compiles it (and, if asked, autotunes its tiling first);
  * compiled code and tuning results are shared with later processes through the cache directory.
  *
+ * Two libraries implement this header (docs/install.md): libkiln, with kiln's compiler (LLVM),
+ * and libkiln_rt, without it, which serves HIP and CUDA devices from the code a libkiln of the
+ * same build left in the cache and answers what needs a compiler (a kernel not in the cache,
+ * tuning, every host kernel) with KILN_ERR_UNSUPPORTED, saying so in kiln_last_error().
+ *
  *   kiln_context *ctx;
  *   kiln_context_options co = {.log = my_log};               // zero = defaults
  *   if (kiln_context_create(&co, &ctx)) fail(kiln_last_error());
@@ -95,7 +100,7 @@ typedef enum kiln_status {
 } kiln_status;
 
 /* the library's version (KILN_VERSION_STRING of the build) and that of the LLVM it compiles
- * with ("22.1.0") */
+ * with ("22.1.0"; libkiln_rt: the LLVM of its build, which generated the code it loads) */
 const char *kiln_version(void);
 const char *kiln_llvm_version(void);
 
@@ -303,7 +308,8 @@ typedef struct kiln_prepare_options {
 
 /* Compile-or-load.  options NULL: defaults.  On success *out is the context's kernel for this
  * descriptor and tiling (the same pointer on every later call).  KILN_ERR_UNSUPPORTED for a
- * descriptor the template does not serve, KILN_ERR_COMPILE if compiling fails. */
+ * descriptor the template does not serve (and, in libkiln_rt, for a kernel whose code is not in
+ * the cache, or any on the host), KILN_ERR_COMPILE if compiling fails. */
 kiln_status kiln_prepare(kiln_context *ctx, const kiln_attn_desc *desc,
                          const kiln_prepare_options *options, kiln_kernel **out);
 
@@ -464,7 +470,8 @@ typedef struct kiln_tune_result {
 
 /* Tunes the descriptor's tiling for the options' seqlen bucket now (whatever the database holds),
  * records the best (replacing the record), stores the best kernel in the cache, and fills *out
- * (may be NULL).  Fails with KILN_ERR_RUNTIME when no candidate could be timed. */
+ * (may be NULL).  Fails with KILN_ERR_RUNTIME when no candidate could be timed, and with
+ * KILN_ERR_UNSUPPORTED in libkiln_rt (tuning compiles every candidate). */
 kiln_status kiln_tune(kiln_context *ctx, const kiln_attn_desc *desc,
                       const kiln_prepare_options *options, kiln_tune_result *out);
 void kiln_tune_result_free(kiln_tune_result *r);
