@@ -54,11 +54,12 @@ void api_hip_unload(kiln_kernel *k) {
   k->hip_fn = NULL;
 }
 
-/* loads a code object into k: 0, or -1 with the reason in e (KN_E_* in *st) */
-static int load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n, kn_status *st,
-                kn_diag *e) {
+/* loads a code object (or an offload bundle) into k, its kernel `symbol`: 0, or -1 with the
+ * reason in e (KN_E_* in *st) */
+static int load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n, const char *symbol,
+                kn_status *st, kn_diag *e) {
   *st = kn_hip_module_load(ctx->hip, co, n, &k->hip_mod, e);
-  if (*st == KN_OK) *st = kn_hip_module_kernel(k->hip_mod, k->kname, &k->hip_fn, e);
+  if (*st == KN_OK) *st = kn_hip_module_kernel(k->hip_mod, symbol, &k->hip_fn, e);
   if (*st != KN_OK) {
     api_hip_unload(k);
     return -1;
@@ -66,8 +67,8 @@ static int load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n, kn_
   int want = k->cfg.warps * ctx->target_arch->lanes;
   int got = kn_hip_kernel_meta(k->hip_fn)->max_flat_workgroup_size;
   if (got != want) {
-    *st = kn_diag_set(e, KN_E_CORRUPT, "the code object's attn_fwd runs %d work-items per "
-                      "workgroup; its tiling has %d", got, want);
+    *st = kn_diag_set(e, KN_E_CORRUPT, "the code object's %s runs %d work-items per "
+                      "workgroup; its tiling has %d", symbol, got, want);
     api_hip_unload(k);
     return -1;
   }
@@ -75,10 +76,11 @@ static int load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n, kn_
   return 0;
 }
 
-kiln_status api_hip_load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n) {
+kiln_status api_hip_load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n,
+                         const char *symbol) {
   kn_status st;
   kn_diag e;
-  if (load(ctx, k, co, n, &st, &e)) return api_fail(api_status_of(st), "%s", e.message);
+  if (load(ctx, k, co, n, symbol, &st, &e)) return api_fail(api_status_of(st), "%s", e.message);
   return KILN_OK;
 }
 
@@ -92,7 +94,7 @@ kiln_status api_hip_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m,
   void *payload;
   size_t size;
   if (api_cache_get(ctx, key, hex, &payload, &size) == KN_OK) {
-    int bad = load(ctx, k, payload, size, &st, &e);
+    int bad = load(ctx, k, payload, size, k->kname, &st, &e);
     free(payload);
     if (!bad) {
       k->info.source = KILN_SOURCE_CACHE;
@@ -102,9 +104,9 @@ kiln_status api_hip_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m,
     api_cache_reject(ctx, key, hex, e.message);
   }
   kn_artifact c;
-  kiln_status s = api_compile(ctx, m, k->kname, what, &c);
+  kiln_status s = api_compile_named(ctx, m, k->kname, what, &c);
   if (s) return s;
-  if (load(ctx, k, c.data, c.size, &st, &e)) {
+  if (load(ctx, k, c.data, c.size, k->kname, &st, &e)) {
     s = api_fail(st == KN_E_NOMEM ? KILN_ERR_NOMEM : KILN_ERR_COMPILE,
                  "loading %s (%s code object) into the HIP runtime failed: %s", what,
                  ctx->target_name, e.message);

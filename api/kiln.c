@@ -25,10 +25,12 @@
  * refused at context creation (KILN_ERR_INSECURE) — loading code from a directory others can
  * write is running their code; the caller may pass no_cache=1 to run uncached instead.
  *
- * forward checks before every launch: sizes, the variant's values, varlen's prefix sums (on the
- * host, where they are readable), and the described capacities of every buffer against the
- * shape and strides (check_capacities: docs/api.md "Varlen and capacities", the zero-stride
- * rule); then it fills the kernel's arguments and launches on the host pool or the CUDA stream.
+ * forward checks before every launch: sizes, the variant's values, varlen's prefix sums and a
+ * paged call's block table and cache lengths (on the host, where they are readable), and the
+ * described capacities of every buffer against the shape and strides (check_capacities:
+ * docs/api.md "Varlen and capacities", the zero-stride rule); then it fills the kernel's
+ * arguments, appends a paged call's new rows (on the host here, on CUDA by api_cuda_append's
+ * kernel) and launches on the host pool or the CUDA stream.
  *
  * Errors are a status plus a thread-local message (kiln_last_error), so concurrent callers
  * never see each other's messages.  The library never prints; see tune.c for the one progress
@@ -401,10 +403,13 @@ kiln_status kiln_context_create(const kiln_context_options *options, kiln_contex
   if (ctx->env_policy) ctx->policy = ctx->env_policy;
 
   kiln_status s = pick_device(ctx, options->device);
+  if (!s && options->bundle) s = api_bundle_open(ctx, options->bundle);
   if (s) {
     kiln_context_destroy(ctx);
     return s;
   }
+  /* (a library without the compiler is not bundle_only: it also serves libkiln's cache) */
+  ctx->bundle_only = options->bundle_only != 0;
   if (!options->no_cache) {
     kn_cache_config cc = {.dir = options->cache_dir, .log = cache_log, .log_user = ctx};
     kn_diag why;
@@ -445,6 +450,7 @@ void kiln_context_destroy(kiln_context *ctx) {
   }
   api_cuda_close(ctx);
   api_hip_close(ctx);
+  api_bundle_close(ctx);
   kn_tunedb_close(ctx->db);
   kn_cache_close(ctx->cache);
   pthread_cond_destroy(&ctx->cv);
@@ -476,6 +482,7 @@ void kiln_context_stats(kiln_context *ctx, kiln_stats *o) {
   o->tunings = atomic_load(&ctx->stats.tunings);
   o->candidates = atomic_load(&ctx->stats.candidates);
   o->launches = atomic_load(&ctx->stats.launches);
+  o->bundle_loads = atomic_load(&ctx->stats.bundle_loads);
 }
 
 /* the tuning database beside the cache, opened on first use */
@@ -611,8 +618,12 @@ void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_artifact *o)
   free(payload);
 }
 
-kiln_status api_compile(kiln_context *ctx, const kn_module *m, const char *kname, const char *what,
-                        kn_artifact *out) {
+kiln_status api_compile(kiln_context *ctx, const kn_module *m, const char *what, kn_artifact *out) {
+  return api_compile_named(ctx, m, "attn_fwd", what, out);
+}
+
+kiln_status api_compile_named(kiln_context *ctx, const kn_module *m, const char *kname,
+                              const char *what, kn_artifact *out) {
   kn_diag d;
   if (api_the_compiler.compile(m, kname, ctx->target_arch, out, &d))
     return api_fail(api_the_compiler.present ? KILN_ERR_COMPILE : KILN_ERR_UNSUPPORTED,
@@ -676,20 +687,14 @@ static int load_cached(kiln_context *ctx, const kn_cache_key *key, const char *h
   return -1;
 }
 
-static kiln_status build_kernel(kiln_context *ctx, const char *kname, const kn_attn_desc *d,
-                                const kn_attn_sig *sig, const kn_attn_config *c, bool tuned,
-                                kiln_kernel **out) {
-  double t0 = now_ms();
-  kn_diag diag;
-  char what[2 * KN_ATTN_KEY_MAX + 32];
-  api_describe(kname, d, c, what, sizeof what);
-  kn_module *m = api_build_module(kname, d, c, &diag);
-  if (!m) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
+/* a new kernel of ctx, its kernel kname, for (d, c, sig), nothing loaded yet; NULL when out of
+ * memory */
+static kiln_kernel *kernel_new(kiln_context *ctx, const char *kname, const kn_attn_desc *d,
+                               const kn_attn_sig *sig, const kn_attn_config *c) {
   kiln_kernel *k = calloc(1, sizeof *k);
   if (!k || (d->mods && !(k->mods = strdup(d->mods)))) {
     free(k);
-    kn_module_free(m);
-    return api_fail(KILN_ERR_NOMEM, "out of memory");
+    return NULL;
   }
   k->ctx = ctx;
   k->kname = kname;
@@ -701,6 +706,55 @@ static kiln_status build_kernel(kiln_context *ctx, const char *kname, const kn_a
   k->sig = *sig;
   k->n_user_params = api_user_params(d, sig, k->user_param);
   pthread_mutex_init(&k->launch_mu, NULL);
+  return k;
+}
+
+/* the kernel's info once it is loaded */
+static void kernel_loaded(kiln_context *ctx, kiln_kernel *k, const char *what, double t0,
+                          bool tuned) {
+  const kn_attn_config *c = &k->cfg;
+  k->info.prepare_ms = now_ms() - t0;
+  k->info.desc = api_desc_to_public(&k->desc);
+  k->info.block_m = c->block_m;
+  k->info.wgmma = c->wgmma;
+  k->info.block_n = c->block_n;
+  k->info.warps = c->warps;
+  k->info.stages = c->stages;
+  k->info.tuned = tuned;
+  snprintf(k->info.target, sizeof k->info.target, "%s", ctx->target_name);
+  api_log(ctx, KILN_LOG_INFO, "%s: %s in %.2f ms (key %s)",
+          k->info.source == KILN_SOURCE_CACHE ? "cache hit"
+          : k->info.source == KILN_SOURCE_BUNDLE ? "bundle" : "compiled",
+          what, k->info.prepare_ms, k->info.cache_key);
+}
+
+static kiln_status build_kernel(kiln_context *ctx, const char *kname, const kn_attn_desc *d,
+                                const kn_attn_sig *sig, const kn_attn_config *c, bool tuned,
+                                const kn_aot_entry *be, kiln_kernel **out) {
+  double t0 = now_ms();
+  kn_diag diag;
+  char what[2 * KN_ATTN_KEY_MAX + 32];
+  api_describe(kname, d, c, what, sizeof what);
+  if (be) {
+    /* the compile-free path: nothing of the template is built */
+    kiln_kernel *k = kernel_new(ctx, kname, d, sig, c);
+    if (!k) return api_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status s = api_bundle_load(ctx, k, be, what);
+    if (s) {
+      kernel_free(k);
+      return s;
+    }
+    kernel_loaded(ctx, k, what, t0, tuned);
+    *out = k;
+    return KILN_OK;
+  }
+  kn_module *m = api_build_module(kname, d, c, &diag);
+  if (!m) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
+  kiln_kernel *k = kernel_new(ctx, kname, d, sig, c);
+  if (!k) {
+    kn_module_free(m);
+    return api_fail(KILN_ERR_NOMEM, "out of memory");
+  }
   kn_cache_key key = api_cache_key(ctx, kname, d, c, m);
   kn_cache_key_hex(&key, k->info.cache_key);
 
@@ -719,7 +773,7 @@ static kiln_status build_kernel(kiln_context *ctx, const char *kname, const kn_a
     atomic_fetch_add(&ctx->stats.cache_hits, 1);
   } else {
     kn_artifact o;
-    if (!(s = api_compile(ctx, m, kname, what, &o))) {
+    if (!(s = api_compile_named(ctx, m, kname, what, &o))) {
       api_store(ctx, &key, &o);
       int rc = api_the_compiler.host_load(o.data, o.size, o.symbol, &k->obj, &diag);
       kn_artifact_free(&o);
@@ -732,18 +786,7 @@ static kiln_status build_kernel(kiln_context *ctx, const char *kname, const kn_a
     kernel_free(k);
     return s;
   }
-  k->info.prepare_ms = now_ms() - t0;
-  k->info.desc = api_desc_to_public(&k->desc);
-  k->info.block_m = c->block_m;
-  k->info.wgmma = c->wgmma;
-  k->info.block_n = c->block_n;
-  k->info.warps = c->warps;
-  k->info.stages = c->stages;
-  k->info.tuned = tuned;
-  snprintf(k->info.target, sizeof k->info.target, "%s", ctx->target_name);
-  api_log(ctx, KILN_LOG_INFO, "%s: %s in %.2f ms (key %s)",
-          k->info.source == KILN_SOURCE_CACHE ? "cache hit" : "compiled", what, k->info.prepare_ms,
-          k->info.cache_key);
+  kernel_loaded(ctx, k, what, t0, tuned);
   *out = k;
   return KILN_OK;
 }
@@ -751,7 +794,7 @@ static kiln_status build_kernel(kiln_context *ctx, const char *kname, const kn_a
 /* the second memo level: one kernel per (descriptor, tiling) */
 static kiln_status get_kernel(kiln_context *ctx, const char *kname, const kn_attn_desc *d,
                               const kn_attn_sig *sig, const kn_attn_config *c, bool tuned,
-                              kiln_kernel **out) {
+                              const kn_aot_entry *be, kiln_kernel **out) {
   char key[2 * KN_ATTN_KEY_MAX + 64], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(d, dk, sizeof dk);
   kn_attn_config_key(c, ck, sizeof ck);
@@ -760,7 +803,7 @@ static kiln_status get_kernel(kiln_context *ctx, const char *kname, const kn_att
   if (m > 0) return KILN_OK;
   if (m < 0) return api_fail(KILN_ERR_NOMEM, "out of memory");
   kiln_kernel *k = NULL;
-  kiln_status s = build_kernel(ctx, kname, d, sig, c, tuned, &k);
+  kiln_status s = build_kernel(ctx, kname, d, sig, c, tuned, be, &k);
   memo_finish(ctx, key, s ? NULL : k, true);
   *out = k;
   return s;
@@ -797,9 +840,10 @@ kiln_status api_desc_from_public(const kiln_attn_desc *in, kn_attn_desc *out) {
   if (in->prefix && in->causal)
     return api_fail(KILN_ERR_INVALID, "prefix includes its causal part: leave causal 0 with "
                     "prefix");
-  if (in->layout != KILN_LAYOUT_DENSE && in->layout != KILN_LAYOUT_VARLEN)
-    return api_fail(KILN_ERR_INVALID, "layout %d is not KILN_LAYOUT_DENSE (0) or "
-                    "KILN_LAYOUT_VARLEN (1)", in->layout);
+  if (in->layout != KILN_LAYOUT_DENSE && in->layout != KILN_LAYOUT_VARLEN &&
+      in->layout != KILN_LAYOUT_PAGED)
+    return api_fail(KILN_ERR_INVALID, "layout %d is not KILN_LAYOUT_DENSE (0), "
+                    "KILN_LAYOUT_VARLEN (1) or KILN_LAYOUT_PAGED (2)", in->layout);
   out->dtype = dtypes[i].s;
   out->head_dim = in->head_dim;
   out->causal = in->causal;
@@ -983,10 +1027,10 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
   /* bad tuning options are the caller's error, not a tuning failure to serve around */
   kiln_status s = policy == KILN_TUNE_AUTO ? api_tune_check(d, o, seqlen) : KILN_OK;
   if (s) return s;
-  /* the tuner times dense problems only: a varlen kernel reads records, never tunes */
-  if (policy == KILN_TUNE_AUTO && d->layout == KN_ATTN_VARLEN) {
-    api_log(ctx, KILN_LOG_INFO, "varlen kernels are not tuned yet: KILN_TUNE_AUTO acts as "
-            "KILN_TUNE_CACHED");
+  /* the tuner times dense problems only: a varlen or paged kernel reads records, never tunes */
+  if (policy == KILN_TUNE_AUTO && d->layout != KN_ATTN_DENSE) {
+    api_log(ctx, KILN_LOG_INFO, "%s kernels are not tuned yet: KILN_TUNE_AUTO acts as "
+            "KILN_TUNE_CACHED", d->layout == KN_ATTN_VARLEN ? "varlen" : "paged");
     policy = KILN_TUNE_CACHED;
   }
   /* no tuner on CUDA yet (api_tune), none without a compiler: AUTO reads records like CACHED,
@@ -1075,8 +1119,18 @@ kiln_status kiln_prepare(kiln_context *ctx, const kiln_attn_desc *desc,
   kn_attn_config c;
   bool tuned = false;
   s = api_signature(&d, &sig);
-  if (!s) s = resolve_config(ctx, &d, &sig, o, policy, seqlen, &c, &tuned);
-  if (!s) s = get_kernel(ctx, "attn_fwd", &d, &sig, &c, tuned, &k);
+  /* the AOT bundle first: a descriptor it holds is loaded with the bundle's tiling, never
+   * tuned or compiled */
+  const kn_aot_entry *be = NULL;
+  if (!s) be = api_bundle_find(ctx, &d, seqlen, is_forced ? &forced : NULL, &c);
+  if (be) tuned = be->tuned;
+  if (!s && !be && ctx->bundle_only)
+    s = api_fail(KILN_ERR_UNSUPPORTED, "bundle_only: the bundle %s has no kernel for [%s]%s on "
+                 "%s, and this context may not compile (bundle_only)",
+                 ctx->bundle.path[0] ? ctx->bundle.path : "(none)", dk,
+                 is_forced ? " with the forced tiling" : "", ctx->target_name);
+  if (!s && !be) s = resolve_config(ctx, &d, &sig, o, policy, seqlen, &c, &tuned);
+  if (!s) s = get_kernel(ctx, "attn_fwd", &d, &sig, &c, tuned, be, &k);
   memo_finish(ctx, key, s ? NULL : k, false);
   if (s) {
     api_log(ctx, KILN_LOG_ERROR, "prepare: %s", tl_error);
@@ -1129,6 +1183,12 @@ static kiln_status variant_args(const kiln_kernel *k, const kiln_attn_args *a, k
       (a->cu_seqlens_q || a->cu_seqlens_k || a->total_q || a->total_k))
     return api_fail(KILN_ERR_INVALID, "%s: cu_seqlens_q/cu_seqlens_k/total_q/total_k given, but "
                     "the kernel was not prepared with layout KILN_LAYOUT_VARLEN", who);
+  if (d->layout != KN_ATTN_PAGED &&
+      (a->block_table || a->cache_seqlens || a->block_table_stride || a->page_size ||
+       a->num_pages || a->max_pages || a->k_new || a->v_new || a->seqlen_new))
+    return api_fail(KILN_ERR_INVALID, "%s: block_table/cache_seqlens/page_size/num_pages/"
+                    "max_pages/k_new/v_new/seqlen_new given, but the kernel was not prepared "
+                    "with layout KILN_LAYOUT_PAGED", who);
   if (d->window && (a->window_left < -1 || a->window_right < -1))
     return api_fail(KILN_ERR_INVALID, "%s: window sizes %d, %d: each is -1 (unbounded) or >= 0",
                     who, a->window_left, a->window_right);
@@ -1216,6 +1276,11 @@ static kiln_status check_capacities(const kn_attn_desc *d, const kiln_attn_args 
       if ((s = check_span(who, names[i], numel[i], size, stride, 2, D))) return s;
       continue;
     }
+    if (d->layout == KN_ATTN_PAGED && !qo) {  /* a pool: {page, head, row}, no trap to fall in */
+      int64_t size[3] = {a->num_pages, heads, a->page_size}, stride[3] = {st[0].i, st[1].i, st[2].i};
+      if ((s = check_span(who, names[i], numel[i], size, stride, 3, D))) return s;
+      continue;
+    }
     int64_t size[3] = {B, heads, rows}, stride[3] = {st[0].i, st[1].i, st[2].i};
     if ((s = check_span(who, names[i], numel[i], size, stride, 3, D))) return s;
     int64_t dense = B * heads * rows * D;
@@ -1240,6 +1305,21 @@ static kiln_status check_capacities(const kn_attn_desc *d, const kiln_attn_args 
   if (d->bias) {
     int64_t size[3] = {B, H, a->seqlen_q}, stride[3] = {va->bias_sb, va->bias_sh, va->bias_sm};
     if ((s = check_span(who, "bias", a->bias_numel, size, stride, 3, a->seqlen_k))) return s;
+  }
+  if (d->layout == KN_ATTN_PAGED) {
+    int64_t size[1] = {B}, st[1] = {a->block_table_stride ? a->block_table_stride : a->max_pages};
+    if ((s = check_span(who, "block_table", a->block_table_numel, size, st, 1, a->max_pages)))
+      return s;
+    for (int w = 0; w < 2 && a->seqlen_new; w++) {
+      const int64_t *g = w ? a->v_new_stride : a->k_new_stride;
+      int64_t nsize[3] = {B, HK, a->seqlen_new};
+      int64_t nst[3] = {g[0], g[1], g[2]};
+      if (all_zero(g, 3))
+        nst[0] = (int64_t)a->seqlen_new * HK * D, nst[1] = D, nst[2] = HK * D;
+      if ((s = check_span(who, w ? "v_new" : "k_new", w ? a->v_new_numel : a->k_new_numel, nsize,
+                          nst, 3, D)))
+        return s;
+    }
   }
   if (d->document) {
     int64_t size[1] = {B}, sq[1] = {va->q_seg_sb}, sk[1] = {va->k_seg_sb};
@@ -1281,6 +1361,64 @@ static kiln_status check_varlen(const kiln_kernel *k, const kiln_attn_args *a) {
   return KILN_OK;
 }
 
+/* Paged arguments (kiln.h): the table and lengths are given, the pools' shape is in range,
+ * seqlen_k is 0 or the table's capacity, k_new and v_new come together; on the host (where
+ * they can be read) every sequence's length after the append fits its table row and every
+ * page it uses is a page of the pool.  The kernel clamps all of it again (attn_paged.c). */
+static kiln_status check_paged(const kiln_kernel *k, const kiln_attn_args *a) {
+  const char *who = "kiln_forward";
+  if (!a->block_table || !a->cache_seqlens)
+    return api_fail(KILN_ERR_INVALID, "%s: a paged kernel needs block_table (batch, max_pages) "
+                    "and cache_seqlens (batch)", who);
+  if (a->page_size < 1 || a->page_size > KN_ATTN_MAX_PAGE)
+    return api_fail(KILN_ERR_INVALID, "%s: page_size %d is not in 1..%d", who, a->page_size,
+                    KN_ATTN_MAX_PAGE);
+  if (a->num_pages < 0 || a->max_pages < 0 || a->seqlen_new < 0)
+    return api_fail(KILN_ERR_INVALID, "%s: num_pages %d, max_pages %d, seqlen_new %d: negative",
+                    who, a->num_pages, a->max_pages, a->seqlen_new);
+  const int64_t cap = (int64_t)a->max_pages * a->page_size;
+  if (cap > INT32_MAX)
+    return api_fail(KILN_ERR_INVALID, "%s: max_pages %d x page_size %d keys per sequence exceed "
+                    "2^31", who, a->max_pages, a->page_size);
+  if (a->seqlen_k != 0 && a->seqlen_k != cap)
+    return api_fail(KILN_ERR_INVALID, "%s: seqlen_k %d: a paged kernel's keys are cache_seqlens "
+                    "(+ seqlen_new); seqlen_k must be 0 or max_pages * page_size = %lld", who,
+                    a->seqlen_k, (long long)cap);
+  if (a->block_table_stride != 0 && a->block_table_stride < a->max_pages)
+    return api_fail(KILN_ERR_INVALID, "%s: block_table_stride %lld is less than max_pages %d",
+                    who, (long long)a->block_table_stride, a->max_pages);
+  if (!a->k_new != !a->v_new)
+    return api_fail(KILN_ERR_INVALID, "%s: k_new and v_new come together (one is NULL)", who);
+  if (a->k_new && a->seqlen_new == 0)
+    return api_fail(KILN_ERR_INVALID, "%s: k_new given with seqlen_new 0", who);
+  if (!a->k_new && (!all_zero(a->k_new_stride, 3) || !all_zero(a->v_new_stride, 3)))
+    return api_fail(KILN_ERR_INVALID, "%s: k_new_stride/v_new_stride given without k_new", who);
+  if (k->ctx->kind != KN_DEVICE_HOST) {
+    if (a->k_new && k->ctx->kind != KN_DEVICE_CUDA)
+      return api_fail(KILN_ERR_UNSUPPORTED, "%s: appending k_new/v_new on %s is not implemented "
+                      "yet: write the new rows into the pages yourself and pass seqlen_new "
+                      "with k_new NULL (docs/serving.md)", who, k->ctx->target_name);
+    return KILN_OK;  /* device memory: the kernels clamp */
+  }
+  const int64_t ts = a->block_table_stride ? a->block_table_stride : a->max_pages;
+  for (int b = 0; b < a->batch; b++) {
+    int64_t n = (int64_t)a->cache_seqlens[b] + a->seqlen_new;
+    if (a->cache_seqlens[b] < 0 || n > cap)
+      return api_fail(KILN_ERR_INVALID, "%s: cache_seqlens[%d] = %d (+ seqlen_new %d) is not in "
+                      "0..%lld, what max_pages %d pages of %d address", who, b,
+                      a->cache_seqlens[b], a->seqlen_new, (long long)cap, a->max_pages,
+                      a->page_size);
+    for (int64_t i = 0; i < (n + a->page_size - 1) / a->page_size; i++) {
+      int32_t pg = a->block_table[(int64_t)b * ts + i];
+      if (pg < 0 || pg >= a->num_pages)
+        return api_fail(KILN_ERR_INVALID, "%s: block_table[%d, %lld] = %d is not a page of the "
+                        "pool (0..%d, num_pages %d)", who, b, (long long)i, pg,
+                        a->num_pages - 1, a->num_pages);
+    }
+  }
+  return KILN_OK;
+}
+
 /* GPU kernels access the head dimension in vectors of up to 16 bytes, as wide as the head dim's
  * alignment allows (compiler/gpu/lower_gpu.c, kn_gpu_vec_aligned: 8 elements of f16 at D 72, 4
  * at D 60, 1 at D 59): the buffers' row, head and batch strides must keep every row that
@@ -1297,6 +1435,7 @@ static kiln_status check_alignment(const kn_attn_desc *d, const kiln_attn_args *
     int tokens = qo ? a->total_q : a->total_k;  /* varlen: the batch slot is the token stride */
     int sizes[3] = {d->layout == KN_ATTN_VARLEN ? tokens : a->batch, qo ? a->heads : a->kv_heads,
                     d->layout == KN_ATTN_VARLEN ? tokens : qo ? a->seqlen_q : a->seqlen_k};
+    if (d->layout == KN_ATTN_PAGED && !qo) sizes[0] = a->num_pages, sizes[2] = a->page_size;
     bool ok = (uintptr_t)ptrs[i] % (uintptr_t)(v * es) == 0;
     for (int j = 0; j < 3; j++) ok &= sizes[j] <= 1 || args[ARG_Q_SB + 3 * i + j].i % v == 0;
     if (!ok)
@@ -1316,10 +1455,15 @@ static kiln_status check_extents(const kn_attn_desc *d, const kiln_attn_args *a,
   if (kn_attn_check_sizes(d, p, &diag))
     return api_fail(KILN_ERR_INVALID, "kiln_forward: %s", diag.message);
   const int64_t es = (int64_t)kn_scalar_size(d->dtype), D = d->head_dim;
+  const bool paged = d->layout == KN_ATTN_PAGED;
   const struct { const char *name; const int64_t *s; int n; int64_t dims[3], row, es; } t[] = {
       {"q", a->q_stride, 3, {a->batch, a->heads, a->seqlen_q}, D, es},
-      {"k", a->k_stride, 3, {a->batch, a->kv_heads, a->seqlen_k}, D, es},
-      {"v", a->v_stride, 3, {a->batch, a->kv_heads, a->seqlen_k}, D, es},
+      {"k", a->k_stride, 3, {paged ? a->num_pages : a->batch, a->kv_heads,
+                             paged ? a->page_size : a->seqlen_k}, D, es},
+      {"v", a->v_stride, 3, {paged ? a->num_pages : a->batch, a->kv_heads,
+                             paged ? a->page_size : a->seqlen_k}, D, es},
+      {"k_new", a->k_new_stride, 3, {a->batch, a->kv_heads, a->seqlen_new}, D, es},
+      {"v_new", a->v_new_stride, 3, {a->batch, a->kv_heads, a->seqlen_new}, D, es},
       {"o", a->o_stride, 3, {a->batch, a->heads, a->seqlen_q}, D, es},
       {"lse", a->lse_stride, 2, {a->batch, a->heads}, a->seqlen_q, 4},
       {"bias", a->bias_stride, 3, {a->batch, a->heads, a->seqlen_q}, a->seqlen_k, es},
@@ -1340,14 +1484,49 @@ static kiln_status check_extents(const kn_attn_desc *d, const kiln_attn_args *a,
   return KILN_OK;
 }
 
+/* the index of kernel parameter `name` (the paged ones are always there) */
+static int sig_at(const kn_attn_sig *sig, const char *name) {
+  for (int i = 0; i < sig->n; i++)
+    if (!strcmp(sig->name[i], name)) return i;
+  KN_ASSERT(!"kernel parameter missing");
+  return 0;
+}
+
+/* flash_attn_with_kvcache's append on the host: k_new / v_new into the pools through the
+ * table, before the launch (check_paged checked the positions and pages) */
+static kiln_status append_host(const kn_attn_desc *d, const kiln_attn_args *a,
+                               const kn_argval *args) {
+  const int64_t HK = a->kv_heads, D = d->head_dim, N = a->seqlen_new;
+  kn_paged_append ap = {
+      .batch = a->batch, .kv_heads = a->kv_heads, .head_dim = d->head_dim,
+      .seqlen_new = a->seqlen_new, .page_size = a->page_size, .num_pages = a->num_pages,
+      .max_pages = a->max_pages, .elem_size = kn_scalar_size(d->dtype),
+      .block_table = a->block_table, .cache_seqlens = a->cache_seqlens,
+      .table_stride = a->block_table_stride ? a->block_table_stride : a->max_pages,
+      .k_pool = (void *)a->k, .v_pool = (void *)a->v, .k_new = a->k_new, .v_new = a->v_new};
+  for (int i = 0; i < 3; i++) {
+    ap.k_pool_stride[i] = args[ARG_K_SB + i].i;
+    ap.v_pool_stride[i] = args[ARG_V_SB + i].i;
+  }
+  const int64_t dense[3] = {N * HK * D, D, HK * D};  /* (batch, seqlen_new, kv_heads, D) */
+  memcpy(ap.k_new_stride, all_zero(a->k_new_stride, 3) ? dense : a->k_new_stride, sizeof dense);
+  memcpy(ap.v_new_stride, all_zero(a->v_new_stride, 3) ? dense : a->v_new_stride, sizeof dense);
+  kn_diag diag;
+  if (kn_attn_paged_append(&ap, &diag))
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: %s", diag.message);
+  return KILN_OK;
+}
+
 /* The checks and arguments every launch of a forward signature shares (kiln_forward's, and
- * kiln_backward's of its forward arguments): sizes, the variant's values, varlen, extents, the
- * kernel arguments with the caller's strides, capacities and (GPU) alignment.  `who` starts the
- * messages.  KILN_OK with args, grid, va (named: its user values) and p filled; *empty: the
- * problem has no query row or no batch, and nothing past the arguments was checked. */
-static kiln_status call_args(const kiln_kernel *k, const kiln_attn_args *a, const char *who,
+ * kiln_backward's of its forward arguments): sizes, the variant's values, varlen, paged, extents,
+ * the kernel arguments with the caller's strides, capacities, (GPU) alignment, and a paged
+ * kernel's append of k_new/v_new (on `stream`).  `who` starts the messages.  KILN_OK with args,
+ * grid, va (named: its user values) and p filled; *empty: the problem has no query row or no
+ * batch, and (a forward's, when it appends nothing) nothing past the arguments was checked. */
+static kiln_status call_args(kiln_kernel *k, const kiln_attn_args *a, const char *who,
                              kn_argval *args, int grid[3], kn_attn_vargs *va,
-                             kn_attn_named_arg *named, kn_attn_problem *p, bool *empty) {
+                             kn_attn_named_arg *named, kn_attn_problem *p, bool *empty,
+                             void *stream) {
   const kn_attn_desc *d = &k->desc;
   if (a->batch < 0 || a->heads <= 0 || a->kv_heads <= 0 || a->seqlen_q < 0 || a->seqlen_k < 0)
     return api_fail(KILN_ERR_INVALID, "%s: bad sizes (batch %d, heads %d, kv_heads %d, "
@@ -1365,23 +1544,35 @@ static kiln_status call_args(const kiln_kernel *k, const kiln_attn_args *a, cons
     return api_fail(KILN_ERR_INVALID, "%s: sm_scale must be finite and >= 0", who);
   if ((int64_t)a->batch * a->heads > INT32_MAX)
     return api_fail(KILN_ERR_UNSUPPORTED, "%s: batch * heads exceeds the grid", who);
-  kiln_status s = variant_args(k, a, va, named, who);
-  if (s) return s;
-  const bool varlen = d->layout == KN_ATTN_VARLEN;
+  const bool varlen = d->layout == KN_ATTN_VARLEN, paged = d->layout == KN_ATTN_PAGED;
+  kiln_status s;
+  kiln_attn_args pa;
+  if (paged) {  /* from here on seqlen_k is the table's capacity (kiln.h) */
+    if ((s = check_paged(k, a))) return s;
+    pa = *a;
+    pa.seqlen_k = a->max_pages * a->page_size;
+    a = &pa;
+  }
+  if ((s = variant_args(k, a, va, named, who))) return s;
   if (varlen && (s = check_varlen(k, a))) return s;
   *p = (kn_attn_problem){.batch = a->batch, .heads = a->heads, .kv_heads = a->kv_heads,
                          .seqlen_q = a->seqlen_q, .seqlen_k = a->seqlen_k,
                          .sm_scale = a->sm_scale, .cu_seqlens_q = a->cu_seqlens_q,
                          .cu_seqlens_k = a->cu_seqlens_k, .total_q = a->total_q,
-                         .total_k = a->total_k};
+                         .total_k = a->total_k, .block_table = a->block_table,
+                         .cache_seqlens = a->cache_seqlens, .page_size = a->page_size,
+                         .num_pages = a->num_pages, .max_pages = a->max_pages,
+                         .seqlen_new = a->seqlen_new};
   if (!varlen && (s = check_extents(d, a, p))) return s;
   kn_diag diag;
   if (kn_attn_fill_args(d, &k->sig, &k->cfg, p, (void *)a->q, (void *)a->k, (void *)a->v, a->o,
                         a->lse, va, args, grid, &diag))
     return api_fail(KILN_ERR_INVALID, "%s: %s", who, diag.message);
-  /* (a backward with no query row still writes dK = dV = 0) */
+  /* (a backward with no query row still writes dK = dV = 0; an append still happens without
+   * queries) */
   *empty = a->batch == 0 || a->seqlen_q == 0;
-  if (*empty && !k->backward) return KILN_OK;
+  if (!k->backward && (a->batch == 0 || (a->seqlen_q == 0 && !(paged && a->k_new))))
+    return KILN_OK;
   /* the caller's strides replace the contiguous ones kn_attn_fill_args computed */
   const struct { const int64_t *s; int n, at; } strides[] = {
       {a->q_stride, 3, ARG_Q_SB}, {a->k_stride, 3, ARG_K_SB}, {a->v_stride, 3, ARG_V_SB},
@@ -1395,8 +1586,15 @@ static kiln_status call_args(const kiln_kernel *k, const kiln_attn_args *a, cons
     for (int i = 0; i < 4; i++) args[strides[i].at].i = args[strides[i].at + 2].i;
     args[ARG_LSE_SB].i = 1;
   }
+  if (paged && a->block_table_stride)
+    args[sig_at(&k->sig, "block_table_sb")].i = a->block_table_stride;
   if ((s = check_capacities(d, a, args, va, who))) return s;
   if (k->ctx->kind != KN_DEVICE_HOST && (s = check_alignment(d, a, args))) return s;
+  if (paged && a->k_new && k->ctx->kind == KN_DEVICE_HOST && (s = append_host(d, a, args)))
+    return s;
+  if (paged && a->k_new && k->ctx->kind == KN_DEVICE_CUDA &&
+      (s = api_cuda_append(k, a, args, stream)))
+    return s;
   return KILN_OK;
 }
 
@@ -1425,7 +1623,7 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
   kn_attn_named_arg named[KN_ATTN_MAX_PARAMS];
   kn_attn_problem p;
   bool empty;
-  kiln_status s = call_args(k, a, "kiln_forward", args, grid, &va, named, &p, &empty);
+  kiln_status s = call_args(k, a, "kiln_forward", args, grid, &va, named, &p, &empty, stream);
   if (s) return s;
   if (empty) {
     atomic_fetch_add(&k->ctx->stats.launches, 1);
@@ -1451,6 +1649,9 @@ kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
   if (o && o->warps < 0) return api_fail(KILN_ERR_INVALID, "warps %d is negative", o->warps);
   if (o && o->wgmma)
     return api_fail(KILN_ERR_UNSUPPORTED, "%s: wgmma is not supported by the backward yet", who);
+  if (ctx->bundle_only)
+    return api_fail(KILN_ERR_UNSUPPORTED, "%s: AOT bundles hold forward kernels only, and this "
+                    "context may not compile (bundle_only)", who);
   /* the tiling: the caller's, else the backward's default (no tuning yet) */
   kn_attn_config c = kn_attn_bwd_default_config(ctx->target_arch, &d);
   if (o && o->block_m) c.block_m = o->block_m, c.block_n = o->block_n;
@@ -1479,7 +1680,7 @@ kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
   if (!s && d.mods && !(k->mods = strdup(d.mods))) s = api_fail(KILN_ERR_NOMEM, "out of memory");
   double t0 = now_ms();
   for (int w = 0; !s && w < KN_BWD_NKERNELS; w++)
-    s = get_kernel(ctx, kn_attn_bwd_kernels[w], &d, &bsig, &c, false, &k->part[w]);
+    s = get_kernel(ctx, kn_attn_bwd_kernels[w], &d, &bsig, &c, false, NULL, &k->part[w]);
   if (!s) {
     k->ctx = ctx;
     k->kname = "attn_bwd";
@@ -1531,7 +1732,7 @@ kiln_status kiln_backward(kiln_kernel *k, const kiln_backward_args *a, void *str
   kn_attn_named_arg named[KN_ATTN_MAX_PARAMS];
   kn_attn_problem p;
   bool empty;
-  kiln_status s = call_args(k, f, who, fargs, fgrid, &va, named, &p, &empty);
+  kiln_status s = call_args(k, f, who, fargs, fgrid, &va, named, &p, &empty, stream);
   if (s) return s;
   kn_attn_sig bsig;
   kn_argval args[KN_ATTN_MAX_PARAMS];

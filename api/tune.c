@@ -218,7 +218,7 @@ static void time_on_hip(run *r, const kn_attn_config *c, kiln_tune_candidate *ou
     if (!why[0] && (call)) snprintf(why, sizeof why, "%.299s", kiln_last_error());           \
   } while (0)
   if (!t) snprintf(why, sizeof why, "out of memory");
-  API_STEP(api_hip_load(ctx, &tk, obj->data, obj->size));
+  API_STEP(api_hip_load(ctx, &tk, obj->data, obj->size, "attn_fwd"));
   /* set 0 first, its output cleared: the correctness check */
   HIP_STEP(kn_hip_memset8(dev, r->dsets[0].o, 0, ob, &e));
   launch_args(r, c, 0, args, grid);
@@ -719,9 +719,10 @@ kiln_status kiln_tune(kiln_context *ctx, const kiln_attn_desc *desc,
   kn_attn_desc d;
   kiln_status s = api_desc_from_public(desc, &d);
   if (s) return s;
-  if (d.layout == KN_ATTN_VARLEN)
-    return api_fail(KILN_ERR_UNSUPPORTED, "kiln_tune: varlen kernels are not tuned yet (their "
-                    "default tiling, or a forced one, runs)");
+  if (d.layout != KN_ATTN_DENSE)
+    return api_fail(KILN_ERR_UNSUPPORTED, "kiln_tune: %s kernels are not tuned yet (their "
+                    "default tiling, or a forced one, runs)",
+                    d.layout == KN_ATTN_VARLEN ? "varlen" : "paged");
   kn_attn_config c = kn_attn_default_config(ctx->target_arch, &d);
   kn_diag diag;
   if (kn_attn_check_on(ctx->target_arch, &d, &c, &diag))

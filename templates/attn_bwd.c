@@ -100,8 +100,9 @@ static int bwd_sig_of(const kn_attn_sig *fs, kn_attn_sig *sig, const kn_attn_des
 
 static int bwd_check(const kn_attn_desc *d, kn_diag *diag) {
   if (d->layout != KN_ATTN_DENSE)
-    return kn_error(diag, NULL, (kn_loc){0}, "attention backward: varlen is not supported yet "
-                    "(dense (B, H, N, D) buffers only)");
+    return kn_error(diag, NULL, (kn_loc){0}, "attention backward: %s is not supported yet "
+                    "(dense (B, H, N, D) buffers only)",
+                    d->layout == KN_ATTN_PAGED ? "paged" : "varlen");
   return 0;
 }
 

@@ -62,13 +62,13 @@ static inline int run_named_on_target(const char *target, kn_module *m, const ch
   return rc;
 }
 
-/* the forward kernel f (attn_fwd) of m on target, as run_named_on_target */
+/* kernel f of m (attn_fwd, or another kernel) on target, as run_named_on_target */
 static inline int run_on_target(const char *target, kn_module *m, kn_func *f,
                                 const kn_argval *args, const int grid[3],
                                 const kn_region *regions, int nreg, kn_interp_stats *st,
                                 const char *what, kn_diag *diag) {
   if (!target) return kn_interp_run(f, args, grid, regions, nreg, st, diag);
-  return run_named_on_target(target, m, "attn_fwd", args, grid, regions, nreg, st, what, diag);
+  return run_named_on_target(target, m, f->name, args, grid, regions, nreg, st, what, diag);
 }
 
 /* the spill units of kernel `name` in artefact a, compiled for arch (cmocka failure if the

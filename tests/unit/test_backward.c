@@ -536,6 +536,8 @@ static void test_errors(void **state) {
   kn_attn_config c = small_cfg;
   expect_error(&(kn_attn_desc){.dtype = KN_F16, .head_dim = 64, .layout = KN_ATTN_VARLEN}, &c,
                "varlen is not supported yet");
+  expect_error(&(kn_attn_desc){.dtype = KN_F16, .head_dim = 64, .layout = KN_ATTN_PAGED}, &c,
+               "paged is not supported yet");
   expect_error(&(kn_attn_desc){.dtype = KN_F16, .head_dim = 300}, &c, "head dim 300 is not supported");
   expect_error(&(kn_attn_desc){.dtype = KN_F16, .head_dim = 64},
                &(kn_attn_config){.block_m = 64, .block_n = 64, .warps = 4, .stages = 1, .wgmma = true},
@@ -637,6 +639,17 @@ static void test_api(void **state) {
                                                                  .layout = KILN_LAYOUT_VARLEN}, NULL, &k),
                    KILN_ERR_UNSUPPORTED);
   if (!strstr(kiln_last_error(), "varlen is not supported yet")) fail_msg("%s", kiln_last_error());
+  assert_int_equal(kiln_prepare_backward(ctx, &(kiln_attn_desc){.dtype = KILN_F16, .head_dim = 64,
+                                                                 .layout = KILN_LAYOUT_PAGED}, NULL, &k),
+                   KILN_ERR_UNSUPPORTED);
+  if (!strstr(kiln_last_error(), "paged is not supported yet")) fail_msg("%s", kiln_last_error());
+  kiln_context_destroy(ctx);
+  /* AOT bundles hold forward kernels only: a bundle_only context never compiles a backward */
+  co.bundle_only = 1;
+  if (kiln_context_create(&co, &ctx)) fail_msg("context: %s", kiln_last_error());
+  assert_int_equal(kiln_prepare_backward(ctx, &pub[0], NULL, &k), KILN_ERR_UNSUPPORTED);
+  if (!strstr(kiln_last_error(), "AOT bundles hold forward kernels only"))
+    fail_msg("%s", kiln_last_error());
   kiln_context_destroy(ctx);
 }
 
