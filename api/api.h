@@ -15,6 +15,7 @@
 #include <stdbool.h>
 
 #include "attention.h"
+#include "attn_bwd.h"
 #include "attn_launch_cuda.h"
 #include "bundle.h"
 #include "cache.h"
@@ -79,6 +80,10 @@ struct kiln_context {
 struct kiln_kernel {
   kiln_context *ctx;
   kiln_kernel *next;           /* ctx->kernels list */
+  const char *kname;           /* the kernel function: "attn_fwd" or one of kn_attn_bwd_kernels */
+  bool backward;               /* kiln_prepare_backward's: its kernels are part[], in launch order,
+                                  and sig is the forward's signature (the arguments' checks) */
+  kiln_kernel *part[KN_BWD_NKERNELS];
   kiln_kernel_info info;
   kn_attn_desc desc;           /* desc.mods (and info.desc.mods) point at mods */
   kn_attn_config cfg;
@@ -129,24 +134,27 @@ int api_user_params(const kn_attn_desc *d, const kn_attn_sig *sig, bool *user);
  * says where values come from). */
 kiln_status api_mod_args(const kn_attn_sig *sig, const bool *user, const kiln_mod_arg *args,
                          int nargs, kn_attn_named_arg *out, const char *who, const char *from);
-/* "attn_fwd [<descriptor key>] [<config key>]": what logs and errors call a kernel */
-void api_describe(const kn_attn_desc *d, const kn_attn_config *c, char *out, size_t n);
+/* "<kname> [<descriptor key>] [<config key>]": what logs and errors call a kernel */
+void api_describe(const char *kname, const kn_attn_desc *d, const kn_attn_config *c, char *out,
+                  size_t n);
 /* the tuning database's key: template "fwd", variant = the descriptor's canonical key */
 void api_tune_key(const kiln_context *ctx, const kn_attn_desc *d, int seqlen, kn_tune_key *key);
 /* the template's tiling of a point of the tuning space or a tuning record: its block_m, block_n,
  * warps, stages, and wgmma when its matrix instruction is one of sm_90a's wgmma entries (the
  * space's matrix axis lists the registry's instructions) */
 kn_attn_config api_config_of(const kn_tune_config *tc);
-/* builds the template for (d, c) into a fresh module; NULL with the reason in *diag */
-kn_module *api_build_module(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag);
-/* the cache key of module m, built from (d, c), on the context's target */
-kn_cache_key api_cache_key(const kiln_context *ctx, const kn_attn_desc *d,
+/* builds the template of kernel kname ("attn_fwd", or a backward kernel: the module then holds
+ * all three) for (d, c) into a fresh module; NULL with the reason in *diag */
+kn_module *api_build_module(const char *kname, const kn_attn_desc *d, const kn_attn_config *c,
+                            kn_diag *diag);
+/* the cache key of kernel kname of module m, built from (d, c), on the context's target */
+kn_cache_key api_cache_key(const kiln_context *ctx, const char *kname, const kn_attn_desc *d,
                            const kn_attn_config *c, const kn_module *m);
 /* payload = small header (kernel symbol, ABI version, tile bytes) + the object; malloc'ed */
 void *api_pack(const kn_artifact *o, size_t *size);
 /* stores a compiled object in the cache (NOT_STORED is logged, counted, and not an error) */
 void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_artifact *o);
-/* compiles kernel attn_fwd of m (`what` names it) for the context's target through
+/* compiles kernel kname of m (`what` names it) for the context's target through
  * api/compiler.h and counts the compile: KILN_OK and *out (kn_artifact_free), KILN_ERR_COMPILE
  * with the compiler's message, or KILN_ERR_UNSUPPORTED where this library has no compiler */
 kiln_status api_compile(kiln_context *ctx, const kn_module *m, const char *what, kn_artifact *out);

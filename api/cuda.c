@@ -178,7 +178,7 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
     const char *bad = unpack(payload, size, &ptx, &threads, &smem);
     free(payload);
     if (!bad && smem > ctx->cuda_smem_optin) bad = "needs more shared memory than the device has";
-    if (!bad && load(ctx, k, ptx, NULL, 0, "attn_fwd", threads, smem, &e)) bad = e.message;
+    if (!bad && load(ctx, k, ptx, NULL, 0, k->kname, threads, smem, &e)) bad = e.message;
     free(ptx);
     if (!bad) {
       k->info.source = KILN_SOURCE_CACHE;
@@ -189,13 +189,13 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
   }
 
   kn_artifact c;
-  kiln_status s = api_compile(ctx, m, what, &c);
+  kiln_status s = api_compile_named(ctx, m, k->kname, what, &c);
   if (s) return s;
   if (c.shared_bytes > ctx->cuda_smem_optin) {
     s = api_fail(KILN_ERR_UNSUPPORTED, "%s needs %lld bytes of shared memory per block; %s "
                  "allows %lld (choose smaller blocks)", what, (long long)c.shared_bytes,
                  ctx->device_name, (long long)ctx->cuda_smem_optin);
-  } else if (load(ctx, k, (const char *)c.data, NULL, 0, "attn_fwd", c.threads, c.shared_bytes,
+  } else if (load(ctx, k, (const char *)c.data, NULL, 0, k->kname, c.threads, c.shared_bytes,
                   &e)) {
     s = api_fail(KILN_ERR_COMPILE, "loading %s (%s PTX) into the driver failed: %s", what,
                  ctx->target_name, e.message);

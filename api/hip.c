@@ -94,7 +94,7 @@ kiln_status api_hip_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m,
   void *payload;
   size_t size;
   if (api_cache_get(ctx, key, hex, &payload, &size) == KN_OK) {
-    int bad = load(ctx, k, payload, size, "attn_fwd", &st, &e);
+    int bad = load(ctx, k, payload, size, k->kname, &st, &e);
     free(payload);
     if (!bad) {
       k->info.source = KILN_SOURCE_CACHE;
@@ -104,9 +104,9 @@ kiln_status api_hip_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m,
     api_cache_reject(ctx, key, hex, e.message);
   }
   kn_artifact c;
-  kiln_status s = api_compile(ctx, m, what, &c);
+  kiln_status s = api_compile_named(ctx, m, k->kname, what, &c);
   if (s) return s;
-  if (load(ctx, k, c.data, c.size, "attn_fwd", &st, &e)) {
+  if (load(ctx, k, c.data, c.size, k->kname, &st, &e)) {
     s = api_fail(st == KN_E_NOMEM ? KILN_ERR_NOMEM : KILN_ERR_COMPILE,
                  "loading %s (%s code object) into the HIP runtime failed: %s", what,
                  ctx->target_name, e.message);

@@ -408,7 +408,8 @@ kiln_status kiln_context_create(const kiln_context_options *options, kiln_contex
     kiln_context_destroy(ctx);
     return s;
   }
-  ctx->bundle_only = options->bundle_only || !api_the_compiler.present;
+  /* (a library without the compiler is not bundle_only: it also serves libkiln's cache) */
+  ctx->bundle_only = options->bundle_only != 0;
   if (!options->no_cache) {
     kn_cache_config cc = {.dir = options->cache_dir, .log = cache_log, .log_user = ctx};
     kn_diag why;
@@ -557,20 +558,22 @@ static const char *unpack(const uint8_t *p, size_t size, char *symbol, size_t sy
   return NULL;
 }
 
-kn_module *api_build_module(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag) {
-  kn_module *m = kn_module_new("<attn_fwd>");
+kn_module *api_build_module(const char *kname, const kn_attn_desc *d, const kn_attn_config *c,
+                            kn_diag *diag) {
+  const bool bwd = strncmp(kname, "attn_bwd", 8) == 0;
+  kn_module *m = kn_module_new(bwd ? "<attn_bwd>" : "<attn_fwd>");
   if (!m) {
     snprintf(diag->message, sizeof diag->message, "out of memory");
     return NULL;
   }
-  if (!kn_attn_fwd_build(m, d, c, diag)) {
+  if (bwd ? kn_attn_bwd_build(m, d, c, diag) != 0 : !kn_attn_fwd_build(m, d, c, diag)) {
     kn_module_free(m);
     return NULL;
   }
   return m;
 }
 
-kn_cache_key api_cache_key(const kiln_context *ctx, const kn_attn_desc *d,
+kn_cache_key api_cache_key(const kiln_context *ctx, const char *kname, const kn_attn_desc *d,
                            const kn_attn_config *c, const kn_module *m) {
   char *ir = kn_print(m);
   /* the printed IR determines the code; the canonical keys are in as well, so what a key was
@@ -587,7 +590,7 @@ kn_cache_key api_cache_key(const kiln_context *ctx, const kn_attn_desc *d,
   static const char opts[] = "O3";
   kn_cache_part parts[] = {
       {abi, strlen(abi)},
-      {"attn_fwd", 8},
+      {kname, strlen(kname)},
       {dk, strlen(dk)},
       {ck, strlen(ck)},
       {ir ? ir : "", ir ? strlen(ir) : 0},
@@ -631,11 +634,12 @@ kiln_status api_compile_named(kiln_context *ctx, const kn_module *m, const char 
   return KILN_OK;
 }
 
-void api_describe(const kn_attn_desc *d, const kn_attn_config *c, char *out, size_t n) {
+void api_describe(const char *kname, const kn_attn_desc *d, const kn_attn_config *c, char *out,
+                  size_t n) {
   char dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(d, dk, sizeof dk);
   kn_attn_config_key(c, ck, sizeof ck);
-  snprintf(out, n, "attn_fwd [%s] [%s]", dk, ck);
+  snprintf(out, n, "%s [%s] [%s]", kname, dk, ck);
 }
 
 kn_status api_cache_get(kiln_context *ctx, const kn_cache_key *key, const char *hex,
@@ -683,15 +687,17 @@ static int load_cached(kiln_context *ctx, const kn_cache_key *key, const char *h
   return -1;
 }
 
-/* a new kernel of ctx for (d, c, sig), nothing loaded yet; NULL when out of memory */
-static kiln_kernel *kernel_new(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
-                               const kn_attn_config *c) {
+/* a new kernel of ctx, its kernel kname, for (d, c, sig), nothing loaded yet; NULL when out of
+ * memory */
+static kiln_kernel *kernel_new(kiln_context *ctx, const char *kname, const kn_attn_desc *d,
+                               const kn_attn_sig *sig, const kn_attn_config *c) {
   kiln_kernel *k = calloc(1, sizeof *k);
   if (!k || (d->mods && !(k->mods = strdup(d->mods)))) {
     free(k);
     return NULL;
   }
   k->ctx = ctx;
+  k->kname = kname;
   /* the kernel's own descriptor: its copy of the text; the caller's name for it is not kept */
   k->desc = *d;
   k->desc.mods = k->mods;
@@ -722,16 +728,16 @@ static void kernel_loaded(kiln_context *ctx, kiln_kernel *k, const char *what, d
           what, k->info.prepare_ms, k->info.cache_key);
 }
 
-static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
-                                const kn_attn_config *c, bool tuned, const kn_aot_entry *be,
-                                kiln_kernel **out) {
+static kiln_status build_kernel(kiln_context *ctx, const char *kname, const kn_attn_desc *d,
+                                const kn_attn_sig *sig, const kn_attn_config *c, bool tuned,
+                                const kn_aot_entry *be, kiln_kernel **out) {
   double t0 = now_ms();
   kn_diag diag;
-  char what[2 * KN_ATTN_KEY_MAX + 16];
-  api_describe(d, c, what, sizeof what);
+  char what[2 * KN_ATTN_KEY_MAX + 32];
+  api_describe(kname, d, c, what, sizeof what);
   if (be) {
     /* the compile-free path: nothing of the template is built */
-    kiln_kernel *k = kernel_new(ctx, d, sig, c);
+    kiln_kernel *k = kernel_new(ctx, kname, d, sig, c);
     if (!k) return api_fail(KILN_ERR_NOMEM, "out of memory");
     kiln_status s = api_bundle_load(ctx, k, be, what);
     if (s) {
@@ -742,14 +748,14 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
     *out = k;
     return KILN_OK;
   }
-  kn_module *m = api_build_module(d, c, &diag);
+  kn_module *m = api_build_module(kname, d, c, &diag);
   if (!m) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
-  kiln_kernel *k = kernel_new(ctx, d, sig, c);
+  kiln_kernel *k = kernel_new(ctx, kname, d, sig, c);
   if (!k) {
     kn_module_free(m);
     return api_fail(KILN_ERR_NOMEM, "out of memory");
   }
-  kn_cache_key key = api_cache_key(ctx, d, c, m);
+  kn_cache_key key = api_cache_key(ctx, kname, d, c, m);
   kn_cache_key_hex(&key, k->info.cache_key);
 
   kiln_status s = KILN_OK;
@@ -767,7 +773,7 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
     atomic_fetch_add(&ctx->stats.cache_hits, 1);
   } else {
     kn_artifact o;
-    if (!(s = api_compile(ctx, m, what, &o))) {
+    if (!(s = api_compile_named(ctx, m, kname, what, &o))) {
       api_store(ctx, &key, &o);
       int rc = api_the_compiler.host_load(o.data, o.size, o.symbol, &k->obj, &diag);
       kn_artifact_free(&o);
@@ -786,18 +792,18 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
 }
 
 /* the second memo level: one kernel per (descriptor, tiling) */
-static kiln_status get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
-                              const kn_attn_config *c, bool tuned, const kn_aot_entry *be,
-                              kiln_kernel **out) {
-  char key[2 * KN_ATTN_KEY_MAX + 32], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
+static kiln_status get_kernel(kiln_context *ctx, const char *kname, const kn_attn_desc *d,
+                              const kn_attn_sig *sig, const kn_attn_config *c, bool tuned,
+                              const kn_aot_entry *be, kiln_kernel **out) {
+  char key[2 * KN_ATTN_KEY_MAX + 64], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(d, dk, sizeof dk);
   kn_attn_config_key(c, ck, sizeof ck);
-  snprintf(key, sizeof key, "kernel|%s|%s|tuned=%d", dk, ck, tuned);
+  snprintf(key, sizeof key, "kernel|%s|%s|%s|tuned=%d", kname, dk, ck, tuned);
   int m = memo_acquire(ctx, key, out);
   if (m > 0) return KILN_OK;
   if (m < 0) return api_fail(KILN_ERR_NOMEM, "out of memory");
   kiln_kernel *k = NULL;
-  kiln_status s = build_kernel(ctx, d, sig, c, tuned, be, &k);
+  kiln_status s = build_kernel(ctx, kname, d, sig, c, tuned, be, &k);
   memo_finish(ctx, key, s ? NULL : k, true);
   *out = k;
   return s;
@@ -1119,14 +1125,12 @@ kiln_status kiln_prepare(kiln_context *ctx, const kiln_attn_desc *desc,
   if (!s) be = api_bundle_find(ctx, &d, seqlen, is_forced ? &forced : NULL, &c);
   if (be) tuned = be->tuned;
   if (!s && !be && ctx->bundle_only)
-    s = api_fail(KILN_ERR_UNSUPPORTED, "%s: the bundle %s has no kernel for [%s]%s on %s, and "
-                 "this %s", api_the_compiler.present ? "bundle_only" : "no compiler",
+    s = api_fail(KILN_ERR_UNSUPPORTED, "bundle_only: the bundle %s has no kernel for [%s]%s on "
+                 "%s, and this context may not compile (bundle_only)",
                  ctx->bundle.path[0] ? ctx->bundle.path : "(none)", dk,
-                 is_forced ? " with the forced tiling" : "", ctx->target_name,
-                 api_the_compiler.present ? "context may not compile (bundle_only)"
-                                     : "library cannot compile (it has no compiler)");
+                 is_forced ? " with the forced tiling" : "", ctx->target_name);
   if (!s && !be) s = resolve_config(ctx, &d, &sig, o, policy, seqlen, &c, &tuned);
-  if (!s) s = get_kernel(ctx, &d, &sig, &c, tuned, be, &k);
+  if (!s) s = get_kernel(ctx, "attn_fwd", &d, &sig, &c, tuned, be, &k);
   memo_finish(ctx, key, s ? NULL : k, false);
   if (s) {
     api_log(ctx, KILN_LOG_ERROR, "prepare: %s", tl_error);
@@ -1158,9 +1162,8 @@ static bool all_zero(const int64_t *s, int n) {
  * a variant the kernel lacks must be zero; those it has are checked for range here, NULL tensors
  * and missing values by kn_attn_fill_args. */
 static kiln_status variant_args(const kiln_kernel *k, const kiln_attn_args *a, kn_attn_vargs *va,
-                                kn_attn_named_arg *named) {
+                                kn_attn_named_arg *named, const char *who) {
   const kn_attn_desc *d = &k->desc;
-  const char *who = "kiln_forward";
   memset(va, 0, sizeof *va);
   const struct { bool on, given; const char *what, *fields; } v[] = {
       {d->window, a->window_left || a->window_right, "window", "window_left/window_right"},
@@ -1235,19 +1238,19 @@ static int64_t view_span(const int64_t *size, const int64_t *stride, int n, int6
 }
 
 /* a buffer that its layout reaches past (only when its size is described) */
-static kiln_status check_span(const char *name, int64_t numel, const int64_t *size,
-                              const int64_t *stride, int n, int64_t inner) {
+static kiln_status check_span(const char *who, const char *name, int64_t numel,
+                              const int64_t *size, const int64_t *stride, int n, int64_t inner) {
   if (numel < 0)
-    return api_fail(KILN_ERR_INVALID, "kiln_forward: %s_numel %lld is negative", name,
+    return api_fail(KILN_ERR_INVALID, "%s: %s_numel %lld is negative", who, name,
                     (long long)numel);
   if (!numel) return KILN_OK;
   int64_t span = view_span(size, stride, n, inner);
   if (span < 0)
-    return api_fail(KILN_ERR_INVALID, "kiln_forward: %s has a negative stride; a described "
-                    "capacity (%s_numel) needs strides >= 0", name, name);
+    return api_fail(KILN_ERR_INVALID, "%s: %s has a negative stride; a described "
+                    "capacity (%s_numel) needs strides >= 0", who, name, name);
   if (span > numel)
-    return api_fail(KILN_ERR_INVALID, "kiln_forward: %s holds %lld elements (%s_numel), but the "
-                    "shape and strides described reach %lld", name, (long long)numel, name,
+    return api_fail(KILN_ERR_INVALID, "%s: %s holds %lld elements (%s_numel), but the "
+                    "shape and strides described reach %lld", who, name, (long long)numel, name,
                     (long long)span);
   return KILN_OK;
 }
@@ -1256,7 +1259,8 @@ static kiln_status check_span(const char *name, int64_t numel, const int64_t *si
  * dense q/k/v/o larger than its contiguous shape (the zero-stride trap).  args: the kernel's
  * arguments with the effective strides; va: the variant's. */
 static kiln_status check_capacities(const kn_attn_desc *d, const kiln_attn_args *a,
-                                    const kn_argval *args, const kn_attn_vargs *va) {
+                                    const kn_argval *args, const kn_attn_vargs *va,
+                                    const char *who) {
   const bool varlen = d->layout == KN_ATTN_VARLEN;
   const int64_t D = d->head_dim, B = a->batch, H = a->heads, HK = a->kv_heads;
   static const char *const names[] = {"q", "k", "v", "o"};
@@ -1269,57 +1273,58 @@ static kiln_status check_capacities(const kn_attn_desc *d, const kiln_attn_args 
     const kn_argval *st = args + ARG_Q_SB + 3 * i;  /* {batch, head, row} */
     if (varlen) {  /* (total, heads, D) with {token, head} */
       int64_t size[2] = {qo ? a->total_q : a->total_k, heads}, stride[2] = {st[2].i, st[1].i};
-      if ((s = check_span(names[i], numel[i], size, stride, 2, D))) return s;
+      if ((s = check_span(who, names[i], numel[i], size, stride, 2, D))) return s;
       continue;
     }
     if (d->layout == KN_ATTN_PAGED && !qo) {  /* a pool: {page, head, row}, no trap to fall in */
       int64_t size[3] = {a->num_pages, heads, a->page_size}, stride[3] = {st[0].i, st[1].i, st[2].i};
-      if ((s = check_span(names[i], numel[i], size, stride, 3, D))) return s;
+      if ((s = check_span(who, names[i], numel[i], size, stride, 3, D))) return s;
       continue;
     }
     int64_t size[3] = {B, heads, rows}, stride[3] = {st[0].i, st[1].i, st[2].i};
-    if ((s = check_span(names[i], numel[i], size, stride, 3, D))) return s;
+    if ((s = check_span(who, names[i], numel[i], size, stride, 3, D))) return s;
     int64_t dense = B * heads * rows * D;
     if (numel[i] > dense && all_zero(given[i], 3) && B * heads > 1)
-      return api_fail(KILN_ERR_INVALID, "kiln_forward: %s holds %lld elements (%s_numel), more "
+      return api_fail(KILN_ERR_INVALID, "%s: %s holds %lld elements (%s_numel), more "
                       "than the contiguous (%lld, %lld, %lld, %lld) its zero strides describe: "
                       "rows would be read %lld apart; give %s_stride (a buffer of C rows per "
-                      "head: {%lld*C*%lld, C*%lld, %lld})", names[i], (long long)numel[i],
+                      "head: {%lld*C*%lld, C*%lld, %lld})", who, names[i], (long long)numel[i],
                       names[i], (long long)B, (long long)heads, (long long)rows, (long long)D,
                       (long long)D, names[i], (long long)heads, (long long)D, (long long)D,
                       (long long)D);
   }
   if (d->has_lse) {
     int64_t size[2] = {varlen ? 1 : B, H}, stride[2] = {args[ARG_LSE_SB].i, args[ARG_LSE_SB + 1].i};
-    if ((s = check_span("lse", a->lse_numel, size, stride, 2, varlen ? a->total_q : a->seqlen_q)))
+    if ((s = check_span(who, "lse", a->lse_numel, size, stride, 2, varlen ? a->total_q : a->seqlen_q)))
       return s;
   }
   if (d->alibi) {
     int64_t size[2] = {B, H}, stride[2] = {va->alibi_sb, 1};
-    if ((s = check_span("alibi", a->alibi_numel, size, stride, 2, 1))) return s;
+    if ((s = check_span(who, "alibi", a->alibi_numel, size, stride, 2, 1))) return s;
   }
   if (d->bias) {
     int64_t size[3] = {B, H, a->seqlen_q}, stride[3] = {va->bias_sb, va->bias_sh, va->bias_sm};
-    if ((s = check_span("bias", a->bias_numel, size, stride, 3, a->seqlen_k))) return s;
+    if ((s = check_span(who, "bias", a->bias_numel, size, stride, 3, a->seqlen_k))) return s;
   }
   if (d->layout == KN_ATTN_PAGED) {
     int64_t size[1] = {B}, st[1] = {a->block_table_stride ? a->block_table_stride : a->max_pages};
-    if ((s = check_span("block_table", a->block_table_numel, size, st, 1, a->max_pages))) return s;
+    if ((s = check_span(who, "block_table", a->block_table_numel, size, st, 1, a->max_pages)))
+      return s;
     for (int w = 0; w < 2 && a->seqlen_new; w++) {
       const int64_t *g = w ? a->v_new_stride : a->k_new_stride;
       int64_t nsize[3] = {B, HK, a->seqlen_new};
       int64_t nst[3] = {g[0], g[1], g[2]};
       if (all_zero(g, 3))
         nst[0] = (int64_t)a->seqlen_new * HK * D, nst[1] = D, nst[2] = HK * D;
-      if ((s = check_span(w ? "v_new" : "k_new", w ? a->v_new_numel : a->k_new_numel, nsize, nst,
-                          3, D)))
+      if ((s = check_span(who, w ? "v_new" : "k_new", w ? a->v_new_numel : a->k_new_numel, nsize,
+                          nst, 3, D)))
         return s;
     }
   }
   if (d->document) {
     int64_t size[1] = {B}, sq[1] = {va->q_seg_sb}, sk[1] = {va->k_seg_sb};
-    if ((s = check_span("q_seg", a->q_seg_numel, size, sq, 1, a->seqlen_q))) return s;
-    if ((s = check_span("k_seg", a->k_seg_numel, size, sk, 1, a->seqlen_k))) return s;
+    if ((s = check_span(who, "q_seg", a->q_seg_numel, size, sq, 1, a->seqlen_q))) return s;
+    if ((s = check_span(who, "k_seg", a->k_seg_numel, size, sk, 1, a->seqlen_k))) return s;
   }
   return KILN_OK;
 }
@@ -1512,27 +1517,33 @@ static kiln_status append_host(const kn_attn_desc *d, const kiln_attn_args *a,
   return KILN_OK;
 }
 
-kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) {
-  /* the stream matters on CUDA only: the host device runs synchronously on its own pool */
-  if (!k || !a) return api_fail(KILN_ERR_INVALID, "kiln_forward: null kernel or arguments");
+/* The checks and arguments every launch of a forward signature shares (kiln_forward's, and
+ * kiln_backward's of its forward arguments): sizes, the variant's values, varlen, paged, extents,
+ * the kernel arguments with the caller's strides, capacities, (GPU) alignment, and a paged
+ * kernel's append of k_new/v_new (on `stream`).  `who` starts the messages.  KILN_OK with args,
+ * grid, va (named: its user values) and p filled; *empty: the problem has no query row or no
+ * batch, and (a forward's, when it appends nothing) nothing past the arguments was checked. */
+static kiln_status call_args(kiln_kernel *k, const kiln_attn_args *a, const char *who,
+                             kn_argval *args, int grid[3], kn_attn_vargs *va,
+                             kn_attn_named_arg *named, kn_attn_problem *p, bool *empty,
+                             void *stream) {
   const kn_attn_desc *d = &k->desc;
   if (a->batch < 0 || a->heads <= 0 || a->kv_heads <= 0 || a->seqlen_q < 0 || a->seqlen_k < 0)
-    return api_fail(KILN_ERR_INVALID, "kiln_forward: bad sizes (batch %d, heads %d, kv_heads %d, "
-                    "seqlen_q %d, seqlen_k %d)", a->batch, a->heads, a->kv_heads, a->seqlen_q,
+    return api_fail(KILN_ERR_INVALID, "%s: bad sizes (batch %d, heads %d, kv_heads %d, "
+                    "seqlen_q %d, seqlen_k %d)", who, a->batch, a->heads, a->kv_heads, a->seqlen_q,
                     a->seqlen_k);
   if (a->heads % a->kv_heads)
-    return api_fail(KILN_ERR_INVALID, "kiln_forward: heads %d is not a multiple of kv_heads %d",
+    return api_fail(KILN_ERR_INVALID, "%s: heads %d is not a multiple of kv_heads %d", who,
                     a->heads, a->kv_heads);
   if (!a->q || !a->k || !a->v || !a->o)
-    return api_fail(KILN_ERR_INVALID, "kiln_forward: null q, k, v or o");
+    return api_fail(KILN_ERR_INVALID, "%s: null q, k, v or o", who);
   if (d->has_lse && !a->lse)
-    return api_fail(KILN_ERR_INVALID, "kiln_forward: the kernel writes lse, but lse is null");
+    return api_fail(KILN_ERR_INVALID, "%s: the kernel %s lse, but lse is null", who,
+                    k->backward ? "reads" : "writes");
   if (!(a->sm_scale >= 0) || isinf(a->sm_scale))
-    return api_fail(KILN_ERR_INVALID, "kiln_forward: sm_scale must be finite and >= 0");
+    return api_fail(KILN_ERR_INVALID, "%s: sm_scale must be finite and >= 0", who);
   if ((int64_t)a->batch * a->heads > INT32_MAX)
-    return api_fail(KILN_ERR_UNSUPPORTED, "kiln_forward: batch * heads exceeds the grid");
-  kn_attn_vargs va;
-  kn_attn_named_arg named[KN_ATTN_MAX_PARAMS];
+    return api_fail(KILN_ERR_UNSUPPORTED, "%s: batch * heads exceeds the grid", who);
   const bool varlen = d->layout == KN_ATTN_VARLEN, paged = d->layout == KN_ATTN_PAGED;
   kiln_status s;
   kiln_attn_args pa;
@@ -1542,28 +1553,26 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
     pa.seqlen_k = a->max_pages * a->page_size;
     a = &pa;
   }
-  if ((s = variant_args(k, a, &va, named))) return s;
+  if ((s = variant_args(k, a, va, named, who))) return s;
   if (varlen && (s = check_varlen(k, a))) return s;
-  kn_attn_problem p = {.batch = a->batch, .heads = a->heads, .kv_heads = a->kv_heads,
-                       .seqlen_q = a->seqlen_q, .seqlen_k = a->seqlen_k,
-                       .sm_scale = a->sm_scale, .cu_seqlens_q = a->cu_seqlens_q,
-                       .cu_seqlens_k = a->cu_seqlens_k, .total_q = a->total_q,
-                       .total_k = a->total_k, .block_table = a->block_table,
-                       .cache_seqlens = a->cache_seqlens, .page_size = a->page_size,
-                       .num_pages = a->num_pages, .max_pages = a->max_pages,
-                       .seqlen_new = a->seqlen_new};
-  if (!varlen && (s = check_extents(d, a, &p))) return s;
-  kn_argval args[KN_ATTN_MAX_PARAMS];
-  int grid[3];
+  *p = (kn_attn_problem){.batch = a->batch, .heads = a->heads, .kv_heads = a->kv_heads,
+                         .seqlen_q = a->seqlen_q, .seqlen_k = a->seqlen_k,
+                         .sm_scale = a->sm_scale, .cu_seqlens_q = a->cu_seqlens_q,
+                         .cu_seqlens_k = a->cu_seqlens_k, .total_q = a->total_q,
+                         .total_k = a->total_k, .block_table = a->block_table,
+                         .cache_seqlens = a->cache_seqlens, .page_size = a->page_size,
+                         .num_pages = a->num_pages, .max_pages = a->max_pages,
+                         .seqlen_new = a->seqlen_new};
+  if (!varlen && (s = check_extents(d, a, p))) return s;
   kn_diag diag;
-  if (kn_attn_fill_args(d, &k->sig, &k->cfg, &p, (void *)a->q, (void *)a->k, (void *)a->v, a->o,
-                        a->lse, &va, args, grid, &diag))
-    return api_fail(KILN_ERR_INVALID, "kiln_forward: %s", diag.message);
-  /* (an append still happens without queries) */
-  if (a->batch == 0 || (a->seqlen_q == 0 && !(paged && a->k_new))) {
-    atomic_fetch_add(&k->ctx->stats.launches, 1);
+  if (kn_attn_fill_args(d, &k->sig, &k->cfg, p, (void *)a->q, (void *)a->k, (void *)a->v, a->o,
+                        a->lse, va, args, grid, &diag))
+    return api_fail(KILN_ERR_INVALID, "%s: %s", who, diag.message);
+  /* (a backward with no query row still writes dK = dV = 0; an append still happens without
+   * queries) */
+  *empty = a->batch == 0 || a->seqlen_q == 0;
+  if (!k->backward && (a->batch == 0 || (a->seqlen_q == 0 && !(paged && a->k_new))))
     return KILN_OK;
-  }
   /* the caller's strides replace the contiguous ones kn_attn_fill_args computed */
   const struct { const int64_t *s; int n, at; } strides[] = {
       {a->q_stride, 3, ARG_Q_SB}, {a->k_stride, 3, ARG_K_SB}, {a->v_stride, 3, ARG_V_SB},
@@ -1577,31 +1586,202 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
     for (int i = 0; i < 4; i++) args[strides[i].at].i = args[strides[i].at + 2].i;
     args[ARG_LSE_SB].i = 1;
   }
-  if (paged && a->block_table_stride) args[sig_at(&k->sig, "block_table_sb")].i = a->block_table_stride;
-  if ((s = check_capacities(d, a, args, &va))) return s;
+  if (paged && a->block_table_stride)
+    args[sig_at(&k->sig, "block_table_sb")].i = a->block_table_stride;
+  if ((s = check_capacities(d, a, args, va, who))) return s;
+  if (k->ctx->kind != KN_DEVICE_HOST && (s = check_alignment(d, a, args))) return s;
   if (paged && a->k_new && k->ctx->kind == KN_DEVICE_HOST && (s = append_host(d, a, args)))
     return s;
   if (paged && a->k_new && k->ctx->kind == KN_DEVICE_CUDA &&
-      (s = check_alignment(d, a, args)) == KILN_OK && (s = api_cuda_append(k, a, args, stream)))
+      (s = api_cuda_append(k, a, args, stream)))
     return s;
-  if (s) return s;
-  if (a->seqlen_q == 0) {
-    atomic_fetch_add(&k->ctx->stats.launches, 1);
-    return KILN_OK;
-  }
+  return KILN_OK;
+}
 
-  if (k->ctx->kind != KN_DEVICE_HOST) {
-    s = check_alignment(d, a, args);
-    if (!s) s = k->ctx->kind == KN_DEVICE_CUDA ? api_cuda_forward(k, args, grid, stream)
-                                               : api_hip_forward(k, args, grid, stream);
-    if (s) return s;
-    atomic_fetch_add(&k->ctx->stats.launches, 1);
-    return KILN_OK;
-  }
+/* one launch of kernel k (a forward, or a part of a backward) on its device */
+static kiln_status launch(kiln_kernel *k, const kn_argval *args, const int grid[3], void *stream) {
+  if (k->ctx->kind != KN_DEVICE_HOST)
+    return k->ctx->kind == KN_DEVICE_CUDA ? api_cuda_forward(k, args, grid, stream)
+                                          : api_hip_forward(k, args, grid, stream);
+  kn_diag diag;
   pthread_mutex_lock(&k->launch_mu);
   int rc = api_the_compiler.host_run(k->obj, args, grid, &diag);
   pthread_mutex_unlock(&k->launch_mu);
   if (rc) return api_fail(KILN_ERR_RUNTIME, "%s", diag.message);
+  return KILN_OK;
+}
+
+kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) {
+  /* the stream matters on GPUs only: the host device runs synchronously on its own pool */
+  if (!k || !a) return api_fail(KILN_ERR_INVALID, "kiln_forward: null kernel or arguments");
+  if (k->backward)
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: the kernel is a backward "
+                    "(kiln_prepare_backward): launch it with kiln_backward");
+  kn_argval args[KN_ATTN_MAX_PARAMS];
+  int grid[3];
+  kn_attn_vargs va;
+  kn_attn_named_arg named[KN_ATTN_MAX_PARAMS];
+  kn_attn_problem p;
+  bool empty;
+  kiln_status s = call_args(k, a, "kiln_forward", args, grid, &va, named, &p, &empty, stream);
+  if (s) return s;
+  if (empty) {
+    atomic_fetch_add(&k->ctx->stats.launches, 1);
+    return KILN_OK;
+  }
+  if ((s = launch(k, args, grid, stream))) return s;
+  atomic_fetch_add(&k->ctx->stats.launches, 1);
+  return KILN_OK;
+}
+
+/* ---- backward (docs/backward.md) ---- */
+
+kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
+                                  const kiln_prepare_options *o, kiln_kernel **out) {
+  const char *who = "kiln_prepare_backward";
+  if (!ctx || !out) return api_fail(KILN_ERR_INVALID, "%s: null context or output", who);
+  *out = NULL;
+  kn_attn_desc d;
+  kiln_status s = api_desc_from_public(desc, &d);
+  if (s) return s;
+  if (o && (!o->block_m != !o->block_n))
+    return api_fail(KILN_ERR_INVALID, "block_m and block_n must be given together");
+  if (o && o->warps < 0) return api_fail(KILN_ERR_INVALID, "warps %d is negative", o->warps);
+  if (o && o->wgmma)
+    return api_fail(KILN_ERR_UNSUPPORTED, "%s: wgmma is not supported by the backward yet", who);
+  if (ctx->bundle_only)
+    return api_fail(KILN_ERR_UNSUPPORTED, "%s: AOT bundles hold forward kernels only, and this "
+                    "context may not compile (bundle_only)", who);
+  /* the tiling: the caller's, else the backward's default (no tuning yet) */
+  kn_attn_config c = kn_attn_bwd_default_config(ctx->target_arch, &d);
+  if (o && o->block_m) c.block_m = o->block_m, c.block_n = o->block_n;
+  if (o && o->warps) c.warps = o->warps;
+  kn_diag diag;
+  if (kn_attn_bwd_check_on(ctx->target_arch, &d, &c, &diag))
+    return api_fail(KILN_ERR_UNSUPPORTED, "%s: %s", who, diag.message);
+  char key[2 * KN_ATTN_KEY_MAX + 64], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
+  kn_attn_desc_key(&d, dk, sizeof dk);
+  kn_attn_config_key(&c, ck, sizeof ck);
+  snprintf(key, sizeof key, "backward|%s|%s", dk, ck);
+  kiln_kernel *k = NULL;
+  int m = memo_acquire(ctx, key, &k);
+  if (m < 0) return api_fail(KILN_ERR_NOMEM, "out of memory");
+  if (m > 0) {
+    atomic_fetch_add(&ctx->stats.memo_hits, 1);
+    atomic_fetch_add(&ctx->stats.prepares, 1);
+    *out = k;
+    return KILN_OK;
+  }
+  kn_attn_sig fsig, bsig;
+  s = api_signature(&d, &fsig);
+  if (!s && kn_attn_bwd_signature(&d, &bsig, &diag))
+    s = api_fail(KILN_ERR_UNSUPPORTED, "%s: %s", who, diag.message);
+  if (!s && !(k = calloc(1, sizeof *k))) s = api_fail(KILN_ERR_NOMEM, "out of memory");
+  if (!s && d.mods && !(k->mods = strdup(d.mods))) s = api_fail(KILN_ERR_NOMEM, "out of memory");
+  double t0 = now_ms();
+  for (int w = 0; !s && w < KN_BWD_NKERNELS; w++)
+    s = get_kernel(ctx, kn_attn_bwd_kernels[w], &d, &bsig, &c, false, NULL, &k->part[w]);
+  if (!s) {
+    k->ctx = ctx;
+    k->kname = "attn_bwd";
+    k->backward = true;
+    k->desc = d;
+    k->desc.mods = k->mods;
+    k->desc.mods_file = NULL;
+    k->cfg = c;
+    k->sig = fsig;  /* the arguments are checked as a forward's (call_args) */
+    k->n_user_params = api_user_params(&d, &fsig, k->user_param);
+    pthread_mutex_init(&k->launch_mu, NULL);
+    k->info = k->part[KN_BWD_DKDV]->info;
+    k->info.prepare_ms = now_ms() - t0;
+    k->info.desc = api_desc_to_public(&k->desc);
+    for (int w = 0; w < KN_BWD_NKERNELS; w++)
+      if (k->part[w]->info.source == KILN_SOURCE_COMPILED) k->info.source = KILN_SOURCE_COMPILED;
+  } else if (k) {
+    free(k->mods);
+    free(k);
+    k = NULL;
+  }
+  memo_finish(ctx, key, s ? NULL : k, true);
+  if (s) {
+    api_log(ctx, KILN_LOG_ERROR, "prepare backward: %s", tl_error);
+    return s;
+  }
+  atomic_fetch_add(&ctx->stats.prepares, 1);
+  *out = k;
+  return KILN_OK;
+}
+
+/* the backward's own parameter indices (templates/attn_bwd.h order) */
+enum { BARG_DO = 4, BARG_DQ = 5, BARG_DK = 6, BARG_DV = 7, BARG_DO_SB = 27, BARG_DQ_SB = 30,
+       BARG_DK_SB = 33, BARG_DV_SB = 36 };
+
+kiln_status kiln_backward(kiln_kernel *k, const kiln_backward_args *a, void *stream) {
+  const char *who = "kiln_backward";
+  if (!k || !a) return api_fail(KILN_ERR_INVALID, "%s: null kernel or arguments", who);
+  if (!k->backward)
+    return api_fail(KILN_ERR_INVALID, "%s: the kernel is a forward (kiln_prepare): prepare the "
+                    "backward with kiln_prepare_backward", who);
+  const kiln_attn_args *f = &a->fwd;
+  if (!f->lse) return api_fail(KILN_ERR_INVALID, "%s: null lse (the forward's log-sum-exp)", who);
+  if (!a->dout || !a->dq || !a->dk || !a->dv || !a->delta)
+    return api_fail(KILN_ERR_INVALID, "%s: null dout, dq, dk, dv or delta", who);
+  kn_argval fargs[KN_ATTN_MAX_PARAMS];
+  int fgrid[3];
+  kn_attn_vargs va;
+  kn_attn_named_arg named[KN_ATTN_MAX_PARAMS];
+  kn_attn_problem p;
+  bool empty;
+  kiln_status s = call_args(k, f, who, fargs, fgrid, &va, named, &p, &empty, stream);
+  if (s) return s;
+  kn_attn_sig bsig;
+  kn_argval args[KN_ATTN_MAX_PARAMS];
+  int grid[KN_BWD_NKERNELS][3];
+  kn_diag diag;
+  kn_attn_bwd_bufs bufs = {(void *)f->q, (void *)f->k, (void *)f->v, f->o, (void *)a->dout,
+                           f->lse, a->delta, a->dq, a->dk, a->dv};
+  bsig = k->part[0]->sig;
+  if (kn_attn_bwd_fill_args(&k->desc, &bsig, &k->cfg, &p, &bufs, &va, args, grid, &diag))
+    return api_fail(KILN_ERR_INVALID, "%s: %s", who, diag.message);
+  /* the forward's arguments (with the caller's strides) by name, then the gradients' strides */
+  for (int i = 0; i < k->sig.n && i < KN_ATTN_NPARAMS; i++)
+    for (int j = 0; j < KN_ATTN_BWD_NPARAMS; j++)
+      if (!strcmp(k->sig.name[i], bsig.name[j])) args[j] = fargs[i];
+  const struct { const char *name; const int64_t *s; int64_t numel; int at; bool qo; } g[] = {
+      {"dout", a->dout_stride, a->dout_numel, BARG_DO_SB, true},
+      {"dq", a->dq_stride, a->dq_numel, BARG_DQ_SB, true},
+      {"dk", a->dk_stride, a->dk_numel, BARG_DK_SB, false},
+      {"dv", a->dv_stride, a->dv_numel, BARG_DV_SB, false}};
+  const int64_t D = k->desc.head_dim;
+  for (int i = 0; i < 4; i++) {
+    if (!all_zero(g[i].s, 3))
+      for (int j = 0; j < 3; j++) args[g[i].at + j].i = g[i].s[j];
+    int64_t size[3] = {f->batch, g[i].qo ? f->heads : f->kv_heads,
+                       g[i].qo ? f->seqlen_q : f->seqlen_k};
+    int64_t st[3] = {args[g[i].at].i, args[g[i].at + 1].i, args[g[i].at + 2].i};
+    if ((s = check_span(who, g[i].name, g[i].numel, size, st, 3, D))) return s;
+    /* the vector accesses of a GPU kernel (check_alignment's rule) */
+    if (k->ctx->kind != KN_DEVICE_HOST) {
+      int64_t es = (int64_t)kn_scalar_size(k->desc.dtype), v = 16 / es;
+      while (v > 1 && D % v) v /= 2;
+      const void *ptr = args[BARG_DO + i].p;
+      bool ok = (uintptr_t)ptr % (uintptr_t)(v * es) == 0;
+      for (int j = 0; j < 3; j++) ok &= size[j] <= 1 || st[j] % v == 0;
+      if (!ok)
+        return api_fail(KILN_ERR_INVALID, "%s: %s must be %lld-byte aligned with strides that "
+                        "are multiples of %lld elements at head dim %d", who, g[i].name,
+                        (long long)(v * es), (long long)v, k->desc.head_dim);
+    }
+  }
+  {
+    int64_t size[2] = {f->batch, f->heads}, st[2] = {(int64_t)f->heads * f->seqlen_q, f->seqlen_q};
+    if ((s = check_span(who, "delta", a->delta_numel, size, st, 2, f->seqlen_q))) return s;
+  }
+  (void)empty;
+  for (int w = 0; w < KN_BWD_NKERNELS; w++) {
+    if (!grid[w][0] || !grid[w][1]) continue;
+    if ((s = launch(k->part[w], args, grid[w], stream))) return s;
+  }
   atomic_fetch_add(&k->ctx->stats.launches, 1);
   return KILN_OK;
 }

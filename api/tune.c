@@ -198,7 +198,7 @@ static void time_on_hip(run *r, const kn_attn_config *c, kiln_tune_candidate *ou
   kiln_context *ctx = r->ctx;
   kiln_kernel tk;
   memset(&tk, 0, sizeof tk);
-  tk.ctx = ctx, tk.cfg = *c, tk.desc = *r->d, tk.sig = *r->sig;
+  tk.ctx = ctx, tk.kname = "attn_fwd", tk.cfg = *c, tk.desc = *r->d, tk.sig = *r->sig;
   kn_hip_device *dev = ctx->hip;
   kn_hip_event e0 = NULL, e1 = NULL;
   kn_diag e;
@@ -277,7 +277,7 @@ static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate 
   kn_attn_config c = api_config_of(tc);
   kn_diag diag;
   memset(obj, 0, sizeof *obj);
-  kn_module *m = api_build_module(r->d, &c, &diag);
+  kn_module *m = api_build_module("attn_fwd", r->d, &c, &diag);
   double t0 = now_us();
   if (!m || api_the_compiler.compile(m, "attn_fwd", r->ctx->target_arch, obj, &diag)) {
     out->state = KILN_CANDIDATE_FAILED;
@@ -675,10 +675,10 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig
       }
     }
     /* the winner's code goes to the cache: the prepare that follows is a cache hit */
-    kn_module *m = api_build_module(d, best, &(kn_diag){0});
+    kn_module *m = api_build_module("attn_fwd", d, best, &(kn_diag){0});
     if (m && best->block_m == b->block_m && best->block_n == b->block_n &&
         best->wgmma == api_config_of(&best_tc).wgmma) {
-      kn_cache_key ck = api_cache_key(ctx, d, best, m);
+      kn_cache_key ck = api_cache_key(ctx, "attn_fwd", d, best, m);
       /* (HIP's payload is the code object itself, api/hip.c) */
       if (r.hip) api_cache_put(ctx, &ck, best_obj.data, best_obj.size);
       else api_store(ctx, &ck, &best_obj);

@@ -158,8 +158,9 @@ typedef struct kiln_context_options {
                                  loaded from it, never compiled (docs/aot.md).  A malformed index:
                                  kiln_context_create fails (KILN_ERR_IO with file:line:col) */
   int bundle_only;            /* nonzero: never compile; a descriptor the bundle lacks is
-                                 KILN_ERR_UNSUPPORTED (always so in a library without the
-                                 compiler); zero: such a descriptor is compiled as usual */
+                                 KILN_ERR_UNSUPPORTED; zero: such a descriptor is compiled as
+                                 usual (in a library without the compiler: served from the
+                                 cache, docs/install.md) */
 } kiln_context_options;
 
 /* options NULL: all defaults.  KILN_ERR_INSECURE for a cache directory writable by others,
@@ -444,6 +445,38 @@ typedef struct kiln_attn_args {
 kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *args, void *stream);
 
 /* ---- autotuning ---- */
+
+/* ---- training: the backward pass (docs/backward.md) ----
+ *
+ * kiln_prepare_backward prepares the backward of the forward that desc describes (the same
+ * descriptor: variant, dtype, head dim; has_lse is not needed, the backward always reads lse):
+ * three kernels (delta = rowsum(dO * O); dK and dV per key block, summed over the query heads of
+ * a group; dQ per query block), deterministic (no atomics: the same inputs give the same bits).
+ * Options: block_m / block_n / warps force the tiling (block_m query rows and block_n keys per
+ * step of both kernels); tuning and wgmma are not offered yet.  Varlen, paged and head dims
+ * above 256 are KILN_ERR_UNSUPPORTED, and so is a score modifier (the caller's @score_mod) whose
+ * derivative kiln does not take from its IR (docs/backward.md lists the ops it differentiates);
+ * so is any backward in a bundle_only context (AOT bundles hold forward kernels only).
+ * The kernel it returns is launched with kiln_backward only. */
+kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
+                                  const kiln_prepare_options *options, kiln_kernel **out);
+
+/* fwd: the forward's arguments, as kiln_forward took them (q, k, v, its output o, its lse --
+ * required here -- shapes, strides, the variant's values, capacities).  dout (batch, heads,
+ * seqlen_q, head_dim): dL/dO; dq like q, dk and dv like k, written; strides as q's ({batch,
+ * head, row}, zeros: contiguous) and capacities as kiln_attn_args's.  delta: a workspace of
+ * batch * heads * seqlen_q f32, contiguous, that the launch overwrites (device memory on a GPU). */
+typedef struct kiln_backward_args {
+  kiln_attn_args fwd;
+  const void *dout;
+  void *dq, *dk, *dv;
+  float *delta;
+  int64_t dout_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
+  int64_t dout_numel, dq_numel, dk_numel, dv_numel, delta_numel;
+} kiln_backward_args;
+
+/* Launches the backward on `stream` (its three kernels in order); errors as kiln_forward's. */
+kiln_status kiln_backward(kiln_kernel *k, const kiln_backward_args *args, void *stream);
 
 typedef enum kiln_candidate_state {
   KILN_CANDIDATE_TIMED = 0,  /* compiled, checked against the reference, timed */

@@ -30,6 +30,11 @@ Two levels:
   HK, D) read through a block table, the new rows k / v appended first (docs/serving.md).
   All three pass each buffer's size from its storage, so a buffer too small for the shape and
   strides is an error before launch.
+* Training (docs/backward.md): attention() is differentiable when torch is present -- called on
+  tensors that require grad with grad mode on, it runs as a torch.autograd.Function whose
+  backward is kiln's (kiln_backward: dQ, dK, dV from the forward's lse, deterministic).
+  attention_backward(q, k, v, out, lse, dout, ...) is that backward on tensors (duck-typed as
+  above), and Context.prepare_backward / BackwardKernel.backward its raw-address level.
 
 Contexts are created once per device and kept for the life of the process (a context owns its
 compiled kernels; kiln_prepare is a memo lookup after the first call, so calling attention() in
@@ -42,8 +47,8 @@ import glob
 import os
 import threading
 
-__all__ = ["KilnError", "Context", "Kernel", "attention", "attention_varlen",
-           "attention_with_kvcache", "library", "F16", "BF16", "F32"]
+__all__ = ["KilnError", "Context", "Kernel", "BackwardKernel", "attention", "attention_backward",
+           "attention_varlen", "attention_with_kvcache", "library", "F16", "BF16", "F32"]
 
 # ---- the C API's constants (include/kiln.h) ----
 
@@ -154,6 +159,14 @@ class _AttnArgs(ctypes.Structure):
                 ("v_new_stride", _I64x3)] + [(n + "_numel", ctypes.c_int64) for n in _PAGED_NUMEL]
 
 
+class _BwdArgs(ctypes.Structure):
+    _fields_ = [("fwd", _AttnArgs), ("dout", ctypes.c_void_p), ("dq", ctypes.c_void_p),
+                ("dk", ctypes.c_void_p), ("dv", ctypes.c_void_p), ("delta", ctypes.c_void_p),
+                ("dout_stride", _I64x3), ("dq_stride", _I64x3), ("dk_stride", _I64x3),
+                ("dv_stride", _I64x3)] + \
+        [(n + "_numel", ctypes.c_int64) for n in ("dout", "dq", "dk", "dv", "delta")]
+
+
 _STATS = ["prepares", "memo_hits", "cache_hits", "compiles", "corrupt_entries", "not_stored",
           "tuning_hits", "tunings", "candidates", "launches", "bundle_loads"]
 
@@ -214,6 +227,10 @@ def library():
                               ctypes.POINTER(c_void_p)], c_int),
             "kiln_kernel_get_info": ([c_void_p, ctypes.POINTER(_KernelInfo)], c_int),
             "kiln_forward": ([c_void_p, ctypes.POINTER(_AttnArgs), c_void_p], c_int),
+            "kiln_prepare_backward": ([c_void_p, ctypes.POINTER(_AttnDesc),
+                                       ctypes.POINTER(_PrepareOptions), ctypes.POINTER(c_void_p)],
+                                      c_int),
+            "kiln_backward": ([c_void_p, ctypes.POINTER(_BwdArgs), c_void_p], c_int),
         }
         for name, (args, res) in sig.items():
             fn = getattr(lib, name)
@@ -361,15 +378,8 @@ class Context:
         messages call it).  Their values are Kernel.forward's arguments.  layout: LAYOUT_DENSE
         or LAYOUT_VARLEN (packed sequences with cu_seqlens, docs/serving.md).  tune_mod_args: values
         of the modifiers' own parameters ({name: value}) for tuning (kiln_prepare_options)."""
-        if isinstance(dtype, str):
-            if dtype not in _DTYPES:
-                raise KilnError(ERR_UNSUPPORTED, "dtype %s: kiln serves float16, bfloat16 and "
-                                "float32" % dtype)
-            dtype = _DTYPES[dtype]
-        desc = _AttnDesc(dtype, head_dim, _causal(causal), 1 if has_lse else 0,
-                         1 if window else 0, 1 if softcap else 0, 1 if alibi else 0,
-                         1 if bias else 0, 1 if document else 0, 1 if prefix else 0,
-                         _bytes(mods), _bytes(mods_name), layout)
+        desc = _desc(dtype, head_dim, causal, has_lse, window, softcap, alibi, bias, document,
+                     prefix, mods, mods_name, layout)
         po = _PrepareOptions(tune_policy=tune_policy, seqlen=seqlen, block_m=block_m,
                              block_n=block_n, warps=warps, wgmma=1 if wgmma else 0)
         targs, po.tune_n_mod_args = _mod_args(tune_mod_args)
@@ -379,6 +389,33 @@ class Context:
         _check(library().kiln_prepare(self._handle(), ctypes.byref(desc), ctypes.byref(po),
                                       ctypes.byref(k)))
         return Kernel(self, k)
+
+
+    def prepare_backward(self, dtype, head_dim, causal=False, block_m=0, block_n=0, warps=0,
+                         window=False, softcap=False, alibi=False, bias=False, document=False,
+                         prefix=False, mods=None, mods_name=None):
+        """kiln_prepare_backward: the backward of the forward these arguments describe (as
+        prepare's); block_m/block_n (together) and warps force its tiling."""
+        desc = _desc(dtype, head_dim, causal, True, window, softcap, alibi, bias, document,
+                     prefix, mods, mods_name, LAYOUT_DENSE)
+        po = _PrepareOptions(block_m=block_m, block_n=block_n, warps=warps)
+        k = ctypes.c_void_p()
+        _check(library().kiln_prepare_backward(self._handle(), ctypes.byref(desc),
+                                               ctypes.byref(po), ctypes.byref(k)))
+        return BackwardKernel(self, k)
+
+
+def _desc(dtype, head_dim, causal, has_lse, window, softcap, alibi, bias, document, prefix,
+          mods, mods_name, layout):
+    if isinstance(dtype, str):
+        if dtype not in _DTYPES:
+            raise KilnError(ERR_UNSUPPORTED, "dtype %s: kiln serves float16, bfloat16 and "
+                            "float32" % dtype)
+        dtype = _DTYPES[dtype]
+    return _AttnDesc(dtype, head_dim, _causal(causal), 1 if has_lse else 0,
+                     1 if window else 0, 1 if softcap else 0, 1 if alibi else 0,
+                     1 if bias else 0, 1 if document else 0, 1 if prefix else 0,
+                     _bytes(mods), _bytes(mods_name), layout)
 
 
 class Kernel:
@@ -422,32 +459,82 @@ class Kernel:
         v_new, the pools' page_size, num_pages, max_pages, seqlen_new and the strides (kiln.h).
         numel: {buffer: elements it holds} (q, k, v, o, lse, alibi, bias, q_seg, k_seg,
         block_table, k_new, v_new; docs/api.md "Capacities")."""
+        a = _attn_args(q, k, v, o, batch, heads, kv_heads, seqlen_q, seqlen_k, lse, sm_scale,
+                       q_stride, k_stride, v_stride, o_stride, lse_stride, window, softcap,
+                       alibi_slopes, alibi_stride, bias, bias_stride, q_seg, k_seg, q_seg_stride,
+                       k_seg_stride, prefix_len, mod_args, cu_seqlens_q, cu_seqlens_k, total_q,
+                       total_k, numel,
+                       paged=dict(block_table=block_table, cache_seqlens=cache_seqlens,
+                                  block_table_stride=block_table_stride, page_size=page_size,
+                                  num_pages=num_pages, max_pages=max_pages, k_new=k_new,
+                                  v_new=v_new, seqlen_new=seqlen_new,
+                                  k_new_stride=_I64x3(*k_new_stride),
+                                  v_new_stride=_I64x3(*v_new_stride)))
         self.context._handle()
-        margs, nmargs = _mod_args(mod_args)
-        a = _AttnArgs(q=q, k=k, v=v, o=o, lse=lse, batch=batch, heads=heads, kv_heads=kv_heads,
-                      seqlen_q=seqlen_q, seqlen_k=seqlen_k, sm_scale=sm_scale,
-                      q_stride=_I64x3(*q_stride), k_stride=_I64x3(*k_stride),
-                      v_stride=_I64x3(*v_stride), o_stride=_I64x3(*o_stride),
-                      lse_stride=(ctypes.c_int64 * 2)(*lse_stride),
-                      window_left=window[0], window_right=window[1], softcap=softcap,
-                      alibi_slopes=alibi_slopes, alibi_stride=alibi_stride, bias=bias,
-                      bias_stride=_I64x3(*bias_stride), q_seg=q_seg, k_seg=k_seg,
-                      q_seg_stride=q_seg_stride, k_seg_stride=k_seg_stride,
-                      prefix_len=prefix_len, n_mod_args=nmargs, cu_seqlens_q=cu_seqlens_q,
-                      cu_seqlens_k=cu_seqlens_k, total_q=total_q, total_k=total_k,
-                      block_table=block_table, cache_seqlens=cache_seqlens,
-                      block_table_stride=block_table_stride, page_size=page_size,
-                      num_pages=num_pages, max_pages=max_pages, k_new=k_new, v_new=v_new,
-                      seqlen_new=seqlen_new, k_new_stride=_I64x3(*k_new_stride),
-                      v_new_stride=_I64x3(*v_new_stride))
-        for n, x in (numel or {}).items():
-            if n not in _NUMEL + _PAGED_NUMEL:
-                raise KilnError(ERR_INVALID, "numel: %r is none of %s"
-                                % (n, ", ".join(_NUMEL + _PAGED_NUMEL)))
-            setattr(a, n + "_numel", int(x))
-        if margs is not None:
-            a.mod_args = margs
         _check(library().kiln_forward(self._h, ctypes.byref(a), stream))
+
+
+class BackwardKernel:
+    """A prepared backward (kiln_prepare_backward; owned by its context)."""
+
+    def __init__(self, ctx, handle):
+        self.context = ctx
+        self._h = handle
+
+    def backward(self, q, k, v, o, lse, dout, dq, dk, dv, delta, batch, heads, kv_heads,
+                 seqlen_q, seqlen_k, sm_scale=0.0, q_stride=(0, 0, 0), k_stride=(0, 0, 0),
+                 v_stride=(0, 0, 0), o_stride=(0, 0, 0), lse_stride=(0, 0),
+                 dout_stride=(0, 0, 0), dq_stride=(0, 0, 0), dk_stride=(0, 0, 0),
+                 dv_stride=(0, 0, 0), stream=None, window=(0, 0), softcap=0.0,
+                 alibi_slopes=None, alibi_stride=0, bias=None, bias_stride=(0, 0, 0),
+                 q_seg=None, k_seg=None, q_seg_stride=0, k_seg_stride=0, prefix_len=0,
+                 mod_args=None, numel=None):
+        """kiln_backward on raw addresses: the forward's arguments (q, k, v, its output o and lse)
+        and dout, the gradients dq, dk, dv it writes, and delta, a workspace of
+        batch * heads * seqlen_q float32.  numel: as Kernel.forward's, plus dout, dq, dk, dv,
+        delta."""
+        numel = dict(numel or {})
+        extra = {n: numel.pop(n, 0) for n in ("dout", "dq", "dk", "dv", "delta")}
+        f = _attn_args(q, k, v, o, batch, heads, kv_heads, seqlen_q, seqlen_k, lse, sm_scale,
+                       q_stride, k_stride, v_stride, o_stride, lse_stride, window, softcap,
+                       alibi_slopes, alibi_stride, bias, bias_stride, q_seg, k_seg, q_seg_stride,
+                       k_seg_stride, prefix_len, mod_args, None, None, 0, 0, numel)
+        a = _BwdArgs(fwd=f, dout=dout, dq=dq, dk=dk, dv=dv, delta=delta,
+                     dout_stride=_I64x3(*dout_stride), dq_stride=_I64x3(*dq_stride),
+                     dk_stride=_I64x3(*dk_stride), dv_stride=_I64x3(*dv_stride))
+        for n, x in extra.items():
+            setattr(a, n + "_numel", int(x))
+        self.context._handle()
+        _check(library().kiln_backward(self._h, ctypes.byref(a), stream))
+
+
+def _attn_args(q, k, v, o, batch, heads, kv_heads, seqlen_q, seqlen_k, lse, sm_scale, q_stride,
+               k_stride, v_stride, o_stride, lse_stride, window, softcap, alibi_slopes,
+               alibi_stride, bias, bias_stride, q_seg, k_seg, q_seg_stride, k_seg_stride,
+               prefix_len, mod_args, cu_seqlens_q, cu_seqlens_k, total_q, total_k, numel,
+               paged=None):
+    """the _AttnArgs of one launch (the ctypes array of mod_args is kept on the struct); paged:
+    the paged fields, by name"""
+    margs, nmargs = _mod_args(mod_args)
+    a = _AttnArgs(q=q, k=k, v=v, o=o, lse=lse, batch=batch, heads=heads, kv_heads=kv_heads,
+                  seqlen_q=seqlen_q, seqlen_k=seqlen_k, sm_scale=sm_scale,
+                  q_stride=_I64x3(*q_stride), k_stride=_I64x3(*k_stride),
+                  v_stride=_I64x3(*v_stride), o_stride=_I64x3(*o_stride),
+                  lse_stride=(ctypes.c_int64 * 2)(*lse_stride),
+                  window_left=window[0], window_right=window[1], softcap=softcap,
+                  alibi_slopes=alibi_slopes, alibi_stride=alibi_stride, bias=bias,
+                  bias_stride=_I64x3(*bias_stride), q_seg=q_seg, k_seg=k_seg,
+                  q_seg_stride=q_seg_stride, k_seg_stride=k_seg_stride,
+                  prefix_len=prefix_len, n_mod_args=nmargs, cu_seqlens_q=cu_seqlens_q,
+                  cu_seqlens_k=cu_seqlens_k, total_q=total_q, total_k=total_k, **(paged or {}))
+    for n, x in (numel or {}).items():
+        if n not in _NUMEL + _PAGED_NUMEL:
+            raise KilnError(ERR_INVALID, "numel: %r is none of %s"
+                            % (n, ", ".join(_NUMEL + _PAGED_NUMEL)))
+        setattr(a, n + "_numel", int(x))
+    if margs is not None:
+        a.mod_args = margs
+    return a
 
 
 # ---- attention() on tensors ----
@@ -535,36 +622,10 @@ def _scalar_variants(var, val, window_size, softcap, alibi_slopes, dev, B, H):
         val["alibi_stride"] = st[0] if rank == 2 else 0
 
 
-def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_size=None,
-              softcap=None, alibi_slopes=None, bias=None, document_ids=None, prefix_len=None,
-              score_mod=None, mask_mod=None, params=None):
-    """softmax(mods(q k^T * sm_scale)) v for q (B, H, Nq, D), k and v (B, HK, Nk, D); returns out
-    (B, H, Nq, D), allocated with torch when not given.  lse (B, H, Nq) float32, when given,
-    receives the natural-log sum of exp of each query row's modified scores.  sm_scale None:
-    1/sqrt(D).  The variant (docs/variants.md; each a kernel of its own, its values arguments):
-
-    causal        False; True or "bottom_right": query i sees key j iff j <= i + Nk - Nq
-                  (FlashAttention 2's alignment); "top_left": iff j <= i
-    window_size   (left, right): key j is visible to query i iff
-                  -left <= j - (i + Nk - Nq) <= right; -1 leaves a side unbounded ((-1, -1)
-                  or None: no window)
-    softcap       c > 0: scores become c * tanh(score / c) (None or 0: off)
-    alibi_slopes  float32 (H) or (B, H): score -= slope * |i + Nk - Nq - j|
-    bias          (B, H, Nq, Nk) of q's dtype, added to the scores; a dimension of 1 (batch,
-                  heads or rows) broadcasts
-    document_ids  (q_seg, k_seg), int32 (B, Nq) and (B, Nk), or one (B, N) tensor for both
-                  (Nq == Nk): query i sees key j only in the same segment; ids non-decreasing
-                  along each row (packed documents)
-    prefix_len    prefix-LM: keys [0, prefix_len) are visible to every query, the rest causal
-                  (bottom-right); leave causal False
-    score_mod,    the IR text (docs/ir.md, docs/variants.md) of @score_mod and of @mask_mod
-    mask_mod      (and an optional @block_mask), put together into the kernel's modifier text
-    params        {name: value} for the modifiers' own parameters: an int (i32/i64), a float
-                  (f32), or a tensor/array on q's device (ptr<T>), passed by address with its
-                  size in bytes
-
-    Every failure is a KilnError, with the C library's status and message (a malformed modifier
-    text: its <mods>:line:col)."""
+def _plan(q, k, v, out, window_size, softcap, alibi_slopes, bias, document_ids, prefix_len,
+          score_mod, mask_mod, params):
+    """attention()'s checks of its tensors and variant: the shapes, strides and the variant's
+    descriptor flags (var) and launch values (val), for the forward and the backward alike"""
     name = _dtype_name(q)
     if name not in _DTYPES:
         raise KilnError(ERR_UNSUPPORTED, "dtype %s: kiln serves float16, bfloat16 and float32"
@@ -573,7 +634,7 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_s
         if _dtype_name(t) != name:
             raise KilnError(ERR_INVALID, "%s has dtype %s, q has %s" % (n, _dtype_name(t), name))
     dev = _device_key(q)
-    for n, t in (("k", k), ("v", v), ("out", out), ("lse", lse)):
+    for n, t in (("k", k), ("v", v), ("out", out)):
         if t is not None and _device_key(t) != dev:
             raise KilnError(ERR_INVALID, "%s is on %s, q on %s" % (n, _device_key(t), dev))
     qs, ks, vs = _strides(q, "q", 4), _strides(k, "k", 4), _strides(v, "v", 4)
@@ -612,6 +673,56 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_s
                             % (pname, _device_key(pval), dev))
         margs[pname] = pval
 
+    return dict(name=name, dev=dev, qs=qs, ks=ks, vs=vs, B=B, H=H, Nq=Nq, D=D, HK=HK, Nk=Nk,
+                var=var, val=val, mods=mods, margs=margs)
+
+
+def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_size=None,
+              softcap=None, alibi_slopes=None, bias=None, document_ids=None, prefix_len=None,
+              score_mod=None, mask_mod=None, params=None):
+    """softmax(mods(q k^T * sm_scale)) v for q (B, H, Nq, D), k and v (B, HK, Nk, D); returns out
+    (B, H, Nq, D), allocated with torch when not given.  lse (B, H, Nq) float32, when given,
+    receives the natural-log sum of exp of each query row's modified scores.  sm_scale None:
+    1/sqrt(D).  The variant (docs/variants.md; each a kernel of its own, its values arguments):
+
+    causal        False; True or "bottom_right": query i sees key j iff j <= i + Nk - Nq
+                  (FlashAttention 2's alignment); "top_left": iff j <= i
+    window_size   (left, right): key j is visible to query i iff
+                  -left <= j - (i + Nk - Nq) <= right; -1 leaves a side unbounded ((-1, -1)
+                  or None: no window)
+    softcap       c > 0: scores become c * tanh(score / c) (None or 0: off)
+    alibi_slopes  float32 (H) or (B, H): score -= slope * |i + Nk - Nq - j|
+    bias          (B, H, Nq, Nk) of q's dtype, added to the scores; a dimension of 1 (batch,
+                  heads or rows) broadcasts
+    document_ids  (q_seg, k_seg), int32 (B, Nq) and (B, Nk), or one (B, N) tensor for both
+                  (Nq == Nk): query i sees key j only in the same segment; ids non-decreasing
+                  along each row (packed documents)
+    prefix_len    prefix-LM: keys [0, prefix_len) are visible to every query, the rest causal
+                  (bottom-right); leave causal False
+    score_mod,    the IR text (docs/ir.md, docs/variants.md) of @score_mod and of @mask_mod
+    mask_mod      (and an optional @block_mask), put together into the kernel's modifier text
+    params        {name: value} for the modifiers' own parameters: an int (i32/i64), a float
+                  (f32), or a tensor/array on q's device (ptr<T>), passed by address with its
+                  size in bytes
+
+    Differentiable (docs/backward.md): when torch is present, grad mode is on and q, k or v
+    requires grad (and out and lse are not given), the call is a torch.autograd.Function whose
+    backward is kiln's (attention_backward): dq, dk, dv for every variant above whose score
+    modifiers kiln differentiates; the variant tensors (bias, alibi_slopes, params) get no
+    gradient.
+
+    Every failure is a KilnError, with the C library's status and message (a malformed modifier
+    text: its <mods>:line:col)."""
+    if out is None and lse is None and _wants_grad(q, k, v):
+        return _autograd().apply(q, k, v, causal, sm_scale, window_size, softcap, alibi_slopes,
+                                 bias, document_ids, prefix_len, score_mod, mask_mod, params)
+    pl = _plan(q, k, v, out, window_size, softcap, alibi_slopes, bias, document_ids, prefix_len,
+               score_mod, mask_mod, params)
+    name, dev, qs, ks, vs = pl["name"], pl["dev"], pl["qs"], pl["ks"], pl["vs"]
+    B, H, Nq, D, HK, Nk = pl["B"], pl["H"], pl["Nq"], pl["D"], pl["HK"], pl["Nk"]
+    var, val, mods, margs = pl["var"], pl["val"], pl["mods"], pl["margs"]
+    if lse is not None and _device_key(lse) != dev:
+        raise KilnError(ERR_INVALID, "lse is on %s, q on %s" % (_device_key(lse), dev))
     if out is None:
         import torch  # lazily: the caller's tensors are torch's, so it is installed
         out = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
@@ -716,6 +827,114 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                  numel={"q": _numel(q), "k": _numel(k), "v": _numel(v), "o": _numel(out),
                         "lse": _numel(lse) if lse is not None else 0}, **val)
     return (out, lse) if return_lse else out
+
+
+# ---- training: the backward ----
+
+def _wants_grad(q, k, v):
+    """is this call part of a torch autograd graph?"""
+    if not any(getattr(t, "requires_grad", False) for t in (q, k, v)):
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.is_grad_enabled()
+
+
+_autograd_fn = None
+
+
+def _autograd():
+    """the torch.autograd.Function of attention(), defined on first use (torch is imported only
+    by a caller whose tensors require grad)"""
+    global _autograd_fn
+    if _autograd_fn is not None:
+        return _autograd_fn
+    import torch
+
+    class _Attention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal, sm_scale, window_size, softcap, alibi_slopes, bias,
+                    document_ids, prefix_len, score_mod, mask_mod, params):
+            B, H, Nq, _ = (int(x) for x in q.shape)
+            lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+            kw = dict(causal=causal, sm_scale=sm_scale, window_size=window_size, softcap=softcap,
+                      alibi_slopes=alibi_slopes, bias=bias, document_ids=document_ids,
+                      prefix_len=prefix_len, score_mod=score_mod, mask_mod=mask_mod,
+                      params=params)
+            out = torch.empty((B, H, Nq, int(q.shape[3])), dtype=q.dtype, device=q.device)
+            attention(q, k, v, out=out, lse=lse, **kw)
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.kw = kw
+            return out
+
+        @staticmethod
+        def backward(ctx, dout):
+            q, k, v, out, lse = ctx.saved_tensors
+            dq, dk, dv = attention_backward(q, k, v, out, lse, dout.contiguous(), **ctx.kw)
+            return (dq, dk, dv) + (None,) * 11
+
+    _autograd_fn = _Attention
+    return _autograd_fn
+
+
+def attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None, dq=None, dk=None,
+                       dv=None, delta=None, window_size=None, softcap=None, alibi_slopes=None,
+                       bias=None, document_ids=None, prefix_len=None, score_mod=None,
+                       mask_mod=None, params=None):
+    """The backward of attention(q, k, v, ...) with the same variant arguments: out and lse
+    (float32 (B, H, Nq)) are what that forward returned and wrote, dout (B, H, Nq, D) the
+    gradient of the loss with respect to out.  Returns (dq, dk, dv), allocated with torch when
+    not given (dk, dv: (B, HK, Nk, D), summed over the query heads of each kv head); delta, a
+    float32 workspace of B * H * Nq elements, likewise.  Deterministic: no atomics."""
+    pl = _plan(q, k, v, out, window_size, softcap, alibi_slopes, bias, document_ids, prefix_len,
+               score_mod, mask_mod, params)
+    name, dev = pl["name"], pl["dev"]
+    B, H, Nq, D, HK, Nk = pl["B"], pl["H"], pl["Nq"], pl["D"], pl["HK"], pl["Nk"]
+    shapes = {"out": (B, H, Nq, D), "dout": (B, H, Nq, D), "dq": (B, H, Nq, D),
+              "dk": (B, HK, Nk, D), "dv": (B, HK, Nk, D)}
+    given = {"out": out, "dout": dout, "dq": dq, "dk": dk, "dv": dv}
+    for n in ("dq", "dk", "dv"):
+        if given[n] is None:
+            import torch  # lazily, as attention() does
+            given[n] = torch.empty(shapes[n], dtype=q.dtype, device=q.device)
+    if delta is None:
+        import torch
+        delta = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+    st = {}
+    for n, t in given.items():
+        if tuple(int(x) for x in t.shape) != shapes[n] or _dtype_name(t) != name:
+            raise KilnError(ERR_INVALID, "%s must be %s of shape %s" % (n, name, shapes[n]))
+        if _device_key(t) != dev:
+            raise KilnError(ERR_INVALID, "%s is on %s, q on %s" % (n, _device_key(t), dev))
+        st[n] = _strides(t, n, 4)[:3]
+    for n, t in (("lse", lse), ("delta", delta)):
+        if _dtype_name(t) != "float32" or tuple(int(x) for x in t.shape) != (B, H, Nq):
+            raise KilnError(ERR_INVALID, "%s must be float32 of shape %s" % (n, (B, H, Nq)))
+        if _device_key(t) != dev:
+            raise KilnError(ERR_INVALID, "%s is on %s, q on %s" % (n, _device_key(t), dev))
+    if _strides(delta, "delta", 3) != (H * Nq, Nq, 1):
+        raise KilnError(ERR_INVALID, "delta must be contiguous")
+    ctx = _context_for(dev)
+    kern = ctx.prepare_backward(_DTYPES[name], D, causal=causal, mods=pl["mods"], **pl["var"])
+    stream = None
+    if dev != "host":
+        import torch
+        stream = torch.cuda.current_stream(q.device).cuda_stream or None
+    kern.backward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                  dout.data_ptr(), given["dq"].data_ptr(), given["dk"].data_ptr(),
+                  given["dv"].data_ptr(), delta.data_ptr(), B, H, HK, Nq, Nk,
+                  sm_scale=0.0 if sm_scale is None else float(sm_scale),
+                  q_stride=pl["qs"][:3], k_stride=pl["ks"][:3], v_stride=pl["vs"][:3],
+                  o_stride=st["out"], lse_stride=_strides(lse, "lse", 3)[:2],
+                  dout_stride=st["dout"], dq_stride=st["dq"], dk_stride=st["dk"],
+                  dv_stride=st["dv"], stream=stream, mod_args=pl["margs"],
+                  numel={"q": _numel(q), "k": _numel(k), "v": _numel(v), "o": _numel(out),
+                         "lse": _numel(lse), "dout": _numel(dout), "dq": _numel(given["dq"]),
+                         "dk": _numel(given["dk"]), "dv": _numel(given["dv"]),
+                         "delta": _numel(delta)}, **pl["val"])
+    return given["dq"], given["dk"], given["dv"]
 
 
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,

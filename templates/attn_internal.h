@@ -62,6 +62,23 @@ int kn_attn_fill_vargs(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_a
                        const kn_attn_vargs *va, kn_argval *out, kn_region *regions,
                        kn_diag *diag);
 
+/* The modifiers of a float64 reference (attn_ref.c, attn_bwd_ref.c): d's plan over mods (NULL:
+ * d's own texts, parsed into a module the struct owns), the kernel's arguments for problem p and
+ * the variant's values va, and each modifier prepared for the interpreter in float64 mode.
+ * open: 0, or -1 with *diag (close it either way). */
+typedef struct kn_attn_ref_mods {
+  kn_attn_plan plan;
+  kn_interp_fn *fn[KN_ATTN_MAX_MODS];
+  kn_argval args[KN_ATTN_MAX_PARAMS];   /* the kernel's arguments (kn_attn_fill_args) */
+  kn_module *own;
+} kn_attn_ref_mods;
+int kn_attn_ref_mods_open(kn_attn_ref_mods *r, const kn_attn_desc *d, kn_module *mods,
+                          const kn_attn_problem *p, const kn_attn_vargs *va, kn_diag *diag);
+void kn_attn_ref_mods_close(kn_attn_ref_mods *r);
+/* modifier i of the plan: its fixed arguments, then the bound kernel arguments */
+int kn_attn_ref_mod_call(kn_attn_ref_mods *r, int i, const kn_argval *fixed, int nfixed,
+                         kn_argval *res, kn_diag *diag);
+
 /* the names of the template's own parameters, in order (KN_ATTN_NPARAMS) */
 extern const char *const kn_attn_param_names[];
 /* the indices of the template's seqlen_q and seqlen_k parameters (attn_fwd.c checks them) */

@@ -21,21 +21,46 @@
 
 #include "attn_internal.h"
 
-typedef struct ref_mods {
-  kn_attn_plan plan;
-  kn_interp_fn *fn[KN_ATTN_MAX_MODS];
-  kn_argval args[KN_ATTN_MAX_PARAMS];   /* the kernel's arguments (kn_attn_fill_args) */
-} ref_mods;
-
-/* one modifier call: the fixed arguments, then the bound kernel arguments */
-static int call_mod(ref_mods *r, int i, const kn_argval *fixed, int nfixed, kn_argval *res,
-                    kn_diag *diag) {
+int kn_attn_ref_mod_call(kn_attn_ref_mods *r, int i, const kn_argval *fixed, int nfixed,
+                         kn_argval *res, kn_diag *diag) {
   const kn_attn_mod *mod = &r->plan.mod[i];
   kn_argval a[KN_ATTN_MAX_PARAMS + KN_MOD_FIXED_BLOCK];
   int n = 0;
   for (int j = 0; j < nfixed; j++) a[n++] = fixed[j];
   for (int j = nfixed; j < kn_func_nparams(mod->f); j++) a[n++] = r->args[mod->arg[j - nfixed]];
   return kn_interp_fn_call(r->fn[i], a, res, diag);
+}
+
+int kn_attn_ref_mods_open(kn_attn_ref_mods *r, const kn_attn_desc *desc, kn_module *mods,
+                          const kn_attn_problem *p, const kn_attn_vargs *va, kn_diag *diag) {
+  memset(r, 0, sizeof *r);
+  if (!mods) {
+    r->own = mods = kn_module_new(desc->mods_file ? desc->mods_file : "<mods>");
+    if (kn_attn_mods_parse(mods, desc, diag) || (mods->nfuncs && kn_verify(mods, diag)))
+      return -1;
+  }
+  if (kn_attn_plan_make(mods, desc, &r->plan, diag)) return -1;
+  /* the kernel's arguments (one config is as good as another: the grid is not used) and the
+   * memory the modifiers may read */
+  kn_attn_config cfg = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 1};
+  kn_region regions[KN_ATTN_MAX_PARAMS];
+  int grid[3];
+  if (kn_attn_fill_args(desc, NULL, &cfg, p, NULL, NULL, NULL, NULL, NULL, NULL, r->args, grid,
+                        diag))
+    return -1;
+  int nreg = kn_attn_fill_vargs(desc, &r->plan.sig, p, va, r->args, regions, diag);
+  if (nreg < 0) return -1;
+  for (int i = 0; i < r->plan.nmods; i++)
+    if (!(r->fn[i] = kn_interp_fn_new(r->plan.mod[i].f, KN_INTERP_F64, regions, nreg, diag)))
+      return -1;
+  return 0;
+}
+
+void kn_attn_ref_mods_close(kn_attn_ref_mods *r) {
+  for (int i = 0; i < r->plan.nmods; i++)
+    if (r->fn[i]) kn_interp_fn_free(r->fn[i]);
+  if (r->own) kn_module_free(r->own);
+  memset(r, 0, sizeof *r);
 }
 
 /* a varlen problem's cu_seqlens: non-decreasing from 0 or more, within total_q / total_k, no
@@ -90,32 +115,13 @@ int kn_attn_reference_v(const kn_attn_desc *desc, kn_module *mods, const kn_attn
   const int D = desc->head_dim, group = H / HK;
   const double scale = p->sm_scale != 0 ? p->sm_scale : 1.0 / sqrt((double)D);
   int rc = -1;
-  ref_mods *r = calloc(1, sizeof *r);
+  kn_attn_ref_mods *r = calloc(1, sizeof *r);
   /* paged: the keys a table row addresses */
   const int Kmax = desc->layout == KN_ATTN_PAGED ? p->max_pages * p->page_size : Nk;
   double *s = malloc(sizeof *s * (size_t)(Kmax > 0 ? Kmax : 1));  /* (Nk) scores of one row */
   bool *live = malloc(sizeof *live * (size_t)(Kmax > 0 ? Kmax : 1));
   KN_ASSERT(r && s && live);
-  kn_module *own = NULL;
-  if (!mods) {
-    own = mods = kn_module_new(desc->mods_file ? desc->mods_file : "<mods>");
-    if (kn_attn_mods_parse(mods, desc, diag) || (mods->nfuncs && kn_verify(mods, diag)))
-      goto out;
-  }
-  if (kn_attn_plan_make(mods, desc, &r->plan, diag)) goto out;
-  /* the kernel's arguments (one config is as good as another: the grid is not used) and the
-   * memory the modifiers may read */
-  kn_attn_config cfg = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 1};
-  kn_region regions[KN_ATTN_MAX_PARAMS];
-  int grid[3];
-  if (kn_attn_fill_args(desc, NULL, &cfg, p, NULL, NULL, NULL, NULL, NULL, NULL, r->args, grid,
-                        diag))
-    goto out;
-  int nreg = kn_attn_fill_vargs(desc, &r->plan.sig, p, va, r->args, regions, diag);
-  if (nreg < 0) goto out;
-  for (int i = 0; i < r->plan.nmods; i++)
-    if (!(r->fn[i] = kn_interp_fn_new(r->plan.mod[i].f, KN_INTERP_F64, regions, nreg, diag)))
-      goto out;
+  if (kn_attn_ref_mods_open(r, desc, mods, p, va, diag)) goto out;
 
   const bool varlen = desc->layout == KN_ATTN_VARLEN, paged = desc->layout == KN_ATTN_PAGED;
   if (varlen && seqlens_check(p, diag)) goto out;
@@ -160,10 +166,10 @@ int kn_attn_reference_v(const kn_attn_desc *desc, kn_module *mods, const kn_attn
             const kn_attn_mod *mod = &r->plan.mod[m];
             if (mod->kind == KN_MOD_SCORE) {
               kn_argval fx[KN_MOD_FIXED_SCORE] = {sc, {.i = b}, {.i = h}, {.i = i}, {.i = j}};
-              if (call_mod(r, m, fx, KN_MOD_FIXED_SCORE, &sc, diag)) goto out;
+              if (kn_attn_ref_mod_call(r, m, fx, KN_MOD_FIXED_SCORE, &sc, diag)) goto out;
             } else if (mod->kind == KN_MOD_MASK) {
               kn_argval fx[KN_MOD_FIXED_MASK] = {{.i = b}, {.i = h}, {.i = i}, {.i = j}};
-              if (call_mod(r, m, fx, KN_MOD_FIXED_MASK, &vis, diag)) goto out;
+              if (kn_attn_ref_mod_call(r, m, fx, KN_MOD_FIXED_MASK, &vis, diag)) goto out;
             }
             /* block predicates only skip work: the reference has none to skip */
           }
@@ -192,9 +198,7 @@ int kn_attn_reference_v(const kn_attn_desc *desc, kn_module *mods, const kn_attn
 #undef KEY_ROW
   rc = 0;
 out:
-  for (int i = 0; i < r->plan.nmods; i++)
-    if (r->fn[i]) kn_interp_fn_free(r->fn[i]);
-  if (own) kn_module_free(own);
+  kn_attn_ref_mods_close(r);
   free(live);
   free(s);
   free(r);

@@ -189,6 +189,10 @@ if [ -n "$fake" ] && [ -f "$fake" ]; then
   # the PTX is compiled, loaded by the (fake) driver and launched with the API's launch helper
   expect run-sm90a-fake 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
     env KILN_CUDA_LIBRARY="$fake" "$kiln" run --target sm_90a --seqlen-q 130 --seqlen-k 77 --heads 4 --kv-heads 2 --repeats 3
+  # the backward through kiln_backward's CUDA path: three PTX kernels loaded and launched with
+  # their 43 parameters, which the fake driver computes in float64 (f16, D 64, as it assumes)
+  expect run-backward-sm90a-fake 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
+    env KILN_CUDA_LIBRARY="$fake" "$kiln" run --backward --target sm_90a --no-cache --seqlen-q 130 --seqlen-k 77 --heads 4 --kv-heads 2 --repeats 2
   expect run-auto-fake-gpu 0 'target=sm_90a device=Fake CUDA device .* PASS' -- \
     sh -c "KILN_CUDA_LIBRARY='$fake' \"$kiln\" run --target auto --seqlen-q 33 --seqlen-k 40 | tr '\n' ' '"
   expect targets-auto-fake-gpu 0 '^auto = sm_90a \(Fake CUDA device' -- env KILN_CUDA_LIBRARY="$fake" "$kiln" targets
@@ -235,5 +239,17 @@ expect dump-env-unknown 2 'KILN_DUMP=layout,bogus: not a list of stages \(ir, la
 expect compile-gfx950 0 'v_mfma_f32_32x32x16_f16' -- \
   sh -c "\"$kiln\" compile --target gfx950 --head-dim 64 --emit asm"
 expect targets-registry 0 'gfx950 .*CDNA 4' -- "$kiln" targets
+
+# run --backward (docs/backward.md): dQ, dK, dV against float64, the same PASS/FAIL line
+expect run-backward-interp 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
+  "$kiln" run --backward --target interp --head-dim 24 --seqlen-q 37 --seqlen-k 50 --causal --heads 4 --kv-heads 2
+expect run-backward-host-variant 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
+  "$kiln" run --backward --target host --no-cache --dtype bf16 --head-dim 59 --seqlen-q 90 --seqlen-k 70 --softcap 3 --window 20,5
+expect run-backward-emu 0 ' PASS$' -- \
+  "$kiln" run --backward --target gfx942-emu --head-dim 32 --seqlen-q 40 --seqlen-k 33 --causal --block-m 32 --block-n 32 --warps 2
+expect run-backward-varlen 2 '--backward runs the backward template: not with' -- \
+  "$kiln" run --backward --target host --varlen 3,5
+expect run-backward-paged 2 '--backward runs the backward template: not with' -- \
+  "$kiln" run --backward --target host --paged 4
 echo "cli: $fails failed"
 [ "$fails" -eq 0 ]

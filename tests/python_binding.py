@@ -15,11 +15,14 @@ parameter plus a mask_mod with a block_mask and an int parameter; and their erro
 modifier text with its <mods>:line:col, a missing parameter, a wrong shape).  Varlen through
 kiln.attention_varlen (ragged packed sequences with an empty one and length 1, GQA, causal both
 ways, a window, lse) against a per-sequence float64 reference, and its errors (a buffer smaller
-than its shape, decreasing cu_seqlens, dropout).  A paged KV cache through
-kiln.attention_with_kvcache (pools of page sizes 1, 5 and 16 with pages in shuffled order, a
-block table with unused tail entries, new rows k / v appended first, an empty sequence, GQA,
-causal, a window, lse) against a float64 reference over each sequence's keys, and its errors (a
-page outside the pool, a cache length past the table, rotary embeddings).
+than its shape, decreasing cu_seqlens, dropout).  The backward (docs/backward.md) through
+kiln.attention_backward after kiln.attention: dq, dk, dv against a plain-Python float64 backward
+(GQA, causal, ragged lengths, a softcap), and its errors (a wrong gradient shape, a missing lse).
+A paged KV cache through kiln.attention_with_kvcache (pools of page sizes 1, 5 and 16 with pages
+in shuffled order, a block table with unused tail entries, new rows k / v appended first, an
+empty sequence, GQA, causal, a window, lse) against a float64 reference over each sequence's
+keys, and its errors (a page outside the pool, a cache length past the table, rotary
+embeddings).
 """
 import ctypes
 import math
@@ -341,6 +344,82 @@ def varlen(rng):
                  lambda: kiln.attention_varlen(q, kv, kv, cu, cu, 3, 3, dropout_p=0.1), "dropout")
 
 
+def reference_backward(q, k, v, dout, causal, scale, cap=0.0):
+    """float64 dq, dk, dv of sum(O * dO) (causal bottom-right; cap: softcap's c tanh(s / c))"""
+    B, H, Nq, D = q.shape
+    HK, Nk = k.shape[1], k.shape[2]
+    dq, dk, dv = {}, {}, {}
+    for idx in indices(q.shape):
+        dq[idx] = 0.0
+    for idx in indices(k.shape):
+        dk[idx] = dv[idx] = 0.0
+    for b in range(B):
+        for h in range(H):
+            hk = h // (H // HK)
+            for i in range(Nq):
+                last = i + Nk - Nq if causal else Nk - 1
+                js = list(range(min(last + 1, Nk)))
+                if not js:
+                    continue
+                x = [sum(q.get((b, h, i, d)) * k.get((b, hk, j, d)) for d in range(D)) * scale
+                     for j in js]
+                z = [cap * math.tanh(t / cap) for t in x] if cap else x
+                fp = [1 - math.tanh(t / cap) ** 2 for t in x] if cap else [1.0] * len(x)
+                m = max(z)
+                p = [math.exp(t - m) for t in z]
+                l = sum(p)
+                p = [t / l for t in p]
+                o = [sum(p[n] * v.get((b, hk, j, d)) for n, j in enumerate(js)) for d in range(D)]
+                delta = sum(o[d] * dout.get((b, h, i, d)) for d in range(D))
+                for n, j in enumerate(js):
+                    dp = sum(dout.get((b, h, i, d)) * v.get((b, hk, j, d)) for d in range(D))
+                    ds = p[n] * (dp - delta) * fp[n]
+                    for d in range(D):
+                        dq[(b, h, i, d)] += scale * ds * k.get((b, hk, j, d))
+                        dk[(b, hk, j, d)] += scale * ds * q.get((b, h, i, d))
+                        dv[(b, hk, j, d)] += p[n] * dout.get((b, h, i, d))
+    return dq, dk, dv
+
+
+def run_backward(rng, dtype, B, H, HK, Nq, Nk, D, causal, softcap=None):
+    q = randn(rng, dtype, (B, H, Nq, D))
+    k = randn(rng, dtype, (B, HK, Nk, D))
+    v = randn(rng, dtype, (B, HK, Nk, D))
+    dout = randn(rng, dtype, (B, H, Nq, D))
+    out, lse = Tensor(dtype, (B, H, Nq, D)), Tensor("float32", (B, H, Nq))
+    kiln.attention(q, k, v, causal=causal, softcap=softcap, out=out, lse=lse)
+    dq, dk, dv = Tensor(dtype, q.shape), Tensor(dtype, k.shape), Tensor(dtype, k.shape)
+    delta = Tensor("float32", (B, H, Nq))
+    r = kiln.attention_backward(q, k, v, out, lse, dout, causal=causal, softcap=softcap, dq=dq,
+                                dk=dk, dv=dv, delta=delta)
+    ref = reference_backward(q, k, v, dout, causal, 1 / math.sqrt(D), softcap or 0.0)
+    tol = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 6e-2}[dtype]
+    errs = []
+    for got, want in zip((dq, dk, dv), ref):
+        big = max([abs(x) for x in want.values()] + [1.0])
+        errs.append(max(abs(got.get(i) - want[i]) for i in want) / big)
+    check("backward %s B%d H%d HK%d N(%d,%d) D%d causal=%d softcap=%s" %
+          (dtype, B, H, HK, Nq, Nk, D, causal, softcap),
+          r[0] is dq and r[1] is dk and all(e <= tol for e in errs),
+          "rel errs dq %.2e dk %.2e dv %.2e (tol %.0e)" % (errs[0], errs[1], errs[2], tol))
+
+
+def backward(rng):
+    run_backward(rng, "float32", 1, 2, 1, 7, 5, 16, causal=True)
+    run_backward(rng, "float16", 2, 2, 2, 9, 12, 24, causal=False)
+    run_backward(rng, "bfloat16", 1, 4, 2, 6, 6, 16, causal=True, softcap=2.0)
+    q = randn(rng, "float16", (1, 1, 4, 16))
+    good = Tensor("float16", (1, 1, 4, 16))
+    lse = Tensor("float32", (1, 1, 4))
+    expect_error("backward dq shape", kiln.ERR_INVALID,
+                 lambda: kiln.attention_backward(q, q, q, good, lse, good,
+                                                 dq=Tensor("float16", (1, 1, 4, 8)), dk=good,
+                                                 dv=good, delta=lse), "dq must be")
+    expect_error("backward lse dtype", kiln.ERR_INVALID,
+                 lambda: kiln.attention_backward(q, q, q, good, good, good, dq=good, dk=good,
+                                                 dv=good, delta=lse), "lse must be float32")
+
+
 def paged(rng):
     """attention_with_kvcache against a float64 reference over each sequence's keys (the cache's
     then the appended ones): shuffled pages, unused tail entries, page sizes off the blocks"""
@@ -445,6 +524,7 @@ def main():
     run_case(rng, "float16", 1, 1, 1, 17, 17, 48, causal=False, with_lse=True, scale=0.3)
     variants(rng)
     varlen(rng)
+    backward(rng)
     paged(rng)
 
     # the low-level API: one context, memo, info, stats

@@ -39,6 +39,7 @@
 #include "amdgpu.h"
 #include "aot.h"
 #include "attention.h"
+#include "attn_bwd.h"
 #include "bundle.h"
 #include "cache.h"
 #include "cuda_device.h"
@@ -73,6 +74,7 @@ typedef struct options {
   kiln_attn_desc desc; /* what the options ask for, as the public API takes it */
   int block_m, block_n, warps, stages; /* the tiling asked for (0: not given) */
   bool wgmma;                           /* --mma wgmma */
+  bool backward;                        /* run: --backward (dQ, dK, dV; docs/backward.md) */
   struct {
     bool dtype, head_dim, causal, max_steps;
   } given;             /* options given on the command line (--ir checks the descriptor's) */
@@ -140,6 +142,8 @@ static void usage(FILE *f) {
         "  --warps W  --stages S (not on the API path)  --seed S  --repeats R  --ir FILE.tile\n"
         "  --mma sync|wgmma (sm_90a: the dots as wgmma.mma_async; block_m = 16 x warps)\n"
         "  (with --ir, the file's kernel attrs decide; an option that contradicts them is an error)\n"
+        "  --backward (run: the backward pass, dQ/dK/dV for a random dO, checked against\n"
+        "  float64; interp, host, the -emu targets, sm_80, sm_90a, auto; docs/backward.md)\n"
         "  --check-bounds (run, host: check every load and store against the buffers;\n"
         "  always on for an --ir kernel)  --max-steps N (run, interp: the step budget, default\n"
         "  10^10 steps, 0 for none)\n"
@@ -395,6 +399,8 @@ static int parse_options(int argc, char **argv, int first, options *o) {
       }
       o->var.softcap = true;
       i++;
+    } else if (!strcmp(a, "--backward")) {
+      o->backward = true;
     } else if (!strcmp(a, "--varlen") && v) {
       varlen = v;
       i++;
@@ -962,7 +968,7 @@ static int inputs_make(const options *o, run_inputs *in) {
 static void print_header(const options *o, const char *target, const char *device) {
   const kn_attn_problem *p = &o->prob;
   char what[2 * KN_ATTN_KEY_MAX + 16];
-  api_describe(&o->attn, &o->cfg, what, sizeof what);
+  api_describe("attn_fwd", &o->attn, &o->cfg, what, sizeof what);
   printf("kiln run: target=%s device=%s kernel=%s B=%d H=%d HK=%d Nq=%d Nk=%d seed=%llu", target,
          device, what, p->batch, p->heads, p->kv_heads, p->seqlen_q, p->seqlen_k, o->seed);
   if (o->attn.layout == KN_ATTN_VARLEN)  /* Nq, Nk: the longest sequence's */
@@ -1341,6 +1347,19 @@ static int forward_host(const options *o, const variant_values *vv, kiln_kernel 
   return EXIT_PASS;
 }
 
+/* copies the variant's tensors to the device (dvar: room for vv->nbuf) and maps them in pm;
+ * 0, or -1 with the driver's message in *e */
+static int upload_variants(kn_cuda_device *dev, const variant_values *vv, kn_cuda_ptr *dvar,
+                           ptr_map *pm, kn_diag *e) {
+  for (int i = 0; i < vv->nbuf; i++) {
+    if (kn_cuda_alloc(dev, vv->bytes[i] ? vv->bytes[i] : 1, &dvar[i], e) ||
+        kn_cuda_copy_htod(dev, dvar[i], vv->buf[i], vv->bytes[i], e))
+      return -1;
+    pm->host[pm->n] = vv->buf[i], pm->dev[pm->n++] = (const void *)(uintptr_t)dvar[i];
+  }
+  return 0;
+}
+
 /* kiln_forward on a CUDA device: device buffers (the output and lse filled with NaN bytes first,
  * so an unwritten element fails), one checked launch, then --repeats launches timed with CUDA
  * events; driver failures are FAIL (1) */
@@ -1367,12 +1386,7 @@ static int forward_cuda(const options *o, const variant_values *vv, kiln_kernel 
       kn_cuda_event_create(dev, &ev[0], &e) || kn_cuda_event_create(dev, &ev[1], &e))
     goto driver_error;
   /* the variant's tensors on the device */
-  for (int i = 0; i < vv->nbuf; i++) {
-    if (kn_cuda_alloc(dev, vv->bytes[i] ? vv->bytes[i] : 1, &dvar[i], &e) ||
-        kn_cuda_copy_htod(dev, dvar[i], vv->buf[i], vv->bytes[i], &e))
-      goto driver_error;
-    pm.host[pm.n] = vv->buf[i], pm.dev[pm.n++] = (const void *)(uintptr_t)dvar[i];
-  }
+  if (upload_variants(dev, vv, dvar, &pm, &e)) goto driver_error;
   /* varlen: the prefix sums too (the kernel reads them) */
   for (int w = 0; o->attn.layout == KN_ATTN_VARLEN && w < 2; w++) {
     size_t bytes = sizeof(int32_t) * (size_t)(o->prob.batch + 1);
@@ -1491,6 +1505,336 @@ done:
   return rc;
 }
 
+/* ---- run --backward (docs/backward.md) ------------------------------------------------------- */
+
+/* the backward's buffers: dO random, O and lse from the forward's float64 reference as a forward
+ * kernel stores them (dtype, f32), dQ/dK/dV and delta written by the kernels */
+typedef struct bwd_bufs {
+  void *dout, *o, *dq, *dk, *dv;
+  float *delta;
+  double *doutd;
+} bwd_bufs;
+
+static void bwd_bufs_free(bwd_bufs *b) {
+  free(b->dout), free(b->o), free(b->dq), free(b->dk), free(b->dv), free(b->delta), free(b->doutd);
+  memset(b, 0, sizeof *b);
+}
+
+/* 0, or -1 after a message */
+static int bwd_bufs_make(const options *o, const variant_values *vv, run_inputs *in, bwd_bufs *b) {
+  kn_scalar dt = o->attn.dtype;
+  size_t es = kn_scalar_size(dt);
+  memset(b, 0, sizeof *b);
+  double *od = malloc(in->nq * 8 + 8), *lsed = malloc(in->nl * 8 + 8);
+  b->dout = malloc(in->nq * es + 1), b->o = malloc(in->nq * es + 1);
+  b->dq = malloc(in->nq * es + 1), b->dk = malloc(in->nk * es + 1), b->dv = malloc(in->nk * es + 1);
+  b->delta = malloc(in->nl * 4 + 4), b->doutd = malloc(in->nq * 8 + 8);
+  if (!od || !lsed || !b->dout || !b->o || !b->dq || !b->dk || !b->dv || !b->delta || !b->doutd) {
+    free(od), free(lsed), bwd_bufs_free(b);
+    fprintf(stderr, "kiln: error: out of host memory for this problem size\n");
+    return -1;
+  }
+  unsigned long long s = o->seed ^ 0xd0d0ull;
+  fill_random(dt, b->dout, b->doutd, in->nq, &s);
+  kn_diag d;
+  if (kn_attn_reference_v(&o->attn, NULL, &o->prob, &vv->va, in->qd, in->kd, in->vd, od, lsed, &d)) {
+    fprintf(stderr, "kiln: error: the float64 forward failed: %s\n", d.message);
+    free(od), free(lsed), bwd_bufs_free(b);
+    return -1;
+  }
+  for (size_t i = 0; i < in->nq; i++) kn_store_elem(dt, (char *)b->o + i * es, od[i]);
+  for (size_t i = 0; i < in->nl; i++) in->lse[i] = (float)lsed[i];
+  memset(b->dq, 0xff, in->nq * es), memset(b->dk, 0xff, in->nk * es);
+  memset(b->dv, 0xff, in->nk * es);  /* NaN bytes: an unwritten element fails */
+  free(od), free(lsed);
+  return 0;
+}
+
+/* dQ, dK, dV against the float64 backward; the contract's PASS/FAIL line */
+static int bwd_check(const options *o, const variant_values *vv, const run_inputs *in,
+                     const bwd_bufs *b) {
+  kn_scalar dt = o->attn.dtype;
+  size_t es = kn_scalar_size(dt), n[3] = {in->nq, in->nk, in->nk};
+  double *ref[3] = {malloc(n[0] * 8 + 8), malloc(n[1] * 8 + 8), malloc(n[2] * 8 + 8)};
+  int rc = EXIT_USAGE;
+  kn_diag d;
+  if (!ref[0] || !ref[1] || !ref[2]) {
+    fprintf(stderr, "kiln: error: out of host memory for the reference\n");
+    goto out;
+  }
+  if (kn_attn_bwd_reference(&o->attn, NULL, &o->prob, &vv->va, in->qd, in->kd, in->vd, b->doutd,
+                            false, ref[0], ref[1], ref[2], &d)) {
+    fprintf(stderr, "kiln: error: the float64 backward failed: %s\n", d.message);
+    goto out;
+  }
+  const void *got[3] = {b->dq, b->dk, b->dv};
+  const char *names[3] = {"dq", "dk", "dv"};
+  double worst = 0, worst_ref = 0, tol = 0;
+  bool pass = true;
+  for (int t = 0; t < 3; t++) {
+    double e = 0, big = 0;
+    for (size_t i = 0; i < n[t]; i++) {
+      double g = kn_load_elem(dt, (const char *)got[t] + i * es), x = fabs(g - ref[t][i]);
+      if (!(x <= e)) e = x;  /* NaN sticks */
+      if (fabs(ref[t][i]) > big) big = fabs(ref[t][i]);
+    }
+    /* the tolerance scales with the largest gradient (dK and dV are sums over the rows) */
+    double tt = kn_attn_bwd_tolerance(dt) * (big > 1 ? big : 1);
+    printf("%s: max_abs_err=%.3g max_ref=%.3g tol=%.3g\n", names[t], e, big, tt);
+    pass &= e <= tt;
+    if (!(e <= worst)) worst = e, worst_ref = big, tol = tt;
+  }
+  printf("max_abs_err=%.3g rel_err=%.3g tol=%.3g %s\n", worst,
+         worst_ref > 0 ? worst / worst_ref : worst, tol, pass ? "PASS" : "FAIL");
+  rc = pass ? EXIT_PASS : EXIT_FAIL;
+out:
+  free(ref[0]), free(ref[1]), free(ref[2]);
+  return rc;
+}
+
+/* the backward on the interpreter or an emulated target: the three kernels run directly */
+static int bwd_direct(const options *o, const kn_target *t, const variant_values *vv,
+                      run_inputs *in, bwd_bufs *b, double *best_ms) {
+  kn_diag d;
+  kn_module *m = kn_module_new("<attn_bwd>");
+  kn_attn_sig sig;
+  kn_kernel *ks[KN_BWD_NKERNELS] = {NULL};
+  int rc = EXIT_USAGE;
+  if (kn_attn_bwd_build(m, &o->attn, &o->cfg, &d) || kn_attn_bwd_signature(&o->attn, &sig, &d)) {
+    fprintf(stderr, "kiln: error: %s\n", d.message);
+    goto out;
+  }
+  for (int w = 0; t && w < KN_BWD_NKERNELS; w++)
+    if (kn_compile(m, kn_attn_bwd_kernels[w], t, NULL, &ks[w], &d)) {
+      fprintf(stderr, "kiln: error: compiling %s for %s failed:\n%s", kn_attn_bwd_kernels[w],
+              t->name, d.rendered);
+      goto out;
+    }
+  size_t es = kn_scalar_size(o->attn.dtype);
+  kn_attn_bwd_bufs bb = {in->q, in->k, in->v, b->o, b->dout, in->lse, b->delta, b->dq, b->dk, b->dv};
+  kn_argval args[KN_ATTN_MAX_PARAMS];
+  int grid[KN_BWD_NKERNELS][3];
+  if (kn_attn_bwd_fill_args(&o->attn, &sig, &o->cfg, &o->prob, &bb, &vv->va, args, grid, &d)) {
+    fprintf(stderr, "kiln: error: %s\n", d.message);
+    goto out;
+  }
+  kn_region regions[10 + 24] = {
+      {in->q, in->nq * es}, {in->k, in->nk * es}, {in->v, in->nk * es}, {b->o, in->nq * es},
+      {b->dout, in->nq * es}, {b->dq, in->nq * es}, {b->dk, in->nk * es}, {b->dv, in->nk * es},
+      {in->lse, in->nl * 4}, {b->delta, in->nl * 4}};
+  int nreg = 10;
+  for (int i = 0; i < vv->nbuf; i++) regions[nreg++] = (kn_region){vv->buf[i], vv->bytes[i]};
+  *best_ms = INFINITY;
+  for (int r = 0; r < o->repeats; r++) {
+    double t1 = now_s();
+    for (int w = 0; w < KN_BWD_NKERNELS; w++) {
+      if (!grid[w][0] || !grid[w][1]) continue;
+      int err = !t ? kn_interp_run_budget(kn_module_find(m, kn_attn_bwd_kernels[w]), 0,
+                                          o->max_steps, args, grid[w], regions, nreg, NULL, &d)
+                   : kn_emu_run(ks[w], args, grid[w], regions, nreg, NULL, &d);
+      if (err) {
+        fprintf(stderr, "kiln: error: %s failed to run:\n%s", kn_attn_bwd_kernels[w], d.rendered);
+        goto out;
+      }
+    }
+    double ms = (now_s() - t1) * 1e3;
+    if (ms < *best_ms) *best_ms = ms;
+  }
+  rc = EXIT_PASS;
+out:
+  for (int w = 0; w < KN_BWD_NKERNELS; w++) kn_kernel_free(ks[w]);
+  kn_module_free(m);
+  return rc;
+}
+
+/* kiln_backward's arguments over the buffers (host or device pointers) */
+static kiln_backward_args bwd_args(const options *o, const variant_values *vv, const ptr_map *pm,
+                                   kiln_mod_arg *margs, void *const p[10], const run_inputs *in) {
+  kiln_backward_args a = {.fwd = attn_args(o, vv, pm, margs, p[0], p[1], p[2], p[3], p[8]),
+                          .dout = p[4], .dq = p[5], .dk = p[6], .dv = p[7], .delta = p[9]};
+  a.fwd.lse = p[8];
+  a.fwd.q_numel = a.fwd.o_numel = (int64_t)in->nq, a.fwd.k_numel = a.fwd.v_numel = (int64_t)in->nk;
+  a.fwd.lse_numel = (int64_t)in->nl;
+  a.dout_numel = a.dq_numel = (int64_t)in->nq, a.dk_numel = a.dv_numel = (int64_t)in->nk;
+  a.delta_numel = (int64_t)in->nl;
+  return a;
+}
+
+/* kiln_backward on the host, or on a CUDA device (buffers copied there and back; timed with
+ * CUDA events after one checked launch) */
+static int bwd_api(const options *o, const variant_values *vv, kiln_kernel *k, int ordinal,
+                   run_inputs *in, bwd_bufs *b, double *best_ms) {
+  size_t es = kn_scalar_size(o->attn.dtype);
+  kiln_mod_arg margs[16];
+  *best_ms = INFINITY;
+  if (ordinal < 0) {
+    void *p[10] = {in->q, in->k, in->v, b->o, b->dout, b->dq, b->dk, b->dv, in->lse, b->delta};
+    kiln_backward_args a = bwd_args(o, vv, NULL, margs, p, in);
+    for (int r = 0; r < o->repeats; r++) {
+      double t1 = now_s();
+      kiln_status s = kiln_backward(k, &a, NULL);
+      if (s) return fail_api(s);
+      double ms = (now_s() - t1) * 1e3;
+      if (ms < *best_ms) *best_ms = ms;
+    }
+    return EXIT_PASS;
+  }
+  const size_t bytes[10] = {in->nq * es, in->nk * es, in->nk * es, in->nq * es, in->nq * es,
+                            in->nq * es, in->nk * es, in->nk * es, in->nl * 4, in->nl * 4};
+  void *host[10] = {in->q, in->k, in->v, b->o, b->dout, b->dq, b->dk, b->dv, in->lse, b->delta};
+  kn_cuda_device *dev = NULL;
+  kn_cuda_event ev[2] = {NULL, NULL};
+  kn_cuda_ptr dp[10] = {0}, dvar[24] = {0};
+  void *p[10];
+  ptr_map pm = {.n = 0};
+  kn_diag e = {0};
+  kiln_status s = KILN_OK;
+  int rc = EXIT_FAIL;
+  if (kn_cuda_device_open(ordinal, &dev, &e) || kn_cuda_event_create(dev, &ev[0], &e) ||
+      kn_cuda_event_create(dev, &ev[1], &e))
+    goto driver_error;
+  for (int i = 0; i < 10; i++) {
+    if (kn_cuda_alloc(dev, bytes[i] ? bytes[i] : 1, &dp[i], &e)) goto driver_error;
+    if (i >= 5 && i <= 7 ? kn_cuda_memset8(dev, dp[i], 0xff, bytes[i], &e)
+                         : kn_cuda_copy_htod(dev, dp[i], host[i], bytes[i], &e))
+      goto driver_error;
+    p[i] = (void *)(uintptr_t)dp[i];
+  }
+  if (upload_variants(dev, vv, dvar, &pm, &e)) goto driver_error;
+  kiln_backward_args a = bwd_args(o, vv, &pm, margs, p, in);
+  if ((s = kiln_backward(k, &a, NULL))) goto api_error;
+  if (kn_cuda_device_sync(dev, &e)) goto driver_error;
+  for (int i = 5; i <= 7; i++)
+    if (kn_cuda_copy_dtoh(dev, host[i], dp[i], bytes[i], &e)) goto driver_error;
+  for (int r = 0; r < o->repeats; r++) {
+    float ms;
+    if (kn_cuda_event_record(dev, ev[0], NULL, &e)) goto driver_error;
+    if ((s = kiln_backward(k, &a, NULL))) goto api_error;
+    if (kn_cuda_event_record(dev, ev[1], NULL, &e) || kn_cuda_event_sync(dev, ev[1], &e) ||
+        kn_cuda_event_elapsed(dev, ev[0], ev[1], &ms, &e))
+      goto driver_error;
+    if (ms < *best_ms) *best_ms = ms;
+  }
+  rc = EXIT_PASS;
+  goto done;
+api_error:
+  rc = fail_api(s);
+  goto done;
+driver_error:
+  fprintf(stderr, "kiln: %s", e.rendered);
+done:
+  if (dev) {
+    for (int i = 0; i < 10; i++)
+      if (dp[i]) kn_cuda_free(dev, dp[i], NULL);
+    for (int i = 0; i < 24; i++)
+      if (dvar[i]) kn_cuda_free(dev, dvar[i], NULL);
+    for (int i = 0; i < 2; i++)
+      if (ev[i]) kn_cuda_event_destroy(dev, ev[i]);
+    kn_cuda_device_close(dev);
+  }
+  return rc;
+}
+
+/* kiln run --backward: random q, k, v, dO; O and lse from the float64 forward; the three
+ * backward kernels; dQ, dK, dV against the float64 backward */
+static int run_backward(options *o) {
+  const char *tg = o->target;
+  const kn_target *named = kn_target_get(tg);
+  bool api = !strcmp(tg, "host") || !strcmp(tg, "auto") || (named && named->arch->isa == KN_ISA_NVPTX);
+  if (o->ir_file || o->check_bounds || o->stages || o->wgmma ||
+      o->attn.layout != KN_ATTN_DENSE || o->desc.layout) {
+    fprintf(stderr, "kiln: error: --backward runs the backward template: not with --ir, "
+            "--check-bounds, --stages, --mma wgmma, --varlen or --paged\n");
+    return EXIT_USAGE;
+  }
+  if (!api && (o->cache_dir || o->no_cache || o->tune)) {
+    fprintf(stderr, "kiln: error: --cache-dir, --no-cache and --tune apply to runs through the "
+            "API (--target host, sm_80, sm_90a or auto)\n");
+    return EXIT_USAGE;
+  }
+  const kn_target *t = NULL;
+  if (!api && strcmp(tg, "interp")) {
+    if (!(t = find_target(tg))) return EXIT_NODEV;
+    if (!t->emulated) {
+      fprintf(stderr, "kiln: error: no %s device is present to run on (run its lowering under "
+              "emulation with --target %s-emu)\n", t->name, t->name);
+      return EXIT_NODEV;
+    }
+  }
+  if (resolve_attn(o)) return EXIT_USAGE;
+  o->cfg = kn_attn_bwd_default_config(named ? named->arch : NULL, &o->attn);
+  if (o->block_m) o->cfg.block_m = o->block_m;
+  if (o->block_n) o->cfg.block_n = o->block_n;
+  if (o->warps) o->cfg.warps = o->warps;
+  kn_diag d;
+  if (kn_attn_bwd_check_on(named ? named->arch : NULL, &o->attn, &o->cfg, &d)) {
+    fprintf(stderr, "kiln: error: %s\n", d.message);
+    return EXIT_USAGE;
+  }
+  kiln_context *ctx = NULL;
+  kiln_kernel *k = NULL;
+  kiln_kernel_info info = {0};
+  int ordinal = -1;
+  char device[128] = "interpreter";
+  if (t) snprintf(device, sizeof device, "emulator");
+  if (api) {
+    const char *dv = tg;
+    if (!strcmp(tg, "auto")) dv = cuda_device_for("sm_80") ? "cuda" : "host";
+    kiln_context_options co = {.cache_dir = o->cache_dir, .no_cache = o->no_cache, .device = dv,
+                               .log = cli_log};
+    kiln_status s = kiln_context_create(&co, &ctx);
+    if (s == KILN_ERR_NO_DEVICE) {
+      fprintf(stderr, "kiln: error: no %s device is present to run on (%s)\n", tg,
+              kiln_last_error());
+      return EXIT_NODEV;
+    }
+    if (s) return fail_api(s);
+    bool blocks = o->block_m || o->block_n;
+    kiln_prepare_options po = {.block_m = blocks ? o->cfg.block_m : 0,
+                               .block_n = blocks ? o->cfg.block_n : 0, .warps = o->warps};
+    if ((s = kiln_prepare_backward(ctx, &o->desc, &po, &k)) || (s = kiln_kernel_get_info(k, &info))) {
+      int rc = fail_api(s);
+      kiln_context_destroy(ctx);
+      return rc;
+    }
+    ordinal = kiln_context_device_ordinal(ctx);
+    tg = kiln_context_target(ctx);
+    snprintf(device, sizeof device, "%s", kiln_context_device_name(ctx));
+  }
+  run_inputs in = {0};
+  variant_values vv = {0};
+  bwd_bufs b = {0};
+  int rc = EXIT_USAGE;
+  double best = INFINITY;
+  if (inputs_make(o, &in) || variant_make(o, &o->var.sig, &vv) || bwd_bufs_make(o, &vv, &in, &b))
+    goto done;
+  {
+    const kn_attn_problem *p = &o->prob;
+    char what[2 * KN_ATTN_KEY_MAX + 16];
+    api_describe("attn_bwd", &o->attn, &o->cfg, what, sizeof what);
+    printf("kiln run: target=%s device=%s kernel=%s B=%d H=%d HK=%d Nq=%d Nk=%d seed=%llu\n", tg,
+           device, what, p->batch, p->heads, p->kv_heads, p->seqlen_q, p->seqlen_k, o->seed);
+  }
+  rc = api ? bwd_api(o, &vv, k, ordinal, &in, &b, &best) : bwd_direct(o, t, &vv, &in, &b, &best);
+  if (rc == EXIT_PASS) {
+    const kn_attn_problem *p = &o->prob;
+    /* FLOPs counted as 2.5x the forward's (the convention of FlashAttention's benchmarks) */
+    double flops = 2.5 * 4.0 * p->heads * (double)p->batch * p->seqlen_q * p->seqlen_k *
+                   o->attn.head_dim * (o->attn.causal ? 0.5 : 1);
+    printf("%s  run: %.3f ms (best of %d%s)  %.3f GFLOP/s (2.5x forward FLOPs)\n",
+           api ? (info.source == KILN_SOURCE_CACHE ? "prepare: cache hit" : "prepare: compiled")
+               : "direct", best, o->repeats, ordinal >= 0 ? ", CUDA events" : "",
+           flops / (best * 1e-3) * 1e-9);
+    rc = bwd_check(o, &vv, &in, &b);
+  }
+done:
+  bwd_bufs_free(&b);
+  variant_free(&vv);
+  inputs_free(&in);
+  if (ctx) kiln_context_destroy(ctx);
+  return rc;
+}
+
 static int cmd_run(options *o) {
   const kn_attn_problem *p = &o->prob;
   if (p->heads % p->kv_heads) {
@@ -1498,6 +1842,7 @@ static int cmd_run(options *o) {
             p->kv_heads);
     return EXIT_USAGE;
   }
+  if (o->backward) return run_backward(o);
   const char *tg = o->target;
   const kn_target *named = kn_target_get(tg);
   bool cuda = named && named->arch->isa == KN_ISA_NVPTX;

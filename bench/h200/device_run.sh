@@ -16,6 +16,9 @@
 #                       on the packed bundle, through the API and the generated launcher,
 #                       against float64 — docs/aot.md)
 #   KILN_SDPA_ARGS      extra arguments for sdpa_anchor.py (e.g. "--quick")
+#   steps "backward" and "sdpa_bwd" (issue 14): `kiln run --backward --target sm_90a` checks
+#                       and kiln_bwd_bench (KILN_BWD_ARGS, e.g. "--quick" or "--tilings"; pack
+#                       it: KILN_STATIC_TARGETS), and sdpa_bwd_anchor.py (KILN_SDPA_BWD_ARGS)
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -166,6 +169,33 @@ if want flex; then
   step "flex anchor" "$out/flex.log" 540 env PYTHONUNBUFFERED=1 python3 "$here/flex_anchor.py" \
     --csv "$out/flex.csv" ${KILN_FLEX_ARGS:-}
   grep -E "^(\||# )" "$out/flex.log" >>"$summary"
+fi
+
+# ---- the backward (issue 14): kiln checked against float64 first, then SDPA flash / cuDNN ----
+if want backward; then
+  if [ -x "$bin/kiln" ]; then
+    for a in "--head-dim 64 --causal --seqlen-q 1000 --seqlen-k 1000" \
+             "--head-dim 128 --dtype bf16 --seqlen-q 301 --seqlen-k 517 --heads 4 --kv-heads 2" \
+             "--head-dim 59 --causal --seqlen-q 517 --seqlen-k 301 --softcap 20"; do
+      # shellcheck disable=SC2086
+      step "kiln run --backward $a" "$out/backward.log" 240 "$bin/kiln" run --backward \
+        --target sm_90a --no-cache $a
+    done
+  fi
+  if [ -x "$bin/kiln_bwd_bench" ]; then
+    # shellcheck disable=SC2086
+    step "kiln_bwd_bench" "$out/backward.log" 560 "$bin/kiln_bwd_bench" ${KILN_BWD_ARGS:-}
+    grep -E "^(\||# |FAIL)" "$out/backward.log" >>"$summary"
+  else
+    note "FAIL  kiln_bwd_bench: not in the pack"
+    failed=$((failed + 1))
+  fi
+fi
+if want sdpa_bwd; then
+  # shellcheck disable=SC2086
+  step "sdpa backward anchor" "$out/sdpa_bwd.log" 560 env PYTHONUNBUFFERED=1 python3 \
+    "$here/sdpa_bwd_anchor.py" --csv "$out/sdpa_bwd.csv" ${KILN_SDPA_BWD_ARGS:-}
+  grep -E "^(\||# )" "$out/sdpa_bwd.log" >>"$summary"
 fi
 
 note "failed steps: $failed"

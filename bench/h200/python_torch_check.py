@@ -2,7 +2,10 @@
 
 kiln.attention on (B, H, N, D) torch tensors (device pointers, torch's current stream) against a
 float64 reference computed with torch on the GPU, for f16/bf16, D 64/128, causal on and off,
-ragged lengths and GQA.  Prints one PASS/FAIL line per case and a summary; exit 1 on a failure.
+ragged lengths and GQA; then the backward (docs/backward.md): kiln.attention in a torch autograd
+graph (q, k, v requiring grad), its dq/dk/dv against torch's float64 autograd of the reference,
+GQA, causal, ragged lengths, D 64/128/59, and a softcap on the CPU as well.  Prints one PASS/FAIL
+line per case and a summary; exit 1 on a failure.
 Usage: KILN_LIBRARY=.../libkiln.so.0 python3 bench/h200/python_torch_check.py
 """
 import math, os, sys
@@ -12,18 +15,24 @@ import torch  # noqa: E402
 import kiln  # noqa: E402
 
 
-def reference(q, k, v, causal, scale):
+def reference(q, k, v, causal, scale, softcap=0.0):
     """float64 attention with kiln's masking (bottom-right causal, rows without keys -> 0)."""
     B, H, Nq, D = q.shape
     HK, Nk = k.shape[1], k.shape[2]
     kk = k.double().repeat_interleave(H // HK, dim=1)
     vv = v.double().repeat_interleave(H // HK, dim=1)
     s = torch.matmul(q.double(), kk.transpose(-1, -2)) * scale
-    if causal:
-        i = torch.arange(Nq, device=q.device)[:, None]
-        j = torch.arange(Nk, device=q.device)[None, :]
-        s = s.masked_fill(j > i + (Nk - Nq), float("-inf"))
-    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if not causal:
+        return torch.matmul(torch.softmax(s, dim=-1), vv)
+    i = torch.arange(Nq, device=q.device)[:, None]
+    j = torch.arange(Nk, device=q.device)[None, :]
+    masked = j > i + (Nk - Nq)
+    # rows without a key: p = 0 (finite through autograd, unlike softmax of all -inf)
+    has = (~masked).any(dim=-1, keepdim=True)
+    s = torch.where(has, s.masked_fill(masked, float("-inf")), torch.zeros_like(s))
+    p = torch.softmax(s, dim=-1) * has
     return torch.matmul(p, vv)
 
 
@@ -54,6 +63,31 @@ def main():
         print("FAIL head dim 20 was accepted"); fails += 1
     except kiln.KilnError as e:
         print(f"PASS head dim 20 refused: {e}")
+    # the backward: kiln.attention as a torch.autograd.Function
+    for dev, dt, D, causal, (Nq, Nk, H, HK), cap in (
+            ("cuda", torch.float16, 64, True, (1000, 1000, 4, 2), 0.0),
+            ("cuda", torch.bfloat16, 128, False, (301, 517, 4, 4), 0.0),
+            ("cuda", torch.float16, 128, True, (517, 301, 2, 1), 0.0),
+            ("cuda", torch.float16, 59, True, (200, 333, 4, 2), 20.0),
+            ("cpu", torch.float16, 32, True, (77, 90, 2, 1), 5.0)):
+        q = torch.randn(2, H, Nq, D, device=dev, dtype=dt, requires_grad=True)
+        k = torch.randn(2, HK, Nk, D, device=dev, dtype=dt, requires_grad=True)
+        v = torch.randn(2, HK, Nk, D, device=dev, dtype=dt, requires_grad=True)
+        do = torch.randn(2, H, Nq, D, device=dev, dtype=dt)
+        o = kiln.attention(q, k, v, causal=causal, softcap=cap or None)
+        got = torch.autograd.grad(o, (q, k, v), do)
+        qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+        ref = torch.autograd.grad(reference(qd, kd, vd, causal, 1.0 / math.sqrt(D), cap),
+                                  (qd, kd, vd), do.double())
+        errs = [((g.double() - r).abs().max() / r.abs().max().clamp(min=1)).item()
+                for g, r in zip(got, ref)]
+        tol = 1e-2 if dt == torch.float16 else 6e-2
+        ok = all(e <= tol for e in errs)
+        cases += 1
+        fails += not ok
+        print(f"{'PASS' if ok else 'FAIL'} backward {dev} {str(dt)[6:]} D{D} causal={int(causal)} "
+              f"softcap={cap} Nq={Nq} Nk={Nk} H={H}/{HK}: rel err dq {errs[0]:.2e} dk {errs[1]:.2e} "
+              f"dv {errs[2]:.2e} tol={tol}")
     print(f"python binding on CUDA tensors: {cases - fails} of {cases} cases passed")
     sys.exit(1 if fails else 0)
 

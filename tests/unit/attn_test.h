@@ -39,17 +39,18 @@ static bool verbose(void) {
   return e && *e && strcmp(e, "0");
 }
 
-/* kernel f of module m on target (NULL: the interpreter, whose op counts go to *st when st is
- * not NULL); compile failures are cmocka failures naming `what`; 0 or -1 with *diag */
-static int run_on_target(const char *target, kn_module *m, kn_func *f, const kn_argval *args,
-                         const int grid[3], const kn_region *regions, int nreg,
-                         kn_interp_stats *st, const char *what, kn_diag *diag) {
-  if (!target) return kn_interp_run(f, args, grid, regions, nreg, st, diag);
+/* kernel `name` of module m on target (NULL: the interpreter, whose op counts go to *st when st
+ * is not NULL); compile failures are cmocka failures naming `what`; 0 or -1 with *diag */
+static inline int run_named_on_target(const char *target, kn_module *m, const char *name,
+                                      const kn_argval *args, const int grid[3],
+                                      const kn_region *regions, int nreg, kn_interp_stats *st,
+                                      const char *what, kn_diag *diag) {
+  if (!target) return kn_interp_run(kn_module_find(m, name), args, grid, regions, nreg, st, diag);
   const kn_target *t = strstr(target, "-emu") ? kn_emu_target(target) : kn_target_get(target);
   assert_non_null(t);
   kn_kernel *kern = NULL;
-  if (kn_compile(m, f->name, t, NULL, &kern, diag))  /* attn_fwd, or another kernel */
-    fail_msg("%s on %s: compile: %s", what, target, diag->rendered);
+  if (kn_compile(m, name, t, NULL, &kern, diag))
+    fail_msg("%s on %s: compile %s: %s", what, target, name, diag->rendered);
   int rc;
   if (strstr(target, "-emu")) {
     kn_emu_options opt = {0};
@@ -61,9 +62,18 @@ static int run_on_target(const char *target, kn_module *m, kn_func *f, const kn_
   return rc;
 }
 
+/* kernel f of m (attn_fwd, or another kernel) on target, as run_named_on_target */
+static inline int run_on_target(const char *target, kn_module *m, kn_func *f,
+                                const kn_argval *args, const int grid[3],
+                                const kn_region *regions, int nreg, kn_interp_stats *st,
+                                const char *what, kn_diag *diag) {
+  if (!target) return kn_interp_run(f, args, grid, regions, nreg, st, diag);
+  return run_named_on_target(target, m, f->name, args, grid, regions, nreg, st, what, diag);
+}
+
 /* the spill units of kernel `name` in artefact a, compiled for arch (cmocka failure if the
  * artefact cannot be read) */
-static int artifact_spills(const kn_artifact *a, const kn_arch *arch, const char *name) {
+static inline int artifact_spills(const kn_artifact *a, const kn_arch *arch, const char *name) {
   kn_diag d;
   int spills = 0;
   if (a->kind == KN_ARTIFACT_CODE_OBJECT) {

@@ -148,7 +148,7 @@ static void test_rename(void **state) {
   kn_attn_desc d = {.dtype = KN_F16, .head_dim = 64, .window = true}; /* + a library function */
   kn_attn_config c = kn_attn_default_config(NULL, &d);
   kn_diag e;
-  kn_module *m = api_build_module(&d, &c, &e);
+  kn_module *m = api_build_module("attn_fwd", &d, &c, &e);
   assert_non_null(m);
   kn_func *f = kn_module_find(m, "attn_fwd");
   assert_non_null(f);
@@ -210,7 +210,7 @@ static int run_twin(void *user, const kn_fake_hip_launch *l, char *why, size_t n
   if (!t->emu) {
     char emu[32];
     snprintf(emu, sizeof emu, "%s-emu", chip);
-    kn_module *m = api_build_module(&t->desc, &t->cfg, &d);
+    kn_module *m = api_build_module("attn_fwd", &t->desc, &t->cfg, &d);
     int bad = !m || kn_compile(m, "attn_fwd", kn_emu_target(emu), NULL, &t->emu, &d);
     kn_module_free(m);
     if (bad) {

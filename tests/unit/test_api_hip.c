@@ -131,7 +131,7 @@ static int run_twin(void *user, const kn_fake_hip_launch *l, char *why, size_t n
   int rc = -1;
   for (; t; t = t->next) {
     if (!t->code) {
-      kn_module *m = api_build_module(&t->desc, &t->cfg, &d);
+      kn_module *m = api_build_module("attn_fwd", &t->desc, &t->cfg, &d);
       kn_artifact a;
       if (!m || kn_compile_artifact(m, "attn_fwd", kn_target_get(chip), NULL, &a, &d)) {
         snprintf(why, n, "twin: %s", d.message);
@@ -152,7 +152,7 @@ static int run_twin(void *user, const kn_fake_hip_launch *l, char *why, size_t n
   if (!t->emu) {
     char emu[32];
     snprintf(emu, sizeof emu, "%s-emu", chip);
-    kn_module *m = api_build_module(&t->desc, &t->cfg, &d);
+    kn_module *m = api_build_module("attn_fwd", &t->desc, &t->cfg, &d);
     int bad = !m || kn_compile(m, "attn_fwd", kn_emu_target(emu), NULL, &t->emu, &d);
     kn_module_free(m);
     if (bad) {
@@ -391,7 +391,7 @@ static void *compile_for(const char *target, const kiln_attn_desc *pd, size_t *n
   if (api_desc_from_public(pd, &d)) fail_msg("%s", kiln_last_error());
   kn_attn_config c = kn_attn_default_config(kn_arch_get(target), &d);
   kn_diag e;
-  kn_module *m = api_build_module(&d, &c, &e);
+  kn_module *m = api_build_module("attn_fwd", &d, &c, &e);
   kn_artifact a;
   if (!m || kn_compile_artifact(m, "attn_fwd", kn_target_get(target), NULL, &a, &e))
     fail_msg("compile: %s", e.message);

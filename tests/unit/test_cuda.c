@@ -19,7 +19,10 @@
  *     kn_fake_cuda_attn_variant() says that a softcap (an f32) and/or a sliding window (two
  *     i32 parameters) follow the 24, which checks the packing of a variant's parameters;
  *     kn_fake_cuda_attn_varlen() and kn_fake_cuda_attn_paged() switch it to packed sequences
- *     and to a paged KV cache read through its block table.
+ *     and to a paged KV cache read through its block table.  The paged append (`kv_append`)
+ *     and the AOT bundles' `attn_fwd_<name>` kernels run too, and the backward's three kernels
+ *     (`attn_bwd_pre`, `attn_bwd_dkdv`, `attn_bwd_dq`: 43 parameters, templates/attn_bwd.h)
+ *     are computed the same way as the forward, plain or causal.
  *   - On the H200 (bench/h200/device_run.sh): the same GPU tests against the real driver, with
  *     hand-written PTX (.version 8.0, .target sm_80) JIT-compiled by the driver, and, where
  *     ptxas is installed, also a cubin made by compiler/ptxas.c.
@@ -36,10 +39,11 @@
 
 typedef unsigned long long dptr;
 typedef struct fake_fn {
-  int id; /* 0 kn_vadd, 1 kn_block_reverse, 2 attn_fwd, 3 kv_append */
+  int id; /* 0 kn_vadd, 1 kn_block_reverse, 2 attn_fwd, 3 kv_append, 4-6 the backward's */
   int max_dyn;
 } fake_fn;
-static fake_fn fake_fns[4] = {{0, 48 * 1024}, {1, 48 * 1024}, {2, 48 * 1024}, {3, 48 * 1024}};
+static fake_fn fake_fns[7] = {{0, 48 * 1024}, {1, 48 * 1024}, {2, 48 * 1024}, {3, 48 * 1024},
+                              {4, 48 * 1024}, {5, 48 * 1024}, {6, 48 * 1024}};
 
 /* ---- kiln's attention, for test_api_cuda ---- */
 static int attn_elem = 2, attn_bf16, attn_d = 64, attn_causal, attn_launches;
@@ -197,6 +201,74 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
   attn_launches++;
   return 0;
 }
+/* The backward's three kernels (templates/attn_bwd.h: 43 parameters, plain or causal as
+ * kn_fake_cuda_attn said; no variant parameters): 4 attn_bwd_pre writes delta, 5 attn_bwd_dkdv dK
+ * and dV (grid y = B * HK), 6 attn_bwd_dq dQ (grid y = B * H), each in float64 from the launch's
+ * q, k, v, o, dO, lse and delta and its strides, whatever the grid's x. */
+static int fake_attention_bwd(int which, unsigned gy, void **params) {
+  void *ptr[10];
+  for (int i = 0; i < 10; i++) ptr[i] = (void *)(uintptr_t)*(dptr *)params[i];
+  float scale = *(float *)params[10], *lse = ptr[8], *delta = ptr[9];
+  int32_t nq = *(int32_t *)params[11], nk = *(int32_t *)params[12], H = *(int32_t *)params[13],
+          group = *(int32_t *)params[14];
+  int64_t st[28];  /* q k v o do dq dk dv {b, h, row}, lse delta {b, h} */
+  for (int i = 0; i < 28; i++) st[i] = *(int64_t *)params[15 + i];
+  for (int i = 0; i < 10; i++)
+    if (!ptr[i]) return 1;
+  if (H <= 0 || group <= 0 || H % group || nq < 0 || nk < 0 || !(scale > 0)) return 1;
+  const int HK = H / group, B = (int)gy / (which == 5 ? HK : H), D = attn_d;
+#define AT(t, b, h, r) ((b) * st[3 * (t)] + (h) * st[3 * (t) + 1] + (r) * st[3 * (t) + 2])
+  if (which == 5)
+    for (int b = 0; b < B; b++)
+      for (int hk = 0; hk < HK; hk++)
+        for (int j = 0; j < nk; j++)
+          for (int d = 0; d < D; d++) {
+            st_elem(ptr[6], AT(6, b, hk, j) + d, 0);
+            st_elem(ptr[7], AT(7, b, hk, j) + d, 0);
+          }
+  double *acc = calloc((size_t)(D > 0 ? D : 1) * 2, sizeof(double));
+  if (!acc) return 2;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++) {
+      const int hk = h / group;
+      for (int i = 0; i < nq; i++) {
+        const int64_t lrow = b * st[24] + h * st[25] + i, drow = b * st[26] + h * st[27] + i;
+        if (which == 4) {
+          double s = 0;
+          for (int d = 0; d < D; d++)
+            s += ld_elem(ptr[4], AT(4, b, h, i) + d) * ld_elem(ptr[3], AT(3, b, h, i) + d);
+          delta[drow] = (float)s;
+          continue;
+        }
+        for (int d = 0; d < D; d++) acc[d] = 0;
+        for (int j = 0; j < nk && lse[lrow] != -INFINITY; j++) {
+          if (attn_causal && j > i + nk - nq) continue;
+          double s = 0, dp = 0;
+          for (int d = 0; d < D; d++) {
+            s += ld_elem(ptr[0], AT(0, b, h, i) + d) * ld_elem(ptr[1], AT(1, b, hk, j) + d);
+            dp += ld_elem(ptr[4], AT(4, b, h, i) + d) * ld_elem(ptr[2], AT(2, b, hk, j) + d);
+          }
+          double p = exp(s * scale - lse[lrow]), ds = p * (dp - delta[drow]);
+          for (int d = 0; d < D; d++) {
+            if (which == 6) {
+              acc[d] += scale * ds * ld_elem(ptr[1], AT(1, b, hk, j) + d);
+              continue;
+            }
+            int64_t ko = AT(6, b, hk, j) + d, vo = AT(7, b, hk, j) + d;
+            st_elem(ptr[6], ko, ld_elem(ptr[6], ko) + scale * ds * ld_elem(ptr[0], AT(0, b, h, i) + d));
+            st_elem(ptr[7], vo, ld_elem(ptr[7], vo) + p * ld_elem(ptr[4], AT(4, b, h, i) + d));
+          }
+        }
+        if (which == 6)
+          for (int d = 0; d < D; d++) st_elem(ptr[5], AT(5, b, h, i) + d, acc[d]);
+      }
+    }
+#undef AT
+  free(acc);
+  attn_launches++;
+  return 0;
+}
+
 /* the paged append (templates/attn_paged.c, kv_append): row i of (b, hk), grid (seqlen_new,
  * batch * kv_heads), to position cache_seqlens[b] + i through the table, in the parameter order
  * of kn_paged_append_names; elements of attn_elem bytes, rows of attn_d */
@@ -300,6 +372,9 @@ int cuModuleGetFunction(void **f, void *m, const char *name) {
   if (strcmp(name, "kn_vadd") == 0) *f = &fake_fns[0];
   else if (strcmp(name, "kn_block_reverse") == 0) *f = &fake_fns[1];
   else if (strcmp(name, "kv_append") == 0) *f = &fake_fns[3];
+  else if (strcmp(name, "attn_bwd_pre") == 0) *f = &fake_fns[4];
+  else if (strcmp(name, "attn_bwd_dkdv") == 0) *f = &fake_fns[5];
+  else if (strcmp(name, "attn_bwd_dq") == 0) *f = &fake_fns[6];
   else if (strncmp(name, "attn_fwd", 8) == 0) *f = &fake_fns[2]; /* AOT: attn_fwd_<name> */
   else return 500;
   return 0;
@@ -323,6 +398,8 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
   if (bx * by * bz > 1024 || (int)dyn > fn->max_dyn || gz != 1) return 1;
   if (fn->id == 2) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_attention(gx, gy, params) : 1;
   if (fn->id == 3) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_append(gx, gy, params) : 1;
+  if (fn->id >= 4)
+    return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_attention_bwd(fn->id, gy, params) : 1;
   if (gy != 1) return 1;
   if (fn->id == 0) {
     float *a = (float *)(uintptr_t)*(dptr *)params[0], *b = (float *)(uintptr_t)*(dptr *)params[1];

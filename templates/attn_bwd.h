@@ -1,0 +1,96 @@
+/* attn_bwd.h — the attention backward templates (FlashAttention 2) and their float64 reference.
+ *
+ * kn_attn_bwd_build() writes three kernels into a module from the forward's descriptor (the
+ * backward of a variant is described by the descriptor its forward was built from) and a config:
+ *   attn_bwd_pre    delta = rowsum(dO * O), f32 (B, H, Nq); grid (cdiv(Nq, BLOCK_M), B * H)
+ *   attn_bwd_dkdv   one program per BLOCK_N keys of one (batch, kv head): loops over the query
+ *                   heads of its group and their query blocks of BLOCK_M rows, recomputing P from
+ *                   the forward's lse, and writes dK and dV (summed over the group: GQA/MQA);
+ *                   grid (cdiv(Nk, BLOCK_N), B * HK)
+ *   attn_bwd_dq     one program per BLOCK_M query rows of one (batch, head): loops over the key
+ *                   blocks again and writes dQ; grid (cdiv(Nq, BLOCK_M), B * H)
+ * Every output element is written by exactly one program with a fixed order of sums: no atomics,
+ * and results are bit-identical run to run.  Launched in that order (pre, then the other two,
+ * which only read delta).
+ *
+ * Kernel parameters (all three kernels take the same list; strides in elements, the head
+ * dimension contiguous):
+ *   q, k, v, o, do, dq, dk, dv   ptr<dtype>  q/o/do/dq (B, H, Nq, D), k/v/dk/dv (B, HK, Nk, D)
+ *   lse, delta                   ptr<f32>    (B, H, Nq): the forward's natural-log lse; delta is
+ *                                            a workspace the preprocess writes
+ *   sm_scale f32; seqlen_q, seqlen_k, heads, kv_group i32
+ *   the (batch, head, row) strides of q, k, v, o, do, dq, dk, dv and the (batch, head) strides
+ *   of lse and delta, i64 (KN_ATTN_BWD_NPARAMS in all)
+ * then the variant's parameters, as the forward's signature has them (kn_attn_signature).
+ *
+ * Variants: every mask (causal both ways, window, document, prefix, the user's @mask_mod) is
+ * applied as in the forward; causal and window also bound the loops (blocks no live pair touches
+ * are not visited).  Score modifiers (softcap, ALiBi, bias, the user's @score_mod) are
+ * differentiated from their IR (kn_attn_mod_grad): the kernels apply dS * d(score_mod)/d(score).
+ * Block predicates (@block_mask) only skip work in the forward; the backward applies the masks
+ * without them.  Varlen is not supported yet (an error says so).
+ */
+#ifndef KILN_ATTN_BWD_H
+#define KILN_ATTN_BWD_H
+
+#include "attention.h"
+
+enum { KN_ATTN_BWD_NPARAMS = 43 };
+
+/* the three kernels' names, in launch order */
+enum { KN_BWD_PRE, KN_BWD_DKDV, KN_BWD_DQ, KN_BWD_NKERNELS };
+extern const char *const kn_attn_bwd_kernels[KN_BWD_NKERNELS];
+
+/* 0 when d and c are supported by the backward on arch (NULL: the host), else -1 with *diag */
+int kn_attn_bwd_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_config *c,
+                         kn_diag *diag);
+/* the default backward tiling for d on arch (NULL: the host) */
+kn_attn_config kn_attn_bwd_default_config(const kn_arch *arch, const kn_attn_desc *d);
+/* builds the three kernels into m (which may already hold d's modifier functions); -1 with *diag */
+int kn_attn_bwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
+                      kn_diag *diag);
+
+/* the buffers of one backward call (contiguous layouts for kn_attn_bwd_fill_args) */
+typedef struct kn_attn_bwd_bufs {
+  void *q, *k, *v, *o, *dout;   /* inputs: (B, H, Nq, D), (B, HK, Nk, D) x2, (B, H, Nq, D) x2 */
+  float *lse;                   /* (B, H, Nq), the forward's */
+  float *delta;                 /* (B, H, Nq) workspace */
+  void *dq, *dk, *dv;           /* outputs */
+} kn_attn_bwd_bufs;
+
+/* the backward signature of d: KN_ATTN_BWD_NPARAMS, then the variant's parameters */
+int kn_attn_bwd_signature(const kn_attn_desc *d, kn_attn_sig *sig, kn_diag *diag);
+/* the type of the backward's own parameter i (< KN_ATTN_BWD_NPARAMS) */
+kn_type kn_attn_bwd_param_type(const kn_attn_desc *d, int i);
+extern const char *const kn_attn_bwd_param_names[KN_ATTN_BWD_NPARAMS];
+
+/* the arguments (sig->n of them, sig from kn_attn_bwd_signature) and the grid of each kernel for
+ * contiguous buffers; -1 with *diag as kn_attn_fill_args */
+int kn_attn_bwd_fill_args(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_attn_config *c,
+                          const kn_attn_problem *p, const kn_attn_bwd_bufs *b,
+                          const kn_attn_vargs *va, kn_argval *out, int grid[KN_BWD_NKERNELS][3],
+                          kn_diag *diag);
+
+/* Float64 backward: dq, dk, dv of loss = sum(O * dO), O the attention of d (every modifier
+ * evaluated by the interpreter in double; the derivative of the score modifiers by a central
+ * difference, not from kn_attn_mod_grad, so the two are independent).  Contiguous layouts as
+ * kn_attn_reference.  lowp: the same math with what the kernels round rounded to d's dtype (O,
+ * P and dS before their products, the outputs), to measure the error low precision alone makes;
+ * false: exact.  -1 with *diag when a modifier fails. */
+int kn_attn_bwd_reference(const kn_attn_desc *d, kn_module *mods, const kn_attn_problem *p,
+                          const kn_attn_vargs *va, const double *q, const double *k,
+                          const double *v, const double *dout, bool lowp, double *dq,
+                          double *dk, double *dv, kn_diag *diag);
+
+/* The derivative of a score modifier with respect to its score, from its IR (forward mode):
+ * a new function @<name>.grad in f's module, with f's parameters and two results (f's value,
+ * d f / d score).  Ops the derivative goes through: add, sub, mul, div, neg, abs, max, min,
+ * select, exp, exp2, log, log2, sqrt, rsqrt, tanh, float casts, and calls of functions it can
+ * differentiate in turn; anything else the score reaches (an integer cast, a load at an address
+ * computed from it, a comparison feeding a non-select use is fine) is -1 with *diag at the op. */
+kn_func *kn_attn_mod_grad(kn_module *m, kn_func *f, kn_diag *diag);
+
+/* absolute tolerances of dq/dk/dv (inputs ~ N(0,1), dO ~ N(0,1)); the rationale is in attn_bwd.c */
+double kn_attn_bwd_tolerance(kn_scalar dtype);
+
+#endif

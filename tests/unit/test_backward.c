@@ -1,0 +1,669 @@
+/* test_backward.c — the attention backward (templates/attn_bwd.c, docs/backward.md) against its
+ * float64 reference, and the reference against finite differences of the forward's.
+ *
+ * 1. The oracle: kn_attn_bwd_reference's dQ, dK, dV equal central differences of
+ *    loss = sum(O * dO), O from the forward's float64 reference (attn_ref.c, which shares no
+ *    code with the backward's), on tiny shapes: plain, causal both ways, GQA, window, softcap,
+ *    ALiBi, a bias and a user score_mod.
+ * 2. The derivative of score modifiers from their IR (kn_attn_mod_grad) against a difference
+ *    quotient, and its refusals (a score cast to an integer, a load at the score) with clear
+ *    errors.
+ * 3. The kernels (pre, dK/dV, dQ) on the interpreter, the host and gfx90a-emu / gfx942-emu, on
+ *    fresh random inputs with ragged lengths (not multiples of the blocks, seqlen_k above and
+ *    below seqlen_q), odd head dims, GQA and MQA, causal both ways, window, softcap, ALiBi, bias,
+ *    documents and a user score_mod, f16 / bf16 / f32: every gradient within the dtype's
+ *    tolerance of float64 and within 2x (plus a floor) of the error the same math makes rounded
+ *    as the kernels round (the lowp reference); deterministic (two runs bit-identical).
+ * 4. Code: the backward kernels at their default tilings compile for gfx90a / gfx942 (VGPR
+ *    spills reported) and sm_80 / sm_90a (ptxas; skipped without it).
+ * 5. Bad input: varlen, head dim above 256, wgmma, a non-differentiable score_mod: clear errors.
+ * 6. The API on the host: kiln_forward then kiln_backward (GQA and causal, softcap, a user
+ *    score_mod with its tensor) against the float64 reference, and the errors of bad calls.
+ *
+ * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_VERBOSE=1 prints each case;
+ * KILN_TEST_BWD_TILING=BM,BN,W compiles (4.) that tiling instead of the defaults;
+ * KILN_TEST_FILTER=test_codegen runs the tests whose names match.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "attn_bwd.h"
+#include "attn_internal.h"
+#include "numeric.h"
+#include "attn_test.h"
+#include "kiln.h"
+
+/* ---- one problem --------------------------------------------------------------------------- */
+
+typedef struct bcase {
+  const char *name;
+  kn_attn_desc desc;
+  int batch, heads, kv_heads, nq, nk;
+  /* derived */
+  kn_attn_vargs va;
+  kn_attn_named_arg named[2];
+  void *buf[4];
+  int nbuf;
+} bcase;
+
+#define TEMP_SCORE_MOD                                                                            \
+  "func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, "                    \
+  "%temp: ptr<f32>) -> (f32) {\n"                                                                 \
+  "  %c1 = const 1 : i64\n"                                                                       \
+  "  %h64 = cast %h : i64\n"                                                                      \
+  "  %t = load %temp[%h64] strides [%c1] : f32\n"                                                 \
+  "  %x = mul %score, %t : f32\n"                                                                 \
+  "  %e = exp %x : f32\n"                                                                         \
+  "  %one = const 1 : f32\n"                                                                      \
+  "  %d = add %one, %e : f32\n"                                                                   \
+  "  %l = log %d : f32\n"                                                                         \
+  "  %out = mul %l, %score : f32\n"                                                               \
+  "  return %out\n"                                                                               \
+  "}\n"
+
+/* a case: its name, shape (B, H, HK, Nq, Nk) and descriptor fields (the rest is derived) */
+#define C(nm, b, h, hk, q, k, ...) \
+  {.name = nm, .desc = {__VA_ARGS__}, .batch = b, .heads = h, .kv_heads = hk, .nq = q, .nk = k}
+
+static void make_values(bcase *c) {
+  const kn_attn_desc *d = &c->desc;
+  kn_attn_vargs *va = &c->va;
+  memset(va, 0, sizeof *va);
+  c->nbuf = 0;
+  const int B = c->batch, H = c->heads;
+  if (d->window) {
+    va->window_left = irand(0, 3) == 0 ? -1 : irand(0, c->nk / 2 + 3);
+    va->window_right = irand(0, 3) == 0 ? -1 : irand(0, 12);
+  }
+  if (d->softcap) va->softcap = (float)unif(0.5, 3);
+  if (d->alibi) {
+    float *s = malloc(sizeof *s * (size_t)(B * H));
+    for (int i = 0; i < B * H; i++) s[i] = (float)unif(0.01, 0.6);
+    va->alibi_slopes = s;
+    va->alibi_sb = H;
+    c->buf[c->nbuf++] = s;
+  }
+  if (d->bias) {
+    size_t n = (size_t)B * H * c->nq * c->nk, es = kn_scalar_size(d->dtype);
+    void *x = malloc(es * n);
+    for (size_t i = 0; i < n; i++) kn_store_elem(d->dtype, (char *)x + i * es, unif(-2, 2));
+    va->bias = x;
+    va->bias_sb = (int64_t)H * c->nq * c->nk, va->bias_sh = (int64_t)c->nq * c->nk;
+    va->bias_sm = c->nk;
+    c->buf[c->nbuf++] = x;
+  }
+  if (d->document) {
+    int32_t *qs = malloc(sizeof *qs * (size_t)(B * c->nq)), *ks = malloc(sizeof *ks * (size_t)(B * c->nk));
+    for (int b = 0; b < B; b++) {
+      int id = 0;
+      for (int j = 0; j < c->nk; j++) {
+        if (irand(0, 7) == 0) id++;
+        ks[b * c->nk + j] = id;
+      }
+      id = 0;
+      for (int i = 0; i < c->nq; i++) {
+        if (irand(0, 7) == 0) id++;
+        qs[b * c->nq + i] = id;
+      }
+    }
+    va->q_seg = qs, va->k_seg = ks, va->q_seg_sb = c->nq, va->k_seg_sb = c->nk;
+    c->buf[c->nbuf++] = qs;
+    c->buf[c->nbuf++] = ks;
+  }
+  if (d->mods) {
+    float *t = malloc(sizeof *t * (size_t)H);
+    for (int i = 0; i < H; i++) t[i] = (float)unif(0.5, 1.5);
+    c->named[0] = (kn_attn_named_arg){"temp", {.p = t}, sizeof *t * (size_t)H};
+    va->mods = c->named, va->nmods = 1;
+    c->buf[c->nbuf++] = t;
+  }
+}
+
+static void free_values(bcase *c) {
+  for (int i = 0; i < c->nbuf; i++) free(c->buf[i]);
+  c->nbuf = 0;
+}
+
+static kn_attn_problem problem_of(const bcase *c) {
+  return (kn_attn_problem){.batch = c->batch, .heads = c->heads, .kv_heads = c->kv_heads,
+                           .seqlen_q = c->nq, .seqlen_k = c->nk};
+}
+
+static double *rand_vec(size_t n, kn_scalar dt, double lo, double hi) {
+  double *x = malloc(sizeof *x * (n ? n : 1));
+  for (size_t i = 0; i < n; i++) x[i] = kn_round(dt, unif(lo, hi));
+  return x;
+}
+
+/* loss = sum(O * dO) with O from the forward's float64 reference */
+static double loss_of(bcase *c, const double *q, const double *k, const double *v,
+                      const double *dout) {
+  kn_attn_problem p = problem_of(c);
+  size_t no = (size_t)c->batch * c->heads * c->nq * c->desc.head_dim;
+  double *o = malloc(sizeof *o * (no ? no : 1));
+  kn_diag diag;
+  if (kn_attn_reference_v(&c->desc, NULL, &p, &c->va, q, k, v, o, NULL, &diag))
+    fail_msg("reference: %s", diag.rendered);
+  double l = 0;
+  for (size_t i = 0; i < no; i++) l += o[i] * dout[i];
+  free(o);
+  return l;
+}
+
+/* 1. the backward reference against central differences of the forward reference */
+static void fd_case(bcase *c) {
+  make_values(c);
+  const int D = c->desc.head_dim;
+  const size_t nq = (size_t)c->batch * c->heads * c->nq * D, nk = (size_t)c->batch * c->kv_heads * c->nk * D;
+  double *q = rand_vec(nq, KN_F32, -1.5, 1.5), *k = rand_vec(nk, KN_F32, -1.5, 1.5);
+  double *v = rand_vec(nk, KN_F32, -1, 1), *dout = rand_vec(nq, KN_F32, -1, 1);
+  double *g[3] = {malloc(sizeof(double) * nq), malloc(sizeof(double) * nk), malloc(sizeof(double) * nk)};
+  kn_attn_problem p = problem_of(c);
+  kn_diag diag;
+  if (kn_attn_bwd_reference(&c->desc, NULL, &p, &c->va, q, k, v, dout, false, g[0], g[1], g[2], &diag))
+    fail_msg("%s: backward reference: %s", c->name, diag.rendered);
+  double *x[3] = {q, k, v};
+  size_t n[3] = {nq, nk, nk};
+  double worst = 0, scale = 1e-3;
+  for (int t = 0; t < 3; t++)
+    for (size_t i = 0; i < n[t]; i++) {
+      const double h = 1e-5, x0 = x[t][i];
+      x[t][i] = x0 + h;
+      double lp = loss_of(c, q, k, v, dout);
+      x[t][i] = x0 - h;
+      double lm = loss_of(c, q, k, v, dout);
+      x[t][i] = x0;
+      double fd = (lp - lm) / (2 * h), e = fabs(fd - g[t][i]);
+      if (e > worst) worst = e;
+      if (fabs(fd) > scale) scale = fabs(fd);
+    }
+  if (verbose()) printf("  fd %-24s max |fd - ref| = %.2e (largest gradient %.2f)\n", c->name, worst, scale);
+  if (worst > 1e-6 * scale) fail_msg("%s: the reference's gradient differs from finite differences by %g", c->name, worst);
+  for (int t = 0; t < 3; t++) free(g[t]);
+  free(q), free(k), free(v), free(dout);
+  free_values(c);
+}
+
+static void test_reference_fd(void **state) {
+  (void)state;
+  bcase cases[] = {
+      C("plain", 1, 2, 2, 3, 4, .dtype = KN_F32, .head_dim = 3),
+      C("causal gqa", 1, 2, 1, 4, 3, .dtype = KN_F32, .head_dim = 2, .causal = 1),
+      C("causal top-left", 1, 1, 1, 3, 5, .dtype = KN_F32, .head_dim = 2, .causal = 2),
+      C("window", 1, 1, 1, 5, 5, .dtype = KN_F32, .head_dim = 2, .window = true),
+      C("softcap", 1, 1, 1, 3, 4, .dtype = KN_F32, .head_dim = 3, .softcap = true),
+      C("alibi causal", 2, 1, 1, 3, 3, .dtype = KN_F32, .head_dim = 2, .alibi = true, .causal = 1),
+      C("bias", 1, 2, 1, 2, 3, .dtype = KN_F32, .head_dim = 2, .bias = true),
+      C("user score_mod", 1, 2, 2, 3, 3, .dtype = KN_F32, .head_dim = 2, .mods = TEMP_SCORE_MOD),
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) fd_case(&cases[i]);
+}
+
+/* ---- 2. derivatives of score modifiers ---------------------------------------------------------- */
+
+static void grad_fd(const char *text, const char *fname, double cap) {
+  kn_diag diag;
+  kn_module *m = kn_parse("<grad>", text, strlen(text), &diag);
+  if (!m || kn_verify(m, &diag)) fail_msg("parse: %s", diag.rendered);
+  kn_func *f = kn_module_find(m, fname);
+  kn_func *gf = kn_attn_mod_grad(m, f, &diag);
+  if (!gf) fail_msg("grad: %s", diag.rendered);
+  if (kn_verify(m, &diag)) fail_msg("verify: %s", diag.rendered);
+  kn_interp_fn *fn = kn_interp_fn_new(f, KN_INTERP_F64, NULL, 0, &diag);
+  kn_interp_fn *gn = kn_interp_fn_new(gf, KN_INTERP_F64, NULL, 0, &diag);
+  assert_non_null(fn);
+  assert_non_null(gn);
+  for (int t = 0; t < 50; t++) {
+    kn_argval a[6] = {{.f = unif(-6, 6)}, {.i = 0}, {.i = 1}, {.i = irand(0, 9)}, {.i = irand(0, 9)}, {.f = cap}};
+    kn_argval r[2], zp, zm;
+    assert_int_equal(kn_interp_fn_call(gn, a, r, &diag), 0);
+    const double x0 = a[0].f, h = 1e-6;
+    a[0].f = x0 + h;
+    kn_interp_fn_call(fn, a, &zp, &diag);
+    a[0].f = x0 - h;
+    kn_interp_fn_call(fn, a, &zm, &diag);
+    double fd = (zp.f - zm.f) / (2 * h);
+    if (fabs(fd - r[1].f) > 1e-6 * (1 + fabs(fd)))
+      fail_msg("%s at %g: derivative %g, difference quotient %g", fname, x0, r[1].f, fd);
+  }
+  kn_interp_fn_free(fn);
+  kn_interp_fn_free(gn);
+  kn_module_free(m);
+}
+
+static void grad_refused(const char *text, const char *want) {
+  kn_diag diag;
+  kn_module *m = kn_parse("<grad>", text, strlen(text), &diag);
+  if (!m || kn_verify(m, &diag)) fail_msg("parse: %s", diag.rendered);
+  assert_null(kn_attn_mod_grad(m, kn_module_find(m, "score_mod"), &diag));
+  if (!strstr(diag.message, want)) fail_msg("error '%s' does not say '%s'", diag.message, want);
+  kn_module_free(m);
+}
+
+static void test_mod_grad(void **state) {
+  (void)state;
+  const char *fns =
+      "func @soft(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, %cap: f32) -> (f32) {\n"
+      "  %one = const 1 : f32\n  %inv = div %one, %cap : f32\n  %x = mul %score, %inv : f32\n"
+      "  %t = tanh %x : f32\n  %r = mul %t, %cap : f32\n  return %r\n}\n"
+      "func @mix(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, %cap: f32) -> (f32) {\n"
+      "  %qi = cast %q_idx : f32\n  %a = sub %score, %qi : f32\n  %s = abs %a : f32\n"
+      "  %c = const 0.5 : f32\n  %m = max %s, %c : f32\n  %e = exp2 %m : f32\n"
+      "  %sq = sqrt %m : f32\n  %l = log2 %m : f32\n  %y = add %e, %sq : f32\n  %z = sub %y, %l : f32\n"
+      "  %w = div %z, %m : f32\n  %n = neg %w : f32\n  %r = rsqrt %m : f32\n  %o = mul %n, %r : f32\n"
+      "  %p = cmp gt %score, %cap : i1\n  %sel = select %p, %o, %score : f32\n"
+      "  %mn = min %sel, %cap : f32\n  return %mn\n}\n";
+  grad_fd(fns, "soft", 2.5);
+  grad_fd(fns, "mix", 1.5);
+  grad_refused("func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32) -> (f32) {\n"
+               "  %i = cast %score : i32\n  %f = cast %i : f32\n  return %f\n}\n",
+               "the score reaches 'cast' in @score_mod");
+  grad_refused("func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, %kv_idx: i32, %t: ptr<f32>) -> (f32) {\n"
+               "  %i = cast %score : i64\n  %c1 = const 1 : i64\n  %x = load %t[%i] strides [%c1] : f32\n"
+               "  return %x\n}\n",
+               "no derivative kiln takes");
+}
+
+/* ---- 3. the kernels ----------------------------------------------------------------------------- */
+
+typedef struct run_bufs {
+  void *q, *k, *v, *o, *dout, *dq, *dk, *dv;
+  float *lse, *delta;
+} run_bufs;
+
+static void *dt_buf(kn_scalar dt, const double *x, size_t n) {
+  size_t es = kn_scalar_size(dt);
+  char *b = malloc(es * (n ? n : 1));
+  for (size_t i = 0; i < n; i++) kn_store_elem(dt, b + i * es, x ? x[i] : NAN);
+  return b;
+}
+
+/* the three kernels on target (NULL: the interpreter); 0 or -1 with *diag */
+static int run_backward(const char *target, bcase *c, const kn_attn_config *cfg, run_bufs *rb,
+                        kn_diag *diag) {
+  kn_module *m = kn_module_new("<bwd>");
+  if (kn_attn_bwd_build(m, &c->desc, cfg, diag)) fail_msg("%s: build: %s", c->name, diag->rendered);
+  if (kn_verify(m, diag)) fail_msg("%s: verify: %s", c->name, diag->rendered);
+  kn_attn_sig sig;
+  if (kn_attn_bwd_signature(&c->desc, &sig, diag)) fail_msg("%s: sig: %s", c->name, diag->rendered);
+  kn_attn_problem p = problem_of(c);
+  kn_attn_bwd_bufs bb = {rb->q, rb->k, rb->v, rb->o, rb->dout, rb->lse, rb->delta, rb->dq, rb->dk, rb->dv};
+  kn_argval args[KN_ATTN_MAX_PARAMS];
+  int grid[KN_BWD_NKERNELS][3];
+  if (kn_attn_bwd_fill_args(&c->desc, &sig, cfg, &p, &bb, &c->va, args, grid, diag))
+    fail_msg("%s: args: %s", c->name, diag->rendered);
+  const size_t es = kn_scalar_size(c->desc.dtype), D = (size_t)c->desc.head_dim;
+  const size_t nq = (size_t)c->batch * c->heads * c->nq, nk = (size_t)c->batch * c->kv_heads * c->nk;
+  kn_region regions[KN_ATTN_MAX_PARAMS] = {
+      {rb->q, nq * D * es}, {rb->k, nk * D * es}, {rb->v, nk * D * es}, {rb->o, nq * D * es},
+      {rb->dout, nq * D * es}, {rb->dq, nq * D * es}, {rb->dk, nk * D * es}, {rb->dv, nk * D * es},
+      {rb->lse, nq * 4}, {rb->delta, nq * 4}};
+  int nreg = 10;
+  /* the variant's tensors: every pointer argument after the backward's own */
+  for (int i = KN_ATTN_BWD_NPARAMS; i < sig.n; i++)
+    if (sig.type[i].kind == KN_TY_PTR) {
+      size_t bytes = 1 << 20;
+      for (int j = 0; j < c->va.nmods; j++)
+        if (!strcmp(c->va.mods[j].name, sig.name[i])) bytes = c->va.mods[j].bytes;
+      if (!strcmp(sig.name[i], "bias")) bytes = (size_t)c->batch * c->heads * c->nq * c->nk * es;
+      if (!strcmp(sig.name[i], "alibi_slopes")) bytes = (size_t)c->batch * c->heads * 4;
+      if (!strcmp(sig.name[i], "q_seg")) bytes = (size_t)c->batch * c->nq * 4;
+      if (!strcmp(sig.name[i], "k_seg")) bytes = (size_t)c->batch * c->nk * 4;
+      regions[nreg++] = (kn_region){args[i].p, bytes};
+    }
+  int rc = 0;
+  for (int w = 0; w < KN_BWD_NKERNELS && rc == 0; w++) {
+    if (grid[w][0] == 0 || grid[w][1] == 0) continue;
+    rc = run_named_on_target(target, m, kn_attn_bwd_kernels[w], args, grid[w], regions, nreg,
+                             NULL, c->name, diag);
+  }
+  kn_module_free(m);
+  return rc;
+}
+
+/* the largest |got - want| over n elements of a dtype buffer */
+static double max_err(kn_scalar dt, const void *got, const double *want, size_t n, double *big) {
+  double e = 0;
+  size_t es = kn_scalar_size(dt);
+  for (size_t i = 0; i < n; i++) {
+    double g = kn_load_elem(dt, (const char *)got + i * es), d = fabs(g - want[i]);
+    if (!(d <= e)) e = d;  /* NaN counts */
+    if (fabs(want[i]) > *big) *big = fabs(want[i]);
+  }
+  return e;
+}
+
+static double max_diff(const double *a, const double *b, size_t n) {
+  double e = 0;
+  for (size_t i = 0; i < n; i++)
+    if (fabs(a[i] - b[i]) > e) e = fabs(a[i] - b[i]);
+  return e;
+}
+
+/* one case on one target: fresh inputs, the kernels, the checks */
+static void kernel_case(const char *target, bcase *c, const kn_attn_config *cfg_in) {
+  make_values(c);
+  const kn_scalar dt = c->desc.dtype;
+  const int D = c->desc.head_dim;
+  const size_t nq = (size_t)c->batch * c->heads * c->nq * D, nk = (size_t)c->batch * c->kv_heads * c->nk * D;
+  const size_t nrow = (size_t)c->batch * c->heads * c->nq;
+  double *q = rand_vec(nq, dt, -2, 2), *k = rand_vec(nk, dt, -2, 2), *v = rand_vec(nk, dt, -2, 2);
+  double *dout = rand_vec(nq, dt, -1, 1);
+  double *o = malloc(sizeof *o * (nq ? nq : 1)), *lse = malloc(sizeof *lse * (nrow ? nrow : 1));
+  kn_attn_problem p = problem_of(c);
+  kn_diag diag;
+  if (kn_attn_reference_v(&c->desc, NULL, &p, &c->va, q, k, v, o, lse, &diag))
+    fail_msg("%s: forward reference: %s", c->name, diag.rendered);
+  /* the forward's outputs as a kernel stores them: O in the dtype, lse in f32 */
+  run_bufs rb = {dt_buf(dt, q, nq), dt_buf(dt, k, nk), dt_buf(dt, v, nk), dt_buf(dt, o, nq),
+                 dt_buf(dt, dout, nq), dt_buf(dt, NULL, nq), dt_buf(dt, NULL, nk), dt_buf(dt, NULL, nk),
+                 malloc(4 * (nrow ? nrow : 1)), malloc(4 * (nrow ? nrow : 1))};
+  for (size_t i = 0; i < nrow; i++) rb.lse[i] = (float)lse[i];
+  kn_attn_config cfg = cfg_in ? *cfg_in : kn_attn_bwd_default_config(NULL, &c->desc);
+  if (run_backward(target, c, &cfg, &rb, &diag))
+    fail_msg("%s on %s: run: %s", c->name, target ? target : "interp", diag.rendered);
+  double *ref[3], *low[3];
+  size_t n[3] = {nq, nk, nk};
+  for (int t = 0; t < 3; t++) {
+    ref[t] = malloc(sizeof(double) * (n[t] ? n[t] : 1));
+    low[t] = malloc(sizeof(double) * (n[t] ? n[t] : 1));
+  }
+  if (kn_attn_bwd_reference(&c->desc, NULL, &p, &c->va, q, k, v, dout, false, ref[0], ref[1], ref[2], &diag) ||
+      kn_attn_bwd_reference(&c->desc, NULL, &p, &c->va, q, k, v, dout, true, low[0], low[1], low[2], &diag))
+    fail_msg("%s: backward reference: %s", c->name, diag.rendered);
+  void *got[3] = {rb.dq, rb.dk, rb.dv};
+  const char *nm[3] = {"dq", "dk", "dv"};
+  const double tol = kn_attn_bwd_tolerance(dt);
+  for (int t = 0; t < 3; t++) {
+    double big = 0, e = max_err(dt, got[t], ref[t], n[t], &big);
+    double lowp = max_diff(low[t], ref[t], n[t]);
+    /* the floor: a few ulps of f32 over the sums for f32, half an ulp of the largest
+     * gradient otherwise */
+    double floor_ = dt == KN_F32 ? 2e-5 * (1 + big) : 0.5 * kn_ulp(dt, big);
+    if (verbose())
+      printf("  %-10s %-28s %s: err %.2e  lowp err %.2e  (max |%s| %.2f)\n",
+             target ? target : "interp", c->name, nm[t], e, lowp, nm[t], big);
+    if (!(e <= tol * (1 + big)))
+      fail_msg("%s on %s: %s error %g above tol %g (max |%s| %g)", c->name, target ? target : "interp",
+               nm[t], e, tol * (1 + big), nm[t], big);
+    if (!(e <= 2 * lowp + floor_))
+      fail_msg("%s on %s: %s error %g is more than 2x the low-precision error %g (+%g)", c->name,
+               target ? target : "interp", nm[t], e, lowp, floor_);
+  }
+  /* deterministic: a second run gives the same bits */
+  if (target && !strcmp(target, "host")) {
+    run_bufs r2 = rb;
+    r2.dq = dt_buf(dt, NULL, nq), r2.dk = dt_buf(dt, NULL, nk), r2.dv = dt_buf(dt, NULL, nk);
+    if (run_backward(target, c, &cfg, &r2, &diag)) fail_msg("second run: %s", diag.rendered);
+    size_t es = kn_scalar_size(dt);
+    assert_memory_equal(r2.dq, rb.dq, nq * es);
+    assert_memory_equal(r2.dk, rb.dk, nk * es);
+    assert_memory_equal(r2.dv, rb.dv, nk * es);
+    free(r2.dq), free(r2.dk), free(r2.dv);
+  }
+  for (int t = 0; t < 3; t++) free(ref[t]), free(low[t]);
+  void *all[] = {rb.q, rb.k, rb.v, rb.o, rb.dout, rb.dq, rb.dk, rb.dv, rb.lse, rb.delta, q, k, v, dout, o, lse};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+  free_values(c);
+}
+
+static const kn_attn_config small_cfg = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 1};
+
+static void test_interp(void **state) {
+  (void)state;
+  bcase cases[] = {
+      C("plain f16", 1, 2, 2, 37, 29, .dtype = KN_F16, .head_dim = 16),
+      C("causal gqa f16", 1, 4, 2, 33, 45, .dtype = KN_F16, .head_dim = 24, .causal = 1),
+      C("causal top-left mqa bf16", 2, 2, 1, 40, 23, .dtype = KN_BF16, .head_dim = 16, .causal = 2),
+      C("causal nq>nk f32", 1, 1, 1, 41, 19, .dtype = KN_F32, .head_dim = 7, .causal = 1),
+      C("window f16", 1, 2, 1, 35, 50, .dtype = KN_F16, .head_dim = 16, .window = true),
+      C("softcap f16", 1, 1, 1, 31, 27, .dtype = KN_F16, .head_dim = 16, .softcap = true),
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) kernel_case(NULL, &cases[i], &small_cfg);
+}
+
+static void test_host(void **state) {
+  (void)state;
+  bcase cases[] = {
+      C("plain f16 d64", 2, 2, 2, 150, 133, .dtype = KN_F16, .head_dim = 64),
+      C("causal gqa f16 d59", 1, 4, 2, 97, 130, .dtype = KN_F16, .head_dim = 59, .causal = 1),
+      C("causal top-left bf16", 1, 3, 1, 120, 77, .dtype = KN_BF16, .head_dim = 32, .causal = 2),
+      C("plain f32 d5", 1, 2, 1, 70, 91, .dtype = KN_F32, .head_dim = 5),
+      C("causal f16 d128", 1, 1, 1, 129, 129, .dtype = KN_F16, .head_dim = 128, .causal = 1),
+      C("window f16", 1, 2, 2, 100, 111, .dtype = KN_F16, .head_dim = 40, .window = true),
+      C("window causal bf16", 1, 2, 1, 90, 90, .dtype = KN_BF16, .head_dim = 16, .window = true, .causal = 1),
+      C("softcap f16", 1, 2, 2, 80, 96, .dtype = KN_F16, .head_dim = 64, .softcap = true),
+      C("alibi causal f16", 1, 2, 2, 77, 88, .dtype = KN_F16, .head_dim = 32, .alibi = true, .causal = 1),
+      C("bias bf16", 1, 2, 1, 50, 61, .dtype = KN_BF16, .head_dim = 16, .bias = true),
+      C("document f16", 2, 1, 1, 64, 70, .dtype = KN_F16, .head_dim = 16, .document = true),
+      C("user score_mod f16", 1, 2, 2, 45, 66, .dtype = KN_F16, .head_dim = 32, .mods = TEMP_SCORE_MOD),
+      C("head dim 256 f16", 1, 1, 1, 70, 70, .dtype = KN_F16, .head_dim = 256, .causal = 1),
+      C("empty keys", 1, 1, 1, 20, 0, .dtype = KN_F16, .head_dim = 16),
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) kernel_case("host", &cases[i], NULL);
+  /* other tilings */
+  kn_attn_config cfgs[] = {{.block_m = 32, .block_n = 16, .warps = 1, .stages = 1},
+                           {.block_m = 16, .block_n = 64, .warps = 1, .stages = 1}};
+  bcase c = C("causal gqa f16 d48", 1, 4, 1, 83, 71, .dtype = KN_F16, .head_dim = 48, .causal = 1);
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) kernel_case("host", &c, &cfgs[i]);
+}
+
+static void test_emu(void **state) {
+  (void)state;
+  const char *targets[] = {"gfx90a-emu", "gfx942-emu"};
+  for (int t = 0; t < 2; t++) {
+    const kn_arch *arch = kn_arch_get(targets[t][5] == '4' ? "gfx942" : "gfx90a");
+    bcase cases[] = {
+        C("causal gqa f16", 1, 2, 1, 45, 37, .dtype = KN_F16, .head_dim = 32, .causal = 1),
+        C("plain bf16 d20", 1, 1, 1, 33, 40, .dtype = KN_BF16, .head_dim = 20),
+        C("softcap f16", 1, 1, 1, 30, 30, .dtype = KN_F16, .head_dim = 16, .softcap = true),
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      kn_attn_config cfg = {.block_m = 32, .block_n = 32, .warps = 2, .stages = 1};
+      kn_diag diag;
+      if (kn_attn_bwd_check_on(arch, &cases[i].desc, &cfg, &diag))
+        fail_msg("%s: %s", cases[i].name, diag.message);
+      kernel_case(targets[t], &cases[i], &cfg);
+    }
+  }
+}
+
+/* ---- 4. code for the GPU targets ---------------------------------------------------------------- */
+
+static void test_codegen(void **state) {
+  (void)state;
+  const char *archs[] = {"gfx90a", "gfx942", "sm_80", "sm_90a"};
+  const int dims[] = {64, 128};
+  for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+    const kn_arch *arch = kn_arch_get(archs[a]);
+    assert_non_null(arch);
+    char ptxas[512];
+    kn_diag pd;
+    if (arch->isa == KN_ISA_NVPTX && kn_ptxas_find(ptxas, sizeof ptxas, &pd) != KN_OK) {
+      printf("  %s: ptxas not found, skipped\n", archs[a]);
+      continue;
+    }
+    const kn_target *t = kn_target_get(archs[a]);
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+      for (int causal = 0; causal <= 1; causal++) {
+        kn_attn_desc d = {.dtype = KN_F16, .head_dim = dims[di], .causal = causal};
+        kn_attn_config cfg = kn_attn_bwd_default_config(arch, &d);
+        const char *tl = getenv("KILN_TEST_BWD_TILING");  /* "BM,BN,W": measure another tiling */
+        if (tl) sscanf(tl, "%d,%d,%d", &cfg.block_m, &cfg.block_n, &cfg.warps);
+        kn_diag diag;
+        if (kn_attn_bwd_check_on(arch, &d, &cfg, &diag)) {
+          if (!tl) fail_msg("%s: %s", archs[a], diag.message);
+          printf("  %-6s D%-3d %s\n", archs[a], dims[di], diag.message);
+          continue;
+        }
+        kn_module *m = kn_module_new("<bwd>");
+        if (kn_attn_bwd_build(m, &d, &cfg, &diag)) fail_msg("build: %s", diag.rendered);
+        for (int w = 0; w < KN_BWD_NKERNELS; w++) {
+          kn_artifact art;
+          if (kn_compile_artifact(m, kn_attn_bwd_kernels[w], t, NULL, &art, &diag))
+            fail_msg("%s D%d %s: %s", archs[a], dims[di], kn_attn_bwd_kernels[w], diag.rendered);
+          int spills = artifact_spills(&art, arch, kn_attn_bwd_kernels[w]);
+          printf("  %-6s D%-3d causal=%d %dx%d w%d %-14s spills %d\n", archs[a], dims[di], causal,
+                 cfg.block_m, cfg.block_n, cfg.warps, kn_attn_bwd_kernels[w], spills);
+          kn_artifact_free(&art);
+        }
+        kn_module_free(m);
+      }
+  }
+}
+
+/* ---- 5. bad input ------------------------------------------------------------------------------- */
+
+static void expect_error(const kn_attn_desc *d, const kn_attn_config *c, const char *want) {
+  kn_module *m = kn_module_new("<bwd>");
+  kn_diag diag;
+  assert_int_equal(kn_attn_bwd_build(m, d, c, &diag), -1);
+  if (!strstr(diag.message, want)) fail_msg("error '%s' does not say '%s'", diag.message, want);
+  kn_module_free(m);
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  kn_attn_config c = small_cfg;
+  expect_error(&(kn_attn_desc){.dtype = KN_F16, .head_dim = 64, .layout = KN_ATTN_VARLEN}, &c,
+               "varlen is not supported yet");
+  expect_error(&(kn_attn_desc){.dtype = KN_F16, .head_dim = 64, .layout = KN_ATTN_PAGED}, &c,
+               "paged is not supported yet");
+  expect_error(&(kn_attn_desc){.dtype = KN_F16, .head_dim = 300}, &c, "head dim 300 is not supported");
+  expect_error(&(kn_attn_desc){.dtype = KN_F16, .head_dim = 64},
+               &(kn_attn_config){.block_m = 64, .block_n = 64, .warps = 4, .stages = 1, .wgmma = true},
+               "wgmma is not supported");
+  expect_error(&(kn_attn_desc){.dtype = KN_F16, .head_dim = 64,
+                               .mods = "func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, "
+                                       "%kv_idx: i32) -> (f32) {\n  %i = cast %score : i32\n"
+                                       "  %f = cast %i : f32\n  return %f\n}\n"},
+               &c, "the score reaches 'cast' in @score_mod");
+  expect_error(&(kn_attn_desc){.dtype = KN_I32, .head_dim = 64}, &c, "dtype i32 is not supported");
+}
+
+/* ---- 6. the API on the host ---------------------------------------------------------------------- */
+
+/* kiln_backward on the host for case c (GQA, causal, softcap, ALiBi or a user modifier) with the
+ * forward through kiln_forward first (its O and lse are what the backward reads), against the
+ * float64 reference; and the errors of bad calls */
+static void api_case(kiln_context *ctx, bcase *c, const kiln_attn_desc *pd) {
+  make_values(c);
+  const kn_scalar dt = c->desc.dtype;
+  const int D = c->desc.head_dim;
+  const size_t nq = (size_t)c->batch * c->heads * c->nq * D, nk = (size_t)c->batch * c->kv_heads * c->nk * D;
+  const size_t nrow = (size_t)c->batch * c->heads * c->nq;
+  double *q = rand_vec(nq, dt, -2, 2), *k = rand_vec(nk, dt, -2, 2), *v = rand_vec(nk, dt, -2, 2);
+  double *dout = rand_vec(nq, dt, -1, 1);
+  void *bq = dt_buf(dt, q, nq), *bk = dt_buf(dt, k, nk), *bv = dt_buf(dt, v, nk), *bo = dt_buf(dt, NULL, nq);
+  void *bdo = dt_buf(dt, dout, nq), *bdq = dt_buf(dt, NULL, nq), *bdk = dt_buf(dt, NULL, nk), *bdv = dt_buf(dt, NULL, nk);
+  float *lse = malloc(4 * nrow), *delta = malloc(4 * nrow);
+  kiln_kernel *fwd, *bwd;
+  kiln_attn_desc fd = *pd;
+  fd.has_lse = 1;
+  if (kiln_prepare(ctx, &fd, NULL, &fwd)) fail_msg("%s: prepare: %s", c->name, kiln_last_error());
+  if (kiln_prepare_backward(ctx, pd, NULL, &bwd)) fail_msg("%s: prepare_backward: %s", c->name, kiln_last_error());
+  kiln_mod_arg ma = {0};
+  kiln_backward_args a = {.fwd = {.q = bq, .k = bk, .v = bv, .o = bo, .lse = lse, .batch = c->batch,
+                                  .heads = c->heads, .kv_heads = c->kv_heads, .seqlen_q = c->nq,
+                                  .seqlen_k = c->nk, .softcap = c->va.softcap,
+                                  .alibi_slopes = c->va.alibi_slopes, .alibi_stride = c->va.alibi_sb,
+                                  .q_numel = (int64_t)nq, .k_numel = (int64_t)nk},
+                          .dout = bdo, .dq = bdq, .dk = bdk, .dv = bdv, .delta = delta,
+                          .dq_numel = (int64_t)nq, .dk_numel = (int64_t)nk, .delta_numel = (int64_t)nrow};
+  if (pd->mods) {
+    ma = (kiln_mod_arg){.name = "temp", .kind = KILN_MOD_ARG_PTR, .p = c->named[0].value.p,
+                        .bytes = c->named[0].bytes};
+    a.fwd.mod_args = &ma, a.fwd.n_mod_args = 1;
+  }
+  if (kiln_forward(fwd, &a.fwd, NULL)) fail_msg("%s: forward: %s", c->name, kiln_last_error());
+  if (kiln_backward(bwd, &a, NULL)) fail_msg("%s: backward: %s", c->name, kiln_last_error());
+  double *ref[3];
+  size_t n[3] = {nq, nk, nk};
+  for (int t = 0; t < 3; t++) ref[t] = malloc(sizeof(double) * n[t]);
+  kn_attn_problem p = problem_of(c);
+  kn_diag diag;
+  if (kn_attn_bwd_reference(&c->desc, NULL, &p, &c->va, q, k, v, dout, false, ref[0], ref[1], ref[2], &diag))
+    fail_msg("reference: %s", diag.rendered);
+  void *got[3] = {bdq, bdk, bdv};
+  for (int t = 0; t < 3; t++) {
+    double big = 0, e = max_err(dt, got[t], ref[t], n[t], &big);
+    if (verbose()) printf("  api %-24s grad %d: err %.2e (max %.2f)\n", c->name, t, e, big);
+    if (!(e <= kn_attn_bwd_tolerance(dt) * (1 + big)))
+      fail_msg("%s through the API: gradient %d error %g", c->name, t, e);
+  }
+  /* bad calls: each a clear KILN_ERR_INVALID */
+  struct { const char *want; kiln_backward_args a; kiln_kernel *k; } bad[] = {
+      {"null dout", a, bwd}, {"null lse", a, bwd}, {"dq holds 1 elements", a, bwd},
+      {"launch it with kiln_backward", a, bwd}, {"prepare the backward with kiln_prepare_backward", a, fwd}};
+  bad[0].a.dout = NULL;
+  bad[1].a.fwd.lse = NULL;
+  bad[2].a.dq_numel = 1;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    kiln_status st = i == 3 ? kiln_forward(bwd, &a.fwd, NULL) : kiln_backward(bad[i].k, &bad[i].a, NULL);
+    assert_int_equal(st, KILN_ERR_INVALID);
+    if (!strstr(kiln_last_error(), bad[i].want))
+      fail_msg("error '%s' does not say '%s'", kiln_last_error(), bad[i].want);
+  }
+  for (int t = 0; t < 3; t++) free(ref[t]);
+  void *all[] = {q, k, v, dout, bq, bk, bv, bo, bdo, bdq, bdk, bdv, lse, delta};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+  free_values(c);
+}
+
+static void test_api(void **state) {
+  (void)state;
+  kiln_context_options co = {.no_cache = 1, .device = "host"};
+  kiln_context *ctx = NULL;
+  if (kiln_context_create(&co, &ctx)) fail_msg("context: %s", kiln_last_error());
+  bcase cases[] = {
+      C("api causal gqa f16", 2, 4, 2, 67, 81, .dtype = KN_F16, .head_dim = 64, .causal = 1),
+      C("api softcap bf16", 1, 2, 1, 50, 40, .dtype = KN_BF16, .head_dim = 40, .softcap = true),
+      C("api user score_mod f16", 1, 2, 2, 30, 45, .dtype = KN_F16, .head_dim = 32, .mods = TEMP_SCORE_MOD),
+  };
+  const kiln_attn_desc pub[] = {{.dtype = KILN_F16, .head_dim = 64, .causal = 1},
+                                {.dtype = KILN_BF16, .head_dim = 40, .softcap = 1},
+                                {.dtype = KILN_F16, .head_dim = 32, .mods = TEMP_SCORE_MOD}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) api_case(ctx, &cases[i], &pub[i]);
+  /* refusals at prepare */
+  kiln_kernel *k;
+  assert_int_equal(kiln_prepare_backward(ctx, &(kiln_attn_desc){.dtype = KILN_F16, .head_dim = 64,
+                                                                 .layout = KILN_LAYOUT_VARLEN}, NULL, &k),
+                   KILN_ERR_UNSUPPORTED);
+  if (!strstr(kiln_last_error(), "varlen is not supported yet")) fail_msg("%s", kiln_last_error());
+  assert_int_equal(kiln_prepare_backward(ctx, &(kiln_attn_desc){.dtype = KILN_F16, .head_dim = 64,
+                                                                 .layout = KILN_LAYOUT_PAGED}, NULL, &k),
+                   KILN_ERR_UNSUPPORTED);
+  if (!strstr(kiln_last_error(), "paged is not supported yet")) fail_msg("%s", kiln_last_error());
+  kiln_context_destroy(ctx);
+  /* AOT bundles hold forward kernels only: a bundle_only context never compiles a backward */
+  co.bundle_only = 1;
+  if (kiln_context_create(&co, &ctx)) fail_msg("context: %s", kiln_last_error());
+  assert_int_equal(kiln_prepare_backward(ctx, &pub[0], NULL, &k), KILN_ERR_UNSUPPORTED);
+  if (!strstr(kiln_last_error(), "AOT bundles hold forward kernels only"))
+    fail_msg("%s", kiln_last_error());
+  kiln_context_destroy(ctx);
+}
+
+int main(void) {
+  const char *s = getenv("KILN_TEST_SEED");
+  seed0 = s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL);
+  rng = seed0;
+  printf("test_backward: KILN_TEST_SEED=%llu\n", (unsigned long long)seed0);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_reference_fd), cmocka_unit_test(test_mod_grad),
+      cmocka_unit_test(test_errors),       cmocka_unit_test(test_interp),
+      cmocka_unit_test(test_host),         cmocka_unit_test(test_emu),
+      cmocka_unit_test(test_codegen),      cmocka_unit_test(test_api),
+  };
+  if (getenv("KILN_TEST_FILTER")) cmocka_set_test_filter(getenv("KILN_TEST_FILTER"));
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
