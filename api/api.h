@@ -14,6 +14,7 @@
 #include <stdbool.h>
 
 #include "attention.h"
+#include "attn_decode.h"
 #include "attn_launch_cuda.h"
 #include "cache.h"
 #include "cuda_device.h"
@@ -25,6 +26,20 @@
 #include "tunedb.h"
 
 #define API_MEMO_BUCKETS 256
+#define API_MAX_WS 8
+
+/* the kernels a descriptor compiles to: the forward (prefill) kernel and decode's two
+ * (templates/attn_decode.h); the symbol of each is api_kind_symbol's */
+typedef enum api_kind { API_FWD, API_DECODE, API_COMBINE } api_kind;
+const char *api_kind_symbol(api_kind kind);
+
+/* a decode workspace (f32 partial outputs and log-sum-exps), one per stream it was used on:
+ * launches on one stream are ordered, so they may share it */
+typedef struct api_ws {
+  void *stream;
+  void *ptr;     /* host memory, or a device pointer of the context's device */
+  size_t bytes;
+} api_ws;
 
 typedef struct memo_slot memo_slot;
 
@@ -33,6 +48,7 @@ struct kiln_context {
   kn_device_kind kind;         /* HOST, CUDA or HIP */
   kn_cuda_device *cuda;        /* CUDA: the device's primary context, retained for our life */
   int cuda_ordinal;
+  int compute_units;           /* SMs, CUs or CPU cores: decode's split heuristic */
   int64_t cuda_smem_optin;     /* CUDA: the most dynamic shared memory a block may opt into */
   kn_hip_device *hip;          /* HIP: the device (the runtime's ordinal and chip) */
   int hip_ordinal;
@@ -76,6 +92,7 @@ struct kiln_kernel {
   kiln_kernel_info info;
   kn_attn_desc desc;           /* desc.mods (and info.desc.mods) point at mods */
   kn_attn_config cfg;
+  api_kind kind;               /* which kernel of the descriptor this is */
   char *mods;                  /* the kernel's copy of the modifier text (NULL: none) */
   kn_attn_sig sig;             /* its parameters, from kiln_prepare: forward parses nothing */
   bool user_param[KN_ATTN_MAX_PARAMS]; /* sig parameter i takes a kiln_attn_args.mod_args value */
@@ -88,6 +105,15 @@ struct kiln_kernel {
   kn_hip_module *hip_mod;      /* HIP: the loaded code object and its kernel */
   kn_hip_kernel *hip_fn;
   int hip_threads;             /* HIP: work-items per workgroup (the code object's) */
+  /* decode (docs/serving.md), on a forward kernel: its descriptor's split and combine kernels,
+   * built at the first forward with seqlen_q <= KN_DECODE_MAX_Q (decode_status says how that
+   * went), and the workspaces, one per stream */
+  pthread_mutex_t decode_mu;
+  bool decode_tried;
+  kiln_status decode_status;
+  kiln_kernel *decode[2];
+  api_ws ws[API_MAX_WS];
+  int nws;
 };
 
 /* kiln.c */
@@ -121,6 +147,9 @@ kiln_status api_mod_args(const kn_attn_sig *sig, const bool *user, const kiln_mo
                          int nargs, kn_attn_named_arg *out, const char *who, const char *from);
 /* "attn_fwd [<descriptor key>] [<config key>]": what logs and errors call a kernel */
 void api_describe(const kn_attn_desc *d, const kn_attn_config *c, char *out, size_t n);
+/* the same for any kernel of the descriptor: "attn_decode [...] [...]" */
+void api_describe_kind(api_kind kind, const kn_attn_desc *d, const kn_attn_config *c, char *out,
+                       size_t n);
 /* the tuning database's key: template "fwd", variant = the descriptor's canonical key */
 void api_tune_key(const kiln_context *ctx, const kn_attn_desc *d, int seqlen, kn_tune_key *key);
 /* the template's tiling of a point of the tuning space or a tuning record: its block_m, block_n,
@@ -129,9 +158,12 @@ void api_tune_key(const kiln_context *ctx, const kn_attn_desc *d, int seqlen, kn
 kn_attn_config api_config_of(const kn_tune_config *tc);
 /* builds the template for (d, c) into a fresh module; NULL with the reason in *diag */
 kn_module *api_build_module(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag);
-/* the cache key of module m, built from (d, c), on the context's target */
+/* the same for any kernel of the descriptor */
+kn_module *api_build_module_of(api_kind kind, const kn_attn_desc *d, const kn_attn_config *c,
+                               kn_diag *diag);
+/* the cache key of module m, built from (d, c), on the context's target, for kernel `symbol` */
 kn_cache_key api_cache_key(const kiln_context *ctx, const kn_attn_desc *d,
-                           const kn_attn_config *c, const kn_module *m);
+                           const kn_attn_config *c, const kn_module *m, const char *symbol);
 /* payload = small header (kernel symbol, ABI version, tile bytes) + the object; malloc'ed */
 void *api_pack(const kn_artifact *o, size_t *size);
 /* stores a compiled object in the cache (NOT_STORED is logged, counted, and not an error) */

@@ -92,6 +92,7 @@ kiln_status api_cuda_open(kiln_context *ctx, const kn_device_info *dev, const ch
   ctx->kind = KN_DEVICE_CUDA;
   ctx->cuda_ordinal = dev->ordinal;
   ctx->cuda_smem_optin = p->shared_per_block_optin;
+  ctx->compute_units = p->sm_count > 0 ? p->sm_count : dev->compute_units;
   /* (an H100 and an H200 are both sm_90a but need not agree on a tiling) */
   api_gpu_target(ctx, t, p->name);
   return KILN_OK;
@@ -146,7 +147,7 @@ static const char *unpack(const uint8_t *p, size_t size, char **ptx, int *thread
 static int load(kiln_context *ctx, kiln_kernel *k, const char *ptx, int threads, int64_t smem,
                 kn_diag *e) {
   if (kn_cuda_module_load_ptx(ctx->cuda, ptx, &k->cu_mod, e)) return -1;
-  if (kn_cuda_module_kernel(k->cu_mod, "attn_fwd", &k->cu_fn, e)) {
+  if (kn_cuda_module_kernel(k->cu_mod, api_kind_symbol(k->kind), &k->cu_fn, e)) {
     api_cuda_unload(k);
     return -1;
   }
@@ -182,7 +183,7 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
 
   kn_artifact c;
   kn_diag d;
-  if (kn_compile_artifact(m, "attn_fwd", ctx->target, NULL, &c, &d))
+  if (kn_compile_artifact(m, api_kind_symbol(k->kind), ctx->target, NULL, &c, &d))
     return api_fail(KILN_ERR_COMPILE, "compiling %s for %s failed: %s", what, ctx->target_name,
                     d.message);
   atomic_fetch_add(&ctx->stats.compiles, 1);

@@ -38,6 +38,7 @@ kiln_status api_hip_open(kiln_context *ctx, const kn_device_info *dev, const cha
   if (kn_hip_device_open(dev->ordinal, dev->arch, &ctx->hip, &e) != KN_OK)
     return hip_fail(KILN_ERR_NO_DEVICE, "opening the HIP device", &e);
   ctx->kind = KN_DEVICE_HIP;
+  ctx->compute_units = dev->compute_units > 0 ? dev->compute_units : 1;
   ctx->hip_ordinal = dev->ordinal;
   /* (an MI300X and an MI300A are both gfx942 but need not agree on a tiling) */
   api_gpu_target(ctx, t, dev->name);
@@ -59,7 +60,8 @@ void api_hip_unload(kiln_kernel *k) {
 static int load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n, kn_status *st,
                 kn_diag *e) {
   *st = kn_hip_module_load(ctx->hip, co, n, &k->hip_mod, e);
-  if (*st == KN_OK) *st = kn_hip_module_kernel(k->hip_mod, "attn_fwd", &k->hip_fn, e);
+  if (*st == KN_OK)
+    *st = kn_hip_module_kernel(k->hip_mod, api_kind_symbol(k->kind), &k->hip_fn, e);
   if (*st != KN_OK) {
     api_hip_unload(k);
     return -1;
@@ -67,8 +69,8 @@ static int load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n, kn_
   int want = k->cfg.warps * ctx->target->arch->lanes;
   int got = kn_hip_kernel_meta(k->hip_fn)->max_flat_workgroup_size;
   if (got != want) {
-    *st = kn_diag_set(e, KN_E_CORRUPT, "the code object's attn_fwd runs %d work-items per "
-                      "workgroup; its tiling has %d", got, want);
+    *st = kn_diag_set(e, KN_E_CORRUPT, "the code object's %s runs %d work-items per "
+                      "workgroup; its tiling has %d", api_kind_symbol(k->kind), got, want);
     api_hip_unload(k);
     return -1;
   }
@@ -104,7 +106,7 @@ kiln_status api_hip_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m,
   }
   kn_artifact c;
   kn_diag d;
-  if (kn_compile_artifact(m, "attn_fwd", ctx->target, NULL, &c, &d))
+  if (kn_compile_artifact(m, api_kind_symbol(k->kind), ctx->target, NULL, &c, &d))
     return api_fail(KILN_ERR_COMPILE, "compiling %s for %s failed: %s", what, ctx->target_name,
                     d.message);
   atomic_fetch_add(&ctx->stats.compiles, 1);

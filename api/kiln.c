@@ -181,7 +181,19 @@ static void memo_finish(kiln_context *ctx, const char *key, kiln_kernel *k, bool
 
 /* ---- context ---- */
 
+static void ws_free(kiln_context *ctx, api_ws *w) {
+  kn_diag e;
+  if (!w->ptr) return;
+  if (ctx->kind == KN_DEVICE_CUDA) kn_cuda_free(ctx->cuda, (kn_cuda_ptr)(uintptr_t)w->ptr, &e);
+  else if (ctx->kind == KN_DEVICE_HIP) kn_hip_free(ctx->hip, w->ptr, &e);
+  else free(w->ptr);
+  w->ptr = NULL;
+  w->bytes = 0;
+}
+
 static void kernel_free(kiln_kernel *k) {
+  for (int i = 0; i < k->nws; i++) ws_free(k->ctx, &k->ws[i]);
+  pthread_mutex_destroy(&k->decode_mu);
   if (k->obj) kn_object_unload(k->obj);
   api_cuda_unload(k);
   api_hip_unload(k);
@@ -318,6 +330,8 @@ static kiln_status pick_host(kiln_context *ctx) {
   snprintf(ctx->arch, sizeof ctx->arch, "host-%.26s", cpu);
   if (kn_object_target_id(ctx->target, ctx->target_id, sizeof ctx->target_id))
     return api_fail(KILN_ERR_UNSUPPORTED, "host target description too long");
+  const kn_device_info *host = discovered.n ? &discovered.dev[discovered.n - 1] : NULL;
+  ctx->compute_units = host && host->kind == KN_DEVICE_HOST ? host->compute_units : 1;
   return KILN_OK;
 }
 
@@ -548,13 +562,26 @@ static const char *unpack(const uint8_t *p, size_t size, char *symbol, size_t sy
   return NULL;
 }
 
+const char *api_kind_symbol(api_kind kind) {
+  return kind == API_DECODE ? "attn_decode" : kind == API_COMBINE ? "attn_decode_combine"
+                                                                  : "attn_fwd";
+}
+
 kn_module *api_build_module(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag) {
-  kn_module *m = kn_module_new("<attn_fwd>");
+  return api_build_module_of(API_FWD, d, c, diag);
+}
+
+kn_module *api_build_module_of(api_kind kind, const kn_attn_desc *d, const kn_attn_config *c,
+                               kn_diag *diag) {
+  kn_module *m = kn_module_new(kind == API_FWD ? "<attn_fwd>" : "<attn_decode>");
   if (!m) {
     snprintf(diag->message, sizeof diag->message, "out of memory");
     return NULL;
   }
-  if (!kn_attn_fwd_build(m, d, c, diag)) {
+  kn_func *f = kind == API_DECODE ? kn_attn_decode_build(m, d, c, diag)
+             : kind == API_COMBINE ? kn_attn_decode_combine_build(m, d, diag)
+                                   : kn_attn_fwd_build(m, d, c, diag);
+  if (!f) {
     kn_module_free(m);
     return NULL;
   }
@@ -562,7 +589,7 @@ kn_module *api_build_module(const kn_attn_desc *d, const kn_attn_config *c, kn_d
 }
 
 kn_cache_key api_cache_key(const kiln_context *ctx, const kn_attn_desc *d,
-                           const kn_attn_config *c, const kn_module *m) {
+                           const kn_attn_config *c, const kn_module *m, const char *symbol) {
   char *ir = kn_print(m);
   /* the printed IR determines the code; the canonical keys are in as well, so what a key was
    * made for is stated in it and no descriptor field can be left out of it */
@@ -578,7 +605,7 @@ kn_cache_key api_cache_key(const kiln_context *ctx, const kn_attn_desc *d,
   static const char opts[] = "O3";
   kn_cache_part parts[] = {
       {abi, strlen(abi)},
-      {"attn_fwd", 8},
+      {symbol, strlen(symbol)},
       {dk, strlen(dk)},
       {ck, strlen(ck)},
       {ir ? ir : "", ir ? strlen(ir) : 0},
@@ -607,10 +634,15 @@ void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_artifact *o)
 }
 
 void api_describe(const kn_attn_desc *d, const kn_attn_config *c, char *out, size_t n) {
+  api_describe_kind(API_FWD, d, c, out, n);
+}
+
+void api_describe_kind(api_kind kind, const kn_attn_desc *d, const kn_attn_config *c, char *out,
+                       size_t n) {
   char dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(d, dk, sizeof dk);
   kn_attn_config_key(c, ck, sizeof ck);
-  snprintf(out, n, "attn_fwd [%s] [%s]", dk, ck);
+  snprintf(out, n, "%s [%s] [%s]", api_kind_symbol(kind), dk, ck);
 }
 
 kn_status api_cache_get(kiln_context *ctx, const kn_cache_key *key, const char *hex,
@@ -659,12 +691,14 @@ static int load_cached(kiln_context *ctx, const kn_cache_key *key, const char *h
 }
 
 static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
-                                const kn_attn_config *c, bool tuned, kiln_kernel **out) {
+                                const kn_attn_config *c, bool tuned, api_kind kind,
+                                kiln_kernel **out) {
   double t0 = now_ms();
   kn_diag diag;
-  char what[2 * KN_ATTN_KEY_MAX + 16];
-  api_describe(d, c, what, sizeof what);
-  kn_module *m = api_build_module(d, c, &diag);
+  char what[2 * KN_ATTN_KEY_MAX + 32];
+  const char *symbol = api_kind_symbol(kind);
+  api_describe_kind(kind, d, c, what, sizeof what);
+  kn_module *m = api_build_module_of(kind, d, c, &diag);
   if (!m) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
   kiln_kernel *k = calloc(1, sizeof *k);
   if (!k || (d->mods && !(k->mods = strdup(d->mods)))) {
@@ -678,10 +712,12 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
   k->desc.mods = k->mods;
   k->desc.mods_file = NULL;
   k->cfg = *c;
+  k->kind = kind;
   k->sig = *sig;
   k->n_user_params = api_user_params(d, sig, k->user_param);
   pthread_mutex_init(&k->launch_mu, NULL);
-  kn_cache_key key = api_cache_key(ctx, d, c, m);
+  pthread_mutex_init(&k->decode_mu, NULL);
+  kn_cache_key key = api_cache_key(ctx, d, c, m, symbol);
   kn_cache_key_hex(&key, k->info.cache_key);
 
   kiln_status s = KILN_OK;
@@ -694,7 +730,7 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
     atomic_fetch_add(&ctx->stats.cache_hits, 1);
   } else {
     kn_artifact o;
-    if (kn_compile_artifact(m, "attn_fwd", ctx->target, NULL, &o, &diag)) {
+    if (kn_compile_artifact(m, symbol, ctx->target, NULL, &o, &diag)) {
       s = api_fail(KILN_ERR_COMPILE, "compiling %s failed: %s", what, diag.message);
     } else {
       atomic_fetch_add(&ctx->stats.compiles, 1);
@@ -728,16 +764,19 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
 
 /* the second memo level: one kernel per (descriptor, tiling) */
 static kiln_status get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
-                              const kn_attn_config *c, bool tuned, kiln_kernel **out) {
-  char key[2 * KN_ATTN_KEY_MAX + 32], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
+                              const kn_attn_config *c, bool tuned, api_kind kind,
+                              kiln_kernel **out) {
+  char key[2 * KN_ATTN_KEY_MAX + 64], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(d, dk, sizeof dk);
   kn_attn_config_key(c, ck, sizeof ck);
-  snprintf(key, sizeof key, "kernel|%s|%s|tuned=%d", dk, ck, tuned);
+  /* (the forward's key is what it was before decode existed) */
+  snprintf(key, sizeof key, "kernel|%s|%s|tuned=%d%s", dk, ck, tuned,
+           kind == API_FWD ? "" : kind == API_DECODE ? "|decode" : "|combine");
   int m = memo_acquire(ctx, key, out);
   if (m > 0) return KILN_OK;
   if (m < 0) return api_fail(KILN_ERR_NOMEM, "out of memory");
   kiln_kernel *k = NULL;
-  kiln_status s = build_kernel(ctx, d, sig, c, tuned, &k);
+  kiln_status s = build_kernel(ctx, d, sig, c, tuned, kind, &k);
   memo_finish(ctx, key, s ? NULL : k, true);
   *out = k;
   return s;
@@ -1068,7 +1107,7 @@ kiln_status kiln_prepare(kiln_context *ctx, const kiln_attn_desc *desc,
   bool tuned = false;
   s = api_signature(&d, &sig);
   if (!s) s = resolve_config(ctx, &d, &sig, o, policy, seqlen, &c, &tuned);
-  if (!s) s = get_kernel(ctx, &d, &sig, &c, tuned, &k);
+  if (!s) s = get_kernel(ctx, &d, &sig, &c, tuned, API_FWD, &k);
   memo_finish(ctx, key, s ? NULL : k, false);
   if (s) {
     api_log(ctx, KILN_LOG_ERROR, "prepare: %s", tl_error);
@@ -1332,6 +1371,126 @@ static kiln_status check_extents(const kn_attn_desc *d, const kiln_attn_args *a,
   return KILN_OK;
 }
 
+/* ---- decode (docs/serving.md) ---- */
+
+/* does forward k serve this call with the decode kernels?  Dense, 1..KN_DECODE_MAX_Q query rows,
+ * a variant decode takes, and KILN_DECODE not "0" (the prefill kernel then serves it, as before
+ * decode existed) */
+static bool decode_wanted(const kiln_kernel *k, const kiln_attn_args *a) {
+  if (k->kind != API_FWD || k->desc.layout != KN_ATTN_DENSE) return false;
+  if (a->seqlen_q < 1 || a->seqlen_q > KN_DECODE_MAX_Q) return false;
+  const char *e = getenv("KILN_DECODE");
+  if (e && !strcmp(e, "0")) return false;
+  kn_attn_config c = kn_attn_decode_default_config(k->ctx->target->arch, &k->desc);
+  kn_diag diag;
+  return kn_attn_decode_check(k->ctx->target->arch, &k->desc, &c, &diag) == 0;
+}
+
+/* the split and combine kernels of k's descriptor, built once (memoised in the context, so
+ * every forward kernel of one descriptor shares them) */
+static kiln_status decode_kernels(kiln_kernel *k) {
+  pthread_mutex_lock(&k->decode_mu);
+  if (!k->decode_tried) {
+    kiln_context *ctx = k->ctx;
+    const kn_arch *arch = ctx->target->arch;
+    kn_attn_config c = kn_attn_decode_default_config(arch, &k->desc);
+    const kn_attn_config cc = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 1};
+    kn_attn_sig sig;
+    kn_diag diag;
+    kiln_status s = KILN_OK;
+    for (int i = 0; i < 2 && !s; i++) {
+      if (kn_attn_decode_signature(&k->desc, i, &sig, &diag))
+        s = api_fail(KILN_ERR_INVALID, "decode: %s", diag.message);
+      else
+        s = get_kernel(ctx, &k->desc, &sig, i ? &cc : &c, false, i ? API_COMBINE : API_DECODE,
+                       &k->decode[i]);
+    }
+    k->decode_tried = true;
+    k->decode_status = s;
+  }
+  kiln_status s = k->decode_status;
+  pthread_mutex_unlock(&k->decode_mu);
+  if (s) return api_fail(s, "kiln_forward: the decode kernels could not be built (KILN_DECODE=0 "
+                         "serves decode with the prefill kernel)");
+  return KILN_OK;
+}
+
+/* the workspace of stream, at least `bytes` (grown by replacing it: the device frees the old
+ * one once the work queued on it is done) */
+static kiln_status decode_ws(kiln_kernel *k, void *stream, size_t bytes, void **out) {
+  kiln_context *ctx = k->ctx;
+  pthread_mutex_lock(&k->decode_mu);
+  api_ws *w = NULL;
+  for (int i = 0; i < k->nws && !w; i++)
+    if (k->ws[i].stream == stream) w = &k->ws[i];
+  if (!w && k->nws < API_MAX_WS) w = &k->ws[k->nws++], w->stream = stream;
+  kiln_status s = KILN_OK;
+  if (!w) {
+    s = api_fail(KILN_ERR_UNSUPPORTED, "kiln_forward: decode on more than %d streams with one "
+                 "kernel (prepare a kernel per group of streams)", API_MAX_WS);
+  } else if (w->bytes < bytes) {
+    ws_free(ctx, w);
+    kn_diag e;
+    kn_cuda_ptr dp = 0;
+    void *p = NULL;
+    if (ctx->kind == KN_DEVICE_CUDA) {
+      if (kn_cuda_alloc(ctx->cuda, bytes, &dp, &e) == KN_OK) p = (void *)(uintptr_t)dp;
+    } else if (ctx->kind == KN_DEVICE_HIP) {
+      if (kn_hip_alloc(ctx->hip, bytes, &p, &e) != KN_OK) p = NULL;
+    } else {
+      p = malloc(bytes);
+    }
+    if (!p) s = api_fail(KILN_ERR_NOMEM, "kiln_forward: the decode workspace of %zu bytes could "
+                         "not be allocated", bytes);
+    w->ptr = p;
+    w->bytes = p ? bytes : 0;
+  }
+  *out = w ? w->ptr : NULL;
+  pthread_mutex_unlock(&k->decode_mu);
+  return s;
+}
+
+static kiln_status launch(kiln_kernel *k, const kn_argval *args, const int grid[3],
+                          void *stream) {
+  kiln_context *ctx = k->ctx;
+  if (ctx->kind == KN_DEVICE_CUDA) return api_cuda_forward(k, args, grid, stream);
+  if (ctx->kind == KN_DEVICE_HIP) return api_hip_forward(k, args, grid, stream);
+  kn_diag diag;
+  pthread_mutex_lock(&k->launch_mu);
+  int rc = kn_object_run_host(k->obj, args, grid, &diag);
+  pthread_mutex_unlock(&k->launch_mu);
+  return rc ? api_fail(KILN_ERR_RUNTIME, "%s", diag.message) : KILN_OK;
+}
+
+/* The decode launch of forward k: args are the forward's, checked, with the caller's strides.
+ * The split kernel takes them (and the variant's) followed by its own four; the combine kernel
+ * the output's.  Pieces: KILN_DECODE_SPLITS, else the heuristic over the device's units. */
+static kiln_status decode_forward(kiln_kernel *k, const kn_attn_problem *p,
+                                  const kn_attn_vargs *va, const kn_argval *args, void *stream) {
+  kiln_status s = decode_kernels(k);
+  if (s) return s;
+  kiln_kernel *ks = k->decode[0], *kc = k->decode[1];
+  const char *e = getenv("KILN_DECODE_SPLITS");
+  int want = e ? atoi(e) : 0;
+  kn_decode_plan plan = kn_attn_decode_plan(&k->desc, &ks->cfg, p, k->ctx->compute_units, want);
+  size_t lse_at = (plan.ws_o_bytes + 255) / 256 * 256;
+  void *ws = NULL;
+  if ((s = decode_ws(k, stream, lse_at + plan.ws_lse_bytes, &ws))) return s;
+  float *ws_o = ws, *ws_lse = (float *)((char *)ws + lse_at);
+  kn_argval sa[KN_ATTN_MAX_PARAMS + KN_DECODE_NPARAMS], ca[KN_DECODE_COMBINE_NPARAMS];
+  int sg[3], cg[3];
+  kn_diag diag;
+  if (kn_attn_decode_fill_args(&k->desc, &k->sig, &ks->cfg, p, &plan, args[0].p, args[1].p,
+                               args[2].p, args[3].p, args[4].p, ws_o, ws_lse, va, sa, sg, ca, cg,
+                               &diag))
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: %s", diag.message);
+  /* the caller's strides and the variant's values, as forward computed them */
+  memcpy(sa, args, sizeof *args * (size_t)k->sig.n);
+  for (int i = 0; i < 5; i++) ca[KN_DECODE_C_O_SB + i].i = args[ARG_O_SB + i].i;
+  if ((s = launch(ks, sa, sg, stream))) return s;
+  return launch(kc, ca, cg, stream);
+}
+
 kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) {
   /* the stream matters on CUDA only: the host device runs synchronously on its own pool */
   if (!k || !a) return api_fail(KILN_ERR_INVALID, "kiln_forward: null kernel or arguments");
@@ -1387,10 +1546,15 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
     args[ARG_LSE_SB].i = 1;
   }
   if ((s = check_capacities(d, a, args, &va))) return s;
+  if (k->ctx->kind != KN_DEVICE_HOST && (s = check_alignment(d, a, args))) return s;
 
+  if (decode_wanted(k, a)) {
+    if ((s = decode_forward(k, &p, &va, args, stream))) return s;
+    atomic_fetch_add(&k->ctx->stats.launches, 1);
+    return KILN_OK;
+  }
   if (k->ctx->kind != KN_DEVICE_HOST) {
-    s = check_alignment(d, a, args);
-    if (!s) s = k->ctx->kind == KN_DEVICE_CUDA ? api_cuda_forward(k, args, grid, stream)
+    s = k->ctx->kind == KN_DEVICE_CUDA ? api_cuda_forward(k, args, grid, stream)
                                                : api_hip_forward(k, args, grid, stream);
     if (s) return s;
     atomic_fetch_add(&k->ctx->stats.launches, 1);

@@ -679,7 +679,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig
     kn_module *m = api_build_module(d, best, &(kn_diag){0});
     if (m && best->block_m == b->block_m && best->block_n == b->block_n &&
         best->wgmma == api_config_of(&best_tc).wgmma) {
-      kn_cache_key ck = api_cache_key(ctx, d, best, m);
+      kn_cache_key ck = api_cache_key(ctx, d, best, m, "attn_fwd");
       /* (HIP's payload is the code object itself, api/hip.c) */
       if (r.hip) api_cache_put(ctx, &ck, best_obj.data, best_obj.size);
       else api_store(ctx, &ck, &best_obj);

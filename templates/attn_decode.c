@@ -423,15 +423,32 @@ enum { C_WS_O, C_WS_LSE, C_O, C_LSE, C_SEQLEN_Q, C_HEADS, C_GROUP, C_NSPLIT, C_W
 _Static_assert((int)C_O_SB == (int)KN_DECODE_C_O_SB && (int)C_LSE_SB == (int)KN_DECODE_C_LSE_SB,
                "attn_decode.h's combine indices disagree");
 
+static kn_type combine_type(const kn_attn_desc *d, int i) {
+  return i == C_O ? kn_ty_ptr(d->dtype) : i < C_SEQLEN_Q ? kn_ty_ptr(KN_F32)
+       : i < C_O_SB ? kn_ty_scalar(KN_I32) : kn_ty_scalar(KN_I64);
+}
+
+int kn_attn_decode_signature(const kn_attn_desc *d, int which, kn_attn_sig *sig, kn_diag *diag) {
+  if (which == 0) {
+    if (kn_attn_signature(d, sig, diag)) return -1;
+    decode_sig(sig);
+    return 0;
+  }
+  sig->n = KN_DECODE_COMBINE_NPARAMS;
+  for (int i = 0; i < KN_DECODE_COMBINE_NPARAMS; i++) {
+    snprintf(sig->name[i], sizeof sig->name[0], "%s", combine_names[i]);
+    sig->type[i] = combine_type(d, i);
+  }
+  return 0;
+}
+
 kn_func *kn_attn_decode_combine_build(kn_module *m, const kn_attn_desc *d, kn_diag *diag) {
   kn_attn_config any = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 1};
   if (kn_attn_check(d, &any, diag)) return NULL;
   const int BQ = KN_DECODE_MAX_Q, D = d->head_dim, DP = kn_attn_head_pad(D);
   const kn_type row_f32 = kn_ty_tile1(KN_F32, BQ), o_f32 = kn_ty_tile2(KN_F32, BQ, DP);
   kn_type types[KN_DECODE_COMBINE_NPARAMS];
-  for (int i = 0; i < KN_DECODE_COMBINE_NPARAMS; i++)
-    types[i] = i == C_O ? kn_ty_ptr(d->dtype) : i < C_SEQLEN_Q ? kn_ty_ptr(KN_F32)
-             : i < C_O_SB ? kn_ty_scalar(KN_I32) : kn_ty_scalar(KN_I64);
+  for (int i = 0; i < KN_DECODE_COMBINE_NPARAMS; i++) types[i] = combine_type(d, i);
   kn_func *f = kn_func_new(m, "attn_decode_combine", true, KN_DECODE_COMBINE_NPARAMS, types,
                            combine_names, 0, NULL);
   kn_func_set_meta(f, "HEAD_DIM", D);

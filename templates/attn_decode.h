@@ -54,6 +54,11 @@ kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn
 /* kernel "attn_decode_combine" into m */
 kn_func *kn_attn_decode_combine_build(kn_module *m, const kn_attn_desc *d, kn_diag *diag);
 
+/* the kernel signature of the split kernel (which 0: the forward's and its variant's
+ * parameters, then ws_o, ws_lse, num_splits, split_len) or of the combine kernel (which 1); -1
+ * with *diag as kn_attn_signature */
+int kn_attn_decode_signature(const kn_attn_desc *d, int which, kn_attn_sig *sig, kn_diag *diag);
+
 /* the workspace of a decode launch */
 typedef struct kn_decode_plan {
   int splits;      /* KV pieces (1..KN_DECODE_MAX_SPLITS) */

@@ -12,10 +12,15 @@
  *    an empty piece, never more than the KV blocks.
  * 3. Refusals: varlen, the document mask, a user @block_mask, seqlen_q above 16: each a clear
  *    error, never a kernel.
- * 4. Code: the default decode kernels compile for gfx90a / gfx942 without VGPR spills and for
+ * 4. The API on the host: kiln_forward with seqlen_q <= 16 goes through the decode kernels
+ *    (two more compiles at the first call, none after), q in a (B, N, H, D) layout and a
+ *    GQA 32/8 problem against the reference, KILN_DECODE_SPLITS forcing pieces, KILN_DECODE=0
+ *    serving it with the prefill kernel, seqlen_q 17 the prefill kernel.
+ * 5. Code: the default decode kernels compile for gfx90a / gfx942 without VGPR spills and for
  *    sm_80 / sm_90a (ptxas, when installed) without spills, at head dims 64 and 128.
  *
- * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_VERBOSE=1 prints each case.
+ * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_VERBOSE=1 prints each case;
+ * KILN_TEST_FILTER=test_api* runs the tests whose names match.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -31,6 +36,7 @@
 
 #include "attn_decode.h"
 #include "attn_internal.h"
+#include "kiln.h"
 #include "numeric.h"
 #include "attn_test.h"
 #include "test_mods.h"
@@ -322,6 +328,107 @@ static void test_refusals(void **state) {
   assert_non_null(strstr(diag.message, "seqlen_q 17"));
 }
 
+/* ---- the API ---------------------------------------------------------------------------------- */
+
+/* one kiln_forward on the host against the reference; q is (B, N, H, D) when `bnhd` */
+static void api_case(kiln_kernel *kern, const kn_attn_desc *d, int B, int H, int HK, int nq,
+                     int nk, bool bnhd, const kiln_attn_args *extra) {
+  const kn_scalar dt = d->dtype;
+  const int D = d->head_dim;
+  const size_t es = kn_scalar_size(dt), n_q = (size_t)B * H * nq * D,
+               n_k = (size_t)B * HK * nk * D, n_l = (size_t)B * H * nq;
+  void *q = malloc(n_q * es + 16), *k = malloc(n_k * es + 16), *v = malloc(n_k * es + 16),
+       *o = malloc(n_q * es + 16);
+  float *lse = malloc(n_l * 4 + 16);
+  double *qd = malloc(n_q * 8 + 8), *kd = malloc(n_k * 8 + 8), *vd = malloc(n_k * 8 + 8),
+         *od = malloc(n_q * 8 + 8), *ld = malloc(n_l * 8 + 8), *qc = malloc(n_q * 8 + 8);
+  assert_true(q && k && v && o && lse && qd && kd && vd && od && ld && qc);
+  fill_rand(dt, q, qd, n_q);
+  fill_rand(dt, k, kd, n_k);
+  fill_rand(dt, v, vd, n_k);
+  kiln_attn_args a = extra ? *extra : (kiln_attn_args){0};
+  a.q = q, a.k = k, a.v = v, a.o = o, a.lse = d->has_lse ? lse : NULL;
+  a.batch = B, a.heads = H, a.kv_heads = HK, a.seqlen_q = nq, a.seqlen_k = nk;
+  /* the reference reads (B, H, N, D): q's values in that order */
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < nq; i++)
+        for (int x = 0; x < D; x++) {
+          size_t at = (((size_t)b * H + h) * nq + i) * D + x;
+          size_t from = bnhd ? (((size_t)b * nq + i) * H + h) * D + x : at;
+          qc[at] = qd[from];
+        }
+  if (bnhd) {
+    a.q_stride[0] = (int64_t)nq * H * D, a.q_stride[1] = D, a.q_stride[2] = (int64_t)H * D;
+  }
+  kiln_status st = kiln_forward(kern, &a, NULL);
+  if (st) fail_msg("kiln_forward (B%d H%d/%d Nq %d Nk %d): %s", B, H, HK, nq, nk,
+                   kiln_last_error());
+  kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = nq, .seqlen_k = nk};
+  kn_attn_vargs va = {.window_left = a.window_left, .window_right = a.window_right,
+                      .softcap = a.softcap};
+  kn_diag diag;
+  if (kn_attn_reference_v(d, NULL, &p, &va, qc, kd, vd, od, d->has_lse ? ld : NULL, &diag))
+    fail_msg("reference: %s", diag.message);
+  double err = 0, lerr = 0;
+  for (size_t i = 0; i < n_q; i++) {
+    double e = abs_err(kn_load_elem(dt, (char *)o + i * es), od[i]);
+    if (e > err) err = e;
+  }
+  for (size_t i = 0; d->has_lse && i < n_l; i++) {
+    double e = abs_err(lse[i], ld[i]);
+    if (e > lerr) lerr = e;
+  }
+  if (verbose())
+    printf("    api B%d H%d/%d Nq %d Nk %d%s: err %.3g lse %.3g\n", B, H, HK, nq, nk,
+           bnhd ? " bnhd" : "", err, lerr);
+  if (!(err <= kn_attn_tolerance(dt)) || !(lerr <= 4 * kn_attn_lse_tolerance(dt)))
+    fail_msg("api (seed %llu) B%d H%d/%d Nq %d Nk %d%s: err %.3g lse %.3g",
+             (unsigned long long)seed0, B, H, HK, nq, nk, bnhd ? " bnhd" : "", err, lerr);
+  free(q), free(k), free(v), free(o), free(lse), free(qd), free(kd), free(vd), free(od), free(ld);
+  free(qc);
+}
+
+static void test_api_host(void **state) {
+  (void)state;
+  kiln_context_options co = {.no_cache = 1, .device = "host"};
+  kiln_context *ctx;
+  assert_int_equal(kiln_context_create(&co, &ctx), KILN_OK);
+  kiln_attn_desc pd = {.dtype = KILN_F16, .head_dim = 64, .causal = KILN_CAUSAL_BOTTOM_RIGHT,
+                       .has_lse = 1};
+  kn_attn_desc d = {.dtype = KN_F16, .head_dim = 64, .causal = KN_CAUSAL_BOTTOM_RIGHT,
+                    .has_lse = true};
+  kiln_kernel *k;
+  assert_int_equal(kiln_prepare(ctx, &pd, NULL, &k), KILN_OK);
+  kiln_stats s0, s1, s2;
+  kiln_context_stats(ctx, &s0);
+  api_case(k, &d, 2, 8, 2, 1, 1000, false, NULL);
+  kiln_context_stats(ctx, &s1);
+  assert_int_equal(s1.compiles, s0.compiles + 2);  /* the split and combine kernels */
+  api_case(k, &d, 1, 8, 2, 4, 65, true, NULL);
+  api_case(k, &d, 3, 4, 1, 16, 7, false, NULL);
+  api_case(k, &d, 1, 32, 8, 1, 129, false, NULL);
+  setenv("KILN_DECODE_SPLITS", "5", 1);
+  api_case(k, &d, 2, 4, 4, 2, 333, true, NULL);
+  unsetenv("KILN_DECODE_SPLITS");
+  kiln_context_stats(ctx, &s2);
+  assert_int_equal(s2.compiles, s1.compiles);  /* built once */
+  /* the prefill kernel: KILN_DECODE=0, and above 16 query rows */
+  setenv("KILN_DECODE", "0", 1);
+  api_case(k, &d, 1, 8, 2, 3, 100, false, NULL);
+  unsetenv("KILN_DECODE");
+  api_case(k, &d, 1, 4, 2, 17, 40, false, NULL);
+  /* a window and a softcap: the variant's arguments reach the split kernel */
+  kiln_attn_desc pw = {.dtype = KILN_F16, .head_dim = 64, .window = 1, .softcap = 1,
+                       .has_lse = 1};
+  kn_attn_desc dw = {.dtype = KN_F16, .head_dim = 64, .window = true, .softcap = true,
+                     .has_lse = true};
+  assert_int_equal(kiln_prepare(ctx, &pw, NULL, &k), KILN_OK);
+  kiln_attn_args ex = {.window_left = 50, .window_right = -1, .softcap = 2.5f};
+  api_case(k, &dw, 2, 8, 2, 4, 500, false, &ex);
+  kiln_context_destroy(ctx);
+}
+
 /* the default decode kernels' code: no spills on the AMD chips and (ptxas) on NVIDIA */
 static void test_code(void **state) {
   (void)state;
@@ -373,7 +480,8 @@ int main(void) {
       cmocka_unit_test(test_plan),   cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_interp), cmocka_unit_test(test_host),
       cmocka_unit_test(test_host_gqa_32_8), cmocka_unit_test(test_emu),
-      cmocka_unit_test(test_code),
+      cmocka_unit_test(test_api_host), cmocka_unit_test(test_code),
   };
+  if (getenv("KILN_TEST_FILTER")) cmocka_set_test_filter(getenv("KILN_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
