@@ -1398,6 +1398,13 @@ static kiln_status decode_kernels(kiln_kernel *k) {
     kn_attn_sig sig;
     kn_diag diag;
     kiln_status s = KILN_OK;
+    /* KILN_DECODE_BLOCK_N: the keys per block (a measuring knob, bench/h200/kiln_decode_bench) */
+    const char *bn = getenv("KILN_DECODE_BLOCK_N");
+    if (bn && atoi(bn) > 0) {
+      c.block_n = atoi(bn);
+      if (kn_attn_decode_check(arch, &k->desc, &c, &diag))
+        s = api_fail(KILN_ERR_INVALID, "KILN_DECODE_BLOCK_N=%s: %s", bn, diag.message);
+    }
     for (int i = 0; i < 2 && !s; i++) {
       if (kn_attn_decode_signature(&k->desc, i, &sig, &diag))
         s = api_fail(KILN_ERR_INVALID, "decode: %s", diag.message);

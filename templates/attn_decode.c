@@ -138,7 +138,7 @@ kn_decode_plan kn_attn_decode_plan(const kn_attn_desc *d, const kn_attn_config *
   const int group = p->kv_heads > 0 ? p->heads / p->kv_heads : 1;
   const int rows = group * (p->seqlen_q > 0 ? p->seqlen_q : 1);
   r.row_blocks = cdiv(rows, c->block_m);
-  r.ws_rows = r.row_blocks * c->block_m;
+  r.ws_rows = rows;
   const int blocks = p->seqlen_k > 0 ? cdiv(p->seqlen_k, c->block_n) : 1;
   int s = want;
   if (s <= 0) {
@@ -147,6 +147,9 @@ kn_decode_plan kn_attn_decode_plan(const kn_attn_desc *d, const kn_attn_config *
     const int64_t progs = (int64_t)(p->batch > 0 ? p->batch : 1) * p->kv_heads * r.row_blocks;
     const int64_t waves = 4, target = (int64_t)(cus > 0 ? cus : 1) * waves;
     s = progs >= target ? 1 : (int)((target + progs - 1) / progs);
+    /* a piece's partial rows cost a write and a read of the workspace: at least
+     * KN_DECODE_MIN_BLOCKS blocks of keys each keep that a few percent of the KV bytes */
+    if (s > blocks / KN_DECODE_MIN_BLOCKS) s = blocks / KN_DECODE_MIN_BLOCKS;
   }
   if (s > blocks) s = blocks;
   if (s > KN_DECODE_MAX_SPLITS) s = KN_DECODE_MAX_SPLITS;
@@ -395,20 +398,18 @@ kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn
   kn_value *out = op2(g, KN_OP_MUL, loop->res[2], spread(g, inv_l, 1, BM, DP, "inv_l_s"), "out");
   kn_value *lse2 = op2(g, KN_OP_ADD, loop->res[0], nm(g, kn_b_unary(&g->b, KN_OP_LOG2, l_safe),
                                                       "log2_l"), "lse2");
-  /* workspace slot (pid_bk * num_splits + split) * ws_rows + row0 */
-  kn_value *ws_rows = op2(g, KN_OP_MUL, op2(g, KN_OP_DIV,
-                                            op2(g, KN_OP_ADD, live_rows,
-                                                i32c(g, BM - 1, "c_bm_m1"), "rows_up"),
-                                            c_bm, "row_blocks"), c_bm, "ws_rows");
+  /* workspace slot (pid_bk * num_splits + split): its ws_rows = live_rows rows from row0 (the
+   * padding rows are not stored: at GQA 4 and one query row they would be 3/4 of the bytes) */
   kn_value *slot = op2(g, KN_OP_ADD, op2(g, KN_OP_MUL, pid1, nsplit, "slot_bk"), split, "slot");
-  kn_value *wrow = op2(g, KN_OP_ADD, op2(g, KN_OP_MUL, to64(g, slot, "slot64"),
-                                         to64(g, ws_rows, "ws_rows64"), "slot_row"),
-                       to64(g, row0, "row0_64"), "ws_row");
-  kn_value *o_at = at(g, ws_o, wrow, i64c(g, DP, "c_dp64"), NULL, NULL, "ws_o_base");
-  kn_b_store(&g->b, out, o_at, (kn_value *[]){c0, c0}, (kn_value *[]){i64c(g, DP, "c_dp64s"),
-                                                                      one64}, NULL, NULL);
+  kn_value *wrow = op2(g, KN_OP_MUL, to64(g, slot, "slot64"), to64(g, live_rows, "ws_rows64"),
+                       "ws_row");
+  kn_value *c_dp64 = i64c(g, DP, "c_dp64");
+  kn_value *o_at = at(g, ws_o, wrow, c_dp64, NULL, NULL, "ws_o_base");
+  kn_b_store(&g->b, out, o_at, (kn_value *[]){row0, c0}, (kn_value *[]){c_dp64, one64},
+             (kn_value *[]){live_rows, i32c(g, DP, "c_dp")}, NULL);
   kn_value *l_at = nm(g, kn_b_ptradd(&g->b, ws_lse, wrow), "ws_lse_base");
-  kn_b_store(&g->b, lse2, l_at, (kn_value *[]){c0}, (kn_value *[]){one64}, NULL, NULL);
+  kn_b_store(&g->b, lse2, l_at, (kn_value *[]){row0}, (kn_value *[]){one64},
+             (kn_value *[]){live_rows}, NULL);
   kn_b_return(&g->b, 0, NULL);
   return f;
 }

@@ -15,7 +15,7 @@
  *   ws_o     ptr<f32>  (B * HK, num_splits, ws_rows, DP)   normalised partial outputs
  *   ws_lse   ptr<f32>  (B * HK, num_splits, ws_rows)       log2 of each row's sum of 2^s
  *   num_splits, split_len   i32
- * ws_rows = cdiv(kv_group * seqlen_q, BLOCK_M) * BLOCK_M and DP = kn_attn_head_pad(head_dim).
+ * ws_rows = kv_group * seqlen_q (the live packed rows) and DP = kn_attn_head_pad(head_dim).
  * Grid: (cdiv(kv_group * seqlen_q, BLOCK_M) * num_splits, batch * kv_heads, 1).
  *
  * The combine kernel's parameters:
@@ -36,7 +36,7 @@
 
 /* the most query rows per sequence the decode kernels take (speculative decoding's drafts) */
 enum { KN_DECODE_MAX_Q = 16, KN_DECODE_NPARAMS = 4, KN_DECODE_COMBINE_NPARAMS = 14,
-       KN_DECODE_MAX_SPLITS = 256 };
+       KN_DECODE_MAX_SPLITS = 256, KN_DECODE_MIN_BLOCKS = 2 };
 
 /* 0 when decode serves descriptor d with config c on arch (NULL: the host), else -1 with the
  * reason: the forward template's check (kn_attn_check_on: the two dots have its shapes), a
@@ -63,8 +63,8 @@ int kn_attn_decode_signature(const kn_attn_desc *d, int which, kn_attn_sig *sig,
 typedef struct kn_decode_plan {
   int splits;      /* KV pieces (1..KN_DECODE_MAX_SPLITS) */
   int split_len;   /* keys per piece, a multiple of block_n */
-  int ws_rows;     /* packed rows per kv head, padded to block_m */
-  int row_blocks;  /* ws_rows / block_m */
+  int ws_rows;     /* packed rows per kv head: kv_group x seqlen_q */
+  int row_blocks;  /* cdiv(ws_rows, block_m) */
   size_t ws_o_bytes, ws_lse_bytes;
 } kn_decode_plan;
 
@@ -72,8 +72,8 @@ typedef struct kn_decode_plan {
  * With P = batch * kv_heads * row_blocks programs per piece and `cus` compute units, splitting
  * pays while the device is short of programs: the smallest count whose programs fill `waves`
  * programs per compute unit (kiln's decode programs are small: several run on one unit at a
- * time), at most one piece per KV block and KN_DECODE_MAX_SPLITS; `want` > 0 forces a count
- * (clamped the same way).  Then split_len = cdiv(blocks, splits) blocks, and splits is
+ * time), at most one piece per KN_DECODE_MIN_BLOCKS KV blocks and KN_DECODE_MAX_SPLITS;
+ * `want` > 0 forces a count (clamped to one piece per block and KN_DECODE_MAX_SPLITS).  Then split_len = cdiv(blocks, splits) blocks, and splits is
  * recomputed so that no piece is empty. */
 kn_decode_plan kn_attn_decode_plan(const kn_attn_desc *d, const kn_attn_config *c,
                                    const kn_attn_problem *p, int cus, int want);

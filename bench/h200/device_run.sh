@@ -14,6 +14,8 @@
 #   KILN_DEVICE_STEPS   space-separated steps to run (default: info tests kiln sdpa; also
 #                       variants and flex: kiln_variant_bench and flex_anchor.py)
 #   KILN_SDPA_ARGS      extra arguments for sdpa_anchor.py (e.g. "--quick")
+#   KILN_DECODE_ARGS    extra arguments for kiln_decode_bench (step decode; e.g. "--sweep");
+#                       step decode also runs `sdpa_anchor.py --decode` (FA2, cuDNN)
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -151,6 +153,21 @@ if want flex; then
   step "flex anchor" "$out/flex.log" 540 env PYTHONUNBUFFERED=1 python3 "$here/flex_anchor.py" \
     --csv "$out/flex.csv" ${KILN_FLEX_ARGS:-}
   grep -E "^(\||# )" "$out/flex.log" >>"$summary"
+fi
+
+# ---- decode (issue 12): kiln's split-KV decode through the API, then SDPA's on the same shapes ----
+if want decode; then
+  if [ -x "$bin/kiln_decode_bench" ]; then
+    # shellcheck disable=SC2086
+    step "kiln decode" "$out/decode.log" 540 "$bin/kiln_decode_bench" ${KILN_DECODE_ARGS:-}
+    grep -E "^(\||# |PASS|FAIL)" "$out/decode.log" >>"$summary"
+  else
+    note "FAIL  kiln_decode_bench: not in the pack"
+    failed=$((failed + 1))
+  fi
+  step "sdpa decode anchor" "$out/sdpa_decode.log" 420 env PYTHONUNBUFFERED=1 python3 \
+    "$here/sdpa_anchor.py" --decode --csv "$out/sdpa_decode.csv"
+  grep -E "^(\||# )" "$out/sdpa_decode.log" >>"$summary"
 fi
 
 note "failed steps: $failed"

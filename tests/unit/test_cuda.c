@@ -20,8 +20,7 @@
  *     i32 parameters) follow the 24, which checks the packing of a variant's parameters.
  *     Decode's two kernels (attn_decode, attn_decode_combine: templates/attn_decode.h) are
  *     computed by their contracts too, the pieces' partial outputs through the workspace, so
- *     a wrong workspace layout, split argument or combine stride gives wrong numbers;
- *     kn_fake_cuda_decode() says the split kernel's block_m.
+ *     a wrong workspace layout, split argument or combine stride gives wrong numbers.
  *   - On the H200 (bench/h200/device_run.sh): the same GPU tests against the real driver, with
  *     hand-written PTX (.version 8.0, .target sm_80) JIT-compiled by the driver, and, where
  *     ptxas is installed, also a cubin made by compiler/ptxas.c.
@@ -166,10 +165,8 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
   attn_launches++;
   return 0;
 }
-/* decode (templates/attn_decode.h): the split kernel's block_m, which its workspace rows are
- * padded to (not a kernel parameter: the test says it, as the dtype) */
-static int dec_block_m = 16, dec_launches;
-void kn_fake_cuda_decode(int block_m) { dec_block_m = block_m; }
+/* decode (templates/attn_decode.h): launches of its two kernels */
+static int dec_launches;
 int kn_fake_cuda_decode_launches(void) { return dec_launches; }
 
 /* attn_decode: the 24 parameters, the variant's, then ws_o, ws_lse, num_splits, split_len; grid
@@ -196,8 +193,8 @@ static int fake_decode(unsigned gx, unsigned gy, void **params) {
       !q || !k || !v || !ws_o || !ws_lse)
     return 1;
   int HK = H / group, D = attn_d, DP = (D + 15) / 16 * 16;
-  int rows = (int)(gx / (unsigned)S) * dec_block_m;
-  if (gy % (unsigned)HK || rows < group * nq) return 1;
+  int rows = group * nq;  /* the workspace rows of one (b, kv head, piece) */
+  if (gy % (unsigned)HK || gx / (unsigned)S * 16 < (unsigned)rows) return 1;
   int B = (int)(gy / (unsigned)HK);
   double *sc = malloc(sizeof(double) * (size_t)(len > 0 ? len : 1));
   if (!sc) return 2;

@@ -280,12 +280,15 @@ static void test_plan(void **state) {
   assert_true(r.splits > 8 && r.splits <= KN_DECODE_MAX_SPLITS);
   assert_true((int64_t)(r.splits - 1) * r.split_len < p.seqlen_k);
   assert_int_equal(r.split_len % 64, 0);
-  /* never more pieces than blocks; forced counts are clamped */
+  /* at least KN_DECODE_MIN_BLOCKS blocks a piece; forced counts at most one piece a block */
   p.seqlen_k = 100;
   r = kn_attn_decode_plan(&d, &c, &p, 132, 0);
-  assert_int_equal(r.splits, 2);
+  assert_int_equal(r.splits, 1);
+  p.seqlen_k = 1000;  /* 16 blocks */
+  r = kn_attn_decode_plan(&d, &c, &p, 132, 0);
+  assert_int_equal(r.splits, 16 / KN_DECODE_MIN_BLOCKS);
   r = kn_attn_decode_plan(&d, &c, &p, 132, 1000);
-  assert_int_equal(r.splits, 2);
+  assert_int_equal(r.splits, 16);
   p.seqlen_k = 0;
   r = kn_attn_decode_plan(&d, &c, &p, 132, 0);
   assert_int_equal(r.splits, 1);
@@ -298,6 +301,10 @@ static void test_plan(void **state) {
   assert_int_equal(r.row_blocks, 4);
   assert_int_equal(r.ws_rows, 64);
   assert_int_equal(r.ws_lse_bytes, (size_t)8 * r.splits * 64 * 4);
+  p.seqlen_q = 1;  /* GQA 4: 4 live rows of the 16, only they are stored */
+  r = kn_attn_decode_plan(&d, &c, &p, 132, 0);
+  assert_int_equal(r.ws_rows, 4);
+  assert_int_equal(r.ws_o_bytes, (size_t)8 * r.splits * 4 * 128 * 4);
 }
 
 static void test_refusals(void **state) {
