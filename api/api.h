@@ -114,7 +114,24 @@ struct kiln_kernel {
   kiln_kernel *decode[2];
   api_ws ws[API_MAX_WS];
   int nws;
+  /* kiln_tune_decode's pieces for the problem it tuned (batch x kv heads, seqlen_k, seqlen_q):
+   * forwards of that problem use them (KILN_DECODE_SPLITS still overrides) */
+  int tuned_splits, tuned_bk, tuned_nk, tuned_nq;
 };
+
+/* the combine kernel's fixed tiling (it has no dot: one warp over 16 rows) */
+#define API_COMBINE_CONFIG ((kn_attn_config){.block_m = 16, .block_n = 16, .warps = 1, .stages = 1})
+
+/* kiln.c, decode (docs/serving.md): whether forward k serves call a with the decode kernels;
+ * their build (once per kernel); the decode launch of checked forward arguments; one launch of
+ * any kernel on its device; the memo's kernel of (d, c, kind) */
+bool api_decode_wanted(const kiln_kernel *k, const kiln_attn_args *a);
+kiln_status api_decode_kernels(kiln_kernel *k);
+kiln_status api_decode_forward(kiln_kernel *k, const kn_attn_problem *p, const kn_attn_vargs *va,
+                               const kn_argval *args, void *stream);
+kiln_status api_launch(kiln_kernel *k, const kn_argval *args, const int grid[3], void *stream);
+kiln_status api_get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
+                           const kn_attn_config *c, bool tuned, api_kind kind, kiln_kernel **out);
 
 /* kiln.c */
 kiln_status api_fail(kiln_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

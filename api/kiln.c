@@ -763,9 +763,9 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
 }
 
 /* the second memo level: one kernel per (descriptor, tiling) */
-static kiln_status get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
-                              const kn_attn_config *c, bool tuned, api_kind kind,
-                              kiln_kernel **out) {
+kiln_status api_get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
+                           const kn_attn_config *c, bool tuned, api_kind kind,
+                           kiln_kernel **out) {
   char key[2 * KN_ATTN_KEY_MAX + 64], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(d, dk, sizeof dk);
   kn_attn_config_key(c, ck, sizeof ck);
@@ -1107,7 +1107,7 @@ kiln_status kiln_prepare(kiln_context *ctx, const kiln_attn_desc *desc,
   bool tuned = false;
   s = api_signature(&d, &sig);
   if (!s) s = resolve_config(ctx, &d, &sig, o, policy, seqlen, &c, &tuned);
-  if (!s) s = get_kernel(ctx, &d, &sig, &c, tuned, API_FWD, &k);
+  if (!s) s = api_get_kernel(ctx, &d, &sig, &c, tuned, API_FWD, &k);
   memo_finish(ctx, key, s ? NULL : k, false);
   if (s) {
     api_log(ctx, KILN_LOG_ERROR, "prepare: %s", tl_error);
@@ -1376,7 +1376,7 @@ static kiln_status check_extents(const kn_attn_desc *d, const kiln_attn_args *a,
 /* does forward k serve this call with the decode kernels?  Dense, 1..KN_DECODE_MAX_Q query rows,
  * a variant decode takes, and KILN_DECODE not "0" (the prefill kernel then serves it, as before
  * decode existed) */
-static bool decode_wanted(const kiln_kernel *k, const kiln_attn_args *a) {
+bool api_decode_wanted(const kiln_kernel *k, const kiln_attn_args *a) {
   if (k->kind != API_FWD || k->desc.layout != KN_ATTN_DENSE) return false;
   if (a->seqlen_q < 1 || a->seqlen_q > KN_DECODE_MAX_Q) return false;
   const char *e = getenv("KILN_DECODE");
@@ -1388,13 +1388,13 @@ static bool decode_wanted(const kiln_kernel *k, const kiln_attn_args *a) {
 
 /* the split and combine kernels of k's descriptor, built once (memoised in the context, so
  * every forward kernel of one descriptor shares them) */
-static kiln_status decode_kernels(kiln_kernel *k) {
+kiln_status api_decode_kernels(kiln_kernel *k) {
   pthread_mutex_lock(&k->decode_mu);
   if (!k->decode_tried) {
     kiln_context *ctx = k->ctx;
     const kn_arch *arch = ctx->target->arch;
     kn_attn_config c = kn_attn_decode_default_config(arch, &k->desc);
-    const kn_attn_config cc = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 1};
+    const kn_attn_config cc = API_COMBINE_CONFIG;
     kn_attn_sig sig;
     kn_diag diag;
     kiln_status s = KILN_OK;
@@ -1409,8 +1409,8 @@ static kiln_status decode_kernels(kiln_kernel *k) {
       if (kn_attn_decode_signature(&k->desc, i, &sig, &diag))
         s = api_fail(KILN_ERR_INVALID, "decode: %s", diag.message);
       else
-        s = get_kernel(ctx, &k->desc, &sig, i ? &cc : &c, false, i ? API_COMBINE : API_DECODE,
-                       &k->decode[i]);
+        s = api_get_kernel(ctx, &k->desc, &sig, i ? &cc : &c, false,
+                           i ? API_COMBINE : API_DECODE, &k->decode[i]);
     }
     k->decode_tried = true;
     k->decode_status = s;
@@ -1457,8 +1457,7 @@ static kiln_status decode_ws(kiln_kernel *k, void *stream, size_t bytes, void **
   return s;
 }
 
-static kiln_status launch(kiln_kernel *k, const kn_argval *args, const int grid[3],
-                          void *stream) {
+kiln_status api_launch(kiln_kernel *k, const kn_argval *args, const int grid[3], void *stream) {
   kiln_context *ctx = k->ctx;
   if (ctx->kind == KN_DEVICE_CUDA) return api_cuda_forward(k, args, grid, stream);
   if (ctx->kind == KN_DEVICE_HIP) return api_hip_forward(k, args, grid, stream);
@@ -1472,13 +1471,20 @@ static kiln_status launch(kiln_kernel *k, const kn_argval *args, const int grid[
 /* The decode launch of forward k: args are the forward's, checked, with the caller's strides.
  * The split kernel takes them (and the variant's) followed by its own four; the combine kernel
  * the output's.  Pieces: KILN_DECODE_SPLITS, else the heuristic over the device's units. */
-static kiln_status decode_forward(kiln_kernel *k, const kn_attn_problem *p,
-                                  const kn_attn_vargs *va, const kn_argval *args, void *stream) {
-  kiln_status s = decode_kernels(k);
+kiln_status api_decode_forward(kiln_kernel *k, const kn_attn_problem *p, const kn_attn_vargs *va,
+                               const kn_argval *args, void *stream) {
+  kiln_status s = api_decode_kernels(k);
   if (s) return s;
   kiln_kernel *ks = k->decode[0], *kc = k->decode[1];
   const char *e = getenv("KILN_DECODE_SPLITS");
   int want = e ? atoi(e) : 0;
+  if (!e) {  /* kiln_tune_decode's choice for this problem, if it tuned one like it */
+    pthread_mutex_lock(&k->decode_mu);
+    if (k->tuned_splits && k->tuned_bk == p->batch * p->kv_heads && k->tuned_nk == p->seqlen_k &&
+        k->tuned_nq == p->seqlen_q)
+      want = k->tuned_splits;
+    pthread_mutex_unlock(&k->decode_mu);
+  }
   kn_decode_plan plan = kn_attn_decode_plan(&k->desc, &ks->cfg, p, k->ctx->compute_units, want);
   size_t lse_at = (plan.ws_o_bytes + 255) / 256 * 256;
   void *ws = NULL;
@@ -1494,8 +1500,8 @@ static kiln_status decode_forward(kiln_kernel *k, const kn_attn_problem *p,
   /* the caller's strides and the variant's values, as forward computed them */
   memcpy(sa, args, sizeof *args * (size_t)k->sig.n);
   for (int i = 0; i < 5; i++) ca[KN_DECODE_C_O_SB + i].i = args[ARG_O_SB + i].i;
-  if ((s = launch(ks, sa, sg, stream))) return s;
-  return launch(kc, ca, cg, stream);
+  if ((s = api_launch(ks, sa, sg, stream))) return s;
+  return api_launch(kc, ca, cg, stream);
 }
 
 kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) {
@@ -1555,8 +1561,8 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
   if ((s = check_capacities(d, a, args, &va))) return s;
   if (k->ctx->kind != KN_DEVICE_HOST && (s = check_alignment(d, a, args))) return s;
 
-  if (decode_wanted(k, a)) {
-    if ((s = decode_forward(k, &p, &va, args, stream))) return s;
+  if (api_decode_wanted(k, a)) {
+    if ((s = api_decode_forward(k, &p, &va, args, stream))) return s;
     atomic_fetch_add(&k->ctx->stats.launches, 1);
     return KILN_OK;
   }

@@ -21,7 +21,10 @@
  *     each checked as in (a) before it is timed (a measured table for the heuristic and the
  *     default block_n).
  *
- *   kiln_decode_bench [--quick] [--repeats R] [--sweep]
+ * (d) --tune: for each row, kiln_tune_decode on the row's call (its candidates are compared with
+ *     the default kernels, which (a) checked), then the row timed again with the winner.
+ *
+ *   kiln_decode_bench [--quick] [--repeats R] [--sweep] [--tune]
  * Exit status: 0 when every check passed and every launch ran, 1 otherwise.
  */
 #ifndef _GNU_SOURCE
@@ -245,13 +248,14 @@ static kiln_context *context(int block_n) {
 
 int main(int argc, char **argv) {
   int repeats = 20;
-  bool quick = false, sweep = false;
+  bool quick = false, sweep = false, tune = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = true, repeats = 5;
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--sweep")) sweep = true;
+    else if (!strcmp(argv[i], "--tune")) tune = true;
     else {
-      fprintf(stderr, "usage: %s [--quick] [--repeats R] [--sweep]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--repeats R] [--sweep] [--tune]\n", argv[0]);
       return 2;
     }
   }
@@ -301,6 +305,41 @@ int main(int argc, char **argv) {
              tbs(Bs[b], Ns[n], pms));
       fflush(stdout);
     }
+  if (tune) {
+    printf("\n| B | Nk | tuned block_n | tuned pieces | ms | TB/s | candidates |\n"
+           "|---|---|---|---|---|---|---|\n");
+    for (int b = 0; b < nB; b++)
+      for (int n = 0; n < nN; n++) {
+        if (!row_ok[b][n]) continue;
+        size_t kv = (size_t)Bs[b] * HK * Ns[n] * D * 2, qo = (size_t)Bs[b] * H * D * 2;
+        kn_cuda_ptr q = dalloc(qo), o = dalloc(qo), l = dalloc((size_t)Bs[b] * H * 4),
+                    k = dalloc(kv), v = dalloc(kv);
+        kiln_tune_result r = {0};
+        if (q && o && l && k && v && !kn_cuda_memset8(dev, q, 0x3c, qo, &e) &&
+            !kn_cuda_memset8(dev, k, 0x3b, kv, &e) && !kn_cuda_memset8(dev, v, 0x3a, kv, &e)) {
+          kiln_attn_args a = {.q = (void *)(uintptr_t)q, .k = (void *)(uintptr_t)k,
+                              .v = (void *)(uintptr_t)v, .o = (void *)(uintptr_t)o,
+                              .lse = (float *)(uintptr_t)l, .batch = Bs[b], .heads = H,
+                              .kv_heads = HK, .seqlen_q = 1, .seqlen_k = Ns[n]};
+          fake_causal(0);
+          kiln_prepare_options po = {.tune_repeats = quick ? 3 : 9};
+          if (kiln_tune_decode(kern, &a, NULL, &po, &r)) {
+            printf("# tune B%d Nk %d: %s\n", Bs[b], Ns[n], kiln_last_error());
+            failures++;
+          } else {
+            const kiln_tune_candidate *c = &r.candidates[r.best];
+            printf("| %d | %d | %d | %d | %.4f | %.2f | %d |\n", Bs[b], Ns[n], c->block_n,
+                   c->decode_splits, c->median_us / 1e3, tbs(Bs[b], Ns[n], c->median_us / 1e3),
+                   r.ncandidates);
+          }
+          kiln_tune_result_free(&r);
+        }
+        kn_cuda_ptr bufs[] = {q, o, l, k, v};
+        for (int i = 0; i < 5; i++)
+          if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
+        fflush(stdout);
+      }
+  }
   kiln_context_destroy(ctx);
   if (sweep) {
     printf("\n| B | Nk | block_n | pieces | ms | TB/s |\n|---|---|---|---|---|---|\n");

@@ -15,7 +15,8 @@
  * 4. The API on the host: kiln_forward with seqlen_q <= 16 goes through the decode kernels
  *    (two more compiles at the first call, none after), q in a (B, N, H, D) layout and a
  *    GQA 32/8 problem against the reference, KILN_DECODE_SPLITS forcing pieces, KILN_DECODE=0
- *    serving it with the prefill kernel, seqlen_q 17 the prefill kernel.
+ *    serving it with the prefill kernel, seqlen_q 17 the prefill kernel; kiln_tune_decode over
+ *    block_n and pieces, its winner then checked against the reference, its refusals.
  * 5. Code: the default decode kernels compile for gfx90a / gfx942 without VGPR spills and for
  *    sm_80 / sm_90a (ptxas, when installed) without spills, at head dims 64 and 128.
  *
@@ -436,6 +437,54 @@ static void test_api_host(void **state) {
   kiln_context_destroy(ctx);
 }
 
+/* kiln_tune_decode on the host: candidates over block_n and pieces, the winner kept for the
+ * problem (the forward after it is right), bad calls refused */
+static void test_api_tune(void **state) {
+  (void)state;
+  kiln_context_options co = {.no_cache = 1, .device = "host"};
+  kiln_context *ctx;
+  assert_int_equal(kiln_context_create(&co, &ctx), KILN_OK);
+  kiln_attn_desc pd = {.dtype = KILN_F16, .head_dim = 64, .has_lse = 1};
+  kn_attn_desc d = {.dtype = KN_F16, .head_dim = 64, .has_lse = true};
+  kiln_kernel *k;
+  assert_int_equal(kiln_prepare(ctx, &pd, NULL, &k), KILN_OK);
+  enum { B = 2, HH = 8, HKK = 2, NK = 700, DD = 64 };
+  size_t nq = (size_t)B * HH * DD, nk = (size_t)B * HKK * NK * DD;
+  uint16_t *q = calloc(nq, 2), *kk = calloc(nk, 2), *v = calloc(nk, 2), *o = calloc(nq, 2);
+  float *lse = calloc((size_t)B * HH, 4);
+  double *qd = malloc(nq * 8), *kd = malloc(nk * 8), *vd = malloc(nk * 8);
+  fill_rand(KN_F16, q, qd, nq), fill_rand(KN_F16, kk, kd, nk), fill_rand(KN_F16, v, vd, nk);
+  kiln_attn_args a = {.q = q, .k = kk, .v = v, .o = o, .lse = lse, .batch = B, .heads = HH,
+                      .kv_heads = HKK, .seqlen_q = 1, .seqlen_k = NK};
+  kiln_prepare_options po = {.tune_warmup = 1, .tune_repeats = 3};
+  kiln_tune_result r;
+  if (kiln_tune_decode(k, &a, NULL, &po, &r)) fail_msg("tune: %s", kiln_last_error());
+  assert_true(r.ncandidates >= 8);
+  assert_true(r.best >= 0 && r.candidates[r.best].state == KILN_CANDIDATE_TIMED);
+  int timed = 0;
+  for (int i = 0; i < r.ncandidates; i++) {
+    timed += r.candidates[i].state == KILN_CANDIDATE_TIMED;
+    assert_true(r.candidates[i].decode_splits >= 1);
+  }
+  assert_int_equal(timed, r.ncandidates);  /* every one agreed with the default */
+  printf("[ decode ] tune: %d candidates, best block_n %d, %d pieces, %.0f us\n", r.ncandidates,
+         r.candidates[r.best].block_n, r.candidates[r.best].decode_splits,
+         r.candidates[r.best].median_us);
+  kiln_tune_result_free(&r);
+  /* the winner serves the same problem: against float64 */
+  api_case(k, &d, B, HH, HKK, 1, NK, false, NULL);
+  /* refused: a prefill call, forced pieces */
+  a.seqlen_q = 40;
+  assert_int_equal(kiln_tune_decode(k, &a, NULL, NULL, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "not one the decode kernels serve"));
+  a.seqlen_q = 1;
+  setenv("KILN_DECODE_SPLITS", "2", 1);
+  assert_int_equal(kiln_tune_decode(k, &a, NULL, NULL, NULL), KILN_ERR_INVALID);
+  unsetenv("KILN_DECODE_SPLITS");
+  free(q), free(kk), free(v), free(o), free(lse), free(qd), free(kd), free(vd);
+  kiln_context_destroy(ctx);
+}
+
 /* the default decode kernels' code: no spills on the AMD chips and (ptxas) on NVIDIA */
 static void test_code(void **state) {
   (void)state;
@@ -487,7 +536,8 @@ int main(void) {
       cmocka_unit_test(test_plan),   cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_interp), cmocka_unit_test(test_host),
       cmocka_unit_test(test_host_gqa_32_8), cmocka_unit_test(test_emu),
-      cmocka_unit_test(test_api_host), cmocka_unit_test(test_code),
+      cmocka_unit_test(test_api_host), cmocka_unit_test(test_api_tune),
+      cmocka_unit_test(test_code),
   };
   if (getenv("KILN_TEST_FILTER")) cmocka_set_test_filter(getenv("KILN_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);
