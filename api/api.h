@@ -109,6 +109,8 @@ struct kiln_kernel {
    * built at the first forward with seqlen_q <= KN_DECODE_MAX_Q (decode_status says how that
    * went), and the workspaces, one per stream */
   pthread_mutex_t decode_mu;
+  pthread_mutex_t decode_launch_mu; /* held from taking a workspace to the combine's launch (or
+                                       enqueue), so no two calls interleave on one workspace */
   bool decode_tried;
   kiln_status decode_status;
   kiln_kernel *decode[2];

@@ -194,6 +194,7 @@ static void ws_free(kiln_context *ctx, api_ws *w) {
 static void kernel_free(kiln_kernel *k) {
   for (int i = 0; i < k->nws; i++) ws_free(k->ctx, &k->ws[i]);
   pthread_mutex_destroy(&k->decode_mu);
+  pthread_mutex_destroy(&k->decode_launch_mu);
   if (k->obj) kn_object_unload(k->obj);
   api_cuda_unload(k);
   api_hip_unload(k);
@@ -717,6 +718,7 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
   k->n_user_params = api_user_params(d, sig, k->user_param);
   pthread_mutex_init(&k->launch_mu, NULL);
   pthread_mutex_init(&k->decode_mu, NULL);
+  pthread_mutex_init(&k->decode_launch_mu, NULL);
   kn_cache_key key = api_cache_key(ctx, d, c, m, symbol);
   kn_cache_key_hex(&key, k->info.cache_key);
 
@@ -1468,6 +1470,10 @@ kiln_status api_launch(kiln_kernel *k, const kn_argval *args, const int grid[3],
   return rc ? api_fail(KILN_ERR_RUNTIME, "%s", diag.message) : KILN_OK;
 }
 
+static kiln_status decode_launch(kiln_kernel *k, kiln_kernel *ks, const kn_attn_problem *p,
+                                 const kn_decode_plan *plan, const kn_attn_vargs *va,
+                                 const kn_argval *args, void *ws, size_t lse_at, void *stream);
+
 /* The decode launch of forward k: args are the forward's, checked, with the caller's strides.
  * The split kernel takes them (and the variant's) followed by its own four; the combine kernel
  * the output's.  Pieces: KILN_DECODE_SPLITS, else the heuristic over the device's units. */
@@ -1475,7 +1481,7 @@ kiln_status api_decode_forward(kiln_kernel *k, const kn_attn_problem *p, const k
                                const kn_argval *args, void *stream) {
   kiln_status s = api_decode_kernels(k);
   if (s) return s;
-  kiln_kernel *ks = k->decode[0], *kc = k->decode[1];
+  kiln_kernel *ks = k->decode[0];
   const char *e = getenv("KILN_DECODE_SPLITS");
   int want = e ? atoi(e) : 0;
   if (!e) {  /* kiln_tune_decode's choice for this problem, if it tuned one like it */
@@ -1488,12 +1494,27 @@ kiln_status api_decode_forward(kiln_kernel *k, const kn_attn_problem *p, const k
   kn_decode_plan plan = kn_attn_decode_plan(&k->desc, &ks->cfg, p, k->ctx->compute_units, want);
   size_t lse_at = (plan.ws_o_bytes + 255) / 256 * 256;
   void *ws = NULL;
-  if ((s = decode_ws(k, stream, lse_at + plan.ws_lse_bytes, &ws))) return s;
+  /* two calls on one stream (the host's, or a shared GPU stream) must not interleave their
+   * split and combine launches on its workspace: each takes the lock for its pair (on a GPU
+   * only the enqueueing; stream order does the rest) */
+  pthread_mutex_lock(&k->decode_launch_mu);
+  s = decode_ws(k, stream, lse_at + plan.ws_lse_bytes, &ws);
+  if (!s) s = decode_launch(k, ks, p, &plan, va, args, ws, lse_at, stream);
+  pthread_mutex_unlock(&k->decode_launch_mu);
+  return s;
+}
+
+/* the two launches of a decode call on workspace ws (its lse part at byte lse_at) */
+static kiln_status decode_launch(kiln_kernel *k, kiln_kernel *ks, const kn_attn_problem *p,
+                                 const kn_decode_plan *plan, const kn_attn_vargs *va,
+                                 const kn_argval *args, void *ws, size_t lse_at, void *stream) {
+  kiln_kernel *kc = k->decode[1];
+  kiln_status s;
   float *ws_o = ws, *ws_lse = (float *)((char *)ws + lse_at);
   kn_argval sa[KN_ATTN_MAX_PARAMS + KN_DECODE_NPARAMS], ca[KN_DECODE_COMBINE_NPARAMS];
   int sg[3], cg[3];
   kn_diag diag;
-  if (kn_attn_decode_fill_args(&k->desc, &k->sig, &ks->cfg, p, &plan, args[0].p, args[1].p,
+  if (kn_attn_decode_fill_args(&k->desc, &k->sig, &ks->cfg, p, plan, args[0].p, args[1].p,
                                args[2].p, args[3].p, args[4].p, ws_o, ws_lse, va, sa, sg, ca, cg,
                                &diag))
     return api_fail(KILN_ERR_INVALID, "kiln_forward: %s", diag.message);

@@ -115,7 +115,6 @@ kn_attn_config kn_attn_decode_default_config(const kn_arch *arch, const kn_attn_
    * splits warps along M and 16 rows is one instruction tile.  block_n: 64 keys at head dim
    * 128 (32 KB of K and V in flight per stage pair); larger heads take fewer keys */
   kn_attn_config c = {.block_m = 16, .block_n = 64, .warps = 1, .stages = 2};
-  if (!arch || arch->isa == KN_ISA_HOST) c.block_n = 64;
   int dp = kn_attn_head_pad(d->head_dim);
   if (dp > 128) c.block_n = 32;
   kn_diag diag;

@@ -44,7 +44,8 @@ enum { KN_DECODE_MAX_Q = 16, KN_DECODE_NPARAMS = 4, KN_DECODE_COMBINE_NPARAMS = 
 int kn_attn_decode_check(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_config *c,
                          kn_diag *diag);
 /* the decode tiling of d on arch: block_m 16 (a GQA group of one or a few query rows fills the
- * smallest matrix-instruction tile), the warps that tile allows, block_n from the measured table */
+ * smallest matrix-instruction tile), the warps that tile allows, block_n 64 (32 above head dim 128;
+ * not measured on a GPU yet: kiln_decode_bench --sweep is the table to choose it from) */
 kn_attn_config kn_attn_decode_default_config(const kn_arch *arch, const kn_attn_desc *d);
 
 /* kernel "attn_decode" into m (the modifier functions parsed unless m has a source); NULL with

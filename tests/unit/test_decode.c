@@ -16,7 +16,8 @@
  *    (two more compiles at the first call, none after), q in a (B, N, H, D) layout and a
  *    GQA 32/8 problem against the reference, KILN_DECODE_SPLITS forcing pieces, KILN_DECODE=0
  *    serving it with the prefill kernel, seqlen_q 17 the prefill kernel; kiln_tune_decode over
- *    block_n and pieces, its winner then checked against the reference, its refusals.
+ *    block_n and pieces, its winner then checked against the reference, its refusals; four
+ *    threads decoding through one kernel (one workspace) at once.
  * 5. Code: the default decode kernels compile for gfx90a / gfx942 without VGPR spills and for
  *    sm_80 / sm_90a (ptxas, when installed) without spills, at head dims 64 and 128.
  *
@@ -24,6 +25,7 @@
  * KILN_TEST_FILTER=test_api* runs the tests whose names match.
  */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -437,6 +439,79 @@ static void test_api_host(void **state) {
   kiln_context_destroy(ctx);
 }
 
+/* four threads decoding through one kernel on the host (one workspace: their split and combine
+ * launches must not interleave), each checked against its own float64 reference.  (Without
+ * decode_launch_mu this still passed here: the host runs its launches in the order they come,
+ * and a thread's combine came right after its split; the lock is for the orders that do not.) */
+typedef struct th_job {
+  kiln_kernel *k;
+  int id, bad;
+} th_job;
+
+static void *th_main(void *arg) {
+  th_job *j = arg;
+  enum { B = 2, HH = 8, HKK = 2, DD = 32 };
+  int nk = 300 + 50 * j->id;
+  size_t nq = (size_t)B * HH * DD, nkk = (size_t)B * HKK * nk * DD;
+  uint16_t *q = malloc(nq * 2), *k = malloc(nkk * 2), *v = malloc(nkk * 2), *o = malloc(nq * 2);
+  double *qd = malloc(nq * 8), *kd = malloc(nkk * 8), *vd = malloc(nkk * 8), *od = malloc(nq * 8);
+  uint64_t s = 0x51ed + (uint64_t)j->id;
+  for (size_t i = 0; i < nq; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    kn_store_elem(KN_F16, q + i, (double)(s >> 40) / (1 << 23) - 1);
+    qd[i] = kn_load_elem(KN_F16, q + i);
+  }
+  for (size_t i = 0; i < nkk; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    kn_store_elem(KN_F16, k + i, (double)(s >> 40) / (1 << 23) - 1);
+    kd[i] = kn_load_elem(KN_F16, k + i);
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    kn_store_elem(KN_F16, v + i, (double)(s >> 40) / (1 << 23) - 1);
+    vd[i] = kn_load_elem(KN_F16, v + i);
+  }
+  kn_attn_desc d = {.dtype = KN_F16, .head_dim = DD};
+  kn_attn_problem p = {.batch = B, .heads = HH, .kv_heads = HKK, .seqlen_q = 1, .seqlen_k = nk};
+  kn_attn_reference(&d, &p, qd, kd, vd, od, NULL);
+  for (int r = 0; r < 6; r++) {
+    kiln_attn_args a = {.q = q, .k = k, .v = v, .o = o, .batch = B, .heads = HH,
+                        .kv_heads = HKK, .seqlen_q = 1, .seqlen_k = nk};
+    if (kiln_forward(j->k, &a, NULL)) {
+      j->bad++;
+      continue;
+    }
+    for (size_t i = 0; i < nq; i++)
+      if (!(fabs(kn_load_elem(KN_F16, o + i) - od[i]) <= kn_attn_tolerance(KN_F16))) {
+        j->bad++;
+        break;
+      }
+  }
+  free(q), free(k), free(v), free(o), free(qd), free(kd), free(vd), free(od);
+  return NULL;
+}
+
+static void test_api_threads(void **state) {
+  (void)state;
+  kiln_context_options co = {.no_cache = 1, .device = "host"};
+  kiln_context *ctx;
+  assert_int_equal(kiln_context_create(&co, &ctx), KILN_OK);
+  kiln_attn_desc pd = {.dtype = KILN_F16, .head_dim = 32};
+  kiln_kernel *k;
+  assert_int_equal(kiln_prepare(ctx, &pd, NULL, &k), KILN_OK);
+  pthread_t t[4];
+  th_job j[4];
+  for (int i = 0; i < 4; i++) {
+    j[i] = (th_job){.k = k, .id = i};
+    assert_int_equal(pthread_create(&t[i], NULL, th_main, &j[i]), 0);
+  }
+  int bad = 0;
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL), bad += j[i].bad;
+  assert_int_equal(bad, 0);
+  kiln_stats st;
+  kiln_context_stats(ctx, &st);
+  assert_int_equal(st.launches, 24);
+  kiln_context_destroy(ctx);
+}
+
 /* kiln_tune_decode on the host: candidates over block_n and pieces, the winner kept for the
  * problem (the forward after it is right), bad calls refused */
 static void test_api_tune(void **state) {
@@ -536,7 +611,8 @@ int main(void) {
       cmocka_unit_test(test_plan),   cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_interp), cmocka_unit_test(test_host),
       cmocka_unit_test(test_host_gqa_32_8), cmocka_unit_test(test_emu),
-      cmocka_unit_test(test_api_host), cmocka_unit_test(test_api_tune),
+      cmocka_unit_test(test_api_host), cmocka_unit_test(test_api_threads),
+      cmocka_unit_test(test_api_tune),
       cmocka_unit_test(test_code),
   };
   if (getenv("KILN_TEST_FILTER")) cmocka_set_test_filter(getenv("KILN_TEST_FILTER"));
