@@ -4,7 +4,8 @@
  * layers together.  It holds no LLVM types: compiler/pipeline.h's object path (kn_artifact,
  * kn_host_object) is its view of host code generation, api/cuda.c's calls below (which alone know
  * the CUDA device) its view of the NVIDIA targets, and api/hip.c's (which alone know the HIP
- * device) its view of the AMD ones; all compile through kn_compile_artifact.
+ * device) its view of the AMD ones; all compile through api_compile, and every call that needs
+ * LLVM goes through api/compiler.h's table (absent from libkiln_rt).
  */
 #ifndef KILN_API_INTERNAL_H
 #define KILN_API_INTERNAL_H
@@ -16,7 +17,9 @@
 #include "attention.h"
 #include "attn_decode.h"
 #include "attn_launch_cuda.h"
+#include "bundle.h"
 #include "cache.h"
+#include "compiler.h"
 #include "cuda_device.h"
 #include "discover.h"
 #include "hip_device.h"
@@ -44,7 +47,7 @@ typedef struct api_ws {
 typedef struct memo_slot memo_slot;
 
 struct kiln_context {
-  const kn_target *target;     /* what the context compiles for (host, sm_*, gfx*) */
+  const kn_arch *target_arch;  /* what the context compiles for (host, sm_*, gfx*) */
   kn_device_kind kind;         /* HOST, CUDA or HIP */
   kn_cuda_device *cuda;        /* CUDA: the device's primary context, retained for our life */
   int cuda_ordinal;
@@ -80,9 +83,12 @@ struct kiln_context {
   memo_slot *buckets[API_MEMO_BUCKETS];
   kiln_kernel *kernels;        /* every kernel, for destroy */
 
+  kn_aot_index bundle;         /* the AOT bundle's entries that serve the target (bundle.c) */
+  bool bundle_only;            /* never compile (kiln_context_options.bundle_only, or no JIT) */
+
   struct {
     atomic_uint_fast64_t prepares, memo_hits, cache_hits, compiles, corrupt_entries, not_stored,
-        tuning_hits, tunings, candidates, launches;
+        tuning_hits, tunings, candidates, launches, bundle_loads;
   } stats;
 };
 
@@ -102,6 +108,10 @@ struct kiln_kernel {
   kn_cuda_module *cu_mod;      /* CUDA: the loaded PTX module and its kernel */
   kn_cuda_kernel *cu_fn;
   kn_attn_cuda_launch_info cu_launch; /* CUDA: threads per block, dynamic shared bytes */
+  kn_cuda_module *cu_append_mod; /* CUDA, paged: the append kernel (kv_append), compiled at the
+                                    first forward with k_new (under launch_mu), not cached */
+  kn_cuda_kernel *cu_append_fn;
+  kn_attn_cuda_launch_info cu_append_launch;
   kn_hip_module *hip_mod;      /* HIP: the loaded code object and its kernel */
   kn_hip_kernel *hip_fn;
   int hip_threads;             /* HIP: work-items per workgroup (the code object's) */
@@ -131,7 +141,8 @@ bool api_decode_wanted(const kiln_kernel *k, const kiln_attn_args *a);
 kiln_status api_decode_kernels(kiln_kernel *k);
 kiln_status api_decode_forward(kiln_kernel *k, const kn_attn_problem *p, const kn_attn_vargs *va,
                                const kn_argval *args, void *stream);
-kiln_status api_launch(kiln_kernel *k, const kn_argval *args, const int grid[3], void *stream);
+kiln_status api_launch_kernel(kiln_kernel *k, const kn_argval *args, const int grid[3],
+                              void *stream);
 kiln_status api_get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
                            const kn_attn_config *c, bool tuned, api_kind kind, kiln_kernel **out);
 
@@ -187,6 +198,13 @@ kn_cache_key api_cache_key(const kiln_context *ctx, const kn_attn_desc *d,
 void *api_pack(const kn_artifact *o, size_t *size);
 /* stores a compiled object in the cache (NOT_STORED is logged, counted, and not an error) */
 void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_artifact *o);
+/* compiles kernel attn_fwd of m (`what` names it) for the context's target through
+ * api/compiler.h and counts the compile: KILN_OK and *out (kn_artifact_free), KILN_ERR_COMPILE
+ * with the compiler's message, or KILN_ERR_UNSUPPORTED where this library has no compiler */
+kiln_status api_compile(kiln_context *ctx, const kn_module *m, const char *what, kn_artifact *out);
+/* the same for kernel kname of m (api_compile: "attn_fwd") */
+kiln_status api_compile_named(kiln_context *ctx, const kn_module *m, const char *kname,
+                              const char *what, kn_artifact *out);
 /* the cache lookup of kiln.c: KN_OK with a malloc'ed payload, or a miss (corrupt entries
  * counted and logged as warnings) */
 kn_status api_cache_get(kiln_context *ctx, const kn_cache_key *key, const char *hex,
@@ -196,6 +214,18 @@ void api_cache_reject(kiln_context *ctx, const kn_cache_key *key, const char *he
                       const char *why);
 /* a cache put; a put that cannot store is counted (its warning came from the cache's log) */
 void api_cache_put(kiln_context *ctx, const kn_cache_key *key, const void *payload, size_t n);
+
+/* bundle.c: the AOT bundle (kiln_context_options.bundle), the compile-free path of prepare.
+ * open: reads the index, keeps the entries serving ctx's target (KILN_ERR_IO for a bad index).
+ * find: the entry for d (seqlen: the typical length; forced: a tiling it must have, or NULL),
+ * its tiling in *cfg; NULL when the bundle has none.  load: the entry's bytes (checked against
+ * the index) into k on the context's device. */
+kiln_status api_bundle_open(kiln_context *ctx, const char *path);
+void api_bundle_close(kiln_context *ctx);
+const kn_aot_entry *api_bundle_find(const kiln_context *ctx, const kn_attn_desc *d, int seqlen,
+                                    const kn_attn_config *forced, kn_attn_config *cfg);
+kiln_status api_bundle_load(kiln_context *ctx, kiln_kernel *k, const kn_aot_entry *e,
+                            const char *what);
 
 /* status.c: the public status of an internal one (outcomes that are not errors are KILN_OK) */
 kiln_status api_status_of(kn_status s);
@@ -209,13 +239,21 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
 kiln_status api_cuda_forward(kiln_kernel *k, const kn_argval *args, const int grid[3],
                              void *stream);
 void api_cuda_unload(kiln_kernel *k);
+/* a paged kernel's append of k_new / v_new on CUDA (kiln_forward, before the attention launch,
+ * on the same stream); args: the attention's arguments (the pools' strides) */
+kiln_status api_cuda_append(kiln_kernel *k, const kiln_attn_args *a, const kn_argval *args,
+                            void *stream);
 void api_cuda_close(kiln_context *ctx);
+/* loads NUL-terminated ptx, or (ptx NULL) a cubin, into k: its kernel `symbol`, launched with
+ * `threads` per block and `smem` bytes of dynamic shared memory (AOT bundles) */
+kiln_status api_cuda_load(kiln_context *ctx, kiln_kernel *k, const char *ptx, const void *cubin,
+                          size_t cubin_n, const char *symbol, int threads, int64_t smem);
 
-/* cuda.c, shared by the GPU devices: the context's target t and names for a GPU called `name`
+/* cuda.c, shared by the GPU devices: the context's target a and names for a GPU called `name`
  * (target_name, device_name, the tuning key's arch "<target>-<GPU name>", the target identity
  * of the cache keys); and whether every parameter of k's signature is one a GPU launch passes
  * (i32, i64, f32, pointers: KILN_ERR_UNSUPPORTED naming the first that is not). */
-void api_gpu_target(kiln_context *ctx, const kn_target *t, const char *name);
+void api_gpu_target(kiln_context *ctx, const kn_arch *a, const char *name);
 kiln_status api_gpu_params(const kiln_kernel *k, const char *what);
 
 /* hip.c: the HIP device, the same five calls as cuda.c's (the payload is the code object). */
@@ -225,9 +263,10 @@ kiln_status api_hip_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m,
 kiln_status api_hip_forward(kiln_kernel *k, const kn_argval *args, const int grid[3],
                             void *stream);
 void api_hip_unload(kiln_kernel *k);
-/* loads a code object into k (the tuner's candidates: k is a kernel of its own, unloaded with
- * api_hip_unload) */
-kiln_status api_hip_load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n);
+/* loads a code object or offload bundle into k, its kernel `symbol` (the tuner's candidates,
+ * "attn_fwd": k is a kernel of its own, unloaded with api_hip_unload; AOT bundles) */
+kiln_status api_hip_load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n,
+                         const char *symbol);
 void api_hip_close(kiln_context *ctx);
 
 /* tune.c: the tuning fields of o (tune_batch, tune_heads, tune_warmup, tune_repeats) and the problem

@@ -27,9 +27,12 @@
  * through the launch helper shared with the CLI and the tests (runtime/attn_launch_cuda.h), which
  * packs every parameter of the kernel's signature (the variant's too) in its PTX width.
  * Launches of one kernel need no lock: the driver is thread-safe and the helper keeps every
- * launch's parameter values on the launching thread's stack.
+ * launch's parameter values on the launching thread's stack.  A paged kernel's append of new
+ * rows (api_cuda_append) is a second, small kernel (templates/attn_paged.c, kv_append), compiled
+ * and loaded at the first forward that appends (under the kernel's launch_mu, uncached: it is
+ * tiny) and launched on the same stream before the attention.
  *
- * Kernels are compiled by the one pipeline (kn_compile_artifact, compiler/pipeline.h) for the
+ * Kernels are compiled by the one pipeline (api_compile: kn_compile_artifact) for the
  * context's target from the registry; the artefact is the PTX.
  */
 #include <stdio.h>
@@ -37,7 +40,6 @@
 #include <string.h>
 
 #include "api.h"
-#include "target.h"
 
 #define PTX_MAGIC "KILNPTX1"
 #define PTX_ABI 1u
@@ -56,16 +58,16 @@ static kiln_status cuda_fail(kiln_status s, const char *what, const kn_diag *e) 
   return api_fail(s, "%s: %s", what, e->message);
 }
 
-void api_gpu_target(kiln_context *ctx, const kn_target *t, const char *name) {
-  ctx->target = t;
-  snprintf(ctx->target_name, sizeof ctx->target_name, "%s", t->arch->name);
+void api_gpu_target(kiln_context *ctx, const kn_arch *a, const char *name) {
+  ctx->target_arch = a;
+  snprintf(ctx->target_name, sizeof ctx->target_name, "%s", a->name);
   snprintf(ctx->device_name, sizeof ctx->device_name, "%.127s", name);
   /* the tuning key's arch: the target and the GPU model */
-  snprintf(ctx->arch, sizeof ctx->arch, "%s-%.22s", t->arch->name, name);
-  /* the code depends on the target and on LLVM's backend; the LLVM version is taken from the
-   * target's identity (api/ makes no LLVM calls of its own) */
-  if (kn_object_target_id(t, ctx->target_id, sizeof ctx->target_id))
-    snprintf(ctx->target_id, sizeof ctx->target_id, "%s", t->arch->name);
+  snprintf(ctx->arch, sizeof ctx->arch, "%s-%.22s", a->name, name);
+  /* the code depends on the target and on LLVM's backend (api/compiler.h: the same identity
+   * with or without a compiler) */
+  if (api_the_compiler.target_id(a, ctx->target_id, sizeof ctx->target_id))
+    snprintf(ctx->target_id, sizeof ctx->target_id, "%s", a->name);
 }
 
 kiln_status api_gpu_params(const kiln_kernel *k, const char *what) {
@@ -80,8 +82,8 @@ kiln_status api_gpu_params(const kiln_kernel *k, const char *what) {
 }
 
 kiln_status api_cuda_open(kiln_context *ctx, const kn_device_info *dev, const char *target) {
-  const kn_target *t = kn_target_get(target);
-  if (!t) return api_fail(KILN_ERR_UNSUPPORTED, "target %s is not compiled into this kiln", target);
+  const kn_arch *a = kn_arch_get(target);
+  if (!a) return api_fail(KILN_ERR_UNSUPPORTED, "target %s is not compiled into this kiln", target);
   kn_diag e;
   kn_status st = kn_cuda_init(&e);
   if (st != KN_OK) return cuda_fail(api_status_of(st), "CUDA", &e);
@@ -94,7 +96,7 @@ kiln_status api_cuda_open(kiln_context *ctx, const kn_device_info *dev, const ch
   ctx->cuda_smem_optin = p->shared_per_block_optin;
   ctx->compute_units = p->sm_count > 0 ? p->sm_count : dev->compute_units;
   /* (an H100 and an H200 are both sm_90a but need not agree on a tiling) */
-  api_gpu_target(ctx, t, p->name);
+  api_gpu_target(ctx, a, p->name);
   return KILN_OK;
 }
 
@@ -107,6 +109,9 @@ void api_cuda_unload(kiln_kernel *k) {
   if (k->cu_mod) kn_cuda_module_unload(k->cu_mod);
   k->cu_mod = NULL;
   k->cu_fn = NULL;
+  if (k->cu_append_mod) kn_cuda_module_unload(k->cu_append_mod);
+  k->cu_append_mod = NULL;
+  k->cu_append_fn = NULL;
 }
 
 static void *pack(const char *ptx, size_t n, int threads, int64_t smem, size_t *size) {
@@ -143,11 +148,14 @@ static const char *unpack(const uint8_t *p, size_t size, char **ptx, int *thread
   return NULL;
 }
 
-/* loads ptx into k; 0, or -1 with the driver's message in e */
-static int load(kiln_context *ctx, kiln_kernel *k, const char *ptx, int threads, int64_t smem,
-                kn_diag *e) {
-  if (kn_cuda_module_load_ptx(ctx->cuda, ptx, &k->cu_mod, e)) return -1;
-  if (kn_cuda_module_kernel(k->cu_mod, api_kind_symbol(k->kind), &k->cu_fn, e)) {
+/* loads ptx (or, ptx NULL, the cubin) into k, its kernel `symbol`; 0, or -1 with the driver's
+ * message in e */
+static int load(kiln_context *ctx, kiln_kernel *k, const char *ptx, const void *cubin,
+                size_t cubin_n, const char *symbol, int threads, int64_t smem, kn_diag *e) {
+  if (ptx ? kn_cuda_module_load_ptx(ctx->cuda, ptx, &k->cu_mod, e)
+          : kn_cuda_module_load_cubin(ctx->cuda, cubin, cubin_n, &k->cu_mod, e))
+    return -1;
+  if (kn_cuda_module_kernel(k->cu_mod, symbol, &k->cu_fn, e)) {
     api_cuda_unload(k);
     return -1;
   }
@@ -171,7 +179,8 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
     const char *bad = unpack(payload, size, &ptx, &threads, &smem);
     free(payload);
     if (!bad && smem > ctx->cuda_smem_optin) bad = "needs more shared memory than the device has";
-    if (!bad && load(ctx, k, ptx, threads, smem, &e)) bad = e.message;
+    if (!bad && load(ctx, k, ptx, NULL, 0, api_kind_symbol(k->kind), threads, smem, &e))
+      bad = e.message;
     free(ptx);
     if (!bad) {
       k->info.source = KILN_SOURCE_CACHE;
@@ -182,17 +191,14 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
   }
 
   kn_artifact c;
-  kn_diag d;
-  if (kn_compile_artifact(m, api_kind_symbol(k->kind), ctx->target, NULL, &c, &d))
-    return api_fail(KILN_ERR_COMPILE, "compiling %s for %s failed: %s", what, ctx->target_name,
-                    d.message);
-  atomic_fetch_add(&ctx->stats.compiles, 1);
-  kiln_status s = KILN_OK;
+  kiln_status s = api_compile_named(ctx, m, api_kind_symbol(k->kind), what, &c);
+  if (s) return s;
   if (c.shared_bytes > ctx->cuda_smem_optin) {
     s = api_fail(KILN_ERR_UNSUPPORTED, "%s needs %lld bytes of shared memory per block; %s "
                  "allows %lld (choose smaller blocks)", what, (long long)c.shared_bytes,
                  ctx->device_name, (long long)ctx->cuda_smem_optin);
-  } else if (load(ctx, k, (const char *)c.data, c.threads, c.shared_bytes, &e)) {
+  } else if (load(ctx, k, (const char *)c.data, NULL, 0, api_kind_symbol(k->kind), c.threads,
+                  c.shared_bytes, &e)) {
     s = api_fail(KILN_ERR_COMPILE, "loading %s (%s PTX) into the driver failed: %s", what,
                  ctx->target_name, e.message);
   } else {
@@ -205,6 +211,99 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
   }
   kn_artifact_free(&c);
   return s;
+}
+
+/* the append kernel of k's dtype and head dim (templates/attn_paged.c), compiled and loaded
+ * once per kernel at its first use; the caller holds k->launch_mu */
+static kiln_status append_load(kiln_kernel *k) {
+  kiln_context *ctx = k->ctx;
+  kn_diag d;
+  kn_module *m = kn_module_new("<kv_append>");
+  kn_artifact c;
+  if (!kn_paged_append_build(m, k->desc.dtype, k->desc.head_dim, &d)) {
+    kn_module_free(m);
+    return api_fail(KILN_ERR_COMPILE, "building the paged append failed: %s", d.message);
+  }
+  kiln_status s = api_compile_named(ctx, m, "kv_append", "the paged append", &c);
+  kn_module_free(m);
+  if (s) return s;
+  if (kn_cuda_module_load_ptx(ctx->cuda, (const char *)c.data, &k->cu_append_mod, &d) ||
+      kn_cuda_module_kernel(k->cu_append_mod, "kv_append", &k->cu_append_fn, &d)) {
+    if (k->cu_append_mod) kn_cuda_module_unload(k->cu_append_mod);
+    k->cu_append_mod = NULL, k->cu_append_fn = NULL;
+    s = api_fail(KILN_ERR_COMPILE, "loading the paged append into the driver failed: %s",
+                 d.message);
+  } else {
+    k->cu_append_launch = (kn_attn_cuda_launch_info){.threads = c.threads,
+                                                     .smem_bytes = c.shared_bytes};
+  }
+  kn_artifact_free(&c);
+  return s;
+}
+
+kiln_status api_cuda_append(kiln_kernel *k, const kiln_attn_args *a, const kn_argval *args,
+                            void *stream) {
+  enum { K_SB = 13, V_SB = 16 };  /* the template's stride parameters (attention.h) */
+  pthread_mutex_lock(&k->launch_mu);
+  kiln_status s = k->cu_append_fn ? KILN_OK : append_load(k);
+  pthread_mutex_unlock(&k->launch_mu);
+  if (s) return s;
+  const int64_t HK = a->kv_heads, D = k->desc.head_dim, N = a->seqlen_new;
+  const int64_t dense[3] = {N * HK * D, D, HK * D};  /* (batch, seqlen_new, kv_heads, D) */
+  const int64_t *ks = a->k_new_stride[0] || a->k_new_stride[1] || a->k_new_stride[2]
+                          ? a->k_new_stride : dense;
+  const int64_t *vs = a->v_new_stride[0] || a->v_new_stride[1] || a->v_new_stride[2]
+                          ? a->v_new_stride : dense;
+  /* the values, in kn_paged_append_names' order, and kernelParams pointing at them */
+  uint64_t ptr[6] = {(uintptr_t)a->k, (uintptr_t)a->v, (uintptr_t)a->k_new,
+                     (uintptr_t)a->v_new, (uintptr_t)a->block_table,
+                     (uintptr_t)a->cache_seqlens};
+  int32_t i32[4] = {a->page_size, a->num_pages, a->max_pages, a->kv_heads};
+  int64_t i64[13] = {a->block_table_stride ? a->block_table_stride : a->max_pages,
+                     args[K_SB].i, args[K_SB + 1].i, args[K_SB + 2].i,
+                     args[V_SB].i, args[V_SB + 1].i, args[V_SB + 2].i,
+                     ks[0], ks[1], ks[2], vs[0], vs[1], vs[2]};
+  /* the kernel reads and writes rows in vectors as wide as the head dim allows, as the
+   * attention kernel does (check_alignment in kiln.c checked the pools) */
+  int64_t es = (int64_t)kn_scalar_size(k->desc.dtype), vec = 16 / es;
+  while (vec > 1 && D % vec) vec /= 2;
+  bool aligned = (uintptr_t)a->k_new % (uintptr_t)(vec * es) == 0 &&
+                 (uintptr_t)a->v_new % (uintptr_t)(vec * es) == 0;
+  for (int i = 0; i < 3; i++) aligned &= ks[i] % vec == 0 && vs[i] % vec == 0;
+  if (!aligned)
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: k_new and v_new must be %lld-byte aligned "
+                    "with strides that are multiples of %lld elements at head dim %lld (the "
+                    "append's vector accesses)", (long long)(vec * es), (long long)vec,
+                    (long long)D);
+  void *params[KN_PAGED_APPEND_NPARAMS];
+  for (int i = 0; i < 6; i++) params[i] = &ptr[i];
+  for (int i = 0; i < 4; i++) params[6 + i] = &i32[i];
+  for (int i = 0; i < 13; i++) params[10 + i] = &i64[i];
+  if ((int64_t)a->batch * HK > 65535)
+    return api_fail(KILN_ERR_UNSUPPORTED, "kiln_forward: the paged append's grid (batch * "
+                    "kv_heads = %lld) exceeds CUDA's y limit (65535)", (long long)(a->batch * HK));
+  unsigned grid[3] = {(unsigned)N, (unsigned)(a->batch * HK), 1};
+  unsigned block[3] = {(unsigned)k->cu_append_launch.threads, 1, 1};
+  kn_diag e;
+  kn_status st = kn_cuda_launch(k->cu_append_fn, grid, block,
+                                (unsigned)k->cu_append_launch.smem_bytes,
+                                (kn_cuda_stream)stream, params, &e);
+  if (st == KN_OK) return KILN_OK;
+  return api_fail(api_status_of(st), "kiln_forward (paged append) on %s: %s",
+                  k->ctx->device_name, e.message);
+}
+
+kiln_status api_cuda_load(kiln_context *ctx, kiln_kernel *k, const char *ptx, const void *cubin,
+                          size_t cubin_n, const char *symbol, int threads, int64_t smem) {
+  kn_diag e;
+  if (smem > ctx->cuda_smem_optin)
+    return api_fail(KILN_ERR_UNSUPPORTED, "%s needs %lld bytes of shared memory per block; %s "
+                    "allows %lld", symbol, (long long)smem, ctx->device_name,
+                    (long long)ctx->cuda_smem_optin);
+  if (load(ctx, k, ptx, cubin, cubin_n, symbol, threads, smem, &e))
+    return api_fail(KILN_ERR_RUNTIME, "loading %s (%s) into the driver failed: %s", symbol,
+                    ptx ? "PTX" : "cubin", e.message);
+  return KILN_OK;
 }
 
 kiln_status api_cuda_forward(kiln_kernel *k, const kn_argval *args, const int grid[3],

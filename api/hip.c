@@ -23,15 +23,14 @@
 #include <string.h>
 
 #include "api.h"
-#include "target.h"
 
 static kiln_status hip_fail(kiln_status s, const char *what, const kn_diag *e) {
   return api_fail(s, "%s: %s", what, e->message);
 }
 
 kiln_status api_hip_open(kiln_context *ctx, const kn_device_info *dev, const char *target) {
-  const kn_target *t = kn_target_get(target);
-  if (!t) return api_fail(KILN_ERR_UNSUPPORTED, "target %s is not compiled into this kiln", target);
+  const kn_arch *a = kn_arch_get(target);
+  if (!a) return api_fail(KILN_ERR_UNSUPPORTED, "target %s is not compiled into this kiln", target);
   kn_diag e;
   kn_status st = kn_hip_init(&e);
   if (st != KN_OK) return hip_fail(api_status_of(st), "HIP", &e);
@@ -41,7 +40,7 @@ kiln_status api_hip_open(kiln_context *ctx, const kn_device_info *dev, const cha
   ctx->compute_units = dev->compute_units > 0 ? dev->compute_units : 1;
   ctx->hip_ordinal = dev->ordinal;
   /* (an MI300X and an MI300A are both gfx942 but need not agree on a tiling) */
-  api_gpu_target(ctx, t, dev->name);
+  api_gpu_target(ctx, a, dev->name);
   return KILN_OK;
 }
 
@@ -56,21 +55,21 @@ void api_hip_unload(kiln_kernel *k) {
   k->hip_fn = NULL;
 }
 
-/* loads a code object into k: 0, or -1 with the reason in e (KN_E_* in *st) */
-static int load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n, kn_status *st,
-                kn_diag *e) {
+/* loads a code object (or an offload bundle) into k, its kernel `symbol`: 0, or -1 with the
+ * reason in e (KN_E_* in *st) */
+static int load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n, const char *symbol,
+                kn_status *st, kn_diag *e) {
   *st = kn_hip_module_load(ctx->hip, co, n, &k->hip_mod, e);
-  if (*st == KN_OK)
-    *st = kn_hip_module_kernel(k->hip_mod, api_kind_symbol(k->kind), &k->hip_fn, e);
+  if (*st == KN_OK) *st = kn_hip_module_kernel(k->hip_mod, symbol, &k->hip_fn, e);
   if (*st != KN_OK) {
     api_hip_unload(k);
     return -1;
   }
-  int want = k->cfg.warps * ctx->target->arch->lanes;
+  int want = k->cfg.warps * ctx->target_arch->lanes;
   int got = kn_hip_kernel_meta(k->hip_fn)->max_flat_workgroup_size;
   if (got != want) {
     *st = kn_diag_set(e, KN_E_CORRUPT, "the code object's %s runs %d work-items per "
-                      "workgroup; its tiling has %d", api_kind_symbol(k->kind), got, want);
+                      "workgroup; its tiling has %d", symbol, got, want);
     api_hip_unload(k);
     return -1;
   }
@@ -78,10 +77,11 @@ static int load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n, kn_
   return 0;
 }
 
-kiln_status api_hip_load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n) {
+kiln_status api_hip_load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n,
+                         const char *symbol) {
   kn_status st;
   kn_diag e;
-  if (load(ctx, k, co, n, &st, &e)) return api_fail(api_status_of(st), "%s", e.message);
+  if (load(ctx, k, co, n, symbol, &st, &e)) return api_fail(api_status_of(st), "%s", e.message);
   return KILN_OK;
 }
 
@@ -95,7 +95,7 @@ kiln_status api_hip_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m,
   void *payload;
   size_t size;
   if (api_cache_get(ctx, key, hex, &payload, &size) == KN_OK) {
-    int bad = load(ctx, k, payload, size, &st, &e);
+    int bad = load(ctx, k, payload, size, api_kind_symbol(k->kind), &st, &e);
     free(payload);
     if (!bad) {
       k->info.source = KILN_SOURCE_CACHE;
@@ -105,13 +105,9 @@ kiln_status api_hip_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m,
     api_cache_reject(ctx, key, hex, e.message);
   }
   kn_artifact c;
-  kn_diag d;
-  if (kn_compile_artifact(m, api_kind_symbol(k->kind), ctx->target, NULL, &c, &d))
-    return api_fail(KILN_ERR_COMPILE, "compiling %s for %s failed: %s", what, ctx->target_name,
-                    d.message);
-  atomic_fetch_add(&ctx->stats.compiles, 1);
-  kiln_status s = KILN_OK;
-  if (load(ctx, k, c.data, c.size, &st, &e)) {
+  kiln_status s = api_compile_named(ctx, m, api_kind_symbol(k->kind), what, &c);
+  if (s) return s;
+  if (load(ctx, k, c.data, c.size, api_kind_symbol(k->kind), &st, &e)) {
     s = api_fail(st == KN_E_NOMEM ? KILN_ERR_NOMEM : KILN_ERR_COMPILE,
                  "loading %s (%s code object) into the HIP runtime failed: %s", what,
                  ctx->target_name, e.message);

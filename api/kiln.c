@@ -25,10 +25,12 @@
  * refused at context creation (KILN_ERR_INSECURE) — loading code from a directory others can
  * write is running their code; the caller may pass no_cache=1 to run uncached instead.
  *
- * forward checks before every launch: sizes, the variant's values, varlen's prefix sums (on the
- * host, where they are readable), and the described capacities of every buffer against the
- * shape and strides (check_capacities: docs/api.md "Varlen and capacities", the zero-stride
- * rule); then it fills the kernel's arguments and launches on the host pool or the CUDA stream.
+ * forward checks before every launch: sizes, the variant's values, varlen's prefix sums and a
+ * paged call's block table and cache lengths (on the host, where they are readable), and the
+ * described capacities of every buffer against the shape and strides (check_capacities:
+ * docs/api.md "Varlen and capacities", the zero-stride rule); then it fills the kernel's
+ * arguments, appends a paged call's new rows (on the host here, on CUDA by api_cuda_append's
+ * kernel) and launches on the host pool or the CUDA stream.
  *
  * Errors are a status plus a thread-local message (kiln_last_error), so concurrent callers
  * never see each other's messages.  The library never prints; see tune.c for the one progress
@@ -44,7 +46,6 @@
 #include "api.h"
 #include "device.h"
 #include "interp.h"
-#include "target.h"
 
 /* ---- errors and logging ---- */
 
@@ -195,7 +196,7 @@ static void kernel_free(kiln_kernel *k) {
   for (int i = 0; i < k->nws; i++) ws_free(k->ctx, &k->ws[i]);
   pthread_mutex_destroy(&k->decode_mu);
   pthread_mutex_destroy(&k->decode_launch_mu);
-  if (k->obj) kn_object_unload(k->obj);
+  if (k->obj) api_the_compiler.host_unload(k->obj);
   api_cuda_unload(k);
   api_hip_unload(k);
   pthread_mutex_destroy(&k->launch_mu);
@@ -322,14 +323,20 @@ static const kn_device_info *find_hip(const char *device, char *why, size_t n) {
   return NULL;
 }
 
-static kiln_status pick_host(kiln_context *ctx) {
+/* the host device; device_name: the caller's, else the CPU as discovery names it */
+static kiln_status pick_host(kiln_context *ctx, const char *device_name) {
   ctx->kind = KN_DEVICE_HOST;
-  ctx->target = kn_host_target();
+  ctx->target_arch = kn_arch_host();
   snprintf(ctx->target_name, sizeof ctx->target_name, "host");
+  pthread_once(&discover_once, discover_devices);
+  snprintf(ctx->device_name, sizeof ctx->device_name, "%s",
+           device_name ? device_name : discovered.dev[discovered.n - 1].name);
+  /* LLVM's name of the CPU keys the tuning records; libkiln_rt, which runs no host code, has
+   * none */
   char cpu[64];
-  kn_host_cpu_name(cpu, sizeof cpu);
+  if (api_the_compiler.host_cpu_name(cpu, sizeof cpu)) snprintf(cpu, sizeof cpu, "unknown");
   snprintf(ctx->arch, sizeof ctx->arch, "host-%.26s", cpu);
-  if (kn_object_target_id(ctx->target, ctx->target_id, sizeof ctx->target_id))
+  if (api_the_compiler.target_id(ctx->target_arch, ctx->target_id, sizeof ctx->target_id))
     return api_fail(KILN_ERR_UNSUPPORTED, "host target description too long");
   const kn_device_info *host = discovered.n ? &discovered.dev[discovered.n - 1] : NULL;
   ctx->compute_units = host && host->kind == KN_DEVICE_HOST ? host->compute_units : 1;
@@ -350,13 +357,11 @@ static kiln_status pick_device(kiln_context *ctx, const char *device) {
       api_log(ctx, KILN_LOG_INFO,
               "device %s (%s, target %s) found, but kiln cannot launch on it; using the host",
               best->name, kn_device_kind_str(best->kind), best->target[0] ? best->target : "none");
-    const kn_device_info *host = &discovered.dev[discovered.n - 1];
-    snprintf(ctx->device_name, sizeof ctx->device_name, "%s", host->name);
-    return pick_host(ctx);
+    return pick_host(ctx, NULL);
   }
   if (!strcmp(device, "host")) {
-    kn_host_cpu_name(ctx->device_name, sizeof ctx->device_name);
-    return pick_host(ctx);
+    char cpu[sizeof ctx->device_name];
+    return pick_host(ctx, api_the_compiler.host_cpu_name(cpu, sizeof cpu) ? NULL : cpu);
   }
   const kn_arch *nv = nv_arch_named(device);
   if (!strcmp(device, "cuda") || !strncmp(device, "cuda:", 5) || nv) {
@@ -413,10 +418,13 @@ kiln_status kiln_context_create(const kiln_context_options *options, kiln_contex
   if (ctx->env_policy) ctx->policy = ctx->env_policy;
 
   kiln_status s = pick_device(ctx, options->device);
+  if (!s && options->bundle) s = api_bundle_open(ctx, options->bundle);
   if (s) {
     kiln_context_destroy(ctx);
     return s;
   }
+  /* (a library without the compiler still serves what the disk cache holds: api/compiler.h) */
+  ctx->bundle_only = options->bundle_only;
   if (!options->no_cache) {
     kn_cache_config cc = {.dir = options->cache_dir, .log = cache_log, .log_user = ctx};
     kn_diag why;
@@ -457,6 +465,7 @@ void kiln_context_destroy(kiln_context *ctx) {
   }
   api_cuda_close(ctx);
   api_hip_close(ctx);
+  api_bundle_close(ctx);
   kn_tunedb_close(ctx->db);
   kn_cache_close(ctx->cache);
   pthread_cond_destroy(&ctx->cv);
@@ -488,6 +497,7 @@ void kiln_context_stats(kiln_context *ctx, kiln_stats *o) {
   o->tunings = atomic_load(&ctx->stats.tunings);
   o->candidates = atomic_load(&ctx->stats.candidates);
   o->launches = atomic_load(&ctx->stats.launches);
+  o->bundle_loads = atomic_load(&ctx->stats.bundle_loads);
 }
 
 /* the tuning database beside the cache, opened on first use */
@@ -634,6 +644,22 @@ void api_store(kiln_context *ctx, const kn_cache_key *key, const kn_artifact *o)
   free(payload);
 }
 
+kiln_status api_compile(kiln_context *ctx, const kn_module *m, const char *what, kn_artifact *out) {
+  return api_compile_named(ctx, m, "attn_fwd", what, out);
+}
+
+kiln_status api_compile_named(kiln_context *ctx, const kn_module *m, const char *kname,
+                              const char *what, kn_artifact *out) {
+  kn_diag d;
+  if (api_the_compiler.compile(m, kname, ctx->target_arch, out, &d))
+    return api_fail(api_the_compiler.present ? KILN_ERR_COMPILE : KILN_ERR_UNSUPPORTED,
+                    api_the_compiler.present ? "compiling %s for %s failed: %s"
+                                             : "%s for %s is not in the cache: %s",
+                    what, ctx->target_name, d.message);
+  atomic_fetch_add(&ctx->stats.compiles, 1);
+  return KILN_OK;
+}
+
 void api_describe(const kn_attn_desc *d, const kn_attn_config *c, char *out, size_t n) {
   api_describe_kind(API_FWD, d, c, out, n);
 }
@@ -682,7 +708,7 @@ static int load_cached(kiln_context *ctx, const kn_cache_key *key, const char *h
   size_t nbytes;
   const char *bad = unpack(payload, size, symbol, sizeof symbol, &bytes, &nbytes);
   kn_diag d;
-  if (!bad && kn_object_load(bytes, nbytes, symbol, obj, &d) == 0) {
+  if (!bad && api_the_compiler.host_load(bytes, nbytes, symbol, obj, &d) == 0) {
     free(payload);
     return 0;
   }
@@ -691,21 +717,14 @@ static int load_cached(kiln_context *ctx, const kn_cache_key *key, const char *h
   return -1;
 }
 
-static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
-                                const kn_attn_config *c, bool tuned, api_kind kind,
-                                kiln_kernel **out) {
-  double t0 = now_ms();
-  kn_diag diag;
-  char what[2 * KN_ATTN_KEY_MAX + 32];
-  const char *symbol = api_kind_symbol(kind);
-  api_describe_kind(kind, d, c, what, sizeof what);
-  kn_module *m = api_build_module_of(kind, d, c, &diag);
-  if (!m) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
+/* a new kernel of ctx for (d, c, sig), kernel `kind` of the descriptor, nothing loaded yet;
+ * NULL when out of memory */
+static kiln_kernel *kernel_new(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
+                               const kn_attn_config *c, api_kind kind) {
   kiln_kernel *k = calloc(1, sizeof *k);
   if (!k || (d->mods && !(k->mods = strdup(d->mods)))) {
     free(k);
-    kn_module_free(m);
-    return api_fail(KILN_ERR_NOMEM, "out of memory");
+    return NULL;
   }
   k->ctx = ctx;
   /* the kernel's own descriptor: its copy of the text; the caller's name for it is not kept */
@@ -719,35 +738,13 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
   pthread_mutex_init(&k->launch_mu, NULL);
   pthread_mutex_init(&k->decode_mu, NULL);
   pthread_mutex_init(&k->decode_launch_mu, NULL);
-  kn_cache_key key = api_cache_key(ctx, d, c, m, symbol);
-  kn_cache_key_hex(&key, k->info.cache_key);
+  return k;
+}
 
-  kiln_status s = KILN_OK;
-  if (ctx->kind == KN_DEVICE_CUDA) {
-    s = api_cuda_build(ctx, k, m, &key, what);
-  } else if (ctx->kind == KN_DEVICE_HIP) {
-    s = api_hip_build(ctx, k, m, &key, what);
-  } else if (ctx->cache && load_cached(ctx, &key, k->info.cache_key, &k->obj) == 0) {
-    k->info.source = KILN_SOURCE_CACHE;
-    atomic_fetch_add(&ctx->stats.cache_hits, 1);
-  } else {
-    kn_artifact o;
-    if (kn_compile_artifact(m, symbol, ctx->target, NULL, &o, &diag)) {
-      s = api_fail(KILN_ERR_COMPILE, "compiling %s failed: %s", what, diag.message);
-    } else {
-      atomic_fetch_add(&ctx->stats.compiles, 1);
-      api_store(ctx, &key, &o);
-      int rc = kn_object_load(o.data, o.size, o.symbol, &k->obj, &diag);
-      kn_artifact_free(&o);
-      if (rc) s = api_fail(KILN_ERR_COMPILE, "loading %s failed: %s", what, diag.message);
-      k->info.source = KILN_SOURCE_COMPILED;
-    }
-  }
-  kn_module_free(m);
-  if (s) {
-    kernel_free(k);
-    return s;
-  }
+/* the kernel's info once it is loaded */
+static void kernel_loaded(kiln_context *ctx, kiln_kernel *k, const char *what, double t0,
+                          bool tuned) {
+  const kn_attn_config *c = &k->cfg;
   k->info.prepare_ms = now_ms() - t0;
   k->info.desc = api_desc_to_public(&k->desc);
   k->info.block_m = c->block_m;
@@ -758,16 +755,80 @@ static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const 
   k->info.tuned = tuned;
   snprintf(k->info.target, sizeof k->info.target, "%s", ctx->target_name);
   api_log(ctx, KILN_LOG_INFO, "%s: %s in %.2f ms (key %s)",
-          k->info.source == KILN_SOURCE_CACHE ? "cache hit" : "compiled", what, k->info.prepare_ms,
-          k->info.cache_key);
+          k->info.source == KILN_SOURCE_CACHE ? "cache hit"
+          : k->info.source == KILN_SOURCE_BUNDLE ? "bundle" : "compiled",
+          what, k->info.prepare_ms, k->info.cache_key);
+}
+
+/* be: the AOT bundle's entry of a forward kernel (NULL: compile or take it from the cache) */
+static kiln_status build_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
+                                const kn_attn_config *c, bool tuned, api_kind kind,
+                                const kn_aot_entry *be, kiln_kernel **out) {
+  double t0 = now_ms();
+  kn_diag diag;
+  char what[2 * KN_ATTN_KEY_MAX + 32];
+  const char *symbol = api_kind_symbol(kind);
+  api_describe_kind(kind, d, c, what, sizeof what);
+  if (be) {
+    /* the compile-free path: nothing of the template is built */
+    kiln_kernel *k = kernel_new(ctx, d, sig, c, kind);
+    if (!k) return api_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status s = api_bundle_load(ctx, k, be, what);
+    if (s) {
+      kernel_free(k);
+      return s;
+    }
+    kernel_loaded(ctx, k, what, t0, tuned);
+    *out = k;
+    return KILN_OK;
+  }
+  kn_module *m = api_build_module_of(kind, d, c, &diag);
+  if (!m) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
+  kiln_kernel *k = kernel_new(ctx, d, sig, c, kind);
+  if (!k) {
+    kn_module_free(m);
+    return api_fail(KILN_ERR_NOMEM, "out of memory");
+  }
+  kn_cache_key key = api_cache_key(ctx, d, c, m, symbol);
+  kn_cache_key_hex(&key, k->info.cache_key);
+
+  kiln_status s = KILN_OK;
+  if (ctx->kind == KN_DEVICE_CUDA) {
+    s = api_cuda_build(ctx, k, m, &key, what);
+  } else if (ctx->kind == KN_DEVICE_HIP) {
+    s = api_hip_build(ctx, k, m, &key, what);
+  } else if (!api_the_compiler.present) {
+    /* before the cache: a host object this library cannot load is not a bad entry to remove */
+    s = api_fail(KILN_ERR_UNSUPPORTED, "%s on the host: host kernels run in LLVM's ORC JIT, and "
+                 "this library (%s) has no compiler; link libkiln", what,
+                 api_the_compiler.library);
+  } else if (ctx->cache && load_cached(ctx, &key, k->info.cache_key, &k->obj) == 0) {
+    k->info.source = KILN_SOURCE_CACHE;
+    atomic_fetch_add(&ctx->stats.cache_hits, 1);
+  } else {
+    kn_artifact o;
+    if (!(s = api_compile_named(ctx, m, symbol, what, &o))) {
+      api_store(ctx, &key, &o);
+      int rc = api_the_compiler.host_load(o.data, o.size, o.symbol, &k->obj, &diag);
+      kn_artifact_free(&o);
+      if (rc) s = api_fail(KILN_ERR_COMPILE, "loading %s failed: %s", what, diag.message);
+      k->info.source = KILN_SOURCE_COMPILED;
+    }
+  }
+  kn_module_free(m);
+  if (s) {
+    kernel_free(k);
+    return s;
+  }
+  kernel_loaded(ctx, k, what, t0, tuned);
   *out = k;
   return KILN_OK;
 }
 
 /* the second memo level: one kernel per (descriptor, tiling) */
-kiln_status api_get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
-                           const kn_attn_config *c, bool tuned, api_kind kind,
-                           kiln_kernel **out) {
+static kiln_status get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
+                              const kn_attn_config *c, bool tuned, api_kind kind,
+                              const kn_aot_entry *be, kiln_kernel **out) {
   char key[2 * KN_ATTN_KEY_MAX + 64], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(d, dk, sizeof dk);
   kn_attn_config_key(c, ck, sizeof ck);
@@ -778,10 +839,16 @@ kiln_status api_get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_at
   if (m > 0) return KILN_OK;
   if (m < 0) return api_fail(KILN_ERR_NOMEM, "out of memory");
   kiln_kernel *k = NULL;
-  kiln_status s = build_kernel(ctx, d, sig, c, tuned, kind, &k);
+  kiln_status s = build_kernel(ctx, d, sig, c, tuned, kind, be, &k);
   memo_finish(ctx, key, s ? NULL : k, true);
   *out = k;
   return s;
+}
+
+kiln_status api_get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
+                           const kn_attn_config *c, bool tuned, api_kind kind,
+                           kiln_kernel **out) {
+  return get_kernel(ctx, d, sig, c, tuned, kind, NULL, out);
 }
 
 /* ---- the descriptor: the one conversion between kiln.h's and the template's ---- */
@@ -797,27 +864,10 @@ const char *kiln_dtype_name(kiln_dtype t) {
   return NULL;
 }
 
-/* api/ makes no LLVM calls of its own: the version is the one in the host target's identity
- * (kn_object_target_id ends with ";llvm-<version>") */
-static char llvm_version[32];
-static pthread_once_t llvm_version_once = PTHREAD_ONCE_INIT;
-
-static void find_llvm_version(void) {
-  char id[1024];
-  const char *v = "unknown";
-  if (kn_object_target_id(kn_host_target(), id, sizeof id) == 0) {
-    const char *at = strstr(id, ";llvm-");
-    if (at) v = at + 6;
-  }
-  snprintf(llvm_version, sizeof llvm_version, "%s", v);
-}
-
 const char *kiln_version(void) { return KILN_VERSION_STRING; }
 
-const char *kiln_llvm_version(void) {
-  pthread_once(&llvm_version_once, find_llvm_version);
-  return llvm_version;
-}
+/* the LLVM that compiles (libkiln) or that generated the code this library loads (libkiln_rt) */
+const char *kiln_llvm_version(void) { return api_the_compiler.llvm_version(); }
 
 kiln_status api_desc_from_public(const kiln_attn_desc *in, kn_attn_desc *out) {
   if (!in) return api_fail(KILN_ERR_INVALID, "null descriptor");
@@ -832,9 +882,10 @@ kiln_status api_desc_from_public(const kiln_attn_desc *in, kn_attn_desc *out) {
   if (in->prefix && in->causal)
     return api_fail(KILN_ERR_INVALID, "prefix includes its causal part: leave causal 0 with "
                     "prefix");
-  if (in->layout != KILN_LAYOUT_DENSE && in->layout != KILN_LAYOUT_VARLEN)
-    return api_fail(KILN_ERR_INVALID, "layout %d is not KILN_LAYOUT_DENSE (0) or "
-                    "KILN_LAYOUT_VARLEN (1)", in->layout);
+  if (in->layout != KILN_LAYOUT_DENSE && in->layout != KILN_LAYOUT_VARLEN &&
+      in->layout != KILN_LAYOUT_PAGED)
+    return api_fail(KILN_ERR_INVALID, "layout %d is not KILN_LAYOUT_DENSE (0), "
+                    "KILN_LAYOUT_VARLEN (1) or KILN_LAYOUT_PAGED (2)", in->layout);
   out->dtype = dtypes[i].s;
   out->head_dim = in->head_dim;
   out->causal = in->causal;
@@ -981,7 +1032,7 @@ void api_tune_key(const kiln_context *ctx, const kn_attn_desc *d, int seqlen, kn
  * default with the forced values in it; no tuning then */
 static bool forced_config(const kiln_context *ctx, const kn_attn_desc *d,
                           const kiln_prepare_options *o, kn_attn_config *c) {
-  *c = kn_attn_default_config(ctx->target->arch, d);
+  *c = kn_attn_default_config(ctx->target_arch, d);
   if (!o || (!o->block_m && !o->warps && !o->wgmma)) return false;
   if (o->block_m) {
     c->block_m = o->block_m;
@@ -1006,11 +1057,11 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
                                   const kn_attn_sig *sig, const kiln_prepare_options *o,
                                   kiln_tune_policy policy, int seqlen, kn_attn_config *c,
                                   bool *tuned) {
-  *c = kn_attn_default_config(ctx->target->arch, d);
+  *c = kn_attn_default_config(ctx->target_arch, d);
   *tuned = false;
   if (forced_config(ctx, d, o, c)) {
     kn_diag diag;
-    if (kn_attn_check_on(ctx->target->arch, d, c, &diag))
+    if (kn_attn_check_on(ctx->target_arch, d, c, &diag))
       return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
     return KILN_OK;
   }
@@ -1018,17 +1069,19 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
   /* bad tuning options are the caller's error, not a tuning failure to serve around */
   kiln_status s = policy == KILN_TUNE_AUTO ? api_tune_check(d, o, seqlen) : KILN_OK;
   if (s) return s;
-  /* the tuner times dense problems only: a varlen kernel reads records, never tunes */
-  if (policy == KILN_TUNE_AUTO && d->layout == KN_ATTN_VARLEN) {
-    api_log(ctx, KILN_LOG_INFO, "varlen kernels are not tuned yet: KILN_TUNE_AUTO acts as "
-            "KILN_TUNE_CACHED");
+  /* the tuner times dense problems only: a varlen or paged kernel reads records, never tunes */
+  if (policy == KILN_TUNE_AUTO && d->layout != KN_ATTN_DENSE) {
+    api_log(ctx, KILN_LOG_INFO, "%s kernels are not tuned yet: KILN_TUNE_AUTO acts as "
+            "KILN_TUNE_CACHED", d->layout == KN_ATTN_VARLEN ? "varlen" : "paged");
     policy = KILN_TUNE_CACHED;
   }
-  /* no tuner on CUDA yet (api_tune): AUTO reads records like CACHED, and says so once */
-  if (policy == KILN_TUNE_AUTO && ctx->kind == KN_DEVICE_CUDA) {
+  /* no tuner on CUDA yet (api_tune), none without a compiler: AUTO reads records like CACHED,
+   * and says so once */
+  if (policy == KILN_TUNE_AUTO && (ctx->kind == KN_DEVICE_CUDA || !api_the_compiler.present)) {
     if (atomic_exchange(&ctx->warned_no_tuner, 1) == 0)
-      api_log(ctx, KILN_LOG_INFO, "autotuning on %s is not implemented yet: KILN_TUNE_AUTO acts "
-              "as KILN_TUNE_CACHED", ctx->target_name);
+      api_log(ctx, KILN_LOG_INFO, "autotuning on %s %s: KILN_TUNE_AUTO acts as KILN_TUNE_CACHED",
+              ctx->target_name, api_the_compiler.present ? "is not implemented yet"
+                                                         : "needs a compiler (libkiln)");
     policy = KILN_TUNE_CACHED;
   }
   kn_tune_key key;
@@ -1041,7 +1094,7 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
   if (gs == KN_OK) {
     kn_attn_config t = api_config_of(&rec.config);
     kn_diag diag;
-    if (kn_attn_check_on(ctx->target->arch, d, &t, &diag) == 0) {
+    if (kn_attn_check_on(ctx->target_arch, d, &t, &diag) == 0) {
       *c = t;
       *tuned = true;
       atomic_fetch_add(&ctx->stats.tuning_hits, 1);
@@ -1108,8 +1161,20 @@ kiln_status kiln_prepare(kiln_context *ctx, const kiln_attn_desc *desc,
   kn_attn_config c;
   bool tuned = false;
   s = api_signature(&d, &sig);
-  if (!s) s = resolve_config(ctx, &d, &sig, o, policy, seqlen, &c, &tuned);
-  if (!s) s = api_get_kernel(ctx, &d, &sig, &c, tuned, API_FWD, &k);
+  /* the AOT bundle first: a descriptor it holds is loaded with the bundle's tiling, never
+   * tuned or compiled */
+  const kn_aot_entry *be = NULL;
+  if (!s) be = api_bundle_find(ctx, &d, seqlen, is_forced ? &forced : NULL, &c);
+  if (be) tuned = be->tuned;
+  if (!s && !be && ctx->bundle_only)
+    s = api_fail(KILN_ERR_UNSUPPORTED, "%s: the bundle %s has no kernel for [%s]%s on %s, and "
+                 "this %s", api_the_compiler.present ? "bundle_only" : "no compiler",
+                 ctx->bundle.path[0] ? ctx->bundle.path : "(none)", dk,
+                 is_forced ? " with the forced tiling" : "", ctx->target_name,
+                 api_the_compiler.present ? "context may not compile (bundle_only)"
+                                     : "library cannot compile (it has no compiler)");
+  if (!s && !be) s = resolve_config(ctx, &d, &sig, o, policy, seqlen, &c, &tuned);
+  if (!s) s = get_kernel(ctx, &d, &sig, &c, tuned, API_FWD, be, &k);
   memo_finish(ctx, key, s ? NULL : k, false);
   if (s) {
     api_log(ctx, KILN_LOG_ERROR, "prepare: %s", tl_error);
@@ -1163,6 +1228,12 @@ static kiln_status variant_args(const kiln_kernel *k, const kiln_attn_args *a, k
       (a->cu_seqlens_q || a->cu_seqlens_k || a->total_q || a->total_k))
     return api_fail(KILN_ERR_INVALID, "%s: cu_seqlens_q/cu_seqlens_k/total_q/total_k given, but "
                     "the kernel was not prepared with layout KILN_LAYOUT_VARLEN", who);
+  if (d->layout != KN_ATTN_PAGED &&
+      (a->block_table || a->cache_seqlens || a->block_table_stride || a->page_size ||
+       a->num_pages || a->max_pages || a->k_new || a->v_new || a->seqlen_new))
+    return api_fail(KILN_ERR_INVALID, "%s: block_table/cache_seqlens/page_size/num_pages/"
+                    "max_pages/k_new/v_new/seqlen_new given, but the kernel was not prepared "
+                    "with layout KILN_LAYOUT_PAGED", who);
   if (d->window && (a->window_left < -1 || a->window_right < -1))
     return api_fail(KILN_ERR_INVALID, "%s: window sizes %d, %d: each is -1 (unbounded) or >= 0",
                     who, a->window_left, a->window_right);
@@ -1249,6 +1320,11 @@ static kiln_status check_capacities(const kn_attn_desc *d, const kiln_attn_args 
       if ((s = check_span(names[i], numel[i], size, stride, 2, D))) return s;
       continue;
     }
+    if (d->layout == KN_ATTN_PAGED && !qo) {  /* a pool: {page, head, row}, no trap to fall in */
+      int64_t size[3] = {a->num_pages, heads, a->page_size}, stride[3] = {st[0].i, st[1].i, st[2].i};
+      if ((s = check_span(names[i], numel[i], size, stride, 3, D))) return s;
+      continue;
+    }
     int64_t size[3] = {B, heads, rows}, stride[3] = {st[0].i, st[1].i, st[2].i};
     if ((s = check_span(names[i], numel[i], size, stride, 3, D))) return s;
     int64_t dense = B * heads * rows * D;
@@ -1273,6 +1349,20 @@ static kiln_status check_capacities(const kn_attn_desc *d, const kiln_attn_args 
   if (d->bias) {
     int64_t size[3] = {B, H, a->seqlen_q}, stride[3] = {va->bias_sb, va->bias_sh, va->bias_sm};
     if ((s = check_span("bias", a->bias_numel, size, stride, 3, a->seqlen_k))) return s;
+  }
+  if (d->layout == KN_ATTN_PAGED) {
+    int64_t size[1] = {B}, st[1] = {a->block_table_stride ? a->block_table_stride : a->max_pages};
+    if ((s = check_span("block_table", a->block_table_numel, size, st, 1, a->max_pages))) return s;
+    for (int w = 0; w < 2 && a->seqlen_new; w++) {
+      const int64_t *g = w ? a->v_new_stride : a->k_new_stride;
+      int64_t nsize[3] = {B, HK, a->seqlen_new};
+      int64_t nst[3] = {g[0], g[1], g[2]};
+      if (all_zero(g, 3))
+        nst[0] = (int64_t)a->seqlen_new * HK * D, nst[1] = D, nst[2] = HK * D;
+      if ((s = check_span(w ? "v_new" : "k_new", w ? a->v_new_numel : a->k_new_numel, nsize, nst,
+                          3, D)))
+        return s;
+    }
   }
   if (d->document) {
     int64_t size[1] = {B}, sq[1] = {va->q_seg_sb}, sk[1] = {va->k_seg_sb};
@@ -1314,6 +1404,64 @@ static kiln_status check_varlen(const kiln_kernel *k, const kiln_attn_args *a) {
   return KILN_OK;
 }
 
+/* Paged arguments (kiln.h): the table and lengths are given, the pools' shape is in range,
+ * seqlen_k is 0 or the table's capacity, k_new and v_new come together; on the host (where
+ * they can be read) every sequence's length after the append fits its table row and every
+ * page it uses is a page of the pool.  The kernel clamps all of it again (attn_paged.c). */
+static kiln_status check_paged(const kiln_kernel *k, const kiln_attn_args *a) {
+  const char *who = "kiln_forward";
+  if (!a->block_table || !a->cache_seqlens)
+    return api_fail(KILN_ERR_INVALID, "%s: a paged kernel needs block_table (batch, max_pages) "
+                    "and cache_seqlens (batch)", who);
+  if (a->page_size < 1 || a->page_size > KN_ATTN_MAX_PAGE)
+    return api_fail(KILN_ERR_INVALID, "%s: page_size %d is not in 1..%d", who, a->page_size,
+                    KN_ATTN_MAX_PAGE);
+  if (a->num_pages < 0 || a->max_pages < 0 || a->seqlen_new < 0)
+    return api_fail(KILN_ERR_INVALID, "%s: num_pages %d, max_pages %d, seqlen_new %d: negative",
+                    who, a->num_pages, a->max_pages, a->seqlen_new);
+  const int64_t cap = (int64_t)a->max_pages * a->page_size;
+  if (cap > INT32_MAX)
+    return api_fail(KILN_ERR_INVALID, "%s: max_pages %d x page_size %d keys per sequence exceed "
+                    "2^31", who, a->max_pages, a->page_size);
+  if (a->seqlen_k != 0 && a->seqlen_k != cap)
+    return api_fail(KILN_ERR_INVALID, "%s: seqlen_k %d: a paged kernel's keys are cache_seqlens "
+                    "(+ seqlen_new); seqlen_k must be 0 or max_pages * page_size = %lld", who,
+                    a->seqlen_k, (long long)cap);
+  if (a->block_table_stride != 0 && a->block_table_stride < a->max_pages)
+    return api_fail(KILN_ERR_INVALID, "%s: block_table_stride %lld is less than max_pages %d",
+                    who, (long long)a->block_table_stride, a->max_pages);
+  if (!a->k_new != !a->v_new)
+    return api_fail(KILN_ERR_INVALID, "%s: k_new and v_new come together (one is NULL)", who);
+  if (a->k_new && a->seqlen_new == 0)
+    return api_fail(KILN_ERR_INVALID, "%s: k_new given with seqlen_new 0", who);
+  if (!a->k_new && (!all_zero(a->k_new_stride, 3) || !all_zero(a->v_new_stride, 3)))
+    return api_fail(KILN_ERR_INVALID, "%s: k_new_stride/v_new_stride given without k_new", who);
+  if (k->ctx->kind != KN_DEVICE_HOST) {
+    if (a->k_new && k->ctx->kind != KN_DEVICE_CUDA)
+      return api_fail(KILN_ERR_UNSUPPORTED, "%s: appending k_new/v_new on %s is not implemented "
+                      "yet: write the new rows into the pages yourself and pass seqlen_new "
+                      "with k_new NULL (docs/serving.md)", who, k->ctx->target_name);
+    return KILN_OK;  /* device memory: the kernels clamp */
+  }
+  const int64_t ts = a->block_table_stride ? a->block_table_stride : a->max_pages;
+  for (int b = 0; b < a->batch; b++) {
+    int64_t n = (int64_t)a->cache_seqlens[b] + a->seqlen_new;
+    if (a->cache_seqlens[b] < 0 || n > cap)
+      return api_fail(KILN_ERR_INVALID, "%s: cache_seqlens[%d] = %d (+ seqlen_new %d) is not in "
+                      "0..%lld, what max_pages %d pages of %d address", who, b,
+                      a->cache_seqlens[b], a->seqlen_new, (long long)cap, a->max_pages,
+                      a->page_size);
+    for (int64_t i = 0; i < (n + a->page_size - 1) / a->page_size; i++) {
+      int32_t pg = a->block_table[(int64_t)b * ts + i];
+      if (pg < 0 || pg >= a->num_pages)
+        return api_fail(KILN_ERR_INVALID, "%s: block_table[%d, %lld] = %d is not a page of the "
+                        "pool (0..%d, num_pages %d)", who, b, (long long)i, pg,
+                        a->num_pages - 1, a->num_pages);
+    }
+  }
+  return KILN_OK;
+}
+
 /* GPU kernels access the head dimension in vectors of up to 16 bytes, as wide as the head dim's
  * alignment allows (compiler/gpu/lower_gpu.c, kn_gpu_vec_aligned: 8 elements of f16 at D 72, 4
  * at D 60, 1 at D 59): the buffers' row, head and batch strides must keep every row that
@@ -1330,6 +1478,7 @@ static kiln_status check_alignment(const kn_attn_desc *d, const kiln_attn_args *
     int tokens = qo ? a->total_q : a->total_k;  /* varlen: the batch slot is the token stride */
     int sizes[3] = {d->layout == KN_ATTN_VARLEN ? tokens : a->batch, qo ? a->heads : a->kv_heads,
                     d->layout == KN_ATTN_VARLEN ? tokens : qo ? a->seqlen_q : a->seqlen_k};
+    if (d->layout == KN_ATTN_PAGED && !qo) sizes[0] = a->num_pages, sizes[2] = a->page_size;
     bool ok = (uintptr_t)ptrs[i] % (uintptr_t)(v * es) == 0;
     for (int j = 0; j < 3; j++) ok &= sizes[j] <= 1 || args[ARG_Q_SB + 3 * i + j].i % v == 0;
     if (!ok)
@@ -1349,10 +1498,15 @@ static kiln_status check_extents(const kn_attn_desc *d, const kiln_attn_args *a,
   if (kn_attn_check_sizes(d, p, &diag))
     return api_fail(KILN_ERR_INVALID, "kiln_forward: %s", diag.message);
   const int64_t es = (int64_t)kn_scalar_size(d->dtype), D = d->head_dim;
+  const bool paged = d->layout == KN_ATTN_PAGED;
   const struct { const char *name; const int64_t *s; int n; int64_t dims[3], row, es; } t[] = {
       {"q", a->q_stride, 3, {a->batch, a->heads, a->seqlen_q}, D, es},
-      {"k", a->k_stride, 3, {a->batch, a->kv_heads, a->seqlen_k}, D, es},
-      {"v", a->v_stride, 3, {a->batch, a->kv_heads, a->seqlen_k}, D, es},
+      {"k", a->k_stride, 3, {paged ? a->num_pages : a->batch, a->kv_heads,
+                             paged ? a->page_size : a->seqlen_k}, D, es},
+      {"v", a->v_stride, 3, {paged ? a->num_pages : a->batch, a->kv_heads,
+                             paged ? a->page_size : a->seqlen_k}, D, es},
+      {"k_new", a->k_new_stride, 3, {a->batch, a->kv_heads, a->seqlen_new}, D, es},
+      {"v_new", a->v_new_stride, 3, {a->batch, a->kv_heads, a->seqlen_new}, D, es},
       {"o", a->o_stride, 3, {a->batch, a->heads, a->seqlen_q}, D, es},
       {"lse", a->lse_stride, 2, {a->batch, a->heads}, a->seqlen_q, 4},
       {"bias", a->bias_stride, 3, {a->batch, a->heads, a->seqlen_q}, a->seqlen_k, es},
@@ -1377,15 +1531,17 @@ static kiln_status check_extents(const kn_attn_desc *d, const kiln_attn_args *a,
 
 /* does forward k serve this call with the decode kernels?  Dense, 1..KN_DECODE_MAX_Q query rows,
  * a variant decode takes, and KILN_DECODE not "0" (the prefill kernel then serves it, as before
- * decode existed) */
+ * decode existed).  Paged layouts keep the prefill kernel (attn_paged.c), and so does a kernel
+ * of an AOT bundle or a context that may not compile: bundles hold no decode kernels. */
 bool api_decode_wanted(const kiln_kernel *k, const kiln_attn_args *a) {
   if (k->kind != API_FWD || k->desc.layout != KN_ATTN_DENSE) return false;
+  if (k->info.source == KILN_SOURCE_BUNDLE || k->ctx->bundle_only) return false;
   if (a->seqlen_q < 1 || a->seqlen_q > KN_DECODE_MAX_Q) return false;
   const char *e = getenv("KILN_DECODE");
   if (e && !strcmp(e, "0")) return false;
-  kn_attn_config c = kn_attn_decode_default_config(k->ctx->target->arch, &k->desc);
+  kn_attn_config c = kn_attn_decode_default_config(k->ctx->target_arch, &k->desc);
   kn_diag diag;
-  return kn_attn_decode_check(k->ctx->target->arch, &k->desc, &c, &diag) == 0;
+  return kn_attn_decode_check(k->ctx->target_arch, &k->desc, &c, &diag) == 0;
 }
 
 /* the split and combine kernels of k's descriptor, built once (memoised in the context, so
@@ -1394,7 +1550,7 @@ kiln_status api_decode_kernels(kiln_kernel *k) {
   pthread_mutex_lock(&k->decode_mu);
   if (!k->decode_tried) {
     kiln_context *ctx = k->ctx;
-    const kn_arch *arch = ctx->target->arch;
+    const kn_arch *arch = ctx->target_arch;
     kn_attn_config c = kn_attn_decode_default_config(arch, &k->desc);
     const kn_attn_config cc = API_COMBINE_CONFIG;
     kn_attn_sig sig;
@@ -1459,13 +1615,14 @@ static kiln_status decode_ws(kiln_kernel *k, void *stream, size_t bytes, void **
   return s;
 }
 
-kiln_status api_launch(kiln_kernel *k, const kn_argval *args, const int grid[3], void *stream) {
+kiln_status api_launch_kernel(kiln_kernel *k, const kn_argval *args, const int grid[3],
+                              void *stream) {
   kiln_context *ctx = k->ctx;
   if (ctx->kind == KN_DEVICE_CUDA) return api_cuda_forward(k, args, grid, stream);
   if (ctx->kind == KN_DEVICE_HIP) return api_hip_forward(k, args, grid, stream);
   kn_diag diag;
   pthread_mutex_lock(&k->launch_mu);
-  int rc = kn_object_run_host(k->obj, args, grid, &diag);
+  int rc = api_the_compiler.host_run(k->obj, args, grid, &diag);
   pthread_mutex_unlock(&k->launch_mu);
   return rc ? api_fail(KILN_ERR_RUNTIME, "%s", diag.message) : KILN_OK;
 }
@@ -1521,8 +1678,41 @@ static kiln_status decode_launch(kiln_kernel *k, kiln_kernel *ks, const kn_attn_
   /* the caller's strides and the variant's values, as forward computed them */
   memcpy(sa, args, sizeof *args * (size_t)k->sig.n);
   for (int i = 0; i < 5; i++) ca[KN_DECODE_C_O_SB + i].i = args[ARG_O_SB + i].i;
-  if ((s = api_launch(ks, sa, sg, stream))) return s;
-  return api_launch(kc, ca, cg, stream);
+  if ((s = api_launch_kernel(ks, sa, sg, stream))) return s;
+  return api_launch_kernel(kc, ca, cg, stream);
+}
+
+/* the index of kernel parameter `name` (the paged ones are always there) */
+static int sig_at(const kn_attn_sig *sig, const char *name) {
+  for (int i = 0; i < sig->n; i++)
+    if (!strcmp(sig->name[i], name)) return i;
+  KN_ASSERT(!"kernel parameter missing");
+  return 0;
+}
+
+/* flash_attn_with_kvcache's append on the host: k_new / v_new into the pools through the
+ * table, before the launch (check_paged checked the positions and pages) */
+static kiln_status append_host(const kn_attn_desc *d, const kiln_attn_args *a,
+                               const kn_argval *args) {
+  const int64_t HK = a->kv_heads, D = d->head_dim, N = a->seqlen_new;
+  kn_paged_append ap = {
+      .batch = a->batch, .kv_heads = a->kv_heads, .head_dim = d->head_dim,
+      .seqlen_new = a->seqlen_new, .page_size = a->page_size, .num_pages = a->num_pages,
+      .max_pages = a->max_pages, .elem_size = kn_scalar_size(d->dtype),
+      .block_table = a->block_table, .cache_seqlens = a->cache_seqlens,
+      .table_stride = a->block_table_stride ? a->block_table_stride : a->max_pages,
+      .k_pool = (void *)a->k, .v_pool = (void *)a->v, .k_new = a->k_new, .v_new = a->v_new};
+  for (int i = 0; i < 3; i++) {
+    ap.k_pool_stride[i] = args[ARG_K_SB + i].i;
+    ap.v_pool_stride[i] = args[ARG_V_SB + i].i;
+  }
+  const int64_t dense[3] = {N * HK * D, D, HK * D};  /* (batch, seqlen_new, kv_heads, D) */
+  memcpy(ap.k_new_stride, all_zero(a->k_new_stride, 3) ? dense : a->k_new_stride, sizeof dense);
+  memcpy(ap.v_new_stride, all_zero(a->v_new_stride, 3) ? dense : a->v_new_stride, sizeof dense);
+  kn_diag diag;
+  if (kn_attn_paged_append(&ap, &diag))
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: %s", diag.message);
+  return KILN_OK;
 }
 
 kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) {
@@ -1546,15 +1736,25 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
     return api_fail(KILN_ERR_UNSUPPORTED, "kiln_forward: batch * heads exceeds the grid");
   kn_attn_vargs va;
   kn_attn_named_arg named[KN_ATTN_MAX_PARAMS];
-  kiln_status s = variant_args(k, a, &va, named);
-  if (s) return s;
-  const bool varlen = d->layout == KN_ATTN_VARLEN;
+  const bool varlen = d->layout == KN_ATTN_VARLEN, paged = d->layout == KN_ATTN_PAGED;
+  kiln_status s;
+  kiln_attn_args pa;
+  if (paged) {  /* from here on seqlen_k is the table's capacity (kiln.h) */
+    if ((s = check_paged(k, a))) return s;
+    pa = *a;
+    pa.seqlen_k = a->max_pages * a->page_size;
+    a = &pa;
+  }
+  if ((s = variant_args(k, a, &va, named))) return s;
   if (varlen && (s = check_varlen(k, a))) return s;
   kn_attn_problem p = {.batch = a->batch, .heads = a->heads, .kv_heads = a->kv_heads,
                        .seqlen_q = a->seqlen_q, .seqlen_k = a->seqlen_k,
                        .sm_scale = a->sm_scale, .cu_seqlens_q = a->cu_seqlens_q,
                        .cu_seqlens_k = a->cu_seqlens_k, .total_q = a->total_q,
-                       .total_k = a->total_k};
+                       .total_k = a->total_k, .block_table = a->block_table,
+                       .cache_seqlens = a->cache_seqlens, .page_size = a->page_size,
+                       .num_pages = a->num_pages, .max_pages = a->max_pages,
+                       .seqlen_new = a->seqlen_new};
   if (!varlen && (s = check_extents(d, a, &p))) return s;
   kn_argval args[KN_ATTN_MAX_PARAMS];
   int grid[3];
@@ -1562,7 +1762,8 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
   if (kn_attn_fill_args(d, &k->sig, &k->cfg, &p, (void *)a->q, (void *)a->k, (void *)a->v, a->o,
                         a->lse, &va, args, grid, &diag))
     return api_fail(KILN_ERR_INVALID, "kiln_forward: %s", diag.message);
-  if (a->batch == 0 || a->seqlen_q == 0) {
+  /* (an append still happens without queries) */
+  if (a->batch == 0 || (a->seqlen_q == 0 && !(paged && a->k_new))) {
     atomic_fetch_add(&k->ctx->stats.launches, 1);
     return KILN_OK;
   }
@@ -1579,10 +1780,23 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
     for (int i = 0; i < 4; i++) args[strides[i].at].i = args[strides[i].at + 2].i;
     args[ARG_LSE_SB].i = 1;
   }
+  if (paged && a->block_table_stride) args[sig_at(&k->sig, "block_table_sb")].i = a->block_table_stride;
   if ((s = check_capacities(d, a, args, &va))) return s;
+  if (paged && a->k_new && k->ctx->kind == KN_DEVICE_HOST && (s = append_host(d, a, args)))
+    return s;
+  if (paged && a->k_new && k->ctx->kind == KN_DEVICE_CUDA &&
+      (s = check_alignment(d, a, args)) == KILN_OK && (s = api_cuda_append(k, a, args, stream)))
+    return s;
+  if (s) return s;
+  if (a->seqlen_q == 0) {
+    atomic_fetch_add(&k->ctx->stats.launches, 1);
+    return KILN_OK;
+  }
   if (k->ctx->kind != KN_DEVICE_HOST && (s = check_alignment(d, a, args))) return s;
 
-  if (api_decode_wanted(k, a)) {
+  /* (without a compiler, decode's kernels come from the cache or not at all: the prefill kernel
+   * then serves the call) */
+  if (api_decode_wanted(k, a) && (api_the_compiler.present || api_decode_kernels(k) == KILN_OK)) {
     if ((s = api_decode_forward(k, &p, &va, args, stream))) return s;
     atomic_fetch_add(&k->ctx->stats.launches, 1);
     return KILN_OK;
@@ -1595,7 +1809,7 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
     return KILN_OK;
   }
   pthread_mutex_lock(&k->launch_mu);
-  int rc = kn_object_run_host(k->obj, args, grid, &diag);
+  int rc = api_the_compiler.host_run(k->obj, args, grid, &diag);
   pthread_mutex_unlock(&k->launch_mu);
   if (rc) return api_fail(KILN_ERR_RUNTIME, "%s", diag.message);
   atomic_fetch_add(&k->ctx->stats.launches, 1);

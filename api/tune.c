@@ -39,7 +39,6 @@
 #include "device.h"
 #include "interp.h"
 #include "numeric.h"
-#include "target.h"
 
 /* knobs of the timing method */
 enum {
@@ -219,7 +218,7 @@ static void time_on_hip(run *r, const kn_attn_config *c, kiln_tune_candidate *ou
     if (!why[0] && (call)) snprintf(why, sizeof why, "%.299s", kiln_last_error());           \
   } while (0)
   if (!t) snprintf(why, sizeof why, "out of memory");
-  API_STEP(api_hip_load(ctx, &tk, obj->data, obj->size));
+  API_STEP(api_hip_load(ctx, &tk, obj->data, obj->size, "attn_fwd"));
   /* set 0 first, its output cleared: the correctness check */
   HIP_STEP(kn_hip_memset8(dev, r->dsets[0].o, 0, ob, &e));
   launch_args(r, c, 0, args, grid);
@@ -280,7 +279,7 @@ static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate 
   memset(obj, 0, sizeof *obj);
   kn_module *m = api_build_module(r->d, &c, &diag);
   double t0 = now_us();
-  if (!m || kn_compile_artifact(m, "attn_fwd", r->ctx->target, NULL, obj, &diag)) {
+  if (!m || api_the_compiler.compile(m, "attn_fwd", r->ctx->target_arch, obj, &diag)) {
     out->state = KILN_CANDIDATE_FAILED;
     snprintf(out->note, sizeof out->note, "%.159s", diag.message);
     kn_module_free(m);
@@ -300,7 +299,7 @@ static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate 
     return;
   }
   kn_host_object *h = NULL;
-  if (kn_object_load(obj->data, obj->size, obj->symbol, &h, &diag)) {
+  if (api_the_compiler.host_load(obj->data, obj->size, obj->symbol, &h, &diag)) {
     out->state = KILN_CANDIDATE_FAILED;
     snprintf(out->note, sizeof out->note, "%.159s", diag.message);
     kn_artifact_free(obj);
@@ -312,7 +311,7 @@ static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate 
    * nothing cannot pass on the previous candidate's output) */
   memset(r->sets[0].o, 0, r->nq * kn_scalar_size(r->d->dtype));
   launch_args(r, &c, 0, args, grid);
-  int rc = kn_object_run_host(h, args, grid, &diag);
+  int rc = api_the_compiler.host_run(h, args, grid, &diag);
   if (!rc && check(r, out->note, sizeof out->note)) {
     out->state = KILN_CANDIDATE_WRONG;
     goto done;
@@ -320,13 +319,13 @@ static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate 
   int next = 1 % r->nsets;
   for (int i = 0; !rc && i < r->warmup; i++, next = (next + 1) % r->nsets) {
     launch_args(r, &c, next, args, grid);
-    rc = kn_object_run_host(h, args, grid, &diag);
+    rc = api_the_compiler.host_run(h, args, grid, &diag);
   }
   double *t = calloc((size_t)r->repeats, sizeof *t);
   for (int i = 0; !rc && t && i < r->repeats; i++, next = (next + 1) % r->nsets) {
     launch_args(r, &c, next, args, grid);
     double t1 = now_us();
-    rc = kn_object_run_host(h, args, grid, &diag);
+    rc = api_the_compiler.host_run(h, args, grid, &diag);
     t[i] = now_us() - t1;
   }
   if (rc || !t) {
@@ -340,7 +339,7 @@ static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate 
   }
   free(t);
 done:
-  kn_object_unload(h);
+  api_the_compiler.host_unload(h);
   if (out->state != KILN_CANDIDATE_TIMED) kn_artifact_free(obj);
 }
 
@@ -574,7 +573,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig
     return api_fail(KILN_ERR_UNSUPPORTED, "autotuning on %s is not implemented yet (the host "
                     "and HIP only); prepare with KILN_TUNE_CACHED or KILN_TUNE_NONE",
                     ctx->target_name);
-  kn_status st = kn_space_default(&space, "fwd", ctx->target->arch, &why);
+  kn_status st = kn_space_default(&space, "fwd", ctx->target_arch, &why);
   if (st != KN_OK) return api_fail(api_status_of(st), "%s", why.message);
   /* the request's spec, else $KILN_TUNE_SPACE, each applied over the template's space */
   if (o && o->tune_space) {
@@ -599,7 +598,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig
     kn_space_point(&space, i, &tc);
     kn_attn_config c = api_config_of(&tc);
     kn_diag diag;
-    if (kn_attn_check_on(ctx->target->arch, d, &c, &diag) == 0) points[total++] = i;
+    if (kn_attn_check_on(ctx->target_arch, d, &c, &diag) == 0) points[total++] = i;
     else if (!first_why[0]) snprintf(first_why, sizeof first_why, "%.299s", diag.message);
   }
   if (total < npoints)
@@ -713,15 +712,20 @@ kiln_status kiln_tune(kiln_context *ctx, const kiln_attn_desc *desc,
                       const kiln_prepare_options *o, kiln_tune_result *out) {
   if (out) memset(out, 0, sizeof *out);
   if (!ctx || !desc) return api_fail(KILN_ERR_INVALID, "kiln_tune: null context or descriptor");
+  if (!api_the_compiler.present)
+    return api_fail(KILN_ERR_UNSUPPORTED, "kiln_tune: tuning compiles every candidate, and this "
+                    "library (%s) has no compiler; tune with libkiln or `kiln tune`, whose "
+                    "records this library reads", api_the_compiler.library);
   kn_attn_desc d;
   kiln_status s = api_desc_from_public(desc, &d);
   if (s) return s;
-  if (d.layout == KN_ATTN_VARLEN)
-    return api_fail(KILN_ERR_UNSUPPORTED, "kiln_tune: varlen kernels are not tuned yet (their "
-                    "default tiling, or a forced one, runs)");
-  kn_attn_config c = kn_attn_default_config(ctx->target->arch, &d);
+  if (d.layout != KN_ATTN_DENSE)
+    return api_fail(KILN_ERR_UNSUPPORTED, "kiln_tune: %s kernels are not tuned yet (their "
+                    "default tiling, or a forced one, runs)",
+                    d.layout == KN_ATTN_VARLEN ? "varlen" : "paged");
+  kn_attn_config c = kn_attn_default_config(ctx->target_arch, &d);
   kn_diag diag;
-  if (kn_attn_check_on(ctx->target->arch, &d, &c, &diag))
+  if (kn_attn_check_on(ctx->target_arch, &d, &c, &diag))
     return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
   kn_attn_sig sig;
   if ((s = api_signature(&d, &sig))) return s;

@@ -26,7 +26,6 @@
 
 #include "api.h"
 #include "numeric.h"
-#include "target.h"
 
 static double wall_us(void) {
   struct timespec ts;
@@ -181,7 +180,7 @@ kiln_status kiln_tune_decode(kiln_kernel *k, const kiln_attn_args *a, void *stre
   for (size_t i = 0; i < sizeof bns / sizeof bns[0]; i++) {
     kn_attn_config c = dflt->cfg;
     c.block_n = bns[i];
-    if (kn_attn_decode_check(ctx->target->arch, d, &c, &diag)) continue;
+    if (kn_attn_decode_check(ctx->target_arch, d, &c, &diag)) continue;
     kiln_kernel *ks = NULL;
     double t0 = wall_us();
     kiln_status bs = api_get_kernel(ctx, d, &sig, &c, false, API_DECODE, &ks);

@@ -17,6 +17,7 @@
  * 32x32x16 f16/bf16 MFMAs (two new lane-table shapes) and fp8 in the OCP encoding (e4m3fn), with
  * 160 KiB of LDS.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "arch.h"
@@ -211,6 +212,13 @@ const char *kn_isa_name(kn_isa isa) {
   case KN_ISA_NVPTX: return "NVPTX";
   }
   return "?";
+}
+
+int kn_arch_code_id(const char *name, const kn_arch *a, const char *llvm_version, char *out,
+                    size_t size) {
+  int n = snprintf(out, size, "%s;%s;%s;llvm-%s", name, a->triple ? a->triple : "",
+                   a->features ? a->features : "", llvm_version);
+  return n >= 0 && (size_t)n < size ? 0 : -1;
 }
 
 bool kn_mma_fits(const kn_mma_instr *i, int M, int N, int K, int warps) {

@@ -137,6 +137,12 @@ const kn_arch *kn_arch_by_elf_mach(unsigned mach);
 const kn_arch *kn_arch_host(void);
 /* "host", "AMDGPU", "NVPTX" */
 const char *kn_isa_name(kn_isa isa);
+/* What GPU code for a depends on besides its IR, as cache keys name it: "<name>;<triple>;
+ * <features>;llvm-<llvm_version>" (name: the compile target's, "gfx942" or "gfx942-emu").  Pure
+ * data plus the version of the LLVM that generates the code, so the API without a compiler
+ * (libkiln_rt) computes the same keys as the compiler's kn_object_target_id. */
+int kn_arch_code_id(const char *name, const kn_arch *a, const char *llvm_version, char *out,
+                    size_t size);
 
 /* The instruction a kernel whose dots take `a` operands uses: the first entry of arch's table
  * with operands of type a (and m == want_m when want_m is nonzero) that fits every dot

@@ -17,6 +17,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,11 +139,22 @@ LLVMTargetMachineRef kn_llvm_host_machine_with(LLVMRelocMode reloc, LLVMCodeMode
     LLVMDisposeMessage(triple);
     return NULL;
   }
-  char *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
+  /* The bfloat conversion instructions of AVX512-BF16 and AVX-NE-CONVERT (vcvtneps2bf16)
+   * flush subnormal inputs to zero, and LLVM uses them wherever a bfloat value passes through
+   * f32 (a bfloat phi or select is promoted that way): on a CPU that has them, the emulated
+   * targets read 1e-40 back as 0.  kiln's bf16 keeps subnormals (the interpreter, the GPUs'
+   * integer rounding), so those features are off: bf16 conversions are integer code. */
+  char *cpu = LLVMGetHostCPUName(), *host = LLVMGetHostCPUFeatures();
+  static const char no_bf16_cvt[] = ",-avx512bf16,-avxneconvert";
+  size_t n = strlen(host) + sizeof no_bf16_cvt;
+  char *features = malloc(n);
+  KN_ASSERT(features);
+  snprintf(features, n, "%s%s", host, no_bf16_cvt);
+  LLVMDisposeMessage(host);
   LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu, features,
                                                     LLVMCodeGenLevelAggressive, reloc, model);
   LLVMDisposeMessage(cpu);
-  LLVMDisposeMessage(features);
+  free(features);
   LLVMDisposeMessage(triple);
   if (!tm) kn_error(d, NULL, no_loc, "cannot create a target machine for the host");
   return tm;

@@ -18,7 +18,9 @@
  * Loading defines, through jit.c's kn_jit_define_helpers(), the same absolute symbols as a JIT
  * compile (kiln's numeric helpers and the libm/libc functions LLVM may call) in the new JIT.
  */
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,21 +38,28 @@
 
 static const kn_loc no_loc = {0};
 
+static char llvm_version[32];
+static pthread_once_t llvm_version_once = PTHREAD_ONCE_INIT;
+
+static void format_llvm_version(void) {
+  unsigned major, minor, patch;
+  LLVMGetVersion(&major, &minor, &patch);
+  snprintf(llvm_version, sizeof llvm_version, "%u.%u.%u", major, minor, patch);
+}
+
+const char *kn_llvm_version(void) {
+  pthread_once(&llvm_version_once, format_llvm_version);
+  return llvm_version;
+}
+
 int kn_object_target_id(const kn_target *t, char *out, size_t size) {
-  if (t->arch->isa != KN_ISA_HOST || t->emulated) {
-    unsigned major, minor, patch;
-    LLVMGetVersion(&major, &minor, &patch);
-    int n = snprintf(out, size, "%s;%s;%s;llvm-%u.%u.%u", t->name, t->arch->triple ? t->arch->triple : "",
-                     t->arch->features ? t->arch->features : "", major, minor, patch);
-    return n >= 0 && (size_t)n < size ? 0 : -1;
-  }
+  if (t->arch->isa != KN_ISA_HOST || t->emulated)
+    return kn_arch_code_id(t->name, t->arch, kn_llvm_version(), out, size);
   kn_llvm_init();
   char *triple = LLVMGetDefaultTargetTriple();
   char *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
-  unsigned major, minor, patch;
-  LLVMGetVersion(&major, &minor, &patch);
-  int n = snprintf(out, size, "host;%s;%s;%s;pic-small;llvm-%u.%u.%u", triple, cpu, features,
-                   major, minor, patch);
+  int n = snprintf(out, size, "host;%s;%s;%s;pic-small;llvm-%s", triple, cpu, features,
+                   kn_llvm_version());
   LLVMDisposeMessage(triple);
   LLVMDisposeMessage(cpu);
   LLVMDisposeMessage(features);

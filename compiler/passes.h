@@ -28,4 +28,9 @@ int kn_fold(kn_module *m);
  * become gathers).  Returns 0, or -1 with *d filled (recursion, unresolved callee). */
 int kn_inline(kn_module *m, kn_diag *d);
 
+/* scale.c: folds chains of uniform f32 scalings, (x * u) * w -> x * (u * w) and
+ * (a +- x * u) * w -> a * w +- x * (u * w), where the inner values have no other use, in the
+ * kernels whose attribute REASSOC is 1.  Returns the number of rewrites. */
+int kn_fold_scale(kn_module *m);
+
 #endif

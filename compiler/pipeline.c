@@ -2,7 +2,7 @@
  *
  * compile_run() below is the whole pipeline, read top to bottom:
  *
- *   copy the module, verify the input, fold, inline calls, fold       (kiln passes, tile IR)
+ *   copy the module, verify the input, fold, inline calls, fold, scale fold (kiln passes, tile IR)
  *   GPU ISAs: assign layouts, plan shared memory                       (compiler/gpu)
  *   lower to LLVM IR for the target, verify the LLVM module
  *   LLVM's default<O3> with the target machine attached
@@ -78,24 +78,6 @@ int kn_stage_parse(const char *s) {
     if (*s == ',') s++;
   }
   return mask;
-}
-
-/* ---- artefacts ---- */
-
-void kn_artifact_free(kn_artifact *a) {
-  if (!a) return;
-  free(a->data);
-  a->data = NULL;
-  a->size = 0;
-}
-
-const char *kn_artifact_kind_name(kn_artifact_kind k) {
-  switch (k) {
-  case KN_ARTIFACT_HOST_OBJECT: return "host object";
-  case KN_ARTIFACT_CODE_OBJECT: return "code object";
-  case KN_ARTIFACT_PTX: return "PTX";
-  }
-  return "?";
 }
 
 /* ---- one compile ---- */
@@ -182,6 +164,8 @@ static int front(compile *c, const kn_module *src, const char *name) {
   if (check(c, "inline")) return -1;
   kn_fold(c->m);
   if (check(c, "fold")) return -1;
+  kn_fold_scale(c->m);
+  if (check(c, "scale")) return -1;
   dump_ir(c);
   return 0;
 }

@@ -143,6 +143,8 @@ int kn_object_run_host(kn_host_object *h, const kn_argval *args, const int grid[
 int kn_object_target_id(const kn_target *t, char *out, size_t size);
 /* the host CPU as LLVM names it ("znver3"), for tuning keys */
 int kn_host_cpu_name(char *out, size_t size);
+/* the version of the LLVM kiln runs ("22.1.8"), as target identities name it */
+const char *kn_llvm_version(void);
 
 #ifdef __cplusplus
 }

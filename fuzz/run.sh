@@ -3,7 +3,8 @@
 # usage: run.sh SOURCE_DIR BUILD_DIR [SECONDS_PER_TARGET [TARGET...]]
 #
 # Targets (fuzz/*.c): fuzz_ir (parse, verify, print round trip, bounded interpreter), fuzz_cache
-# (the cache entry reader), fuzz_space (the tuning-space parser).  Each is built with
+# (the cache entry reader), fuzz_space (the tuning-space parser), fuzz_bundle (the AOT offload
+# bundle and index readers).  Each is built with
 # -fsanitize=fuzzer,address,undefined from the sources it tests, so coverage guides the inputs
 # and any memory error or undefined behaviour is a crash.  Seeds: the golden and malformed .tile
 # files; cache entries written by `kiln run` (BUILD_DIR/tools/kiln); a few space specs.  The
@@ -13,7 +14,7 @@
 set -u
 src=$(cd "$1" && pwd) build=$(cd "$2" && pwd) secs=${3:-20}
 shift $(( $# < 3 ? $# : 3 ))
-targets=${*:-fuzz_ir fuzz_cache fuzz_space}
+targets=${*:-fuzz_ir fuzz_cache fuzz_space fuzz_bundle}
 cc=${KILN_FUZZ_CC:-$(command -v clang-22 || true)}
 out=$build/fuzz
 mkdir -p "$out"
@@ -30,18 +31,27 @@ declare -A sources=(
   [fuzz_ir]="${ir[*]}"
   [fuzz_cache]="$src/runtime/cache.c $src/base/status.c"
   [fuzz_space]="$src/autotune/space.c $src/compiler/arch.c ${ir[*]}"
+  [fuzz_bundle]="$src/runtime/bundle.c $src/base/status.c"
 )
-declare -A libs=([fuzz_ir]="-lm" [fuzz_cache]="-lxxhash -lpthread" [fuzz_space]="-lm")
+declare -A libs=([fuzz_ir]="-lm" [fuzz_cache]="-lxxhash -lpthread" [fuzz_space]="-lm"
+                 [fuzz_bundle]="-lxxhash")
 [ -f "$build/ir/op_cases.h" ] || { echo "fuzz: build kiln first ($build/ir/op_cases.h)"; exit 2; }
 
 # seeds
-mkdir -p "$out/corpus-fuzz_ir" "$out/corpus-fuzz_cache" "$out/corpus-fuzz_space"
+mkdir -p "$out/corpus-fuzz_ir" "$out/corpus-fuzz_cache" "$out/corpus-fuzz_space" \
+         "$out/corpus-fuzz_bundle"
 cp "$src"/tests/golden/*.tile "$src"/tests/malformed/*.tile "$out/corpus-fuzz_ir/" 2>/dev/null
 if [ -x "$build/tools/kiln" ] && [ -z "$(ls -A "$out/corpus-fuzz_cache")" ]; then
   seeds=$(mktemp -d)
   "$build/tools/kiln" run --target host --cache-dir "$seeds/c" --head-dim 16 --seqlen-q 16 \
     --seqlen-k 16 >/dev/null 2>&1
   cp "$seeds"/c/objects-v1/* "$out/corpus-fuzz_cache/" 2>/dev/null
+  rm -rf "$seeds"
+fi
+if [ -x "$build/tools/kiln" ] && [ -z "$(ls -A "$out/corpus-fuzz_bundle")" ]; then
+  seeds=$(mktemp -d)
+  "$build/tools/kiln" aot "$src/tests/aot/small.manifest" -o "$seeds/b" -j 1 >/dev/null 2>&1
+  cp "$seeds"/b/index.kiln "$seeds"/b/*.hipfb "$out/corpus-fuzz_bundle/" 2>/dev/null
   rm -rf "$seeds"
 fi
 i=0

@@ -6,6 +6,11 @@
  * on-disk cache in milliseconds, or compiles it (and, if asked, autotunes its tiling first);
  * compiled code and tuning results are shared with later processes through the cache directory.
  *
+ * Two libraries implement this header (docs/install.md): libkiln, with kiln's compiler (LLVM),
+ * and libkiln_rt, without it, which serves HIP and CUDA devices from the code a libkiln of the
+ * same build left in the cache and answers what needs a compiler (a kernel not in the cache,
+ * tuning, every host kernel) with KILN_ERR_UNSUPPORTED, saying so in kiln_last_error().
+ *
  *   kiln_context *ctx;
  *   kiln_context_options co = {.log = my_log};               // zero = defaults
  *   if (kiln_context_create(&co, &ctx)) fail(kiln_last_error());
@@ -95,7 +100,7 @@ typedef enum kiln_status {
 } kiln_status;
 
 /* the library's version (KILN_VERSION_STRING of the build) and that of the LLVM it compiles
- * with ("22.1.0") */
+ * with ("22.1.0"; libkiln_rt: the LLVM of its build, which generated the code it loads) */
 const char *kiln_version(void);
 const char *kiln_llvm_version(void);
 
@@ -148,6 +153,13 @@ typedef struct kiln_context_options {
                                    environment's KILN_AUTOTUNE overrides it */
   kiln_progress_fn progress;  /* optional; NULL: stderr while tuning (KILN_TUNE_PROGRESS=0: none) */
   void *progress_user;
+  const char *bundle;         /* optional: an AOT bundle (`kiln aot`'s directory, or its
+                                 index.kiln): descriptors it holds for the context's target are
+                                 loaded from it, never compiled (docs/aot.md).  A malformed index:
+                                 kiln_context_create fails (KILN_ERR_IO with file:line:col) */
+  int bundle_only;            /* nonzero: never compile; a descriptor the bundle lacks is
+                                 KILN_ERR_UNSUPPORTED (always so in a library without the
+                                 compiler); zero: such a descriptor is compiled as usual */
 } kiln_context_options;
 
 /* options NULL: all defaults.  KILN_ERR_INSECURE for a cache directory writable by others,
@@ -178,6 +190,7 @@ typedef struct kiln_stats {
   uint64_t tunings;         /* autotuning runs */
   uint64_t candidates;      /* candidates compiled by those runs */
   uint64_t launches;        /* kiln_forward calls that succeeded */
+  uint64_t bundle_loads;    /* kernels loaded from the context's AOT bundle */
 } kiln_stats;
 /* counters since the context was created; all zero for a NULL ctx, nothing for a NULL out */
 void kiln_context_stats(kiln_context *ctx, kiln_stats *out);
@@ -239,13 +252,16 @@ typedef struct kiln_attn_desc {
   const char *mods;    /* the caller's modifiers (IR text), NULL or "": none */
   const char *mods_name; /* what error messages call the text (a file name); NULL: "<mods>".
                             Not part of the kernel's identity */
-  int layout;          /* the call shape: KILN_LAYOUT_DENSE (0) or KILN_LAYOUT_VARLEN (packed
-                          sequences of their own lengths, cu_seqlens; kiln_attn_args) */
+  int layout;          /* the call shape: KILN_LAYOUT_DENSE (0), KILN_LAYOUT_VARLEN (packed
+                          sequences of their own lengths, cu_seqlens; kiln_attn_args) or
+                          KILN_LAYOUT_PAGED (a paged KV cache through a block table) */
 } kiln_attn_desc;
 
 enum {
   KILN_LAYOUT_DENSE = 0,  /* (batch, heads, seqlen, head_dim) buffers, one length for all */
   KILN_LAYOUT_VARLEN = 1, /* packed (total_tokens, heads, head_dim), FlashAttention's varlen */
+  KILN_LAYOUT_PAGED = 2,  /* k, v in pages (num_pages, page_size, kv_heads, head_dim) read
+                             through a block table: FlashAttention's flash_attn_with_kvcache */
 };
 
 /* A value of a parameter of the caller's modifiers (kiln_attn_desc.mods), by name. */
@@ -303,13 +319,15 @@ typedef struct kiln_prepare_options {
 
 /* Compile-or-load.  options NULL: defaults.  On success *out is the context's kernel for this
  * descriptor and tiling (the same pointer on every later call).  KILN_ERR_UNSUPPORTED for a
- * descriptor the template does not serve, KILN_ERR_COMPILE if compiling fails. */
+ * descriptor the template does not serve (and, in libkiln_rt, for a kernel whose code is not in
+ * the cache, or any on the host), KILN_ERR_COMPILE if compiling fails. */
 kiln_status kiln_prepare(kiln_context *ctx, const kiln_attn_desc *desc,
                          const kiln_prepare_options *options, kiln_kernel **out);
 
 typedef enum kiln_kernel_source {
   KILN_SOURCE_COMPILED = 1,  /* compiled in this context */
   KILN_SOURCE_CACHE,         /* loaded from the disk cache */
+  KILN_SOURCE_BUNDLE,        /* loaded from the context's AOT bundle (kiln_context_options.bundle) */
 } kiln_kernel_source;
 
 typedef struct kiln_kernel_info {
@@ -339,6 +357,20 @@ kiln_status kiln_kernel_get_info(const kiln_kernel *k, kiln_kernel_info *out);
  *   lse  (heads, total_q) f32                    strides {0, head}, tokens contiguous
  * Each sequence is attended on its own: causal and window align bottom-right to its own
  * lengths, as FlashAttention's varlen does.  An empty sequence (equal neighbours) is allowed.
+ *
+ * Paged (KILN_LAYOUT_PAGED, flash_attn_with_kvcache): q, o and lse are dense as above (FlashAttention's
+ * (batch, seqlen_q, heads, head_dim) is q_stride {Nq*H*D, D, H*D}); k and v are page pools
+ *   k, v (num_pages, page_size, kv_heads, head_dim)  strides {page, head, row}; zeros: contiguous
+ * and sequence b's key j is row j % page_size of page block_table[b, j / page_size].  Sequence b
+ * has cache_seqlens[b] + seqlen_new keys: with k_new / v_new ((batch, seqlen_new, kv_heads,
+ * head_dim), strides {batch, head, row}, zeros: contiguous) kiln first writes the new rows at
+ * positions cache_seqlens[b].. through the table (on the host in kiln_forward, on CUDA by a
+ * small append kernel launched first on the same stream; not on HIP yet), then attends; causal and
+ * window align bottom-right to each sequence's length (the queries are its last seqlen_q keys).
+ * seqlen_k must be 0 or max_pages * page_size (the table's capacity, also the key extent of bias
+ * and document tensors).  On the host every used table entry must be a page of the pool and
+ * every length fit the table (else KILN_ERR_INVALID, nothing written); on CUDA the table is
+ * device memory kiln does not read, and the kernel clamps pages and lengths into the pool.
  *
  * Capacities.  q_numel ... k_seg_numel give the elements each buffer holds from its pointer
  * (0: not described, not checked).  A described buffer that the shape and strides reach past is
@@ -385,6 +417,17 @@ typedef struct kiln_attn_args {
   /* capacities: elements each buffer holds from its pointer, 0: not described (above) */
   int64_t q_numel, k_numel, v_numel, o_numel, lse_numel;
   int64_t alibi_numel, bias_numel, q_seg_numel, k_seg_numel;
+  /* paged (KILN_LAYOUT_PAGED; zero otherwise): the block table (batch, max_pages) int32 and the
+   * cache lengths (batch) int32, where q lives; the pools' shape; the rows to append first */
+  const int32_t *block_table, *cache_seqlens;
+  int64_t block_table_stride;  /* the table's batch stride; 0: max_pages */
+  int page_size;               /* rows per page, 1..256 */
+  int num_pages, max_pages;    /* pages in each pool; table entries per sequence */
+  const void *k_new, *v_new;   /* NULL, or (batch, seqlen_new, kv_heads, head_dim) each; with
+                                  NULL, seqlen_new counts rows the caller already wrote */
+  int seqlen_new;
+  int64_t k_new_stride[3], v_new_stride[3];      /* {batch, head, row}; zeros: contiguous */
+  int64_t block_table_numel, k_new_numel, v_new_numel;  /* capacities, 0: not described */
 } kiln_attn_args;
 
 /* Launches the kernel on `stream`.  Bad arguments are KILN_ERR_INVALID with the reason: a
@@ -434,7 +477,8 @@ typedef struct kiln_tune_result {
 
 /* Tunes the descriptor's tiling for the options' seqlen bucket now (whatever the database holds),
  * records the best (replacing the record), stores the best kernel in the cache, and fills *out
- * (may be NULL).  Fails with KILN_ERR_RUNTIME when no candidate could be timed. */
+ * (may be NULL).  Fails with KILN_ERR_RUNTIME when no candidate could be timed, and with
+ * KILN_ERR_UNSUPPORTED in libkiln_rt (tuning compiles every candidate). */
 kiln_status kiln_tune(kiln_context *ctx, const kiln_attn_desc *desc,
                       const kiln_prepare_options *options, kiln_tune_result *out);
 void kiln_tune_result_free(kiln_tune_result *r);

@@ -23,7 +23,17 @@ void kn_module_free(kn_module *m) {
 
 kn_func *kn_module_find(const kn_module *m, const char *name) {
   int i = kn_strmap_get(&m->func_names, name, strlen(name));
-  return i < 0 ? NULL : m->funcs[i];
+  /* a function renamed by kn_func_rename leaves its old name in the map (which cannot forget
+   * a key): that name finds nothing now */
+  return i >= 0 && !strcmp(m->funcs[i]->name, name) ? m->funcs[i] : NULL;
+}
+
+int kn_func_rename(kn_func *f, const char *name) {
+  kn_func *other = kn_module_find(f->module, name);
+  if (other && other != f) return -1;
+  f->name = kn_arena_strdup(f->module->arena, name);
+  kn_strmap_put(&f->module->func_names, f->name, strlen(f->name), f->index);
+  return 0;
 }
 
 static kn_value *new_value(kn_module *m, kn_type t) {

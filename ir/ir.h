@@ -285,6 +285,9 @@ struct kn_module {
 kn_module *kn_module_new(const char *filename);
 void kn_module_free(kn_module *m);
 kn_func *kn_module_find(const kn_module *m, const char *name);
+/* gives f another name (an AOT kernel's unique symbol); -1 when m has a function of that name.
+ * The old name then finds nothing, and no function added later may take it. */
+int kn_func_rename(kn_func *f, const char *name);
 
 /* a new function at the end of m; params get names pnames[i] (may be NULL, or pnames[i] NULL) */
 kn_func *kn_func_new(kn_module *m, const char *name, bool is_kernel, int nparams,

@@ -24,8 +24,12 @@ Two levels:
   current stream, like any torch op.
 * attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...) is
   FlashAttention's flash_attn_varlen_func: packed (total_tokens, heads, D) sequences of their own
-  lengths in one launch (docs/serving.md).  Both pass each buffer's size from its storage, so a
-  buffer too small for the shape and strides is an error before launch.
+  lengths in one launch (docs/serving.md).
+* attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=..., block_table=...,
+  ...) is FlashAttention's flash_attn_with_kvcache: a paged KV cache (num_pages, page_size,
+  HK, D) read through a block table, the new rows k / v appended first (docs/serving.md).
+  All three pass each buffer's size from its storage, so a buffer too small for the shape and
+  strides is an error before launch.
 
 Contexts are created once per device and kept for the life of the process (a context owns its
 compiled kernels; kiln_prepare is a memo lookup after the first call, so calling attention() in
@@ -38,8 +42,8 @@ import glob
 import os
 import threading
 
-__all__ = ["KilnError", "Context", "Kernel", "attention", "attention_varlen", "library", "F16",
-           "BF16", "F32"]
+__all__ = ["KilnError", "Context", "Kernel", "attention", "attention_varlen",
+           "attention_with_kvcache", "library", "F16", "BF16", "F32"]
 
 # ---- the C API's constants (include/kiln.h) ----
 
@@ -51,7 +55,7 @@ _STATUS_NAMES = ["KILN_OK", "KILN_ERR_INVALID", "KILN_ERR_UNSUPPORTED", "KILN_ER
 F16, BF16, F32 = 1, 2, 3
 TUNE_CONTEXT, TUNE_NONE, TUNE_CACHED, TUNE_AUTO = range(4)
 CAUSAL_NONE, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT = range(3)
-LAYOUT_DENSE, LAYOUT_VARLEN = range(2)
+LAYOUT_DENSE, LAYOUT_VARLEN, LAYOUT_PAGED = range(3)
 MOD_ARG_INT, MOD_ARG_FLOAT, MOD_ARG_PTR = 1, 2, 3
 _CAUSAL = {False: CAUSAL_NONE, True: CAUSAL_BOTTOM_RIGHT, None: CAUSAL_NONE,
            "bottom_right": CAUSAL_BOTTOM_RIGHT, "top_left": CAUSAL_TOP_LEFT,
@@ -84,7 +88,8 @@ class _ContextOptions(ctypes.Structure):
     _fields_ = [("cache_dir", ctypes.c_char_p), ("no_cache", ctypes.c_int),
                 ("device", ctypes.c_char_p), ("log", _LOG_FN), ("log_user", ctypes.c_void_p),
                 ("tune_policy", ctypes.c_int), ("progress", _PROGRESS_FN),
-                ("progress_user", ctypes.c_void_p)]
+                ("progress_user", ctypes.c_void_p), ("bundle", ctypes.c_char_p),
+                ("bundle_only", ctypes.c_int)]
 
 
 class _AttnDesc(ctypes.Structure):
@@ -122,6 +127,7 @@ _I64x3 = ctypes.c_int64 * 3
 
 
 _NUMEL = ("q", "k", "v", "o", "lse", "alibi", "bias", "q_seg", "k_seg")
+_PAGED_NUMEL = ("block_table", "k_new", "v_new")
 
 
 class _AttnArgs(ctypes.Structure):
@@ -139,11 +145,17 @@ class _AttnArgs(ctypes.Structure):
                 ("prefix_len", ctypes.c_int), ("mod_args", ctypes.POINTER(_ModArg)),
                 ("n_mod_args", ctypes.c_int), ("cu_seqlens_q", ctypes.c_void_p),
                 ("cu_seqlens_k", ctypes.c_void_p), ("total_q", ctypes.c_int),
-                ("total_k", ctypes.c_int)] + [(n + "_numel", ctypes.c_int64) for n in _NUMEL]
+                ("total_k", ctypes.c_int)] + [(n + "_numel", ctypes.c_int64) for n in _NUMEL] + \
+               [("block_table", ctypes.c_void_p), ("cache_seqlens", ctypes.c_void_p),
+                ("block_table_stride", ctypes.c_int64), ("page_size", ctypes.c_int),
+                ("num_pages", ctypes.c_int), ("max_pages", ctypes.c_int),
+                ("k_new", ctypes.c_void_p), ("v_new", ctypes.c_void_p),
+                ("seqlen_new", ctypes.c_int), ("k_new_stride", _I64x3),
+                ("v_new_stride", _I64x3)] + [(n + "_numel", ctypes.c_int64) for n in _PAGED_NUMEL]
 
 
 _STATS = ["prepares", "memo_hits", "cache_hits", "compiles", "corrupt_entries", "not_stored",
-          "tuning_hits", "tunings", "candidates", "launches"]
+          "tuning_hits", "tunings", "candidates", "launches", "bundle_loads"]
 
 
 class _Stats(ctypes.Structure):
@@ -276,17 +288,19 @@ def _mod_args(params):
 class Context:
     """A kiln context: device ("auto", "host", "cuda", "cuda:N", "sm_80", "sm_90a", "hip",
     "hip:N", "gfx90a", "gfx942", "gfx950"; tensors are routed to "host" or "cuda:N"), cache
-    directory (None: $KILN_CACHE_DIR, ...), tuning policy, and an optional log callable
-    log(level, message) (called from any thread)."""
+    directory (None: $KILN_CACHE_DIR, ...), tuning policy, an optional log callable
+    log(level, message) (called from any thread), and an AOT bundle (a `kiln aot` directory:
+    its kernels are loaded, not compiled; bundle_only: never compile, docs/aot.md)."""
 
     def __init__(self, device=None, cache_dir=None, no_cache=False, tune_policy=TUNE_CONTEXT,
-                 log=None):
+                 log=None, bundle=None, bundle_only=False):
         lib = library()
         self._log = None
         if log is not None:
             self._log = _LOG_FN(lambda user, level, msg: log(level, msg.decode("utf-8", "replace")))
         opts = _ContextOptions(cache_dir=_bytes(cache_dir), no_cache=1 if no_cache else 0,
-                               device=_bytes(device), tune_policy=tune_policy)
+                               device=_bytes(device), tune_policy=tune_policy,
+                               bundle=_bytes(bundle), bundle_only=1 if bundle_only else 0)
         if self._log is not None:
             opts.log = self._log
         handle = ctypes.c_void_p()
@@ -395,15 +409,19 @@ class Kernel:
                 alibi_slopes=None, alibi_stride=0, bias=None, bias_stride=(0, 0, 0),
                 q_seg=None, k_seg=None, q_seg_stride=0, k_seg_stride=0, prefix_len=0,
                 mod_args=None, cu_seqlens_q=None, cu_seqlens_k=None, total_q=0, total_k=0,
-                numel=None):
+                numel=None, block_table=None, cache_seqlens=None, block_table_stride=0,
+                page_size=0, num_pages=0, max_pages=0, k_new=None, v_new=None, seqlen_new=0,
+                k_new_stride=(0, 0, 0), v_new_stride=(0, 0, 0)):
         """kiln_forward on raw addresses (ints): host pointers on the host device, device pointers
         on CUDA; strides in elements (zeros: contiguous); stream a CUstream address or None.
         The variant's values as kiln_attn_args has them: window (left, right), softcap, the
         addresses alibi_slopes, bias, q_seg, k_seg with their strides, prefix_len, and mod_args
         {name: int | float | tensor or array} for the caller's modifier parameters.  Varlen
         kernels: the addresses cu_seqlens_q/k and the token counts total_q/k (seqlen_q/k are then
-        the longest sequence's).  numel: {buffer: elements it holds} (q, k, v, o, lse, alibi,
-        bias, q_seg, k_seg; docs/api.md "Capacities")."""
+        the longest sequence's).  Paged kernels: the addresses block_table, cache_seqlens, k_new,
+        v_new, the pools' page_size, num_pages, max_pages, seqlen_new and the strides (kiln.h).
+        numel: {buffer: elements it holds} (q, k, v, o, lse, alibi, bias, q_seg, k_seg,
+        block_table, k_new, v_new; docs/api.md "Capacities")."""
         self.context._handle()
         margs, nmargs = _mod_args(mod_args)
         a = _AttnArgs(q=q, k=k, v=v, o=o, lse=lse, batch=batch, heads=heads, kv_heads=kv_heads,
@@ -416,10 +434,16 @@ class Kernel:
                       bias_stride=_I64x3(*bias_stride), q_seg=q_seg, k_seg=k_seg,
                       q_seg_stride=q_seg_stride, k_seg_stride=k_seg_stride,
                       prefix_len=prefix_len, n_mod_args=nmargs, cu_seqlens_q=cu_seqlens_q,
-                      cu_seqlens_k=cu_seqlens_k, total_q=total_q, total_k=total_k)
+                      cu_seqlens_k=cu_seqlens_k, total_q=total_q, total_k=total_k,
+                      block_table=block_table, cache_seqlens=cache_seqlens,
+                      block_table_stride=block_table_stride, page_size=page_size,
+                      num_pages=num_pages, max_pages=max_pages, k_new=k_new, v_new=v_new,
+                      seqlen_new=seqlen_new, k_new_stride=_I64x3(*k_new_stride),
+                      v_new_stride=_I64x3(*v_new_stride))
         for n, x in (numel or {}).items():
-            if n not in _NUMEL:
-                raise KilnError(ERR_INVALID, "numel: %r is none of %s" % (n, ", ".join(_NUMEL)))
+            if n not in _NUMEL + _PAGED_NUMEL:
+                raise KilnError(ERR_INVALID, "numel: %r is none of %s"
+                                % (n, ", ".join(_NUMEL + _PAGED_NUMEL)))
             setattr(a, n + "_numel", int(x))
         if margs is not None:
             a.mod_args = margs
@@ -692,6 +716,131 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                  numel={"q": _numel(q), "k": _numel(k), "v": _numel(v), "o": _numel(out),
                         "lse": _numel(lse) if lse is not None else 0}, **val)
     return (out, lse) if return_lse else out
+
+
+def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                           cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None,
+                           block_table=None, softmax_scale=None, causal=False,
+                           window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
+                           alibi_slopes=None, num_splits=0, return_softmax_lse=False,
+                           out=None, lse=None):
+    """FlashAttention's flash_attn_with_kvcache on kiln (docs/serving.md): q (B, Nq, H, D);
+    k_cache and v_cache either page pools (num_pages, page_size, HK, D) with block_table int32
+    (B, max_pages) naming each sequence's pages in order (any page_size 1..256), or, without a
+    block table, dense caches (B, S, HK, D) (viewed as pages of a size dividing S); cache_seqlens
+    int32 (B) tensor or an int: the keys already in each sequence's cache (None: all S of a dense
+    cache).  k and v (B, seqlen_new, HK, D), when given, are written into the cache at positions
+    cache_seqlens[b].. first (on CUDA by an append kernel on the same stream), then the queries
+    attend over cache_seqlens[b] + seqlen_new keys; cache_seqlens is not
+    updated (as in FlashAttention).  causal (True / "bottom_right": the queries are each
+    sequence's last Nq positions), window_size, softcap and alibi_slopes as attention().  Returns
+    out (B, Nq, H, D), or (out, lse) with return_softmax_lse (lse (B, H, Nq) float32).  Rotary
+    embeddings, cache_batch_idx, cache_leftpad and num_splits are not supported (KilnError)."""
+    for n, x in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
+                 ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
+        if x is not None:
+            raise KilnError(ERR_UNSUPPORTED, "%s: not supported by kiln yet" % n)
+    if num_splits not in (0, 1):
+        raise KilnError(ERR_UNSUPPORTED, "num_splits %r: kiln's paged kernel does not split "
+                        "the keys yet" % (num_splits,))
+    name = _dtype_name(q)
+    if name not in _DTYPES:
+        raise KilnError(ERR_UNSUPPORTED, "dtype %s: kiln serves float16, bfloat16 and float32"
+                        % name)
+    dev = _device_key(q)
+    qs = _strides(q, "q", 4)
+    B, Nq, H, D = (int(x) for x in q.shape)
+    kcs, vcs = _strides(k_cache, "k_cache", 4), _strides(v_cache, "v_cache", 4)
+    P, PS, HK = int(k_cache.shape[0]), int(k_cache.shape[1]), int(k_cache.shape[2])
+    if tuple(int(x) for x in k_cache.shape) != (P, PS, HK, D) or \
+            tuple(int(x) for x in v_cache.shape) != (P, PS, HK, D):
+        raise KilnError(ERR_INVALID, "shapes q %s, k_cache %s, v_cache %s: expected (B, Nq, H, "
+                        "D) and (num_pages, page_size, HK, D) twice (or (B, S, HK, D) without a "
+                        "block table)" % (tuple(q.shape), tuple(k_cache.shape),
+                                          tuple(v_cache.shape)))
+    for n, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v), ("out", out)):
+        if t is not None and _dtype_name(t) != name:
+            raise KilnError(ERR_INVALID, "%s has dtype %s, q has %s" % (n, _dtype_name(t), name))
+        if t is not None and _device_key(t) != dev:
+            raise KilnError(ERR_INVALID, "%s is on %s, q on %s" % (n, _device_key(t), dev))
+    if block_table is None:
+        # a dense (B, S, HK, D) cache is pages of a size dividing S, numbered in order
+        if P != B or kcs[0] != PS * kcs[1] or vcs[0] != PS * vcs[1]:
+            raise KilnError(ERR_UNSUPPORTED, "without block_table, k_cache and v_cache must be "
+                            "(B, S, HK, D) with the batch stride S times the row stride")
+        S = PS
+        PS = max(p for p in range(1, min(S, 256) + 1) if S % p == 0) if S else 1
+        import torch  # lazily: the caller's tensors are torch's, so it is installed
+        npb = S // PS
+        block_table = torch.arange(B * npb, dtype=torch.int32, device=q.device).reshape(B, npb)
+        kcs = (PS * kcs[1], kcs[1], kcs[2], 1)
+        vcs = (PS * vcs[1], vcs[1], vcs[2], 1)
+        P = B * npb
+        if cache_seqlens is None:
+            cache_seqlens = S
+    if cache_seqlens is None:
+        raise KilnError(ERR_INVALID, "cache_seqlens is required with a block table")
+    if isinstance(cache_seqlens, int):
+        import torch
+        cache_seqlens = torch.full((B,), cache_seqlens, dtype=torch.int32, device=q.device)
+    _variant_tensor(cache_seqlens, "cache_seqlens", dev, 1, ("int32",), (B,))
+    if len(block_table.shape) != 2 or int(block_table.shape[0]) != B:
+        raise KilnError(ERR_INVALID, "block_table must be (B, max_pages), got shape %s"
+                        % (tuple(block_table.shape),))
+    MP = int(block_table.shape[1])
+    bts = _variant_tensor(block_table, "block_table", dev, 2, ("int32",), (B, MP))
+    Nn, ns = 0, [(0, 0, 0), (0, 0, 0)]
+    if (k is None) != (v is None):
+        raise KilnError(ERR_INVALID, "k and v come together")
+    if k is not None:
+        Nn = int(k.shape[1])
+        for i, (n, t) in enumerate((("k", k), ("v", v))):
+            st = _strides(t, n, 4)
+            if tuple(int(x) for x in t.shape) != (B, Nn, HK, D):
+                raise KilnError(ERR_INVALID, "%s has shape %s, expected %s"
+                                % (n, tuple(t.shape), (B, Nn, HK, D)))
+            ns[i] = (st[0], st[2], st[1])
+    var, val = {}, {}
+    _scalar_variants(var, val, window_size, softcap, alibi_slopes, dev, B, H)
+    if out is None:
+        import torch
+        out = torch.empty((B, Nq, H, D), dtype=q.dtype, device=q.device)
+    elif tuple(int(x) for x in out.shape) != (B, Nq, H, D):
+        raise KilnError(ERR_INVALID, "out has shape %s, expected %s"
+                        % (tuple(out.shape), (B, Nq, H, D)))
+    os_ = _strides(out, "out", 4)
+    if return_softmax_lse and lse is None:
+        import torch
+        lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+    ls = (0, 0)
+    if lse is not None:
+        if _dtype_name(lse) != "float32" or tuple(int(x) for x in lse.shape) != (B, H, Nq):
+            raise KilnError(ERR_INVALID, "lse must be float32 of shape %s" % ((B, H, Nq),))
+        ls = _strides(lse, "lse", 3)[:2]
+    ctx = _context_for(dev)
+    kern = ctx.prepare(_DTYPES[name], D, causal=causal, has_lse=lse is not None,
+                       seqlen=MP * PS, layout=LAYOUT_PAGED, **var)
+    stream = None
+    if dev != "host":
+        import torch
+        stream = torch.cuda.current_stream(q.device).cuda_stream or None
+    kern.forward(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), B, H, HK,
+                 Nq, 0, lse=lse.data_ptr() if lse is not None else None,
+                 sm_scale=0.0 if softmax_scale is None else float(softmax_scale),
+                 q_stride=(qs[0], qs[2], qs[1]), k_stride=(kcs[0], kcs[2], kcs[1]),
+                 v_stride=(vcs[0], vcs[2], vcs[1]), o_stride=(os_[0], os_[2], os_[1]),
+                 lse_stride=ls, stream=stream, block_table=block_table.data_ptr(),
+                 cache_seqlens=cache_seqlens.data_ptr(), block_table_stride=bts[0] or MP,
+                 page_size=PS, num_pages=P, max_pages=MP,
+                 k_new=k.data_ptr() if k is not None else None,
+                 v_new=v.data_ptr() if v is not None else None, seqlen_new=Nn,
+                 k_new_stride=ns[0], v_new_stride=ns[1],
+                 numel={"q": _numel(q), "k": _numel(k_cache), "v": _numel(v_cache),
+                        "o": _numel(out), "lse": _numel(lse) if lse is not None else 0,
+                        "block_table": _numel(block_table),
+                        "k_new": _numel(k) if k is not None else 0,
+                        "v_new": _numel(v) if v is not None else 0}, **val)
+    return (out, lse) if return_softmax_lse else out
 
 
 if __name__ == "__main__":

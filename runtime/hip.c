@@ -22,6 +22,8 @@
  */
 #include "hip_device.h"
 
+#include "bundle.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -252,63 +254,18 @@ const kn_arch *kn_hip_device_arch(const kn_hip_device *dev) { return dev ? dev->
 
 /* ---- modules ---- */
 
-#define BUNDLE_MAGIC "__CLANG_OFFLOAD_BUNDLE__"
-
-static uint64_t le64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
-
-/* The entry of an uncompressed clang offload bundle for chip (its id is
- * "hip[v4]-amdgcn-amd-amdhsa-[-]<chip>[:features]"): *code, *size.  -1 with why. */
-static int bundle_entry(const uint8_t *p, size_t n, const char *chip, const uint8_t **code,
-                        size_t *size, char *why, size_t nwhy) {
-  size_t at = sizeof BUNDLE_MAGIC - 1;
-  if (n < at + 8) return snprintf(why, nwhy, "truncated offload bundle"), -1;
-  uint64_t count = le64(p + at);
-  at += 8;
-  char ids[512] = "";
-  for (uint64_t i = 0; i < count && i < 4096; i++) {
-    if (n - at < 24) return snprintf(why, nwhy, "truncated offload bundle entry %llu",
-                                     (unsigned long long)i), -1;
-    uint64_t off = le64(p + at), sz = le64(p + at + 8), idlen = le64(p + at + 16);
-    at += 24;
-    if (idlen > n - at) return snprintf(why, nwhy, "offload bundle entry id outside the file"), -1;
-    const char *id = (const char *)p + at;
-    at += idlen;
-    if (off > n || sz > n - off)
-      return snprintf(why, nwhy, "offload bundle entry %.*s outside the file", (int)idlen, id), -1;
-    const char *dash = NULL;
-    for (uint64_t j = 0; j + 17 <= idlen; j++)
-      if (!memcmp(id + j, "amdgcn-amd-amdhsa", 17)) dash = id + j + 17;
-    if (dash) {
-      while (dash < id + idlen && *dash == '-') dash++;
-      size_t cl = strlen(chip), left = (size_t)(id + idlen - dash);
-      if (left >= cl && !memcmp(dash, chip, cl) && (left == cl || dash[cl] == ':')) {
-        *code = p + off;
-        *size = (size_t)sz;
-        return 0;
-      }
-    }
-    size_t used = strlen(ids);
-    snprintf(ids + used, sizeof ids - used, "%s%.*s", used ? ", " : "", (int)(idlen < 80 ? idlen : 80), id);
-  }
-  snprintf(why, nwhy, "the offload bundle has no code object for %s (it holds: %s)", chip,
-           ids[0] ? ids : "nothing");
-  return -1;
-}
-
 kn_status kn_hip_module_load(kn_hip_device *dev, const void *data, size_t n, kn_hip_module **out,
                              kn_diag *err) {
   *out = NULL;
   if (!dev || !data) return kn_diag_set(err, KN_E_INVALID, "kn_hip_module_load: no device or data");
   const uint8_t *code = data;
   size_t size = n;
-  char why[768];
-  if (n >= sizeof BUNDLE_MAGIC - 1 && !memcmp(data, BUNDLE_MAGIC, sizeof BUNDLE_MAGIC - 1) &&
-      bundle_entry(data, n, dev->arch->name, &code, &size, why, sizeof why))
-    return kn_diag_set(err, KN_E_UNSUPPORTED, "%s", why);
+  if (kn_bundle_is(data, n)) {
+    const void *c;
+    kn_status bs = kn_bundle_find(data, n, dev->arch->name, &c, &size, err);
+    if (bs != KN_OK) return bs;
+    code = c;
+  }
   kn_hip_module *m = calloc(1, sizeof *m);
   if (!m) return kn_diag_set(err, KN_E_NOMEM, "out of memory");
   kn_diag d;

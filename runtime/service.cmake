@@ -1,7 +1,7 @@
 # The JIT service's storage and discovery layers: the on-disk code cache (runtime/cache.c) and
 # device discovery by dlopen (runtime/discover.c).  Included from the top CMakeLists.txt, so
 # paths are relative to this file.  Like the rest of runtime/, it knows nothing of the IR.
-pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET GLOBAL libxxhash)
 find_package(Threads REQUIRED)
 add_library(kiln_service STATIC
   ${CMAKE_CURRENT_LIST_DIR}/cache.c

@@ -31,6 +31,19 @@
  * (cdiv(max_seqlen_q, BLOCK_M), batch * heads, 1); a program whose rows start past its
  * sequence's end runs no key block and stores nothing.
  *
+ * Paged (layout KN_ATTN_PAGED, docs/serving.md, templates/attn_paged.c): q, o and lse are dense
+ * (B, H, Nq, D) as above, k and v are page pools (num_pages, page_size, HK, D) addressed through
+ * a block table, and six parameters follow the 24: block_table (ptr<i32>, (B, max_pages)),
+ * cache_seqlens (ptr<i32>, (B)), page_size (i32, 1..256), num_pages (i32), seqlen_new (i32: the
+ * rows appended before this launch, flash_attn_with_kvcache's k_new) and block_table_sb (i64,
+ * the table's row stride).  Then seqlen_k is the table's capacity max_pages * page_size,
+ * k_sb / v_sb are the pools' page strides, k_sh / v_sh their head strides and k_sn / v_sn the
+ * row strides inside a page; each program's keys are its sequence's cache_seqlens[b] +
+ * seqlen_new (clamped into [0, seqlen_k]), and the masks, loop bounds and modifiers see that length as seqlen_k
+ * (causal is bottom-right aligned to it: the queries are the last seqlen_q keys, as in
+ * flash_attn_with_kvcache).  Every page number is clamped into the pool, so no block table makes
+ * the kernel read outside it.
+ *
  * Supported (kn_attn_check): dtype f16, bf16 or f32; head_dim any of 1..512; block_m and block_n
  * powers of two in 16..256; warps a power of two in 1..16; stages in 1..8; mfma 0, 16 or 32;
  * wgmma only on sm_90a, f16/bf16, with block_m = 16 x warps (kn_attn_check_on).
@@ -78,8 +91,8 @@ enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT, KN_ATTN_FIEL
  * own segment; prefix: prefix-LM, a query sees every key below the prefix length (an argument)
  * and the keys causal (bottom-right) lets it see.  mods: the text of the user's own modifiers
  * (@score_mod, @mask_mod, @block_mask; NULL or "" for none), keyed by its hash.  layout: the
- * call shape, KN_ATTN_DENSE (0: (B, H, N, D) buffers) or KN_ATTN_VARLEN (1: packed sequences
- * with cu_seqlens, above). */
+ * call shape, KN_ATTN_DENSE (0: (B, H, N, D) buffers), KN_ATTN_VARLEN (1: packed sequences
+ * with cu_seqlens, above) or KN_ATTN_PAGED (2: a paged KV cache with a block table, above). */
 #define KN_ATTN_DESC_FIELDS(X)                             \
   X(KN_ATTN_FIELD_SCALAR, kn_scalar, dtype, "dtype")       \
   X(KN_ATTN_FIELD_INT, int, head_dim, "d")                 \
@@ -95,7 +108,9 @@ enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT, KN_ATTN_FIEL
   X(KN_ATTN_FIELD_TEXT, const char *, mods, "mods")
 
 enum { KN_CAUSAL_NONE = 0, KN_CAUSAL_BOTTOM_RIGHT = 1, KN_CAUSAL_TOP_LEFT = 2 };
-enum { KN_ATTN_DENSE = 0, KN_ATTN_VARLEN = 1 };
+enum { KN_ATTN_DENSE = 0, KN_ATTN_VARLEN = 1, KN_ATTN_PAGED = 2 };
+/* the largest page of a paged KV cache (rows; any size 1..KN_ATTN_MAX_PAGE) */
+enum { KN_ATTN_MAX_PAGE = 256 };
 
 /* block_m: query rows per program, 16..256, a power of two.  block_n: keys per loop iteration,
  * 16..256, a power of two.  warps: GPU targets, warps / waves per program (recorded as meta).
@@ -174,7 +189,42 @@ typedef struct kn_attn_problem {
   double sm_scale;  /* 0 means 1/sqrt(head_dim) */
   const int32_t *cu_seqlens_q, *cu_seqlens_k;  /* varlen only */
   int total_q, total_k;                        /* varlen only: rows of the packed buffers */
+  /* paged only: block_table (B, max_pages) and cache_seqlens (B) int32 (memory the kernel
+   * reads), the pools' num_pages pages of page_size rows; seqlen_k is max_pages * page_size */
+  const int32_t *block_table, *cache_seqlens;
+  int page_size, num_pages, max_pages;
+  int seqlen_new;  /* rows appended before the launch: sequence b has cache_seqlens[b] + it keys */
 } kn_attn_problem;
+
+/* flash_attn_with_kvcache's append, on host memory: k_new and v_new ((B, HK, seqlen_new, D)
+ * logically, strides {b, h, row} in elements) written into the pools (strides {page, head, row})
+ * at positions cache_seqlens[b] .. + seqlen_new - 1 of each sequence, through the block table
+ * (row stride table_stride).  Checks every position and page number first: -1 with *diag, and
+ * nothing written, when one is outside the table's capacity or the pool.  A NULL pool or source
+ * skips that side. */
+typedef struct kn_paged_append {
+  int batch, kv_heads, head_dim, seqlen_new, page_size, num_pages, max_pages;
+  size_t elem_size;
+  const int32_t *block_table, *cache_seqlens;
+  int64_t table_stride;
+  void *k_pool, *v_pool;
+  int64_t k_pool_stride[3], v_pool_stride[3];
+  const void *k_new, *v_new;
+  int64_t k_new_stride[3], v_new_stride[3];
+} kn_paged_append;
+int kn_attn_paged_append(const kn_paged_append *a, kn_diag *diag);
+
+/* The append as a kernel, "kv_append" (for devices whose memory the host cannot write: CUDA):
+ * parameters kn_paged_append_names with kn_paged_append_param_type, in that order (the pools,
+ * the new rows, the table and lengths, page_size, num_pages, max_pages, kv_heads (i32), the
+ * table's row stride, the pools' {page, head, row} and the new rows' {batch, head, row} strides
+ * (i64)); grid (seqlen_new, batch * kv_heads, 1).  Row i of (b, hk) goes to position
+ * cache_seqlens[b] + i through the table; positions outside the table's capacity store nothing
+ * and pages are clamped into the pool.  NULL with *diag for a head dim out of range. */
+enum { KN_PAGED_APPEND_NPARAMS = 23 };
+extern const char *const kn_paged_append_names[KN_PAGED_APPEND_NPARAMS];
+kn_type kn_paged_append_param_type(kn_scalar dt, int i);
+kn_func *kn_paged_append_build(kn_module *m, kn_scalar dt, int head_dim, kn_diag *diag);
 
 /* ---- variants: the kernel's extra parameters and their values (docs/variants.md) ----
  *

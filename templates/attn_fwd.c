@@ -41,6 +41,12 @@
  * pointers there, and from then on seqlen_q / seqlen_k are the sequence's own lengths (a program
  * past its sequence's end gets seqlen_k = 0: no key block, no store).  The KV loop is the dense
  * one.
+ *
+ * Paged (attention.h, docs/serving.md) changes the setup and the two KV loads: the program's
+ * keys are its sequence's cache length (kn_paged_len), and each block's K^T and V tiles are
+ * gathers through the block table (kn_paged_block, kn_paged_gather in attn_paged.c, which a
+ * decode template can share) instead of 2-D block loads; masks, bounds and the softmax are the
+ * dense kernel's.
  */
 #include <math.h>
 #include <stdint.h>
@@ -266,9 +272,27 @@ kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d
    * kernels from 12-28 bytes of spills to 2 KB (sm_80 and sm_90a; 64x64 with 4 warps: 76-330
    * bytes).  16 rows per warp (128x64 with 8 warps) compile without spills; test_varlen keeps it
    * true. */
-  if (d->layout == KN_ATTN_VARLEN && arch && arch->isa == KN_ISA_NVPTX && c.block_m / c.warps > 16)
+  if (d->layout != KN_ATTN_DENSE && arch && arch->isa == KN_ISA_NVPTX && c.block_m / c.warps > 16)
     c.warps = c.block_m / 16;
   kn_diag diag;
+  /* Paged on NVIDIA: the K and V tiles are gathers (a scalar load per element, with its i64
+   * offset), and what decides the spills is their elements per thread: at head dim 128 128x64
+   * with 8 warps spilled 364 bytes on sm_80, 64x32 with 4 warps (the variants' default) 156-204,
+   * 64x64 with 4 warps 1.6 KB; 128x32 with 8 warps (16 rows per warp, 16 gathered elements of K
+   * per thread) compiles without spills at D 64 and 128 on sm_80 and sm_90a, every variant
+   * test_paged compiles (ptxas -O3) */
+  /* Paged on AMDGPU above head dim 64: the gathers' i64 offsets took gfx942 D128 causal at
+   * 128x64 to 352 VGPRs and 96 AGPRs (one wave per SIMD, 46 SGPR spills); 64x32 holds it in
+   * 226 VGPRs (two waves), as the variants' default does (kiln compile --stats) */
+  if (d->layout == KN_ATTN_PAGED && arch && arch->isa == KN_ISA_AMDGPU &&
+      kn_attn_head_pad(d->head_dim) > 64) {
+    if (c.block_m > 64) c.block_m = 64;
+    if (c.block_n > 32) c.block_n = 32;
+  }
+  if (d->layout == KN_ATTN_PAGED && arch && arch->isa == KN_ISA_NVPTX) {
+    kn_attn_config t = {.block_m = 128, .block_n = 32, .warps = 8, .stages = 2};
+    if (kn_attn_check_on(arch, d, &t, &diag) == 0) return t;
+  }
   /* Variants on sm_90a at head dim 128 (padded): wgmma, 64x64 with one warpgroup.  Measured on
    * the H200 (bench/RESULTS.md, 2026-12-01, N 4096, each checked against float64 first): window
    * 0.761 ms against 0.984 at 64x32 mma.sync, softcap 2.324 against 2.823, ALiBi 1.699 against
@@ -303,9 +327,9 @@ int kn_attn_check(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag)
   if (d->prefix && d->causal)
     return kn_error(diag, NULL, nowhere, "attention: prefix already includes its causal part; "
                     "leave causal off with prefix");
-  if (d->layout != KN_ATTN_DENSE && d->layout != KN_ATTN_VARLEN)
-    return kn_error(diag, NULL, nowhere, "attention: layout %d is not 0 (dense) or 1 (varlen)",
-                    d->layout);
+  if (d->layout != KN_ATTN_DENSE && d->layout != KN_ATTN_VARLEN && d->layout != KN_ATTN_PAGED)
+    return kn_error(diag, NULL, nowhere, "attention: layout %d is not 0 (dense), 1 (varlen) or "
+                    "2 (paged)", d->layout);
   if (!is_pow2_in(c->block_m, 16, 256))
     return kn_error(diag, NULL, nowhere,
                     "attention: BLOCK_M %d is not a power of two in 16..256", c->block_m);
@@ -495,11 +519,12 @@ typedef struct kv_loop {
   const kn_attn_plan *plan;
   kn_value *const *P;
   kn_scalar dt;
-  int BM, BN, DP, nscore, nblock;
+  int BM, BN, D, DP, nscore, nblock;
   bool clamp;
   kn_value *c0, *c1, *c_d, *c_bn, *one64, *seqlen_k, *seqlen_k_s, *qk_scale_s, *neg_inf_s,
       *zero_s, *neg_inf_r, *zero_r, *col_range, *q_tile, *k_base, *v_base, *q_idx, *bidx, *hidx,
       *row0, *row_end;
+  const kn_paged_kv *paged;  /* a paged kernel's block table and lengths, else NULL */
 } kv_loop;
 
 /* a mask of the library whose live region the interior bounds already know (attn_fwd_build) */
@@ -559,12 +584,16 @@ static void kv_blocks(gen *g, const kv_loop *L, kn_value *lo, kn_value *hi, kn_v
     kn_b_yield(&else_b, 3, (kn_value *[]){m_i, l_i, acc});
     g->b = then_b;
   }
-  /* K^T: (DP, BN), element (d, j) = K[n0 + j, d]; keys past seqlen_k, d past D read as 0 */
-  kn_value *kt = named(g,
-                       kn_b_load(&g->b, kn_ty_tile2(dt, DP, BN), L->k_base,
-                                 (kn_value *[]){L->c0, n0}, (kn_value *[]){L->one64, P[P_K_SN]},
-                                 (kn_value *[]){L->c_d, L->seqlen_k}, NULL, NULL),
-                       "k_tile");
+  /* K^T: (DP, BN), element (d, j) = K[n0 + j, d]; keys past seqlen_k, d past D read as 0.  A
+   * paged kernel gathers the block's rows through the block table (attn_paged.c) */
+  kn_paged_rows pr;
+  if (L->paged) kn_paged_block(&g->b, L->paged, n0, BN, &pr);
+  kn_value *kt = L->paged
+      ? kn_paged_gather(&g->b, dt, L->k_base, &pr, P[P_K_SB], P[P_K_SN], L->D, DP, true, "k_tile")
+      : named(g, kn_b_load(&g->b, kn_ty_tile2(dt, DP, BN), L->k_base, (kn_value *[]){L->c0, n0},
+                           (kn_value *[]){L->one64, P[P_K_SN]},
+                           (kn_value *[]){L->c_d, L->seqlen_k}, NULL, NULL),
+              "k_tile");
   kn_value *qk = named(g, kn_b_dot(&g->b, L->q_tile, kt, L->zero_s), "qk");   /* (BM, BN) */
   /* without score modifiers, straight to exp2 units */
   kn_value *s = L->nscore ? NULL : bin(g, KN_OP_MUL, qk, L->qk_scale_s, "s");
@@ -643,11 +672,12 @@ static void kv_blocks(gen *g, const kv_loop *L, kn_value *lo, kn_value *hi, kn_v
   kn_value *acc_scaled = bin(g, KN_OP_MUL, acc, cols_of(g, alpha, DP, "alpha_s"), "acc_scaled");
   /* P is rounded to the input dtype so the second dot is a dtype x dtype matrix product */
   kn_value *p_in = dt == KN_F32 ? p : named(g, kn_b_cast(&g->b, p, dt), "p_cast");
-  kn_value *vt = named(g,
-                       kn_b_load(&g->b, kn_ty_tile2(dt, BN, DP), L->v_base,
-                                 (kn_value *[]){n0, L->c0}, (kn_value *[]){P[P_V_SN], L->one64},
-                                 (kn_value *[]){L->seqlen_k, L->c_d}, NULL, NULL),
-                       "v_tile");
+  kn_value *vt = L->paged
+      ? kn_paged_gather(&g->b, dt, L->v_base, &pr, P[P_V_SB], P[P_V_SN], L->D, DP, false, "v_tile")
+      : named(g, kn_b_load(&g->b, kn_ty_tile2(dt, BN, DP), L->v_base, (kn_value *[]){n0, L->c0},
+                           (kn_value *[]){P[P_V_SN], L->one64},
+                           (kn_value *[]){L->seqlen_k, L->c_d}, NULL, NULL),
+              "v_tile");
   kn_value *acc_new = named(g, kn_b_dot(&g->b, p_in, vt, acc_scaled), "acc_new");
   kn_b_yield(&g->b, 3, (kn_value *[]){m_new, l_new, acc_new});
   if (skip) {
@@ -717,6 +747,9 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   if (d->layout) kn_func_set_meta(f, "LAYOUT", d->layout);  /* only when set, as the flags below */
   kn_func_set_meta(f, "WARPS", c->warps);
   kn_func_set_meta(f, "STAGES", c->stages);
+  /* uniform scalings may be reassociated (compiler/scale.c): the modifiers' score in natural
+   * units times log2(e) becomes one multiply per element */
+  kn_func_set_meta(f, "REASSOC", 1);
   /* only when asked for: the default config's IR (golden files, cache keys) stays as it was */
   if (c->mfma) kn_func_set_meta(f, "MFMA", c->mfma);
   if (c->wgmma) kn_func_set_meta(f, "WGMMA", 1);
@@ -761,6 +794,23 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
     kn_value *has_rows = named(g, kn_b_cmp(&g->b, KN_PRED_LT, row0, len_q), "has_rows");
     P[P_SEQLEN_Q] = seqlen_q = len_q;
     P[P_SEQLEN_K] = seqlen_k = named(g, kn_b_select(&g->b, has_rows, len_k, z), "seq_k_live");
+  }
+  /* paged: the pools have no batch axis (k_sb, v_sb are page strides, used by the gathers),
+   * and the sequence's keys are its cache length, clamped into what its table row addresses */
+  kn_paged_kv pg_kv, *paged = NULL;
+  if (d->layout == KN_ATTN_PAGED) {
+    kn_value *table = P[sig_index(sig, "block_table")];
+    kn_value *toff = bin(g, KN_OP_MUL, b64, P[sig_index(sig, "block_table_sb")], "table_off");
+    pg_kv = (kn_paged_kv){
+        .table = named(g, kn_b_ptradd(&g->b, table, toff), "table_row"),
+        .page_size = P[sig_index(sig, "page_size")],
+        .num_pages = P[sig_index(sig, "num_pages")],
+        .len = kn_paged_len(&g->b, P[sig_index(sig, "cache_seqlens")], b64,
+                            P[sig_index(sig, "seqlen_new")], seqlen_k,
+                            P[sig_index(sig, "num_pages")])};
+    P[P_SEQLEN_K] = seqlen_k = pg_kv.len;
+    kb64 = ci(g, i64, 0, "c0_page");
+    paged = &pg_kv;
   }
   kn_value *q_base = head_base(g, P[P_Q], qb64, P[P_Q_SB], h64, P[P_Q_SH], "q");   /* (Nq, D) */
   kn_value *k_base = head_base(g, P[P_K], kb64, P[P_K_SB], hk64, P[P_K_SH], "k");  /* (Nk, D) */
@@ -879,13 +929,14 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
    * block start at or above a, ihi the end of the blocks from ilo that end at or below e, both
    * clamped into [lo, hi).  User masks (and the document mask) have no interior and are applied
    * in every block. */
-  kv_loop L = {.d = d, .plan = plan, .P = P, .dt = dt, .BM = BM, .BN = BN, .DP = DP,
+  kv_loop L = {.d = d, .plan = plan, .P = P, .dt = dt, .BM = BM, .BN = BN, .D = D, .DP = DP,
                .nscore = nscore, .nblock = nblock, .clamp = clamp, .c0 = c0, .c1 = c1,
                .c_d = c_d, .c_bn = c_bn, .one64 = one64, .seqlen_k = seqlen_k,
                .seqlen_k_s = seqlen_k_s, .qk_scale_s = qk_scale_s, .neg_inf_s = neg_inf_s,
                .zero_s = zero_s, .neg_inf_r = neg_inf_r, .zero_r = zero_r, .col_range = col_range,
                .q_tile = q_tile, .k_base = k_base, .v_base = v_base, .q_idx = q_idx,
-               .bidx = bidx, .hidx = hidx, .row0 = row0, .row_end = row_end};
+               .bidx = bidx, .hidx = hidx, .row0 = row0, .row_end = row_end,
+               .paged = paged};
   kn_value *e = seqlen_k, *a = NULL;
   kn_value *c1i = ci(g, i32, 1, "c1_i");
   if (d->causal || d->prefix) {
@@ -923,10 +974,13 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   kn_value *l_fin = named(g, carry[1], "l_final");
   kn_value *acc_fin = named(g, carry[2], "acc_final");
 
-  /* O = acc / l; rows that saw no key have acc = 0 and l = 0: divide by 1 */
+  /* O = acc * (1 / l): one division per row, then a multiply per element (a correctly rounded
+   * division per element was 64 div.rn.f32 per thread at D 128 on NVIDIA, about ten
+   * instructions each); rows that saw no key have acc = 0 and l = 0: divide by 1 */
   kn_value *l_zero = named(g, kn_b_cmp(&g->b, KN_PRED_EQ, l_fin, zero_r), "l_zero");
   kn_value *l_safe = named(g, kn_b_select(&g->b, l_zero, one_r, l_fin), "l_safe");
-  kn_value *out = bin(g, KN_OP_DIV, acc_fin, cols_of(g, l_safe, DP, "l_safe_s"), "out");
+  kn_value *inv_l = bin(g, KN_OP_DIV, one_r, l_safe, "inv_l");
+  kn_value *out = bin(g, KN_OP_MUL, acc_fin, cols_of(g, inv_l, DP, "inv_l_s"), "out");
   if (dt != KN_F32) out = named(g, kn_b_cast(&g->b, out, dt), "out_cast");
   /* rows past seqlen_q and the padding columns past D are not written */
   kn_b_store(&g->b, out, o_base, (kn_value *[]){row0, c0}, (kn_value *[]){P[P_O_SM], one64},
@@ -948,9 +1002,17 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
 
 int kn_attn_check_sizes(const kn_attn_desc *d, const kn_attn_problem *p, kn_diag *diag) {
   const int64_t es = (int64_t)kn_scalar_size(d->dtype);
+  const bool paged = d->layout == KN_ATTN_PAGED;
+  if (paged && (p->page_size < 1 || p->page_size > KN_ATTN_MAX_PAGE || p->num_pages < 0 ||
+                p->max_pages < 0 || (int64_t)p->max_pages * p->page_size > INT32_MAX))
+    return kn_error(diag, NULL, (kn_loc){0}, "attention: paged KV with page size %d, %d pages "
+                    "and %d pages per sequence: the page size must be 1..%d, the counts >= 0 "
+                    "and max_pages * page_size below 2^31", p->page_size, p->num_pages,
+                    p->max_pages, KN_ATTN_MAX_PAGE);
   const struct { const char *name; bool on; int64_t es, dims[4]; } t[] = {
       {"q/o", true, es, {p->batch, p->heads, p->seqlen_q, d->head_dim}},
-      {"k/v", true, es, {p->batch, p->kv_heads, p->seqlen_k, d->head_dim}},
+      {"k/v", true, es, {paged ? p->num_pages : p->batch, p->kv_heads,
+                         paged ? p->page_size : p->seqlen_k, d->head_dim}},
       {"lse", d->has_lse, 4, {p->batch, p->heads, p->seqlen_q, 1}},
       {"bias", d->bias, es, {p->batch, p->heads, p->seqlen_q, p->seqlen_k}},
   };
@@ -1000,6 +1062,15 @@ int kn_attn_fill_args(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_at
     out[P_K_SB].i = out[P_K_SN].i = out[P_V_SB].i = out[P_V_SN].i = HK * D;
     out[P_K_SH].i = out[P_V_SH].i = D;
     out[P_LSE_SB].i = 1, out[P_LSE_SH].i = Tq;  /* (H, total_q) */
+  }
+  if (d->layout == KN_ATTN_PAGED) {
+    /* the pools (num_pages, page_size, HK, D): {page, head, row} strides; seqlen_k is what a
+     * table row addresses (kn_attn_check_sizes bounded it) */
+    const int64_t PS = p->page_size;
+    out[P_SEQLEN_K].i = (int64_t)p->max_pages * PS;
+    out[P_K_SB].i = out[P_V_SB].i = PS * HK * D;
+    out[P_K_SH].i = out[P_V_SH].i = D;
+    out[P_K_SN].i = out[P_V_SN].i = HK * D;
   }
   grid[0] = (int)((Nq + c->block_m - 1) / c->block_m);
   grid[1] = (int)(p->batch * H);

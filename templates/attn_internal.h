@@ -70,4 +70,43 @@ enum { KN_ATTN_P_SEQLEN_Q = 6, KN_ATTN_P_SEQLEN_K = 7 };
 /* the names of a varlen kernel's two parameters after them (attention.h) */
 extern const char *const kn_attn_cu_names[2];
 
+/* ---- paged KV addressing (attn_paged.c; docs/serving.md) ----
+ *
+ * IR helpers any template may call with its builder (the attention forward does, and a decode
+ * template can): they read keys through a block table, clamp whatever the table and lengths
+ * hold so no access leaves the pool, and name the values they build. */
+
+/* the names of a paged kernel's parameters after the template's 24 (attention.h) */
+enum { KN_ATTN_PAGED_NPARAMS = 6 };
+extern const char *const kn_attn_paged_names[KN_ATTN_PAGED_NPARAMS];
+
+/* what the helpers read: the sequence's row of the block table (ptr<i32>), the page size and
+ * the number of pages (i32 scalars), the sequence's key count (i32, from kn_paged_len) */
+typedef struct kn_paged_kv {
+  kn_value *table, *page_size, *num_pages, *len;
+} kn_paged_kv;
+
+/* the keys of one block: page number and slot in the page ((n) i64 tiles) and live ((n) i1:
+ * below the sequence's length; the others hold page 0, slot 0 there) */
+typedef struct kn_paged_rows {
+  kn_value *page, *slot, *live;
+} kn_paged_rows;
+
+/* sequence b64's (i64) key count: cache_seqlens[b] + added (i32: the rows appended before the
+ * launch) clamped into [0, cap] (cap = max_pages * page_size, the most its table row
+ * addresses), 0 when num_pages <= 0 */
+kn_value *kn_paged_len(kn_builder *b, kn_value *cache_seqlens, kn_value *b64, kn_value *added,
+                       kn_value *cap, kn_value *num_pages);
+
+/* the pages and slots of keys n0 .. n0 + n - 1: one gather of the table's live entries, each
+ * clamped into [0, num_pages) */
+void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n, kn_paged_rows *out);
+
+/* the block's tile of a pool at base (the kv head's start): (n, dp) rows, or (dp, n) when
+ * transposed (K^T), element (j, c) at page[j] * page_stride + slot[j] * row_stride + c (i64
+ * strides in elements); dead keys and head columns c >= d read as 0.  Named `name`. */
+kn_value *kn_paged_gather(kn_builder *b, kn_scalar dt, kn_value *base, const kn_paged_rows *r,
+                          kn_value *page_stride, kn_value *row_stride, int d, int dp,
+                          bool transposed, const char *name);
+
 #endif

@@ -226,6 +226,13 @@ int kn_attn_plan_make(kn_module *m, const kn_attn_desc *d, kn_attn_plan *p, kn_d
       snprintf(sig->name[sig->n], sizeof sig->name[0], "%s", kn_attn_cu_names[i]);
       sig->type[sig->n++] = kn_ty_ptr(KN_I32);
     }
+  /* paged: the block table, the cache lengths and the pool's shape (attention.h) */
+  if (d->layout == KN_ATTN_PAGED)
+    for (int i = 0; i < KN_ATTN_PAGED_NPARAMS; i++) {
+      snprintf(sig->name[sig->n], sizeof sig->name[0], "%s", kn_attn_paged_names[i]);
+      sig->type[sig->n++] = i < 2 ? kn_ty_ptr(KN_I32) : i < 5 ? kn_ty_scalar(KN_I32)
+                                                              : kn_ty_scalar(KN_I64);
+    }
   if (d->prefix && d->causal)
     return kn_error(diag, NULL, nowhere, "attention: prefix already includes its causal part; "
                     "leave causal off with prefix");
@@ -319,8 +326,18 @@ static int cu_param(const kn_attn_desc *d, const char *name) {
   return -1;
 }
 
+const char *const kn_attn_paged_names[KN_ATTN_PAGED_NPARAMS] = {
+    "block_table", "cache_seqlens", "page_size", "num_pages", "seqlen_new", "block_table_sb"};
+
+/* a paged kernel's parameter of kn_attn_paged_names, else -1 */
+static int paged_param(const kn_attn_desc *d, const char *name) {
+  for (int i = 0; d->layout == KN_ATTN_PAGED && i < KN_ATTN_PAGED_NPARAMS; i++)
+    if (!strcmp(name, kn_attn_paged_names[i])) return i;
+  return -1;
+}
+
 bool kn_attn_param_builtin(const kn_attn_desc *d, const char *name) {
-  if (cu_param(d, name) >= 0) return true;
+  if (cu_param(d, name) >= 0 || paged_param(d, name) >= 0) return true;
   for (size_t j = 0; j < sizeof builtin_args / sizeof builtin_args[0]; j++)
     if (!strcmp(builtin_args[j].name, name) && field_on(d, builtin_args[j].on)) return true;
   return false;
@@ -354,6 +371,21 @@ int kn_attn_fill_vargs(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_a
       if (!out[i].p)
         return kn_error(diag, NULL, nowhere, "attention: varlen, but %s is NULL", name);
       if (regions) regions[nreg++] = (kn_region){out[i].p, (size_t)(p->batch + 1) * 4};
+      done = true;
+    }
+    int pg = paged_param(d, name);
+    if (pg >= 0) {  /* the problem's too: a contiguous (B, max_pages) table */
+      const int32_t *t[2] = {p->block_table, p->cache_seqlens};
+      const size_t bytes[2] = {(size_t)p->batch * (size_t)p->max_pages * 4, (size_t)p->batch * 4};
+      if (pg < 2) {
+        out[i].p = (void *)t[pg];
+        if (!out[i].p)
+          return kn_error(diag, NULL, nowhere, "attention: paged, but %s is NULL", name);
+        if (regions) regions[nreg++] = (kn_region){out[i].p, bytes[pg]};
+      } else {
+        const int64_t v[] = {0, 0, p->page_size, p->num_pages, p->seqlen_new, p->max_pages};
+        out[i].i = v[pg];
+      }
       done = true;
     }
     for (size_t j = 0; j < sizeof builtin_args / sizeof builtin_args[0] && !done; j++) {

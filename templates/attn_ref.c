@@ -11,6 +11,9 @@
  * h / (heads / kv_heads).  It assumes contiguous q/k/v/o and kv_heads dividing heads; it is
  * O(B H Nq Nk (D + modifiers)) and slow.  Varlen: packed tokens, each sequence a problem of its
  * own lengths (the modifiers' seqlen_q / seqlen_k are the sequence's), its indices from 0.
+ * Paged: dense q/o, contiguous (num_pages, page_size, HK, D) pools read key by key through the
+ * (B, max_pages) block table; sequence b has cache_seqlens[b] keys (its seqlen_k), and tables or
+ * lengths that leave the pool are an error, not clamped.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -56,6 +59,30 @@ static int seqlens_check(const kn_attn_problem *p, kn_diag *diag) {
   return 0;
 }
 
+/* a paged problem's cache lengths and block table: each length within the table's capacity,
+ * every page a sequence uses a page of the pool */
+static int paged_check(const kn_attn_problem *p, kn_diag *diag) {
+  kn_loc nowhere = {0};
+  if (!p->block_table || !p->cache_seqlens)
+    return kn_error(diag, NULL, nowhere, "attention reference: paged, but block_table or "
+                    "cache_seqlens is NULL");
+  const int64_t cap = (int64_t)p->max_pages * p->page_size;
+  for (int b = 0; b < p->batch; b++) {
+    int64_t n = (int64_t)p->cache_seqlens[b] + p->seqlen_new;
+    if (p->cache_seqlens[b] < 0 || n > cap)
+      return kn_error(diag, NULL, nowhere, "attention reference: cache_seqlens[%d] = %d (+ %d "
+                      "new) is not in 0..%lld (max_pages * page_size)", b, p->cache_seqlens[b],
+                      p->seqlen_new, (long long)cap);
+    for (int i = 0; i < (int)((n + p->page_size - 1) / p->page_size); i++) {
+      int pg = p->block_table[(size_t)b * p->max_pages + i];
+      if (pg < 0 || pg >= p->num_pages)
+        return kn_error(diag, NULL, nowhere, "attention reference: block_table[%d, %d] = %d is "
+                        "not a page of the pool (0..%d)", b, i, pg, p->num_pages - 1);
+    }
+  }
+  return 0;
+}
+
 int kn_attn_reference_v(const kn_attn_desc *desc, kn_module *mods, const kn_attn_problem *p,
                         const kn_attn_vargs *va, const double *q, const double *k,
                         const double *v, double *o, double *lse, kn_diag *diag) {
@@ -64,8 +91,10 @@ int kn_attn_reference_v(const kn_attn_desc *desc, kn_module *mods, const kn_attn
   const double scale = p->sm_scale != 0 ? p->sm_scale : 1.0 / sqrt((double)D);
   int rc = -1;
   ref_mods *r = calloc(1, sizeof *r);
-  double *s = malloc(sizeof *s * (size_t)(Nk > 0 ? Nk : 1));  /* (Nk) scores of one row */
-  bool *live = malloc(sizeof *live * (size_t)(Nk > 0 ? Nk : 1));
+  /* paged: the keys a table row addresses */
+  const int Kmax = desc->layout == KN_ATTN_PAGED ? p->max_pages * p->page_size : Nk;
+  double *s = malloc(sizeof *s * (size_t)(Kmax > 0 ? Kmax : 1));  /* (Nk) scores of one row */
+  bool *live = malloc(sizeof *live * (size_t)(Kmax > 0 ? Kmax : 1));
   KN_ASSERT(r && s && live);
   kn_module *own = NULL;
   if (!mods) {
@@ -88,10 +117,12 @@ int kn_attn_reference_v(const kn_attn_desc *desc, kn_module *mods, const kn_attn
     if (!(r->fn[i] = kn_interp_fn_new(r->plan.mod[i].f, KN_INTERP_F64, regions, nreg, diag)))
       goto out;
 
-  const bool varlen = desc->layout == KN_ATTN_VARLEN;
+  const bool varlen = desc->layout == KN_ATTN_VARLEN, paged = desc->layout == KN_ATTN_PAGED;
   if (varlen && seqlens_check(p, diag)) goto out;
+  if (paged && paged_check(p, diag)) goto out;
   /* the row strides of q/o and k/v: packed tokens of every head, or the rows of one head */
-  const size_t rq = varlen ? (size_t)H * D : (size_t)D, rk = varlen ? (size_t)HK * D : (size_t)D;
+  const size_t rq = varlen ? (size_t)H * D : (size_t)D,
+               rk = varlen || paged ? (size_t)HK * D : (size_t)D;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++) {
       const int hk = h / group;
@@ -108,13 +139,22 @@ int kn_attn_reference_v(const kn_attn_desc *desc, kn_module *mods, const kn_attn
         r->args[KN_ATTN_P_SEQLEN_Q].i = nq;
         r->args[KN_ATTN_P_SEQLEN_K].i = nk;
       }
+      if (paged) {  /* keys through the table: key_row() below; the modifiers see the length */
+        nk = p->cache_seqlens[b] + p->seqlen_new;
+        koff = (size_t)hk * D;
+        r->args[KN_ATTN_P_SEQLEN_K].i = nk;
+      }
       const double *qh = q + qoff, *kh = k + koff, *vh = v + koff;  /* (nq, D), (nk, D) */
+      /* key j's row offset from kh / vh: contiguous, or (paged) its page's row */
+#define KEY_ROW(j) (paged ? ((size_t)p->block_table[(size_t)b * p->max_pages + (j) / p->page_size] * \
+                             p->page_size + (size_t)((j) % p->page_size)) * rk                   \
+                          : (size_t)(j) * rk)
       double *oh = o + qoff;
       for (int i = 0; i < nq; i++) {
         double mx = -INFINITY;
         for (int j = 0; j < nk; j++) {
           double dot = 0;
-          for (int d = 0; d < D; d++) dot += qh[(size_t)i * rq + d] * kh[(size_t)j * rk + d];
+          for (int d = 0; d < D; d++) dot += qh[(size_t)i * rq + d] * kh[KEY_ROW(j) + d];
           kn_argval sc = {.f = dot * scale}, vis = {.i = 1};
           for (int m = 0; m < r->plan.nmods && vis.i; m++) {
             const kn_attn_mod *mod = &r->plan.mod[m];
@@ -144,11 +184,12 @@ int kn_attn_reference_v(const kn_attn_desc *desc, kn_module *mods, const kn_attn
         }
         for (int j = 0; j < nk; j++)
           if (live[j])
-            for (int d = 0; d < D; d++) orow[d] += s[j] * vh[(size_t)j * rk + d];
+            for (int d = 0; d < D; d++) orow[d] += s[j] * vh[KEY_ROW(j) + d];
         for (int d = 0; d < D; d++) orow[d] /= sum;
         if (lse) lse[loff + i] = mx + log(sum);
       }
     }
+#undef KEY_ROW
   rc = 0;
 out:
   for (int i = 0; i < r->plan.nmods; i++)

@@ -78,6 +78,15 @@ expect run-varlen-api-cached 0 'prepare: cache hit' -- \
   --head-dim 48
 expect tune-varlen 2 'varlen kernels are not tuned yet' -- \
   "$kiln" tune --target host --cache-dir "$v" --varlen 2,9 --head-dim 48
+# a paged KV run through the API (the block table checked, capacities described), then cached
+expect run-paged-api 0 ' PASS$' -- \
+  "$kiln" run --target host --cache-dir "$v" --paged 16:1,33,0,70 --seqlen-q 2 --heads 8 \
+  --kv-heads 2 --causal --head-dim 48
+expect run-paged-api-cached 0 'prepare: cache hit' -- \
+  "$kiln" run --target host --cache-dir "$v" --paged 7:9 --seqlen-q 2 --heads 8 --kv-heads 2 \
+  --causal --head-dim 48
+expect tune-paged 2 'paged kernels are not tuned yet' -- \
+  "$kiln" tune --target host --cache-dir "$v" --paged 16 --head-dim 48
 
 echo "api_cli: $fails failed"
 [ "$fails" -eq 0 ]

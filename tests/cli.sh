@@ -90,6 +90,24 @@ expect run-varlen-ir 0 ' PASS$' -- "$kiln" run --target interp --ir "$tmp/varlen
 expect run-varlen-ir-dense 2 'LAYOUT is 1 \(varlen\), so the run needs --varlen LENS' -- \
   "$kiln" run --target interp --ir "$tmp/varlen.tile"
 expect bad-varlen-count 2 "2 query lengths and 1 key lengths" -- "$kiln" run --varlen 1,2/3
+# paged KV (docs/serving.md): pages in shuffled order through a block table, page sizes off the
+# blocks, an empty sequence and length 1, the queries each sequence's last ones
+expect run-paged-interp 0 ' PASS$' -- \
+  "$kiln" run --target interp --paged 16:1,17,0,40 --seqlen-q 3 --heads 4 --kv-heads 2 --causal \
+  --head-dim 32
+expect run-paged-emu 0 ' PASS$' -- \
+  "$kiln" run --target gfx90a-emu --paged 5:3,0,21 --seqlen-q 2 --window 4,0 --causal --head-dim 32
+expect run-paged-checked 0 ' PASS$' -- \
+  "$kiln" run --target host --check-bounds --paged 1:7,2 --seqlen-q 4 --dtype bf16
+expect run-paged-header 0 'B=2 H=2 HK=2 Nq=1 Nk=48 seed=1 paged page_size=16 num_pages=5 max_pages=3' -- \
+  "$kiln" run --target interp --paged 16:17,30 --seqlen-q 1 --head-dim 16
+expect bad-paged 2 "--paged wants PAGE_SIZE \\(1..256\\)" -- "$kiln" run --paged 257
+expect bad-paged-both 2 "--varlen and --paged are two call shapes" -- \
+  "$kiln" run --paged 16 --varlen 1,2
+"$kiln" dump --stage ir --paged 16 --head-dim 16 >"$tmp/paged.tile" 2>/dev/null
+expect run-paged-ir 0 ' PASS$' -- "$kiln" run --target interp --ir "$tmp/paged.tile" --paged 4:9,0
+expect run-paged-ir-dense 2 'LAYOUT is 2 \(paged\), so the run needs --paged' -- \
+  "$kiln" run --target interp --ir "$tmp/paged.tile"
 expect version 0 '^kiln [0-9]+\.[0-9]+\.[0-9]+ \(LLVM [0-9]+\.' -- "$kiln" --version
 # checked mode: the same kernel with the bounds of its V load removed reads past V (seqlen 61 is
 # not a multiple of BLOCK_N): unchecked that goes unnoticed, checked it is the access named

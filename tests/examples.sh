@@ -4,6 +4,8 @@
 #  - examples/embed.c (build/examples/embed): a serving loop through include/kiln.h on the host;
 #    every request's output within tolerance, the first process compiles each descriptor once,
 #    a second process on the same cache directory compiles nothing;
+#  - examples/embed_min.c and embed.cpp (build/examples/embed_min, embed_cpp): their PASS lines
+#    (tests/install.sh builds and runs them again against an installed prefix);
 #  - examples/aot.sh: code objects and PTX with a manifest (two targets, two variants here).
 set -u
 src=$1 build=$2
@@ -27,6 +29,13 @@ check embed-first grep -q '^context: 8 prepares, 5 memo hits, 0 cache hits, 5 co
 check embed-first-ok sh -c "[ \$(grep -c ' ok\$' '$tmp/embed1') -eq 8 ] && grep -q '^embed exit 0\$' '$tmp/embed1'"
 check embed-second grep -q '^context: 8 prepares, 5 memo hits, 5 cache hits, 0 compiles, 8 launches$' "$tmp/embed2"
 check embed-second-ok sh -c "[ \$(grep -c ' ok\$' '$tmp/embed2') -eq 8 ] && grep -q '^embed exit 0\$' '$tmp/embed2'"
+
+"$build/examples/embed_min" host "$tmp/cache" >"$tmp/min" 2>&1
+sed 's/^/  | /' "$tmp/min"
+check embed_min grep -q -x PASS "$tmp/min"
+"$build/examples/embed_cpp" host "$tmp/cache" >"$tmp/cpp" 2>&1
+sed 's/^/  | /' "$tmp/cpp"
+check embed_cpp sh -c "[ \$(grep -c ' ok\$' '$tmp/cpp') -eq 4 ] && grep -q -x PASS '$tmp/cpp'"
 
 KILN=$build/tools/kiln AOT_TARGETS="gfx942 sm_80" AOT_VARIANTS="f16:64:1 bf16:128:0" \
   "$src/examples/aot.sh" "$tmp/aot" >"$tmp/aot.log" 2>&1

@@ -15,7 +15,11 @@ parameter plus a mask_mod with a block_mask and an int parameter; and their erro
 modifier text with its <mods>:line:col, a missing parameter, a wrong shape).  Varlen through
 kiln.attention_varlen (ragged packed sequences with an empty one and length 1, GQA, causal both
 ways, a window, lse) against a per-sequence float64 reference, and its errors (a buffer smaller
-than its shape, decreasing cu_seqlens, dropout).
+than its shape, decreasing cu_seqlens, dropout).  A paged KV cache through
+kiln.attention_with_kvcache (pools of page sizes 1, 5 and 16 with pages in shuffled order, a
+block table with unused tail entries, new rows k / v appended first, an empty sequence, GQA,
+causal, a window, lse) against a float64 reference over each sequence's keys, and its errors (a
+page outside the pool, a cache length past the table, rotary embeddings).
 """
 import ctypes
 import math
@@ -337,6 +341,87 @@ def varlen(rng):
                  lambda: kiln.attention_varlen(q, kv, kv, cu, cu, 3, 3, dropout_p=0.1), "dropout")
 
 
+def paged(rng):
+    """attention_with_kvcache against a float64 reference over each sequence's keys (the cache's
+    then the appended ones): shuffled pages, unused tail entries, page sizes off the blocks"""
+    for dtype, ps, lens, nn, Nq, causal, window in (
+            ("float32", 5, [7, 0, 12], 2, 3, True, None),
+            ("float16", 16, [40, 1], 1, 1, True, (8, 0)),
+            ("float32", 1, [3, 6], 0, 4, False, None)):
+        B, H, HK, D = len(lens), 4, 2, 16
+        need = [-(-(n + nn) // ps) for n in lens]
+        MP, P = max(need) + 1, sum(need) + 2
+        pages = list(range(P))
+        rng.shuffle(pages)
+        bt, cs = Tensor("int32", (B, MP)), Tensor("int32", (B,))
+        at = 0
+        for b in range(B):
+            cs.set((b,), lens[b])
+            for i in range(MP):
+                bt.set((b, i), pages[at] if i < need[b] else 1000 + i)
+                at += i < need[b]
+        kc, vc = randn(rng, dtype, (P, ps, HK, D)), randn(rng, dtype, (P, ps, HK, D))
+        q = randn(rng, dtype, (B, Nq, H, D))
+        kn = randn(rng, dtype, (B, nn, HK, D)) if nn else None
+        vn = randn(rng, dtype, (B, nn, HK, D)) if nn else None
+
+        def key(t, new, b, j, hk, d):  # key j of sequence b: the cache's, then the new rows
+            if j >= lens[b]:
+                return new.get((b, j - lens[b], hk, d))
+            return t.get((bt.get((b, j // ps)), j % ps, hk, d))
+        want_k = {(b, j, hk, d): key(kc, kn, b, j, hk, d) for b in range(B)
+                  for j in range(lens[b] + nn) for hk in range(HK) for d in range(D)}
+        want_v = {(b, j, hk, d): key(vc, vn, b, j, hk, d) for b in range(B)
+                  for j in range(lens[b] + nn) for hk in range(HK) for d in range(D)}
+        out, lse = Tensor(dtype, (B, Nq, H, D)), Tensor("float32", (B, H, Nq))
+        kiln.attention_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=cs, block_table=bt,
+                                    causal=causal, window_size=window or (-1, -1), out=out,
+                                    lse=lse)
+        err = lerr = 0.0
+        for b in range(B):
+            nk = lens[b] + nn
+            for h in range(H):
+                hk = h // (H // HK)
+                for i in range(Nq):
+                    diag = i + nk - Nq
+                    js = [j for j in range(nk) if (not causal or j <= diag) and
+                          (window is None or -window[0] <= j - diag <= window[1])]
+                    s = [sum(q.get((b, i, h, d)) * want_k[(b, j, hk, d)] for d in range(D))
+                         / math.sqrt(D) for j in js]
+                    m = max(s) if s else -math.inf
+                    p = [math.exp(x - m) for x in s]
+                    l = sum(p)
+                    for d in range(D):
+                        want = sum(p[n] * want_v[(b, j, hk, d)] for n, j in enumerate(js)) / l \
+                            if s else 0.0
+                        err = max(err, abs(out.get((b, i, h, d)) - want))
+                    want = m + math.log(l) if s else -math.inf
+                    got = lse.get((b, h, i))
+                    lerr = max(lerr, 0.0 if got == want else abs(got - want))
+        check("paged %s page %d lens %s + %d causal %s window %s" % (dtype, ps, lens, nn, causal,
+                                                                      window),
+              err <= TOL[dtype] and lerr <= LSE_TOL, "err %.3g lse %.3g" % (err, lerr))
+    # errors: a page outside the pool, a length past the table, rotary embeddings
+    kc = randn(rng, "float32", (3, 4, 1, 16))
+    q = randn(rng, "float32", (1, 1, 2, 16))
+    bt, cs = Tensor("int32", (1, 2)), Tensor("int32", (1,))
+    bt.set((0, 0), 2)
+    bt.set((0, 1), 3)
+    cs.set((0,), 6)
+    expect_error("paged: page outside the pool", kiln.ERR_INVALID,
+                 lambda: kiln.attention_with_kvcache(q, kc, kc, cache_seqlens=cs, block_table=bt,
+                                                     out=Tensor("float32", (1, 1, 2, 16))),
+                 "block_table[0, 1] = 3")
+    cs.set((0,), 9)
+    expect_error("paged: length past the table", kiln.ERR_INVALID,
+                 lambda: kiln.attention_with_kvcache(q, kc, kc, cache_seqlens=cs, block_table=bt,
+                                                     out=Tensor("float32", (1, 1, 2, 16))),
+                 "cache_seqlens[0] = 9")
+    expect_error("paged: rotary", kiln.ERR_UNSUPPORTED,
+                 lambda: kiln.attention_with_kvcache(q, kc, kc, rotary_cos=q, cache_seqlens=cs,
+                                                     block_table=bt), "rotary_cos")
+
+
 def expect_error(name, status, fn, needle=""):
     try:
         fn()
@@ -360,6 +445,7 @@ def main():
     run_case(rng, "float16", 1, 1, 1, 17, 17, 48, causal=False, with_lse=True, scale=0.3)
     variants(rng)
     varlen(rng)
+    paged(rng)
 
     # the low-level API: one context, memo, info, stats
     with kiln.Context(device="host", cache_dir=cache) as ctx:
@@ -404,6 +490,21 @@ def main():
     except kiln.KilnError as e:
         check("no CUDA device", e.status == kiln.ERR_NO_DEVICE, e.message)
     expect_error("unknown device", kiln.ERR_NO_DEVICE, lambda: kiln.Context(device="tpu"), "tpu")
+
+    # AOT bundles (docs/aot.md): a malformed index refuses the context with its line:col; a
+    # bundle holds GPU kernels only, so on the host bundle_only refuses every descriptor
+    bundle = os.path.join(cache, "bundle")
+    os.mkdir(bundle)
+    with open(os.path.join(bundle, "index.kiln"), "w") as f:
+        f.write("kiln-aot-index 1\nentry name=x colour=red\n")
+    expect_error("malformed bundle index", kiln.ERR_IO,
+                 lambda: kiln.Context(device="host", no_cache=True, bundle=bundle),
+                 "index.kiln:2:14: unknown field 'colour'")
+    with open(os.path.join(bundle, "index.kiln"), "w") as f:
+        f.write("kiln-aot-index 1\n")
+    with kiln.Context(device="host", no_cache=True, bundle=bundle, bundle_only=True) as bctx:
+        expect_error("bundle_only without the kernel", kiln.ERR_UNSUPPORTED,
+                     lambda: bctx.prepare("float16", 64), "has no kernel for [dtype=f16;d=64")
 
     for root, dirs, files in os.walk(cache, topdown=False):
         for f in files:

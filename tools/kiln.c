@@ -37,7 +37,9 @@
 #include <unistd.h>
 
 #include "amdgpu.h"
+#include "aot.h"
 #include "attention.h"
+#include "bundle.h"
 #include "cache.h"
 #include "cuda_device.h"
 #include "device.h"
@@ -101,6 +103,10 @@ typedef struct options {
   /* run: --varlen LENS[/LENS_K] (docs/serving.md): the sequences' prefix sums (prob points at
    * them) */
   int32_t cu[2][KILN_CLI_MAX_SEQS + 1];
+  /* run: --paged PAGE_SIZE[:LENS] (docs/serving.md): the cache lengths, and the block table
+   * (prob points at both; the table is malloc'd, freed at exit) */
+  int32_t cache_lens[KILN_CLI_MAX_SEQS];
+  int32_t *table;
 } options;
 
 static void usage(FILE *f) {
@@ -119,10 +125,15 @@ static void usage(FILE *f) {
         "                          --stats (registers, spills, LDS, occupancy, MFMA count)\n"
         "  check FILE.tile         parse and verify a text IR file\n"
         "  inspect FILE.hsaco      registers, spills, LDS, occupancy, MFMA count of a code object\n"
+        "                          (or of each in an offload bundle, FILE.hipfb)\n"
         "  tune  [--target T]      autotune the tiling for the kernel options and record it:\n"
         "                          --space \"block_m=32,64;block_n=32\", --cache-dir DIR,\n"
         "                          --seqlen-q N (the length tuned for), --repeats R\n"
         "  cache ls|verify|clear   the code cache and tuning records [--cache-dir DIR]\n"
+        "  aot MANIFEST -o DIR     build a manifest's kernels into a bundle (docs/aot.md):\n"
+        "                          offload bundles, PTX and cubins, index.kiln; -j N jobs,\n"
+        "                          --emit-c NAME (NAME.h / NAME.c, a launcher), --cache-dir DIR\n"
+        "                          (the tuning records \"config=tuned\" reads)\n"
         "kernel options:\n"
         "  --dtype f16|bf16|f32  --head-dim D  --batch B  --heads H  --kv-heads HK\n"
         "  --seqlen-q N  --seqlen-k M  --causal  --block-m BM  --block-n BN\n"
@@ -138,6 +149,9 @@ static void usage(FILE *f) {
         "  --prefix P (prefix-LM)  --mods FILE.tile (@score_mod, @mask_mod, @block_mask)\n"
         "  --varlen LENS[/LENS_K] (run: packed sequences of these lengths in one launch,\n"
         "  e.g. 1,17,0,300; sets --batch and the max lengths; docs/serving.md)\n"
+        "  --paged PAGE_SIZE[:LENS] (a paged KV cache of pages of 1..256 rows in shuffled\n"
+        "  order; LENS the cache lengths, e.g. 16:1,17,0,300, else --batch sequences of\n"
+        "  --seqlen-k keys; the queries are each sequence's last --seqlen-q; docs/serving.md)\n"
         "  --mod-arg NAME=VALUE (a parameter of FILE's modifiers: a number, or rand:N[:LO:HI]\n"
         "  for a tensor of N random elements)\n"
         "targets: interp (the reference interpreter), auto (run: an NVIDIA sm_80+ GPU if\n"
@@ -241,6 +255,72 @@ static int parse_varlen(const char *v, options *o) {
   return 0;
 }
 
+/* --paged 16 or 16:1,17,0,300: the page size, the cache lengths (else --batch of --seqlen-k),
+ * a block table naming each sequence's pages of a shuffled pool (from the seed) with one
+ * unused entry per sequence holding a page that does not exist, and one spare page.  0, or -1
+ * after a message */
+static int parse_paged(const char *v, options *o) {
+  char *end;
+  long ps = strtol(v, &end, 10);
+  int n = 0;
+  if (end == v || ps < 1 || ps > KN_ATTN_MAX_PAGE || (*end && *end != ':')) goto bad;
+  if (*end == ':') {
+    const char *at = end + 1;
+    while (*at) {
+      long len = strtol(at, &end, 10);
+      if (end == at || len < 0 || len > (1 << 24) || (*end && *end != ',') ||
+          n == KILN_CLI_MAX_SEQS)
+        goto bad;
+      o->cache_lens[n++] = (int32_t)len;
+      at = *end == ',' ? end + 1 : end;
+    }
+    if (!n) goto bad;
+  } else {
+    if (o->prob.batch > KILN_CLI_MAX_SEQS) goto bad;
+    for (n = 0; n < o->prob.batch; n++) o->cache_lens[n] = o->prob.seqlen_k;
+  }
+  int most = 0;
+  int64_t pages = 1;  /* a spare one */
+  for (int b = 0; b < n; b++) {
+    int need = (int)((o->cache_lens[b] + ps - 1) / ps);
+    if (need > most) most = need;
+    pages += need;
+  }
+  int mp = most + 1;  /* an unused tail entry per sequence */
+  if (pages > INT32_MAX / 2 || (int64_t)mp * ps > INT32_MAX / 2) goto bad;
+  int32_t *perm = malloc(sizeof *perm * (size_t)pages);
+  o->table = malloc(sizeof *o->table * (size_t)n * (size_t)mp);
+  if (!perm || !o->table) {
+    free(perm);
+    fprintf(stderr, "kiln: error: out of host memory for the block table\n");
+    return -1;
+  }
+  unsigned long long s = o->seed * 0x9e3779b97f4a7c15ull + 1;
+  for (int64_t i = 0; i < pages; i++) perm[i] = (int32_t)i;
+  for (int64_t i = pages - 1; i > 0; i--) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    int64_t j = (int64_t)((s >> 33) % (unsigned long long)(i + 1));
+    int32_t t = perm[i];
+    perm[i] = perm[j], perm[j] = t;
+  }
+  int64_t at = 0;
+  for (int b = 0; b < n; b++)
+    for (int i = 0; i < mp; i++)
+      o->table[(int64_t)b * mp + i] =
+          i < (o->cache_lens[b] + ps - 1) / ps ? perm[at++] : (int32_t)pages + 7;
+  free(perm);
+  o->desc.layout = KILN_LAYOUT_PAGED;
+  o->prob.batch = n, o->prob.seqlen_k = mp * (int)ps;
+  o->prob.block_table = o->table, o->prob.cache_seqlens = o->cache_lens;
+  o->prob.page_size = (int)ps, o->prob.num_pages = (int)pages, o->prob.max_pages = mp;
+  return 0;
+bad:
+  fprintf(stderr, "kiln: error: --paged wants PAGE_SIZE (1..%d) or PAGE_SIZE:LENS with cache "
+          "lengths >= 0 separated by commas (at most %d), e.g. 16:1,17,0,300; not '%s'\n",
+          KN_ATTN_MAX_PAGE, KILN_CLI_MAX_SEQS, v);
+  return -1;
+}
+
 static int parse_options(int argc, char **argv, int first, options *o) {
   memset(o, 0, sizeof *o);
   o->target = "auto";
@@ -250,7 +330,7 @@ static int parse_options(int argc, char **argv, int first, options *o) {
   o->seed = 1;
   o->repeats = 1;
   o->max_steps = 10000000000ull;
-  const char *varlen = NULL;
+  const char *varlen = NULL, *paged = NULL;
   for (int i = first; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     o->given.dtype |= !strcmp(a, "--dtype");
@@ -318,6 +398,9 @@ static int parse_options(int argc, char **argv, int first, options *o) {
     } else if (!strcmp(a, "--varlen") && v) {
       varlen = v;
       i++;
+    } else if (!strcmp(a, "--paged") && v) {
+      paged = v;
+      i++;
     } else if (!strcmp(a, "--alibi")) {
       o->var.alibi = true;
     } else if (!strcmp(a, "--bias")) {
@@ -369,7 +452,12 @@ static int parse_options(int argc, char **argv, int first, options *o) {
   }
   if (!o->prob.kv_heads) o->prob.kv_heads = o->prob.heads;
   /* after the loop: the lengths decide batch and the max lengths, whatever else was given */
+  if (varlen && paged) {
+    fprintf(stderr, "kiln: error: --varlen and --paged are two call shapes: give one\n");
+    return -1;
+  }
   if (varlen && parse_varlen(varlen, o)) return -1;
+  if (paged && parse_paged(paged, o)) return -1;
   return 0;
 }
 
@@ -524,9 +612,14 @@ static int apply_ir_attrs(options *o, kn_func *k) {
   int64_t layout = 0;
   kn_func_get_meta(k, "LAYOUT", &layout);
   if (layout != o->attn.layout) {
+    static const char *const names[] = {"dense", "varlen", "paged", "unknown"};
+    static const char *const needs[] = {"and --varlen / --paged run those kernels only",
+                                        "so the run needs --varlen LENS",
+                                        "so the run needs --paged PAGE_SIZE[:LENS]",
+                                        "which kiln does not know"};
+    int li = layout >= 0 && layout <= 2 ? (int)layout : 3;
     fprintf(stderr, "kiln: error: %s: the kernel's LAYOUT is %lld (%s), %s\n", o->ir_file,
-            (long long)layout, layout ? "varlen" : "dense",
-            layout ? "so the run needs --varlen LENS" : "and --varlen runs varlen kernels only");
+            (long long)layout, names[li], needs[li]);
     return -1;
   }
   /* the variant the kernel says it computes decides the reference; its values come from the
@@ -844,7 +937,9 @@ static int inputs_make(const options *o, run_inputs *in) {
   /* rows of the buffers: batch x length, or the packed tokens of a varlen run */
   const bool varlen = o->attn.layout == KN_ATTN_VARLEN;
   const size_t rq = varlen ? (size_t)p->total_q : (size_t)p->batch * p->seqlen_q;
-  const size_t rk = varlen ? (size_t)p->total_k : (size_t)p->batch * p->seqlen_k;
+  const size_t rk = varlen ? (size_t)p->total_k
+                   : o->attn.layout == KN_ATTN_PAGED ? (size_t)p->num_pages * p->page_size
+                                                     : (size_t)p->batch * p->seqlen_k;
   in->nq = rq * p->heads * D;
   in->nk = rk * p->kv_heads * D;
   in->nl = rq * p->heads;
@@ -872,6 +967,9 @@ static void print_header(const options *o, const char *target, const char *devic
          device, what, p->batch, p->heads, p->kv_heads, p->seqlen_q, p->seqlen_k, o->seed);
   if (o->attn.layout == KN_ATTN_VARLEN)  /* Nq, Nk: the longest sequence's */
     printf(" varlen total_q=%d total_k=%d", p->total_q, p->total_k);
+  if (o->attn.layout == KN_ATTN_PAGED)  /* Nk: the table's capacity */
+    printf(" paged page_size=%d num_pages=%d max_pages=%d", p->page_size, p->num_pages,
+           p->max_pages);
   printf("\n");
 }
 
@@ -884,6 +982,10 @@ static void print_timing(const options *o, const char *had, double best_ms, cons
     for (int b = 0; b < p->batch; b++)
       pairs += (double)(p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b]) *
                (p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b]);
+  }
+  if (o->attn.layout == KN_ATTN_PAGED) {
+    pairs = 0;
+    for (int b = 0; b < p->batch; b++) pairs += (double)p->seqlen_q * p->cache_seqlens[b];
   }
   double flops = 4.0 * p->heads * pairs * o->attn.head_dim;
   if (o->attn.causal) flops *= 0.5;
@@ -1118,6 +1220,11 @@ static int run_direct(options *o, const kn_target *t) {
   for (int i = 0; i < vv.nbuf; i++) regions[nregions++] = (kn_region){vv.buf[i], vv.bytes[i]};
   for (int w = 0; o->attn.layout == KN_ATTN_VARLEN && w < 2; w++)
     regions[nregions++] = (kn_region){o->cu[w], sizeof(int32_t) * (size_t)(o->prob.batch + 1)};
+  if (o->attn.layout == KN_ATTN_PAGED) {
+    regions[nregions++] = (kn_region){o->table, sizeof(int32_t) * (size_t)o->prob.batch *
+                                                    (size_t)o->prob.max_pages};
+    regions[nregions++] = (kn_region){o->cache_lens, sizeof(int32_t) * (size_t)o->prob.batch};
+  }
   char device[96];
   if (!t) snprintf(device, sizeof device, "interpreter");
   else if (emu) snprintf(device, sizeof device, "emulator");
@@ -1198,6 +1305,11 @@ static kiln_attn_args attn_args(const options *o, const variant_values *vv, cons
     a.cu_seqlens_q = mapped(pm, p->cu_seqlens_q), a.cu_seqlens_k = mapped(pm, p->cu_seqlens_k);
     a.total_q = p->total_q, a.total_k = p->total_k;
   }
+  if (d->layout == KN_ATTN_PAGED) {
+    a.block_table = mapped(pm, p->block_table), a.cache_seqlens = mapped(pm, p->cache_seqlens);
+    a.page_size = p->page_size, a.num_pages = p->num_pages, a.max_pages = p->max_pages;
+    a.block_table_numel = (int64_t)p->batch * p->max_pages;
+  }
   for (int i = 0; i < va->nmods; i++) {
     const kn_attn_named_arg *na = &va->mods[i];
     kiln_mod_arg *m = &margs[i];
@@ -1268,6 +1380,15 @@ static int forward_cuda(const options *o, const variant_values *vv, kiln_kernel 
         kn_cuda_copy_htod(dev, dvar[24 + w], o->cu[w], bytes, &e))
       goto driver_error;
     pm.host[pm.n] = o->cu[w], pm.dev[pm.n++] = (const void *)(uintptr_t)dvar[24 + w];
+  }
+  /* paged: the block table and the cache lengths (the same two slots: one call shape) */
+  for (int w = 0; o->attn.layout == KN_ATTN_PAGED && w < 2; w++) {
+    const int32_t *h = w ? o->cache_lens : o->table;
+    size_t bytes = sizeof(int32_t) * (size_t)o->prob.batch * (size_t)(w ? 1 : o->prob.max_pages);
+    if (kn_cuda_alloc(dev, bytes ? bytes : 4, &dvar[24 + w], &e) ||
+        kn_cuda_copy_htod(dev, dvar[24 + w], h, bytes, &e))
+      goto driver_error;
+    pm.host[pm.n] = h, pm.dev[pm.n++] = (const void *)(uintptr_t)dvar[24 + w];
   }
   kiln_attn_args a = attn_args(o, vv, &pm, margs, (void *)(uintptr_t)dq, (void *)(uintptr_t)dk,
                                (void *)(uintptr_t)dv, (void *)(uintptr_t)dout,
@@ -1434,7 +1555,7 @@ static int write_out(const char *path, const void *data, size_t n) {
 /* kiln inspect FILE: the resources of any AMDGPU code object (kiln's or another compiler's) */
 static int cmd_inspect(int argc, char **argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: kiln inspect FILE.hsaco\n");
+    fprintf(stderr, "usage: kiln inspect FILE.hsaco|FILE.hipfb\n");
     return EXIT_USAGE;
   }
   size_t n;
@@ -1443,7 +1564,30 @@ static int cmd_inspect(int argc, char **argv) {
   kn_codeobj co;
   kn_diag d;
   int rc = EXIT_PASS;
-  if (kn_codeobj_parse(data, n, &co, &d)) {
+  if (kn_bundle_is(data, n)) {
+    /* a clang offload bundle (kiln aot's .hipfb): each code object in turn */
+    kn_bundle_part parts[64];
+    size_t idl[64];
+    int count;
+    if (kn_bundle_entries(data, n, parts, idl, 64, &count, &d) != KN_OK) {
+      fprintf(stderr, "kiln: error: %s: %s\n", argv[2], d.message);
+      rc = EXIT_USAGE;
+    }
+    for (int i = 0; rc == EXIT_PASS && i < count; i++) {
+      printf("bundle entry %.*s: %zu bytes\n", (int)idl[i], parts[i].id, parts[i].size);
+      if (!parts[i].size) continue;
+      if (kn_codeobj_parse(parts[i].data, parts[i].size, &co, &d)) {
+        fprintf(stderr, "kiln: error: %s: entry %.*s is not a code object kiln can read: %s\n",
+                argv[2], (int)idl[i], parts[i].id, d.message);
+        rc = EXIT_USAGE;
+        break;
+      }
+      char buf[16384];
+      kn_codeobj_format_stats(&co, buf, sizeof buf);
+      fputs(buf, stdout);
+      kn_codeobj_free(&co);
+    }
+  } else if (kn_codeobj_parse(data, n, &co, &d)) {
     fprintf(stderr, "kiln: error: %s: not a code object kiln can read: %s\n", argv[2], d.message);
     rc = EXIT_USAGE;
   } else {
@@ -1757,6 +1901,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "check")) return cmd_check(argc, argv);
   if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
   if (!strcmp(cmd, "cache")) return cmd_cache(argc, argv);
+  if (!strcmp(cmd, "aot")) return aot_main(argc, argv);
   options o;
   if (!strcmp(cmd, "run") || !strcmp(cmd, "dump") || !strcmp(cmd, "compile") ||
       !strcmp(cmd, "tune")) {

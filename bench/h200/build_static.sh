@@ -18,6 +18,9 @@
 #   KILN_STATIC_TARGETS   targets to build and pack (default: kiln test_cuda test_ptxas; each
 #                         LLVM-linked one, e.g. test_host, adds about 14 MiB to the pack)
 #   KILN_STATIC_JOBS      parallel jobs (default: nproc)
+# With test_aot among the targets, the AOT bundle of tests/aot/attention16.manifest (and its
+# generated launcher) is built here with that kiln and packed as kiln-h200/aot_bundle, for
+# device_run.sh's `aot` step (docs/aot.md).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -68,6 +71,12 @@ for b in "$stage"/bin/*; do
     fi
   done < <(ldd "$b" | awk '{print $1}')
 done
+
+if [[ " $targets " == *" test_aot "* ]]; then
+  echo "== the AOT bundle (tests/aot/attention16.manifest)"
+  "$stage/bin/kiln" aot "$root/tests/aot/attention16.manifest" -o "$stage/aot_bundle" -j "$jobs" \
+    --emit-c kiln_aot | tail -1
+fi
 
 {
   echo "kiln static pack for the H200"

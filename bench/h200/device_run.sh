@@ -12,7 +12,9 @@
 # script goes on; the exit status is the number of failed steps (0: all passed).
 #
 #   KILN_DEVICE_STEPS   space-separated steps to run (default: info tests kiln sdpa; also
-#                       variants and flex: kiln_variant_bench and flex_anchor.py)
+#                       variants and flex: kiln_variant_bench and flex_anchor.py; aot: test_aot
+#                       on the packed bundle, through the API and the generated launcher,
+#                       against float64 — docs/aot.md)
 #   KILN_SDPA_ARGS      extra arguments for sdpa_anchor.py (e.g. "--quick")
 #   KILN_DECODE_ARGS    extra arguments for kiln_decode_bench (step decode; e.g. "--sweep");
 #                       step decode also runs `sdpa_anchor.py --decode` (FA2, cuDNN)
@@ -108,6 +110,19 @@ if want tests; then
       failed=$((failed + 1))
     fi
   done
+fi
+
+# ---- AOT bundles: the NVIDIA half of the packed bundle through the API and the launcher ----
+if want aot; then
+  if [ -x "$bin/test_aot" ] && [ -d "$work/kiln-h200/aot_bundle" ]; then
+    step "test_aot" "$out/test_aot.log" 480 env KILN_AOT_DIR="$work/kiln-h200/aot_bundle" \
+      KILN_HIP_LIBRARY=none "$bin/test_aot"
+    grep -E "^  (CUDA device|[a-z0-9_]+ +sm_|bundle load|cc )|OK|FAIL" "$out/test_aot.log" \
+      | sed 's/^/      /' | tee -a "$summary"
+  else
+    note "FAIL  test_aot: not in the pack (KILN_STATIC_TARGETS with test_aot)"
+    failed=$((failed + 1))
+  fi
 fi
 
 # ---- kiln itself ----

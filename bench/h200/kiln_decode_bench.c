@@ -226,7 +226,7 @@ static int plan_splits(kiln_context *ctx, int B, int nk, int block_n) {
   kn_attn_desc d;
   kiln_attn_desc pd = desc_of(0);
   api_desc_from_public(&pd, &d);
-  kn_attn_config c = kn_attn_decode_default_config(ctx->target->arch, &d);
+  kn_attn_config c = kn_attn_decode_default_config(ctx->target_arch, &d);
   if (block_n) c.block_n = block_n;
   kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = 1, .seqlen_k = nk};
   return kn_attn_decode_plan(&d, &c, &p, ctx->compute_units, 0).splits;

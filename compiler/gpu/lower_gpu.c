@@ -598,13 +598,23 @@ static LLVMValueRef fmod_any(G *g, LLVMValueRef a, LLVMValueRef b) {
   return t == g->f32 ? r : LLVMBuildFPTrunc(g->B, r, t, "");  /* exact: fmod of f16s is an f16 */
 }
 
+/* Float add, sub and mul carry `contract`: the backend may fuse a multiply and the add or
+ * subtract that consumes it into one FMA (one rounding instead of two), as CUDA compiles by
+ * default (-fmad=true) and Triton does.  Without it NVPTX writes mul.rn / sub.rn, which ptxas
+ * must not fuse: the scaled score and its row maximum, qk * qk_scale - m, cost two instructions
+ * per element instead of one. */
+static LLVMValueRef contract(LLVMValueRef r) {
+  if (LLVMIsAInstruction(r)) LLVMSetFastMathFlags(r, LLVMFastMathAllowContract);
+  return r;
+}
+
 static LLVMValueRef float_binary(G *g, kn_opcode o, LLVMValueRef a, LLVMValueRef b) {
   LLVMTypeRef t = LLVMTypeOf(a);
   char name[64];
   switch (o) {
-  case KN_OP_ADD: return LLVMBuildFAdd(g->B, a, b, "");
-  case KN_OP_SUB: return LLVMBuildFSub(g->B, a, b, "");
-  case KN_OP_MUL: return LLVMBuildFMul(g->B, a, b, "");
+  case KN_OP_ADD: return contract(LLVMBuildFAdd(g->B, a, b, ""));
+  case KN_OP_SUB: return contract(LLVMBuildFSub(g->B, a, b, ""));
+  case KN_OP_MUL: return contract(LLVMBuildFMul(g->B, a, b, ""));
   case KN_OP_DIV: return LLVMBuildFDiv(g->B, a, b, "");
   case KN_OP_REM: return fmod_any(g, a, b);
   case KN_OP_MAX:
@@ -1570,6 +1580,13 @@ static LLVMValueRef wgmma_desc_base(G *g, const kn_conversion *c) {
   return LLVMBuildOr(E, LLVMBuildZExt(E, a, g->i64, ""), LLVMConstInt(g->i64, hi, 0), "wgmma.desc");
 }
 
+/* is v the constant 0 (a zero tile, or a splat of a zero scalar)? */
+static bool const_zero(const kn_value *v) {
+  const kn_op *d = v->def;
+  if (d && d->opc == KN_OP_SPLAT) d = d->opnd[0]->def;
+  return d && d->opc == KN_OP_CONST && kn_scalar_is_float(v->type.elem) && d->fattr == 0.0;
+}
+
 static int lower_dot_wgmma(G *g, kn_op *op, kn_scalar t, LLVMValueRef *ra, const kn_lmap *ma,
                            LLVMValueRef *acc, LLVMValueRef *out) {
   kn_value *res = op->res[0], *A = op->opnd[0], *Bv = op->opnd[1];
@@ -1599,8 +1616,14 @@ static int lower_dot_wgmma(G *g, kn_op *op, kn_scalar t, LLVMValueRef *ra, const
       w[4 * kr + q] = LLVMBuildBitCast(g->B, pack_vec(g, af + 2 * q, 2, t), g->i32, "");
   }
   LLVMValueRef *d = w + 4 * ksteps;
+  /* an accumulator that is the constant 0 (S = QK^T starts from nothing) is not materialised:
+   * the first k step runs with scale-d = 0 (D = A B, the input accumulator ignored), so no
+   * registers are zeroed per iteration and the fence orders only A */
+  bool zacc = const_zero(op->opnd[2]);
   memcpy(d, acc, sizeof(LLVMValueRef) * (size_t)nacc);
-  nv_asm_tied(g, "wgmma.fence.sync.aligned;", w, 4 * ksteps + nacc, NULL, NULL, 0);
+  if (zacc)
+    for (int i = 0; i < nacc; i++) d[i] = LLVMGetUndef(LLVMTypeOf(acc[i]));
+  nv_asm_tied(g, "wgmma.fence.sync.aligned;", w, 4 * ksteps + (zacc ? 0 : nacc), NULL, NULL, 0);
   /* "{ .reg .pred p; setp.ne.b32 p, $S, 0; wgmma... {$0, ..}, {$A..}, $D, p, 1, 1, trans; }" */
   size_t cap = (size_t)nacc * 6 + 400, len = 0;
   char *text = malloc(cap);
@@ -1616,7 +1639,8 @@ static int lower_dot_wgmma(G *g, kn_op *op, kn_scalar t, LLVMValueRef *ra, const
     /* the k step's first element, (16 kr, 0) of B; its byte offset >> 4 goes into the address */
     int64_t start = kn_wgmma_desc_for(&cb->shared, bshape, esz, 16 * kr).start;
     LLVMValueRef x[6] = {w[4 * kr], w[4 * kr + 1], w[4 * kr + 2], w[4 * kr + 3],
-                         LLVMBuildAdd(g->B, desc, ci64(g, start >> 4), ""), ci32(g, 1)};
+                         LLVMBuildAdd(g->B, desc, ci64(g, start >> 4), ""),
+                         ci32(g, zacc && kr == 0 ? 0 : 1)};
     nv_asm_tied(g, text, d, nacc, x, "r,r,r,r,l,r", 6);
   }
   free(text);

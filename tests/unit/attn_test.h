@@ -39,17 +39,16 @@ static bool verbose(void) {
   return e && *e && strcmp(e, "0");
 }
 
-/* kernel `name` (f) of module m on target (NULL: the interpreter, whose op counts go to *st when
- * st is not NULL); compile failures are cmocka failures naming `what`; 0 or -1 with *diag */
-static int run_named_on_target(const char *target, kn_module *m, kn_func *f, const char *name,
-                               const kn_argval *args, const int grid[3],
-                               const kn_region *regions, int nreg, kn_interp_stats *st,
-                               const char *what, kn_diag *diag) {
+/* kernel f of module m on target (NULL: the interpreter, whose op counts go to *st when st is
+ * not NULL); compile failures are cmocka failures naming `what`; 0 or -1 with *diag */
+static int run_on_target(const char *target, kn_module *m, kn_func *f, const kn_argval *args,
+                         const int grid[3], const kn_region *regions, int nreg,
+                         kn_interp_stats *st, const char *what, kn_diag *diag) {
   if (!target) return kn_interp_run(f, args, grid, regions, nreg, st, diag);
   const kn_target *t = strstr(target, "-emu") ? kn_emu_target(target) : kn_target_get(target);
   assert_non_null(t);
   kn_kernel *kern = NULL;
-  if (kn_compile(m, name, t, NULL, &kern, diag))
+  if (kn_compile(m, f->name, t, NULL, &kern, diag))  /* attn_fwd, or another kernel */
     fail_msg("%s on %s: compile: %s", what, target, diag->rendered);
   int rc;
   if (strstr(target, "-emu")) {
@@ -60,14 +59,6 @@ static int run_named_on_target(const char *target, kn_module *m, kn_func *f, con
   }
   kn_kernel_free(kern);
   return rc;
-}
-
-/* the forward kernel attn_fwd (f) of m on target */
-static inline int run_on_target(const char *target, kn_module *m, kn_func *f,
-                                const kn_argval *args, const int grid[3],
-                                const kn_region *regions, int nreg, kn_interp_stats *st,
-                                const char *what, kn_diag *diag) {
-  return run_named_on_target(target, m, f, "attn_fwd", args, grid, regions, nreg, st, what, diag);
 }
 
 /* the spill units of kernel `name` in artefact a, compiled for arch (cmocka failure if the

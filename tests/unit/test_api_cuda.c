@@ -14,9 +14,11 @@
  *     variant's parameters after the template's (a window and a softcap, which the fake
  *     computes too), kiln_prepare_options.wgmma (the wgmma PTX compiled and cached; refused
  *     on the host), and varlen launches (the prefix sums as device memory after the template's
- *     parameters; the fake computes packed sequences too), and decode (forwards of up to 16
- *     query rows: the split and combine kernels through the workspace, which the fake computes
- *     by their contracts).
+ *     parameters; the fake computes packed sequences too), paged KV launches (the block
+ *     table and cache lengths as device memory, pools read through the table; the fake
+ *     computes them and the device append of k_new / v_new too), and decode (forwards of up to
+ *     16 query rows: the split and combine kernels through the workspace, which the fake
+ *     computes by their contracts).
  *   - On a machine with an NVIDIA sm_80+ GPU (the H200): the same GPU tests on the real driver,
  *     where the numbers come from kiln's PTX on the GPU, checked against the float64 reference.
  * Without either (a plain `test_api_cuda` here) the GPU tests are cmocka skips.
@@ -78,6 +80,7 @@ static void (*fake_attn)(int elem_bytes, int bf16, int head_dim, int causal);
 static void (*fake_variant)(int window, int softcap);
 static void (*fake_varlen)(int on);
 static int (*fake_decode_launches)(void);
+static void (*fake_paged)(int on);
 static pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER; /* its settings are global */
 
 static void find_fake(void) {
@@ -88,6 +91,7 @@ static void find_fake(void) {
   if (h) *(void **)&fake_variant = dlsym(h, "kn_fake_cuda_attn_variant");
   if (h) *(void **)&fake_varlen = dlsym(h, "kn_fake_cuda_attn_varlen");
   if (h) *(void **)&fake_decode_launches = dlsym(h, "kn_fake_cuda_decode_launches");
+  if (h) *(void **)&fake_paged = dlsym(h, "kn_fake_cuda_attn_paged");
 }
 
 
@@ -436,17 +440,20 @@ static void forward_synced(kiln_kernel *k, const kiln_attn_args *a, const kiln_a
   kn_diag e;
   if (fake_attn) {
     pthread_mutex_lock(&fake_mu);
-    if (!fake_variant || !fake_varlen) fail_msg("the fake driver lacks its variant calls");
+    if (!fake_variant || !fake_varlen || !fake_paged)
+      fail_msg("the fake driver lacks its variant calls");
     fake_attn((int)kn_scalar_size(internal_desc(d).dtype), d->dtype == KILN_BF16, d->head_dim,
               d->causal);
     fake_variant(d->window, d->softcap);
     fake_varlen(d->layout == KILN_LAYOUT_VARLEN);
+    fake_paged(d->layout == KILN_LAYOUT_PAGED);
   }
   kiln_status st = kiln_forward(k, a, NULL);
   int sync = st == KILN_OK ? kn_cuda_device_sync(dev, &e) : 0;
   if (fake_attn) {
     fake_variant(0, 0);
     fake_varlen(0);
+    fake_paged(0);
     pthread_mutex_unlock(&fake_mu);
   }
   if (sync) fail_msg("sync: %s", e.message);
@@ -675,6 +682,160 @@ static void test_varlen_cuda(void **state) {
   assert_int_equal(failures, 0);
 }
 
+/* A paged KV cache (docs/serving.md) through the CUDA path: pools in FlashAttention's (num_pages,
+ * page_size, kv_heads, D) with pages in shuffled order, the block table and cache lengths as
+ * device memory (packed after the template's parameters), page sizes off the blocks, an empty
+ * sequence and length 1, GQA, causal and a window, rows the caller appended itself counted by
+ * seqlen_new, q and o as (B, Nq, H, D), capacities described; then k_new / v_new appended on
+ * the device (the kv_append kernel) and attended over; against kn_attn_reference_v.  The fake
+ * driver computes paged attention and the append too (kn_fake_cuda_attn_paged). */
+static void test_paged_cuda(void **state) {
+  (void)state;
+  if (!have_gpu()) {
+    skip();
+    return;
+  }
+  char *dir = fresh_dir();
+  kiln_context *ctx = cuda_ctx(dir, NULL, "cuda");
+  static const struct { kiln_attn_desc d; int n, nq, ps, len[4], snew, wl, wr; } cases[] = {
+      {{.dtype = KILN_F16, .head_dim = 128, .causal = 1, .has_lse = 1}, 4, 3, 16,
+       {1, 130, 0, 77}, 0, 0, 0},
+      {{.dtype = KILN_BF16, .head_dim = 64, .causal = 1, .window = 1, .has_lse = 1}, 3, 1, 5,
+       {64, 9, 200}, 2, 24, 0},
+      {{.dtype = KILN_F16, .head_dim = 64, .has_lse = 1}, 2, 17, 256, {300, 256}, 1, 0, 0},
+  };
+  int failures = 0;
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    kiln_attn_desc pd = cases[ci].d;
+    pd.layout = KILN_LAYOUT_PAGED;
+    kiln_kernel *k;
+    if (kiln_prepare(ctx, &pd, NULL, &k)) fail_msg("prepare: %s", kiln_last_error());
+    const kn_attn_desc id = internal_desc(&pd);
+    const int B = cases[ci].n, H = 4, HK = 2, D = pd.head_dim, Nq = cases[ci].nq;
+    const int ps = cases[ci].ps, snew = cases[ci].snew;
+    int mp = 0, np = 0;
+    int32_t cs[4];
+    for (int b = 0; b < B; b++) {
+      int need = (cases[ci].len[b] + ps - 1) / ps;
+      mp = need > mp ? need : mp;
+      np += need;
+      cs[b] = cases[ci].len[b] - snew;  /* the lengths are cache_seqlens + seqlen_new */
+    }
+    mp += 1, np += 2;  /* an unused tail entry per sequence, two spare pages */
+    int32_t *bt = malloc(sizeof *bt * (size_t)(B * mp));
+    for (int i = 0, at = 0; i < B * mp; i++)  /* sequence pages taken from the pool's far end */
+      bt[i] = i % mp < (cases[ci].len[i / mp] + ps - 1) / ps ? np - 1 - at++ : 999999;
+    kn_scalar t = id.dtype;
+    size_t es = kn_scalar_size(t), nq = (size_t)B * Nq * H * D, nk = (size_t)np * ps * HK * D;
+    size_t nl = (size_t)B * H * Nq;
+    char *h[3] = {malloc(nq * es), malloc(nk * es), malloc(nk * es)}, *ho = malloc(nq * es);
+    double *x[3] = {malloc(nq * 8), malloc(nk * 8), malloc(nk * 8)}, *ro = malloc(nq * 8);
+    double *rl = malloc(nl * 8), *xq = malloc(nq * 8);
+    float *hl = malloc(nl * 4);
+    size_t n[3] = {nq, nk, nk};
+    uint64_t sd = seed + 11 * ci;
+    rand_inputs(t, h, x, n, &sd);
+    /* q as (B, Nq, H, D): the reference's (B, H, Nq, D) copy */
+    for (int b = 0; b < B; b++)
+      for (int hh = 0; hh < H; hh++)
+        for (int i = 0; i < Nq; i++)
+          for (int e = 0; e < D; e++)
+            xq[(((size_t)b * H + hh) * Nq + i) * D + e] = x[0][(((size_t)b * Nq + i) * H + hh) * D + e];
+    devbufs bufs = {0};
+    kn_diag e;
+    kn_cuda_ptr dout, dl;
+    if (kn_cuda_alloc(dev, nq * es, &dout, &e) || kn_cuda_alloc(dev, nl * 4, &dl, &e) ||
+        kn_cuda_memset8(dev, dout, 0xff, nq * es, &e) ||
+        kn_cuda_memset8(dev, dl, 0xff, nl * 4, &e))
+      fail_msg("%s", e.message);
+    int64_t qs[3] = {(int64_t)Nq * H * D, D, (int64_t)H * D};
+    kiln_attn_args a = {.q = upload(&bufs, h[0], nq * es), .k = upload(&bufs, h[1], nk * es),
+                        .v = upload(&bufs, h[2], nk * es), .o = (void *)(uintptr_t)dout,
+                        .lse = (float *)(uintptr_t)dl, .batch = B, .heads = H, .kv_heads = HK,
+                        .seqlen_q = Nq, .block_table = upload(&bufs, bt, sizeof *bt * (size_t)(B * mp)),
+                        .cache_seqlens = upload(&bufs, cs, sizeof cs), .page_size = ps,
+                        .num_pages = np, .max_pages = mp, .seqlen_new = snew,
+                        .q_numel = (int64_t)nq, .k_numel = (int64_t)nk, .v_numel = (int64_t)nk,
+                        .o_numel = (int64_t)nq, .lse_numel = (int64_t)nl,
+                        .block_table_numel = (int64_t)B * mp};
+    memcpy(a.q_stride, qs, sizeof qs);
+    memcpy(a.o_stride, qs, sizeof qs);
+    if (pd.window) a.window_left = cases[ci].wl, a.window_right = cases[ci].wr;
+    forward_synced(k, &a, &pd);
+    if (kn_cuda_copy_dtoh(dev, ho, dout, nq * es, &e) ||
+        kn_cuda_copy_dtoh(dev, hl, dl, nl * 4, &e))
+      fail_msg("%s", e.message);
+    kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = Nq,
+                         .seqlen_k = mp * ps, .block_table = bt, .cache_seqlens = cs,
+                         .page_size = ps, .num_pages = np, .max_pages = mp, .seqlen_new = snew};
+    kn_attn_vargs va = {.window_left = cases[ci].wl, .window_right = cases[ci].wr};
+    if (kn_attn_reference_v(&id, NULL, &p, &va, xq, x[1], x[2], ro, rl, &e))
+      fail_msg("reference: %s", e.message);
+    /* the kernel's o back in the reference's (B, H, Nq, D) order */
+    char *hb = malloc(nq * es);
+    for (int b = 0; b < B; b++)
+      for (int hh = 0; hh < H; hh++)
+        for (int i = 0; i < Nq; i++)
+          memcpy(hb + (((size_t)b * H + hh) * Nq + i) * D * es,
+                 ho + (((size_t)b * Nq + i) * H + hh) * D * es, (size_t)D * es);
+    double err = out_error(t, hb, ro, nq), lerr = lse_error(hl, rl, nl);
+    char why[160];
+    int bad = verdict(t, err, lerr, why, sizeof why);
+    printf("  %s paged case %zu (%d sequences, page %d, window %d): %s\n", bad ? "FAIL" : "PASS",
+           ci, B, ps, pd.window, why);
+    failures += bad != 0;
+    /* then an append on the device (the kv_append kernel): one new row per sequence, at the
+     * position its length had before, the same keys attended over */
+    if (ci > 0) {
+      size_t nn = (size_t)B * HK * D;
+      char *kn = malloc(nn * es), *vn = malloc(nn * es);
+      double *knd = malloc(nn * 8), *vnd = malloc(nn * 8);
+      char *hn[3] = {kn, vn, kn};
+      double *xn[3] = {knd, vnd, knd};
+      size_t nn3[3] = {nn, nn, 0};
+      rand_inputs(t, hn, xn, nn3, &sd);
+      int32_t cs1[4];
+      for (int b = 0; b < B; b++) {
+        cs1[b] = cases[ci].len[b] - 1;  /* the new row is each sequence's last key */
+        int j = cs1[b];
+        size_t row = ((size_t)bt[b * mp + j / ps] * ps + (size_t)(j % ps)) * HK;
+        for (int hh = 0; hh < HK; hh++)
+          for (int dd = 0; dd < D; dd++) {
+            x[1][(row + hh) * D + dd] = knd[((size_t)b * HK + hh) * D + dd];
+            x[2][(row + hh) * D + dd] = vnd[((size_t)b * HK + hh) * D + dd];
+          }
+      }
+      a.cache_seqlens = upload(&bufs, cs1, sizeof cs1);
+      a.k_new = upload(&bufs, kn, nn * es), a.v_new = upload(&bufs, vn, nn * es);
+      a.seqlen_new = 1, a.k_new_numel = a.v_new_numel = (int64_t)nn;
+      forward_synced(k, &a, &pd);
+      if (kn_cuda_copy_dtoh(dev, ho, dout, nq * es, &e) ||
+          kn_cuda_copy_dtoh(dev, hl, dl, nl * 4, &e))
+        fail_msg("%s", e.message);
+      p.cache_seqlens = cs1, p.seqlen_new = 1;
+      if (kn_attn_reference_v(&id, NULL, &p, &va, xq, x[1], x[2], ro, rl, &e))
+        fail_msg("reference: %s", e.message);
+      for (int b = 0; b < B; b++)
+        for (int hh = 0; hh < H; hh++)
+          for (int i = 0; i < Nq; i++)
+            memcpy(hb + (((size_t)b * H + hh) * Nq + i) * D * es,
+                   ho + (((size_t)b * Nq + i) * H + hh) * D * es, (size_t)D * es);
+      err = out_error(t, hb, ro, nq), lerr = lse_error(hl, rl, nl);
+      bad = verdict(t, err, lerr, why, sizeof why);
+      printf("  %s paged case %zu after a device append: %s\n", bad ? "FAIL" : "PASS", ci, why);
+      failures += bad != 0;
+      free(kn), free(vn), free(knd), free(vnd);
+    }
+    for (int i = 0; i < bufs.n; i++) kn_cuda_free(dev, bufs.p[i], NULL);
+    kn_cuda_free(dev, dout, NULL), kn_cuda_free(dev, dl, NULL);
+    for (int i = 0; i < 3; i++) free(h[i]), free(x[i]);
+    free(ho), free(hb), free(ro), free(rl), free(hl), free(xq), free(bt);
+  }
+  kiln_context_destroy(ctx);
+  rm_dir(dir);
+  assert_int_equal(failures, 0);
+}
+
 /* 8 threads, each on its own stream, preparing 4 kernels and launching: one compile each */
 typedef struct tharg {
   kiln_context *ctx;
@@ -868,6 +1029,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_wgmma),
       cmocka_unit_test(test_varlen_cuda),
       cmocka_unit_test(test_decode_cuda),
+      cmocka_unit_test(test_paged_cuda),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   if (dev) kn_cuda_device_close(dev);

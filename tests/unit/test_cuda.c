@@ -17,7 +17,9 @@
  *     parameter packing, strides, streams) without a GPU.  The dtype, head dim and causal flag
  *     are not kernel parameters, so the test tells the fake with kn_fake_cuda_attn() first;
  *     kn_fake_cuda_attn_variant() says that a softcap (an f32) and/or a sliding window (two
- *     i32 parameters) follow the 24, which checks the packing of a variant's parameters.
+ *     i32 parameters) follow the 24, which checks the packing of a variant's parameters;
+ *     kn_fake_cuda_attn_varlen() and kn_fake_cuda_attn_paged() switch it to packed sequences
+ *     and to a paged KV cache read through its block table.
  *     Decode's two kernels (attn_decode, attn_decode_combine: templates/attn_decode.h) are
  *     computed by their contracts too, the pieces' partial outputs through the workspace, so
  *     a wrong workspace layout, split argument or combine stride gives wrong numbers.
@@ -28,6 +30,7 @@
  */
 #if defined(KN_FAKE_LIBCUDA)
 /* ---------------- the fake driver ---------------- */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,11 +39,12 @@
 
 typedef unsigned long long dptr;
 typedef struct fake_fn {
-  int id; /* 0 kn_vadd, 1 kn_block_reverse, 2 attn_fwd, 3 attn_decode, 4 attn_decode_combine */
+  int id; /* 0 kn_vadd, 1 kn_block_reverse, 2 attn_fwd, 3 kv_append, 4 attn_decode,
+              5 attn_decode_combine */
   int max_dyn;
 } fake_fn;
-static fake_fn fake_fns[5] = {{0, 48 * 1024}, {1, 48 * 1024}, {2, 48 * 1024}, {3, 48 * 1024},
-                              {4, 48 * 1024}};
+static fake_fn fake_fns[6] = {{0, 48 * 1024}, {1, 48 * 1024}, {2, 48 * 1024}, {3, 48 * 1024},
+                              {4, 48 * 1024}, {5, 48 * 1024}};
 
 /* ---- kiln's attention, for test_api_cuda ---- */
 static int attn_elem = 2, attn_bf16, attn_d = 64, attn_causal, attn_launches;
@@ -59,6 +63,12 @@ void kn_fake_cuda_attn_variant(int window, int softcap) {
 /* varlen (docs/serving.md): cu_seqlens_q and cu_seqlens_k (device pointers) follow the 24, and
  * seqlen_q / seqlen_k are the packed totals; each sequence is attended on its own */
 void kn_fake_cuda_attn_varlen(int on) { attn_varlen = on; }
+/* paged (docs/serving.md): block_table, cache_seqlens (device pointers), page_size, num_pages,
+ * seqlen_new (i32) and block_table_sb (i64) follow the 24; seqlen_k is the table's capacity,
+ * k_sb / v_sb are page strides, and sequence b's key j is row j % page_size of its page
+ * block_table[b, j / page_size] (clamped into the pool, as the kernel does) */
+static int attn_paged;
+void kn_fake_cuda_attn_paged(int on) { attn_paged = on; }
 
 static double ld_elem(const void *base, int64_t i) {
   if (attn_elem == 4) return ((const float *)base)[i];
@@ -92,6 +102,12 @@ static void st_elem(void *base, int64_t i, double v) {
   ((uint16_t *)base)[i] = h;
 }
 
+/* the page of sequence b's key j, clamped into the pool as the kernel clamps it */
+static int64_t fake_page(const int32_t *bt, int b, int64_t bt_sb, int32_t np, int32_t ps, int j) {
+  int32_t p = bt[b * bt_sb + j / ps];
+  return p < 0 ? 0 : p >= np ? np - 1 : p;
+}
+
 /* params in template order: q k v o lse (u64), sm_scale (f32), seqlen_q seqlen_k heads
  * kv_group (i32), q_sb q_sh q_sm k_sb k_sh k_sn v_sb v_sh v_sn o_sb o_sh o_sm lse_sb lse_sh */
 static int fake_attention(unsigned gx, unsigned gy, void **params) {
@@ -111,6 +127,16 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
     cuq = (const int32_t *)(uintptr_t)*(dptr *)params[at++];
     cuk = (const int32_t *)(uintptr_t)*(dptr *)params[at++];
     if (!cuq || !cuk) return 1;
+  }
+  const int32_t *bt = NULL, *cs = NULL;
+  int32_t ps = 1, np = 0, snew = 0;
+  int64_t bt_sb = 0;
+  if (attn_paged) {
+    bt = (const int32_t *)(uintptr_t)*(dptr *)params[at++];
+    cs = (const int32_t *)(uintptr_t)*(dptr *)params[at++];
+    ps = *(int32_t *)params[at++], np = *(int32_t *)params[at++], snew = *(int32_t *)params[at++];
+    bt_sb = *(int64_t *)params[at++];
+    if (!bt || !cs || ps < 1) return 1;
   }
   if (attn_softcap) cap = *(float *)params[at++];
   if (attn_window) wl = *(int32_t *)params[at++], wr = *(int32_t *)params[at++];
@@ -134,6 +160,13 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
           return 1;
         }
       }
+      bool pstart = false;  /* paged: rows are (page, slot); the page stride is st[3] */
+      if (attn_paged) {
+        int64_t n = (int64_t)cs[b] + snew;
+        nk = np <= 0 ? 0 : (int32_t)(n < 0 ? 0 : n > tk ? tk : n);
+        kb = 0;
+        pstart = true;
+      }
       for (int i = 0; i < nq; i++) {
         int64_t qo = qb * st[0] + h * st[1] + i * st[2], oo = qb * st[9] + h * st[10] + i * st[11];
         double m = -INFINITY, l = 0;
@@ -144,6 +177,7 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
           int rel = j - (i + nk - nq); /* the window sits on the bottom-right diagonal */
           if ((wl >= 0 && rel < -wl) || (wr >= 0 && rel > wr)) continue;
           int64_t ko = kb * st[3] + hk * st[4] + j * st[5];
+          if (pstart) ko = fake_page(bt, b, bt_sb, np, ps, j) * st[3] + hk * st[4] + (j % ps) * st[5];
           double dot = 0;
           for (int d = 0; d < D; d++) dot += ld_elem(q, qo + d) * ld_elem(k, ko + d);
           s[j] = dot * scale;
@@ -155,7 +189,10 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
           double acc = 0;
           for (int j = 0; j < nk; j++)
             if (s[j] != -INFINITY)
-              acc += exp(s[j] - m) * ld_elem(v, kb * st[6] + hk * st[7] + j * st[8] + d);
+              acc += exp(s[j] - m) *
+                     ld_elem(v, pstart ? fake_page(bt, b, bt_sb, np, ps, j) * st[6] + hk * st[7] +
+                                             (j % ps) * st[8] + d
+                                       : kb * st[6] + hk * st[7] + j * st[8] + d);
           st_elem(o, oo + d, l > 0 ? acc / l : 0);
         }
         if (lse) lse[qb * st[12] + h * st[13] + i] = l > 0 ? (float)(m + log(l)) : -INFINITY;
@@ -274,6 +311,41 @@ static int fake_combine(unsigned gx, unsigned gy, void **params) {
   return 0;
 }
 
+/* the paged append (templates/attn_paged.c, kv_append): row i of (b, hk), grid (seqlen_new,
+ * batch * kv_heads), to position cache_seqlens[b] + i through the table, in the parameter order
+ * of kn_paged_append_names; elements of attn_elem bytes, rows of attn_d */
+static int fake_append(unsigned gx, unsigned gy, void **params) {
+  char *pool[2], *src[2];
+  for (int w = 0; w < 2; w++) {
+    pool[w] = (char *)(uintptr_t)*(dptr *)params[w];
+    src[w] = (char *)(uintptr_t)*(dptr *)params[2 + w];
+  }
+  const int32_t *bt = (const int32_t *)(uintptr_t)*(dptr *)params[4];
+  const int32_t *cs = (const int32_t *)(uintptr_t)*(dptr *)params[5];
+  int32_t ps = *(int32_t *)params[6], np = *(int32_t *)params[7], mp = *(int32_t *)params[8],
+          hk_n = *(int32_t *)params[9];
+  int64_t st[13];
+  for (int i = 0; i < 13; i++) st[i] = *(int64_t *)params[10 + i];
+  if (!pool[0] || !pool[1] || !src[0] || !src[1] || !bt || !cs || ps < 1 || hk_n < 1 ||
+      gy % (unsigned)hk_n)
+    return 1;
+  for (unsigned bh = 0; bh < gy; bh++)
+    for (unsigned i = 0; i < gx; i++) {
+      int b = (int)bh / hk_n, hk = (int)bh % hk_n;
+      int64_t pos = (int64_t)cs[b] + i;
+      if (pos < 0 || pos >= (int64_t)mp * ps || np <= 0) continue;
+      int32_t page = bt[b * st[0] + pos / ps];
+      page = page < 0 ? 0 : page >= np ? np - 1 : page;
+      for (int w = 0; w < 2; w++) {
+        const int64_t *p = st + 1 + 3 * w, *n = st + 7 + 3 * w;
+        memcpy(pool[w] + (page * p[0] + hk * p[1] + (pos % ps) * p[2]) * attn_elem,
+               src[w] + (b * n[0] + hk * n[1] + (int64_t)i * n[2]) * attn_elem,
+               (size_t)attn_d * (size_t)attn_elem);
+      }
+    }
+  return 0;
+}
+
 static int fake_ctx_obj;
 static __thread void *cur_ctx;
 
@@ -341,9 +413,11 @@ int cuModuleGetFunction(void **f, void *m, const char *name) {
   NEED_CTX();
   if (strcmp(name, "kn_vadd") == 0) *f = &fake_fns[0];
   else if (strcmp(name, "kn_block_reverse") == 0) *f = &fake_fns[1];
-  else if (strcmp(name, "attn_fwd") == 0) *f = &fake_fns[2];
-  else if (strcmp(name, "attn_decode") == 0) *f = &fake_fns[3];
-  else if (strcmp(name, "attn_decode_combine") == 0) *f = &fake_fns[4];
+  else if (strcmp(name, "kv_append") == 0) *f = &fake_fns[3];
+  /* decode's kernels by their exact names, before the AOT prefix match (attn_fwd_<name>) */
+  else if (strcmp(name, "attn_decode") == 0) *f = &fake_fns[4];
+  else if (strcmp(name, "attn_decode_combine") == 0) *f = &fake_fns[5];
+  else if (strncmp(name, "attn_fwd", 8) == 0) *f = &fake_fns[2]; /* AOT: attn_fwd_<name> */
   else return 500;
   return 0;
 }
@@ -365,8 +439,9 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
   fake_fn *fn = f;
   if (bx * by * bz > 1024 || (int)dyn > fn->max_dyn || gz != 1) return 1;
   if (fn->id == 2) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_attention(gx, gy, params) : 1;
-  if (fn->id == 3) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_decode(gx, gy, params) : 1;
-  if (fn->id == 4) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_combine(gx, gy, params) : 1;
+  if (fn->id == 3) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_append(gx, gy, params) : 1;
+  if (fn->id == 4) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_decode(gx, gy, params) : 1;
+  if (fn->id == 5) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_combine(gx, gy, params) : 1;
   if (gy != 1) return 1;
   if (fn->id == 0) {
     float *a = (float *)(uintptr_t)*(dptr *)params[0], *b = (float *)(uintptr_t)*(dptr *)params[1];

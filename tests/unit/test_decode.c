@@ -146,12 +146,10 @@ static void run_case(const char *target, dc_case *c, const kn_attn_config *cfg) 
   assert_true(n >= 0);
   nreg += n;
   const char *tn = target ? target : "interp";
-  if (run_named_on_target(target, ms, fs, "attn_decode", sa, sg, regions, nreg, NULL, c->name,
-                          &diag))
+  if (run_on_target(target, ms, fs, sa, sg, regions, nreg, NULL, c->name, &diag))
     fail_msg("%s on %s (seed %llu): split: %s", c->name, tn, (unsigned long long)seed0,
              diag.message);
-  if (run_named_on_target(target, mc, fc, "attn_decode_combine", ca, cg, regions, nreg, NULL,
-                          c->name, &diag))
+  if (run_on_target(target, mc, fc, ca, cg, regions, nreg, NULL, c->name, &diag))
     fail_msg("%s on %s (seed %llu): combine: %s", c->name, tn, (unsigned long long)seed0,
              diag.message);
   if (kn_attn_reference_v(d, NULL, &p, &c->va, qd, kd, vd, od, d->has_lse ? ld : NULL, &diag))

@@ -24,6 +24,7 @@
 #include "device.h"
 #include "interp.h"
 #include "numeric.h"
+#include "passes.h"
 #include "pipeline.h"
 
 #include "kbuild.h"
@@ -549,6 +550,53 @@ static void test_for_bad_step(void **st) {
   kn_module_free(k.m);
 }
 
+/* the number of f32 tile multiplies in a block */
+static int tile_muls(const kn_block *blk) {
+  int n = 0;
+  for (const kn_op *op = blk->first; op; op = op->next)
+    n += op->opc == KN_OP_MUL && op->res[0]->type.kind == KN_TY_TILE;
+  return n;
+}
+
+/* compiler/scale.c: ALiBi's shape, ((x * u) - (y * v)) * w, is three tile multiplies; the fold
+ * leaves two (x * (u w) - y * (v w)), only in a kernel with REASSOC = 1, and the host result
+ * stays within a few ulps of the interpreter's unfolded one (an ulp of each product, which the
+ * subtraction can magnify where the products nearly cancel: 8 ulps of the result allowed) */
+static void test_scale_fold(void **st) {
+  (void)st;
+  for (int allowed = 0; allowed < 2; allowed++) {
+    kn_module *m = kn_module_new(NULL);
+    kn_type pt[6] = {kn_ty_ptr(KN_F32), kn_ty_ptr(KN_F32), kn_ty_ptr(KN_F32),
+                     kn_ty_scalar(KN_F32), kn_ty_scalar(KN_F32), kn_ty_scalar(KN_F32)};
+    kn_func *k = kn_func_new(m, "k", true, 6, pt, NULL, 0, NULL);
+    if (allowed) kn_func_set_meta(k, "REASSOC", 1);
+    kn_builder b = kn_builder_at_end(m, k->body);
+    int32_t n16[1] = {16};
+    kn_value *x = load1(&b, kn_func_param(k, 0), KN_F32, 16);
+    kn_value *y = load1(&b, kn_func_param(k, 1), KN_F32, 16);
+    kn_value *u = kn_b_splat(&b, kn_func_param(k, 3), 1, n16);
+    kn_value *v = kn_b_splat(&b, kn_func_param(k, 4), 1, n16);
+    kn_value *w = kn_b_splat(&b, kn_func_param(k, 5), 1, n16);
+    kn_value *d = kn_b_binary(&b, KN_OP_SUB, kn_b_binary(&b, KN_OP_MUL, x, u),
+                              kn_b_binary(&b, KN_OP_MUL, v, y));
+    store1(&b, kn_b_binary(&b, KN_OP_MUL, d, w), kn_func_param(k, 2));
+    kn_b_return(&b, 0, NULL);
+    kn_module *c = kn_module_clone(m);
+    assert_int_equal(tile_muls(c->funcs[0]->body), 3);
+    int rewrites = kn_fold_scale(c);
+    kn_diag dg;
+    if (kn_verify(c, &dg)) fail_msg("folded IR: %s", dg.rendered);
+    assert_int_equal(tile_muls(c->funcs[0]->body), allowed ? 2 : 3);
+    assert_true(allowed ? rewrites > 0 : rewrites == 0);
+    kn_module_free(c);
+    bufspec bs[3] = {{KN_F32, 16, FILL_SMALL}, {KN_F32, 16, FILL_SMALL}, {KN_F32, 16, FILL_ZERO}};
+    kn_argval extra[3] = {{.f = 0.3}, {.f = -0.7}, {.f = 1.4426950408889634}};
+    run_opts o = {.extra = extra, .nextra = 3, .ulps = allowed ? 8 : 0};
+    check_kernel(m, 3, bs, &o);
+    kn_module_free(m);
+  }
+}
+
 /* func @scale(x: tile, s: f32) -> (tile, f32) called twice, and a func calling a func */
 static void test_call(void **st) {
   (void)st;
@@ -1045,6 +1093,7 @@ int main(void) {
       cmocka_unit_test(test_for),
       cmocka_unit_test(test_for_bad_step),
       cmocka_unit_test(test_call),
+      cmocka_unit_test(test_scale_fold),
       cmocka_unit_test(test_params),
       cmocka_unit_test(test_fold_consts),
       cmocka_unit_test(test_call_in_loop),

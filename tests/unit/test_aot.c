@@ -1,0 +1,615 @@
+/* test_aot.c — AOT bundles: the offload bundle and index readers (runtime/bundle.c), and kernels
+ * loaded through the public API from the bundle `kiln aot` built (api/bundle.c), on the HIP
+ * stand-in and the fake CUDA driver, against the float64 reference.
+ *
+ * Ways it runs (tests/CMakeLists.txt):
+ *   - test_aot: the readers alone (no device): a bundle written and read back, cut at every
+ *     length and with every header byte damaged (each a KN_E_CORRUPT with its reason, never a
+ *     read outside the bytes), and malformed index lines (file:line:col).
+ *   - test_aot_hip_fake (gfx942), test_aot_hip_fake_gfx90a, test_aot_cuda_fake: KILN_AOT_DIR is
+ *     the bundle of tests/aot/attention16.manifest (16 kernels x gfx90a, gfx942, sm_80, sm_90a,
+ *     built by the aot_bundle fixture).  A context with bundle = that directory and bundle_only
+ *     prepares all 16 without compiling (source KILN_SOURCE_BUNDLE, 0 compiles), and each runs on
+ *     ragged GQA inputs against kn_attn_reference_v: on HIP through the stand-in, whose runner
+ *     executes the emulated twin of the kernel the launched symbol names (so the code object's
+ *     metadata, the kernarg packing and the grid are what is checked); on CUDA through the fake
+ *     driver's float64 attention, which reads the launch's parameters.  Then: a descriptor the
+ *     bundle lacks (an error with bundle_only, compiled without), and a copy of the bundle with a
+ *     flipped byte, a truncated file and a malformed index: each a clear error.
+ *   - The generated C launcher (kiln aot --emit-c, docs/aot.md): when KILN_AOT_DIR holds
+ *     kiln_aot.c, it is compiled by the system's C compiler with no include path and linked into
+ *     a shared object (no kiln, no LLVM), loaded here, and its launch functions run on the same
+ *     device against the same reference.
+ * KILN_TEST_SEED replays the inputs.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* RTLD_NOLOAD */
+#endif
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "attention.h"
+#include "bundle.h"
+#include "emu.h"
+#include "fake_hip.h"
+#include "kiln.h"
+#include "numeric.h"
+#include "target.h"
+#include "test_api_util.h"
+#include "twin_args.h"
+
+static uint64_t seed = 1;
+static const char *aot_dir;
+
+/* ---- the readers, without a device ---- */
+
+static void test_bundle_round_trip(void **state) {
+  (void)state;
+  static const char a[] = "code object for gfx90a", b[] = "gfx942's";
+  kn_bundle_part parts[2] = {{"hipv4-amdgcn-amd-amdhsa--gfx90a", a, sizeof a},
+                             {"hipv4-amdgcn-amd-amdhsa--gfx942", b, sizeof b}};
+  void *buf;
+  size_t n;
+  kn_diag e;
+  assert_int_equal(kn_bundle_write(parts, 2, &buf, &n, &e), KN_OK);
+  assert_true(kn_bundle_is(buf, n));
+  const void *code;
+  size_t size;
+  assert_int_equal(kn_bundle_find(buf, n, "gfx942", &code, &size, &e), KN_OK);
+  assert_int_equal(size, sizeof b);
+  assert_memory_equal(code, b, sizeof b);
+  assert_int_equal((size_t)((const char *)code - (const char *)buf) % KN_BUNDLE_ALIGN, 0);
+  assert_int_equal(kn_bundle_find(buf, n, "gfx90a", &code, &size, &e), KN_OK);
+  assert_memory_equal(code, a, sizeof a);
+  /* a chip it lacks: the entries named (the host entry too) */
+  assert_int_equal(kn_bundle_find(buf, n, "gfx950", &code, &size, &e), KN_E_UNSUPPORTED);
+  assert_non_null(strstr(e.message, "hipv4-amdgcn-amd-amdhsa--gfx942"));
+  assert_non_null(strstr(e.message, "host-x86_64-unknown-linux-gnu-"));
+  /* cut at every length: an error with the reason, never a read past the bytes (each cut is a
+   * fresh allocation of exactly that size, so ASan would see one) */
+  for (size_t cut = 0; cut < n; cut += cut < 256 ? 1 : 509) {
+    void *c = malloc(cut ? cut : 1);
+    memcpy(c, buf, cut);
+    kn_status s = kn_bundle_find(c, cut, "gfx942", &code, &size, &e);
+    if (s == KN_OK) assert_true((const char *)code + size <= (const char *)c + cut);
+    else assert_true(e.message[0]);
+    /* the last entry's bytes cut off is always an error */
+    if (cut < n - KN_BUNDLE_ALIGN + sizeof b) assert_int_not_equal(s, KN_OK);
+    free(c);
+  }
+  /* every header byte damaged: found, or refused with a reason */
+  uint8_t *p = buf;
+  for (size_t i = 0; i < 200; i++) {
+    uint8_t keep = p[i];
+    p[i] ^= 0xa5;
+    kn_status s = kn_bundle_find(buf, n, "gfx942", &code, &size, &e);
+    if (s == KN_OK) assert_true((const uint8_t *)code + size <= p + n);
+    else assert_true(e.message[0]);
+    p[i] = keep;
+  }
+  free(buf);
+}
+
+static void expect_index_error_n(const char *text, size_t n, const char *where,
+                                 const char *what) {
+  kn_aot_index ix;
+  kn_diag e;
+  assert_int_equal(kn_aot_index_parse(text, n, "t/index.kiln", "t", &ix, &e), KN_E_CORRUPT);
+  if (!strstr(e.message, where) || !strstr(e.message, what))
+    fail_msg("index error '%s': wanted %s ... %s", e.message, where, what);
+}
+static void expect_index_error(const char *text, const char *where, const char *what) {
+  expect_index_error_n(text, strlen(text), where, what);
+}
+
+#define ENTRY "entry name=x symbol=attn_fwd_x arch=gfx942 desc=dtype=f16 seqlen=1-9 block_m=64 " \
+              "block_n=64 warps=4 stages=2 mfma=0 wgmma=0 threads=256 shared=0 file=x.hipfb " \
+              "bytes=10 xxh64=0123456789abcdef"
+
+static void test_index_errors(void **state) {
+  (void)state;
+  kn_aot_index ix;
+  kn_diag e;
+  const char *good = "# a comment\nkiln-aot-index 1\n" ENTRY "\n";
+  assert_int_equal(kn_aot_index_parse(good, strlen(good), "t/index.kiln", "t", &ix, &e), KN_OK);
+  assert_int_equal(ix.n, 1);
+  assert_string_equal(ix.e[0].symbol, "attn_fwd_x");
+  assert_int_equal(ix.e[0].file.xxh64, 0x0123456789abcdefull);
+  kn_aot_index_free(&ix);
+  expect_index_error("", "t/index.kiln:1:1:", "empty index");
+  expect_index_error("kiln-aot-index 2\n", "t/index.kiln:1:1:", "another version");
+  expect_index_error("kiln-aot-index 1\nkernel x\n", ":2:1:", "expected an 'entry' line");
+  expect_index_error("kiln-aot-index 1\n" ENTRY " colour=red\n", ":2:", "unknown field 'colour'");
+  expect_index_error("kiln-aot-index 1\nentry name=x\n", ":2:1:", "the entry has no symbol");
+  expect_index_error("kiln-aot-index 1\nentry name=x threads=0\n", ":2:22:", "threads must be");
+  expect_index_error("kiln-aot-index 1\nentry file=../x\n", ":2:12:", "a file name");
+  expect_index_error("kiln-aot-index 1\nentry seqlen=9-1\n", ":2:14:", "seqlen must be");
+  expect_index_error("kiln-aot-index 1\nentry xxh64=12\n", ":2:13:", "16 lowercase hex");
+  expect_index_error("kiln-aot-index 1\nentry grid=rows\n", ":2:12:", "grid rule");
+  expect_index_error("kiln-aot-index 1\nentry name\n", ":2:7:", "key=value");
+  expect_index_error_n("kiln-aot-index 1\n\0", 18, ":1:1:", "NUL");
+}
+
+/* the unique symbols: kn_func_rename on the template's kernel */
+static void test_rename(void **state) {
+  (void)state;
+  kn_attn_desc d = {.dtype = KN_F16, .head_dim = 64, .window = true}; /* + a library function */
+  kn_attn_config c = kn_attn_default_config(NULL, &d);
+  kn_diag e;
+  kn_module *m = api_build_module(&d, &c, &e);
+  assert_non_null(m);
+  kn_func *f = kn_module_find(m, "attn_fwd");
+  assert_non_null(f);
+  assert_int_equal(kn_func_rename(f, "attn_fwd_x"), 0);
+  assert_ptr_equal(kn_module_find(m, "attn_fwd_x"), f);
+  assert_null(kn_module_find(m, "attn_fwd"));
+  /* a name another function has is refused */
+  assert_true(m->nfuncs > 1);
+  kn_func *g = m->funcs[0] == f ? m->funcs[1] : m->funcs[0];
+  assert_int_equal(kn_func_rename(f, g->name), -1);
+  assert_string_equal(f->name, "attn_fwd_x");
+  kn_module_free(m);
+}
+
+/* ---- the device: the HIP stand-in or the fake CUDA driver ---- */
+
+static kn_device_kind kind;
+static kn_hip_device *hdev;
+static kn_cuda_device *cdev;
+static char chip[16];
+static void (*fake_cuda_attn)(int, int, int, int);
+static void (*fake_cuda_variant)(int, int);
+
+/* the stand-in's runner: the emulated twin of the kernel the launched symbol names */
+typedef struct twin {
+  char symbol[128];
+  kn_attn_desc desc;
+  kn_attn_config cfg;
+  kn_attn_sig sig;
+  kn_kernel *emu;
+} twin;
+static twin twins[64];
+static int ntwins;
+static pthread_mutex_t twin_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void twin_note(const char *symbol, const kiln_kernel *k) {
+  pthread_mutex_lock(&twin_mu);
+  int i = 0;
+  while (i < ntwins && strcmp(twins[i].symbol, symbol)) i++;
+  if (i == ntwins && ntwins < 64) {
+    twin *t = &twins[ntwins++];
+    snprintf(t->symbol, sizeof t->symbol, "%s", symbol);
+    t->desc = k->desc, t->cfg = k->cfg, t->sig = k->sig;
+  }
+  pthread_mutex_unlock(&twin_mu);
+}
+
+static int run_twin(void *user, const kn_fake_hip_launch *l, char *why, size_t n) {
+  (void)user;
+  pthread_mutex_lock(&twin_mu);
+  int rc = -1, i = 0;
+  while (i < ntwins && strcmp(twins[i].symbol, l->meta->name)) i++;
+  twin *t = i < ntwins ? &twins[i] : NULL;
+  kn_diag d;
+  if (!t) {
+    snprintf(why, n, "the launched kernel %s is none the test prepared", l->meta->name);
+    goto out;
+  }
+  if (!t->emu) {
+    char emu[32];
+    snprintf(emu, sizeof emu, "%s-emu", chip);
+    kn_module *m = api_build_module(&t->desc, &t->cfg, &d);
+    int bad = !m || kn_compile(m, "attn_fwd", kn_emu_target(emu), NULL, &t->emu, &d);
+    kn_module_free(m);
+    if (bad) {
+      snprintf(why, n, "twin for %s: %s", emu, d.message);
+      goto out;
+    }
+  }
+  if (l->nvalues != t->sig.n) {
+    snprintf(why, n, "%d explicit arguments decoded; the kernel has %d", l->nvalues, t->sig.n);
+    goto out;
+  }
+  kn_argval args[KN_ATTN_MAX_PARAMS];
+  twin_decode(&t->sig, l->values, args);
+  int grid[3] = {(int)l->grid[0], (int)l->grid[1], (int)l->grid[2]};
+  if (kn_emu_run(t->emu, args, grid, l->regions, l->nregions, NULL, &d)) {
+    snprintf(why, n, "%s", d.message);
+    goto out;
+  }
+  rc = 0;
+out:
+  pthread_mutex_unlock(&twin_mu);
+  return rc;
+}
+
+static bool open_device(void) {
+  static int state;
+  if (state) return state > 0;
+  state = -1;
+  if (!aot_dir) {
+    printf("  (KILN_AOT_DIR not set: no bundle to load)\n");
+    return false;
+  }
+  kn_device_list l;
+  kn_discover(&l);
+  const kn_device_info *di = NULL;
+  for (int i = 0; i < l.n && !di; i++)
+    if ((l.dev[i].kind == KN_DEVICE_HIP || l.dev[i].kind == KN_DEVICE_CUDA) && l.dev[i].target[0])
+      di = &l.dev[i];
+  if (!di) {
+    printf("  (no GPU: %s; %s)\n", l.hip.why.message, l.cuda.why.message);
+    return false;
+  }
+  kn_diag e;
+  kind = di->kind;
+  snprintf(chip, sizeof chip, "%s", di->target);
+  if (kind == KN_DEVICE_HIP) {
+    if (kn_hip_device_open(di->ordinal, di->arch, &hdev, &e)) fail_msg("%s", e.message);
+    const char *lib = getenv("KILN_HIP_LIBRARY");
+    void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    kn_fake_hip_set_runner_fn set =
+        h ? (kn_fake_hip_set_runner_fn)dlsym(h, "kn_fake_hip_set_runner") : NULL;
+    if (set) set(run_twin, NULL);
+  } else {
+    if (kn_cuda_device_open(di->ordinal, &cdev, &e)) fail_msg("%s", e.message);
+    const char *lib = getenv("KILN_CUDA_LIBRARY");
+    void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    if (h) {
+      *(void **)&fake_cuda_attn = dlsym(h, "kn_fake_cuda_attn");
+      *(void **)&fake_cuda_variant = dlsym(h, "kn_fake_cuda_attn_variant");
+    }
+  }
+  printf("  %s device %d: %s (%s)\n", kind == KN_DEVICE_HIP ? "HIP" : "CUDA", di->ordinal,
+         di->name, chip);
+  state = 1;
+  return true;
+}
+
+static void *dalloc(size_t n) {
+  kn_diag e;
+  if (kind == KN_DEVICE_HIP) {
+    void *p;
+    if (kn_hip_alloc(hdev, n, &p, &e)) fail_msg("%s", e.message);
+    return p;
+  }
+  kn_cuda_ptr p;
+  if (kn_cuda_alloc(cdev, n, &p, &e)) fail_msg("%s", e.message);
+  return (void *)(uintptr_t)p;
+}
+static void dfree(void *p) {
+  if (!p) return;
+  if (kind == KN_DEVICE_HIP) kn_hip_free(hdev, p, NULL);
+  else kn_cuda_free(cdev, (kn_cuda_ptr)(uintptr_t)p, NULL);
+}
+static void *upload(const void *h, size_t n) {
+  void *p = dalloc(n);
+  kn_diag e;
+  kn_status s = kind == KN_DEVICE_HIP ? kn_hip_copy_htod(hdev, p, h, n, &e)
+                                      : kn_cuda_copy_htod(cdev, (kn_cuda_ptr)(uintptr_t)p, h, n, &e);
+  if (s) fail_msg("%s", e.message);
+  return p;
+}
+static void download(void *h, const void *p, size_t n) {
+  kn_diag e;
+  kn_status s = kind == KN_DEVICE_HIP ? kn_hip_device_sync(hdev, &e) : kn_cuda_device_sync(cdev, &e);
+  if (!s) s = kind == KN_DEVICE_HIP ? kn_hip_copy_dtoh(hdev, h, p, n, &e)
+                                    : kn_cuda_copy_dtoh(cdev, h, (kn_cuda_ptr)(uintptr_t)p, n, &e);
+  if (s) fail_msg("%s", e.message);
+}
+
+/* the 16 kernels of tests/aot/attention16.manifest */
+typedef struct kcase {
+  char name[48];
+  kn_attn_desc d;
+} kcase;
+
+static kcase case_at(int i) {
+  kcase c;
+  memset(&c, 0, sizeof c);
+  c.d.dtype = i & 8 ? KN_BF16 : KN_F16;
+  c.d.head_dim = i & 4 ? 128 : 64;
+  c.d.causal = (i >> 1) & 1;
+  c.d.window = i & 1;
+  c.d.has_lse = !c.d.window;
+  snprintf(c.name, sizeof c.name, "%s_d%d%s_%s", kn_scalar_name(c.d.dtype), c.d.head_dim,
+           c.d.causal ? "_causal" : "", c.d.window ? "window" : "lse");
+  return c;
+}
+
+/* the launch under test: the API's kernel, or the generated launcher's function */
+typedef int (*launch_fn)(void *user, const kiln_attn_args *a);
+
+/* inputs for (d) at the shape, one launch, compared with the float64 reference; the message
+ * in why */
+static int check_launch(const kn_attn_desc *d, launch_fn launch, void *user, char *why, size_t nwhy) {
+  int B = 1, H = 2, HK = 1, NQ = 70, NK = 90;
+  kn_scalar t = d->dtype;
+  size_t es = kn_scalar_size(t), D = (size_t)d->head_dim;
+  size_t nq = (size_t)B * H * NQ * D, nk = (size_t)B * HK * NK * D, nl = (size_t)B * H * NQ;
+  char *h[3] = {malloc(nq * es), malloc(nk * es), malloc(nk * es)}, *ho = malloc(nq * es);
+  double *x[3] = {malloc(nq * 8), malloc(nk * 8), malloc(nk * 8)}, *ro = malloc(nq * 8);
+  double *rl = malloc(nl * 8);
+  float *hl = malloc(nl * 4);
+  size_t cnt[3] = {nq, nk, nk};
+  for (int a = 0; a < 3; a++)
+    for (size_t i = 0; i < cnt[a]; i++) {
+      x[a][i] = kn_round(t, normal(&seed));
+      kn_store_elem(t, h[a] + i * es, x[a][i]);
+    }
+  void *dq = upload(h[0], nq * es), *dk = upload(h[1], nk * es), *dv = upload(h[2], nk * es);
+  memset(ho, 0xff, nq * es);
+  memset(hl, 0xff, nl * 4);
+  void *dout = upload(ho, nq * es), *dl = d->has_lse ? upload(hl, nl * 4) : NULL;
+  kiln_attn_args a = {.q = dq, .k = dk, .v = dv, .o = dout, .lse = dl, .batch = B, .heads = H,
+                      .kv_heads = HK, .seqlen_q = NQ, .seqlen_k = NK};
+  kn_attn_vargs va = {.window_left = -1, .window_right = -1};
+  if (d->window) a.window_left = va.window_left = 24, a.window_right = va.window_right = 3;
+  if (fake_cuda_attn) fake_cuda_attn((int)es, t == KN_BF16, d->head_dim, d->causal);
+  if (fake_cuda_variant) fake_cuda_variant(d->window, 0);
+  int rc = launch(user, &a);
+  double err = 0, lerr = 0, tol = kn_attn_tolerance(t), ltol = kn_attn_lse_tolerance(t);
+  if (rc) {
+    snprintf(why, nwhy, "launch: %.300s", kiln_last_error());
+  } else {
+    download(ho, dout, nq * es);
+    if (dl) download(hl, dl, nl * 4);
+    kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = NQ, .seqlen_k = NK};
+    kn_diag e;
+    if (kn_attn_reference_v(d, NULL, &p, &va, x[0], x[1], x[2], ro, rl, &e))
+      fail_msg("reference: %s", e.message);
+    for (size_t i = 0; i < nq; i++) {
+      double y = fabs(kn_load_elem(t, ho + i * es) - ro[i]);
+      if (!(y <= err)) err = y;
+    }
+    for (size_t i = 0; dl && i < nl; i++) {
+      double y = isinf(rl[i]) && hl[i] == rl[i] ? 0 : fabs(hl[i] - rl[i]);
+      if (!(y <= lerr)) lerr = y;
+    }
+    snprintf(why, nwhy, "max|dO| %.2e (tol %.0e), max|dlse| %.2e (tol %.0e)", err, tol, lerr, ltol);
+  }
+  void *bufs[] = {dq, dk, dv, dout, dl};
+  for (int i = 0; i < 5; i++) dfree(bufs[i]);
+  for (int i = 0; i < 3; i++) free(h[i]), free(x[i]);
+  free(ho), free(ro), free(rl), free(hl);
+  return !rc && err <= tol && lerr <= ltol ? 0 : -1;
+}
+
+static int api_launch(void *user, const kiln_attn_args *a) {
+  return kiln_forward(user, a, NULL) ? -1 : 0;
+}
+
+static kiln_context *bundle_ctx(const char *bundle, int only, kiln_status want) {
+  kiln_context_options o = {.device = kind == KN_DEVICE_HIP ? "hip" : "cuda", .no_cache = 1,
+                            .tune_policy = KILN_TUNE_NONE, .bundle = bundle, .bundle_only = only};
+  kiln_context *ctx = NULL;
+  kiln_status s = kiln_context_create(&o, &ctx);
+  if (s != want) fail_msg("context on %s: %d, %s", bundle, s, kiln_last_error());
+  return ctx;
+}
+
+static kiln_status prepare(kiln_context *ctx, const kn_attn_desc *d, kiln_kernel **k) {
+  kiln_attn_desc pd = api_desc_to_public(d);
+  return kiln_prepare(ctx, &pd, NULL, k);
+}
+
+static void test_bundle_api(void **state) {
+  (void)state;
+  if (!open_device()) skip();
+  kiln_context *ctx = bundle_ctx(aot_dir, 1, KILN_OK);
+  int bad = 0;
+  double load_ms = 0, load_max = 0;
+  for (int i = 0; i < 16; i++) {
+    kcase c = case_at(i);
+    kiln_kernel *k;
+    if (prepare(ctx, &c.d, &k)) fail_msg("prepare %s: %s", c.name, kiln_last_error());
+    kiln_kernel_info info;
+    kiln_kernel_get_info(k, &info);
+    assert_int_equal(info.source, KILN_SOURCE_BUNDLE);
+    load_ms += info.prepare_ms;
+    if (info.prepare_ms > load_max) load_max = info.prepare_ms;
+    char symbol[128];
+    snprintf(symbol, sizeof symbol, "attn_fwd_%s", c.name);
+    twin_note(symbol, k);
+    char why[400];
+    int r = check_launch(&c.d, api_launch, k, why, sizeof why);
+    printf("  %-24s %s [%s]: %s %s\n", c.name, chip, info.target, why, r ? "FAIL" : "ok");
+    bad += r != 0;
+  }
+  kiln_stats st;
+  kiln_context_stats(ctx, &st);
+  assert_int_equal(st.compiles, 0);
+  assert_int_equal(st.bundle_loads, 16);
+  printf("  bundle load (prepare from the bundle): mean %.3f ms, max %.3f ms per kernel\n",
+         load_ms / 16, load_max);
+  /* a descriptor the bundle lacks: refused with bundle_only, naming the bundle */
+  kcase c = case_at(0);
+  c.d.head_dim = 96;
+  kiln_kernel *k;
+  assert_int_equal(prepare(ctx, &c.d, &k), KILN_ERR_UNSUPPORTED);
+  assert_non_null(strstr(kiln_last_error(), "has no kernel for [dtype=f16;d=96"));
+  kiln_context_destroy(ctx);
+  /* ... and compiled (JIT) in the full library without it */
+  ctx = bundle_ctx(aot_dir, 0, KILN_OK);
+  assert_int_equal(prepare(ctx, &c.d, &k), KILN_OK);
+  kiln_context_stats(ctx, &st);
+  assert_int_equal(st.compiles, 1);
+  assert_int_equal(st.bundle_loads, 0);
+  kiln_context_destroy(ctx);
+  assert_int_equal(bad, 0);
+}
+
+/* a copy of the bundle directory, damaged by `how` (a shell command run in it) */
+static char *damaged_copy(const char *how) {
+  char *dir = fresh_dir(), cmd[9000];
+  snprintf(cmd, sizeof cmd, "cp -r '%s'/. '%s' && cd '%s' && %s", aot_dir, dir, dir, how);
+  if (system(cmd)) fail_msg("%s failed", cmd);
+  return dir;
+}
+
+static void test_bundle_damaged(void **state) {
+  (void)state;
+  if (!open_device()) skip();
+  kcase c = case_at(5); /* f16_d128_window */
+  const char *file = kind == KN_DEVICE_HIP ? "attn_fwd_f16_d128_window.hipfb"
+                     : !strcmp(chip, "sm_90a") ? "attn_fwd_f16_d128_window.sm_90a.*"
+                                               : "attn_fwd_f16_d128_window.sm_80.*";
+  struct {
+    const char *how, *want;
+    kiln_status at_create, at_prepare;
+  } cases[] = {
+      /* one byte flipped in the middle of the file */
+      {"for f in %s; do printf '\\377' | dd of=$f bs=1 seek=3000 conv=notrunc status=none; done",
+       "checksum mismatch", KILN_OK, KILN_ERR_IO},
+      {"for f in %s; do truncate -s 2000 $f; done", "truncated", KILN_OK, KILN_ERR_IO},
+      {"for f in %s; do rm $f; done", "cannot open", KILN_OK, KILN_ERR_IO},
+      {"echo 'entry name=broken symbol' >> index.kiln; : %s", "index.kiln:66:19: expected key=value", KILN_ERR_IO, 0},
+      {"printf 'kiln-aot-index 7\\n' > index.kiln; : %s", "index.kiln:1:1:", KILN_ERR_IO, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char how[600];
+    snprintf(how, sizeof how, cases[i].how, file);
+    char *dir = damaged_copy(how);
+    kiln_context *ctx = bundle_ctx(dir, 1, cases[i].at_create);
+    if (cases[i].at_create) {
+      printf("  %-32.32s -> %s\n", how, kiln_last_error());
+      assert_non_null(strstr(kiln_last_error(), cases[i].want));
+    } else {
+      kiln_kernel *k;
+      kiln_status s = prepare(ctx, &c.d, &k);
+      printf("  %-32.32s -> %s\n", how, kiln_last_error());
+      assert_int_equal(s, cases[i].at_prepare);
+      assert_non_null(strstr(kiln_last_error(), cases[i].want));
+      /* the others still load */
+      kcase other = case_at(0);
+      assert_int_equal(prepare(ctx, &other.d, &k), KILN_OK);
+      kiln_context_destroy(ctx);
+    }
+    rm_dir(dir);
+  }
+}
+
+/* ---- the generated launcher ---- */
+
+/* kiln_aot_args of the generated kiln_aot.h (tools/aot_emit.c writes that struct; a field out of
+ * place gives wrong numbers below) */
+typedef struct launcher_args {
+  const void *q, *k, *v;
+  void *o;
+  float *lse;
+  int batch, heads, kv_heads, seqlen_q, seqlen_k;
+  float sm_scale;
+  int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3], lse_stride[2];
+  int window_left, window_right;
+  float softcap;
+} launcher_args;
+typedef int (*variant_fn)(const launcher_args *a, void *stream);
+static const char *(*launcher_error)(void);
+
+static int launcher_launch(void *user, const kiln_attn_args *a) {
+  launcher_args l = {.q = a->q, .k = a->k, .v = a->v, .o = a->o, .lse = a->lse,
+                     .batch = a->batch, .heads = a->heads, .kv_heads = a->kv_heads,
+                     .seqlen_q = a->seqlen_q, .seqlen_k = a->seqlen_k, .sm_scale = a->sm_scale,
+                     .window_left = a->window_left, .window_right = a->window_right,
+                     .softcap = a->softcap};
+  int rc = ((variant_fn)user)(&l, NULL);
+  if (rc) api_fail(KILN_ERR_RUNTIME, "%s", launcher_error());
+  return rc;
+}
+
+static void test_launcher(void **state) {
+  (void)state;
+  if (!open_device()) skip();
+  char src[4200];
+  snprintf(src, sizeof src, "%s/kiln_aot.c", aot_dir);
+  if (access(src, R_OK)) {
+    printf("  (no %s: the bundle was built without --emit-c)\n", src);
+    skip();
+  }
+  /* the twins of the HIP stand-in learn the kernels from a bundle context (no compile) */
+  kiln_context *ctx = bundle_ctx(aot_dir, 1, KILN_OK);
+  for (int i = 0; i < 16; i++) {
+    kcase c = case_at(i);
+    kiln_kernel *k;
+    if (prepare(ctx, &c.d, &k)) fail_msg("%s", kiln_last_error());
+    char symbol[128];
+    snprintf(symbol, sizeof symbol, "attn_fwd_%s", c.name);
+    twin_note(symbol, k);
+  }
+  /* a plain C compiler, no include path, no kiln, no LLVM */
+  const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+  char cmd[9000], so[4200];
+  snprintf(cmd, sizeof cmd, "%s --version >/dev/null 2>&1", cc);
+  if (system(cmd)) {
+    printf("  (no C compiler '%s' here: the launcher is not built)\n", cc);
+    kiln_context_destroy(ctx);
+    skip();
+  }
+  char *dir = fresh_dir();
+  snprintf(so, sizeof so, "%s/libkiln_aot.so", dir);
+  snprintf(cmd, sizeof cmd, "%s -std=c11 -O1 -Wall -Wextra -Werror -fPIC -shared -o '%s' '%s' "
+           "-ldl -lpthread", cc, so, src);
+  printf("  %s\n", cmd);
+  if (system(cmd)) fail_msg("the generated launcher does not compile");
+  void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  if (!h) fail_msg("%s", dlerror());
+  int (*init)(const char *);
+  const char *(*arch)(void);
+  *(void **)&init = dlsym(h, "kiln_aot_init");
+  *(void **)&arch = dlsym(h, "kiln_aot_arch");
+  *(void **)&launcher_error = dlsym(h, "kiln_aot_error");
+  assert_non_null(init);
+  assert_int_equal(init("metal"), -1);
+  assert_non_null(strstr(launcher_error(), "not hip, cuda or auto"));
+  if (init(kind == KN_DEVICE_HIP ? "hip" : "cuda")) fail_msg("init: %s", launcher_error());
+  assert_string_equal(arch(), chip);
+  int bad = 0;
+  for (int i = 0; i < 16; i++) {
+    kcase c = case_at(i);
+    char fn[96];
+    snprintf(fn, sizeof fn, "kiln_aot_%s", c.name);
+    void *f = dlsym(h, fn);
+    if (!f) fail_msg("the launcher has no %s", fn);
+    char why[400];
+    int r = check_launch(&c.d, launcher_launch, f, why, sizeof why);
+    printf("  %-24s %s (launcher): %s %s\n", c.name, arch(), why, r ? "FAIL" : "ok");
+    bad += r != 0;
+  }
+  /* a bad shape: refused before any launch */
+  variant_fn f0 = (variant_fn)dlsym(h, "kiln_aot_f16_d64_lse");
+  launcher_args l = {.batch = 1, .heads = 3, .kv_heads = 2, .seqlen_q = 4, .seqlen_k = 4};
+  assert_int_equal(f0(&l, NULL), -1);
+  assert_non_null(strstr(launcher_error(), "bad shape"));
+  kiln_context_destroy(ctx);
+  rm_dir(dir);
+  assert_int_equal(bad, 0);
+}
+
+int main(void) {
+  const char *s = getenv("KILN_TEST_SEED");
+  if (s) seed = strtoull(s, NULL, 0);
+  aot_dir = getenv("KILN_AOT_DIR");
+  if (aot_dir && !*aot_dir) aot_dir = NULL;
+  printf("seed %llu (KILN_TEST_SEED replays)\n", (unsigned long long)seed);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bundle_round_trip),
+      cmocka_unit_test(test_index_errors),
+      cmocka_unit_test(test_rename),
+      cmocka_unit_test(test_bundle_api),
+      cmocka_unit_test(test_bundle_damaged),
+      cmocka_unit_test(test_launcher),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
