@@ -16,6 +16,7 @@
 
 #include "attention.h"
 #include "attn_bwd.h"
+#include "attn_decode.h"
 #include "attn_launch_cuda.h"
 #include "bundle.h"
 #include "cache.h"
@@ -29,6 +30,20 @@
 #include "tunedb.h"
 
 #define API_MEMO_BUCKETS 256
+#define API_MAX_WS 8
+
+/* the kernels a descriptor compiles to: the forward (prefill) kernel and decode's two
+ * (templates/attn_decode.h); the symbol of each is api_kind_symbol's */
+typedef enum api_kind { API_FWD, API_DECODE, API_COMBINE } api_kind;
+const char *api_kind_symbol(api_kind kind);
+
+/* a decode workspace (f32 partial outputs and log-sum-exps), one per stream it was used on:
+ * launches on one stream are ordered, so they may share it */
+typedef struct api_ws {
+  void *stream;
+  void *ptr;     /* host memory, or a device pointer of the context's device */
+  size_t bytes;
+} api_ws;
 
 typedef struct memo_slot memo_slot;
 
@@ -37,6 +52,7 @@ struct kiln_context {
   kn_device_kind kind;         /* HOST, CUDA or HIP */
   kn_cuda_device *cuda;        /* CUDA: the device's primary context, retained for our life */
   int cuda_ordinal;
+  int compute_units;           /* SMs, CUs or CPU cores: decode's split heuristic */
   int64_t cuda_smem_optin;     /* CUDA: the most dynamic shared memory a block may opt into */
   kn_hip_device *hip;          /* HIP: the device (the runtime's ordinal and chip) */
   int hip_ordinal;
@@ -87,6 +103,7 @@ struct kiln_kernel {
   kiln_kernel_info info;
   kn_attn_desc desc;           /* desc.mods (and info.desc.mods) point at mods */
   kn_attn_config cfg;
+  api_kind kind;               /* which kernel of the descriptor this is */
   char *mods;                  /* the kernel's copy of the modifier text (NULL: none) */
   kn_attn_sig sig;             /* its parameters, from kiln_prepare: forward parses nothing */
   bool user_param[KN_ATTN_MAX_PARAMS]; /* sig parameter i takes a kiln_attn_args.mod_args value */
@@ -103,7 +120,36 @@ struct kiln_kernel {
   kn_hip_module *hip_mod;      /* HIP: the loaded code object and its kernel */
   kn_hip_kernel *hip_fn;
   int hip_threads;             /* HIP: work-items per workgroup (the code object's) */
+  /* decode (docs/serving.md), on a forward kernel: its descriptor's split and combine kernels,
+   * built at the first forward with seqlen_q <= KN_DECODE_MAX_Q (decode_status says how that
+   * went), and the workspaces, one per stream */
+  pthread_mutex_t decode_mu;
+  pthread_mutex_t decode_launch_mu; /* held from taking a workspace to the combine's launch (or
+                                       enqueue), so no two calls interleave on one workspace */
+  bool decode_tried;
+  kiln_status decode_status;
+  kiln_kernel *decode[2];
+  api_ws ws[API_MAX_WS];
+  int nws;
+  /* kiln_tune_decode's pieces for the problem it tuned (batch x kv heads, seqlen_k, seqlen_q):
+   * forwards of that problem use them (KILN_DECODE_SPLITS still overrides) */
+  int tuned_splits, tuned_bk, tuned_nk, tuned_nq;
 };
+
+/* the combine kernel's fixed tiling (it has no dot: one warp over 16 rows) */
+#define API_COMBINE_CONFIG ((kn_attn_config){.block_m = 16, .block_n = 16, .warps = 1, .stages = 1})
+
+/* kiln.c, decode (docs/serving.md): whether forward k serves call a with the decode kernels;
+ * their build (once per kernel); the decode launch of checked forward arguments; one launch of
+ * any kernel on its device; the memo's kernel of (d, c, kind) */
+bool api_decode_wanted(const kiln_kernel *k, const kiln_attn_args *a);
+kiln_status api_decode_kernels(kiln_kernel *k);
+kiln_status api_decode_forward(kiln_kernel *k, const kn_attn_problem *p, const kn_attn_vargs *va,
+                               const kn_argval *args, void *stream);
+kiln_status api_launch_kernel(kiln_kernel *k, const kn_argval *args, const int grid[3],
+                              void *stream);
+kiln_status api_get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
+                           const kn_attn_config *c, bool tuned, api_kind kind, kiln_kernel **out);
 
 /* kiln.c */
 kiln_status api_fail(kiln_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -137,16 +183,23 @@ kiln_status api_mod_args(const kn_attn_sig *sig, const bool *user, const kiln_mo
 /* "<kname> [<descriptor key>] [<config key>]": what logs and errors call a kernel */
 void api_describe(const char *kname, const kn_attn_desc *d, const kn_attn_config *c, char *out,
                   size_t n);
+/* the same for any kernel of the descriptor: "attn_decode [...] [...]" */
+void api_describe_kind(api_kind kind, const kn_attn_desc *d, const kn_attn_config *c, char *out,
+                       size_t n);
 /* the tuning database's key: template "fwd", variant = the descriptor's canonical key */
 void api_tune_key(const kiln_context *ctx, const kn_attn_desc *d, int seqlen, kn_tune_key *key);
 /* the template's tiling of a point of the tuning space or a tuning record: its block_m, block_n,
  * warps, stages, and wgmma when its matrix instruction is one of sm_90a's wgmma entries (the
  * space's matrix axis lists the registry's instructions) */
 kn_attn_config api_config_of(const kn_tune_config *tc);
-/* builds the template of kernel kname ("attn_fwd", or a backward kernel: the module then holds
- * all three) for (d, c) into a fresh module; NULL with the reason in *diag */
+/* builds the template of kernel kname ("attn_fwd", "attn_decode", "attn_decode_combine", or a
+ * backward kernel: the module then holds all three) for (d, c) into a fresh module; NULL with the
+ * reason in *diag */
 kn_module *api_build_module(const char *kname, const kn_attn_desc *d, const kn_attn_config *c,
                             kn_diag *diag);
+/* the same for kernel `kind` of the descriptor */
+kn_module *api_build_module_of(api_kind kind, const kn_attn_desc *d, const kn_attn_config *c,
+                               kn_diag *diag);
 /* the cache key of kernel kname of module m, built from (d, c), on the context's target */
 kn_cache_key api_cache_key(const kiln_context *ctx, const char *kname, const kn_attn_desc *d,
                            const kn_attn_config *c, const kn_module *m);

@@ -94,6 +94,7 @@ kiln_status api_cuda_open(kiln_context *ctx, const kn_device_info *dev, const ch
   ctx->kind = KN_DEVICE_CUDA;
   ctx->cuda_ordinal = dev->ordinal;
   ctx->cuda_smem_optin = p->shared_per_block_optin;
+  ctx->compute_units = p->sm_count > 0 ? p->sm_count : dev->compute_units;
   /* (an H100 and an H200 are both sm_90a but need not agree on a tiling) */
   api_gpu_target(ctx, a, p->name);
   return KILN_OK;

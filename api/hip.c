@@ -37,6 +37,7 @@ kiln_status api_hip_open(kiln_context *ctx, const kn_device_info *dev, const cha
   if (kn_hip_device_open(dev->ordinal, dev->arch, &ctx->hip, &e) != KN_OK)
     return hip_fail(KILN_ERR_NO_DEVICE, "opening the HIP device", &e);
   ctx->kind = KN_DEVICE_HIP;
+  ctx->compute_units = dev->compute_units > 0 ? dev->compute_units : 1;
   ctx->hip_ordinal = dev->ordinal;
   /* (an MI300X and an MI300A are both gfx942 but need not agree on a tiling) */
   api_gpu_target(ctx, a, dev->name);

@@ -182,7 +182,20 @@ static void memo_finish(kiln_context *ctx, const char *key, kiln_kernel *k, bool
 
 /* ---- context ---- */
 
+static void ws_free(kiln_context *ctx, api_ws *w) {
+  kn_diag e;
+  if (!w->ptr) return;
+  if (ctx->kind == KN_DEVICE_CUDA) kn_cuda_free(ctx->cuda, (kn_cuda_ptr)(uintptr_t)w->ptr, &e);
+  else if (ctx->kind == KN_DEVICE_HIP) kn_hip_free(ctx->hip, w->ptr, &e);
+  else free(w->ptr);
+  w->ptr = NULL;
+  w->bytes = 0;
+}
+
 static void kernel_free(kiln_kernel *k) {
+  for (int i = 0; i < k->nws; i++) ws_free(k->ctx, &k->ws[i]);
+  pthread_mutex_destroy(&k->decode_mu);
+  pthread_mutex_destroy(&k->decode_launch_mu);
   if (k->obj) api_the_compiler.host_unload(k->obj);
   api_cuda_unload(k);
   api_hip_unload(k);
@@ -325,6 +338,8 @@ static kiln_status pick_host(kiln_context *ctx, const char *device_name) {
   snprintf(ctx->arch, sizeof ctx->arch, "host-%.26s", cpu);
   if (api_the_compiler.target_id(ctx->target_arch, ctx->target_id, sizeof ctx->target_id))
     return api_fail(KILN_ERR_UNSUPPORTED, "host target description too long");
+  const kn_device_info *host = discovered.n ? &discovered.dev[discovered.n - 1] : NULL;
+  ctx->compute_units = host && host->kind == KN_DEVICE_HOST ? host->compute_units : 1;
   return KILN_OK;
 }
 
@@ -558,15 +573,30 @@ static const char *unpack(const uint8_t *p, size_t size, char *symbol, size_t sy
   return NULL;
 }
 
+const char *api_kind_symbol(api_kind kind) {
+  return kind == API_DECODE ? "attn_decode" : kind == API_COMBINE ? "attn_decode_combine"
+                                                                  : "attn_fwd";
+}
+
+kn_module *api_build_module_of(api_kind kind, const kn_attn_desc *d, const kn_attn_config *c,
+                               kn_diag *diag) {
+  return api_build_module(api_kind_symbol(kind), d, c, diag);
+}
+
 kn_module *api_build_module(const char *kname, const kn_attn_desc *d, const kn_attn_config *c,
                             kn_diag *diag) {
   const bool bwd = strncmp(kname, "attn_bwd", 8) == 0;
-  kn_module *m = kn_module_new(bwd ? "<attn_bwd>" : "<attn_fwd>");
+  const bool dec = strcmp(kname, "attn_decode") == 0;
+  const bool comb = strcmp(kname, "attn_decode_combine") == 0;
+  kn_module *m = kn_module_new(bwd ? "<attn_bwd>" : dec || comb ? "<attn_decode>" : "<attn_fwd>");
   if (!m) {
     snprintf(diag->message, sizeof diag->message, "out of memory");
     return NULL;
   }
-  if (bwd ? kn_attn_bwd_build(m, d, c, diag) != 0 : !kn_attn_fwd_build(m, d, c, diag)) {
+  if (bwd ? kn_attn_bwd_build(m, d, c, diag) != 0
+          : !(dec    ? kn_attn_decode_build(m, d, c, diag)
+              : comb ? kn_attn_decode_combine_build(m, d, diag)
+                     : kn_attn_fwd_build(m, d, c, diag))) {
     kn_module_free(m);
     return NULL;
   }
@@ -642,6 +672,11 @@ void api_describe(const char *kname, const kn_attn_desc *d, const kn_attn_config
   snprintf(out, n, "%s [%s] [%s]", kname, dk, ck);
 }
 
+void api_describe_kind(api_kind kind, const kn_attn_desc *d, const kn_attn_config *c, char *out,
+                       size_t n) {
+  api_describe(api_kind_symbol(kind), d, c, out, n);
+}
+
 kn_status api_cache_get(kiln_context *ctx, const kn_cache_key *key, const char *hex,
                         void **payload, size_t *size) {
   *payload = NULL;
@@ -687,10 +722,10 @@ static int load_cached(kiln_context *ctx, const kn_cache_key *key, const char *h
   return -1;
 }
 
-/* a new kernel of ctx, its kernel kname, for (d, c, sig), nothing loaded yet; NULL when out of
- * memory */
+/* a new kernel of ctx, its kernel kname (kernel `kind` of the descriptor: API_FWD for a forward
+ * or a backward part), for (d, c, sig), nothing loaded yet; NULL when out of memory */
 static kiln_kernel *kernel_new(kiln_context *ctx, const char *kname, const kn_attn_desc *d,
-                               const kn_attn_sig *sig, const kn_attn_config *c) {
+                               const kn_attn_sig *sig, const kn_attn_config *c, api_kind kind) {
   kiln_kernel *k = calloc(1, sizeof *k);
   if (!k || (d->mods && !(k->mods = strdup(d->mods)))) {
     free(k);
@@ -703,9 +738,12 @@ static kiln_kernel *kernel_new(kiln_context *ctx, const char *kname, const kn_at
   k->desc.mods = k->mods;
   k->desc.mods_file = NULL;
   k->cfg = *c;
+  k->kind = kind;
   k->sig = *sig;
   k->n_user_params = api_user_params(d, sig, k->user_param);
   pthread_mutex_init(&k->launch_mu, NULL);
+  pthread_mutex_init(&k->decode_mu, NULL);
+  pthread_mutex_init(&k->decode_launch_mu, NULL);
   return k;
 }
 
@@ -728,8 +766,10 @@ static void kernel_loaded(kiln_context *ctx, kiln_kernel *k, const char *what, d
           what, k->info.prepare_ms, k->info.cache_key);
 }
 
+/* be: the AOT bundle's entry of a forward kernel (NULL: compile or take it from the cache) */
 static kiln_status build_kernel(kiln_context *ctx, const char *kname, const kn_attn_desc *d,
                                 const kn_attn_sig *sig, const kn_attn_config *c, bool tuned,
+                                api_kind kind,
                                 const kn_aot_entry *be, kiln_kernel **out) {
   double t0 = now_ms();
   kn_diag diag;
@@ -737,7 +777,7 @@ static kiln_status build_kernel(kiln_context *ctx, const char *kname, const kn_a
   api_describe(kname, d, c, what, sizeof what);
   if (be) {
     /* the compile-free path: nothing of the template is built */
-    kiln_kernel *k = kernel_new(ctx, kname, d, sig, c);
+    kiln_kernel *k = kernel_new(ctx, kname, d, sig, c, kind);
     if (!k) return api_fail(KILN_ERR_NOMEM, "out of memory");
     kiln_status s = api_bundle_load(ctx, k, be, what);
     if (s) {
@@ -750,7 +790,7 @@ static kiln_status build_kernel(kiln_context *ctx, const char *kname, const kn_a
   }
   kn_module *m = api_build_module(kname, d, c, &diag);
   if (!m) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
-  kiln_kernel *k = kernel_new(ctx, kname, d, sig, c);
+  kiln_kernel *k = kernel_new(ctx, kname, d, sig, c, kind);
   if (!k) {
     kn_module_free(m);
     return api_fail(KILN_ERR_NOMEM, "out of memory");
@@ -794,6 +834,7 @@ static kiln_status build_kernel(kiln_context *ctx, const char *kname, const kn_a
 /* the second memo level: one kernel per (descriptor, tiling) */
 static kiln_status get_kernel(kiln_context *ctx, const char *kname, const kn_attn_desc *d,
                               const kn_attn_sig *sig, const kn_attn_config *c, bool tuned,
+                              api_kind kind,
                               const kn_aot_entry *be, kiln_kernel **out) {
   char key[2 * KN_ATTN_KEY_MAX + 64], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(d, dk, sizeof dk);
@@ -803,10 +844,16 @@ static kiln_status get_kernel(kiln_context *ctx, const char *kname, const kn_att
   if (m > 0) return KILN_OK;
   if (m < 0) return api_fail(KILN_ERR_NOMEM, "out of memory");
   kiln_kernel *k = NULL;
-  kiln_status s = build_kernel(ctx, kname, d, sig, c, tuned, be, &k);
+  kiln_status s = build_kernel(ctx, kname, d, sig, c, tuned, kind, be, &k);
   memo_finish(ctx, key, s ? NULL : k, true);
   *out = k;
   return s;
+}
+
+kiln_status api_get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
+                           const kn_attn_config *c, bool tuned, api_kind kind,
+                           kiln_kernel **out) {
+  return get_kernel(ctx, api_kind_symbol(kind), d, sig, c, tuned, kind, NULL, out);
 }
 
 /* ---- the descriptor: the one conversion between kiln.h's and the template's ---- */
@@ -1130,7 +1177,7 @@ kiln_status kiln_prepare(kiln_context *ctx, const kiln_attn_desc *desc,
                  ctx->bundle.path[0] ? ctx->bundle.path : "(none)", dk,
                  is_forced ? " with the forced tiling" : "", ctx->target_name);
   if (!s && !be) s = resolve_config(ctx, &d, &sig, o, policy, seqlen, &c, &tuned);
-  if (!s) s = get_kernel(ctx, "attn_fwd", &d, &sig, &c, tuned, be, &k);
+  if (!s) s = get_kernel(ctx, "attn_fwd", &d, &sig, &c, tuned, API_FWD, be, &k);
   memo_finish(ctx, key, s ? NULL : k, false);
   if (s) {
     api_log(ctx, KILN_LOG_ERROR, "prepare: %s", tl_error);
@@ -1484,6 +1531,161 @@ static kiln_status check_extents(const kn_attn_desc *d, const kiln_attn_args *a,
   return KILN_OK;
 }
 
+/* ---- decode (docs/serving.md) ---- */
+
+/* does forward k serve this call with the decode kernels?  Dense, 1..KN_DECODE_MAX_Q query rows,
+ * a variant decode takes, and KILN_DECODE not "0" (the prefill kernel then serves it, as before
+ * decode existed).  Paged layouts keep the prefill kernel (attn_paged.c), and so does a kernel
+ * of an AOT bundle or a context that may not compile: bundles hold no decode kernels. */
+bool api_decode_wanted(const kiln_kernel *k, const kiln_attn_args *a) {
+  if (k->kind != API_FWD || k->desc.layout != KN_ATTN_DENSE) return false;
+  if (k->info.source == KILN_SOURCE_BUNDLE || k->ctx->bundle_only) return false;
+  if (a->seqlen_q < 1 || a->seqlen_q > KN_DECODE_MAX_Q) return false;
+  const char *e = getenv("KILN_DECODE");
+  if (e && !strcmp(e, "0")) return false;
+  kn_attn_config c = kn_attn_decode_default_config(k->ctx->target_arch, &k->desc);
+  kn_diag diag;
+  return kn_attn_decode_check(k->ctx->target_arch, &k->desc, &c, &diag) == 0;
+}
+
+/* the split and combine kernels of k's descriptor, built once (memoised in the context, so
+ * every forward kernel of one descriptor shares them) */
+kiln_status api_decode_kernels(kiln_kernel *k) {
+  pthread_mutex_lock(&k->decode_mu);
+  if (!k->decode_tried) {
+    kiln_context *ctx = k->ctx;
+    const kn_arch *arch = ctx->target_arch;
+    kn_attn_config c = kn_attn_decode_default_config(arch, &k->desc);
+    const kn_attn_config cc = API_COMBINE_CONFIG;
+    kn_attn_sig sig;
+    kn_diag diag;
+    kiln_status s = KILN_OK;
+    /* KILN_DECODE_BLOCK_N: the keys per block (a measuring knob, bench/h200/kiln_decode_bench) */
+    const char *bn = getenv("KILN_DECODE_BLOCK_N");
+    if (bn && atoi(bn) > 0) {
+      c.block_n = atoi(bn);
+      if (kn_attn_decode_check(arch, &k->desc, &c, &diag))
+        s = api_fail(KILN_ERR_INVALID, "KILN_DECODE_BLOCK_N=%s: %s", bn, diag.message);
+    }
+    for (int i = 0; i < 2 && !s; i++) {
+      if (kn_attn_decode_signature(&k->desc, i, &sig, &diag))
+        s = api_fail(KILN_ERR_INVALID, "decode: %s", diag.message);
+      else
+        s = api_get_kernel(ctx, &k->desc, &sig, i ? &cc : &c, false,
+                           i ? API_COMBINE : API_DECODE, &k->decode[i]);
+    }
+    k->decode_tried = true;
+    k->decode_status = s;
+  }
+  kiln_status s = k->decode_status;
+  pthread_mutex_unlock(&k->decode_mu);
+  if (s) return api_fail(s, "kiln_forward: the decode kernels could not be built (KILN_DECODE=0 "
+                         "serves decode with the prefill kernel)");
+  return KILN_OK;
+}
+
+/* the workspace of stream, at least `bytes` (grown by replacing it: the device frees the old
+ * one once the work queued on it is done) */
+static kiln_status decode_ws(kiln_kernel *k, void *stream, size_t bytes, void **out) {
+  kiln_context *ctx = k->ctx;
+  pthread_mutex_lock(&k->decode_mu);
+  api_ws *w = NULL;
+  for (int i = 0; i < k->nws && !w; i++)
+    if (k->ws[i].stream == stream) w = &k->ws[i];
+  if (!w && k->nws < API_MAX_WS) w = &k->ws[k->nws++], w->stream = stream;
+  kiln_status s = KILN_OK;
+  if (!w) {
+    s = api_fail(KILN_ERR_UNSUPPORTED, "kiln_forward: decode on more than %d streams with one "
+                 "kernel (prepare a kernel per group of streams)", API_MAX_WS);
+  } else if (w->bytes < bytes) {
+    ws_free(ctx, w);
+    kn_diag e;
+    kn_cuda_ptr dp = 0;
+    void *p = NULL;
+    if (ctx->kind == KN_DEVICE_CUDA) {
+      if (kn_cuda_alloc(ctx->cuda, bytes, &dp, &e) == KN_OK) p = (void *)(uintptr_t)dp;
+    } else if (ctx->kind == KN_DEVICE_HIP) {
+      if (kn_hip_alloc(ctx->hip, bytes, &p, &e) != KN_OK) p = NULL;
+    } else {
+      p = malloc(bytes);
+    }
+    if (!p) s = api_fail(KILN_ERR_NOMEM, "kiln_forward: the decode workspace of %zu bytes could "
+                         "not be allocated", bytes);
+    w->ptr = p;
+    w->bytes = p ? bytes : 0;
+  }
+  *out = w ? w->ptr : NULL;
+  pthread_mutex_unlock(&k->decode_mu);
+  return s;
+}
+
+kiln_status api_launch_kernel(kiln_kernel *k, const kn_argval *args, const int grid[3],
+                              void *stream) {
+  kiln_context *ctx = k->ctx;
+  if (ctx->kind == KN_DEVICE_CUDA) return api_cuda_forward(k, args, grid, stream);
+  if (ctx->kind == KN_DEVICE_HIP) return api_hip_forward(k, args, grid, stream);
+  kn_diag diag;
+  pthread_mutex_lock(&k->launch_mu);
+  int rc = api_the_compiler.host_run(k->obj, args, grid, &diag);
+  pthread_mutex_unlock(&k->launch_mu);
+  return rc ? api_fail(KILN_ERR_RUNTIME, "%s", diag.message) : KILN_OK;
+}
+
+static kiln_status decode_launch(kiln_kernel *k, kiln_kernel *ks, const kn_attn_problem *p,
+                                 const kn_decode_plan *plan, const kn_attn_vargs *va,
+                                 const kn_argval *args, void *ws, size_t lse_at, void *stream);
+
+/* The decode launch of forward k: args are the forward's, checked, with the caller's strides.
+ * The split kernel takes them (and the variant's) followed by its own four; the combine kernel
+ * the output's.  Pieces: KILN_DECODE_SPLITS, else the heuristic over the device's units. */
+kiln_status api_decode_forward(kiln_kernel *k, const kn_attn_problem *p, const kn_attn_vargs *va,
+                               const kn_argval *args, void *stream) {
+  kiln_status s = api_decode_kernels(k);
+  if (s) return s;
+  kiln_kernel *ks = k->decode[0];
+  const char *e = getenv("KILN_DECODE_SPLITS");
+  int want = e ? atoi(e) : 0;
+  if (!e) {  /* kiln_tune_decode's choice for this problem, if it tuned one like it */
+    pthread_mutex_lock(&k->decode_mu);
+    if (k->tuned_splits && k->tuned_bk == p->batch * p->kv_heads && k->tuned_nk == p->seqlen_k &&
+        k->tuned_nq == p->seqlen_q)
+      want = k->tuned_splits;
+    pthread_mutex_unlock(&k->decode_mu);
+  }
+  kn_decode_plan plan = kn_attn_decode_plan(&k->desc, &ks->cfg, p, k->ctx->compute_units, want);
+  size_t lse_at = (plan.ws_o_bytes + 255) / 256 * 256;
+  void *ws = NULL;
+  /* two calls on one stream (the host's, or a shared GPU stream) must not interleave their
+   * split and combine launches on its workspace: each takes the lock for its pair (on a GPU
+   * only the enqueueing; stream order does the rest) */
+  pthread_mutex_lock(&k->decode_launch_mu);
+  s = decode_ws(k, stream, lse_at + plan.ws_lse_bytes, &ws);
+  if (!s) s = decode_launch(k, ks, p, &plan, va, args, ws, lse_at, stream);
+  pthread_mutex_unlock(&k->decode_launch_mu);
+  return s;
+}
+
+/* the two launches of a decode call on workspace ws (its lse part at byte lse_at) */
+static kiln_status decode_launch(kiln_kernel *k, kiln_kernel *ks, const kn_attn_problem *p,
+                                 const kn_decode_plan *plan, const kn_attn_vargs *va,
+                                 const kn_argval *args, void *ws, size_t lse_at, void *stream) {
+  kiln_kernel *kc = k->decode[1];
+  kiln_status s;
+  float *ws_o = ws, *ws_lse = (float *)((char *)ws + lse_at);
+  kn_argval sa[KN_ATTN_MAX_PARAMS + KN_DECODE_NPARAMS], ca[KN_DECODE_COMBINE_NPARAMS];
+  int sg[3], cg[3];
+  kn_diag diag;
+  if (kn_attn_decode_fill_args(&k->desc, &k->sig, &ks->cfg, p, plan, args[0].p, args[1].p,
+                               args[2].p, args[3].p, args[4].p, ws_o, ws_lse, va, sa, sg, ca, cg,
+                               &diag))
+    return api_fail(KILN_ERR_INVALID, "kiln_forward: %s", diag.message);
+  /* the caller's strides and the variant's values, as forward computed them */
+  memcpy(sa, args, sizeof *args * (size_t)k->sig.n);
+  for (int i = 0; i < 5; i++) ca[KN_DECODE_C_O_SB + i].i = args[ARG_O_SB + i].i;
+  if ((s = api_launch_kernel(ks, sa, sg, stream))) return s;
+  return api_launch_kernel(kc, ca, cg, stream);
+}
+
 /* the index of kernel parameter `name` (the paged ones are always there) */
 static int sig_at(const kn_attn_sig *sig, const char *name) {
   for (int i = 0; i < sig->n; i++)
@@ -1629,7 +1831,14 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
     atomic_fetch_add(&k->ctx->stats.launches, 1);
     return KILN_OK;
   }
-  if ((s = launch(k, args, grid, stream))) return s;
+  /* dense forwards of 1..KN_DECODE_MAX_Q query rows take the split-KV decode kernels (paged,
+   * bundle and bundle_only keep the prefill kernel: api_decode_wanted).  Without a compiler,
+   * decode's kernels come from the cache or not at all: the prefill kernel then serves the call */
+  if (api_decode_wanted(k, a) && (api_the_compiler.present || api_decode_kernels(k) == KILN_OK)) {
+    if ((s = api_decode_forward(k, &p, &va, args, stream))) return s;
+  } else if ((s = launch(k, args, grid, stream))) {
+    return s;
+  }
   atomic_fetch_add(&k->ctx->stats.launches, 1);
   return KILN_OK;
 }
@@ -1680,7 +1889,8 @@ kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
   if (!s && d.mods && !(k->mods = strdup(d.mods))) s = api_fail(KILN_ERR_NOMEM, "out of memory");
   double t0 = now_ms();
   for (int w = 0; !s && w < KN_BWD_NKERNELS; w++)
-    s = get_kernel(ctx, kn_attn_bwd_kernels[w], &d, &bsig, &c, false, NULL, &k->part[w]);
+    s = get_kernel(ctx, kn_attn_bwd_kernels[w], &d, &bsig, &c, false, API_FWD, NULL,
+                   &k->part[w]);
   if (!s) {
     k->ctx = ctx;
     k->kname = "attn_bwd";

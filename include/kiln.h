@@ -495,6 +495,7 @@ typedef struct kiln_tune_candidate {
   double compile_ms;
   uint64_t tile_bytes;       /* the resource its compiled code reports (host: tile storage) */
   char note[160];            /* why INVALID / PRUNED / FAILED / WRONG */
+  int decode_splits;         /* kiln_tune_decode: the KV pieces (0 for kiln_tune) */
 } kiln_tune_candidate;
 
 typedef struct kiln_tune_result {
@@ -514,6 +515,19 @@ typedef struct kiln_tune_result {
 kiln_status kiln_tune(kiln_context *ctx, const kiln_attn_desc *desc,
                       const kiln_prepare_options *options, kiln_tune_result *out);
 void kiln_tune_result_free(kiln_tune_result *r);
+
+/* Tunes decode (docs/serving.md) for the call `args` of forward kernel k (dense, seqlen_q 1..16:
+ * a call kiln_forward serves with the decode kernels), on its buffers and stream: the split
+ * kernel's block_n (16, 32, 64, 128, those the device takes) x the KV pieces (the heuristic's,
+ * 1, 2, 4, ..., 128), each candidate's output first compared with the default decode kernels'
+ * (a WRONG one is never chosen), then timed (options' tune_warmup / tune_repeats; NULL: 2 and
+ * 7).  The fastest stays with k: later forwards of the same batch x kv heads, seqlen_k and
+ * seqlen_q use it (not recorded in the tuning database).  Overwrites o and lse (with the
+ * answer); no forward of k may run meanwhile.  *out (may be NULL): the candidates, their
+ * decode_splits set.  KILN_ERR_INVALID for a call decode does not serve or with
+ * KILN_DECODE_SPLITS set. */
+kiln_status kiln_tune_decode(kiln_kernel *k, const kiln_attn_args *args, void *stream,
+                             const kiln_prepare_options *options, kiln_tune_result *out);
 
 /* ---- the cache directory (what `kiln cache ls|verify|clear` shows and does) ---- */
 

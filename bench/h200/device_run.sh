@@ -19,6 +19,8 @@
 #   steps "backward" and "sdpa_bwd" (issue 14): `kiln run --backward --target sm_90a` checks
 #                       and kiln_bwd_bench (KILN_BWD_ARGS, e.g. "--quick" or "--tilings"; pack
 #                       it: KILN_STATIC_TARGETS), and sdpa_bwd_anchor.py (KILN_SDPA_BWD_ARGS)
+#   KILN_DECODE_ARGS    extra arguments for kiln_decode_bench (step decode; e.g. "--sweep");
+#                       step decode also runs `sdpa_anchor.py --decode` (FA2, cuDNN)
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -196,6 +198,19 @@ if want sdpa_bwd; then
   step "sdpa backward anchor" "$out/sdpa_bwd.log" 560 env PYTHONUNBUFFERED=1 python3 \
     "$here/sdpa_bwd_anchor.py" --csv "$out/sdpa_bwd.csv" ${KILN_SDPA_BWD_ARGS:-}
   grep -E "^(\||# )" "$out/sdpa_bwd.log" >>"$summary"
+# ---- decode (issue 12): kiln's split-KV decode through the API, then SDPA's on the same shapes ----
+if want decode; then
+  if [ -x "$bin/kiln_decode_bench" ]; then
+    # shellcheck disable=SC2086
+    step "kiln decode" "$out/decode.log" 540 "$bin/kiln_decode_bench" ${KILN_DECODE_ARGS:-}
+    grep -E "^(\||# |PASS|FAIL)" "$out/decode.log" >>"$summary"
+  else
+    note "FAIL  kiln_decode_bench: not in the pack"
+    failed=$((failed + 1))
+  fi
+  step "sdpa decode anchor" "$out/sdpa_decode.log" 420 env PYTHONUNBUFFERED=1 python3 \
+    "$here/sdpa_anchor.py" --decode --csv "$out/sdpa_decode.csv"
+  grep -E "^(\||# )" "$out/sdpa_decode.log" >>"$summary"
 fi
 
 note "failed steps: $failed"

@@ -13,6 +13,11 @@ backend's output is compared with the math backend in float32 on a small slice
 (||out - ref|| / ||ref||); a backend the build or the card lacks is reported "n/a" with the reason.
 
 Prints a markdown table (one row per dtype, D, causal, N) and, with --csv, writes every number.
+
+--decode: the decode table of bench/h200/kiln_decode_bench.c instead: one query row per sequence,
+B {1, 16, 64} x Nk {4k, 32k, 128k}, 32 query heads on 8 kv heads (enable_gqa=True), D 128, f16;
+TB/s counts the unique bytes of K and V (2 x B x 8 x Nk x 128 x 2), each backend checked first
+against the float32 math backend on batch 1 (with the kv heads repeated).
 """
 import argparse
 import csv
@@ -32,7 +37,87 @@ def parse_args():
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--quick", action="store_true", help="N 1k/4k, 5 repeats (a smoke run)")
     p.add_argument("--csv", default=None, help="also write the results here")
+    p.add_argument("--decode", action="store_true", help="the decode table (see above)")
     return p.parse_args()
+
+
+def decode_table(args, torch, F, SDPBackend, sdpa_kernel):
+    dev = torch.device("cuda")
+    H, HK, D, dt = 32, 8, 128, torch.float16
+    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
+    Bs, Ns = ([1, 16], [4096, 32768]) if args.quick else ([1, 16, 64], [4096, 32768, 131072])
+    rows = []
+
+    def run(backend, q, k, v):
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+    for B in Bs:
+        for N in Ns:
+            gen = torch.Generator(device=dev).manual_seed(4321 + N + B)
+            kv_bytes = 2 * B * HK * N * D * 2
+            nsets = 1 if kv_bytes > (256 << 20) else 3
+            sets = [(torch.randn(B, H, 1, D, device=dev, dtype=dt, generator=gen),
+                     torch.randn(B, HK, N, D, device=dev, dtype=dt, generator=gen),
+                     torch.randn(B, HK, N, D, device=dev, dtype=dt, generator=gen))
+                    for _ in range(nsets)]
+            q0, k0, v0 = (t[:1].float() for t in sets[0])
+            with sdpa_kernel([SDPBackend.MATH]):
+                ref = F.scaled_dot_product_attention(q0, k0.repeat_interleave(H // HK, 1),
+                                                     v0.repeat_interleave(H // HK, 1))
+            row = {"B": B, "N": N}
+            for bname, backend in backends:
+                try:
+                    out = run(backend, *sets[0])
+                    err = ((out[:1].float() - ref).norm() / ref.norm()).item()
+                    for i in range(args.warmup):
+                        run(backend, *sets[i % nsets])
+                    torch.cuda.synchronize()
+                    times = []
+                    for i in range(args.repeats):
+                        s, e = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                        s.record()
+                        run(backend, *sets[i % nsets])
+                        e.record()
+                        times.append((s, e))
+                    torch.cuda.synchronize()
+                    ms = sorted(s.elapsed_time(e) for s, e in times)
+                    med = ms[len(ms) // 2]
+                    row[bname + "_ms"] = med
+                    row[bname + "_tbs"] = kv_bytes / (med * 1e-3) / 1e12
+                    row[bname + "_relerr"] = err
+                except Exception as ex:
+                    row[bname + "_tbs"] = math.nan
+                    row[bname + "_error"] = str(ex).splitlines()[0][:120]
+            rows.append(row)
+            del sets
+            torch.cuda.empty_cache()
+            print(f"# done decode B={B} N={N}", flush=True)
+    print()
+    print("| B | Nk | SDPA flash ms | flash TB/s | SDPA cuDNN ms | cuDNN TB/s | rel err flash / cuDNN |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        def cell(b, k, f):
+            x = r.get(b + k, math.nan)
+            return "n/a" if math.isnan(x) else f.format(x)
+
+        def err(b):
+            return f"{r[b + '_relerr']:.1e}" if b + "_relerr" in r else "-"
+        print(f"| {r['B']} | {r['N']} | {cell('flash', '_ms', '{:.4f}')} | "
+              f"{cell('flash', '_tbs', '{:.2f}')} | {cell('cudnn', '_ms', '{:.4f}')} | "
+              f"{cell('cudnn', '_tbs', '{:.2f}')} | {err('flash')} / {err('cudnn')} |")
+    for r in rows:
+        for b in ("flash", "cudnn"):
+            if b + "_error" in r:
+                print(f"# {b} n/a at decode B={r['B']} N={r['N']}: {r[b + '_error']}")
+    if args.csv:
+        keys = sorted({k for r in rows for k in r})
+        with open(args.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=keys)
+            w.writeheader()
+            w.writerows(rows)
+    bad = [r for r in rows for b in ("flash", "cudnn") if r.get(b + "_relerr", 0) > 2e-2]
+    return 1 if bad else 0
 
 
 def main():
@@ -49,6 +134,11 @@ def main():
         return 0
     if args.quick:
         args.seqlens, args.repeats = "1024,4096", 5
+    if args.decode:
+        props = torch.cuda.get_device_properties(0)
+        print(f"# device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}, "
+              f"CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()} (decode)")
+        return decode_table(args, torch, F, SDPBackend, sdpa_kernel)
 
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)

@@ -14,9 +14,11 @@
  *     variant's parameters after the template's (a window and a softcap, which the fake
  *     computes too), kiln_prepare_options.wgmma (the wgmma PTX compiled and cached; refused
  *     on the host), and varlen launches (the prefix sums as device memory after the template's
- *     parameters; the fake computes packed sequences too), and paged KV launches (the block
+ *     parameters; the fake computes packed sequences too), paged KV launches (the block
  *     table and cache lengths as device memory, pools read through the table; the fake
- *     computes them and the device append of k_new / v_new too).
+ *     computes them and the device append of k_new / v_new too), and decode (forwards of up to
+ *     16 query rows: the split and combine kernels through the workspace, which the fake
+ *     computes by their contracts).
  *   - On a machine with an NVIDIA sm_80+ GPU (the H200): the same GPU tests on the real driver,
  *     where the numbers come from kiln's PTX on the GPU, checked against the float64 reference.
  * Without either (a plain `test_api_cuda` here) the GPU tests are cmocka skips.
@@ -77,6 +79,7 @@ static void capture(void *user, kiln_log_level level, const char *msg) {
 static void (*fake_attn)(int elem_bytes, int bf16, int head_dim, int causal);
 static void (*fake_variant)(int window, int softcap);
 static void (*fake_varlen)(int on);
+static int (*fake_decode_launches)(void);
 static void (*fake_paged)(int on);
 static pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER; /* its settings are global */
 
@@ -87,6 +90,7 @@ static void find_fake(void) {
   if (h) *(void **)&fake_attn = dlsym(h, "kn_fake_cuda_attn");
   if (h) *(void **)&fake_variant = dlsym(h, "kn_fake_cuda_attn_variant");
   if (h) *(void **)&fake_varlen = dlsym(h, "kn_fake_cuda_attn_varlen");
+  if (h) *(void **)&fake_decode_launches = dlsym(h, "kn_fake_cuda_decode_launches");
   if (h) *(void **)&fake_paged = dlsym(h, "kn_fake_cuda_attn_paged");
 }
 
@@ -325,7 +329,8 @@ static void test_forward(void **state) {
   }
   kiln_stats st;
   kiln_context_stats(ctx, &st);
-  assert_int_equal(st.compiles, 6); /* the first two cases share a kernel */
+  /* the first two cases share a kernel; the fifth (one query row) also builds decode's two */
+  assert_int_equal(st.compiles, 8);
   assert_int_equal(st.cache_hits, 0);
   assert_int_equal(st.launches, 7);
 
@@ -969,6 +974,46 @@ static void test_threads(void **state) {
   rm_dir(dir);
 }
 
+/* Decode (docs/serving.md): forwards of 1..16 query rows run the split and combine kernels
+ * (two more compiles, two launches each on the fake), GQA 32/8, MQA, MHA, (B, N, H, D) strides,
+ * causal, no lse, against the float64 reference; KILN_DECODE_SPLITS forces many pieces. */
+static void test_decode_cuda(void **state) {
+  (void)state;
+  if (!have_gpu()) {
+    skip();
+    return;
+  }
+  char *dir = fresh_dir();
+  kiln_context *ctx = cuda_ctx(dir, NULL, "cuda");
+  kn_cuda_stream stream;
+  kn_diag e;
+  if (kn_cuda_stream_create(dev, &stream, &e)) fail_msg("%s", e.message);
+  const struct { kiln_attn_desc d; shape s; const char *splits; } cases[] = {
+      {DESC(KILN_F16, 128, 1, 1), {2, 32, 8, 1, 1000, 0, 0}, NULL},
+      {DESC(KILN_F16, 128, 1, 1), {1, 32, 8, 4, 4097, 1, 0}, "7"},
+      {DESC(KILN_F16, 128, 0, 1), {3, 8, 1, 16, 65, 0, 0}, NULL},     /* MQA */
+      {DESC(KILN_BF16, 64, 1, 0), {2, 4, 4, 2, 333, 1, 1}, "40"},     /* MHA, no lse */
+      {DESC(KILN_F16, 64, 0, 1), {1, 2, 1, 1, 1, 0, 0}, NULL},
+  };
+  int launches0 = fake_decode_launches ? fake_decode_launches() : 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    kiln_kernel *k;
+    if (kiln_prepare(ctx, &cases[i].d, NULL, &k)) fail_msg("prepare: %s", kiln_last_error());
+    if (cases[i].splits) setenv("KILN_DECODE_SPLITS", cases[i].splits, 1);
+    char why[160];
+    int bad = check_forward(k, &cases[i].d, cases[i].s, seed + i, stream, why, sizeof why);
+    unsetenv("KILN_DECODE_SPLITS");
+    printf("  decode case %zu (B%d H%d/%d Nq %d Nk %d): %s\n", i, cases[i].s.batch,
+           cases[i].s.heads, cases[i].s.kv_heads, cases[i].s.seqlen_q, cases[i].s.seqlen_k, why);
+    if (bad) fail_msg("decode case %zu: %s", i, why);
+  }
+  if (fake_decode_launches)  /* each forward: a split and a combine launch */
+    assert_int_equal(fake_decode_launches() - launches0, 2 * 5);
+  kn_cuda_stream_destroy(dev, stream);
+  kiln_context_destroy(ctx);
+  rm_dir(dir);
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   self_path = argv[0];
@@ -983,6 +1028,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_variants),
       cmocka_unit_test(test_wgmma),
       cmocka_unit_test(test_varlen_cuda),
+      cmocka_unit_test(test_decode_cuda),
       cmocka_unit_test(test_paged_cuda),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

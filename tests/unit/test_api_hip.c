@@ -66,6 +66,7 @@ static kn_fake_hip_last_error_fn fake_error;
 /* ---- the emulated twin (the stand-in's runner) ---- */
 
 typedef struct twin {
+  api_kind kind;       /* the forward kernel or one of decode's two */
   kn_attn_desc desc;
   kn_attn_config cfg;
   kn_attn_sig sig;
@@ -80,10 +81,11 @@ static twin *twins;
 static int twin_runs;
 
 /* remembers a kernel (descriptor, tiling, signature) for the runner */
-static void twin_add(const kn_attn_desc *d, const kn_attn_config *c, const kn_attn_sig *sig) {
+static void twin_add_of(api_kind kind, const kn_attn_desc *d, const kn_attn_config *c,
+                        const kn_attn_sig *sig) {
   pthread_mutex_lock(&twin_mu);
   for (twin *t = twins; t; t = t->next)
-    if (!memcmp(&t->cfg, c, sizeof t->cfg) && t->desc.dtype == d->dtype) {
+    if (t->kind == kind && !memcmp(&t->cfg, c, sizeof t->cfg) && t->desc.dtype == d->dtype) {
       char a[KN_ATTN_KEY_MAX], b[KN_ATTN_KEY_MAX];
       kn_attn_desc_key(&t->desc, a, sizeof a);
       kn_attn_desc_key(d, b, sizeof b);
@@ -94,6 +96,7 @@ static void twin_add(const kn_attn_desc *d, const kn_attn_config *c, const kn_at
     }
   twin *t = calloc(1, sizeof *t);
   assert_non_null(t);
+  t->kind = kind;
   t->desc = *d;
   t->cfg = *c;
   t->sig = *sig;
@@ -103,7 +106,25 @@ static void twin_add(const kn_attn_desc *d, const kn_attn_config *c, const kn_at
   twins = t;
   pthread_mutex_unlock(&twin_mu);
 }
-static void twin_note(const kiln_kernel *k) { twin_add(&k->desc, &k->cfg, &k->sig); }
+static void twin_add(const kn_attn_desc *d, const kn_attn_config *c, const kn_attn_sig *sig) {
+  twin_add_of(API_FWD, d, c, sig);
+}
+
+/* a forward kernel, and the decode kernels its forwards of up to 16 query rows launch (the
+ * API's decode tiling; the combine kernel's fixed one) */
+static void twin_note(const kiln_kernel *k) {
+  twin_add(&k->desc, &k->cfg, &k->sig);
+  const kn_arch *arch = kn_arch_get(chip);
+  kn_attn_config c = kn_attn_decode_default_config(arch, &k->desc);
+  const kn_attn_config cc = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 1};
+  kn_attn_sig sig;
+  kn_diag e;
+  if (kn_attn_decode_check(arch, &k->desc, &c, &e)) return;
+  if (kn_attn_decode_signature(&k->desc, 0, &sig, &e) == 0)
+    twin_add_of(API_DECODE, &k->desc, &c, &sig);
+  if (kn_attn_decode_signature(&k->desc, 1, &sig, &e) == 0)
+    twin_add_of(API_COMBINE, &k->desc, &cc, &sig);
+}
 
 /* every tiling the tuner may try for d under the space spec (its candidates) */
 static void twin_note_space(const kiln_attn_desc *pd, const char *spec) {
@@ -131,9 +152,10 @@ static int run_twin(void *user, const kn_fake_hip_launch *l, char *why, size_t n
   int rc = -1;
   for (; t; t = t->next) {
     if (!t->code) {
-      kn_module *m = api_build_module("attn_fwd", &t->desc, &t->cfg, &d);
+      kn_module *m = api_build_module_of(t->kind, &t->desc, &t->cfg, &d);
       kn_artifact a;
-      if (!m || kn_compile_artifact(m, "attn_fwd", kn_target_get(chip), NULL, &a, &d)) {
+      if (!m || kn_compile_artifact(m, api_kind_symbol(t->kind), kn_target_get(chip), NULL, &a,
+                                    &d)) {
         snprintf(why, n, "twin: %s", d.message);
         kn_module_free(m);
         goto out;
@@ -152,8 +174,9 @@ static int run_twin(void *user, const kn_fake_hip_launch *l, char *why, size_t n
   if (!t->emu) {
     char emu[32];
     snprintf(emu, sizeof emu, "%s-emu", chip);
-    kn_module *m = api_build_module("attn_fwd", &t->desc, &t->cfg, &d);
-    int bad = !m || kn_compile(m, "attn_fwd", kn_emu_target(emu), NULL, &t->emu, &d);
+    kn_module *m = api_build_module_of(t->kind, &t->desc, &t->cfg, &d);
+    int bad = !m || kn_compile(m, api_kind_symbol(t->kind), kn_emu_target(emu), NULL, &t->emu,
+                               &d);
     kn_module_free(m);
     if (bad) {
       snprintf(why, n, "twin for %s: %s", emu, d.message);
@@ -164,7 +187,7 @@ static int run_twin(void *user, const kn_fake_hip_launch *l, char *why, size_t n
     snprintf(why, n, "%d explicit arguments decoded; the kernel has %d", l->nvalues, t->sig.n);
     goto out;
   }
-  kn_argval args[KN_ATTN_MAX_PARAMS];
+  kn_argval args[KN_ATTN_MAX_PARAMS + KN_DECODE_NPARAMS];
   twin_decode(&t->sig, l->values, args);
   int grid[3] = {(int)l->grid[0], (int)l->grid[1], (int)l->grid[2]};
   if (kn_emu_run(t->emu, args, grid, l->regions, l->nregions, NULL, &d)) {
@@ -640,7 +663,8 @@ static void test_forward(void **state) {
   }
   kiln_stats st;
   kiln_context_stats(ctx, &st);
-  assert_int_equal(st.compiles, 4); /* the first two cases share a kernel */
+  /* the first two cases share a kernel; the last (one query row) also builds decode's two */
+  assert_int_equal(st.compiles, 6);
   assert_int_equal(st.cache_hits, 0);
   assert_int_equal(st.launches, 5);
 
@@ -735,6 +759,48 @@ static void test_variants(void **state) {
   printf("  %s alibi: %s\n", bad ? "FAIL" : "PASS", why);
   failures += bad != 0;
   kn_hip_free(dev, ds, NULL);
+  kiln_context_destroy(ctx);
+  assert_int_equal(failures, 0);
+}
+
+/* ---- decode: forwards of up to 16 query rows (docs/serving.md) ---- */
+
+/* the split and combine kernels through the HIP path, each launch run by its emulated twin:
+ * GQA with packed rows, (B, N, H, D) strides, forced pieces, and ALiBi (each packed row's own
+ * head's slope) */
+static void test_decode_hip(void **state) {
+  (void)state;
+  if (!have_gpu()) {
+    skip();
+    return;
+  }
+  kiln_context *ctx = hip_ctx(NULL, "hip");
+  int runs0 = twin_runs;
+  kiln_kernel *k = prepare(ctx, &(kiln_attn_desc)DESC(KILN_F16, 64, 1, 1));
+  char why[160];
+  int failures = 0;
+  setenv("KILN_DECODE_SPLITS", "3", 1);
+  int bad = check_forward(k, (shape){2, 8, 2, 4, 300, 1}, NULL, NULL, seed + 21, NULL, why,
+                          sizeof why);
+  unsetenv("KILN_DECODE_SPLITS");
+  printf("  %s decode GQA 8/2 Nq 4 Nk 300 BNHD, 3 pieces: %s\n", bad ? "FAIL" : "PASS", why);
+  failures += bad != 0;
+  bad = check_forward(k, (shape){1, 4, 1, 1, 65, 0}, NULL, NULL, seed + 22, NULL, why, sizeof why);
+  printf("  %s decode MQA Nq 1 Nk 65: %s\n", bad ? "FAIL" : "PASS", why);
+  failures += bad != 0;
+  kiln_attn_desc da = {.dtype = KILN_BF16, .head_dim = 64, .has_lse = 1, .alibi = 1};
+  k = prepare(ctx, &da);
+  float slopes[2 * 4];
+  for (int i = 0; i < 8; i++) slopes[i] = 0.07f * (float)(i + 1);
+  void *ds = upload(slopes, sizeof slopes);
+  kiln_attn_args b = {.alibi_slopes = ds, .alibi_stride = 4};
+  kn_attn_vargs vb = {.window_left = -1, .window_right = -1, .alibi_slopes = slopes,
+                      .alibi_sb = 4};
+  bad = check_forward(k, (shape){2, 4, 2, 2, 90, 0}, &vb, &b, seed + 23, NULL, why, sizeof why);
+  printf("  %s decode alibi GQA 4/2 Nq 2: %s\n", bad ? "FAIL" : "PASS", why);
+  failures += bad != 0;
+  kn_hip_free(dev, ds, NULL);
+  assert_int_equal(twin_runs - runs0, 6);  /* a split and a combine launch per forward */
   kiln_context_destroy(ctx);
   assert_int_equal(failures, 0);
 }
@@ -969,7 +1035,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_no_device), cmocka_unit_test(test_hidden_args),
       cmocka_unit_test(test_runtime),
       cmocka_unit_test(test_forward),   cmocka_unit_test(test_broken_packing),
-      cmocka_unit_test(test_variants),  cmocka_unit_test(test_paged_hip),
+      cmocka_unit_test(test_variants),  cmocka_unit_test(test_decode_hip),
+      cmocka_unit_test(test_paged_hip),
       cmocka_unit_test(test_tune),
       cmocka_unit_test(test_faults),    cmocka_unit_test(test_threads),
   };

@@ -23,6 +23,9 @@
  *     and the AOT bundles' `attn_fwd_<name>` kernels run too, and the backward's three kernels
  *     (`attn_bwd_pre`, `attn_bwd_dkdv`, `attn_bwd_dq`: 43 parameters, templates/attn_bwd.h)
  *     are computed the same way as the forward, plain or causal.
+ *     Decode's two kernels (attn_decode, attn_decode_combine: templates/attn_decode.h) are
+ *     computed by their contracts too, the pieces' partial outputs through the workspace, so
+ *     a wrong workspace layout, split argument or combine stride gives wrong numbers.
  *   - On the H200 (bench/h200/device_run.sh): the same GPU tests against the real driver, with
  *     hand-written PTX (.version 8.0, .target sm_80) JIT-compiled by the driver, and, where
  *     ptxas is installed, also a cubin made by compiler/ptxas.c.
@@ -39,11 +42,13 @@
 
 typedef unsigned long long dptr;
 typedef struct fake_fn {
-  int id; /* 0 kn_vadd, 1 kn_block_reverse, 2 attn_fwd, 3 kv_append, 4-6 the backward's */
+  int id; /* 0 kn_vadd, 1 kn_block_reverse, 2 attn_fwd, 3 kv_append, 4-6 the backward's,
+              7 attn_decode, 8 attn_decode_combine */
   int max_dyn;
 } fake_fn;
-static fake_fn fake_fns[7] = {{0, 48 * 1024}, {1, 48 * 1024}, {2, 48 * 1024}, {3, 48 * 1024},
-                              {4, 48 * 1024}, {5, 48 * 1024}, {6, 48 * 1024}};
+static fake_fn fake_fns[9] = {{0, 48 * 1024}, {1, 48 * 1024}, {2, 48 * 1024}, {3, 48 * 1024},
+                              {4, 48 * 1024}, {5, 48 * 1024}, {6, 48 * 1024}, {7, 48 * 1024},
+                              {8, 48 * 1024}};
 
 /* ---- kiln's attention, for test_api_cuda ---- */
 static int attn_elem = 2, attn_bf16, attn_d = 64, attn_causal, attn_launches;
@@ -269,6 +274,115 @@ static int fake_attention_bwd(int which, unsigned gy, void **params) {
   return 0;
 }
 
+/* decode (templates/attn_decode.h): launches of its two kernels */
+static int dec_launches;
+int kn_fake_cuda_decode_launches(void) { return dec_launches; }
+
+/* attn_decode: the 24 parameters, the variant's, then ws_o, ws_lse, num_splits, split_len; grid
+ * (row blocks x pieces, batch x kv heads).  Each packed row r of (b, kv head hk) is query head
+ * hk * group + r / nq at position r % nq; piece s covers keys [s * split_len, + split_len).  Its
+ * normalised output and log2-sum-exp go to the workspace, in float64 then f32. */
+static int fake_decode(unsigned gx, unsigned gy, void **params) {
+  void *q = (void *)(uintptr_t)*(dptr *)params[0], *k = (void *)(uintptr_t)*(dptr *)params[1];
+  void *v = (void *)(uintptr_t)*(dptr *)params[2];
+  float scale = *(float *)params[5];
+  int32_t nq = *(int32_t *)params[6], nk = *(int32_t *)params[7], H = *(int32_t *)params[8],
+          group = *(int32_t *)params[9];
+  int64_t st[14];
+  for (int i = 0; i < 14; i++) st[i] = *(int64_t *)params[10 + i];
+  int at = 24;
+  int32_t wl = -1, wr = -1;
+  float cap = 0;
+  if (attn_softcap) cap = *(float *)params[at++];
+  if (attn_window) wl = *(int32_t *)params[at++], wr = *(int32_t *)params[at++];
+  float *ws_o = (float *)(uintptr_t)*(dptr *)params[at];
+  float *ws_lse = (float *)(uintptr_t)*(dptr *)params[at + 1];
+  int32_t S = *(int32_t *)params[at + 2], len = *(int32_t *)params[at + 3];
+  if (H <= 0 || group <= 0 || H % group || S <= 0 || len <= 0 || nq <= 0 || gx % (unsigned)S ||
+      !q || !k || !v || !ws_o || !ws_lse)
+    return 1;
+  int HK = H / group, D = attn_d, DP = (D + 15) / 16 * 16;
+  int rows = group * nq;  /* the workspace rows of one (b, kv head, piece) */
+  if (gy % (unsigned)HK || gx / (unsigned)S * 16 < (unsigned)rows) return 1;
+  int B = (int)(gy / (unsigned)HK);
+  double *sc = malloc(sizeof(double) * (size_t)(len > 0 ? len : 1));
+  if (!sc) return 2;
+  for (int b = 0; b < B; b++)
+    for (int hk = 0; hk < HK; hk++)
+      for (int sp = 0; sp < S; sp++)
+        for (int r = 0; r < group * nq; r++) {
+          int h = hk * group + r / nq, i = r % nq, j0 = sp * len;
+          int j1 = j0 + len < nk ? j0 + len : nk;
+          int64_t qo = b * st[0] + h * st[1] + i * st[2];
+          int64_t slot = (((int64_t)b * HK + hk) * S + sp) * rows + r;
+          double m = -INFINITY, l = 0;
+          int last = attn_causal ? i + nk - nq : nk - 1;
+          for (int j = j0; j < j1; j++) {
+            sc[j - j0] = -INFINITY;
+            int rel = j - (i + nk - nq);
+            if (j > last || (wl >= 0 && rel < -wl) || (wr >= 0 && rel > wr)) continue;
+            int64_t ko = b * st[3] + hk * st[4] + j * st[5];
+            double dot = 0;
+            for (int d = 0; d < D; d++) dot += ld_elem(q, qo + d) * ld_elem(k, ko + d);
+            double x = dot * scale;
+            if (cap > 0) x = cap * tanh(x / cap);
+            sc[j - j0] = x;
+            if (x > m) m = x;
+          }
+          for (int j = j0; j < j1; j++) l += sc[j - j0] == -INFINITY ? 0 : exp(sc[j - j0] - m);
+          for (int d = 0; d < DP; d++) {
+            double acc = 0;
+            for (int j = j0; j < j1 && d < D; j++)
+              if (sc[j - j0] != -INFINITY)
+                acc += exp(sc[j - j0] - m) * ld_elem(v, b * st[6] + hk * st[7] + j * st[8] + d);
+            ws_o[slot * DP + d] = (float)(l > 0 ? acc / l : 0);
+          }
+          ws_lse[slot] = l > 0 ? (float)((m + log(l)) / log(2.0)) : -INFINITY;
+        }
+  free(sc);
+  dec_launches++;
+  return 0;
+}
+
+/* attn_decode_combine: ws_o, ws_lse, o, lse, seqlen_q, heads, kv_group, num_splits, ws_rows,
+ * o_sb, o_sh, o_sm, lse_sb, lse_sh; grid (1, batch x heads) */
+static int fake_combine(unsigned gx, unsigned gy, void **params) {
+  const float *ws_o = (const float *)(uintptr_t)*(dptr *)params[0];
+  const float *ws_lse = (const float *)(uintptr_t)*(dptr *)params[1];
+  void *o = (void *)(uintptr_t)*(dptr *)params[2];
+  float *lse = (float *)(uintptr_t)*(dptr *)params[3];
+  int32_t nq = *(int32_t *)params[4], H = *(int32_t *)params[5], group = *(int32_t *)params[6],
+          S = *(int32_t *)params[7], rows = *(int32_t *)params[8];
+  int64_t st[5];
+  for (int i = 0; i < 5; i++) st[i] = *(int64_t *)params[9 + i];
+  if (gx != 1 || H <= 0 || group <= 0 || H % group || S <= 0 || nq <= 0 || nq > 16 ||
+      rows < group * nq || gy % (unsigned)H || !ws_o || !ws_lse || !o)
+    return 1;
+  int B = (int)(gy / (unsigned)H), HK = H / group, D = attn_d, DP = (D + 15) / 16 * 16;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < nq; i++) {
+        int64_t base = ((int64_t)b * HK + h / group) * S * rows + (h % group) * nq + i;
+        double m = -INFINITY, l = 0;
+        for (int sp = 0; sp < S; sp++)
+          if (ws_lse[base + (int64_t)sp * rows] > m) m = ws_lse[base + (int64_t)sp * rows];
+        for (int sp = 0; sp < S; sp++)
+          if (m > -INFINITY) l += exp2(ws_lse[base + (int64_t)sp * rows] - m);
+        for (int d = 0; d < D; d++) {
+          double acc = 0;
+          for (int sp = 0; sp < S && l > 0; sp++) {
+            int64_t slot = base + (int64_t)sp * rows;
+            acc += exp2(ws_lse[slot] - m) * ws_o[slot * DP + d];
+          }
+          st_elem(o, b * st[0] + h * st[1] + i * st[2] + d, l > 0 ? acc / l : 0);
+        }
+        if (lse) lse[b * st[3] + h * st[4] + i] = l > 0 ? (float)((m + log2(l)) * log(2.0))
+                                                        : -INFINITY;
+      }
+  dec_launches++;
+  return 0;
+}
+
 /* the paged append (templates/attn_paged.c, kv_append): row i of (b, hk), grid (seqlen_new,
  * batch * kv_heads), to position cache_seqlens[b] + i through the table, in the parameter order
  * of kn_paged_append_names; elements of attn_elem bytes, rows of attn_d */
@@ -372,9 +486,13 @@ int cuModuleGetFunction(void **f, void *m, const char *name) {
   if (strcmp(name, "kn_vadd") == 0) *f = &fake_fns[0];
   else if (strcmp(name, "kn_block_reverse") == 0) *f = &fake_fns[1];
   else if (strcmp(name, "kv_append") == 0) *f = &fake_fns[3];
+  /* the backward's and decode's kernels by their exact names, before the AOT prefix match
+   * (attn_fwd_<name>) */
   else if (strcmp(name, "attn_bwd_pre") == 0) *f = &fake_fns[4];
   else if (strcmp(name, "attn_bwd_dkdv") == 0) *f = &fake_fns[5];
   else if (strcmp(name, "attn_bwd_dq") == 0) *f = &fake_fns[6];
+  else if (strcmp(name, "attn_decode") == 0) *f = &fake_fns[7];
+  else if (strcmp(name, "attn_decode_combine") == 0) *f = &fake_fns[8];
   else if (strncmp(name, "attn_fwd", 8) == 0) *f = &fake_fns[2]; /* AOT: attn_fwd_<name> */
   else return 500;
   return 0;
@@ -398,6 +516,8 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
   if (bx * by * bz > 1024 || (int)dyn > fn->max_dyn || gz != 1) return 1;
   if (fn->id == 2) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_attention(gx, gy, params) : 1;
   if (fn->id == 3) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_append(gx, gy, params) : 1;
+  if (fn->id == 7) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_decode(gx, gy, params) : 1;
+  if (fn->id == 8) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_combine(gx, gy, params) : 1;
   if (fn->id >= 4)
     return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_attention_bwd(fn->id, gy, params) : 1;
   if (gy != 1) return 1;

@@ -1,0 +1,374 @@
+/* kiln_decode_bench.c — decode (one query row per sequence against a long KV cache) on an NVIDIA
+ * GPU through the public API, beside the SDPA anchor of the same device run
+ * (bench/h200/sdpa_anchor.py --decode: FlashAttention 2 and cuDNN with enable_gqa).
+ *
+ * What a serving engine gets: a kiln context on the GPU, kiln_prepare with default options,
+ * kiln_forward with seqlen_q 1 (the decode kernels of docs/serving.md: GQA rows packed, the KV
+ * range split into pieces by the heuristic over the device's SMs, then the exact combine).
+ * The table: B {1, 16, 64} x Nk {4k, 32k, 128k}, 32 query heads on 8 kv heads, D 128, f16.
+ *
+ * (a) correctness first, for every row of the table: the same kernels with the same number of
+ *     pieces (KILN_DECODE_SPLITS set to the row's) on batch 1 at the row's Nk, against
+ *     kn_attn_reference (float64, CPU) within kn_attn_tolerance, lse too; the output starts as
+ *     NaN bytes.  Plus ragged shapes (Nk 1, 7, 1000, 4097; Nq 1, 4, 16; MQA and MHA).  A row
+ *     whose check fails is not timed.
+ * (b) time: CUDA events around kiln_forward (both launches), warm-up, then the median of the
+ *     repeats, rotating over enough KV caches to exceed the L2 (for the small rows).  TB/s counts
+ *     the unique bytes of K and V: 2 x B x HK x Nk x D x 2 bytes per call (the copy ceiling of an
+ *     H200 is ~4.2 TB/s).  Also the prefill kernel on the same call (KILN_DECODE=0), the path
+ *     decode replaced.
+ * (c) --sweep: for each row, block_n {32, 64, 128} x pieces {the heuristic's, 1, 2, 4, ... 128},
+ *     each checked as in (a) before it is timed (a measured table for the heuristic and the
+ *     default block_n).
+ *
+ * (d) --tune: for each row, kiln_tune_decode on the row's call (its candidates are compared with
+ *     the default kernels, which (a) checked), then the row timed again with the winner.
+ *
+ *   kiln_decode_bench [--quick] [--repeats R] [--sweep] [--tune]
+ * Exit status: 0 when every check passed and every launch ran, 1 otherwise.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* RTLD_NOLOAD */
+#endif
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "attention.h"
+#include "attn_decode.h"
+#include "cuda_device.h"
+#include "kiln.h"
+#include "numeric.h"
+#include "target.h"
+
+enum { H = 32, HK = 8, D = 128 };
+
+static kn_cuda_device *dev;
+static int failures;
+
+static double normal(uint64_t *s) {
+  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+  double u = ((double)(*s >> 11) + 0.5) * 0x1p-53;
+  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+  double v = (double)(*s >> 11) * 0x1p-53;
+  return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
+}
+
+static kn_cuda_ptr dalloc(size_t n) {
+  kn_cuda_ptr p = 0;
+  kn_diag e;
+  if (kn_cuda_alloc(dev, n, &p, &e)) {
+    fprintf(stderr, "cuda: %s\n", e.message);
+    failures++;
+    return 0;
+  }
+  return p;
+}
+
+/* the test suite's fake libcuda (KILN_CUDA_LIBRARY, tests/unit/test_cuda.c) computes kiln's
+ * kernels by their contracts but must be told the dtype, head dim and causal flag: a smoke run
+ * of this bench without a GPU.  NULL on a real driver. */
+static void (*fake_attn)(int elem_bytes, int bf16, int head_dim, int causal);
+
+static void fake_causal(int causal) {
+  if (fake_attn) fake_attn(2, 0, 128, causal);
+}
+
+static kiln_attn_desc desc_of(int causal) {
+  return (kiln_attn_desc){.dtype = KILN_F16, .head_dim = D, .causal = causal, .has_lse = 1};
+}
+
+static void set_splits(int s) {
+  char b[16];
+  snprintf(b, sizeof b, "%d", s);
+  if (s > 0) setenv("KILN_DECODE_SPLITS", b, 1);
+  else unsetenv("KILN_DECODE_SPLITS");
+}
+
+/* (a) one decode call against float64; false on FAIL */
+static bool check(kiln_kernel *kern, int B, int h, int hk, int nq, int nk, int causal, int splits,
+                  uint64_t seed) {
+  size_t n_q = (size_t)B * h * nq * D, n_k = (size_t)B * hk * nk * D, n_l = (size_t)B * h * nq;
+  uint16_t *q = malloc(n_q * 2), *k = malloc(n_k * 2), *v = malloc(n_k * 2), *o = malloc(n_q * 2);
+  float *lse = malloc(n_l * 4);
+  double *qd = malloc(n_q * 8), *kd = malloc(n_k * 8), *vd = malloc(n_k * 8),
+         *od = malloc(n_q * 8), *ld = malloc(n_l * 8);
+  if (!q || !k || !v || !o || !lse || !qd || !kd || !vd || !od || !ld) {
+    printf("# out of host memory\n");
+    failures++;
+    return false;
+  }
+  uint64_t s = seed | 1;
+  for (size_t i = 0; i < n_q; i++) kn_store_elem(KN_F16, q + i, normal(&s)), qd[i] = kn_load_elem(KN_F16, q + i);
+  for (size_t i = 0; i < n_k; i++) {
+    kn_store_elem(KN_F16, k + i, normal(&s)), kd[i] = kn_load_elem(KN_F16, k + i);
+    kn_store_elem(KN_F16, v + i, normal(&s)), vd[i] = kn_load_elem(KN_F16, v + i);
+  }
+  kn_cuda_ptr dq = dalloc(n_q * 2), dk = dalloc(n_k * 2), dv = dalloc(n_k * 2),
+              dout = dalloc(n_q * 2), dl = dalloc(n_l * 4);
+  kn_diag e;
+  double err = INFINITY, lerr = INFINITY;
+  if (dq && dk && dv && dout && dl && !kn_cuda_copy_htod(dev, dq, q, n_q * 2, &e) &&
+      !kn_cuda_copy_htod(dev, dk, k, n_k * 2, &e) && !kn_cuda_copy_htod(dev, dv, v, n_k * 2, &e) &&
+      !kn_cuda_memset8(dev, dout, 0xff, n_q * 2, &e) && !kn_cuda_memset8(dev, dl, 0xff, n_l * 4, &e)) {
+    kiln_attn_args a = {.q = (void *)(uintptr_t)dq, .k = (void *)(uintptr_t)dk,
+                        .v = (void *)(uintptr_t)dv, .o = (void *)(uintptr_t)dout,
+                        .lse = (float *)(uintptr_t)dl, .batch = B, .heads = h, .kv_heads = hk,
+                        .seqlen_q = nq, .seqlen_k = nk};
+    set_splits(splits);
+    fake_causal(causal);
+    kiln_status st = kiln_forward(kern, &a, NULL);
+    set_splits(0);
+    if (st) fprintf(stderr, "kiln: %s\n", kiln_last_error());
+    if (!st && !kn_cuda_device_sync(dev, &e) && !kn_cuda_copy_dtoh(dev, o, dout, n_q * 2, &e) &&
+        !kn_cuda_copy_dtoh(dev, lse, dl, n_l * 4, &e)) {
+      kn_attn_desc in;
+      kiln_attn_desc pd = desc_of(causal);
+      api_desc_from_public(&pd, &in);
+      kn_attn_problem p = {.batch = B, .heads = h, .kv_heads = hk, .seqlen_q = nq,
+                           .seqlen_k = nk};
+      kn_attn_reference(&in, &p, qd, kd, vd, od, ld);
+      err = lerr = 0;
+      for (size_t i = 0; i < n_q; i++) {
+        double x = fabs(kn_load_elem(KN_F16, o + i) - od[i]);
+        if (!(x <= err)) err = isnan(x) ? INFINITY : x;
+      }
+      for (size_t i = 0; i < n_l; i++) {
+        double x = isinf(ld[i]) && lse[i] == ld[i] ? 0 : fabs(lse[i] - ld[i]);
+        if (!(x <= lerr)) lerr = isnan(x) ? INFINITY : x;
+      }
+    }
+  }
+  bool pass = err <= kn_attn_tolerance(KN_F16) && lerr <= 4 * kn_attn_lse_tolerance(KN_F16);
+  failures += !pass;
+  char sp[24] = "heuristic";
+  if (splits > 0) snprintf(sp, sizeof sp, "%d", splits);
+  printf("%s  decode B%d H%d/%d Nq %d Nk %d causal %d pieces %s: max|dO| %.3g (tol %.0e) "
+         "max|dlse| %.3g\n", pass ? "PASS" : "FAIL", B, h, hk, nq, nk, causal, sp, err,
+         kn_attn_tolerance(KN_F16), lerr);
+  fflush(stdout);
+  kn_cuda_ptr bufs[] = {dq, dk, dv, dout, dl};
+  for (int i = 0; i < 5; i++)
+    if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
+  free(q), free(k), free(v), free(o), free(lse), free(qd), free(kd), free(vd), free(od), free(ld);
+  return pass;
+}
+
+/* (b) median ms of one call (B, Nk) at `splits` (0: the heuristic's), over `sets` KV caches */
+static double timed(kiln_kernel *kern, int B, int nk, int splits, int repeats, bool prefill) {
+  size_t kv = (size_t)B * HK * nk * D * 2, qo = (size_t)B * H * D * 2;
+  int sets = 1;
+  while (sets < 4 && kv * 2 * sets < ((size_t)256 << 20)) sets++;
+  kn_cuda_ptr k[4] = {0}, v[4] = {0}, q = dalloc(qo), o = dalloc(qo), l = dalloc((size_t)B * H * 4);
+  kn_diag e;
+  double med = NAN;
+  kn_cuda_event ev[2] = {0};
+  bool ok = q && o && l && !kn_cuda_memset8(dev, q, 0x3c, qo, &e);
+  for (int i = 0; i < sets && ok; i++)
+    ok = (k[i] = dalloc(kv)) && (v[i] = dalloc(kv)) && !kn_cuda_memset8(dev, k[i], 0x3b, kv, &e) &&
+         !kn_cuda_memset8(dev, v[i], 0x3a, kv, &e);
+  ok = ok && !kn_cuda_event_create(dev, &ev[0], &e) && !kn_cuda_event_create(dev, &ev[1], &e);
+  if (!ok) {
+    failures++;
+    goto out;
+  }
+  set_splits(splits);
+  fake_causal(0);
+  if (prefill) setenv("KILN_DECODE", "0", 1);
+  double ms[64];
+  for (int r = -3; r < repeats; r++) {
+    int i = (r + 3) % sets;
+    kiln_attn_args a = {.q = (void *)(uintptr_t)q, .k = (void *)(uintptr_t)k[i],
+                        .v = (void *)(uintptr_t)v[i], .o = (void *)(uintptr_t)o,
+                        .lse = (float *)(uintptr_t)l, .batch = B, .heads = H, .kv_heads = HK,
+                        .seqlen_q = 1, .seqlen_k = nk};
+    float t;
+    if (kn_cuda_event_record(dev, ev[0], NULL, &e) || kiln_forward(kern, &a, NULL) ||
+        kn_cuda_event_record(dev, ev[1], NULL, &e) || kn_cuda_event_sync(dev, ev[1], &e) ||
+        kn_cuda_event_elapsed(dev, ev[0], ev[1], &t, &e)) {
+      fprintf(stderr, "launch failed: %s %s\n", kiln_last_error(), e.message);
+      failures++;
+      goto out;
+    }
+    if (r >= 0) ms[r] = t;
+  }
+  for (int i = 0; i < repeats; i++)
+    for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+      double x = ms[j];
+      ms[j] = ms[j - 1], ms[j - 1] = x;
+    }
+  med = ms[repeats / 2];
+out:
+  set_splits(0);
+  unsetenv("KILN_DECODE");
+  for (int i = 0; i < 2; i++)
+    if (ev[i]) kn_cuda_event_destroy(dev, ev[i]);
+  for (int i = 0; i < 4; i++) {
+    if (k[i]) kn_cuda_free(dev, k[i], NULL);
+    if (v[i]) kn_cuda_free(dev, v[i], NULL);
+  }
+  kn_cuda_ptr bufs[] = {q, o, l};
+  for (int i = 0; i < 3; i++)
+    if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
+  return med;
+}
+
+static double tbs(int B, int nk, double ms) {
+  return 2.0 * B * HK * (double)nk * D * 2 / (ms * 1e-3) / 1e12;
+}
+
+/* the number of pieces the API picks for (B, Nk) with kernel k's decode tiling */
+static int plan_splits(kiln_context *ctx, int B, int nk, int block_n) {
+  kn_attn_desc d;
+  kiln_attn_desc pd = desc_of(0);
+  api_desc_from_public(&pd, &d);
+  kn_attn_config c = kn_attn_decode_default_config(ctx->target_arch, &d);
+  if (block_n) c.block_n = block_n;
+  kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = 1, .seqlen_k = nk};
+  return kn_attn_decode_plan(&d, &c, &p, ctx->compute_units, 0).splits;
+}
+
+static kiln_context *context(int block_n) {
+  char b[16];
+  snprintf(b, sizeof b, "%d", block_n);
+  if (block_n) setenv("KILN_DECODE_BLOCK_N", b, 1);
+  else unsetenv("KILN_DECODE_BLOCK_N");
+  kiln_context *ctx;
+  kiln_context_options co = {.device = "auto", .no_cache = 1};
+  if (kiln_context_create(&co, &ctx)) {
+    printf("# no kiln context: %s\n", kiln_last_error());
+    exit(1);
+  }
+  return ctx;
+}
+
+int main(int argc, char **argv) {
+  int repeats = 20;
+  bool quick = false, sweep = false, tune = false;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) quick = true, repeats = 5;
+    else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--sweep")) sweep = true;
+    else if (!strcmp(argv[i], "--tune")) tune = true;
+    else {
+      fprintf(stderr, "usage: %s [--quick] [--repeats R] [--sweep] [--tune]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (repeats < 1 || repeats > 64) repeats = 20;
+  kn_diag e;
+  if (kn_cuda_init(&e) || kn_cuda_device_count() < 1 || kn_cuda_device_open(0, &dev, &e)) {
+    printf("# no CUDA device: %s\n", e.message);
+    return 0;
+  }
+  const char *lib = getenv("KILN_CUDA_LIBRARY");
+  void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+  if (h) *(void **)&fake_attn = dlsym(h, "kn_fake_cuda_attn");
+  kiln_context *ctx = context(0);
+  printf("# kiln %s on %s (%s, %d SMs)\n", kiln_version(), kiln_context_device_name(ctx),
+         kiln_context_target(ctx), ctx->compute_units);
+  kiln_kernel *kern, *kc;
+  kiln_attn_desc d0 = desc_of(0), d1 = desc_of(1);
+  if (kiln_prepare(ctx, &d0, NULL, &kern) || kiln_prepare(ctx, &d1, NULL, &kc)) {
+    printf("# prepare: %s\n", kiln_last_error());
+    return 1;
+  }
+  /* ragged shapes first */
+  static const int rag[][6] = {{2, 32, 8, 1, 1}, {2, 32, 8, 1, 7}, {3, 32, 8, 4, 1000},
+                               {1, 32, 8, 16, 4097}, {2, 8, 1, 1, 999}, {2, 8, 8, 2, 64}};
+  for (size_t i = 0; i < sizeof rag / sizeof rag[0]; i++)
+    check(i % 2 ? kc : kern, rag[i][0], rag[i][1], rag[i][2], rag[i][3], rag[i][4], (int)(i % 2),
+          0, 77 + i);
+  static const int Bs[] = {1, 16, 64}, Ns[] = {4096, 32768, 131072};
+  const int nB = quick ? 2 : 3, nN = quick ? 2 : 3;
+  bool row_ok[3][3];
+  for (int b = 0; b < nB; b++)
+    for (int n = 0; n < nN; n++)
+      row_ok[b][n] = check(kern, 1, H, HK, 1, Ns[n], 0, plan_splits(ctx, Bs[b], Ns[n], 0),
+                           1000 + 10 * b + n);
+  printf("\n| B | Nk | pieces | kiln decode ms | kiln TB/s | prefill kernel ms | prefill TB/s |\n"
+         "|---|---|---|---|---|---|---|\n");
+  for (int b = 0; b < nB; b++)
+    for (int n = 0; n < nN; n++) {
+      if (!row_ok[b][n]) {
+        printf("| %d | %d | - | FAIL (not timed) | | | |\n", Bs[b], Ns[n]);
+        continue;
+      }
+      double ms = timed(kern, Bs[b], Ns[n], 0, repeats, false);
+      double pms = timed(kern, Bs[b], Ns[n], 0, quick ? 3 : 5, true);
+      printf("| %d | %d | %d | %.4f | %.2f | %.4f | %.2f |\n", Bs[b], Ns[n],
+             plan_splits(ctx, Bs[b], Ns[n], 0), ms, tbs(Bs[b], Ns[n], ms), pms,
+             tbs(Bs[b], Ns[n], pms));
+      fflush(stdout);
+    }
+  if (tune) {
+    printf("\n| B | Nk | tuned block_n | tuned pieces | ms | TB/s | candidates |\n"
+           "|---|---|---|---|---|---|---|\n");
+    for (int b = 0; b < nB; b++)
+      for (int n = 0; n < nN; n++) {
+        if (!row_ok[b][n]) continue;
+        size_t kv = (size_t)Bs[b] * HK * Ns[n] * D * 2, qo = (size_t)Bs[b] * H * D * 2;
+        kn_cuda_ptr q = dalloc(qo), o = dalloc(qo), l = dalloc((size_t)Bs[b] * H * 4),
+                    k = dalloc(kv), v = dalloc(kv);
+        kiln_tune_result r = {0};
+        if (q && o && l && k && v && !kn_cuda_memset8(dev, q, 0x3c, qo, &e) &&
+            !kn_cuda_memset8(dev, k, 0x3b, kv, &e) && !kn_cuda_memset8(dev, v, 0x3a, kv, &e)) {
+          kiln_attn_args a = {.q = (void *)(uintptr_t)q, .k = (void *)(uintptr_t)k,
+                              .v = (void *)(uintptr_t)v, .o = (void *)(uintptr_t)o,
+                              .lse = (float *)(uintptr_t)l, .batch = Bs[b], .heads = H,
+                              .kv_heads = HK, .seqlen_q = 1, .seqlen_k = Ns[n]};
+          fake_causal(0);
+          kiln_prepare_options po = {.tune_repeats = quick ? 3 : 9};
+          if (kiln_tune_decode(kern, &a, NULL, &po, &r)) {
+            printf("# tune B%d Nk %d: %s\n", Bs[b], Ns[n], kiln_last_error());
+            failures++;
+          } else {
+            const kiln_tune_candidate *c = &r.candidates[r.best];
+            printf("| %d | %d | %d | %d | %.4f | %.2f | %d |\n", Bs[b], Ns[n], c->block_n,
+                   c->decode_splits, c->median_us / 1e3, tbs(Bs[b], Ns[n], c->median_us / 1e3),
+                   r.ncandidates);
+          }
+          kiln_tune_result_free(&r);
+        }
+        kn_cuda_ptr bufs[] = {q, o, l, k, v};
+        for (int i = 0; i < 5; i++)
+          if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
+        fflush(stdout);
+      }
+  }
+  kiln_context_destroy(ctx);
+  if (sweep) {
+    printf("\n| B | Nk | block_n | pieces | ms | TB/s |\n|---|---|---|---|---|---|\n");
+    static const int bns[] = {32, 64, 128}, sps[] = {0, 1, 2, 4, 8, 16, 32, 64, 128};
+    for (int j = 0; j < 3; j++) {
+      kiln_context *c2 = context(bns[j]);
+      kiln_kernel *k2;
+      if (kiln_prepare(c2, &d0, NULL, &k2)) {
+        printf("# prepare: %s\n", kiln_last_error());
+        failures++;
+        kiln_context_destroy(c2);
+        continue;
+      }
+      for (int b = 0; b < nB; b++)
+        for (int n = 0; n < nN; n++)
+          for (size_t s = 0; s < sizeof sps / sizeof sps[0]; s++) {
+            int pieces = sps[s] ? sps[s] : plan_splits(c2, Bs[b], Ns[n], bns[j]);
+            if (sps[s] && sps[s] == plan_splits(c2, Bs[b], Ns[n], bns[j])) continue;
+            if (!check(k2, 1, H, HK, 1, Ns[n], 0, pieces, 5000 + s)) continue;
+            double ms = timed(k2, Bs[b], Ns[n], pieces, quick ? 3 : 7, false);
+            printf("| %d | %d | %d | %d%s | %.4f | %.2f |\n", Bs[b], Ns[n], bns[j], pieces,
+                   sps[s] ? "" : " (heuristic)", ms, tbs(Bs[b], Ns[n], ms));
+            fflush(stdout);
+          }
+      kiln_context_destroy(c2);
+    }
+    unsetenv("KILN_DECODE_BLOCK_N");
+  }
+  kn_cuda_device_close(dev);
+  printf("# failures: %d\n", failures);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,96 @@
+/* attn_decode.h — the split-KV decode template: a few query rows against a long KV cache.
+ *
+ * Decode (docs/serving.md) is two kernels.  attn_decode, the split kernel, packs the query rows
+ * of one GQA group into the tile's rows, so one program reads each K and V block once for every
+ * query head that shares it: packed row r of kv head hk is query head hk * kv_group + r / seqlen_q,
+ * query position r % seqlen_q, and rows = kv_group x seqlen_q, padded to BLOCK_M.  The KV range
+ * is cut into num_splits pieces of split_len keys (a multiple of BLOCK_N); program (i, b * HK +
+ * hk) with split s = i % num_splits and row block i / num_splits writes its rows' normalised f32
+ * output and log2-sum-exp (in exp2 units, -inf for a row that saw no key of its piece) to the
+ * workspace.  attn_decode_combine merges the pieces of each query head exactly, by log-sum-exp
+ * rescaling, and writes o (and lse) in the caller's layout.
+ *
+ * The split kernel takes the forward template's parameters and its variant's (kn_attn_signature,
+ * attention.h; o, lse and their strides are unused there) and then four of its own:
+ *   ws_o     ptr<f32>  (B * HK, num_splits, ws_rows, DP)   normalised partial outputs
+ *   ws_lse   ptr<f32>  (B * HK, num_splits, ws_rows)       log2 of each row's sum of 2^s
+ *   num_splits, split_len   i32
+ * ws_rows = kv_group * seqlen_q (the live packed rows) and DP = kn_attn_head_pad(head_dim).
+ * Grid: (cdiv(kv_group * seqlen_q, BLOCK_M) * num_splits, batch * kv_heads, 1).
+ *
+ * The combine kernel's parameters:
+ *   ws_o, ws_lse   ptr<f32> as above;   o ptr<dtype> (B, H, Nq, D);   lse ptr<f32> (B, H, Nq)
+ *   seqlen_q, heads, kv_group, num_splits, ws_rows   i32
+ *   o_sb, o_sh, o_sm, lse_sb, lse_sh   i64
+ * Grid: (1, batch * heads, 1); one program holds a head's seqlen_q <= 16 rows.
+ *
+ * Every variant of the forward template applies except those with a block predicate (the
+ * document mask, a user @block_mask: they bound a program's query rows, which here belong to
+ * several heads) and the varlen layout; kn_attn_decode_check says which.  Score and mask
+ * modifiers see the packed row's own head (a tile) and query position.
+ */
+#ifndef KILN_ATTN_DECODE_H
+#define KILN_ATTN_DECODE_H
+
+#include "attention.h"
+
+/* the most query rows per sequence the decode kernels take (speculative decoding's drafts) */
+enum { KN_DECODE_MAX_Q = 16, KN_DECODE_NPARAMS = 4, KN_DECODE_COMBINE_NPARAMS = 14,
+       KN_DECODE_MAX_SPLITS = 256, KN_DECODE_MIN_BLOCKS = 2 };
+
+/* 0 when decode serves descriptor d with config c on arch (NULL: the host), else -1 with the
+ * reason: the forward template's check (kn_attn_check_on: the two dots have its shapes), a
+ * dense layout, no block predicate, block_m >= 16 */
+int kn_attn_decode_check(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_config *c,
+                         kn_diag *diag);
+/* the decode tiling of d on arch: block_m 16 (a GQA group of one or a few query rows fills the
+ * smallest matrix-instruction tile), the warps that tile allows, block_n 64 (32 above head dim 128;
+ * not measured on a GPU yet: kiln_decode_bench --sweep is the table to choose it from) */
+kn_attn_config kn_attn_decode_default_config(const kn_arch *arch, const kn_attn_desc *d);
+
+/* kernel "attn_decode" into m (the modifier functions parsed unless m has a source); NULL with
+ * *diag when unsupported */
+kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
+                              kn_diag *diag);
+/* kernel "attn_decode_combine" into m */
+kn_func *kn_attn_decode_combine_build(kn_module *m, const kn_attn_desc *d, kn_diag *diag);
+
+/* the kernel signature of the split kernel (which 0: the forward's and its variant's
+ * parameters, then ws_o, ws_lse, num_splits, split_len) or of the combine kernel (which 1); -1
+ * with *diag as kn_attn_signature */
+int kn_attn_decode_signature(const kn_attn_desc *d, int which, kn_attn_sig *sig, kn_diag *diag);
+
+/* the workspace of a decode launch */
+typedef struct kn_decode_plan {
+  int splits;      /* KV pieces (1..KN_DECODE_MAX_SPLITS) */
+  int split_len;   /* keys per piece, a multiple of block_n */
+  int ws_rows;     /* packed rows per kv head: kv_group x seqlen_q */
+  int row_blocks;  /* cdiv(ws_rows, block_m) */
+  size_t ws_o_bytes, ws_lse_bytes;
+} kn_decode_plan;
+
+/* How many pieces: FlashAttention's num_splits_heuristic made for kiln's one-warp programs.
+ * With P = batch * kv_heads * row_blocks programs per piece and `cus` compute units, splitting
+ * pays while the device is short of programs: the smallest count whose programs fill `waves`
+ * programs per compute unit (kiln's decode programs are small: several run on one unit at a
+ * time), at most one piece per KN_DECODE_MIN_BLOCKS KV blocks and KN_DECODE_MAX_SPLITS;
+ * `want` > 0 forces a count (clamped to one piece per block and KN_DECODE_MAX_SPLITS).  Then split_len = cdiv(blocks, splits) blocks, and splits is
+ * recomputed so that no piece is empty. */
+kn_decode_plan kn_attn_decode_plan(const kn_attn_desc *d, const kn_attn_config *c,
+                                   const kn_attn_problem *p, int cus, int want);
+
+/* The arguments of both kernels for contiguous buffers (the caller may replace strides after):
+ * split[sig->n + KN_DECODE_NPARAMS] (kn_attn_fill_args's, then ws_o, ws_lse, num_splits,
+ * split_len), combine[KN_DECODE_COMBINE_NPARAMS], and both grids.  -1 with *diag as
+ * kn_attn_fill_args, or when seqlen_q is above KN_DECODE_MAX_Q. */
+int kn_attn_decode_fill_args(const kn_attn_desc *d, const kn_attn_sig *sig,
+                             const kn_attn_config *c, const kn_attn_problem *p,
+                             const kn_decode_plan *plan, void *q, void *k, void *v, void *o,
+                             float *lse, float *ws_o, float *ws_lse, const kn_attn_vargs *va,
+                             kn_argval *split, int split_grid[3], kn_argval *combine,
+                             int combine_grid[3], kn_diag *diag);
+
+/* the indices of the combine kernel's stride parameters (its o_sb and lse_sb) */
+enum { KN_DECODE_C_O_SB = 9, KN_DECODE_C_LSE_SB = 12 };
+
+#endif

@@ -1,0 +1,618 @@
+/* test_decode.c — the split-KV decode kernels (templates/attn_decode.c, docs/serving.md) against
+ * the float64 reference, on every target that runs here.
+ *
+ * 1. The kernels on the interpreter, the host, gfx90a-emu and gfx942-emu: query rows 1, 4 and 16
+ *    per sequence (speculative decoding), key lengths 1, 7, block boundaries (63, 64, 65, 128) and
+ *    1000, GQA (8/2, 32/8), MQA and MHA, pieces from 1 to one per KV block (and the heuristic's
+ *    count), plain, causal both ways, window, softcap, ALiBi, prefix and a user score modifier
+ *    that reads a per-head tensor (each packed row must see its own head), with and without lse,
+ *    fresh random inputs each run.  The partial outputs go through a workspace that starts as
+ *    NaN, so a slot the combine reads and the split kernel did not write fails the check.
+ * 2. The split-count heuristic: one piece when the device is full, more when it is not, never
+ *    an empty piece, never more than the KV blocks.
+ * 3. Refusals: varlen, the document mask, a user @block_mask, seqlen_q above 16: each a clear
+ *    error, never a kernel.
+ * 4. The API on the host: kiln_forward with seqlen_q <= 16 goes through the decode kernels
+ *    (two more compiles at the first call, none after), q in a (B, N, H, D) layout and a
+ *    GQA 32/8 problem against the reference, KILN_DECODE_SPLITS forcing pieces, KILN_DECODE=0
+ *    serving it with the prefill kernel, seqlen_q 17 the prefill kernel; kiln_tune_decode over
+ *    block_n and pieces, its winner then checked against the reference, its refusals; four
+ *    threads decoding through one kernel (one workspace) at once.
+ * 5. Code: the default decode kernels compile for gfx90a / gfx942 without VGPR spills and for
+ *    sm_80 / sm_90a (ptxas, when installed) without spills, at head dims 64 and 128.
+ *
+ * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_VERBOSE=1 prints each case;
+ * KILN_TEST_FILTER=test_api* runs the tests whose names match.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "attn_decode.h"
+#include "attn_internal.h"
+#include "kiln.h"
+#include "numeric.h"
+#include "attn_test.h"
+#include "test_mods.h"
+
+typedef struct dc_case {
+  const char *name;
+  kn_attn_desc desc;
+  int batch, heads, kv_heads, nq, nk;
+  int splits;  /* 0: the heuristic's (for 4 compute units) */
+  kn_attn_vargs va;
+  kn_attn_named_arg named[2];
+  void *buf[2];
+} dc_case;
+
+static void dc_prepare(dc_case *c) {
+  kn_attn_vargs *va = &c->va;
+  memset(va, 0, sizeof *va);
+  memset(c->buf, 0, sizeof c->buf);
+  const kn_attn_desc *d = &c->desc;
+  int B = c->batch, H = c->heads;
+  if (d->window) {
+    va->window_left = irand(-1, 3) < 0 ? -1 : irand(0, 300);
+    va->window_right = irand(-1, 3) < 0 ? -1 : irand(0, 10);
+  }
+  if (d->softcap) va->softcap = (float)unif(0.5, 3);
+  if (d->alibi) {
+    float *s = malloc(sizeof *s * (size_t)(B * H));
+    for (int i = 0; i < B * H; i++) s[i] = (float)unif(0.01, 0.6);
+    va->alibi_slopes = s, va->alibi_sb = H;
+    c->buf[0] = s;
+  }
+  if (d->prefix) va->prefix_len = irand(0, c->nk);
+  if (d->mods) {
+    float *t = malloc(sizeof *t * (size_t)H);
+    for (int i = 0; i < H; i++) t[i] = (float)unif(0.2, 3);
+    c->named[0] = (kn_attn_named_arg){"temp", {.p = t}, sizeof *t * (size_t)H};
+    va->mods = c->named, va->nmods = 1;
+    c->buf[1] = t;
+  }
+}
+
+static double abs_err(double got, double want) {
+  if (isinf(want) || isinf(got)) return got == want ? 0 : INFINITY;
+  double e = fabs(got - want);
+  return e == e ? e : INFINITY;
+}
+
+static void fill_rand(kn_scalar dt, void *p, double *pd, size_t n) {
+  size_t es = kn_scalar_size(dt);
+  for (size_t i = 0; i < n; i++) {
+    kn_store_elem(dt, (char *)p + i * es, unif(-2, 2));
+    pd[i] = kn_load_elem(dt, (char *)p + i * es);
+  }
+}
+
+static void run_case(const char *target, dc_case *c, const kn_attn_config *cfg) {
+  dc_prepare(c);
+  const kn_attn_desc *d = &c->desc;
+  const kn_scalar dt = d->dtype;
+  const int D = d->head_dim, B = c->batch, H = c->heads, HK = c->kv_heads;
+  const size_t es = kn_scalar_size(dt), nq = (size_t)B * H * c->nq * D,
+               nk = (size_t)B * HK * c->nk * D, nl = (size_t)B * H * c->nq;
+  void *q = malloc(nq * es + 16), *k = malloc(nk * es + 16), *v = malloc(nk * es + 16),
+       *o = malloc(nq * es + 16);
+  float *lse = malloc(nl * 4 + 16);
+  double *qd = malloc(nq * 8 + 8), *kd = malloc(nk * 8 + 8), *vd = malloc(nk * 8 + 8),
+         *od = malloc(nq * 8 + 8), *ld = malloc(nl * 8 + 8);
+  assert_true(q && k && v && o && lse && qd && kd && vd && od && ld);
+  fill_rand(dt, q, qd, nq);
+  fill_rand(dt, k, kd, nk);
+  fill_rand(dt, v, vd, nk);
+  for (size_t i = 0; i < nq; i++) kn_store_elem(dt, (char *)o + i * es, NAN);
+  for (size_t i = 0; i < nl; i++) lse[i] = NAN;
+
+  kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = c->nq,
+                       .seqlen_k = c->nk};
+  kn_decode_plan plan = kn_attn_decode_plan(d, cfg, &p, 4, c->splits);
+  float *ws_o = malloc(plan.ws_o_bytes + 16), *ws_lse = malloc(plan.ws_lse_bytes + 16);
+  assert_true(ws_o && ws_lse);
+  for (size_t i = 0; i < plan.ws_o_bytes / 4; i++) ws_o[i] = NAN;
+  for (size_t i = 0; i < plan.ws_lse_bytes / 4; i++) ws_lse[i] = NAN;
+
+  kn_diag diag;
+  kn_module *ms = kn_module_new("<decode>"), *mc = kn_module_new("<combine>");
+  kn_func *fs = kn_attn_decode_build(ms, d, cfg, &diag);
+  if (!fs) fail_msg("%s: build: %s", c->name, diag.rendered);
+  kn_func *fc = kn_attn_decode_combine_build(mc, d, &diag);
+  if (!fc) fail_msg("%s: combine build: %s", c->name, diag.rendered);
+  kn_attn_sig sig;
+  if (kn_attn_signature(d, &sig, &diag)) fail_msg("%s: signature: %s", c->name, diag.message);
+  assert_int_equal(kn_func_nparams(fs), sig.n + KN_DECODE_NPARAMS);
+  kn_argval sa[KN_ATTN_MAX_PARAMS + KN_DECODE_NPARAMS], ca[KN_DECODE_COMBINE_NPARAMS];
+  int sg[3], cg[3];
+  if (kn_attn_decode_fill_args(d, &sig, cfg, &p, &plan, q, k, v, o, lse, ws_o, ws_lse, &c->va,
+                               sa, sg, ca, cg, &diag))
+    fail_msg("%s: args: %s", c->name, diag.message);
+  kn_region regions[KN_ATTN_MAX_PARAMS] = {{q, nq * es}, {k, nk * es}, {v, nk * es},
+                                           {o, nq * es}, {lse, nl * 4},
+                                           {ws_o, plan.ws_o_bytes}, {ws_lse, plan.ws_lse_bytes}};
+  int nreg = 7;
+  kn_argval scratch[KN_ATTN_MAX_PARAMS];
+  memcpy(scratch, sa, sizeof scratch);
+  int n = kn_attn_fill_vargs(d, &sig, &p, &c->va, scratch, regions + nreg, &diag);
+  assert_true(n >= 0);
+  nreg += n;
+  const char *tn = target ? target : "interp";
+  if (run_on_target(target, ms, fs, sa, sg, regions, nreg, NULL, c->name, &diag))
+    fail_msg("%s on %s (seed %llu): split: %s", c->name, tn, (unsigned long long)seed0,
+             diag.message);
+  if (run_on_target(target, mc, fc, ca, cg, regions, nreg, NULL, c->name, &diag))
+    fail_msg("%s on %s (seed %llu): combine: %s", c->name, tn, (unsigned long long)seed0,
+             diag.message);
+  if (kn_attn_reference_v(d, NULL, &p, &c->va, qd, kd, vd, od, d->has_lse ? ld : NULL, &diag))
+    fail_msg("%s: reference: %s", c->name, diag.message);
+  double err = 0, lerr = 0;
+  for (size_t i = 0; i < nq; i++) {
+    double e = abs_err(kn_load_elem(dt, (char *)o + i * es), od[i]);
+    if (e > err) err = e;
+  }
+  if (d->has_lse)
+    for (size_t i = 0; i < nl; i++) {
+      double e = abs_err(lse[i], ld[i]);
+      if (e > lerr) lerr = e;
+    }
+  double tol = kn_attn_tolerance(dt), ltol = kn_attn_lse_tolerance(dt) * 4;
+  if (verbose())
+    printf("    %-16s %-10s %s D%d B%d H%d/%d Nq %d Nk %d %dx%d splits %d: err %.3g lse %.3g\n",
+           c->name, tn, kn_scalar_name(dt), D, B, H, HK, c->nq, c->nk, cfg->block_m,
+           cfg->block_n, plan.splits, err, lerr);
+  if (!(err <= tol) || !(lerr <= ltol))
+    fail_msg("%s on %s (seed %llu, %s D%d B%d H%d/%d Nq %d Nk %d, %dx%d, %d splits): err O %.3g "
+             "(tol %.3g), lse %.3g", c->name, tn, (unsigned long long)seed0, kn_scalar_name(dt),
+             D, B, H, HK, c->nq, c->nk, cfg->block_m, cfg->block_n, plan.splits, err, tol, lerr);
+  kn_module_free(ms), kn_module_free(mc);
+  free(q), free(k), free(v), free(o), free(lse), free(ws_o), free(ws_lse);
+  free(qd), free(kd), free(vd), free(od), free(ld);
+  free(c->buf[0]), free(c->buf[1]);
+}
+
+static int case_list(dc_case *out, kn_scalar dt, int D) {
+  int n = 0;
+  kn_attn_desc base = {.dtype = dt, .head_dim = D, .has_lse = true};
+#define V(nm_, ...)                                  \
+  do {                                               \
+    out[n] = (dc_case){.name = nm_, .desc = base};   \
+    kn_attn_desc *d_ = &out[n].desc;                 \
+    __VA_ARGS__;                                     \
+    (void)d_;                                        \
+    n++;                                             \
+  } while (0)
+  V("plain");
+  V("causal", d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+  V("causal-top-left", d_->causal = KN_CAUSAL_TOP_LEFT);
+  V("window+causal", d_->window = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+  V("window", d_->window = true);
+  V("softcap+causal", d_->softcap = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+  V("alibi+causal", d_->alibi = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+  V("prefix", d_->prefix = true);
+  V("head-temp", d_->mods = TEST_HEAD_TEMP_SCORE_MOD; d_->mods_file = "temp.tile");
+  V("no-lse", d_->has_lse = false; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+#undef V
+  return n;
+}
+
+/* shapes: (B, H, HK, Nq, Nk, splits) */
+static const struct { int B, H, HK, nq, nk, splits; } shapes[] = {
+    {2, 8, 2, 1, 1000, 0},  {1, 8, 2, 4, 65, 3},    {3, 4, 4, 1, 7, 0},   {2, 4, 1, 16, 128, 2},
+    {1, 8, 2, 16, 64, 1},   {2, 6, 3, 4, 1, 0},     {1, 4, 1, 1, 63, 100}, {1, 8, 8, 4, 300, 5},
+};
+enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
+
+static void sweep(const char *target, kn_scalar dt, int D, int nshapes) {
+  dc_case cs[16];
+  int n = case_list(cs, dt, D);
+  clock_t t0 = clock();
+  const kn_target *t = target ? (strstr(target, "-emu") ? kn_emu_target(target)
+                                                         : kn_target_get(target))
+                              : NULL;
+  for (int i = 0; i < n; i++)
+    for (int s = 0; s < nshapes; s++) {
+      dc_case c = cs[i];
+      int w = (s + 3 * i) % NSHAPES;
+      c.batch = shapes[w].B, c.heads = shapes[w].H, c.kv_heads = shapes[w].HK;
+      c.nq = shapes[w].nq, c.nk = shapes[w].nk, c.splits = shapes[w].splits;
+      kn_attn_config cfg = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 2};
+      if ((s + i) % 2) cfg = kn_attn_decode_default_config(t ? t->arch : NULL, &c.desc);
+      run_case(target, &c, &cfg);
+    }
+  printf("[ decode ] %-11s %s D%d: %d variants x %d shapes, %.1f s\n", target ? target : "interp",
+         kn_scalar_name(dt), D, n, nshapes, (double)(clock() - t0) / CLOCKS_PER_SEC);
+}
+
+static void test_interp(void **state) {
+  (void)state;
+  sweep(NULL, KN_F32, 24, 2);
+  sweep(NULL, KN_F16, 40, 2);
+}
+
+static void test_host(void **state) {
+  (void)state;
+  sweep("host", KN_F16, 64, NSHAPES);
+  sweep("host", KN_BF16, 128, 3);
+  sweep("host", KN_F32, 33, 2);
+}
+
+/* the serving shape: GQA 32/8, head dim 128, Nq 1 / 4 / 16, block-boundary lengths, many pieces */
+static void test_host_gqa_32_8(void **state) {
+  (void)state;
+  static const int nqs[] = {1, 4, 16}, nks[] = {1, 64, 1000, 129};
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 4; j++) {
+      dc_case c = {.name = "gqa-32/8", .desc = {.dtype = KN_F16, .head_dim = 128, .has_lse = true,
+                                                .causal = (i + j) % 2}};
+      c.batch = 2, c.heads = 32, c.kv_heads = 8, c.nq = nqs[i], c.nk = nks[j];
+      c.splits = j == 2 ? 16 : 0;
+      kn_attn_config cfg = kn_attn_decode_default_config(NULL, &c.desc);
+      run_case("host", &c, &cfg);
+    }
+}
+
+static void test_emu(void **state) {
+  (void)state;
+  sweep("gfx90a-emu", KN_F16, 64, 2);
+  sweep("gfx942-emu", KN_BF16, 64, 2);
+}
+
+static void test_plan(void **state) {
+  (void)state;
+  kn_attn_desc d = {.dtype = KN_F16, .head_dim = 128};
+  kn_attn_config c = {.block_m = 16, .block_n = 64, .warps = 1, .stages = 2};
+  /* a full device: one piece */
+  kn_attn_problem p = {.batch = 128, .heads = 32, .kv_heads = 8, .seqlen_q = 1, .seqlen_k = 4096};
+  kn_decode_plan r = kn_attn_decode_plan(&d, &c, &p, 132, 0);
+  assert_int_equal(r.splits, 1);
+  assert_int_equal(r.split_len, 4096);
+  /* batch 1: as many pieces as fill the device, none empty */
+  p.batch = 1, p.seqlen_k = 32768;
+  r = kn_attn_decode_plan(&d, &c, &p, 132, 0);
+  assert_true(r.splits > 8 && r.splits <= KN_DECODE_MAX_SPLITS);
+  assert_true((int64_t)(r.splits - 1) * r.split_len < p.seqlen_k);
+  assert_int_equal(r.split_len % 64, 0);
+  /* at least KN_DECODE_MIN_BLOCKS blocks a piece; forced counts at most one piece a block */
+  p.seqlen_k = 100;
+  r = kn_attn_decode_plan(&d, &c, &p, 132, 0);
+  assert_int_equal(r.splits, 1);
+  p.seqlen_k = 1000;  /* 16 blocks */
+  r = kn_attn_decode_plan(&d, &c, &p, 132, 0);
+  assert_int_equal(r.splits, 16 / KN_DECODE_MIN_BLOCKS);
+  r = kn_attn_decode_plan(&d, &c, &p, 132, 1000);
+  assert_int_equal(r.splits, 16);
+  p.seqlen_k = 0;
+  r = kn_attn_decode_plan(&d, &c, &p, 132, 0);
+  assert_int_equal(r.splits, 1);
+  /* rows: GQA 4 x 4 query rows = 16, one block; 16 query rows of 4 heads: 64 rows, 4 blocks */
+  p.seqlen_q = 4, p.seqlen_k = 1000;
+  r = kn_attn_decode_plan(&d, &c, &p, 132, 0);
+  assert_int_equal(r.row_blocks, 1);
+  p.seqlen_q = 16;
+  r = kn_attn_decode_plan(&d, &c, &p, 132, 0);
+  assert_int_equal(r.row_blocks, 4);
+  assert_int_equal(r.ws_rows, 64);
+  assert_int_equal(r.ws_lse_bytes, (size_t)8 * r.splits * 64 * 4);
+  p.seqlen_q = 1;  /* GQA 4: 4 live rows of the 16, only they are stored */
+  r = kn_attn_decode_plan(&d, &c, &p, 132, 0);
+  assert_int_equal(r.ws_rows, 4);
+  assert_int_equal(r.ws_o_bytes, (size_t)8 * r.splits * 4 * 128 * 4);
+}
+
+static void test_refusals(void **state) {
+  (void)state;
+  kn_diag diag;
+  kn_attn_config c = {.block_m = 16, .block_n = 32, .warps = 1, .stages = 2};
+  kn_attn_desc d = {.dtype = KN_F16, .head_dim = 64, .layout = KN_ATTN_VARLEN};
+  assert_int_equal(kn_attn_decode_check(NULL, &d, &c, &diag), -1);
+  assert_non_null(strstr(diag.message, "dense"));
+  d.layout = KN_ATTN_DENSE, d.document = true;
+  assert_int_equal(kn_attn_decode_check(NULL, &d, &c, &diag), -1);
+  assert_non_null(strstr(diag.message, "block predicate"));
+  d.document = false, d.mods = TEST_CHUNK_MASK_MOD;
+  kn_module *m = kn_module_new("<r>");
+  assert_null(kn_attn_decode_build(m, &d, &c, &diag));
+  kn_module_free(m);
+  d.mods = NULL;
+  kn_attn_sig sig;
+  assert_int_equal(kn_attn_signature(&d, &sig, &diag), 0);
+  kn_attn_problem p = {.batch = 1, .heads = 2, .kv_heads = 1, .seqlen_q = 17, .seqlen_k = 5};
+  kn_decode_plan plan = kn_attn_decode_plan(&d, &c, &p, 4, 0);
+  kn_argval sa[KN_ATTN_MAX_PARAMS], ca[KN_DECODE_COMBINE_NPARAMS];
+  int sg[3], cg[3];
+  char x[16];
+  assert_int_equal(kn_attn_decode_fill_args(&d, &sig, &c, &p, &plan, x, x, x, x, NULL,
+                                            (float *)x, (float *)x, NULL, sa, sg, ca, cg, &diag),
+                   -1);
+  assert_non_null(strstr(diag.message, "seqlen_q 17"));
+}
+
+/* ---- the API ---------------------------------------------------------------------------------- */
+
+/* one kiln_forward on the host against the reference; q is (B, N, H, D) when `bnhd` */
+static void api_case(kiln_kernel *kern, const kn_attn_desc *d, int B, int H, int HK, int nq,
+                     int nk, bool bnhd, const kiln_attn_args *extra) {
+  const kn_scalar dt = d->dtype;
+  const int D = d->head_dim;
+  const size_t es = kn_scalar_size(dt), n_q = (size_t)B * H * nq * D,
+               n_k = (size_t)B * HK * nk * D, n_l = (size_t)B * H * nq;
+  void *q = malloc(n_q * es + 16), *k = malloc(n_k * es + 16), *v = malloc(n_k * es + 16),
+       *o = malloc(n_q * es + 16);
+  float *lse = malloc(n_l * 4 + 16);
+  double *qd = malloc(n_q * 8 + 8), *kd = malloc(n_k * 8 + 8), *vd = malloc(n_k * 8 + 8),
+         *od = malloc(n_q * 8 + 8), *ld = malloc(n_l * 8 + 8), *qc = malloc(n_q * 8 + 8);
+  assert_true(q && k && v && o && lse && qd && kd && vd && od && ld && qc);
+  fill_rand(dt, q, qd, n_q);
+  fill_rand(dt, k, kd, n_k);
+  fill_rand(dt, v, vd, n_k);
+  kiln_attn_args a = extra ? *extra : (kiln_attn_args){0};
+  a.q = q, a.k = k, a.v = v, a.o = o, a.lse = d->has_lse ? lse : NULL;
+  a.batch = B, a.heads = H, a.kv_heads = HK, a.seqlen_q = nq, a.seqlen_k = nk;
+  /* the reference reads (B, H, N, D): q's values in that order */
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < nq; i++)
+        for (int x = 0; x < D; x++) {
+          size_t at = (((size_t)b * H + h) * nq + i) * D + x;
+          size_t from = bnhd ? (((size_t)b * nq + i) * H + h) * D + x : at;
+          qc[at] = qd[from];
+        }
+  if (bnhd) {
+    a.q_stride[0] = (int64_t)nq * H * D, a.q_stride[1] = D, a.q_stride[2] = (int64_t)H * D;
+  }
+  kiln_status st = kiln_forward(kern, &a, NULL);
+  if (st) fail_msg("kiln_forward (B%d H%d/%d Nq %d Nk %d): %s", B, H, HK, nq, nk,
+                   kiln_last_error());
+  kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = nq, .seqlen_k = nk};
+  kn_attn_vargs va = {.window_left = a.window_left, .window_right = a.window_right,
+                      .softcap = a.softcap};
+  kn_diag diag;
+  if (kn_attn_reference_v(d, NULL, &p, &va, qc, kd, vd, od, d->has_lse ? ld : NULL, &diag))
+    fail_msg("reference: %s", diag.message);
+  double err = 0, lerr = 0;
+  for (size_t i = 0; i < n_q; i++) {
+    double e = abs_err(kn_load_elem(dt, (char *)o + i * es), od[i]);
+    if (e > err) err = e;
+  }
+  for (size_t i = 0; d->has_lse && i < n_l; i++) {
+    double e = abs_err(lse[i], ld[i]);
+    if (e > lerr) lerr = e;
+  }
+  if (verbose())
+    printf("    api B%d H%d/%d Nq %d Nk %d%s: err %.3g lse %.3g\n", B, H, HK, nq, nk,
+           bnhd ? " bnhd" : "", err, lerr);
+  if (!(err <= kn_attn_tolerance(dt)) || !(lerr <= 4 * kn_attn_lse_tolerance(dt)))
+    fail_msg("api (seed %llu) B%d H%d/%d Nq %d Nk %d%s: err %.3g lse %.3g",
+             (unsigned long long)seed0, B, H, HK, nq, nk, bnhd ? " bnhd" : "", err, lerr);
+  free(q), free(k), free(v), free(o), free(lse), free(qd), free(kd), free(vd), free(od), free(ld);
+  free(qc);
+}
+
+static void test_api_host(void **state) {
+  (void)state;
+  kiln_context_options co = {.no_cache = 1, .device = "host"};
+  kiln_context *ctx;
+  assert_int_equal(kiln_context_create(&co, &ctx), KILN_OK);
+  kiln_attn_desc pd = {.dtype = KILN_F16, .head_dim = 64, .causal = KILN_CAUSAL_BOTTOM_RIGHT,
+                       .has_lse = 1};
+  kn_attn_desc d = {.dtype = KN_F16, .head_dim = 64, .causal = KN_CAUSAL_BOTTOM_RIGHT,
+                    .has_lse = true};
+  kiln_kernel *k;
+  assert_int_equal(kiln_prepare(ctx, &pd, NULL, &k), KILN_OK);
+  kiln_stats s0, s1, s2;
+  kiln_context_stats(ctx, &s0);
+  api_case(k, &d, 2, 8, 2, 1, 1000, false, NULL);
+  kiln_context_stats(ctx, &s1);
+  assert_int_equal(s1.compiles, s0.compiles + 2);  /* the split and combine kernels */
+  api_case(k, &d, 1, 8, 2, 4, 65, true, NULL);
+  api_case(k, &d, 3, 4, 1, 16, 7, false, NULL);
+  api_case(k, &d, 1, 32, 8, 1, 129, false, NULL);
+  setenv("KILN_DECODE_SPLITS", "5", 1);
+  api_case(k, &d, 2, 4, 4, 2, 333, true, NULL);
+  unsetenv("KILN_DECODE_SPLITS");
+  kiln_context_stats(ctx, &s2);
+  assert_int_equal(s2.compiles, s1.compiles);  /* built once */
+  /* the prefill kernel: KILN_DECODE=0, and above 16 query rows */
+  setenv("KILN_DECODE", "0", 1);
+  api_case(k, &d, 1, 8, 2, 3, 100, false, NULL);
+  unsetenv("KILN_DECODE");
+  api_case(k, &d, 1, 4, 2, 17, 40, false, NULL);
+  /* a window and a softcap: the variant's arguments reach the split kernel */
+  kiln_attn_desc pw = {.dtype = KILN_F16, .head_dim = 64, .window = 1, .softcap = 1,
+                       .has_lse = 1};
+  kn_attn_desc dw = {.dtype = KN_F16, .head_dim = 64, .window = true, .softcap = true,
+                     .has_lse = true};
+  assert_int_equal(kiln_prepare(ctx, &pw, NULL, &k), KILN_OK);
+  kiln_attn_args ex = {.window_left = 50, .window_right = -1, .softcap = 2.5f};
+  api_case(k, &dw, 2, 8, 2, 4, 500, false, &ex);
+  kiln_context_destroy(ctx);
+}
+
+/* four threads decoding through one kernel on the host (one workspace: their split and combine
+ * launches must not interleave), each checked against its own float64 reference.  (Without
+ * decode_launch_mu this still passed here: the host runs its launches in the order they come,
+ * and a thread's combine came right after its split; the lock is for the orders that do not.) */
+typedef struct th_job {
+  kiln_kernel *k;
+  int id, bad;
+} th_job;
+
+static void *th_main(void *arg) {
+  th_job *j = arg;
+  enum { B = 2, HH = 8, HKK = 2, DD = 32 };
+  int nk = 300 + 50 * j->id;
+  size_t nq = (size_t)B * HH * DD, nkk = (size_t)B * HKK * nk * DD;
+  uint16_t *q = malloc(nq * 2), *k = malloc(nkk * 2), *v = malloc(nkk * 2), *o = malloc(nq * 2);
+  double *qd = malloc(nq * 8), *kd = malloc(nkk * 8), *vd = malloc(nkk * 8), *od = malloc(nq * 8);
+  uint64_t s = 0x51ed + (uint64_t)j->id;
+  for (size_t i = 0; i < nq; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    kn_store_elem(KN_F16, q + i, (double)(s >> 40) / (1 << 23) - 1);
+    qd[i] = kn_load_elem(KN_F16, q + i);
+  }
+  for (size_t i = 0; i < nkk; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    kn_store_elem(KN_F16, k + i, (double)(s >> 40) / (1 << 23) - 1);
+    kd[i] = kn_load_elem(KN_F16, k + i);
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    kn_store_elem(KN_F16, v + i, (double)(s >> 40) / (1 << 23) - 1);
+    vd[i] = kn_load_elem(KN_F16, v + i);
+  }
+  kn_attn_desc d = {.dtype = KN_F16, .head_dim = DD};
+  kn_attn_problem p = {.batch = B, .heads = HH, .kv_heads = HKK, .seqlen_q = 1, .seqlen_k = nk};
+  kn_attn_reference(&d, &p, qd, kd, vd, od, NULL);
+  for (int r = 0; r < 6; r++) {
+    kiln_attn_args a = {.q = q, .k = k, .v = v, .o = o, .batch = B, .heads = HH,
+                        .kv_heads = HKK, .seqlen_q = 1, .seqlen_k = nk};
+    if (kiln_forward(j->k, &a, NULL)) {
+      j->bad++;
+      continue;
+    }
+    for (size_t i = 0; i < nq; i++)
+      if (!(fabs(kn_load_elem(KN_F16, o + i) - od[i]) <= kn_attn_tolerance(KN_F16))) {
+        j->bad++;
+        break;
+      }
+  }
+  free(q), free(k), free(v), free(o), free(qd), free(kd), free(vd), free(od);
+  return NULL;
+}
+
+static void test_api_threads(void **state) {
+  (void)state;
+  kiln_context_options co = {.no_cache = 1, .device = "host"};
+  kiln_context *ctx;
+  assert_int_equal(kiln_context_create(&co, &ctx), KILN_OK);
+  kiln_attn_desc pd = {.dtype = KILN_F16, .head_dim = 32};
+  kiln_kernel *k;
+  assert_int_equal(kiln_prepare(ctx, &pd, NULL, &k), KILN_OK);
+  pthread_t t[4];
+  th_job j[4];
+  for (int i = 0; i < 4; i++) {
+    j[i] = (th_job){.k = k, .id = i};
+    assert_int_equal(pthread_create(&t[i], NULL, th_main, &j[i]), 0);
+  }
+  int bad = 0;
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL), bad += j[i].bad;
+  assert_int_equal(bad, 0);
+  kiln_stats st;
+  kiln_context_stats(ctx, &st);
+  assert_int_equal(st.launches, 24);
+  kiln_context_destroy(ctx);
+}
+
+/* kiln_tune_decode on the host: candidates over block_n and pieces, the winner kept for the
+ * problem (the forward after it is right), bad calls refused */
+static void test_api_tune(void **state) {
+  (void)state;
+  kiln_context_options co = {.no_cache = 1, .device = "host"};
+  kiln_context *ctx;
+  assert_int_equal(kiln_context_create(&co, &ctx), KILN_OK);
+  kiln_attn_desc pd = {.dtype = KILN_F16, .head_dim = 64, .has_lse = 1};
+  kn_attn_desc d = {.dtype = KN_F16, .head_dim = 64, .has_lse = true};
+  kiln_kernel *k;
+  assert_int_equal(kiln_prepare(ctx, &pd, NULL, &k), KILN_OK);
+  enum { B = 2, HH = 8, HKK = 2, NK = 700, DD = 64 };
+  size_t nq = (size_t)B * HH * DD, nk = (size_t)B * HKK * NK * DD;
+  uint16_t *q = calloc(nq, 2), *kk = calloc(nk, 2), *v = calloc(nk, 2), *o = calloc(nq, 2);
+  float *lse = calloc((size_t)B * HH, 4);
+  double *qd = malloc(nq * 8), *kd = malloc(nk * 8), *vd = malloc(nk * 8);
+  fill_rand(KN_F16, q, qd, nq), fill_rand(KN_F16, kk, kd, nk), fill_rand(KN_F16, v, vd, nk);
+  kiln_attn_args a = {.q = q, .k = kk, .v = v, .o = o, .lse = lse, .batch = B, .heads = HH,
+                      .kv_heads = HKK, .seqlen_q = 1, .seqlen_k = NK};
+  kiln_prepare_options po = {.tune_warmup = 1, .tune_repeats = 3};
+  kiln_tune_result r;
+  if (kiln_tune_decode(k, &a, NULL, &po, &r)) fail_msg("tune: %s", kiln_last_error());
+  assert_true(r.ncandidates >= 8);
+  assert_true(r.best >= 0 && r.candidates[r.best].state == KILN_CANDIDATE_TIMED);
+  int timed = 0;
+  for (int i = 0; i < r.ncandidates; i++) {
+    timed += r.candidates[i].state == KILN_CANDIDATE_TIMED;
+    assert_true(r.candidates[i].decode_splits >= 1);
+  }
+  assert_int_equal(timed, r.ncandidates);  /* every one agreed with the default */
+  printf("[ decode ] tune: %d candidates, best block_n %d, %d pieces, %.0f us\n", r.ncandidates,
+         r.candidates[r.best].block_n, r.candidates[r.best].decode_splits,
+         r.candidates[r.best].median_us);
+  kiln_tune_result_free(&r);
+  /* the winner serves the same problem: against float64 */
+  api_case(k, &d, B, HH, HKK, 1, NK, false, NULL);
+  /* refused: a prefill call, forced pieces */
+  a.seqlen_q = 40;
+  assert_int_equal(kiln_tune_decode(k, &a, NULL, NULL, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "not one the decode kernels serve"));
+  a.seqlen_q = 1;
+  setenv("KILN_DECODE_SPLITS", "2", 1);
+  assert_int_equal(kiln_tune_decode(k, &a, NULL, NULL, NULL), KILN_ERR_INVALID);
+  unsetenv("KILN_DECODE_SPLITS");
+  free(q), free(kk), free(v), free(o), free(lse), free(qd), free(kd), free(vd);
+  kiln_context_destroy(ctx);
+}
+
+/* the default decode kernels' code: no spills on the AMD chips and (ptxas) on NVIDIA */
+static void test_code(void **state) {
+  (void)state;
+  static const char *const targets[] = {"gfx90a", "gfx942", "sm_80", "sm_90a"};
+  static const int dims[] = {64, 128};
+  char ptxas[512];
+  kn_diag pd;
+  bool have_ptxas = kn_ptxas_find(ptxas, sizeof ptxas, &pd) == KN_OK;
+  for (size_t t = 0; t < 4; t++) {
+    const kn_target *tg = kn_target_get(targets[t]);
+    assert_non_null(tg);
+    bool nv = tg->arch->isa == KN_ISA_NVPTX;
+    if (nv && !have_ptxas) {
+      printf("[ decode ] %s: ptxas not installed, spills not checked\n", targets[t]);
+      continue;
+    }
+    for (size_t i = 0; i < 2; i++)
+      for (int causal = 0; causal < 2; causal++) {
+        kn_attn_desc d = {.dtype = KN_F16, .head_dim = dims[i], .has_lse = true,
+                          .causal = causal};
+        kn_attn_config c = kn_attn_decode_default_config(tg->arch, &d);
+        kn_diag diag;
+        for (int which = 0; which < 2; which++) {
+          kn_module *m = kn_module_new("<code>");
+          kn_func *f = which ? kn_attn_decode_combine_build(m, &d, &diag)
+                             : kn_attn_decode_build(m, &d, &c, &diag);
+          if (!f) fail_msg("%s D%d: %s", targets[t], dims[i], diag.message);
+          const char *name = which ? "attn_decode_combine" : "attn_decode";
+          kn_artifact a;
+          if (kn_compile_artifact(m, name, tg, NULL, &a, &diag))
+            fail_msg("%s on %s D%d: %s", name, targets[t], dims[i], diag.rendered);
+          int sp = artifact_spills(&a, tg->arch, name);
+          printf("[ decode ] %-6s D%-3d causal %d %-20s %dx%d w%d: %d spills\n", targets[t],
+                 dims[i], causal, name, c.block_m, c.block_n, c.warps, sp);
+          if (sp) fail_msg("%s on %s D%d spills %d", name, targets[t], dims[i], sp);
+          kn_artifact_free(&a);
+          kn_module_free(m);
+        }
+      }
+  }
+}
+
+int main(void) {
+  const char *s = getenv("KILN_TEST_SEED");
+  seed0 = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL);
+  rng = seed0;
+  printf("[ decode ] seed %llu (KILN_TEST_SEED replays it)\n", (unsigned long long)seed0);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_plan),   cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_interp), cmocka_unit_test(test_host),
+      cmocka_unit_test(test_host_gqa_32_8), cmocka_unit_test(test_emu),
+      cmocka_unit_test(test_api_host), cmocka_unit_test(test_api_threads),
+      cmocka_unit_test(test_api_tune),
+      cmocka_unit_test(test_code),
+  };
+  if (getenv("KILN_TEST_FILTER")) cmocka_set_test_filter(getenv("KILN_TEST_FILTER"));
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
