@@ -146,6 +146,7 @@ bool api_decode_wanted(const kiln_kernel *k, const kiln_attn_args *a);
 kiln_status api_decode_kernels(kiln_kernel *k);
 kiln_status api_decode_forward(kiln_kernel *k, const kn_attn_problem *p, const kn_attn_vargs *va,
                                const kn_argval *args, void *stream);
+/* one launch of kernel k (a forward, a decode part or a backward part) on its device */
 kiln_status api_launch_kernel(kiln_kernel *k, const kn_argval *args, const int grid[3],
                               void *stream);
 kiln_status api_get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,

@@ -1800,19 +1800,6 @@ static kiln_status call_args(kiln_kernel *k, const kiln_attn_args *a, const char
   return KILN_OK;
 }
 
-/* one launch of kernel k (a forward, or a part of a backward) on its device */
-static kiln_status launch(kiln_kernel *k, const kn_argval *args, const int grid[3], void *stream) {
-  if (k->ctx->kind != KN_DEVICE_HOST)
-    return k->ctx->kind == KN_DEVICE_CUDA ? api_cuda_forward(k, args, grid, stream)
-                                          : api_hip_forward(k, args, grid, stream);
-  kn_diag diag;
-  pthread_mutex_lock(&k->launch_mu);
-  int rc = api_the_compiler.host_run(k->obj, args, grid, &diag);
-  pthread_mutex_unlock(&k->launch_mu);
-  if (rc) return api_fail(KILN_ERR_RUNTIME, "%s", diag.message);
-  return KILN_OK;
-}
-
 kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) {
   /* the stream matters on GPUs only: the host device runs synchronously on its own pool */
   if (!k || !a) return api_fail(KILN_ERR_INVALID, "kiln_forward: null kernel or arguments");
@@ -1836,7 +1823,7 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
    * decode's kernels come from the cache or not at all: the prefill kernel then serves the call */
   if (api_decode_wanted(k, a) && (api_the_compiler.present || api_decode_kernels(k) == KILN_OK)) {
     if ((s = api_decode_forward(k, &p, &va, args, stream))) return s;
-  } else if ((s = launch(k, args, grid, stream))) {
+  } else if ((s = api_launch_kernel(k, args, grid, stream))) {
     return s;
   }
   atomic_fetch_add(&k->ctx->stats.launches, 1);
@@ -1990,7 +1977,7 @@ kiln_status kiln_backward(kiln_kernel *k, const kiln_backward_args *a, void *str
   (void)empty;
   for (int w = 0; w < KN_BWD_NKERNELS; w++) {
     if (!grid[w][0] || !grid[w][1]) continue;
-    if ((s = launch(k->part[w], args, grid[w], stream))) return s;
+    if ((s = api_launch_kernel(k->part[w], args, grid[w], stream))) return s;
   }
   atomic_fetch_add(&k->ctx->stats.launches, 1);
   return KILN_OK;
