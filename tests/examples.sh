@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # examples.sh — the examples build and run (CTest `examples`).
-# usage: examples.sh SOURCE_DIR BUILD_DIR
+# usage: examples.sh SOURCE_DIR BUILD_DIR FAKE_LIBCUDA
 #  - examples/embed.c (build/examples/embed): a serving loop through include/kiln.h on the host;
 #    every request's output within tolerance, the first process compiles each descriptor once,
 #    a second process on the same cache directory compiles nothing;
 #  - examples/embed_min.c and embed.cpp (build/examples/embed_min, embed_cpp): their PASS lines
 #    (tests/install.sh builds and runs them again against an installed prefix);
-#  - examples/aot.sh: code objects and PTX with a manifest (two targets, two variants here).
+#  - examples/aot: `kiln aot --emit-c` on its manifest, main.c built on the launcher with plain cc
+#    and run on the fake CUDA driver (FAKE_LIBCUDA).
 set -u
-src=$1 build=$2
+src=$1 build=$2 fake=$3
 fails=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -37,22 +38,29 @@ check embed_min grep -q -x PASS "$tmp/min"
 sed 's/^/  | /' "$tmp/cpp"
 check embed_cpp sh -c "[ \$(grep -c ' ok\$' '$tmp/cpp') -eq 4 ] && grep -q -x PASS '$tmp/cpp'"
 
-KILN=$build/tools/kiln AOT_TARGETS="gfx942 sm_80" AOT_VARIANTS="f16:64:1 bf16:128:0" \
-  "$src/examples/aot.sh" "$tmp/aot" >"$tmp/aot.log" 2>&1
-rc=$?
-sed 's/^/  | /' "$tmp/aot.log"
-m=$tmp/aot/MANIFEST.tsv
-check aot-exit [ "$rc" -eq 0 ]
-# one line per artefact, each naming an existing file, its variant, a tiling (the registry's
-# default, which may change), threads = lanes x warps and a shared-memory plan
-check aot-manifest awk -F '\t' -v dir="$tmp/aot" '
-  NR == 1 { next }
-  { n++; lanes = $2 ~ /^gfx/ ? 64 : 32
-    if ((getline line < (dir "/" $1)) <= 0 || $7 <= 0 || $8 <= 0 || $9 != lanes * $8 || $10 <= 0) bad++ }
-  END { exit !(n == 4 && !bad) }' "$m"
-check aot-variants grep -q $'^attn_fwd_bf16_d128.sm_80.ptx\tsm_80\tbf16\t128\t0\t' "$m"
-check aot-hsaco-is-elf sh -c "head -c 4 '$tmp/aot/attn_fwd_bf16_d128.gfx942.hsaco' | grep -q ELF"
-check aot-ptx sh -c "grep -q '^.target sm_80' '$tmp/aot/attn_fwd_f16_d64_causal.sm_80.ptx'"
+# examples/aot: the bundle and launcher of its manifest, main.c compiled with plain cc on it (no
+# kiln, no LLVM), run on the fake CUDA driver told what each kernel computes (a float64
+# attention from the launch's parameters: the launcher's packing and main.c's shapes are checked)
+"$build/tools/kiln" aot "$src/examples/aot/kernels.manifest" -o "$tmp/aot" -j 2 \
+  --emit-c aot_kernels >"$tmp/aot.log" 2>&1
+check aot-build sh -c "grep -q '^kiln aot: 2 kernels, 8 objects' '$tmp/aot.log'"
+${CC:-cc} -std=gnu17 -O2 -Wall -Wextra -Werror -I "$tmp/aot" "$src/examples/aot/main.c" \
+  "$tmp/aot/aot_kernels.c" -ldl -lpthread -lm -o "$tmp/aot_example" >>"$tmp/aot.log" 2>&1
+check aot-cc [ $? -eq 0 ]
+export KILN_FAKE_CUDA_KERNELS="attn_fwd_causal_f16_d64=f16:64:1:0:0;attn_fwd_window_bf16_d128=bf16:128:0:1:0"
+KILN_CUDA_LIBRARY=$fake "$tmp/aot_example" >>"$tmp/aot.log" 2>&1
+echo "aot_example exit $?" >>"$tmp/aot.log"
+# the same kernels described as something else: main.c's check must fail
+KILN_FAKE_CUDA_KERNELS="attn_fwd_causal_f16_d64=f16:64:0:0:0" KILN_CUDA_LIBRARY=$fake \
+  "$tmp/aot_example" >"$tmp/aot_wrong.log" 2>&1
+echo "aot_example exit $?" >>"$tmp/aot_wrong.log"
+"$tmp/aot_example" hip >"$tmp/aot_nogpu.log" 2>&1
+echo "aot_example exit $?" >>"$tmp/aot_nogpu.log"
+sed 's/^/  | /' "$tmp/aot.log" "$tmp/aot_wrong.log" "$tmp/aot_nogpu.log"
+check aot-run sh -c "[ \$(grep -c ' ok\$' '$tmp/aot.log') -eq 2 ] && grep -q -x PASS '$tmp/aot.log' && grep -q -x 'aot_example exit 0' '$tmp/aot.log'"
+check aot-run-can-fail sh -c "grep -q '^causal_f16_d64 on .* FAIL\$' '$tmp/aot_wrong.log' && grep -q -x 'aot_example exit 1' '$tmp/aot_wrong.log'"
+check aot-no-gpu sh -c "grep -q '^aot_example: no HIP runtime' '$tmp/aot_nogpu.log' && grep -q -x 'aot_example exit 2' '$tmp/aot_nogpu.log'"
+unset KILN_FAKE_CUDA_KERNELS
 
 echo "examples: $fails failed"
 [ "$fails" -eq 0 ]

@@ -12,7 +12,10 @@
 #     libkiln_rt build of embed_min refuses the host (no compiler) and, on the fake CUDA driver
 #     (FAKE_LIBCUDA: device memory is host memory, attn_fwd a float64 attention), runs the
 #     kernel libkiln's embed_min left in the cache, with nothing compiled;
-#  4. the same through pkg-config: kiln.pc (shared) and kiln_rt.pc's static_libs (the archive);
+#     examples/aot's launcher, written by the installed kiln at build time, runs on the fake
+#     CUDA driver with no kiln linked;
+#  4. the same through pkg-config: kiln.pc (shared) and kiln_rt.pc's static_libs (the archive),
+#     and examples/aot with the kiln binary kiln.pc names;
 #  5. the installed kiln binary runs.
 set -u
 src=$1 build=$2 fake=$3
@@ -58,6 +61,9 @@ check rt-archive-no-llvm-symbols sh -c "! nm --undefined-only '$p/lib/libkiln_rt
 check full-archive-has-llvm-symbols sh -c "nm --undefined-only '$p/lib/libkiln.a' 2>/dev/null | grep -q -E '$llvm_syms'"
 check rt-exports-api-only sh -c "! nm -D --defined-only '$rt' | awk '{print \$3}' | grep -v -q '^kiln_'"
 
+# what the fake CUDA driver computes for the kernels of examples/aot/kernels.manifest
+aot_kernels="attn_fwd_causal_f16_d64=f16:64:1:0:0;attn_fwd_window_bf16_d128=bf16:128:0:1:0"
+
 # examples/ against the prefix, through find_package(kiln): shared, then static
 for kind in shared static; do
   ex=$tmp/ex-$kind
@@ -66,7 +72,7 @@ for kind in shared static; do
     -DCMAKE_BUILD_TYPE=Release >"$tmp/cfg-$kind.log" 2>&1 &&
     cmake --build "$ex" -j 2 >"$tmp/build-$kind.log" 2>&1
   rc=$?
-  [ $rc -eq 0 ] || tail -30 "$tmp/cfg-$kind.log" "$tmp/build-$kind.log"
+  [ $rc -eq 0 ] || tail -n 30 "$tmp/cfg-$kind.log" "$tmp/build-$kind.log"
   check "cmake-$kind-build" [ $rc -eq 0 ]
   c=$tmp/cache-$kind
   run "$tmp/min-$kind" "$ex/embed_min" host "$c"
@@ -81,6 +87,10 @@ for kind in shared static; do
   check "cmake-$kind-gpu-compiled" sh -c "grep -q -x 'kernel compiled for sm_80' '$tmp/gpu-$kind' && grep -q -x PASS '$tmp/gpu-$kind'"
   KILN_CUDA_LIBRARY=$fake run "$tmp/gpu-rt-$kind" "$ex/embed_min_rt" sm_80 "$g"
   check "cmake-$kind-rt-gpu-from-cache" sh -c "grep -q -x 'kernel from the cache for sm_80' '$tmp/gpu-rt-$kind' && grep -q -x PASS '$tmp/gpu-rt-$kind'"
+  # examples/aot: the installed kiln wrote the launcher at build time; it runs with no kiln
+  KILN_CUDA_LIBRARY=$fake KILN_FAKE_CUDA_KERNELS=$aot_kernels run "$tmp/aot-$kind" "$ex/aot_example"
+  check "cmake-$kind-aot_example" sh -c "[ \$(grep -c ' ok\$' '$tmp/aot-$kind') -eq 2 ] && grep -q -x PASS '$tmp/aot-$kind'"
+  check "cmake-$kind-aot-no-libkiln" sh -c "[ -x '$ex/aot_example' ] && ! ldd '$ex/aot_example' | grep -q -E 'kiln|LLVM'"
   if [ $kind = static ]; then
     check static-links-no-libkiln sh -c "! ldd '$ex/embed_min' '$ex/embed_min_rt' | grep -q libkiln"
     check static-rt-no-llvm sh -c "! ldd '$ex/embed_min_rt' | grep -q -E 'LLVM|stdc\+\+'"
@@ -109,6 +119,16 @@ $cc -std=gnu17 -o "$tmp/pc_min_static" "$src/examples/embed_min.c" $(pkg-config 
 check pkgconfig-static-build [ $? -eq 0 ]
 run "$tmp/pc_min_static.out" "$tmp/pc_min_static" host "$tmp/cache-pc"
 check pkgconfig-static-embed_min grep -q -x PASS "$tmp/pc_min_static.out"
+# examples/aot through pkg-config: kiln.pc names the kiln binary
+kiln_bin=$(pkg-config --variable=kiln kiln)
+check pkgconfig-kiln-variable [ "$kiln_bin" -ef "$p/bin/kiln" ]
+"$kiln_bin" aot "$src/examples/aot/kernels.manifest" -o "$tmp/aot-pc" -j 2 --emit-c aot_kernels \
+  >>"$tmp/pc.log" 2>&1 &&
+  $cc -std=gnu17 -O2 -I "$tmp/aot-pc" -o "$tmp/aot_pc" "$src/examples/aot/main.c" \
+    "$tmp/aot-pc/aot_kernels.c" -ldl -lpthread -lm 2>>"$tmp/pc.log"
+check pkgconfig-aot-build [ $? -eq 0 ]
+KILN_CUDA_LIBRARY=$fake KILN_FAKE_CUDA_KERNELS=$aot_kernels run "$tmp/aot_pc.out" "$tmp/aot_pc"
+check pkgconfig-aot_example grep -q -x PASS "$tmp/aot_pc.out"
 sed 's/^/  | /' "$tmp/pc.log"
 
 check kiln-binary sh -c "'$p/bin/kiln' --version | grep -q '^kiln 0.1.0 (LLVM '"

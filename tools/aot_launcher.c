@@ -60,6 +60,10 @@ static struct {
   int (*hipModuleLaunchKernel)(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
                                unsigned, unsigned, void *, void **, void **);
   const char *(*hipGetErrorName)(int);
+  int (*hipMalloc)(void **, size_t);
+  int (*hipFree)(void *);
+  int (*hipMemcpy)(void *, const void *, size_t, int);
+  int (*hipStreamSynchronize)(void *);
   int (*cuCtxPushCurrent)(void *);
   int (*cuCtxPopCurrent)(void **);
   int (*cuModuleLoadDataEx)(void **, const void *, unsigned, int *, void **);
@@ -68,6 +72,11 @@ static struct {
   int (*cuLaunchKernel)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                         unsigned, void *, void **, void **);
   int (*cuGetErrorName)(int, const char **);
+  int (*cuMemAlloc)(unsigned long long *, size_t);
+  int (*cuMemFree)(unsigned long long);
+  int (*cuMemcpyHtoD)(unsigned long long, const void *, size_t);
+  int (*cuMemcpyDtoH)(void *, unsigned long long, size_t);
+  int (*cuStreamSynchronize)(void *);
 } kn_aotl_g;
 static pthread_mutex_t kn_aotl_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local char kn_aotl_err[512];
@@ -149,6 +158,10 @@ static int kn_aotl_init_hip(void) {
   KN_AOTL_SYM(hip, hipModuleGetFunction, "hipModuleGetFunction");
   KN_AOTL_SYM(hip, hipModuleLaunchKernel, "hipModuleLaunchKernel");
   KN_AOTL_SYM(hip, hipGetErrorName, "hipGetErrorName");
+  KN_AOTL_SYM(hip, hipMalloc, "hipMalloc");
+  KN_AOTL_SYM(hip, hipFree, "hipFree");
+  KN_AOTL_SYM(hip, hipMemcpy, "hipMemcpy");
+  KN_AOTL_SYM(hip, hipStreamSynchronize, "hipStreamSynchronize");
   int n = 0;
   if (!init || !count || !props || init(0) || count(&n) || n < 1)
     return kn_aotl_fail("the HIP runtime reports no device");
@@ -191,6 +204,11 @@ static int kn_aotl_init_cuda(void) {
   KN_AOTL_SYM(cu, cuFuncSetAttribute, "cuFuncSetAttribute");
   KN_AOTL_SYM(cu, cuLaunchKernel, "cuLaunchKernel");
   KN_AOTL_SYM(cu, cuGetErrorName, "cuGetErrorName");
+  KN_AOTL_SYM(cu, cuMemAlloc, "cuMemAlloc_v2");
+  KN_AOTL_SYM(cu, cuMemFree, "cuMemFree_v2");
+  KN_AOTL_SYM(cu, cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+  KN_AOTL_SYM(cu, cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+  KN_AOTL_SYM(cu, cuStreamSynchronize, "cuStreamSynchronize");
   int dev, major = 0, minor = 0;
   if (!init || !get || !attr || !retain || init(0) || get(&dev, 0) || attr(&major, 75, dev) ||
       attr(&minor, 76, dev))
@@ -229,6 +247,47 @@ int kn_aotl_init(const char *runtime) {
   pthread_mutex_unlock(&kn_aotl_mu);
   return rc;
 }
+
+/* Device memory through the runtime init loaded, for a program with neither HIP's nor CUDA's
+ * headers (a serving engine passes its own buffers instead).  op: 0 alloc, 1 free, 2 host to
+ * device, 3 device to host, 4 synchronize the stream. */
+static int kn_aotl_mem(int op, void **p, void *dst, const void *src, size_t n, void *stream) {
+  static const char *const what[] = {"alloc", "free", "upload", "download", "sync"};
+  if (!kn_aotl_g.kind) return kn_aotl_fail("call kn_aotl_init first");
+  int r;
+  if (kn_aotl_g.kind == 1) {
+    r = op == 0 ? kn_aotl_g.hipMalloc(p, n) : op == 1 ? kn_aotl_g.hipFree(dst)
+      : op == 4 ? kn_aotl_g.hipStreamSynchronize(stream)
+                : kn_aotl_g.hipMemcpy(dst, src, n, op == 2 ? 1 : 2);
+    if (r) return kn_aotl_fail("%s of %zu bytes: %s", what[op], n, kn_aotl_hiperr(r));
+    return 0;
+  }
+  void *old;
+  unsigned long long d = 0;
+  r = kn_aotl_g.cuCtxPushCurrent(kn_aotl_g.ctx);
+  if (!r)
+    r = op == 0 ? kn_aotl_g.cuMemAlloc(&d, n)
+      : op == 1 ? kn_aotl_g.cuMemFree((unsigned long long)(uintptr_t)dst)
+      : op == 2 ? kn_aotl_g.cuMemcpyHtoD((unsigned long long)(uintptr_t)dst, src, n)
+      : op == 3 ? kn_aotl_g.cuMemcpyDtoH(dst, (unsigned long long)(uintptr_t)src, n)
+                : kn_aotl_g.cuStreamSynchronize(stream);
+  kn_aotl_g.cuCtxPopCurrent(&old);
+  if (r) return kn_aotl_fail("%s of %zu bytes: %s", what[op], n, kn_aotl_cuerr(r));
+  if (op == 0) *p = (void *)(uintptr_t)d;
+  return 0;
+}
+int kn_aotl_alloc(void **p, size_t bytes) {
+  *p = NULL;
+  return kn_aotl_mem(0, p, NULL, NULL, bytes, NULL);
+}
+int kn_aotl_free(void *p) { return p ? kn_aotl_mem(1, NULL, p, NULL, 0, NULL) : 0; }
+int kn_aotl_upload(void *dev, const void *host, size_t bytes) {
+  return kn_aotl_mem(2, NULL, dev, host, bytes, NULL);
+}
+int kn_aotl_download(void *host, const void *dev, size_t bytes) {
+  return kn_aotl_mem(3, NULL, host, dev, bytes, NULL);
+}
+int kn_aotl_sync(void *stream) { return kn_aotl_mem(4, NULL, NULL, NULL, 0, stream); }
 
 /* the chip's code object in an uncompressed clang offload bundle */
 static const void *kn_aotl_bundle_find(const char *p, size_t n, const char *chip) {

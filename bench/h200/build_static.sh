@@ -19,8 +19,9 @@
 #                         LLVM-linked one, e.g. test_host, adds about 14 MiB to the pack)
 #   KILN_STATIC_JOBS      parallel jobs (default: nproc)
 # With test_aot among the targets, the AOT bundle of tests/aot/attention16.manifest (and its
-# generated launcher) is built here with that kiln and packed as kiln-h200/aot_bundle, for
-# device_run.sh's `aot` step (docs/aot.md).
+# generated launcher) is built here with that kiln and packed as kiln-h200/aot_bundle, and
+# examples/aot's program on its own generated launcher as bin/aot_example, for device_run.sh's
+# `aot` step (docs/aot.md).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -76,6 +77,11 @@ if [[ " $targets " == *" test_aot "* ]]; then
   echo "== the AOT bundle (tests/aot/attention16.manifest)"
   "$stage/bin/kiln" aot "$root/tests/aot/attention16.manifest" -o "$stage/aot_bundle" -j "$jobs" \
     --emit-c kiln_aot | tail -1
+  echo "== examples/aot: its bundle, launcher and main (cc; glibc only)"
+  "$stage/bin/kiln" aot "$root/examples/aot/kernels.manifest" -o "$build/aot_example" -j "$jobs" \
+    --emit-c aot_kernels | tail -1
+  ${CC:-cc} -std=gnu17 -O2 -I "$build/aot_example" "$root/examples/aot/main.c" \
+    "$build/aot_example/aot_kernels.c" -ldl -lpthread -lm -o "$stage/bin/aot_example"
 fi
 
 {

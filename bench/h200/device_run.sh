@@ -122,6 +122,10 @@ if want aot; then
       KILN_HIP_LIBRARY=none "$bin/test_aot"
     grep -E "^  (CUDA device|[a-z0-9_]+ +sm_|bundle load|cc )|OK|FAIL" "$out/test_aot.log" \
       | sed 's/^/      /' | tee -a "$summary"
+    # examples/aot: a program on its generated launcher alone, checked against float64
+    step "aot_example cuda" "$out/test_aot.log" 120 env KILN_HIP_LIBRARY=none \
+      "$bin/aot_example" cuda
+    grep -E "^(causal|window)_.* on sm_" "$out/test_aot.log" | sed 's/^/      /' | tee -a "$summary"
   else
     note "FAIL  test_aot: not in the pack (KILN_STATIC_TARGETS with test_aot)"
     failed=$((failed + 1))

@@ -35,6 +35,7 @@
 /* ---------------- the fake driver ---------------- */
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,10 +46,12 @@ typedef struct fake_fn {
   int id; /* 0 kn_vadd, 1 kn_block_reverse, 2 attn_fwd, 3 kv_append, 4-6 the backward's,
               7 attn_decode, 8 attn_decode_combine */
   int max_dyn;
+  /* an attn_fwd_<name> kernel KILN_FAKE_CUDA_KERNELS describes: what it computes */
+  int described, elem, bf16, d, causal, window, softcap;
 } fake_fn;
-static fake_fn fake_fns[9] = {{0, 48 * 1024}, {1, 48 * 1024}, {2, 48 * 1024}, {3, 48 * 1024},
-                              {4, 48 * 1024}, {5, 48 * 1024}, {6, 48 * 1024}, {7, 48 * 1024},
-                              {8, 48 * 1024}};
+#define FAKE_FN(i) {.id = i, .max_dyn = 48 * 1024}
+static fake_fn fake_fns[9] = {FAKE_FN(0), FAKE_FN(1), FAKE_FN(2), FAKE_FN(3), FAKE_FN(4),
+                              FAKE_FN(5), FAKE_FN(6), FAKE_FN(7), FAKE_FN(8)};
 
 /* ---- kiln's attention, for test_api_cuda ---- */
 static int attn_elem = 2, attn_bf16, attn_d = 64, attn_causal, attn_launches;
@@ -480,6 +483,32 @@ int cuModuleLoadDataEx(void **m, const void *img, unsigned n, int *opts, void **
   return 0;
 }
 int cuModuleUnload(void *m) { (void)m; NEED_CTX(); return 0; }
+/* A program that cannot call kn_fake_cuda_attn() (an example built on a generated AOT
+ * launcher, tests/install.sh) describes its kernels instead:
+ *   KILN_FAKE_CUDA_KERNELS="SYMBOL=DTYPE:HEAD_DIM:CAUSAL:WINDOW:SOFTCAP;..."
+ * (DTYPE f16, bf16 or f32, the others 0 or 1); a launch of such a kernel computes that.  Other
+ * attn_fwd kernels compute what kn_fake_cuda_attn() said. */
+static fake_fn *fake_described(const char *name) {
+  static fake_fn pool[16];
+  static int used;
+  const char *env = getenv("KILN_FAKE_CUDA_KERNELS");
+  size_t n = strlen(name);
+  for (const char *e = env; e && *e; e = strchr(e, ';') ? strchr(e, ';') + 1 : "") {
+    char dt[8] = "";
+    int d, causal, window, softcap;
+    if (strncmp(e, name, n) || e[n] != '=' ||
+        sscanf(e + n + 1, "%7[a-z0-9]:%d:%d:%d:%d", dt, &d, &causal, &window, &softcap) != 5)
+      continue;
+    if (used == 16) break;
+    fake_fn *f = &pool[used++];
+    *f = (fake_fn){.id = 2, .max_dyn = 48 * 1024, .described = 1,
+                   .elem = strcmp(dt, "f32") ? 2 : 4, .bf16 = !strcmp(dt, "bf16"), .d = d,
+                   .causal = causal, .window = window, .softcap = softcap};
+    return f;
+  }
+  return &fake_fns[2];
+}
+
 int cuModuleGetFunction(void **f, void *m, const char *name) {
   (void)m;
   NEED_CTX();
@@ -493,7 +522,7 @@ int cuModuleGetFunction(void **f, void *m, const char *name) {
   else if (strcmp(name, "attn_bwd_dq") == 0) *f = &fake_fns[6];
   else if (strcmp(name, "attn_decode") == 0) *f = &fake_fns[7];
   else if (strcmp(name, "attn_decode_combine") == 0) *f = &fake_fns[8];
-  else if (strncmp(name, "attn_fwd", 8) == 0) *f = &fake_fns[2]; /* AOT: attn_fwd_<name> */
+  else if (strncmp(name, "attn_fwd", 8) == 0) *f = fake_described(name); /* AOT: attn_fwd_<name> */
   else return 500;
   return 0;
 }
@@ -514,6 +543,9 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
   NEED_CTX();
   fake_fn *fn = f;
   if (bx * by * bz > 1024 || (int)dyn > fn->max_dyn || gz != 1) return 1;
+  if (fn->id == 2 && fn->described)
+    attn_elem = fn->elem, attn_bf16 = fn->bf16, attn_d = fn->d, attn_causal = fn->causal,
+    attn_window = fn->window, attn_softcap = fn->softcap;
   if (fn->id == 2) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_attention(gx, gy, params) : 1;
   if (fn->id == 3) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_append(gx, gy, params) : 1;
   if (fn->id == 7) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_decode(gx, gy, params) : 1;
