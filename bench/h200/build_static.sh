@@ -74,11 +74,15 @@ for b in "$stage"/bin/*; do
 done
 
 if [[ " $targets " == *" test_aot "* ]]; then
-  echo "== the AOT bundle (tests/aot/attention16.manifest)"
-  "$stage/bin/kiln" aot "$root/tests/aot/attention16.manifest" -o "$stage/aot_bundle" -j "$jobs" \
+  # the bundle holds AMD code objects, which need lld: the static kiln has none, so the
+  # bundle comes from the regular build's kiln (KILN_AOT_KILN; build/tools/kiln by default)
+  aot_kiln=${KILN_AOT_KILN:-$root/build/tools/kiln}
+  [ -x "$aot_kiln" ] || { echo "error: $aot_kiln missing (build kiln, or set KILN_AOT_KILN)" >&2; exit 1; }
+  echo "== the AOT bundle (tests/aot/attention16.manifest) with $aot_kiln"
+  "$aot_kiln" aot "$root/tests/aot/attention16.manifest" -o "$stage/aot_bundle" -j "$jobs" \
     --emit-c kiln_aot | tail -1
   echo "== examples/aot: its bundle, launcher and main (cc; glibc only)"
-  "$stage/bin/kiln" aot "$root/examples/aot/kernels.manifest" -o "$build/aot_example" -j "$jobs" \
+  "$aot_kiln" aot "$root/examples/aot/kernels.manifest" -o "$build/aot_example" -j "$jobs" \
     --emit-c aot_kernels | tail -1
   ${CC:-cc} -std=gnu17 -O2 -I "$build/aot_example" "$root/examples/aot/main.c" \
     "$build/aot_example/aot_kernels.c" -ldl -lpthread -lm -o "$stage/bin/aot_example"

@@ -19,6 +19,8 @@
 #   steps "backward" and "sdpa_bwd" (issue 14): `kiln run --backward --target sm_90a` checks
 #                       and kiln_bwd_bench (KILN_BWD_ARGS, e.g. "--quick" or "--tilings"; pack
 #                       it: KILN_STATIC_TARGETS), and sdpa_bwd_anchor.py (KILN_SDPA_BWD_ARGS)
+#   step "serve"        kiln_serve_bench (varlen prefill mix, paged vs dense prefill; KILN_SERVE_ARGS)
+#                       and `sdpa_anchor.py --varlen` on the lengths it wrote
 #   KILN_DECODE_ARGS    extra arguments for kiln_decode_bench (step decode; e.g. "--sweep");
 #                       step decode also runs `sdpa_anchor.py --decode` (FA2, cuDNN)
 set -u
@@ -202,6 +204,27 @@ if want sdpa_bwd; then
   step "sdpa backward anchor" "$out/sdpa_bwd.log" 560 env PYTHONUNBUFFERED=1 python3 \
     "$here/sdpa_bwd_anchor.py" --csv "$out/sdpa_bwd.csv" ${KILN_SDPA_BWD_ARGS:-}
   grep -E "^(\||# )" "$out/sdpa_bwd.log" >>"$summary"
+fi
+
+# ---- serving prefill (issue 12): varlen mix vs the padded batch, paged vs dense; SDPA padded ----
+if want serve; then
+  if [ -x "$bin/kiln_serve_bench" ]; then
+    # shellcheck disable=SC2086
+    step "kiln serve" "$out/serve.log" 480 "$bin/kiln_serve_bench" --lengths "$out/lengths.txt" \
+      ${KILN_SERVE_ARGS:-}
+    grep -E "^(\||# |PASS|FAIL)" "$out/serve.log" >>"$summary"
+  else
+    note "FAIL  kiln_serve_bench: not in the pack"
+    failed=$((failed + 1))
+  fi
+  if [ -s "$out/lengths.txt" ]; then
+    step "sdpa varlen anchor" "$out/serve.log" 420 env PYTHONUNBUFFERED=1 python3 \
+      "$here/sdpa_anchor.py" --varlen "$out/lengths.txt"
+    grep -E "^(\||# )" "$out/serve.log" | grep -v -E "^# (kiln|dense|varlen kernel|paged kernel)" \
+      | tail -n 8 >>"$summary"
+  fi
+fi
+
 # ---- decode (issue 12): kiln's split-KV decode through the API, then SDPA's on the same shapes ----
 if want decode; then
   if [ -x "$bin/kiln_decode_bench" ]; then

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "attn_bwd.h"
+#include "bench_cuda.h"
 #include "cuda_device.h"
 #include "kiln.h"
 #include "numeric.h"
@@ -165,15 +166,23 @@ out:
   return ok;
 }
 
+struct call {
+  kiln_kernel *bwd;
+  const kiln_backward_args *a;
+};
+static int backward(void *user) {
+  struct call *c = user;
+  return kiln_backward(c->bwd, c->a, NULL) != KILN_OK;
+}
+
 /* (b) the median ms of kiln_backward at one shape, or NAN */
 static double timed(kiln_context *ctx, kiln_dtype pdt, int D, int causal, const shape *s,
                     int repeats, const kiln_prepare_options *po, kiln_kernel_info *info) {
   kiln_attn_desc d = {.dtype = pdt, .head_dim = D, .causal = causal, .has_lse = 1};
   kiln_kernel *fwd, *bwd;
   dbufs b;
-  kn_cuda_event ev[2] = {0};
   kn_diag e;
-  double med = NAN, ms[64];
+  double med = NAN;
   if (kiln_prepare(ctx, &d, NULL, &fwd) || kiln_prepare_backward(ctx, &d, po, &bwd) ||
       kiln_kernel_get_info(bwd, info)) {
     printf("# prepare: %s\n", kiln_last_error());
@@ -187,32 +196,15 @@ static double timed(kiln_context *ctx, kiln_dtype pdt, int D, int causal, const 
   /* inputs: small constants (no NaN); O and lse from the forward */
   for (int i = 0; i < 5; i++) kn_cuda_memset8(dev, b.p[i], i == 3 ? 0 : 0x2c, b.bytes[i], &e);
   kiln_backward_args a = args_of(&b, s);
-  if (kiln_forward(fwd, &a.fwd, NULL) || kn_cuda_event_create(dev, &ev[0], &e) ||
-      kn_cuda_event_create(dev, &ev[1], &e)) {
+  if (kiln_forward(fwd, &a.fwd, NULL)) {
     printf("# forward: %s\n", kiln_last_error());
     failures++;
     goto out;
   }
-  for (int r = -2; r < repeats; r++) {
-    float t;
-    if (kn_cuda_event_record(dev, ev[0], NULL, &e) || kiln_backward(bwd, &a, NULL) ||
-        kn_cuda_event_record(dev, ev[1], NULL, &e) || kn_cuda_event_sync(dev, ev[1], &e) ||
-        kn_cuda_event_elapsed(dev, ev[0], ev[1], &t, &e)) {
-      printf("# backward: %s %s\n", kiln_last_error(), e.message);
-      failures++;
-      goto out;
-    }
-    if (r >= 0) ms[r] = t;
-  }
-  for (int i = 0; i < repeats; i++)
-    for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
-      double x = ms[j];
-      ms[j] = ms[j - 1], ms[j - 1] = x;
-    }
-  med = ms[repeats / 2];
+  struct call c = {bwd, &a};
+  med = bench_median_ms(dev, 2, repeats, backward, &c);
+  failures += isnan(med);
 out:
-  for (int i = 0; i < 2; i++)
-    if (ev[i]) kn_cuda_event_destroy(dev, ev[i]);
   dbufs_free(&b);
   return med;
 }
@@ -230,19 +222,8 @@ int main(int argc, char **argv) {
     }
   }
   if (repeats < 1 || repeats > 64) repeats = 10;
-  kn_diag e;
-  if (kn_cuda_init(&e) || kn_cuda_device_count() < 1 || kn_cuda_device_open(0, &dev, &e)) {
-    printf("# no CUDA device: %s\n", e.message);
-    return 0;
-  }
-  kiln_context *ctx;
-  kiln_context_options co = {.device = "cuda", .no_cache = 1};
-  if (kiln_context_create(&co, &ctx)) {
-    printf("# no kiln context: %s\n", kiln_last_error());
-    return 1;
-  }
-  printf("# kiln %s backward on %s (%s)\n", kiln_version(), kiln_context_device_name(ctx),
-         kiln_context_target(ctx));
+  if (!bench_device_open(&dev)) return 0;
+  kiln_context *ctx = bench_context();
   static const kiln_prepare_options forced[] = {{.block_m = 64, .block_n = 64, .warps = 4},
                                                 {.block_m = 32, .block_n = 64, .warps = 2},
                                                 {.block_m = 64, .block_n = 32, .warps = 2},

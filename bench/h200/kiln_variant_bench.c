@@ -31,6 +31,7 @@
 
 #include "api.h"
 #include "attention.h"
+#include "bench_cuda.h"
 #include "cuda_device.h"
 #include "kiln.h"
 #include "numeric.h"
@@ -147,6 +148,15 @@ static double pairs_of(const variant *v, long N) {
   return n;
 }
 
+struct call {
+  kiln_kernel *kern;
+  const kiln_attn_args *a;
+};
+static int forward(void *user) {
+  struct call *c = user;
+  return kiln_forward(c->kern, c->a, NULL) != KILN_OK;
+}
+
 /* (b) one variant at one length: median ms of kiln_forward, or NAN */
 static double timed(kiln_context *ctx, const variant *v, int N, int repeats,
                     const kiln_prepare_options *po, kiln_kernel_info *info) {
@@ -161,11 +171,9 @@ static double timed(kiln_context *ctx, const variant *v, int N, int repeats,
   double med = NAN;
   kiln_attn_desc d = desc_of(v);
   kiln_kernel *kern;
-  kn_cuda_event ev[2] = {0};
   if (!dq || !dk || !dv || !dout || !dsl || kn_cuda_memset8(dev, dq, 0x3c, n, &e) ||
       kn_cuda_memset8(dev, dk, 0x3b, n, &e) || kn_cuda_memset8(dev, dv, 0x3a, n, &e) ||
-      kiln_prepare(ctx, &d, po, &kern) || kiln_kernel_get_info(kern, info) ||
-      kn_cuda_event_create(dev, &ev[0], &e) || kn_cuda_event_create(dev, &ev[1], &e)) {
+      kiln_prepare(ctx, &d, po, &kern) || kiln_kernel_get_info(kern, info)) {
     failures++;
     goto out;
   }
@@ -175,27 +183,10 @@ static double timed(kiln_context *ctx, const variant *v, int N, int repeats,
   if (v->window) a.window_left = WINDOW, a.window_right = 0;
   if (v->softcap) a.softcap = 30;
   if (v->alibi) a.alibi_slopes = (const float *)(uintptr_t)dsl;
-  double ms[64];
-  for (int r = -3; r < repeats; r++) {
-    float t;
-    if (kn_cuda_event_record(dev, ev[0], NULL, &e) || kiln_forward(kern, &a, NULL) ||
-        kn_cuda_event_record(dev, ev[1], NULL, &e) || kn_cuda_event_sync(dev, ev[1], &e) ||
-        kn_cuda_event_elapsed(dev, ev[0], ev[1], &t, &e)) {
-      fprintf(stderr, "launch failed: %s %s\n", kiln_last_error(), e.message);
-      failures++;
-      goto out;
-    }
-    if (r >= 0) ms[r] = t;
-  }
-  for (int i = 0; i < repeats; i++)  /* insertion sort: a handful */
-    for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
-      double x = ms[j];
-      ms[j] = ms[j - 1], ms[j - 1] = x;
-    }
-  med = ms[repeats / 2];
+  struct call c = {kern, &a};
+  med = bench_median_ms(dev, 3, repeats, forward, &c);
+  failures += isnan(med);
 out:
-  for (int i = 0; i < 2; i++)
-    if (ev[i]) kn_cuda_event_destroy(dev, ev[i]);
   kn_cuda_ptr bufs[] = {dq, dk, dv, dout, dsl};
   for (int i = 0; i < 5; i++)
     if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
@@ -216,19 +207,8 @@ int main(int argc, char **argv) {
     }
   }
   if (repeats < 1 || repeats > 64) repeats = 10;
-  kn_diag e;
-  if (kn_cuda_init(&e) || kn_cuda_device_count() < 1 || kn_cuda_device_open(0, &dev, &e)) {
-    printf("# no CUDA device: %s\n", e.message);
-    return 0;
-  }
-  kiln_context *ctx;
-  kiln_context_options co = {.device = "auto", .no_cache = 1};
-  if (kiln_context_create(&co, &ctx)) {
-    printf("# no kiln context: %s\n", kiln_last_error());
-    return 1;
-  }
-  printf("# kiln %s on %s (%s)\n", kiln_version(), kiln_context_device_name(ctx),
-         kiln_context_target(ctx));
+  if (!bench_device_open(&dev)) return 0;
+  kiln_context *ctx = bench_context();
   for (int i = 0; i < NVAR; i++) check(ctx, &variants[i], NULL);
   if (failures) {
     printf("# correctness failed: no timing\n");

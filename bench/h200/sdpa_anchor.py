@@ -18,6 +18,12 @@ Prints a markdown table (one row per dtype, D, causal, N) and, with --csv, write
 B {1, 16, 64} x Nk {4k, 32k, 128k}, 32 query heads on 8 kv heads (enable_gqa=True), D 128, f16;
 TB/s counts the unique bytes of K and V (2 x B x 8 x Nk x 128 x 2), each backend checked first
 against the float32 math backend on batch 1 (with the kv heads repeated).
+
+--varlen FILE: the varlen prefill mix of bench/h200/kiln_serve_bench.c (the comma-separated
+lengths it wrote to FILE): bf16, D 128, 32 query heads on 8 kv heads, causal, run by SDPA on the
+padded batch (every sequence padded to the longest; enable_gqa=True), and, where this torch has
+it, by torch.nn.attention.varlen.varlen_attn on the packed tokens.  TFLOP/s counts the useful
+work, sum of 4 x H x L^2 x D / 2, as kiln_serve_bench does.
 """
 import argparse
 import csv
@@ -38,6 +44,7 @@ def parse_args():
     p.add_argument("--quick", action="store_true", help="N 1k/4k, 5 repeats (a smoke run)")
     p.add_argument("--csv", default=None, help="also write the results here")
     p.add_argument("--decode", action="store_true", help="the decode table (see above)")
+    p.add_argument("--varlen", default=None, metavar="FILE", help="the varlen mix (see above)")
     return p.parse_args()
 
 
@@ -120,6 +127,81 @@ def decode_table(args, torch, F, SDPBackend, sdpa_kernel):
     return 1 if bad else 0
 
 
+def median_ms(torch, fn, warmup, repeats):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        s, e = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        s.record()
+        fn()
+        e.record()
+        times.append((s, e))
+    torch.cuda.synchronize()
+    ms = sorted(s.elapsed_time(e) for s, e in times)
+    return ms[len(ms) // 2]
+
+
+def varlen_table(args, torch, F, SDPBackend, sdpa_kernel):
+    dev = torch.device("cuda")
+    H, HK, D, dt = 32, 8, 128, torch.bfloat16
+    with open(args.varlen) as f:
+        lens = [int(x) for x in f.read().strip().split(",")]
+    B, N, T = len(lens), max(lens), sum(lens)
+    useful = sum(4.0 * H * L * L * D * 0.5 for L in lens)
+    gen = torch.Generator(device=dev).manual_seed(77)
+    q = torch.randn(B, H, N, D, device=dev, dtype=dt, generator=gen)
+    k = torch.randn(B, HK, N, D, device=dev, dtype=dt, generator=gen)
+    v = torch.randn(B, HK, N, D, device=dev, dtype=dt, generator=gen)
+    print(f"# varlen mix: {B} sequences, {T} tokens, longest {N}")
+    rows = []
+    # the reference for the check: the shortest non-trivial sequence on its own, float32 math
+    i0 = min(range(B), key=lambda i: lens[i] if lens[i] > 1 else 1 << 30)
+    L0 = lens[i0]
+    with sdpa_kernel([SDPBackend.MATH]):
+        ref = F.scaled_dot_product_attention(
+            q[i0:i0 + 1, :, :L0].float(), k[i0:i0 + 1, :, :L0].float().repeat_interleave(H // HK, 1),
+            v[i0:i0 + 1, :, :L0].float().repeat_interleave(H // HK, 1), is_causal=True)
+    for bname, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        def run():
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        try:
+            out = run()
+            err = ((out[i0:i0 + 1, :, :L0].float() - ref).norm() / ref.norm()).item()
+            ms = median_ms(torch, run, args.warmup, args.repeats)
+            rows.append((f"SDPA {bname} on the padded batch ({B} x {N})", ms, err))
+        except Exception as ex:
+            rows.append((f"SDPA {bname} on the padded batch: n/a ({str(ex).splitlines()[0][:100]})",
+                         math.nan, math.nan))
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+        qp = torch.cat([q[i, :, :L].transpose(0, 1) for i, L in enumerate(lens)])  # (T, H, D)
+        kp = torch.cat([k[i, :, :L].transpose(0, 1) for i, L in enumerate(lens)])
+        vp = torch.cat([v[i, :, :L].transpose(0, 1) for i, L in enumerate(lens)])
+        kp, vp = kp.repeat_interleave(H // HK, 1), vp.repeat_interleave(H // HK, 1)
+        cu = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(B)], device=dev, dtype=torch.int32)
+
+        def runv():
+            return varlen_attn(qp, kp, vp, cu, cu, N, N, is_causal=True)
+        out = runv()
+        s0 = sum(lens[:i0])
+        err = ((out[s0:s0 + L0].transpose(0, 1).unsqueeze(0).float() - ref).norm() / ref.norm()).item()
+        ms = median_ms(torch, runv, args.warmup, args.repeats)
+        rows.append(("torch varlen_attn on the packed tokens (kv heads repeated)", ms, err))
+    except Exception as ex:
+        rows.append((f"torch varlen_attn: n/a ({str(ex).splitlines()[0][:100]})", math.nan, math.nan))
+    print()
+    print("| call | ms | useful TFLOP/s | rel err |")
+    print("|---|---|---|---|")
+    for name, ms, err in rows:
+        tf = "n/a" if math.isnan(ms) else f"{useful / (ms * 1e-3) / 1e12:.0f}"
+        ms_s = "n/a" if math.isnan(ms) else f"{ms:.3f}"
+        print(f"| {name} | {ms_s} | {tf} | {err:.1e} |")
+    return 1 if any(e > 2e-2 for _, _, e in rows if not math.isnan(e)) else 0
+
+
 def main():
     args = parse_args()
     try:
@@ -134,6 +216,11 @@ def main():
         return 0
     if args.quick:
         args.seqlens, args.repeats = "1024,4096", 5
+    if args.varlen:
+        props = torch.cuda.get_device_properties(0)
+        print(f"# device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}, "
+              f"CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()} (varlen)")
+        return varlen_table(args, torch, F, SDPBackend, sdpa_kernel)
     if args.decode:
         props = torch.cuda.get_device_properties(0)
         print(f"# device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}, "
