@@ -18,7 +18,7 @@
 #   KILN_STATIC_TARGETS   targets to build and pack (default: kiln test_cuda test_ptxas; each
 #                         LLVM-linked one, e.g. test_host, adds about 14 MiB to the pack)
 #   KILN_STATIC_JOBS      parallel jobs (default: nproc)
-# With test_aot among the targets, the AOT bundle of tests/aot/attention16.manifest (and its
+# With test_aot (or test_aot_rt, its libkiln_rt build) among the targets, the AOT bundle of tests/aot/attention16.manifest (and its
 # generated launcher) is built here with that kiln and packed as kiln-h200/aot_bundle, and
 # examples/aot's program on its own generated launcher as bin/aot_example, for device_run.sh's
 # `aot` step (docs/aot.md).
@@ -73,7 +73,7 @@ for b in "$stage"/bin/*; do
   done < <(ldd "$b" | awk '{print $1}')
 done
 
-if [[ " $targets " == *" test_aot "* ]]; then
+if [[ " $targets " == *" test_aot "* || " $targets " == *" test_aot_rt "* ]]; then
   # the bundle holds AMD code objects, which need lld: the static kiln has none, so the
   # bundle comes from the regular build's kiln (KILN_AOT_KILN; build/tools/kiln by default)
   aot_kiln=${KILN_AOT_KILN:-$root/build/tools/kiln}

@@ -13,8 +13,8 @@
 #
 #   KILN_DEVICE_STEPS   space-separated steps to run (default: info tests kiln sdpa; also
 #                       variants and flex: kiln_variant_bench and flex_anchor.py; aot: test_aot
-#                       on the packed bundle, through the API and the generated launcher,
-#                       against float64 — docs/aot.md)
+#                       and test_aot_rt (libkiln_rt) on the packed bundle, through the API and
+#                       the generated launcher, and aot_example, against float64 — docs/aot.md)
 #   KILN_SDPA_ARGS      extra arguments for sdpa_anchor.py (e.g. "--quick")
 #   steps "backward" and "sdpa_bwd" (issue 14): `kiln run --backward --target sm_90a` checks
 #                       and kiln_bwd_bench (KILN_BWD_ARGS, e.g. "--quick" or "--tilings"; pack
@@ -117,19 +117,27 @@ if want tests; then
   done
 fi
 
-# ---- AOT bundles: the NVIDIA half of the packed bundle through the API and the launcher ----
+# ---- AOT bundles: the NVIDIA half of the packed bundle through the API (libkiln, and libkiln_rt
+# without the compiler), the generated launcher, and examples/aot's program ----
 if want aot; then
-  if [ -x "$bin/test_aot" ] && [ -d "$work/kiln-h200/aot_bundle" ]; then
-    step "test_aot" "$out/test_aot.log" 480 env KILN_AOT_DIR="$work/kiln-h200/aot_bundle" \
-      KILN_HIP_LIBRARY=none "$bin/test_aot"
-    grep -E "^  (CUDA device|[a-z0-9_]+ +sm_|bundle load|cc )|OK|FAIL" "$out/test_aot.log" \
-      | sed 's/^/      /' | tee -a "$summary"
-    # examples/aot: a program on its generated launcher alone, checked against float64
+  ran=0
+  for t in test_aot test_aot_rt; do
+    if [ -x "$bin/$t" ] && [ -d "$work/kiln-h200/aot_bundle" ]; then
+      ran=1
+      step "$t" "$out/$t.log" 480 env KILN_AOT_DIR="$work/kiln-h200/aot_bundle" \
+        KILN_HIP_LIBRARY=none "$bin/$t"
+      grep -E "^  (CUDA device|[a-z0-9_]+ +sm_|bundle load|cc |libkiln_rt)|OK|FAIL" "$out/$t.log" \
+        | sed 's/^/      /' | tee -a "$summary"
+    fi
+  done
+  if [ -x "$bin/aot_example" ]; then
+    ran=1
     step "aot_example cuda" "$out/test_aot.log" 120 env KILN_HIP_LIBRARY=none \
       "$bin/aot_example" cuda
     grep -E "^(causal|window)_.* on sm_" "$out/test_aot.log" | sed 's/^/      /' | tee -a "$summary"
-  else
-    note "FAIL  test_aot: not in the pack (KILN_STATIC_TARGETS with test_aot)"
+  fi
+  if [ $ran = 0 ]; then
+    note "FAIL  aot: nothing to run in the pack (KILN_STATIC_TARGETS with test_aot / test_aot_rt)"
     failed=$((failed + 1))
   fi
 fi

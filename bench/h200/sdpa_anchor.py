@@ -183,9 +183,16 @@ def varlen_table(args, torch, F, SDPBackend, sdpa_kernel):
         kp, vp = kp.repeat_interleave(H // HK, 1), vp.repeat_interleave(H // HK, 1)
         cu = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(B)], device=dev, dtype=torch.int32)
 
+        # causal: window_size=(-1, 0) in torch 2.10+, is_causal=True in 2.9
+        causal_kw = {"window_size": (-1, 0)}
+
         def runv():
-            return varlen_attn(qp, kp, vp, cu, cu, N, N, is_causal=True)
-        out = runv()
+            return varlen_attn(qp, kp, vp, cu, cu, N, N, **causal_kw)
+        try:
+            out = runv()
+        except TypeError:
+            causal_kw = {"is_causal": True}
+            out = runv()
         s0 = sum(lens[:i0])
         err = ((out[s0:s0 + L0].transpose(0, 1).unsqueeze(0).float() - ref).norm() / ref.norm()).item()
         ms = median_ms(torch, runv, args.warmup, args.repeats)
