@@ -107,6 +107,13 @@ kn_value *kn_paged_gather(kn_builder *b, kn_scalar dt, kn_value *base, const kn_
                        bin(b, KN_OP_MUL, r->page, splat1(b, page_stride, n, "pg_ps_v"), "pg_poff"),
                        bin(b, KN_OP_MUL, r->slot, splat1(b, row_stride, n, "pg_rs_v"), "pg_soff"),
                        buf);
+  /* Every row starts at a multiple of the vector a GPU kernel reads the head in (16 bytes, or
+   * less where the head dim is not a multiple of that): kiln_forward checks the pools' strides
+   * and base against it on GPUs (check_alignment).  Stated as a hint, so the row gather below is
+   * read in vectors (compiler/gpu/gather.c); the interpreter and the host ignore it. */
+  int vec = 16 / (int)kn_scalar_size(dt);
+  while (vec > 1 && d % vec) vec /= 2;
+  if (vec > 1) rows = nm(b, kn_b_hint(b, KN_OP_MULTIPLE_OF, rows, vec), "pg_rows_aligned");
   kn_value *col = nm(b, kn_b_arange(b, 0, dp), "pg_head");
   kn_value *col64 = nm(b, kn_b_cast(b, col, KN_I64), "pg_head64");
   snprintf(buf, sizeof buf, "%s_offs", name);

@@ -19,7 +19,8 @@
  *     batch (24 x max length), the cost of padding.  TFLOP/s counts the useful work:
  *     sum over sequences of 2 * 2 * H * L^2 * D / 2 (causal).
  * (c) paged prefill vs dense at the same shape: B 4, N 4096 queries and keys, the cache in
- *     pages of 16 and of 256 (shuffled), against the dense kernel; paged / dense time.
+ *     pages of 16 and of 256 (shuffled), against the dense kernel; paged / dense time; an extra
+ *     row per page size with the paged kernel forced to 128x64 with 8 warps (checked first).
  *
  *   kiln_serve_bench [--quick] [--repeats R] [--lengths FILE] [--check-only]
  * --check-only: (a) alone (a smoke run on the fake CUDA driver of the tests).
@@ -329,6 +330,11 @@ int main(int argc, char **argv) {
              info.block_m, info.block_n, info.warps, info.wgmma ? ", wgmma" : "");
   bool varlen_ok = check_varlen(kv);
   bool paged_ok = check_paged(kp, 16) & check_paged(kp, 256);
+  /* an extra column: the paged kernel at the dense kernels' 128x64 with 8 warps (not the default) */
+  kiln_prepare_options forced = {.block_m = 128, .block_n = 64, .warps = 8};
+  kiln_kernel *kp2 = NULL;
+  if (kiln_prepare(ctx, &d2, &forced, &kp2)) printf("# forced paged tiling: %s\n", kiln_last_error());
+  bool forced_ok = kp2 && check_paged(kp2, 16);
   if (check_only) varlen_ok = paged_ok = false;
 
   /* (b) the mix */
@@ -408,6 +414,11 @@ int main(int argc, char **argv) {
       double pms = dbt && dl ? timed(kp, &pa, repeats) : NAN;
       printf("| %d | %d | paged %d (shuffled) | %.3f | %.0f | %.3f |\n", B, N, page, pms,
              flops / (pms * 1e-3) / 1e12, pms / dms);
+      if (forced_ok) {
+        double fms = dbt && dl ? timed(kp2, &pa, repeats) : NAN;
+        printf("| %d | %d | paged %d, 128x64 8 warps (forced) | %.3f | %.0f | %.3f |\n", B, N,
+               page, fms, flops / (fms * 1e-3) / 1e12, fms / dms);
+      }
       fflush(stdout);
       if (dbt) kn_cuda_free(dev, dbt, NULL);
       if (dl) kn_cuda_free(dev, dl, NULL);

@@ -8,7 +8,8 @@
  * in-thread plus one or two butterflies, and the softmax P of S = QK^T feeds O += PV as its
  * dot_a operand by register renaming (the transposed accumulator of 32x32x8 holds, per lane,
  * row lane%32 and columns 8i + 4*(lane/32) + 0..3: the k elements dot_a wants).  Loads get a
- * blocked layout vectorised along the dimension whose stride is the constant 1.
+ * blocked layout vectorised along the dimension whose stride is the constant 1, and so does a
+ * row gather (offsets in unit steps along one axis, gather.c) along that axis.
  *
  * Then the layouts flow: forward (an elementwise op takes its operands' layout, preferring an
  * mma or slice layout over a blocked one; a gather takes its offsets'; reduce gives slice;
@@ -660,6 +661,8 @@ int kn_assign_layouts(kn_func *k, const kn_arch *arch, kn_layout_plan *p, kn_dia
     if (op->opc == KN_OP_DOT) p->lay[op->res[0]->id] = s.mma;
     if (op->opc == KN_OP_LOAD && is_tile(op->res[0]))
       p->lay[op->res[0]->id] = blocked_for(&s, op->res[0], contiguous_dim(op));
+    int gax = kn_gpu_gather_axis(op);  /* a row gather is laid out as a load (gather.c) */
+    if (gax >= 0) p->lay[op->res[0]->id] = blocked_for(&s, op->res[0], gax);
   }
   for (int iter = 0; iter < 64; iter++) {
     bool ch = false;

@@ -115,6 +115,15 @@ long long kn_gpu_known_multiple(const kn_value *v);
  * is not)? */
 bool kn_gpu_vec_aligned(const kn_mem_operands *mo, int contig, int v);
 
+/* gather.c: the axis along which a gather's offsets run in unit steps (base + position, the
+ * base constant along it: a row gather), or -1; the layout pass anchors such a gather with a
+ * blocked layout along that axis, as a load along its contiguous dim */
+int kn_gpu_gather_axis(const kn_op *gather);
+/* gather.c: the widest w <= maxvec (a power of two) such that groups of w elements along ax,
+ * starting at multiples of w, are contiguous in memory, start at offsets that are multiples of
+ * w, and share one mask value; 1 when nothing is known */
+int kn_gpu_gather_vec(const kn_op *gather, int ax, int maxvec);
+
 /* plan_shared.c: LDS buffers and offsets; -1 with *d (the plan printed) over the limit */
 int kn_plan_shared(kn_layout_plan *plan, kn_diag *d);
 

@@ -1126,7 +1126,10 @@ static int lower_store(G *g, kn_op *op) {
 
 /* A gather: each thread loads the elements of its own registers, in the layout of the offsets
  * (the layout pass gives the result that layout), each at base + its offset and under its mask
- * register: one scalar access per register, with whatever address each lane has. */
+ * register: one access per register, with whatever address each lane has.  A row gather
+ * (gather.c: offsets in unit steps along an axis, aligned, the mask constant over each group)
+ * reads groups of registers consecutive along that axis as one vector of up to 16 bytes, at
+ * the group's first offset and under its first mask register. */
 static int lower_gather(G *g, kn_op *op) {
   kn_value *res = op->res[0];
   kn_gather_operands go;
@@ -1139,15 +1142,30 @@ static int lower_gather(G *g, kn_op *op) {
   LLVMValueRef other = go.other ? g->sv[go.other->id] : LLVMConstNull(et);
   const kn_lmap *m = vmap(g, res);
   LLVMValueRef *out = new_regs(g, res);
-  for (int r = 0; r < m->nregs; r++) {
+  int esz = (int)kn_scalar_size(s), ax = kn_gpu_gather_axis(op), vec = 1;
+  if (ax >= 0 && s != KN_I1) {
+    vec = kn_lmap_vec(m, ax, 16 / esz);
+    int w = kn_gpu_gather_vec(op, ax, vec);
+    vec = w < vec ? w : vec;
+  }
+  LLVMTypeRef vt = vec_ty(et, vec);
+  LLVMValueRef otherv = other;
+  if (vec > 1) {
+    otherv = LLVMGetUndef(vt);
+    for (int e = 0; e < vec; e++) otherv = LLVMBuildInsertElement(g->B, otherv, other, ci32(g, e), "");
+  }
+  for (int r = 0; r < m->nregs; r += vec) {
     LLVMValueRef off = offs[r];
     if (go.offsets->type.elem != KN_I64) off = LLVMBuildSExt(g->B, off, g->i64, "");
     LLVMValueRef ptr = LLVMBuildGEP2(g->B, et, g->sv[go.base->id], &off, 1, "");
     guard gd = guard_open(g, mask ? mask[r] : NULL, "gather");
-    LLVMValueRef x = LLVMBuildLoad2(g->B, et, ptr, "");
-    LLVMSetAlignment(x, (unsigned)kn_scalar_size(s));
+    LLVMValueRef x = LLVMBuildLoad2(g->B, vt, ptr, "");
+    LLVMSetAlignment(x, (unsigned)(esz * vec));
     guard_close(g, &gd);
-    out[r] = guard_value(g, &gd, x, other);
+    x = guard_value(g, &gd, x, otherv);
+    if (vec == 1) out[r] = x;
+    else
+      for (int e = 0; e < vec; e++) out[r + e] = LLVMBuildExtractElement(g->B, x, ci32(g, e), "");
   }
   return 0;
 }
