@@ -13,8 +13,10 @@
  * own metadata (each explicit argument's offset and size, the hidden ones kiln's kernels may
  * have, the segment's size and alignment) — the launcher packs the segment as runtime/hip.c
  * does and passes it through hipModuleLaunchKernel's `extra`.  The parameters' values are
- * computed in the kernel signature's order from NAME_args (the template's 24, then a window's
- * two and a softcap; another variant parameter is refused here with its name).
+ * computed in the kernel signature's order from NAME_args (the template's 24, then the
+ * variants' — window, softcap, ALiBi, bias, documents, prefix — each checked before a launch;
+ * another parameter, varlen's cu_seqlens or a caller's modifier's, is refused here with its
+ * name).
  *
  * Per variant (manifest name) one function NAME_<variant>(args, stream) picks, for the device's
  * arch, the entry whose seqlen_q range holds the call's (else the arch's first), loads its module
@@ -74,7 +76,42 @@ static int param_expr(const kn_attn_sig *sig, int i, int head_dim, char *out, si
   if (!strcmp(name, "window_left")) return snprintf(out, n, "(uint32_t)a->window_left"), 0;
   if (!strcmp(name, "window_right")) return snprintf(out, n, "(uint32_t)a->window_right"), 0;
   if (!strcmp(name, "softcap")) return snprintf(out, n, "f32(a->softcap)"), 0;
+  static const char *const vars[][2] = {
+      {"alibi_slopes", "(uint64_t)(uintptr_t)a->alibi_slopes"},
+      {"alibi_sb", "(uint64_t)a->alibi_stride"},
+      {"bias", "(uint64_t)(uintptr_t)a->bias"},
+      /* contiguous (all zero): H * Nq * Nk, Nq * Nk, Nk, as kiln_forward forms them */
+      {"bias_sb", "(uint64_t)(bias_dense ? (int64_t)a->heads * a->seqlen_q * a->seqlen_k "
+                  ": a->bias_stride[0])"},
+      {"bias_sh", "(uint64_t)(bias_dense ? (int64_t)a->seqlen_q * a->seqlen_k : a->bias_stride[1])"},
+      {"bias_sm", "(uint64_t)(bias_dense ? (int64_t)a->seqlen_k : a->bias_stride[2])"},
+      {"q_seg", "(uint64_t)(uintptr_t)a->q_seg"},
+      {"k_seg", "(uint64_t)(uintptr_t)a->k_seg"},
+      {"q_seg_sb", "(uint64_t)(a->q_seg_stride ? a->q_seg_stride : (int64_t)a->seqlen_q)"},
+      {"k_seg_sb", "(uint64_t)(a->k_seg_stride ? a->k_seg_stride : (int64_t)a->seqlen_k)"},
+      {"prefix_len", "(uint32_t)a->prefix_len"}};
+  for (size_t j = 0; j < sizeof vars / sizeof vars[0]; j++)
+    if (!strcmp(name, vars[j][0])) return snprintf(out, n, "%s", vars[j][1]), 0;
   return -1;
+}
+
+/* the check a variant's tensor needs before a launch ("" for a parameter that is none) */
+static const char *param_check(const char *name) {
+  if (!strcmp(name, "alibi_slopes"))
+    return "  if (!a->alibi_slopes || a->alibi_stride < 0) return @_fail(\"alibi: NULL slopes or "
+           "a negative stride\");\n";
+  if (!strcmp(name, "bias"))
+    return "  if (!a->bias || a->bias_stride[0] < 0 || a->bias_stride[1] < 0 || "
+           "a->bias_stride[2] < 0) return @_fail(\"bias: NULL or a negative stride\");\n";
+  if (!strcmp(name, "q_seg"))
+    return "  if (!a->q_seg || !a->k_seg || a->q_seg_stride < 0 || a->k_seg_stride < 0) return "
+           "@_fail(\"document: NULL segment ids or a negative stride\");\n";
+  if (!strcmp(name, "prefix_len"))
+    return "  if (a->prefix_len < 0) return @_fail(\"prefix: prefix_len %d is negative\", "
+           "a->prefix_len);\n";
+  if (!strcmp(name, "softcap"))
+    return "  if (!(a->softcap > 0)) return @_fail(\"softcap: %g is not > 0\", (double)a->softcap);\n";
+  return "";
 }
 
 /* the launcher's runtime half (tools/aot_launcher.c, made a byte string by the build) */
@@ -135,7 +172,15 @@ int aot_emit_c(const aot_build *b, const char *out_dir, const char *name, char *
           "typedef struct %s_args {\n  const void *q, *k, *v;\n  void *o;\n  float *lse;\n"
           "  int batch, heads, kv_heads, seqlen_q, seqlen_k;\n  float sm_scale;\n"
           "  int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3], lse_stride[2];\n"
-          "  int window_left, window_right;\n  float softcap;\n} %s_args;\n\n"
+          "  int window_left, window_right;\n  float softcap;\n"
+          "  /* alibi: f32 slopes (batch, heads), alibi_stride its batch stride (0: one (heads)\n"
+          "   * vector for every batch); bias: (batch, heads, seqlen_q, seqlen_k) of the kernel's\n"
+          "   * dtype, strides {batch, head, row} (zeros: contiguous); document: int32 segment ids\n"
+          "   * (batch, seqlen_q) and (batch, seqlen_k), batch strides (0: contiguous); prefix:\n"
+          "   * keys [0, prefix_len) visible to every query.  Device pointers. */\n"
+          "  const float *alibi_slopes;\n  int64_t alibi_stride;\n  const void *bias;\n"
+          "  int64_t bias_stride[3];\n  const int32_t *q_seg, *k_seg;\n"
+          "  int64_t q_seg_stride, k_seg_stride;\n  int prefix_len;\n} %s_args;\n\n"
           "/* Loads the runtime: \"hip\", \"cuda\", or NULL/\"auto\" (HIP when it has a device of "
           "an arch in\n * the bundle, else CUDA); device 0.  0, or -1 (%s_error() says why). */\n"
           "int %s_init(const char *runtime);\n"
@@ -170,6 +215,10 @@ int aot_emit_c(const aot_build *b, const char *out_dir, const char *name, char *
     fprintf(c, "\nstatic int %s_v%d(const %s_args *a, uint64_t *v) {\n", name, i, name);
     emitf(c, "  int64_t qs[3] = {0}, ks[3] = {0}, vs[3] = {0}, os[3] = {0}, ls[2] = {0};\n"
           "  if (@_strides(a, %d, qs, ks, vs, os, ls)) return -1;\n", k->desc.head_dim);
+    if (k->desc.bias)
+      fprintf(c, "  const int bias_dense = !a->bias_stride[0] && !a->bias_stride[1] && "
+              "!a->bias_stride[2];\n");
+    for (int p = KN_ATTN_NPARAMS; p < sig.n; p++) emitf(c, "%s", param_check(sig.name[p]));
     for (int p = 0; p < sig.n && !rc; p++) {
       char e[160];
       if (param_expr(&sig, p, k->desc.head_dim, e, sizeof e)) {

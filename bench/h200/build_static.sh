@@ -81,6 +81,8 @@ if [[ " $targets " == *" test_aot "* || " $targets " == *" test_aot_rt "* ]]; th
   echo "== the AOT bundle (tests/aot/attention16.manifest) with $aot_kiln"
   "$aot_kiln" aot "$root/tests/aot/attention16.manifest" -o "$stage/aot_bundle" -j "$jobs" \
     --emit-c kiln_aot | tail -1
+  "$aot_kiln" aot "$root/tests/aot/variants.manifest" -o "$stage/aot_variants" -j "$jobs" \
+    --emit-c kiln_aotv | tail -1
   echo "== examples/aot: its bundle, launcher and main (cc; glibc only)"
   "$aot_kiln" aot "$root/examples/aot/kernels.manifest" -o "$build/aot_example" -j "$jobs" \
     --emit-c aot_kernels | tail -1

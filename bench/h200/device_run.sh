@@ -125,7 +125,7 @@ if want aot; then
     if [ -x "$bin/$t" ] && [ -d "$work/kiln-h200/aot_bundle" ]; then
       ran=1
       step "$t" "$out/$t.log" 480 env KILN_AOT_DIR="$work/kiln-h200/aot_bundle" \
-        KILN_HIP_LIBRARY=none "$bin/$t"
+        KILN_AOT_VARIANTS_DIR="$work/kiln-h200/aot_variants" KILN_HIP_LIBRARY=none "$bin/$t"
       grep -E "^  (CUDA device|[a-z0-9_]+ +sm_|bundle load|cc |libkiln_rt)|OK|FAIL" "$out/$t.log" \
         | sed 's/^/      /' | tee -a "$summary"
     fi

@@ -386,6 +386,29 @@ static int check_launch(const kn_attn_desc *d, launch_fn launch, void *user, cha
                       .kv_heads = HK, .seqlen_q = NQ, .seqlen_k = NK};
   kn_attn_vargs va = {.window_left = -1, .window_right = -1};
   if (d->window) a.window_left = va.window_left = 24, a.window_right = va.window_right = 3;
+  /* the other variants' values (tests/aot/variants.manifest): host copies for the reference */
+  float slopes[2] = {0.5f, 0.0625f};
+  int32_t qseg[70], kseg[90];
+  char *hb = NULL;
+  void *dsl = NULL, *dbias = NULL, *dqs = NULL, *dks = NULL;
+  if (d->softcap) a.softcap = va.softcap = 20;
+  if (d->alibi) /* one (heads) vector for every batch: strides 0 */
+    dsl = upload(slopes, sizeof slopes), a.alibi_slopes = dsl, va.alibi_slopes = slopes;
+  if (d->bias) {
+    size_t nb = (size_t)B * H * NQ * NK;
+    hb = malloc(nb * es);
+    for (size_t i = 0; i < nb; i++) kn_store_elem(t, hb + i * es, normal(&seed));
+    dbias = upload(hb, nb * es), a.bias = dbias, va.bias = hb;
+    va.bias_sb = (int64_t)H * NQ * NK, va.bias_sh = (int64_t)NQ * NK, va.bias_sm = NK;
+  }
+  if (d->document) { /* three documents, packed in order */
+    for (int i = 0; i < NQ; i++) qseg[i] = i * 3 / NQ;
+    for (int j = 0; j < NK; j++) kseg[j] = j * 3 / NK;
+    dqs = upload(qseg, sizeof qseg), dks = upload(kseg, sizeof kseg);
+    a.q_seg = dqs, a.k_seg = dks, va.q_seg = qseg, va.k_seg = kseg;
+    va.q_seg_sb = NQ, va.k_seg_sb = NK;
+  }
+  if (d->prefix) a.prefix_len = va.prefix_len = 20;
   if (fake_cuda_attn) fake_cuda_attn((int)es, t == KN_BF16, d->head_dim, d->causal);
   if (fake_cuda_variant) fake_cuda_variant(d->window, 0);
   int rc = launch(user, &a);
@@ -409,10 +432,10 @@ static int check_launch(const kn_attn_desc *d, launch_fn launch, void *user, cha
     }
     snprintf(why, nwhy, "max|dO| %.2e (tol %.0e), max|dlse| %.2e (tol %.0e)", err, tol, lerr, ltol);
   }
-  void *bufs[] = {dq, dk, dv, dout, dl};
-  for (int i = 0; i < 5; i++) dfree(bufs[i]);
+  void *bufs[] = {dq, dk, dv, dout, dl, dsl, dbias, dqs, dks};
+  for (int i = 0; i < 9; i++) dfree(bufs[i]);
   for (int i = 0; i < 3; i++) free(h[i]), free(x[i]);
-  free(ho), free(ro), free(rl), free(hl);
+  free(ho), free(ro), free(rl), free(hl), free(hb);
   return !rc && err <= tol && lerr <= ltol ? 0 : -1;
 }
 
@@ -550,6 +573,13 @@ typedef struct launcher_args {
   int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3], lse_stride[2];
   int window_left, window_right;
   float softcap;
+  const float *alibi_slopes;
+  int64_t alibi_stride;
+  const void *bias;
+  int64_t bias_stride[3];
+  const int32_t *q_seg, *k_seg;
+  int64_t q_seg_stride, k_seg_stride;
+  int prefix_len;
 } launcher_args;
 typedef int (*variant_fn)(const launcher_args *a, void *stream);
 static const char *(*launcher_error)(void);
@@ -559,42 +589,62 @@ static int launcher_launch(void *user, const kiln_attn_args *a) {
                      .batch = a->batch, .heads = a->heads, .kv_heads = a->kv_heads,
                      .seqlen_q = a->seqlen_q, .seqlen_k = a->seqlen_k, .sm_scale = a->sm_scale,
                      .window_left = a->window_left, .window_right = a->window_right,
-                     .softcap = a->softcap};
+                     .softcap = a->softcap, .alibi_slopes = a->alibi_slopes,
+                     .alibi_stride = a->alibi_stride, .bias = a->bias,
+                     .bias_stride = {a->bias_stride[0], a->bias_stride[1], a->bias_stride[2]},
+                     .q_seg = a->q_seg, .k_seg = a->k_seg, .q_seg_stride = a->q_seg_stride,
+                     .k_seg_stride = a->k_seg_stride, .prefix_len = a->prefix_len};
   int rc = ((variant_fn)user)(&l, NULL);
   if (rc) api_fail(KILN_ERR_RUNTIME, "%s", launcher_error());
   return rc;
 }
 
-static void test_launcher(void **state) {
-  (void)state;
-  if (!open_device()) skip();
+/* the 4 kernels of tests/aot/variants.manifest: the variant parameters beyond a window's */
+static kcase vcase_at(int i) {
+  static const char *const names[] = {"f16_d64_causal_alibi", "f16_d64_bias", "bf16_d128_document",
+                                      "f16_d64_prefix_softcap"};
+  kcase c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.name, sizeof c.name, "%s", names[i]);
+  c.d.dtype = i == 2 ? KN_BF16 : KN_F16;
+  c.d.head_dim = i == 2 ? 128 : 64;
+  c.d.causal = i == 0;
+  c.d.has_lse = i == 0;
+  c.d.alibi = i == 0, c.d.bias = i == 1, c.d.document = i == 2, c.d.prefix = c.d.softcap = i == 3;
+  return c;
+}
+
+/* The launcher NAME.c of bundle directory dir, compiled by a plain C compiler (no include path,
+ * no kiln, no LLVM) into a shared object, loaded, and its function for each of the n cases run
+ * on the device against the reference.  0 when every case passed; skips (1) without a
+ * compiler or the source. */
+static int run_launcher(const char *dir, const char *name, kcase (*at)(int), int n, int *bad) {
   char src[4200];
-  snprintf(src, sizeof src, "%s/kiln_aot.c", aot_dir);
+  snprintf(src, sizeof src, "%s/%s.c", dir, name);
   if (access(src, R_OK)) {
     printf("  (no %s: the bundle was built without --emit-c)\n", src);
-    skip();
+    return 1;
   }
   /* the twins of the HIP stand-in learn the kernels from a bundle context (no compile) */
-  kiln_context *ctx = bundle_ctx(aot_dir, 1, KILN_OK);
-  for (int i = 0; i < 16; i++) {
-    kcase c = case_at(i);
+  kiln_context *ctx = bundle_ctx(dir, 1, KILN_OK);
+  for (int i = 0; i < n; i++) {
+    kcase c = at(i);
     kiln_kernel *k;
     if (prepare(ctx, &c.d, &k)) fail_msg("%s", kiln_last_error());
     char symbol[128];
     snprintf(symbol, sizeof symbol, "attn_fwd_%s", c.name);
     twin_note(symbol, k);
   }
-  /* a plain C compiler, no include path, no kiln, no LLVM */
   const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
-  char cmd[9000], so[4200];
+  char cmd[9000], so[4300], sym[128];
   snprintf(cmd, sizeof cmd, "%s --version >/dev/null 2>&1", cc);
   if (system(cmd)) {
     printf("  (no C compiler '%s' here: the launcher is not built)\n", cc);
     kiln_context_destroy(ctx);
-    skip();
+    return 1;
   }
-  char *dir = fresh_dir();
-  snprintf(so, sizeof so, "%s/libkiln_aot.so", dir);
+  char *tmp = fresh_dir();
+  snprintf(so, sizeof so, "%s/lib%s.so", tmp, name);
   snprintf(cmd, sizeof cmd, "%s -std=c11 -O1 -Wall -Wextra -Werror -fPIC -shared -o '%s' '%s' "
            "-ldl -lpthread", cc, so, src);
   printf("  %s\n", cmd);
@@ -603,33 +653,67 @@ static void test_launcher(void **state) {
   if (!h) fail_msg("%s", dlerror());
   int (*init)(const char *);
   const char *(*arch)(void);
-  *(void **)&init = dlsym(h, "kiln_aot_init");
-  *(void **)&arch = dlsym(h, "kiln_aot_arch");
-  *(void **)&launcher_error = dlsym(h, "kiln_aot_error");
+  snprintf(sym, sizeof sym, "%s_init", name);
+  *(void **)&init = dlsym(h, sym);
+  snprintf(sym, sizeof sym, "%s_arch", name);
+  *(void **)&arch = dlsym(h, sym);
+  snprintf(sym, sizeof sym, "%s_error", name);
+  *(void **)&launcher_error = dlsym(h, sym);
   assert_non_null(init);
   assert_int_equal(init("metal"), -1);
   assert_non_null(strstr(launcher_error(), "not hip, cuda or auto"));
   if (init(kind == KN_DEVICE_HIP ? "hip" : "cuda")) fail_msg("init: %s", launcher_error());
   assert_string_equal(arch(), chip);
-  int bad = 0;
-  for (int i = 0; i < 16; i++) {
-    kcase c = case_at(i);
-    char fn[96];
-    snprintf(fn, sizeof fn, "kiln_aot_%s", c.name);
-    void *f = dlsym(h, fn);
-    if (!f) fail_msg("the launcher has no %s", fn);
+  for (int i = 0; i < n; i++) {
+    kcase c = at(i);
+    snprintf(sym, sizeof sym, "%s_%s", name, c.name);
+    void *f = dlsym(h, sym);
+    if (!f) fail_msg("the launcher has no %s", sym);
     char why[400];
     int r = check_launch(&c.d, launcher_launch, f, why, sizeof why);
     printf("  %-24s %s (launcher): %s %s\n", c.name, arch(), why, r ? "FAIL" : "ok");
-    bad += r != 0;
+    *bad += r != 0;
   }
-  /* a bad shape: refused before any launch */
-  variant_fn f0 = (variant_fn)dlsym(h, "kiln_aot_f16_d64_lse");
+  /* a bad shape, and a variant tensor missing: refused before any launch */
+  snprintf(sym, sizeof sym, "%s_%s", name, at(0).name);
+  variant_fn f0 = (variant_fn)dlsym(h, sym);
   launcher_args l = {.batch = 1, .heads = 3, .kv_heads = 2, .seqlen_q = 4, .seqlen_k = 4};
   assert_int_equal(f0(&l, NULL), -1);
   assert_non_null(strstr(launcher_error(), "bad shape"));
+  if (at(0).d.alibi) {
+    char buf[8];
+    launcher_args m = {.q = buf, .k = buf, .v = buf, .o = buf, .lse = (float *)buf, .batch = 1,
+                       .heads = 1, .kv_heads = 1, .seqlen_q = 1, .seqlen_k = 1};
+    assert_int_equal(f0(&m, NULL), -1);
+    assert_non_null(strstr(launcher_error(), "alibi: NULL slopes"));
+  }
   kiln_context_destroy(ctx);
-  rm_dir(dir);
+  rm_dir(tmp);
+  return 0;
+}
+
+static void test_launcher(void **state) {
+  (void)state;
+  if (!open_device()) skip();
+  int bad = 0;
+  if (run_launcher(aot_dir, "kiln_aot", case_at, 16, &bad)) skip();
+  assert_int_equal(bad, 0);
+}
+
+/* the variants' parameters through a launcher (ALiBi, bias, documents, prefix with softcap):
+ * KILN_AOT_VARIANTS_DIR, the bundle of tests/aot/variants.manifest.  Not on the fake CUDA
+ * driver, whose float64 attention knows only the window and the softcap: on the HIP stand-in
+ * (the emulated twins) and on a GPU. */
+static void test_launcher_variants(void **state) {
+  (void)state;
+  const char *dir = getenv("KILN_AOT_VARIANTS_DIR");
+  if (!dir || !*dir || !open_device()) skip();
+  if (fake_cuda_attn) {
+    printf("  (the fake CUDA driver computes no ALiBi, bias, documents or prefix)\n");
+    skip();
+  }
+  int bad = 0;
+  if (run_launcher(dir, "kiln_aotv", vcase_at, 4, &bad)) skip();
   assert_int_equal(bad, 0);
 }
 
@@ -646,6 +730,7 @@ int main(void) {
       cmocka_unit_test(test_bundle_api),
       cmocka_unit_test(test_bundle_damaged),
       cmocka_unit_test(test_launcher),
+      cmocka_unit_test(test_launcher_variants),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
