@@ -209,6 +209,31 @@ static void test_default_configs(void **state) {
         }
 }
 
+/* The paged kernel's K and V reads are row gathers (compiler/gpu/gather.c): each thread reads
+ * its rows' head dimension in 16-byte vectors, not element by element.  At the defaults, every
+ * 2-byte element load of the PTX would be a scalar gathered element (the table's entries are
+ * 4 bytes): there must be none, and at least the 16-byte loads of one K^T and one V tile. */
+static void test_paged_row_gather(void **state) {
+  (void)state;
+  for (int a = 0; a < 2; a++)
+    for (int t = 0; t < 2; t++) {
+      kn_attn_desc desc = {.dtype = t ? KN_BF16 : KN_F16, .head_dim = 128, .causal = 1,
+                           .layout = KN_ATTN_PAGED};
+      kn_attn_config cfg = kn_attn_default_config(kn_arch_get(archs[a]), &desc);
+      compiled c;
+      compile_one(archs[a], &desc, &cfg, &c);
+      report(archs[a], &desc, &cfg, &c);
+      const char *ptx = c.c.ptx;
+      int v4 = count_text(ptx, "ld.global.v4"), scalar16 = count_text(ptx, "ld.global.u16") +
+                                                           count_text(ptx, "ld.global.b16");
+      printf("    paged: %d 16-byte loads, %d 2-byte loads\n", v4, scalar16);
+      assert_int_equal(scalar16, 0);
+      assert_true(v4 >= 2 * (cfg.block_n * 128 * 2 / 16) / (32 * cfg.warps));
+      no_spills(&c);
+      nv_compiled_free(&c.c);
+    }
+}
+
 /* other block shapes and warp counts on sm_90a: they must compile and assemble; spills are
  * reported, not checked (the autotuner prunes by them) */
 static void test_configs(void **state) {
@@ -660,6 +685,7 @@ int main(void) {
       cmocka_unit_test(test_target),
       cmocka_unit_test(test_launch_param_widths),
       cmocka_unit_test(test_default_configs),
+      cmocka_unit_test(test_paged_row_gather),
       cmocka_unit_test(test_configs),
       cmocka_unit_test(test_head_dims),
       cmocka_unit_test(test_wgmma),
