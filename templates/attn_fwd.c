@@ -276,22 +276,21 @@ kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d
   if (d->layout != KN_ATTN_DENSE && arch && arch->isa == KN_ISA_NVPTX && c.block_m / c.warps > 16)
     c.warps = c.block_m / 16;
   kn_diag diag;
-  /* Paged on NVIDIA: the K and V tiles are gathers (a scalar load per element, with its i64
-   * offset), and what decides the spills is their elements per thread: at head dim 128 128x64
-   * with 8 warps spilled 364 bytes on sm_80, 64x32 with 4 warps (the variants' default) 156-204,
-   * 64x64 with 4 warps 1.6 KB; 128x32 with 8 warps (16 rows per warp, 16 gathered elements of K
-   * per thread) compiles without spills at D 64 and 128 on sm_80 and sm_90a, every variant
-   * test_paged compiles (ptxas -O3) */
-  /* Paged on AMDGPU above head dim 64: the gathers' i64 offsets took gfx942 D128 causal at
-   * 128x64 to 352 VGPRs and 96 AGPRs (one wave per SIMD, 46 SGPR spills); 64x32 holds it in
-   * 226 VGPRs (two waves), as the variants' default does (kiln compile --stats) */
-  if (d->layout == KN_ATTN_PAGED && arch && arch->isa == KN_ISA_AMDGPU &&
-      kn_attn_head_pad(d->head_dim) > 64) {
-    if (c.block_m > 64) c.block_m = 64;
-    if (c.block_n > 32) c.block_n = 32;
-  }
+  /* Paged on NVIDIA: the K and V tiles are row gathers (compiler/gpu/gather.c), read in 16-byte
+   * vectors like a load's rows.  128x64 with 8 warps (16 rows per warp, the varlen default)
+   * compiles without spills at D 64 and 128 on sm_80 and sm_90a for every built-in variant
+   * (kiln compile --stats, ptxas -O3; test_paged keeps it true), and on the H200 (B 4, N 4096,
+   * bf16 D128 causal, pages of 16 or 256 shuffled; bench/RESULTS.md, session 23) ran in 2.55 ms
+   * against 3.22 ms at 128x32 with 8 warps, the default while each gathered element was a
+   * scalar load (then 128x64 spilled 364 bytes on sm_80); dense: 1.67 ms. */
+  /* Paged on AMDGPU: the dense defaults.  While each gathered element was a scalar load with
+   * its i64 offset, gfx942 D128 causal at 128x64 took 352 VGPRs and 96 AGPRs (one wave per SIMD,
+   * 46 SGPR spills) and paged kernels above head dim 64 ran at 64x32; as row gathers (16-byte
+   * vectors, compiler/gpu/gather.c) the same kernel takes 230 VGPRs and no AGPRs, two waves per
+   * SIMD like the dense one (218), and no gfx90a / gfx942 default at D 64, 128, 256 spills
+   * (kiln compile --stats; static figures, no AMD GPU here). */
   if (d->layout == KN_ATTN_PAGED && arch && arch->isa == KN_ISA_NVPTX) {
-    kn_attn_config t = {.block_m = 128, .block_n = 32, .warps = 8, .stages = 2};
+    kn_attn_config t = {.block_m = 128, .block_n = 64, .warps = 8, .stages = 2};
     if (kn_attn_check_on(arch, d, &t, &diag) == 0) return t;
   }
   /* Variants on sm_90a at head dim 128 (padded): wgmma, 64x64 with one warpgroup.  Measured on

@@ -19,6 +19,8 @@
 #   steps "backward" and "sdpa_bwd" (issue 14): `kiln run --backward --target sm_90a` checks
 #                       and kiln_bwd_bench (KILN_BWD_ARGS, e.g. "--quick" or "--tilings"; pack
 #                       it: KILN_STATIC_TARGETS), and sdpa_bwd_anchor.py (KILN_SDPA_BWD_ARGS)
+#   step "python"       bench/h200/python_torch_check.py through the Python binding on the
+#                       libkiln.so of pack/pylib.tar.xz (build_pylib.sh): forward and autograd
 #   step "serve"        kiln_serve_bench (varlen prefill mix, paged vs dense prefill; KILN_SERVE_ARGS)
 #                       and `sdpa_anchor.py --varlen` on the lengths it wrote
 #   KILN_DECODE_ARGS    extra arguments for kiln_decode_bench (step decode; e.g. "--sweep");
@@ -246,6 +248,21 @@ if want decode; then
   step "sdpa decode anchor" "$out/sdpa_decode.log" 420 env PYTHONUNBUFFERED=1 python3 \
     "$here/sdpa_anchor.py" --decode --csv "$out/sdpa_decode.csv"
   grep -E "^(\||# )" "$out/sdpa_decode.log" >>"$summary"
+fi
+
+# ---- the Python binding on torch CUDA tensors: forward and autograd backward vs float64 ----
+if want python; then
+  if [ -f "$here/pack/pylib.tar.xz" ]; then
+    rm -rf "$work/pylib" && mkdir -p "$work/pylib" && tar -C "$work/pylib" -xJf "$here/pack/pylib.tar.xz"
+    step "python torch check" "$out/python.log" 420 env PYTHONUNBUFFERED=1 \
+      LD_LIBRARY_PATH="$work/pylib/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      KILN_LIBRARY="$work/pylib/lib/libkiln.so.0" PYTHONPATH="$here/../../python" \
+      python3 "$here/python_torch_check.py"
+    grep -E "^(PASS|FAIL|# )" "$out/python.log" >>"$summary"
+  else
+    note "FAIL  python: bench/h200/pack/pylib.tar.xz missing (bench/h200/build_pylib.sh)"
+    failed=$((failed + 1))
+  fi
 fi
 
 note "failed steps: $failed"
