@@ -34,7 +34,11 @@ kiln_status api_hip_open(kiln_context *ctx, const kn_device_info *dev, const cha
   kn_diag e;
   kn_status st = kn_hip_init(&e);
   if (st != KN_OK) return hip_fail(api_status_of(st), "HIP", &e);
-  if (kn_hip_device_open(dev->ordinal, dev->arch, &ctx->hip, &e) != KN_OK)
+  /* the whole target ID, so a module load checks the code object's xnack / sramecc against it */
+  char target_id[160];
+  snprintf(target_id, sizeof target_id, "%s%s%s", dev->arch, dev->arch_features[0] ? ":" : "",
+           dev->arch_features);
+  if (kn_hip_device_open(dev->ordinal, target_id, &ctx->hip, &e) != KN_OK)
     return hip_fail(KILN_ERR_NO_DEVICE, "opening the HIP device", &e);
   ctx->kind = KN_DEVICE_HIP;
   ctx->compute_units = dev->compute_units > 0 ? dev->compute_units : 1;

@@ -23,6 +23,7 @@
 #include "hip_device.h"
 
 #include "bundle.h"
+#include "comgr.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -94,6 +95,7 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 struct kn_hip_device {
   int ordinal;
   const kn_arch *arch;
+  char target_id[64];  /* "gfx942:sramecc+:xnack-" as discovery read it, or just the chip */
 };
 
 struct kn_hip_kernel {
@@ -232,7 +234,10 @@ kn_status kn_hip_device_open(int ordinal, const char *arch, kn_hip_device **out,
   if (ordinal < 0 || ordinal >= g.count)
     return kn_diag_set(err, KN_E_INVALID, "no HIP device with ordinal %d (%d present)", ordinal,
                        g.count);
-  const kn_arch *a = arch ? kn_arch_get(arch) : NULL;
+  /* arch: the chip, or the device's whole target ID (the chip, then its features) */
+  char chip[32] = "";
+  if (arch) snprintf(chip, sizeof chip, "%.*s", (int)strcspn(arch, ":"), arch);
+  const kn_arch *a = arch ? kn_arch_get(chip) : NULL;
   if (!a || a->isa != KN_ISA_AMDGPU)
     return kn_diag_set(err, KN_E_UNSUPPORTED, "HIP device %d is a %s; kiln has no target for it",
                        ordinal, arch ? arch : "chip of unknown kind");
@@ -240,6 +245,7 @@ kn_status kn_hip_device_open(int ordinal, const char *arch, kn_hip_device **out,
   if (!d) return kn_diag_set(err, KN_E_NOMEM, "out of memory");
   d->ordinal = ordinal;
   d->arch = a;
+  snprintf(d->target_id, sizeof d->target_id, "%s", arch);
   s = enter(d, err);
   if (s != KN_OK) {
     free(d);
@@ -282,6 +288,21 @@ kn_status kn_hip_module_load(kn_hip_device *dev, const void *data, size_t n, kn_
                     "is a %s", m->co.target ? m->co.target->name : "an unknown chip",
                     m->co.target_id[0] ? m->co.target_id : "no target id", dev->ordinal,
                     dev->arch->name);
+  /* the target ID's features (xnack, sramecc): the code object's ISA name from comgr where it
+   * is present and knows the chip, else from kiln's reader (comgr.h) */
+  if (s == KN_OK) {
+    char isa[128];
+    kn_diag why;
+    if (!kn_comgr_isa_name(code, size, isa, sizeof isa, &why))
+      kn_codeobj_target_id(&m->co, isa, sizeof isa);
+    const char *code_id = isa;
+    if (code_id[0]) {
+      kn_diag te;
+      if (kn_target_id_check(code_id, dev->target_id, &te) != KN_OK)
+        s = kn_diag_set(err, KN_E_UNSUPPORTED, "HIP device %d cannot run this code object: %s",
+                        dev->ordinal, te.message);
+    }
+  }
   if (s == KN_OK) s = enter(dev, err);
   if (s == KN_OK) {
     hipError_t r = g.api.ModuleLoadData(&m->mod, code);

@@ -59,9 +59,10 @@ typedef struct kn_hip_kernel kn_hip_kernel;
 typedef struct kn_hip_stream_ *kn_hip_stream; /* the runtime's hipStream_t */
 typedef struct kn_hip_event_ *kn_hip_event;   /* hipEvent_t */
 
-/* Opens device `ordinal`, whose chip discovery found (arch "gfx942"; kiln must have a registry
- * entry for it).  KN_E_INVALID for a bad ordinal, KN_E_UNSUPPORTED for a chip kiln has no
- * target for. */
+/* Opens device `ordinal`, whose chip discovery found (arch "gfx942", or its whole target ID
+ * "gfx942:sramecc+:xnack-", which module loads check code objects' features against, comgr.h;
+ * kiln must have a registry entry for the chip).  KN_E_INVALID for a bad ordinal,
+ * KN_E_UNSUPPORTED for a chip kiln has no target for. */
 kn_status kn_hip_device_open(int ordinal, const char *arch, kn_hip_device **out, kn_diag *err);
 void kn_hip_device_close(kn_hip_device *dev);
 const kn_arch *kn_hip_device_arch(const kn_hip_device *dev);
