@@ -89,8 +89,8 @@ extern const char *const kn_attn_cu_names[2];
 
 /* ---- paged KV addressing (attn_paged.c; docs/serving.md) ----
  *
- * IR helpers any template may call with its builder (the attention forward does, and a decode
- * template can): they read keys through a block table, clamp whatever the table and lengths
+ * IR helpers any template may call with its builder (the attention forward and the split-KV
+ * decode kernel do): they read keys through a block table, clamp whatever the table and lengths
  * hold so no access leaves the pool, and name the values they build. */
 
 /* the names of a paged kernel's parameters after the template's 24 (attention.h) */
@@ -114,6 +114,14 @@ typedef struct kn_paged_rows {
  * addresses), 0 when num_pages <= 0 */
 kn_value *kn_paged_len(kn_builder *b, kn_value *cache_seqlens, kn_value *b64, kn_value *added,
                        kn_value *cap, kn_value *num_pages);
+
+/* what a program of sequence b64 (i64) reads through its table, from its kernel's paged
+ * parameters (found by name in sig, their values P[]): the table's row b, the page size, the
+ * pool's pages and the sequence's clamped key count (kn_paged_len of cache_seqlens[b] +
+ * seqlen_new, cap = the table's capacity, the kernel's seqlen_k).  The one setup every paged
+ * template shares (the forward and the split-KV decode kernel). */
+kn_paged_kv kn_paged_open(kn_builder *b, const kn_attn_sig *sig, kn_value *const *P,
+                          kn_value *b64, kn_value *cap);
 
 /* the pages and slots of keys n0 .. n0 + n - 1: one gather of the table's live entries, each
  * clamped into [0, num_pages) */

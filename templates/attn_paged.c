@@ -11,9 +11,11 @@
  * row's page times the page stride plus its slot times the row stride) plus the head column.
  *
  * The helpers build that IR with a plain kn_builder and name their values, so any template can
- * call them (the attention forward does; a split-KV decode template can): kn_paged_len clamps a
- * sequence's cache length into what its table can address, kn_paged_block finds the page and
- * slot of each key of a block, and kn_paged_gather reads the block's (keys, D) or (D, keys) tile.
+ * call them (the attention forward and the split-KV decode kernel do): kn_paged_open sets a
+ * program up from its kernel's paged parameters (its sequence's table row, the page size and
+ * pool, the clamped length), kn_paged_len clamps a sequence's cache length into what its table
+ * can address, kn_paged_block finds the page and slot of each key of a block, and
+ * kn_paged_gather reads the block's (keys, D) or (D, keys) tile.
  * Safety does not depend on the caller's table: the kernel clamps every page number into
  * [0, num_pages) and every length into [0, max_pages * page_size] (the table's row is never read
  * past max_pages), and a pool of no pages gives every sequence length 0, so no table or length
@@ -72,6 +74,23 @@ kn_value *kn_paged_len(kn_builder *b, kn_value *cache_seqlens, kn_value *b64, kn
   /* a pool without pages has nothing to read: every sequence is empty */
   kn_value *any = nm(b, kn_b_cmp(b, KN_PRED_GT, num_pages, z), "pool_any");
   return nm(b, kn_b_select(b, any, len, z), "cache_len");
+}
+
+kn_paged_kv kn_paged_open(kn_builder *b, const kn_attn_sig *sig, kn_value *const *P,
+                          kn_value *b64, kn_value *cap) {
+  kn_value *q[KN_ATTN_PAGED_NPARAMS] = {0};
+  for (int i = 0; i < sig->n; i++)
+    for (int j = 0; j < KN_ATTN_PAGED_NPARAMS; j++)
+      if (!strcmp(sig->name[i], kn_attn_paged_names[j])) q[j] = P[i];
+  for (int j = 0; j < KN_ATTN_PAGED_NPARAMS; j++)
+    KN_ASSERT(q[j] && "a paged kernel's parameter is missing from the signature");
+  /* kn_attn_paged_names' order: block_table, cache_seqlens, page_size, num_pages, seqlen_new,
+   * block_table_sb */
+  kn_value *toff = bin(b, KN_OP_MUL, b64, q[5], "table_off");
+  return (kn_paged_kv){.table = nm(b, kn_b_ptradd(b, q[0], toff), "table_row"),
+                       .page_size = q[2],
+                       .num_pages = q[3],
+                       .len = kn_paged_len(b, q[1], b64, q[4], cap, q[3])};
 }
 
 void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n,
