@@ -19,7 +19,9 @@
 #   steps "backward" and "sdpa_bwd" (issue 14): `kiln run --backward --target sm_90a` checks
 #                       and kiln_bwd_bench (KILN_BWD_ARGS, e.g. "--quick" or "--tilings"; pack
 #                       it: KILN_STATIC_TARGETS), and sdpa_bwd_anchor.py (KILN_SDPA_BWD_ARGS)
-#   KILN_DECODE_ARGS    extra arguments for kiln_decode_bench (step decode; e.g. "--sweep");
+#   KILN_DECODE_ARGS    extra arguments for kiln_decode_bench (step decode; e.g. "--sweep", or
+#                       "--paged": the same table through a paged KV cache of 16-row pages,
+#                       "--page-size P" for others, paged and dense side by side);
 #                       step decode also runs `sdpa_anchor.py --decode` (FA2, cuDNN)
 set -u
 
