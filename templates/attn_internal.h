@@ -127,6 +127,13 @@ kn_paged_kv kn_paged_open(kn_builder *b, const kn_attn_sig *sig, kn_value *const
  * clamped into [0, num_pages) */
 void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n, kn_paged_rows *out);
 
+/* the page and slot (i64 scalars) of key n0 of the sequence, a key below its length: one scalar
+ * load of the table's entry, the page clamped into [0, num_pages).  A block of keys n0 .. that
+ * lies in one page (n0 a multiple of the block, page_size of it) starts at page * page_stride +
+ * slot * row_stride and is a plain block load (the decode kernel's fast path). */
+void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value **page,
+                  kn_value **slot);
+
 /* the block's tile of a pool at base (the kv head's start): (n, dp) rows, or (dp, n) when
  * transposed (K^T), element (j, c) at page[j] * page_stride + slot[j] * row_stride + c (i64
  * strides in elements); dead keys and head columns c >= d read as 0.  Named `name`. */
