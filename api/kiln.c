@@ -1533,12 +1533,15 @@ static kiln_status check_extents(const kn_attn_desc *d, const kiln_attn_args *a,
 
 /* ---- decode (docs/serving.md) ---- */
 
-/* does forward k serve this call with the decode kernels?  Dense, 1..KN_DECODE_MAX_Q query rows,
- * a variant decode takes, and KILN_DECODE not "0" (the prefill kernel then serves it, as before
- * decode existed).  Paged layouts keep the prefill kernel (attn_paged.c), and so does a kernel
- * of an AOT bundle or a context that may not compile: bundles hold no decode kernels. */
+/* does forward k serve this call with the decode kernels?  Dense or paged (the split kernel
+ * reads the pages through the block table, each sequence its own length; a paged call's new
+ * rows are appended before, by call_args), 1..KN_DECODE_MAX_Q query rows, a variant decode
+ * takes, and KILN_DECODE not "0" (the prefill kernel then serves it, as before decode existed).
+ * Varlen keeps the prefill kernel, and so does a kernel of an AOT bundle or a context that may
+ * not compile: bundles hold no decode kernels. */
 bool api_decode_wanted(const kiln_kernel *k, const kiln_attn_args *a) {
-  if (k->kind != API_FWD || k->desc.layout != KN_ATTN_DENSE) return false;
+  if (k->kind != API_FWD) return false;
+  if (k->desc.layout != KN_ATTN_DENSE && k->desc.layout != KN_ATTN_PAGED) return false;
   if (k->info.source == KILN_SOURCE_BUNDLE || k->ctx->bundle_only) return false;
   if (a->seqlen_q < 1 || a->seqlen_q > KN_DECODE_MAX_Q) return false;
   const char *e = getenv("KILN_DECODE");
@@ -1818,8 +1821,8 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
     atomic_fetch_add(&k->ctx->stats.launches, 1);
     return KILN_OK;
   }
-  /* dense forwards of 1..KN_DECODE_MAX_Q query rows take the split-KV decode kernels (paged,
-   * bundle and bundle_only keep the prefill kernel: api_decode_wanted).  Without a compiler,
+  /* dense and paged forwards of 1..KN_DECODE_MAX_Q query rows take the split-KV decode kernels
+   * (varlen, bundle and bundle_only keep the prefill kernel: api_decode_wanted).  Without a compiler,
    * decode's kernels come from the cache or not at all: the prefill kernel then serves the call */
   if (api_decode_wanted(k, a) && (api_the_compiler.present || api_decode_kernels(k) == KILN_OK)) {
     if ((s = api_decode_forward(k, &p, &va, args, stream))) return s;

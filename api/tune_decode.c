@@ -140,7 +140,7 @@ kiln_status kiln_tune_decode(kiln_kernel *k, const kiln_attn_args *a, void *stre
   if (k->kind != API_FWD) return api_fail(KILN_ERR_INVALID, "kiln_tune_decode: not a forward kernel");
   if (!api_decode_wanted(k, a))
     return api_fail(KILN_ERR_INVALID, "kiln_tune_decode: the call is not one the decode kernels "
-                    "serve (dense, seqlen_q 1..%d, a variant without a block predicate, "
+                    "serve (dense or paged, seqlen_q 1..%d, a variant without a block predicate, "
                     "KILN_DECODE not 0)", KN_DECODE_MAX_Q);
   if (getenv("KILN_DECODE_SPLITS"))
     return api_fail(KILN_ERR_INVALID, "kiln_tune_decode: KILN_DECODE_SPLITS forces the pieces; "
@@ -166,8 +166,10 @@ kiln_status kiln_tune_decode(kiln_kernel *k, const kiln_attn_args *a, void *stre
   }
   if ((s = fetch_o(ctx, a, stream, ref, n))) goto done;
   kiln_kernel *dflt = k->decode[0];
+  /* (paged: the keys are the table's capacity, as kiln_forward's problem has them) */
+  const int nk = d->layout == KN_ATTN_PAGED ? a->max_pages * a->page_size : a->seqlen_k;
   kn_attn_problem p = {.batch = a->batch, .heads = a->heads, .kv_heads = a->kv_heads,
-                       .seqlen_q = a->seqlen_q, .seqlen_k = a->seqlen_k};
+                       .seqlen_q = a->seqlen_q, .seqlen_k = nk};
   kn_attn_sig sig;
   kn_diag diag;
   if (kn_attn_decode_signature(d, 0, &sig, &diag)) {
@@ -206,7 +208,7 @@ kiln_status kiln_tune_decode(kiln_kernel *k, const kiln_attn_args *a, void *stre
       pthread_mutex_lock(&k->decode_mu);
       k->decode[0] = ks;
       k->tuned_splits = want, k->tuned_bk = a->batch * a->kv_heads;
-      k->tuned_nk = a->seqlen_k, k->tuned_nq = a->seqlen_q;
+      k->tuned_nk = nk, k->tuned_nq = a->seqlen_q;
       pthread_mutex_unlock(&k->decode_mu);
       kiln_status rs = kiln_forward(k, a, stream);
       if (!rs) rs = fetch_o(ctx, a, stream, got, n);
@@ -244,7 +246,7 @@ kiln_status kiln_tune_decode(kiln_kernel *k, const kiln_attn_args *a, void *stre
   } else {
     s = kiln_forward(k, a, stream);  /* o and lse: the winner's */
     api_log(ctx, KILN_LOG_INFO, "tune decode: B %d x %d kv heads, Nk %d, Nq %d -> block_n %d, "
-            "%d pieces (%.1f us)", a->batch, a->kv_heads, a->seqlen_k, a->seqlen_q,
+            "%d pieces (%.1f us)", a->batch, a->kv_heads, nk, a->seqlen_q,
             cand[best].block_n, best_splits, cand[best].median_us);
   }
 done:

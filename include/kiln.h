@@ -516,8 +516,9 @@ kiln_status kiln_tune(kiln_context *ctx, const kiln_attn_desc *desc,
                       const kiln_prepare_options *options, kiln_tune_result *out);
 void kiln_tune_result_free(kiln_tune_result *r);
 
-/* Tunes decode (docs/serving.md) for the call `args` of forward kernel k (dense, seqlen_q 1..16:
- * a call kiln_forward serves with the decode kernels), on its buffers and stream: the split
+/* Tunes decode (docs/serving.md) for the call `args` of forward kernel k (dense or paged,
+ * seqlen_q 1..16: a call kiln_forward serves with the decode kernels), on its buffers and
+ * stream (a paged call's k_new / v_new are appended at every run, to the same rows): the split
  * kernel's block_n (16, 32, 64, 128, those the device takes) x the KV pieces (the heuristic's,
  * 1, 2, 4, ..., 128), each candidate's output first compared with the default decode kernels'
  * (a WRONG one is never chosen), then timed (options' tune_warmup / tune_repeats; NULL: 2 and

@@ -22,9 +22,12 @@
  * seqlen_q, a window's left edge starts at the first row's.  Bottom-right causal and the window's
  * right edge never narrow it (the last query row sees the last key).
  *
- * Addressing.  kv_rows() is the one place that says where the keys of a KV block live (the
- * (batch, kv head) base, key rows start_n.., stride k_sn); a paged layout replaces it with a
- * gather through the block table.  q is read with a gather (the packed rows come from several
+ * Addressing.  kv_rows() is the one place that says where the keys of a KV block live: the
+ * (batch, kv head) base, key rows start_n.., stride k_sn; or (paged) a gather through the block
+ * table by attn_paged.c's helpers, the ones the paged forward uses (kn_paged_open for the
+ * sequence's table row and clamped length, kn_paged_block, kn_paged_gather), so the page
+ * addressing and its clamps exist once.  A paged program's sequence length is its seqlen_k
+ * everywhere (masks, modifiers, loop), and its pieces cut that length.  q is read with a gather (the packed rows come from several
  * heads at the caller's strides); the workspace is kiln's own, contiguous, written with plain
  * block stores.
  */
@@ -98,9 +101,9 @@ static bool has_block_mod(const kn_attn_desc *d) {
 int kn_attn_decode_check(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_config *c,
                          kn_diag *diag) {
   kn_loc nowhere = {0};
-  if (d->layout != KN_ATTN_DENSE)
-    return kn_error(diag, NULL, nowhere, "decode: only the dense layout (B, H, N, D) is "
-                    "served by the decode kernels");
+  if (d->layout != KN_ATTN_DENSE && d->layout != KN_ATTN_PAGED)
+    return kn_error(diag, NULL, nowhere, "decode: only the dense (B, H, N, D) and paged layouts "
+                    "are served by the decode kernels (varlen goes to the prefill kernel)");
   if (has_block_mod(d))
     return kn_error(diag, NULL, nowhere, "decode: a block predicate (the document mask, "
                     "@block_mask) bounds one head's query rows; decode packs several heads");
@@ -117,11 +120,24 @@ kn_attn_config kn_attn_decode_default_config(const kn_arch *arch, const kn_attn_
   kn_attn_config c = {.block_m = 16, .block_n = 64, .warps = 1, .stages = 2};
   int dp = kn_attn_head_pad(d->head_dim);
   if (dp > 128) c.block_n = 32;
+  if (d->layout == KN_ATTN_PAGED && arch) {
+    /* the paged split kernel's gather path reads K and V element by element (attn_paged.c),
+     * each element with its own i64 offset, so what bounds it is gathered elements per thread:
+     * more warps (each taking 16 of the rows) and fewer keys per block; and block_n 16 at head
+     * dim 128 lets vLLM's pages of 16 take the in-page block loads.  Without spills
+     * (test_decode, docs/serving.md): AMDGPU 32x32 with 2 waves at head dim 64 (108 VGPRs on
+     * gfx942), 32x16 at 128 (139); NVIDIA (ptxas -O3) 32x32 with 2 warps at 64, 64x16 with 4
+     * warps at 128 (the dense 16x64 with one warp spills 5.9 KB there, 16x32 960 bytes) */
+    const bool nv = arch->isa == KN_ISA_NVPTX;
+    c = dp <= 64 ? (kn_attn_config){.block_m = 32, .block_n = 32, .warps = 2, .stages = 2}
+        : nv     ? (kn_attn_config){.block_m = 64, .block_n = 16, .warps = 4, .stages = 2}
+                 : (kn_attn_config){.block_m = 32, .block_n = 16, .warps = 2, .stages = 2};
+  }
   kn_diag diag;
   for (int bn = c.block_n; bn >= 16; bn /= 2) {
     kn_attn_config t = c;
     t.block_n = bn;
-    for (int bm = 16; bm <= 64; bm *= 2) {
+    for (int bm = c.block_m; bm <= 64; bm *= 2) {
       t.block_m = bm;
       if (kn_attn_decode_check(arch, d, &t, &diag) == 0) return t;
     }
@@ -183,19 +199,69 @@ static void decode_sig(kn_attn_sig *sig) {
 }
 
 /* Where the keys [n0, n0 + rows) of one KV block of (batch, kv head) live, as a 2-D block:
- * k_tile (DP, BN) = K^T and v_tile (BN, DP).  The one place that knows the KV cache's layout. */
+ * k_tile (DP, BN) = K^T and v_tile (BN, DP).  The one place that knows the KV cache's layout:
+ * dense rows from the (batch, kv head) base at stride k_sn, or (paged) through the block table
+ * with attn_paged.c's helpers (the forward's own), from the kv head's base with the page strides
+ * k_ps and row strides k_sn: one table entry and the dense block loads when the block lies in
+ * one page, else each key's page and slot, gathered. */
 typedef struct kv_view {
   kn_value *k_base, *v_base, *k_sn, *v_sn, *seqlen_k;
+  const kn_paged_kv *paged;  /* the sequence's table and length (kn_paged_open), else NULL */
+  kn_value *k_ps, *v_ps;     /* paged: the pools' page strides */
+  kn_value *in_page;         /* paged: i1, page_size is a multiple of BLOCK_N (every block lies
+                                in one page) */
 } kv_view;
 
-static void kv_rows(dgen *g, const kv_view *kv, kn_scalar dt, int BN, int DP, kn_value *n0,
+/* the block loads of K^T (DP, BN) and V (BN, DP): rows `first`.. of bases kb / vb at the row
+ * strides k_sn / v_sn, bounded by the head dim and by `keys` rows from the base */
+static void kv_block_loads(dgen *g, const kv_view *kv, kn_scalar dt, int BN, int DP,
+                           kn_value *kb, kn_value *vb, kn_value *first, kn_value *keys,
+                           kn_value *c0, kn_value *c_d, kn_value *one64, kn_value **kt,
+                           kn_value **vt) {
+  *kt = nm(g, kn_b_load(&g->b, kn_ty_tile2(dt, DP, BN), kb, (kn_value *[]){c0, first},
+                        (kn_value *[]){one64, kv->k_sn}, (kn_value *[]){c_d, keys}, NULL, NULL),
+           "k_tile");
+  *vt = nm(g, kn_b_load(&g->b, kn_ty_tile2(dt, BN, DP), vb, (kn_value *[]){first, c0},
+                        (kn_value *[]){kv->v_sn, one64}, (kn_value *[]){keys, c_d}, NULL, NULL),
+           "v_tile");
+}
+
+static void kv_rows(dgen *g, const kv_view *kv, kn_scalar dt, int BN, int D, int DP, kn_value *n0,
                     kn_value *c0, kn_value *c_d, kn_value *one64, kn_value **kt, kn_value **vt) {
-  *kt = nm(g, kn_b_load(&g->b, kn_ty_tile2(dt, DP, BN), kv->k_base, (kn_value *[]){c0, n0},
-                        (kn_value *[]){one64, kv->k_sn}, (kn_value *[]){c_d, kv->seqlen_k}, NULL,
-                        NULL), "k_tile");
-  *vt = nm(g, kn_b_load(&g->b, kn_ty_tile2(dt, BN, DP), kv->v_base, (kn_value *[]){n0, c0},
-                        (kn_value *[]){kv->v_sn, one64}, (kn_value *[]){kv->seqlen_k, c_d}, NULL,
-                        NULL), "v_tile");
+  if (!kv->paged) {  /* rows n0.. of the (batch, kv head) base */
+    kv_block_loads(g, kv, dt, BN, DP, kv->k_base, kv->v_base, n0, kv->seqlen_k, c0, c_d, one64,
+                   kt, vt);
+    return;
+  }
+  /* paged: a block inside one page is a block load from its page's rows (one table entry, the
+   * page clamped into the pool); otherwise each key's page and slot, gathered */
+  const kn_type kty = kn_ty_tile2(dt, DP, BN), vty = kn_ty_tile2(dt, BN, DP);
+  kn_builder then_b, else_b;
+  kn_op *br = kn_b_if(&g->b, kv->in_page, 2, (kn_type[]){kty, vty}, &then_b, &else_b);
+  kn_builder outer = g->b;
+  g->b = then_b;
+  {
+    kn_value *page, *slot, *kt1, *vt1;
+    kn_paged_key(&g->b, kv->paged, n0, &page, &slot);
+    kn_value *kb = at(g, kv->k_base, page, kv->k_ps, slot, kv->k_sn, "k_page_blk");
+    kn_value *vb = at(g, kv->v_base, page, kv->v_ps, slot, kv->v_sn, "v_page_blk");
+    kn_value *left = op2(g, KN_OP_SUB, kv->seqlen_k, n0, "k_left");  /* > 0: n0 is live */
+    kv_block_loads(g, kv, dt, BN, DP, kb, vb, c0, left, c0, c_d, one64, &kt1, &vt1);
+    kn_b_yield(&g->b, 2, (kn_value *[]){kt1, vt1});
+  }
+  g->b = else_b;
+  {
+    kn_paged_rows pr;
+    kn_paged_block(&g->b, kv->paged, n0, BN, &pr);
+    kn_value *kt2 = kn_paged_gather(&g->b, dt, kv->k_base, &pr, kv->k_ps, kv->k_sn, D, DP, true,
+                                    "k_tile_g");
+    kn_value *vt2 = kn_paged_gather(&g->b, dt, kv->v_base, &pr, kv->v_ps, kv->v_sn, D, DP,
+                                    false, "v_tile_g");
+    kn_b_yield(&g->b, 2, (kn_value *[]){kt2, vt2});
+  }
+  g->b = outer;
+  *kt = nm(g, br->res[0], "k_tile");
+  *vt = nm(g, br->res[1], "v_tile");
 }
 
 /* a call of modifier `mod` with its fixed arguments and its plan-bound kernel parameters */
@@ -290,10 +356,32 @@ kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn
   kn_value *q_tile = nm(g, kn_b_gather(&g->b, kn_ty_tile2(dt, BM, DP), q_b, qoffs, q_in, NULL),
                         "q_tile");
 
-  kv_view kv = {
-      .k_base = at(g, P[P_K], b64, P[P_K_SB], hk64, P[P_K_SH], "k_base"),
-      .v_base = at(g, P[P_V], b64, P[P_V_SB], hk64, P[P_V_SH], "v_base"),
-      .k_sn = P[P_K_SN], .v_sn = P[P_V_SN], .seqlen_k = seqlen_k};
+  kv_view kv = {.k_sn = P[P_K_SN], .v_sn = P[P_V_SN]};
+  kn_paged_kv pg_kv;
+  if (d->layout == KN_ATTN_PAGED) {
+    /* the pools have no batch axis (k_sb, v_sb are their page strides); the sequence's keys
+     * are its own cache length, which bounds everything below (the pieces, the masks, the
+     * modifiers' seqlen_k), and its pieces cut that length, not the table's capacity: each is
+     * cdiv(its blocks, num_splits) blocks (split_len, the capacity's, is the most it can be) */
+    pg_kv = kn_paged_open(&g->b, sig, P, b64, seqlen_k);
+    P[P_SEQLEN_K] = seqlen_k = pg_kv.len;
+    kv.paged = &pg_kv;
+    kv.k_base = at(g, P[P_K], hk64, P[P_K_SH], NULL, NULL, "k_base");
+    kv.v_base = at(g, P[P_V], hk64, P[P_V_SH], NULL, NULL, "v_base");
+    kv.k_ps = P[P_K_SB], kv.v_ps = P[P_V_SB];
+    kn_value *blocks = op2(g, KN_OP_DIV, op2(g, KN_OP_ADD, seqlen_k, i32c(g, BN - 1, "c_bn1"),
+                                             "seq_blocks0"), c_bn, "seq_blocks");
+    kn_value *per = op2(g, KN_OP_DIV, op2(g, KN_OP_ADD, blocks, op2(g, KN_OP_SUB, nsplit, c1,
+                                                                   "nsplit_1"), "per0"),
+                        nsplit, "seq_per");
+    split_len = op2(g, KN_OP_MUL, per, c_bn, "seq_split_len");
+    kv.in_page = nm(g, kn_b_cmp(&g->b, KN_PRED_EQ, op2(g, KN_OP_REM, kv.paged->page_size, c_bn,
+                                                        "page_rem"), c0), "in_page");
+  } else {
+    kv.k_base = at(g, P[P_K], b64, P[P_K_SB], hk64, P[P_K_SH], "k_base");
+    kv.v_base = at(g, P[P_V], b64, P[P_V_SB], hk64, P[P_V_SH], "v_base");
+  }
+  kv.seqlen_k = seqlen_k;
 
   /* the piece [lo, hi): split * split_len .. + split_len, within seqlen_k; top-left causal ends
    * at seqlen_q (no row sees a key past it); a window's left edge starts at the first row's
@@ -344,7 +432,7 @@ kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn
   kn_value *l_i = nm(g, loop->region[0]->args[2], "l_i");  /* (BM) running sum of p */
   kn_value *acc = nm(g, loop->region[0]->args[3], "acc");  /* (BM, DP) unnormalised O */
   kn_value *kt, *vt;
-  kv_rows(g, &kv, dt, BN, DP, n0, c0, c_d, one64, &kt, &vt);
+  kv_rows(g, &kv, dt, BN, D, DP, n0, c0, c_d, one64, &kt, &vt);
   kn_value *qk = nm(g, kn_b_dot(&g->b, q_tile, kt, f32c(g, s_f32, 0.0, "zero_s")), "qk");
   kn_value *cols = spread(g, op2(g, KN_OP_ADD, kcols, fill(g, n0, BN, 0, "n0_v"), "cols"), 0, BM,
                           BN, "cols_s");

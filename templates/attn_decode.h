@@ -28,6 +28,15 @@
  * document mask, a user @block_mask: they bound a program's query rows, which here belong to
  * several heads) and the varlen layout; kn_attn_decode_check says which.  Score and mask
  * modifiers see the packed row's own head (a tile) and query position.
+ *
+ * Paged (layout KN_ATTN_PAGED): the split kernel's signature has the paged forward's six
+ * parameters after the 24 (block_table, cache_seqlens, page_size, num_pages, seqlen_new,
+ * block_table_sb; attention.h), seqlen_k is the table's capacity and k_sb / v_sb the pools' page
+ * strides.  Each program reads its sequence's keys through the table (attn_paged.c's helpers,
+ * the forward's own), its length cache_seqlens[b] + seqlen_new clamped into the capacity is its
+ * seqlen_k everywhere, and piece s covers its blocks [s * P, (s + 1) * P) with P =
+ * cdiv(cdiv(len, BLOCK_N), num_splits) (split_len, the capacity's, is ignored); pieces past the
+ * length write lse -inf.  The combine kernel is the dense one.
  */
 #ifndef KILN_ATTN_DECODE_H
 #define KILN_ATTN_DECODE_H
@@ -40,12 +49,14 @@ enum { KN_DECODE_MAX_Q = 16, KN_DECODE_NPARAMS = 4, KN_DECODE_COMBINE_NPARAMS = 
 
 /* 0 when decode serves descriptor d with config c on arch (NULL: the host), else -1 with the
  * reason: the forward template's check (kn_attn_check_on: the two dots have its shapes), a
- * dense layout, no block predicate, block_m >= 16 */
+ * dense or paged layout, no block predicate, block_m >= 16 */
 int kn_attn_decode_check(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_config *c,
                          kn_diag *diag);
 /* the decode tiling of d on arch: block_m 16 (a GQA group of one or a few query rows fills the
  * smallest matrix-instruction tile), the warps that tile allows, block_n 64 (32 above head dim 128;
- * not measured on a GPU yet: kiln_decode_bench --sweep is the table to choose it from) */
+ * not measured on a GPU yet: kiln_decode_bench --sweep is the table to choose it from).  Paged
+ * on a GPU: fewer gathered elements per thread (16 rows a warp, 2 or 4 warps, block_n 16 or 32;
+ * docs/serving.md has the spill table) */
 kn_attn_config kn_attn_decode_default_config(const kn_arch *arch, const kn_attn_desc *d);
 
 /* kernel "attn_decode" into m (the modifier functions parsed unless m has a source); NULL with

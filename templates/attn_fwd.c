@@ -705,15 +705,7 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
    * and the sequence's keys are its cache length, clamped into what its table row addresses */
   kn_paged_kv pg_kv, *paged = NULL;
   if (d->layout == KN_ATTN_PAGED) {
-    kn_value *table = P[sig_index(sig, "block_table")];
-    kn_value *toff = bin(g, KN_OP_MUL, b64, P[sig_index(sig, "block_table_sb")], "table_off");
-    pg_kv = (kn_paged_kv){
-        .table = named(g, kn_b_ptradd(&g->b, table, toff), "table_row"),
-        .page_size = P[sig_index(sig, "page_size")],
-        .num_pages = P[sig_index(sig, "num_pages")],
-        .len = kn_paged_len(&g->b, P[sig_index(sig, "cache_seqlens")], b64,
-                            P[sig_index(sig, "seqlen_new")], seqlen_k,
-                            P[sig_index(sig, "num_pages")])};
+    pg_kv = kn_paged_open(&g->b, sig, P, b64, seqlen_k);
     P[P_SEQLEN_K] = seqlen_k = pg_kv.len;
     kb64 = ci(g, i64, 0, "c0_page");
     paged = &pg_kv;

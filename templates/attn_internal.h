@@ -89,8 +89,8 @@ extern const char *const kn_attn_cu_names[2];
 
 /* ---- paged KV addressing (attn_paged.c; docs/serving.md) ----
  *
- * IR helpers any template may call with its builder (the attention forward does, and a decode
- * template can): they read keys through a block table, clamp whatever the table and lengths
+ * IR helpers any template may call with its builder (the attention forward and the split-KV
+ * decode kernel do): they read keys through a block table, clamp whatever the table and lengths
  * hold so no access leaves the pool, and name the values they build. */
 
 /* the names of a paged kernel's parameters after the template's 24 (attention.h) */
@@ -115,9 +115,24 @@ typedef struct kn_paged_rows {
 kn_value *kn_paged_len(kn_builder *b, kn_value *cache_seqlens, kn_value *b64, kn_value *added,
                        kn_value *cap, kn_value *num_pages);
 
+/* what a program of sequence b64 (i64) reads through its table, from its kernel's paged
+ * parameters (found by name in sig, their values P[]): the table's row b, the page size, the
+ * pool's pages and the sequence's clamped key count (kn_paged_len of cache_seqlens[b] +
+ * seqlen_new, cap = the table's capacity, the kernel's seqlen_k).  The one setup every paged
+ * template shares (the forward and the split-KV decode kernel). */
+kn_paged_kv kn_paged_open(kn_builder *b, const kn_attn_sig *sig, kn_value *const *P,
+                          kn_value *b64, kn_value *cap);
+
 /* the pages and slots of keys n0 .. n0 + n - 1: one gather of the table's live entries, each
  * clamped into [0, num_pages) */
 void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n, kn_paged_rows *out);
+
+/* the page and slot (i64 scalars) of key n0 of the sequence, a key below its length: one scalar
+ * load of the table's entry, the page clamped into [0, num_pages).  A block of keys n0 .. that
+ * lies in one page (n0 a multiple of the block, page_size of it) starts at page * page_stride +
+ * slot * row_stride and is a plain block load (the decode kernel's fast path). */
+void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value **page,
+                  kn_value **slot);
 
 /* the block's tile of a pool at base (the kv head's start): (n, dp) rows, or (dp, n) when
  * transposed (K^T), element (j, c) at page[j] * page_stride + slot[j] * row_stride + c (i64

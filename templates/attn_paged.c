@@ -11,9 +11,11 @@
  * row's page times the page stride plus its slot times the row stride) plus the head column.
  *
  * The helpers build that IR with a plain kn_builder and name their values, so any template can
- * call them (the attention forward does; a split-KV decode template can): kn_paged_len clamps a
- * sequence's cache length into what its table can address, kn_paged_block finds the page and
- * slot of each key of a block, and kn_paged_gather reads the block's (keys, D) or (D, keys) tile.
+ * call them (the attention forward and the split-KV decode kernel do): kn_paged_open sets a
+ * program up from its kernel's paged parameters (its sequence's table row, the page size and
+ * pool, the clamped length), kn_paged_len clamps a sequence's cache length into what its table
+ * can address, kn_paged_block finds the page and slot of each key of a block, and
+ * kn_paged_gather reads the block's (keys, D) or (D, keys) tile.
  * Safety does not depend on the caller's table: the kernel clamps every page number into
  * [0, num_pages) and every length into [0, max_pages * page_size] (the table's row is never read
  * past max_pages), and a pool of no pages gives every sequence length 0, so no table or length
@@ -74,6 +76,23 @@ kn_value *kn_paged_len(kn_builder *b, kn_value *cache_seqlens, kn_value *b64, kn
   return nm(b, kn_b_select(b, any, len, z), "cache_len");
 }
 
+kn_paged_kv kn_paged_open(kn_builder *b, const kn_attn_sig *sig, kn_value *const *P,
+                          kn_value *b64, kn_value *cap) {
+  kn_value *q[KN_ATTN_PAGED_NPARAMS] = {0};
+  for (int i = 0; i < sig->n; i++)
+    for (int j = 0; j < KN_ATTN_PAGED_NPARAMS; j++)
+      if (!strcmp(sig->name[i], kn_attn_paged_names[j])) q[j] = P[i];
+  for (int j = 0; j < KN_ATTN_PAGED_NPARAMS; j++)
+    KN_ASSERT(q[j] && "a paged kernel's parameter is missing from the signature");
+  /* kn_attn_paged_names' order: block_table, cache_seqlens, page_size, num_pages, seqlen_new,
+   * block_table_sb */
+  kn_value *toff = bin(b, KN_OP_MUL, b64, q[5], "table_off");
+  return (kn_paged_kv){.table = nm(b, kn_b_ptradd(b, q[0], toff), "table_row"),
+                       .page_size = q[2],
+                       .num_pages = q[3],
+                       .len = kn_paged_len(b, q[1], b64, q[4], cap, q[3])};
+}
+
 void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n,
                     kn_paged_rows *out) {
   kn_type i32 = kn_ty_scalar(KN_I32);
@@ -94,6 +113,24 @@ void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n,
              zero, "pg_page");
   out->page = nm(b, kn_b_cast(b, page, KN_I64), "pg_page64");
   out->slot = nm(b, kn_b_cast(b, slot, KN_I64), "pg_slot64");
+}
+
+void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value **page,
+                  kn_value **slot) {
+  kn_type i32 = kn_ty_scalar(KN_I32);
+  kn_value *idx = bin(b, KN_OP_DIV, n0, pg->page_size, "pk_index");
+  kn_value *sl = bin(b, KN_OP_SUB, n0, bin(b, KN_OP_MUL, idx, pg->page_size, "pk_first"),
+                     "pk_slot");
+  kn_value *idx64 = nm(b, kn_b_cast(b, idx, KN_I64), "pk_index64");
+  kn_value *one = nm(b, kn_b_const_i(b, kn_ty_scalar(KN_I64), 1), "c1_pk");
+  kn_value *pgv = nm(b, kn_b_load(b, i32, pg->table, &idx64, &one, NULL, NULL, NULL),
+                     "pk_page_raw");
+  kn_value *last = bin(b, KN_OP_SUB, pg->num_pages, nm(b, kn_b_const_i(b, i32, 1), "c1_pkl"),
+                       "pk_last");
+  pgv = bin(b, KN_OP_MAX, bin(b, KN_OP_MIN, pgv, last, "pk_page_hi"),
+            nm(b, kn_b_const_i(b, i32, 0), "c0_pk"), "pk_page");
+  *page = nm(b, kn_b_cast(b, pgv, KN_I64), "pk_page64");
+  *slot = nm(b, kn_b_cast(b, sl, KN_I64), "pk_slot64");
 }
 
 kn_value *kn_paged_gather(kn_builder *b, kn_scalar dt, kn_value *base, const kn_paged_rows *r,

@@ -18,7 +18,8 @@ ways, a window, lse) against a per-sequence float64 reference, and its errors (a
 than its shape, decreasing cu_seqlens, dropout).  The backward (docs/backward.md) through
 kiln.attention_backward after kiln.attention: dq, dk, dv against a plain-Python float64 backward
 (GQA, causal, ragged lengths, a softcap), and its errors (a wrong gradient shape, a missing lse).
-A paged KV cache through kiln.attention_with_kvcache (pools of page sizes 1, 5 and 16 with pages
+A paged KV cache through kiln.attention_with_kvcache (its decode-shaped calls through the split-KV
+decode kernels; pools of page sizes 1, 5 and 16 with pages
 in shuffled order, a block table with unused tail entries, new rows k / v appended first, an
 empty sequence, GQA, causal, a window, lse) against a float64 reference over each sequence's
 keys, and its errors (a page outside the pool, a cache length past the table, rotary
@@ -453,9 +454,16 @@ def paged(rng):
         want_v = {(b, j, hk, d): key(vc, vn, b, j, hk, d) for b in range(B)
                   for j in range(lens[b] + nn) for hk in range(HK) for d in range(D)}
         out, lse = Tensor(dtype, (B, Nq, H, D)), Tensor("float32", (B, H, Nq))
+        st0 = kiln._context_for("host").stats()
         kiln.attention_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=cs, block_table=bt,
                                     causal=causal, window_size=window or (-1, -1), out=out,
                                     lse=lse)
+        st1 = kiln._context_for("host").stats()
+        # Nq <= 16: the split-KV decode kernels read the pages (docs/serving.md), two kernels
+        # beside the paged prefill kernel the descriptor prepares (each descriptor is new here)
+        built = sum(st1[n] - st0[n] for n in ("compiles", "cache_hits"))
+        check("paged %s Nq %d: decode kernels" % (dtype, Nq), built == 3,
+              "%d kernels built or loaded" % built)
         err = lerr = 0.0
         for b in range(B):
             nk = lens[b] + nn

@@ -23,7 +23,9 @@
 #                       libkiln.so of pack/pylib.tar.xz (build_pylib.sh): forward and autograd
 #   step "serve"        kiln_serve_bench (varlen prefill mix, paged vs dense prefill; KILN_SERVE_ARGS)
 #                       and `sdpa_anchor.py --varlen` on the lengths it wrote
-#   KILN_DECODE_ARGS    extra arguments for kiln_decode_bench (step decode; e.g. "--sweep");
+#   KILN_DECODE_ARGS    extra arguments for kiln_decode_bench (step decode; e.g. "--sweep", or
+#                       "--paged": the same table through a paged KV cache of 16-row pages,
+#                       "--page-size P" for others, paged and dense side by side);
 #                       step decode also runs `sdpa_anchor.py --decode` (FA2, cuDNN)
 set -u
 

@@ -23,8 +23,15 @@
  *
  * (d) --tune: for each row, kiln_tune_decode on the row's call (its candidates are compared with
  *     the default kernels, which (a) checked), then the row timed again with the winner.
+ * (e) --paged [--page-size P]: the same table through a paged KV cache (KILN_LAYOUT_PAGED, pages
+ *     of P rows, default 16, in shuffled order, a block table and cache_seqlens on the device:
+ *     the split kernel reading K and V through the table), timed beside the dense call in the
+ *     same run, with the paged/dense time ratio (the goal: within 5%).  Each row's paged call is
+ *     first checked against float64 (batch 1 at the row's Nk, its piece count), plus ragged
+ *     paged shapes (empty sequences, length 1, page boundaries, Nq 4, a table with an unused
+ *     tail entry).  The prefill kernel's column is left out in this mode.
  *
- *   kiln_decode_bench [--quick] [--repeats R] [--sweep] [--tune]
+ *   kiln_decode_bench [--quick] [--repeats R] [--sweep] [--tune] [--paged [--page-size P]]
  * Exit status: 0 when every check passed and every launch ran, 1 otherwise.
  */
 #ifndef _GNU_SOURCE
@@ -73,13 +80,22 @@ static kn_cuda_ptr dalloc(size_t n) {
  * kernels by their contracts but must be told the dtype, head dim and causal flag: a smoke run
  * of this bench without a GPU.  NULL on a real driver. */
 static void (*fake_attn)(int elem_bytes, int bf16, int head_dim, int causal);
+static void (*fake_paged)(int on);
 
 static void fake_causal(int causal) {
   if (fake_attn) fake_attn(2, 0, 128, causal);
 }
+static void fake_layout(bool paged) {
+  if (fake_paged) fake_paged(paged);
+}
 
 static kiln_attn_desc desc_of(int causal) {
   return (kiln_attn_desc){.dtype = KILN_F16, .head_dim = D, .causal = causal, .has_lse = 1};
+}
+static kiln_attn_desc paged_desc(int causal) {
+  kiln_attn_desc d = desc_of(causal);
+  d.layout = KILN_LAYOUT_PAGED;
+  return d;
 }
 
 static void set_splits(int s) {
@@ -217,19 +233,208 @@ out:
   return med;
 }
 
+/* A shuffled pool for B sequences of len[b] keys in pages of ps rows (one unused tail entry
+ * per table row when `tail`, naming no page): the (B, *max_pages) table; *num_pages pages */
+static int32_t *page_table(int B, const int *len, int ps, bool tail, uint64_t *s, int *max_pages,
+                           int *num_pages) {
+  int need = 0, mp = 0;
+  for (int b = 0; b < B; b++) {
+    int n = (len[b] + ps - 1) / ps;
+    need += n;
+    if (n > mp) mp = n;
+  }
+  mp += tail;
+  int32_t *perm = malloc(sizeof *perm * (size_t)(need + 1)), *t = malloc(sizeof *t * (size_t)(B * mp + 1));
+  for (int i = 0; i < need; i++) perm[i] = i;
+  for (int i = need - 1; i > 0; i--) {
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    int j = (int)(*s % (uint64_t)(i + 1));
+    int32_t x = perm[i];
+    perm[i] = perm[j], perm[j] = x;
+  }
+  int at = 0;
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < mp; i++) t[b * mp + i] = i < (len[b] + ps - 1) / ps ? perm[at++] : need;
+  free(perm);
+  *max_pages = mp, *num_pages = need;
+  return t;
+}
+
+/* (e) one paged decode call (B sequences of len[b] keys, pages of ps) against float64 */
+static bool check_paged(kiln_kernel *kern, int B, int h, int hk, int nq, const int *len, int ps,
+                        int causal, int splits, uint64_t seed) {
+  uint64_t s = seed | 1;
+  int mp, np;
+  int32_t *table = page_table(B, len, ps, true, &s, &mp, &np);
+  int32_t lens[64];
+  for (int b = 0; b < B; b++) lens[b] = len[b];
+  size_t n_q = (size_t)B * h * nq * D, n_k = (size_t)np * ps * hk * D, n_l = (size_t)B * h * nq;
+  uint16_t *q = malloc(n_q * 2), *k = malloc(n_k * 2 + 2), *v = malloc(n_k * 2 + 2),
+           *o = malloc(n_q * 2);
+  float *lse = malloc(n_l * 4);
+  double *qd = malloc(n_q * 8), *kd = malloc(n_k * 8 + 8), *vd = malloc(n_k * 8 + 8),
+         *od = malloc(n_q * 8), *ld = malloc(n_l * 8);
+  if (!q || !k || !v || !o || !lse || !qd || !kd || !vd || !od || !ld) {
+    printf("# out of host memory\n");
+    failures++;
+    return false;
+  }
+  for (size_t i = 0; i < n_q; i++) kn_store_elem(KN_F16, q + i, normal(&s)), qd[i] = kn_load_elem(KN_F16, q + i);
+  for (size_t i = 0; i < n_k; i++) {
+    kn_store_elem(KN_F16, k + i, normal(&s)), kd[i] = kn_load_elem(KN_F16, k + i);
+    kn_store_elem(KN_F16, v + i, normal(&s)), vd[i] = kn_load_elem(KN_F16, v + i);
+  }
+  size_t tb = (size_t)B * mp * 4;
+  kn_cuda_ptr dq = dalloc(n_q * 2), dk = dalloc(n_k * 2 + 2), dv = dalloc(n_k * 2 + 2),
+              dout = dalloc(n_q * 2), dl = dalloc(n_l * 4), dt = dalloc(tb + 4),
+              ds = dalloc((size_t)B * 4);
+  kn_diag e;
+  double err = INFINITY, lerr = INFINITY;
+  if (dq && dk && dv && dout && dl && dt && ds && !kn_cuda_copy_htod(dev, dq, q, n_q * 2, &e) &&
+      !kn_cuda_copy_htod(dev, dk, k, n_k * 2, &e) && !kn_cuda_copy_htod(dev, dv, v, n_k * 2, &e) &&
+      !kn_cuda_copy_htod(dev, dt, table, tb, &e) &&
+      !kn_cuda_copy_htod(dev, ds, lens, (size_t)B * 4, &e) &&
+      !kn_cuda_memset8(dev, dout, 0xff, n_q * 2, &e) && !kn_cuda_memset8(dev, dl, 0xff, n_l * 4, &e)) {
+    kiln_attn_args a = {.q = (void *)(uintptr_t)dq, .k = (void *)(uintptr_t)dk,
+                        .v = (void *)(uintptr_t)dv, .o = (void *)(uintptr_t)dout,
+                        .lse = (float *)(uintptr_t)dl, .batch = B, .heads = h, .kv_heads = hk,
+                        .seqlen_q = nq, .block_table = (void *)(uintptr_t)dt,
+                        .cache_seqlens = (void *)(uintptr_t)ds, .page_size = ps,
+                        .num_pages = np, .max_pages = mp, .q_numel = (int64_t)n_q,
+                        .k_numel = (int64_t)n_k, .v_numel = (int64_t)n_k,
+                        .o_numel = (int64_t)n_q, .lse_numel = (int64_t)n_l,
+                        .block_table_numel = (int64_t)B * mp};
+    set_splits(splits);
+    fake_causal(causal);
+    fake_layout(true);
+    kiln_status st = kiln_forward(kern, &a, NULL);
+    fake_layout(false);
+    set_splits(0);
+    if (st) fprintf(stderr, "kiln: %s\n", kiln_last_error());
+    if (!st && !kn_cuda_device_sync(dev, &e) && !kn_cuda_copy_dtoh(dev, o, dout, n_q * 2, &e) &&
+        !kn_cuda_copy_dtoh(dev, lse, dl, n_l * 4, &e)) {
+      kn_attn_desc in;
+      kiln_attn_desc pd = paged_desc(causal);
+      api_desc_from_public(&pd, &in);
+      kn_attn_problem p = {.batch = B, .heads = h, .kv_heads = hk, .seqlen_q = nq,
+                           .seqlen_k = mp * ps, .block_table = table, .cache_seqlens = lens,
+                           .page_size = ps, .num_pages = np, .max_pages = mp};
+      kn_attn_reference(&in, &p, qd, kd, vd, od, ld);
+      err = lerr = 0;
+      for (size_t i = 0; i < n_q; i++) {
+        double x = fabs(kn_load_elem(KN_F16, o + i) - od[i]);
+        if (!(x <= err)) err = isnan(x) ? INFINITY : x;
+      }
+      for (size_t i = 0; i < n_l; i++) {
+        double x = isinf(ld[i]) && lse[i] == ld[i] ? 0 : fabs(lse[i] - ld[i]);
+        if (!(x <= lerr)) lerr = isnan(x) ? INFINITY : x;
+      }
+    }
+  }
+  bool pass = err <= kn_attn_tolerance(KN_F16) && lerr <= 4 * kn_attn_lse_tolerance(KN_F16);
+  failures += !pass;
+  char sp[24] = "heuristic", lt[96] = "";
+  if (splits > 0) snprintf(sp, sizeof sp, "%d", splits);
+  for (int b = 0, at = 0; b < B && at < 80; b++)
+    at += snprintf(lt + at, sizeof lt - (size_t)at, "%s%d", b ? "," : "", len[b]);
+  printf("%s  paged decode B%d H%d/%d Nq %d lens %s page %d causal %d pieces %s: max|dO| %.3g "
+         "(tol %.0e) max|dlse| %.3g\n", pass ? "PASS" : "FAIL", B, h, hk, nq, lt, ps, causal, sp,
+         err, kn_attn_tolerance(KN_F16), lerr);
+  fflush(stdout);
+  kn_cuda_ptr bufs[] = {dq, dk, dv, dout, dl, dt, ds};
+  for (int i = 0; i < 7; i++)
+    if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
+  free(q), free(k), free(v), free(o), free(lse), free(qd), free(kd), free(vd), free(od), free(ld);
+  free(table);
+  return pass;
+}
+
+/* (e) median ms of one paged call: B sequences of nk keys in shuffled pages of ps rows, over
+ * enough pools to exceed the L2 for the small rows */
+static double timed_paged(kiln_kernel *kern, int B, int nk, int ps, int repeats) {
+  int lens[64];
+  for (int b = 0; b < B; b++) lens[b] = nk;
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  int mp, np;
+  int32_t *table = page_table(B, lens, ps, false, &s, &mp, &np);
+  size_t kv = (size_t)np * ps * HK * D * 2, qo = (size_t)B * H * D * 2;
+  int sets = 1;
+  while (sets < 4 && kv * 2 * sets < ((size_t)256 << 20)) sets++;
+  kn_cuda_ptr k[4] = {0}, v[4] = {0}, q = dalloc(qo), o = dalloc(qo), l = dalloc((size_t)B * H * 4);
+  kn_cuda_ptr dt = dalloc((size_t)B * mp * 4), ds = dalloc((size_t)B * 4);
+  kn_diag e;
+  double med = NAN;
+  kn_cuda_event ev[2] = {0};
+  bool ok = q && o && l && dt && ds && !kn_cuda_memset8(dev, q, 0x3c, qo, &e) &&
+            !kn_cuda_copy_htod(dev, dt, table, (size_t)B * mp * 4, &e) &&
+            !kn_cuda_copy_htod(dev, ds, lens, (size_t)B * 4, &e);
+  for (int i = 0; i < sets && ok; i++)
+    ok = (k[i] = dalloc(kv)) && (v[i] = dalloc(kv)) && !kn_cuda_memset8(dev, k[i], 0x3b, kv, &e) &&
+         !kn_cuda_memset8(dev, v[i], 0x3a, kv, &e);
+  ok = ok && !kn_cuda_event_create(dev, &ev[0], &e) && !kn_cuda_event_create(dev, &ev[1], &e);
+  if (!ok) {
+    failures++;
+    goto out;
+  }
+  fake_causal(0);
+  fake_layout(true);
+  double ms[64];
+  for (int r = -3; r < repeats; r++) {
+    int i = (r + 3) % sets;
+    kiln_attn_args a = {.q = (void *)(uintptr_t)q, .k = (void *)(uintptr_t)k[i],
+                        .v = (void *)(uintptr_t)v[i], .o = (void *)(uintptr_t)o,
+                        .lse = (float *)(uintptr_t)l, .batch = B, .heads = H, .kv_heads = HK,
+                        .seqlen_q = 1, .block_table = (void *)(uintptr_t)dt,
+                        .cache_seqlens = (void *)(uintptr_t)ds, .page_size = ps,
+                        .num_pages = np, .max_pages = mp};
+    float t;
+    if (kn_cuda_event_record(dev, ev[0], NULL, &e) || kiln_forward(kern, &a, NULL) ||
+        kn_cuda_event_record(dev, ev[1], NULL, &e) || kn_cuda_event_sync(dev, ev[1], &e) ||
+        kn_cuda_event_elapsed(dev, ev[0], ev[1], &t, &e)) {
+      fprintf(stderr, "launch failed: %s %s\n", kiln_last_error(), e.message);
+      failures++;
+      goto out;
+    }
+    if (r >= 0) ms[r] = t;
+  }
+  for (int i = 0; i < repeats; i++)
+    for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+      double x = ms[j];
+      ms[j] = ms[j - 1], ms[j - 1] = x;
+    }
+  med = ms[repeats / 2];
+out:
+  fake_layout(false);
+  for (int i = 0; i < 2; i++)
+    if (ev[i]) kn_cuda_event_destroy(dev, ev[i]);
+  for (int i = 0; i < 4; i++) {
+    if (k[i]) kn_cuda_free(dev, k[i], NULL);
+    if (v[i]) kn_cuda_free(dev, v[i], NULL);
+  }
+  kn_cuda_ptr bufs[] = {q, o, l, dt, ds};
+  for (int i = 0; i < 5; i++)
+    if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
+  free(table);
+  return med;
+}
+
 static double tbs(int B, int nk, double ms) {
   return 2.0 * B * HK * (double)nk * D * 2 / (ms * 1e-3) / 1e12;
 }
 
-/* the number of pieces the API picks for (B, Nk) with kernel k's decode tiling */
-static int plan_splits(kiln_context *ctx, int B, int nk, int block_n) {
+/* the number of pieces the API picks for (B, Nk) with the decode tiling of the dense (or paged)
+ * kernel (block_n: KILN_DECODE_BLOCK_N's, 0 for the default) */
+static int plan_splits_of(kiln_context *ctx, int B, int nk, int block_n, bool paged) {
   kn_attn_desc d;
-  kiln_attn_desc pd = desc_of(0);
+  kiln_attn_desc pd = paged ? paged_desc(0) : desc_of(0);
   api_desc_from_public(&pd, &d);
   kn_attn_config c = kn_attn_decode_default_config(ctx->target_arch, &d);
   if (block_n) c.block_n = block_n;
   kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = 1, .seqlen_k = nk};
   return kn_attn_decode_plan(&d, &c, &p, ctx->compute_units, 0).splits;
+}
+static int plan_splits(kiln_context *ctx, int B, int nk, int block_n) {
+  return plan_splits_of(ctx, B, nk, block_n, false);
 }
 
 static kiln_context *context(int block_n) {
@@ -247,17 +452,24 @@ static kiln_context *context(int block_n) {
 }
 
 int main(int argc, char **argv) {
-  int repeats = 20;
-  bool quick = false, sweep = false, tune = false;
+  int repeats = 20, page = 16;
+  bool quick = false, sweep = false, tune = false, paged = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = true, repeats = 5;
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--sweep")) sweep = true;
     else if (!strcmp(argv[i], "--tune")) tune = true;
+    else if (!strcmp(argv[i], "--paged")) paged = true;
+    else if (!strcmp(argv[i], "--page-size") && i + 1 < argc) page = atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: %s [--quick] [--repeats R] [--sweep] [--tune]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--repeats R] [--sweep] [--tune] [--paged "
+              "[--page-size P]]\n", argv[0]);
       return 2;
     }
+  }
+  if (page < 1 || page > 256) {
+    fprintf(stderr, "--page-size %d: pages of 1..256 rows\n", page);
+    return 2;
   }
   if (repeats < 1 || repeats > 64) repeats = 20;
   kn_diag e;
@@ -268,12 +480,14 @@ int main(int argc, char **argv) {
   const char *lib = getenv("KILN_CUDA_LIBRARY");
   void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
   if (h) *(void **)&fake_attn = dlsym(h, "kn_fake_cuda_attn");
+  if (h) *(void **)&fake_paged = dlsym(h, "kn_fake_cuda_attn_paged");
   kiln_context *ctx = context(0);
   printf("# kiln %s on %s (%s, %d SMs)\n", kiln_version(), kiln_context_device_name(ctx),
          kiln_context_target(ctx), ctx->compute_units);
-  kiln_kernel *kern, *kc;
-  kiln_attn_desc d0 = desc_of(0), d1 = desc_of(1);
-  if (kiln_prepare(ctx, &d0, NULL, &kern) || kiln_prepare(ctx, &d1, NULL, &kc)) {
+  kiln_kernel *kern, *kc, *kp = NULL, *kpc = NULL;
+  kiln_attn_desc d0 = desc_of(0), d1 = desc_of(1), p0 = paged_desc(0), p1 = paged_desc(1);
+  if (kiln_prepare(ctx, &d0, NULL, &kern) || kiln_prepare(ctx, &d1, NULL, &kc) ||
+      (paged && (kiln_prepare(ctx, &p0, NULL, &kp) || kiln_prepare(ctx, &p1, NULL, &kpc)))) {
     printf("# prepare: %s\n", kiln_last_error());
     return 1;
   }
@@ -290,9 +504,36 @@ int main(int argc, char **argv) {
     for (int n = 0; n < nN; n++)
       row_ok[b][n] = check(kern, 1, H, HK, 1, Ns[n], 0, plan_splits(ctx, Bs[b], Ns[n], 0),
                            1000 + 10 * b + n);
-  printf("\n| B | Nk | pieces | kiln decode ms | kiln TB/s | prefill kernel ms | prefill TB/s |\n"
-         "|---|---|---|---|---|---|---|\n");
-  for (int b = 0; b < nB; b++)
+  if (paged) {
+    /* ragged paged shapes, then each row's paged call (batch 1 at its Nk, its pieces) */
+    const int pl[][4] = {{0, 1, page, page + 1}, {2 * page, 1000, 7, 4097}};
+    check_paged(kp, 4, H, HK, 1, pl[0], page, 0, 0, 91);
+    check_paged(kpc, 4, H, HK, 4, pl[1], page, 1, 0, 92);
+    check_paged(kp, 2, 8, 1, 16, pl[1], page, 0, 5, 93);
+    for (int b = 0; b < nB; b++)
+      for (int n = 0; n < nN; n++)
+        row_ok[b][n] &= check_paged(kp, 1, H, HK, 1, &Ns[n], page, 0,
+                                    plan_splits_of(ctx, Bs[b], Ns[n], 0, true), 2000 + 10 * b + n);
+    printf("\n| B | Nk | page | dense pieces | dense ms | dense TB/s | paged pieces | paged ms | "
+           "paged TB/s | paged / dense |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int b = 0; b < nB; b++)
+      for (int n = 0; n < nN; n++) {
+        if (!row_ok[b][n]) {
+          printf("| %d | %d | %d | - | FAIL (not timed) | | | | | |\n", Bs[b], Ns[n], page);
+          continue;
+        }
+        double ms = timed(kern, Bs[b], Ns[n], 0, repeats, false);
+        double pms = timed_paged(kp, Bs[b], Ns[n], page, repeats);
+        printf("| %d | %d | %d | %d | %.4f | %.2f | %d | %.4f | %.2f | %.3f |\n", Bs[b], Ns[n],
+               page, plan_splits(ctx, Bs[b], Ns[n], 0), ms, tbs(Bs[b], Ns[n], ms),
+               plan_splits_of(ctx, Bs[b], Ns[n], 0, true), pms, tbs(Bs[b], Ns[n], pms), pms / ms);
+        fflush(stdout);
+      }
+  }
+  if (!paged)
+    printf("\n| B | Nk | pieces | kiln decode ms | kiln TB/s | prefill kernel ms | prefill TB/s |\n"
+           "|---|---|---|---|---|---|---|\n");
+  for (int b = 0; b < nB && !paged; b++)
     for (int n = 0; n < nN; n++) {
       if (!row_ok[b][n]) {
         printf("| %d | %d | - | FAIL (not timed) | | | |\n", Bs[b], Ns[n]);

@@ -95,4 +95,37 @@ static inline int artifact_spills(const kn_artifact *a, const kn_arch *arch, con
   return spills;
 }
 
+/* A shuffled page pool and its block table for `batch` sequences of len[b] keys in pages of
+ * page_size: each sequence's pages drawn from a random permutation of the pool (so pages are in
+ * no order), `tail` unused entries past what each row needs holding garbage (negative numbers
+ * or pages past the pool, which no kernel may read), and `spare` pages no sequence uses.
+ * Returns the (batch, *max_pages) table (malloc'd); *num_pages gets the pool's size. */
+static inline int32_t *test_page_table(int batch, const int *len, int page_size, int tail,
+                                       int spare, int *max_pages, int *num_pages) {
+  int need = 0, mp = 0;
+  for (int b = 0; b < batch; b++) {
+    int n = (len[b] + page_size - 1) / page_size;
+    need += n;
+    if (n > mp) mp = n;
+  }
+  mp += tail;
+  const int np = need + spare;
+  int *perm = malloc(sizeof *perm * (size_t)(np + 1));
+  for (int i = 0; i < np; i++) perm[i] = i;
+  for (int i = np - 1; i > 0; i--) {
+    int j = irand(0, i), t = perm[i];
+    perm[i] = perm[j], perm[j] = t;
+  }
+  int32_t *table = malloc(sizeof *table * (size_t)(batch * mp + 1));
+  int at = 0;
+  for (int b = 0; b < batch; b++)
+    for (int i = 0; i < mp; i++)
+      table[b * mp + i] = i < (len[b] + page_size - 1) / page_size
+                              ? perm[at++]
+                              : (irand(0, 1) ? -1 - irand(0, 9) : np + irand(0, 1000));
+  free(perm);
+  *max_pages = mp, *num_pages = np;
+  return table;
+}
+
 #endif

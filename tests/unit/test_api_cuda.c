@@ -688,7 +688,9 @@ static void test_varlen_cuda(void **state) {
  * sequence and length 1, GQA, causal and a window, rows the caller appended itself counted by
  * seqlen_new, q and o as (B, Nq, H, D), capacities described; then k_new / v_new appended on
  * the device (the kv_append kernel) and attended over; against kn_attn_reference_v.  The fake
- * driver computes paged attention and the append too (kn_fake_cuda_attn_paged). */
+ * driver computes paged attention and the append too (kn_fake_cuda_attn_paged).  Calls of up to
+ * 16 query rows (the first two cases) run the split-KV decode kernels through the table, two
+ * launches each; the third (17 rows) the paged prefill kernel. */
 static void test_paged_cuda(void **state) {
   (void)state;
   if (!have_gpu()) {
@@ -704,10 +706,12 @@ static void test_paged_cuda(void **state) {
        {64, 9, 200}, 2, 24, 0},
       {{.dtype = KILN_F16, .head_dim = 64, .has_lse = 1}, 2, 17, 256, {300, 256}, 1, 0, 0},
   };
-  int failures = 0;
+  int failures = 0, decode_calls = 0;
+  int launches0 = fake_decode_launches ? fake_decode_launches() : 0;
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
     kiln_attn_desc pd = cases[ci].d;
     pd.layout = KILN_LAYOUT_PAGED;
+    decode_calls += cases[ci].nq <= 16 ? 1 + (ci > 0) : 0;  /* (ci > 0: and after the append) */
     kiln_kernel *k;
     if (kiln_prepare(ctx, &pd, NULL, &k)) fail_msg("prepare: %s", kiln_last_error());
     const kn_attn_desc id = internal_desc(&pd);
@@ -834,6 +838,8 @@ static void test_paged_cuda(void **state) {
   kiln_context_destroy(ctx);
   rm_dir(dir);
   assert_int_equal(failures, 0);
+  if (fake_decode_launches)  /* each decode call: a split and a combine launch */
+    assert_int_equal(fake_decode_launches() - launches0, 2 * decode_calls);
 }
 
 /* 8 threads, each on its own stream, preparing 4 kernels and launching: one compile each */

@@ -115,6 +115,18 @@ static int64_t fake_page(const int32_t *bt, int b, int64_t bt_sb, int32_t np, in
   return p < 0 ? 0 : p >= np ? np - 1 : p;
 }
 
+/* a paged kernel's six parameters from params[*at] on (advancing *at); 1 when the table or the
+ * lengths are null or the page size is not positive */
+static int fake_paged_params(void **params, int *at, const int32_t **bt, const int32_t **cs,
+                             int32_t *ps, int32_t *np, int32_t *snew, int64_t *bt_sb) {
+  *bt = (const int32_t *)(uintptr_t)*(dptr *)params[(*at)++];
+  *cs = (const int32_t *)(uintptr_t)*(dptr *)params[(*at)++];
+  *ps = *(int32_t *)params[(*at)++], *np = *(int32_t *)params[(*at)++];
+  *snew = *(int32_t *)params[(*at)++];
+  *bt_sb = *(int64_t *)params[(*at)++];
+  return !*bt || !*cs || *ps < 1;
+}
+
 /* params in template order: q k v o lse (u64), sm_scale (f32), seqlen_q seqlen_k heads
  * kv_group (i32), q_sb q_sh q_sm k_sb k_sh k_sn v_sb v_sh v_sn o_sb o_sh o_sm lse_sb lse_sh */
 static int fake_attention(unsigned gx, unsigned gy, void **params) {
@@ -138,13 +150,7 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
   const int32_t *bt = NULL, *cs = NULL;
   int32_t ps = 1, np = 0, snew = 0;
   int64_t bt_sb = 0;
-  if (attn_paged) {
-    bt = (const int32_t *)(uintptr_t)*(dptr *)params[at++];
-    cs = (const int32_t *)(uintptr_t)*(dptr *)params[at++];
-    ps = *(int32_t *)params[at++], np = *(int32_t *)params[at++], snew = *(int32_t *)params[at++];
-    bt_sb = *(int64_t *)params[at++];
-    if (!bt || !cs || ps < 1) return 1;
-  }
+  if (attn_paged && fake_paged_params(params, &at, &bt, &cs, &ps, &np, &snew, &bt_sb)) return 1;
   if (attn_softcap) cap = *(float *)params[at++];
   if (attn_window) wl = *(int32_t *)params[at++], wr = *(int32_t *)params[at++];
   if (attn_softcap && !(cap > 0)) return 1;
@@ -281,11 +287,13 @@ static int fake_attention_bwd(int which, unsigned gy, void **params) {
 static int dec_launches;
 int kn_fake_cuda_decode_launches(void) { return dec_launches; }
 
-/* attn_decode: the 24 parameters, the variant's, then ws_o, ws_lse, num_splits, split_len; grid
- * (row blocks x pieces, batch x kv heads).  Each packed row r of (b, kv head hk) is query head
- * hk * group + r / nq at position r % nq; piece s covers keys [s * split_len, + split_len).  Its
- * normalised output and log2-sum-exp go to the workspace, in float64 then f32. */
-static int fake_decode(unsigned gx, unsigned gy, void **params) {
+/* attn_decode: the 24 parameters, (paged) the six paged ones, the variant's, then ws_o, ws_lse,
+ * num_splits, split_len; grid (row blocks x pieces, batch x kv heads).  Each packed row r of (b,
+ * kv head hk) is query head hk * group + r / nq at position r % nq; piece s covers keys
+ * [s * split_len, + split_len) of the sequence's (paged: cache_seqlens[b] + seqlen_new, through
+ * the block table; the kernel cuts each sequence's own length, any partition merges the same).
+ * Its normalised output and log2-sum-exp go to the workspace, in float64 then f32. */
+static int fake_decode(unsigned gx, unsigned gy, unsigned bx, void **params) {
   void *q = (void *)(uintptr_t)*(dptr *)params[0], *k = (void *)(uintptr_t)*(dptr *)params[1];
   void *v = (void *)(uintptr_t)*(dptr *)params[2];
   float scale = *(float *)params[5];
@@ -296,6 +304,10 @@ static int fake_decode(unsigned gx, unsigned gy, void **params) {
   int at = 24;
   int32_t wl = -1, wr = -1;
   float cap = 0;
+  const int32_t *bt = NULL, *cs = NULL;
+  int32_t ps = 1, np = 0, snew = 0;
+  int64_t bt_sb = 0;
+  if (attn_paged && fake_paged_params(params, &at, &bt, &cs, &ps, &np, &snew, &bt_sb)) return 1;
   if (attn_softcap) cap = *(float *)params[at++];
   if (attn_window) wl = *(int32_t *)params[at++], wr = *(int32_t *)params[at++];
   float *ws_o = (float *)(uintptr_t)*(dptr *)params[at];
@@ -306,12 +318,18 @@ static int fake_decode(unsigned gx, unsigned gy, void **params) {
     return 1;
   int HK = H / group, D = attn_d, DP = (D + 15) / 16 * 16;
   int rows = group * nq;  /* the workspace rows of one (b, kv head, piece) */
-  if (gy % (unsigned)HK || gx / (unsigned)S * 16 < (unsigned)rows) return 1;
+  /* row blocks of 16 rows per warp (the decode tilings' block_m = 16 x warps) */
+  if (gy % (unsigned)HK || gx / (unsigned)S * 16 * (bx / 32) < (unsigned)rows) return 1;
   int B = (int)(gy / (unsigned)HK);
   double *sc = malloc(sizeof(double) * (size_t)(len > 0 ? len : 1));
   if (!sc) return 2;
+  const int32_t cap_k = nk;  /* paged: the table's capacity */
   for (int b = 0; b < B; b++)
-    for (int hk = 0; hk < HK; hk++)
+    for (int hk = 0; hk < HK; hk++) {
+      if (attn_paged) {
+        int64_t n = (int64_t)cs[b] + snew;
+        nk = np <= 0 ? 0 : (int32_t)(n < 0 ? 0 : n > cap_k ? cap_k : n);
+      }
       for (int sp = 0; sp < S; sp++)
         for (int r = 0; r < group * nq; r++) {
           int h = hk * group + r / nq, i = r % nq, j0 = sp * len;
@@ -324,7 +342,9 @@ static int fake_decode(unsigned gx, unsigned gy, void **params) {
             sc[j - j0] = -INFINITY;
             int rel = j - (i + nk - nq);
             if (j > last || (wl >= 0 && rel < -wl) || (wr >= 0 && rel > wr)) continue;
-            int64_t ko = b * st[3] + hk * st[4] + j * st[5];
+            int64_t ko = attn_paged ? fake_page(bt, b, bt_sb, np, ps, j) * st[3] + hk * st[4] +
+                                          (j % ps) * st[5]
+                                    : b * st[3] + hk * st[4] + j * st[5];
             double dot = 0;
             for (int d = 0; d < D; d++) dot += ld_elem(q, qo + d) * ld_elem(k, ko + d);
             double x = dot * scale;
@@ -337,11 +357,15 @@ static int fake_decode(unsigned gx, unsigned gy, void **params) {
             double acc = 0;
             for (int j = j0; j < j1 && d < D; j++)
               if (sc[j - j0] != -INFINITY)
-                acc += exp(sc[j - j0] - m) * ld_elem(v, b * st[6] + hk * st[7] + j * st[8] + d);
+                acc += exp(sc[j - j0] - m) *
+                       ld_elem(v, attn_paged ? fake_page(bt, b, bt_sb, np, ps, j) * st[6] +
+                                                   hk * st[7] + (j % ps) * st[8] + d
+                                             : b * st[6] + hk * st[7] + j * st[8] + d);
             ws_o[slot * DP + d] = (float)(l > 0 ? acc / l : 0);
           }
           ws_lse[slot] = l > 0 ? (float)((m + log(l)) / log(2.0)) : -INFINITY;
         }
+    }
   free(sc);
   dec_launches++;
   return 0;
@@ -548,7 +572,7 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
     attn_window = fn->window, attn_softcap = fn->softcap;
   if (fn->id == 2) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_attention(gx, gy, params) : 1;
   if (fn->id == 3) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_append(gx, gy, params) : 1;
-  if (fn->id == 7) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_decode(gx, gy, params) : 1;
+  if (fn->id == 7) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_decode(gx, gy, bx, params) : 1;
   if (fn->id == 8) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_combine(gx, gy, params) : 1;
   if (fn->id >= 4)
     return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_attention_bwd(fn->id, gy, params) : 1;

@@ -49,6 +49,9 @@ typedef struct dc_case {
   kn_attn_desc desc;
   int batch, heads, kv_heads, nq, nk;
   int splits;  /* 0: the heuristic's (for 4 compute units) */
+  /* paged (desc.layout KN_ATTN_PAGED): pages of page_size, sequence b's cache length len[b]
+   * (nk is then the table's capacity), `tail` unused table entries, `spare` unused pages */
+  int page_size, len[8], tail, spare;
   kn_attn_vargs va;
   kn_attn_named_arg named[2];
   void *buf[2];
@@ -96,12 +99,21 @@ static void fill_rand(kn_scalar dt, void *p, double *pd, size_t n) {
 }
 
 static void run_case(const char *target, dc_case *c, const kn_attn_config *cfg) {
-  dc_prepare(c);
   const kn_attn_desc *d = &c->desc;
+  const bool paged = d->layout == KN_ATTN_PAGED;
+  int32_t *table = NULL;
+  int max_pages = 0, num_pages = 0;
+  if (paged) {  /* the pool (num_pages, page_size, HK, D); nk: the table's capacity */
+    table = test_page_table(c->batch, c->len, c->page_size, c->tail, c->spare, &max_pages,
+                            &num_pages);
+    c->nk = max_pages * c->page_size;
+  }
+  dc_prepare(c);
   const kn_scalar dt = d->dtype;
   const int D = d->head_dim, B = c->batch, H = c->heads, HK = c->kv_heads;
   const size_t es = kn_scalar_size(dt), nq = (size_t)B * H * c->nq * D,
-               nk = (size_t)B * HK * c->nk * D, nl = (size_t)B * H * c->nq;
+               nk = paged ? (size_t)num_pages * c->page_size * HK * D : (size_t)B * HK * c->nk * D,
+               nl = (size_t)B * H * c->nq;
   void *q = malloc(nq * es + 16), *k = malloc(nk * es + 16), *v = malloc(nk * es + 16),
        *o = malloc(nq * es + 16);
   float *lse = malloc(nl * 4 + 16);
@@ -116,6 +128,10 @@ static void run_case(const char *target, dc_case *c, const kn_attn_config *cfg) 
 
   kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = c->nq,
                        .seqlen_k = c->nk};
+  if (paged) {
+    p.block_table = table, p.cache_seqlens = c->len, p.page_size = c->page_size;
+    p.num_pages = num_pages, p.max_pages = max_pages;
+  }
   kn_decode_plan plan = kn_attn_decode_plan(d, cfg, &p, 4, c->splits);
   float *ws_o = malloc(plan.ws_o_bytes + 16), *ws_lse = malloc(plan.ws_lse_bytes + 16);
   assert_true(ws_o && ws_lse);
@@ -165,18 +181,22 @@ static void run_case(const char *target, dc_case *c, const kn_attn_config *cfg) 
       if (e > lerr) lerr = e;
     }
   double tol = kn_attn_tolerance(dt), ltol = kn_attn_lse_tolerance(dt) * 4;
+  char pg[96] = "";
+  for (int b = 0, at = 0; paged && b < B && at < 80; b++)
+    at += snprintf(pg + at, sizeof pg - (size_t)at, "%s%d", b ? "," : " page lens ", c->len[b]);
   if (verbose())
-    printf("    %-16s %-10s %s D%d B%d H%d/%d Nq %d Nk %d %dx%d splits %d: err %.3g lse %.3g\n",
-           c->name, tn, kn_scalar_name(dt), D, B, H, HK, c->nq, c->nk, cfg->block_m,
-           cfg->block_n, plan.splits, err, lerr);
+    printf("    %-16s %-10s %s D%d B%d H%d/%d Nq %d Nk %d%s%s%.0d %dx%d splits %d: err %.3g "
+           "lse %.3g\n", c->name, tn, kn_scalar_name(dt), D, B, H, HK, c->nq, c->nk, pg,
+           paged ? " ps " : "", c->page_size, cfg->block_m, cfg->block_n, plan.splits, err, lerr);
   if (!(err <= tol) || !(lerr <= ltol))
-    fail_msg("%s on %s (seed %llu, %s D%d B%d H%d/%d Nq %d Nk %d, %dx%d, %d splits): err O %.3g "
-             "(tol %.3g), lse %.3g", c->name, tn, (unsigned long long)seed0, kn_scalar_name(dt),
-             D, B, H, HK, c->nq, c->nk, cfg->block_m, cfg->block_n, plan.splits, err, tol, lerr);
+    fail_msg("%s on %s (seed %llu, %s D%d B%d H%d/%d Nq %d Nk %d%s%s%.0d, %dx%d, %d splits): "
+             "err O %.3g (tol %.3g), lse %.3g", c->name, tn, (unsigned long long)seed0,
+             kn_scalar_name(dt), D, B, H, HK, c->nq, c->nk, pg, paged ? " ps " : "",
+             c->page_size, cfg->block_m, cfg->block_n, plan.splits, err, tol, lerr);
   kn_module_free(ms), kn_module_free(mc);
   free(q), free(k), free(v), free(o), free(lse), free(ws_o), free(ws_lse);
   free(qd), free(kd), free(vd), free(od), free(ld);
-  free(c->buf[0]), free(c->buf[1]);
+  free(c->buf[0]), free(c->buf[1]), free(table);
 }
 
 static int case_list(dc_case *out, kn_scalar dt, int D) {
@@ -211,7 +231,20 @@ static const struct { int B, H, HK, nq, nk, splits; } shapes[] = {
 };
 enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
 
-static void sweep(const char *target, kn_scalar dt, int D, int nshapes) {
+/* paged shapes (B, H, HK, Nq, page size, cache lengths, unused table entries, spare pages,
+ * pieces): page sizes 1, 16, 64 and 256, empty sequences, length 1, lengths on and next to page
+ * boundaries, pages shuffled (test_page_table), garbage tail entries, GQA 4:1 and 32/8 scaled to
+ * 8/2, MQA, MHA, Nq 1 / 4 / 16, pieces from one to one per block */
+static const struct { int B, H, HK, nq, ps, len[4], tail, spare, splits; } pshapes[] = {
+    {4, 8, 2, 1, 16, {0, 1, 32, 45}, 2, 3, 0},    {3, 4, 1, 4, 1, {33, 0, 7}, 1, 5, 3},
+    {3, 8, 2, 16, 64, {64, 129, 2}, 1, 0, 2},     {2, 8, 2, 1, 256, {256, 300}, 1, 1, 100},
+    {2, 4, 1, 4, 16, {16, 700}, 3, 2, 0},         {3, 4, 4, 2, 64, {65, 0, 128}, 0, 1, 4},
+};
+enum { NPSHAPES = sizeof pshapes / sizeof pshapes[0] };
+
+/* the variants over nshapes shapes on target (NULL: the interpreter): dense shapes[], or the
+ * paged layout over pshapes[] */
+static void sweep_layout(const char *target, kn_scalar dt, int D, int nshapes, bool paged) {
   dc_case cs[16];
   int n = case_list(cs, dt, D);
   clock_t t0 = clock();
@@ -221,16 +254,34 @@ static void sweep(const char *target, kn_scalar dt, int D, int nshapes) {
   for (int i = 0; i < n; i++)
     for (int s = 0; s < nshapes; s++) {
       dc_case c = cs[i];
-      int w = (s + 3 * i) % NSHAPES;
-      c.batch = shapes[w].B, c.heads = shapes[w].H, c.kv_heads = shapes[w].HK;
-      c.nq = shapes[w].nq, c.nk = shapes[w].nk, c.splits = shapes[w].splits;
+      if (paged) {
+        int w = (s + 2 * i) % NPSHAPES;
+        c.desc.layout = KN_ATTN_PAGED;
+        c.batch = pshapes[w].B, c.heads = pshapes[w].H, c.kv_heads = pshapes[w].HK;
+        c.nq = pshapes[w].nq, c.page_size = pshapes[w].ps, c.splits = pshapes[w].splits;
+        c.tail = pshapes[w].tail, c.spare = pshapes[w].spare;
+        memcpy(c.len, pshapes[w].len, sizeof pshapes[w].len);
+      } else {
+        int w = (s + 3 * i) % NSHAPES;
+        c.batch = shapes[w].B, c.heads = shapes[w].H, c.kv_heads = shapes[w].HK;
+        c.nq = shapes[w].nq, c.nk = shapes[w].nk, c.splits = shapes[w].splits;
+      }
       kn_attn_config cfg = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 2};
       if ((s + i) % 2) cfg = kn_attn_decode_default_config(t ? t->arch : NULL, &c.desc);
       run_case(target, &c, &cfg);
     }
-  printf("[ decode ] %-11s %s D%d: %d variants x %d shapes, %.1f s\n", target ? target : "interp",
-         kn_scalar_name(dt), D, n, nshapes, (double)(clock() - t0) / CLOCKS_PER_SEC);
+  printf("[ decode ] %-11s %s D%d%s: %d variants x %d shapes, %.1f s\n",
+         target ? target : "interp", kn_scalar_name(dt), D, paged ? " paged" : "", n, nshapes,
+         (double)(clock() - t0) / CLOCKS_PER_SEC);
 }
+
+static void sweep(const char *target, kn_scalar dt, int D, int nshapes) {
+  sweep_layout(target, dt, D, nshapes, false);
+}
+static void paged_sweep(const char *target, kn_scalar dt, int D, int nshapes) {
+  sweep_layout(target, dt, D, nshapes, true);
+}
+
 
 static void test_interp(void **state) {
   (void)state;
@@ -264,6 +315,48 @@ static void test_emu(void **state) {
   (void)state;
   sweep("gfx90a-emu", KN_F16, 64, 2);
   sweep("gfx942-emu", KN_BF16, 64, 2);
+}
+
+/* paged: the split kernel reading K and V through the block table, each sequence its own length */
+static void test_paged_interp(void **state) {
+  (void)state;
+  paged_sweep(NULL, KN_F32, 24, 2);
+  paged_sweep(NULL, KN_F16, 40, NPSHAPES);
+}
+
+static void test_paged_host(void **state) {
+  (void)state;
+  paged_sweep("host", KN_F16, 64, 2);
+  paged_sweep("host", KN_BF16, 128, 1);
+}
+
+static void test_paged_emu(void **state) {
+  (void)state;
+  paged_sweep("gfx90a-emu", KN_F16, 64, 1);
+  paged_sweep("gfx942-emu", KN_BF16, 32, 1);
+}
+
+/* the serving shape through pages of 16: GQA 32/8, D 128, Nq 1 / 4 / 16, ragged lengths */
+static void test_paged_gqa_32_8(void **state) {
+  (void)state;
+  static const int nqs[] = {1, 4, 16}, pss[] = {16, 1, 256};
+  for (int i = 0; i < 3; i++) {
+    dc_case c = {.name = "paged-gqa-32/8", .desc = {.dtype = KN_F16, .head_dim = 128,
+                 .has_lse = true, .causal = i % 2, .layout = KN_ATTN_PAGED}};
+    c.batch = 3, c.heads = 32, c.kv_heads = 8, c.nq = nqs[i], c.page_size = pss[i];
+    c.len[0] = 0, c.len[1] = 1 + i * 255, c.len[2] = 1000;
+    c.tail = 1, c.spare = 2, c.splits = i == 1 ? 16 : 0;
+    /* the host's tiling, then the GPUs' paged ones (sm_90a's 64x16 with 4 warps runs on the
+     * host; gfx942's 32x16 with 2 waves on its emulated twin) */
+    kn_attn_config cfg = kn_attn_decode_default_config(NULL, &c.desc);
+    run_case("host", &c, &cfg);
+    cfg = kn_attn_decode_default_config(kn_target_get("sm_90a")->arch, &c.desc);
+    run_case("host", &c, &cfg);
+    if (i == 0) {
+      cfg = kn_attn_decode_default_config(kn_emu_target("gfx942-emu")->arch, &c.desc);
+      run_case("gfx942-emu", &c, &cfg);
+    }
+  }
 }
 
 static void test_plan(void **state) {
@@ -558,6 +651,65 @@ static void test_api_tune(void **state) {
   kiln_context_destroy(ctx);
 }
 
+/* kiln_tune_decode on a paged call (pages of 16 in shuffled order, ragged lengths, a k_new row
+ * appended at every run): candidates timed, the winner's output against float64 */
+static void test_api_tune_paged(void **state) {
+  (void)state;
+  kiln_context_options co = {.no_cache = 1, .device = "host"};
+  kiln_context *ctx;
+  assert_int_equal(kiln_context_create(&co, &ctx), KILN_OK);
+  kiln_attn_desc pd = {.dtype = KILN_F16, .head_dim = 32, .has_lse = 1, .causal = 1,
+                       .layout = KILN_LAYOUT_PAGED};
+  kn_attn_desc d = {.dtype = KN_F16, .head_dim = 32, .has_lse = true, .causal = 1,
+                    .layout = KN_ATTN_PAGED};
+  kiln_kernel *k;
+  assert_int_equal(kiln_prepare(ctx, &pd, NULL, &k), KILN_OK);
+  enum { B = 2, HH = 8, HKK = 2, DD = 32, PS = 16, NQ = 2 };
+  int len[B] = {600, 129}, mp, np;  /* the lengths after the append */
+  int32_t *table = test_page_table(B, len, PS, 1, 1, &mp, &np);
+  int32_t cs[B] = {len[0] - 1, len[1] - 1};
+  size_t nq = (size_t)B * HH * NQ * DD, nk = (size_t)np * PS * HKK * DD, nn = (size_t)B * HKK * DD;
+  uint16_t *q = calloc(nq, 2), *kk = calloc(nk, 2), *v = calloc(nk, 2), *o = calloc(nq, 2);
+  uint16_t *kn = calloc(nn, 2), *vn = calloc(nn, 2);
+  float *lse = calloc((size_t)B * HH * NQ, 4);
+  double *qd = malloc(nq * 8), *kd = malloc(nk * 8), *vd = malloc(nk * 8), *od = malloc(nq * 8);
+  double *knd = malloc(nn * 8), *vnd = malloc(nn * 8), *ld = malloc((size_t)B * HH * NQ * 8);
+  fill_rand(KN_F16, q, qd, nq), fill_rand(KN_F16, kk, kd, nk), fill_rand(KN_F16, v, vd, nk);
+  fill_rand(KN_F16, kn, knd, nn), fill_rand(KN_F16, vn, vnd, nn);
+  kiln_attn_args a = {.q = q, .k = kk, .v = v, .o = o, .lse = lse, .batch = B, .heads = HH,
+                      .kv_heads = HKK, .seqlen_q = NQ, .block_table = table,
+                      .cache_seqlens = cs, .page_size = PS, .num_pages = np, .max_pages = mp,
+                      .k_new = kn, .v_new = vn, .seqlen_new = 1};
+  kiln_prepare_options po = {.tune_warmup = 1, .tune_repeats = 3};
+  kiln_tune_result r;
+  if (kiln_tune_decode(k, &a, NULL, &po, &r)) fail_msg("tune: %s", kiln_last_error());
+  assert_true(r.ncandidates >= 8 && r.best >= 0);
+  for (int i = 0; i < r.ncandidates; i++)
+    assert_int_equal(r.candidates[i].state, KILN_CANDIDATE_TIMED);
+  printf("[ decode ] tune paged: %d candidates, best block_n %d, %d pieces\n", r.ncandidates,
+         r.candidates[r.best].block_n, r.candidates[r.best].decode_splits);
+  kiln_tune_result_free(&r);
+  /* the reference: the appended row is each sequence's last key (row (b, hk) of k_new) */
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < HKK; h++) {
+      int j = cs[b];
+      size_t row = ((size_t)table[b * mp + j / PS] * PS + (size_t)(j % PS)) * HKK + h;
+      memcpy(kd + row * DD, knd + ((size_t)b * HKK + h) * DD, sizeof(double) * DD);
+      memcpy(vd + row * DD, vnd + ((size_t)b * HKK + h) * DD, sizeof(double) * DD);
+    }
+  kn_attn_problem p = {.batch = B, .heads = HH, .kv_heads = HKK, .seqlen_q = NQ,
+                       .seqlen_k = mp * PS, .block_table = table, .cache_seqlens = cs,
+                       .page_size = PS, .num_pages = np, .max_pages = mp, .seqlen_new = 1};
+  kn_attn_reference(&d, &p, qd, kd, vd, od, ld);
+  double err = 0;
+  for (size_t i = 0; i < nq; i++) err = fmax(err, abs_err(kn_load_elem(KN_F16, o + i), od[i]));
+  if (!(err <= kn_attn_tolerance(KN_F16)))
+    fail_msg("tuned paged decode (seed %llu): err %.3g", (unsigned long long)seed0, err);
+  free(q), free(kk), free(v), free(o), free(kn), free(vn), free(lse), free(qd), free(kd);
+  free(vd), free(od), free(knd), free(vnd), free(ld), free(table);
+  kiln_context_destroy(ctx);
+}
+
 /* the default decode kernels' code: no spills on the AMD chips and (ptxas) on NVIDIA */
 static void test_code(void **state) {
   (void)state;
@@ -575,12 +727,13 @@ static void test_code(void **state) {
       continue;
     }
     for (size_t i = 0; i < 2; i++)
-      for (int causal = 0; causal < 2; causal++) {
+      for (int causal = 0; causal < 3; causal++) {
+        /* causal 2: the paged split kernel (not causal; its combine kernel is dense's) */
         kn_attn_desc d = {.dtype = KN_F16, .head_dim = dims[i], .has_lse = true,
-                          .causal = causal};
+                          .causal = causal == 1, .layout = causal == 2 ? KN_ATTN_PAGED : 0};
         kn_attn_config c = kn_attn_decode_default_config(tg->arch, &d);
         kn_diag diag;
-        for (int which = 0; which < 2; which++) {
+        for (int which = 0; which < 2 - (causal == 2); which++) {
           kn_module *m = kn_module_new("<code>");
           kn_func *f = which ? kn_attn_decode_combine_build(m, &d, &diag)
                              : kn_attn_decode_build(m, &d, &c, &diag);
@@ -590,8 +743,18 @@ static void test_code(void **state) {
           if (kn_compile_artifact(m, name, tg, NULL, &a, &diag))
             fail_msg("%s on %s D%d: %s", name, targets[t], dims[i], diag.rendered);
           int sp = artifact_spills(&a, tg->arch, name);
-          printf("[ decode ] %-6s D%-3d causal %d %-20s %dx%d w%d: %d spills\n", targets[t],
-                 dims[i], causal, name, c.block_m, c.block_n, c.warps, sp);
+          if (verbose() && a.kind == KN_ARTIFACT_CODE_OBJECT) {  /* the static report */
+            kn_codeobj co;
+            char tab[2048];
+            if (kn_codeobj_parse(a.data, a.size, &co, &diag) == 0) {
+              kn_codeobj_format_stats(&co, tab, sizeof tab);
+              printf("%s", tab);
+              kn_codeobj_free(&co);
+            }
+          }
+          printf("[ decode ] %-6s D%-3d %-8s %-20s %dx%d w%d: %d spills\n", targets[t],
+                 dims[i], causal == 2 ? "paged" : causal ? "causal" : "plain", name, c.block_m,
+                 c.block_n, c.warps, sp);
           if (sp) fail_msg("%s on %s D%d spills %d", name, targets[t], dims[i], sp);
           kn_artifact_free(&a);
           kn_module_free(m);
@@ -609,8 +772,10 @@ int main(void) {
       cmocka_unit_test(test_plan),   cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_interp), cmocka_unit_test(test_host),
       cmocka_unit_test(test_host_gqa_32_8), cmocka_unit_test(test_emu),
+      cmocka_unit_test(test_paged_interp), cmocka_unit_test(test_paged_host),
+      cmocka_unit_test(test_paged_gqa_32_8), cmocka_unit_test(test_paged_emu),
       cmocka_unit_test(test_api_host), cmocka_unit_test(test_api_threads),
-      cmocka_unit_test(test_api_tune),
+      cmocka_unit_test(test_api_tune), cmocka_unit_test(test_api_tune_paged),
       cmocka_unit_test(test_code),
   };
   if (getenv("KILN_TEST_FILTER")) cmocka_set_test_filter(getenv("KILN_TEST_FILTER"));

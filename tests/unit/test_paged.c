@@ -17,7 +17,9 @@
  * 5. Code: every variant above at its default paged tiling compiles for gfx90a / gfx942 at head
  *    dims 64, 128, 256 without VGPR spills and for sm_80 / sm_90a at 64 and 128 without spills
  *    (ptxas -O3, when found; skipped without CUDA).
- * 6. The API (host): KILN_LAYOUT_PAGED with k_new / v_new, the block table checks before launch.
+ * 6. The API (host): KILN_LAYOUT_PAGED with k_new / v_new, the block table checks before launch;
+ *    calls of up to 16 query rows through the split-KV decode kernels (test_decode checks those
+ *    kernels on every target), and with KILN_DECODE=0 through the paged prefill kernel.
  *
  * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_VERBOSE=1 prints each case;
  * KILN_TEST_FILTER=test_api* runs the tests whose names match.
@@ -60,36 +62,16 @@ typedef struct pg_case {
   void *buf[4];
 } pg_case;
 
-static int cdiv(int a, int b) { return (a + b - 1) / b; }
-
 /* the table (each sequence's pages drawn at random from a shuffled pool, garbage in the unused
  * tail entries) and the variant's values */
 static void pg_prepare(pg_case *c) {
-  int need = 0;
   c->max_len = 0;
-  c->max_pages = 0;
   for (int b = 0; b < c->batch; b++) {
-    need += cdiv(c->len[b], c->page_size);
-    if (cdiv(c->len[b], c->page_size) > c->max_pages) c->max_pages = cdiv(c->len[b], c->page_size);
     if (c->len[b] > c->max_len) c->max_len = c->len[b];
     c->seqlens[b] = c->len[b];
   }
-  c->max_pages += c->tail;
-  c->num_pages = need + c->spare;
-  int *perm = malloc(sizeof *perm * (size_t)(c->num_pages + 1));
-  for (int i = 0; i < c->num_pages; i++) perm[i] = i;
-  for (int i = c->num_pages - 1; i > 0; i--) {
-    int j = irand(0, i), t = perm[i];
-    perm[i] = perm[j], perm[j] = t;
-  }
-  c->table = malloc(sizeof *c->table * (size_t)(c->batch * c->max_pages + 1));
-  int at = 0;
-  for (int b = 0; b < c->batch; b++)
-    for (int i = 0; i < c->max_pages; i++)
-      c->table[b * c->max_pages + i] = i < cdiv(c->len[b], c->page_size)
-                                           ? perm[at++]
-                                           : (irand(0, 1) ? -1 - irand(0, 9) : c->num_pages + irand(0, 1000));
-  free(perm);
+  c->table = test_page_table(c->batch, c->len, c->page_size, c->tail, c->spare, &c->max_pages,
+                             &c->num_pages);
   const kn_attn_desc *d = &c->desc;
   kn_attn_vargs *va = &c->va;
   memset(va, 0, sizeof *va);
@@ -765,6 +747,18 @@ static void test_api_paged(void **state) {
       shape_of(&c, sh + i);
       assert_int_equal(api_run(ctx, &c, (sh + i) % 3, NULL), KILN_OK);
     }
+  /* each variant: its paged prefill kernel (17, 20 and 40 query rows) and, for 1, 3 and 9
+   * rows, the split-KV decode kernels reading the same pages (docs/serving.md) */
+  kiln_stats st;
+  kiln_context_stats(ctx, &st);
+  assert_int_equal(st.compiles, 5 * 3);
+  setenv("KILN_DECODE", "0", 1);  /* decode-shaped calls on the paged prefill kernel, as before */
+  for (int sh = 0; sh < 2; sh++) {
+    pg_case c = cs[1];
+    shape_of(&c, sh);
+    assert_int_equal(api_run(ctx, &c, 1, NULL), KILN_OK);
+  }
+  unsetenv("KILN_DECODE");
   pg_case c = cs[1];
   shape_of(&c, 0);
   expect_invalid(ctx, c, page_out, "block_table[0, 0]");
