@@ -464,6 +464,17 @@ static void test_code(void **state) {
                      t->name, cfg.block_m, cfg.block_n, spills);
           checked++;
         }
+  /* the CUDA append kernel (kv_append) over fp8 pools: bytes copied, every GPU target */
+  for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+    kn_module *m = kn_module_new("<fp8-append>");
+    if (!kn_paged_append_build(m, ts[ti].fmt, 128, &d)) fail_msg("append: %s", d.message);
+    kn_artifact a;
+    if (kn_compile_artifact(m, "kv_append", kn_target_get(ts[ti].target), NULL, &a, &d))
+      fail_msg("fp8 kv_append on %s: %s", ts[ti].target, d.rendered);
+    kn_artifact_free(&a);
+    kn_module_free(m);
+    checked++;
+  }
   printf("[ fp8 ] %d kernels compiled (gfx942, sm_90a, sm_80%s)\n", checked,
          have_ptxas ? ", ptxas" : "; no ptxas: PTX not assembled");
 }
@@ -482,7 +493,14 @@ static kiln_dtype pub_of(kn_scalar s) {
   }
 }
 
-static void api_case(kiln_context *ctx, f8_case *c) {
+/* api_case with `append` rows of every paged sequence given as k_new / v_new instead (fp8
+ * bytes, (B, append, HK, D)): the pool's copies are overwritten with NaN bytes first, and
+ * kiln_forward must write them back through the table before attending */
+static void api_case_append(kiln_context *ctx, f8_case *c, int append);
+
+static void api_case(kiln_context *ctx, f8_case *c) { api_case_append(ctx, c, 0); }
+
+static void api_case_append(kiln_context *ctx, f8_case *c, int append) {
   prepare(c);
   const kn_attn_desc *d = &c->desc;
   kiln_attn_desc pd = {.dtype = pub_of(d->dtype), .head_dim = c->head_dim, .causal = d->causal,
@@ -495,7 +513,7 @@ static void api_case(kiln_context *ctx, f8_case *c) {
   assert_int_equal(kiln_kernel_get_info(k, &info), KILN_OK);
   assert_int_equal(info.desc.kv_dtype, pd.kv_dtype);
   assert_int_equal(info.desc.q_dtype, pd.q_dtype);
-  const int64_t D = c->head_dim, H = c->heads, HK = c->kv_heads;
+  const int64_t D = c->head_dim, HK = c->kv_heads;
   kiln_attn_args a = {.q = c->q, .k = c->k, .v = c->v, .o = c->o, .lse = c->lse,
                       .batch = c->batch, .heads = c->heads, .kv_heads = c->kv_heads,
                       .seqlen_q = c->seqlen_q, .seqlen_k = c->seqlen_k,
@@ -514,8 +532,29 @@ static void api_case(kiln_context *ctx, f8_case *c) {
     a.block_table_numel = (int64_t)c->batch * c->max_pages;
     /* the table's unused tail entries name no page: the host check reads only used entries */
   }
-  (void)D, (void)H, (void)HK;
+  uint8_t *kn = NULL, *vn = NULL;
+  int32_t lens[MAXB];
+  if (append) {
+    assert_true(is_paged(c) && kn_scalar_size(kn_attn_kv_type(d)) == 1);
+    const size_t row = (size_t)HK * D, n = (size_t)c->batch * append * row;
+    kn = malloc(n), vn = malloc(n);
+    assert_true(kn && vn);
+    for (int b = 0; b < c->batch; b++) {
+      assert_true(c->lens[b] >= append);
+      lens[b] = c->lens[b] - append;
+      for (int j = 0; j < append; j++) {
+        int pos = lens[b] + j, page = c->table[b * c->max_pages + pos / c->page_size];
+        size_t at = ((size_t)page * c->page_size + (size_t)(pos % c->page_size)) * row;
+        size_t to = ((size_t)b * append + j) * row;
+        memcpy(kn + to, (uint8_t *)c->k + at, row), memcpy(vn + to, (uint8_t *)c->v + at, row);
+        memset((uint8_t *)c->k + at, 0x7f, row), memset((uint8_t *)c->v + at, 0x7f, row);
+      }
+    }
+    a.cache_seqlens = lens, a.k_new = kn, a.v_new = vn, a.seqlen_new = append;
+    a.k_new_numel = a.v_new_numel = (int64_t)n;
+  }
   if (kiln_forward(k, &a, NULL)) fail_msg("%s: forward: %s", c->name, kiln_last_error());
+  free(kn), free(vn);
   reference(c);
   compare(c, "api-host");
   release(c);
@@ -550,6 +589,13 @@ static void test_api(void **state) {
                          .causal = KN_CAUSAL_BOTTOM_RIGHT, .layout = KN_ATTN_PAGED,
                          .kv_dtype = KN_F8E4M3}};
   api_case(ctx, &c4);
+  /* fp8 rows appended to fp8 pages (kn_attn_paged_append copies bytes), then attended */
+  f8_case c5 = {.name = "api-paged-append", .batch = 2, .heads = 4, .kv_heads = 2, .head_dim = 32,
+                .lq = {3}, .lk = {19, 40}, .page_size = 16,
+                .desc = {.dtype = KN_BF16, .head_dim = 32, .has_lse = true,
+                         .causal = KN_CAUSAL_BOTTOM_RIGHT, .layout = KN_ATTN_PAGED,
+                         .kv_dtype = KN_F8E5M2FNUZ}};
+  api_case_append(ctx, &c5, 3);
 
   /* refusals */
   kiln_kernel *k;
