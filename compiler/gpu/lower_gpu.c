@@ -23,7 +23,8 @@
  * Operations.  Every op of ops.def is lowered (each switch over opcodes names them all; the
  * families come from op_cases.h), on the element types the interpreter has, except arithmetic
  * on fp8 values (an error: fp8 tiles are loaded, stored, selected, fed to dot and cast to a
- * wider float, exactly, in integer ops: fp8_to_f32).
+ * wider float, exactly: by the leaf table's fp8_to_f16 where the target has an instruction,
+ * else in integer ops, fp8_to_f32).
  *  - elementwise ops, compare, select, cast: per register.  Float functions are computed in
  *    f32 as the op's math entry in ops.def says (llvm.<name>.f32, which a target may replace by
  *    its own leaf, NVPTX's .approx units; or kiln's expansion: rsqrt, tanh from exp2) and
@@ -783,8 +784,10 @@ static LLVMValueRef cast(G *g, kn_scalar from, kn_scalar to, LLVMValueRef x) {
   if (from == to) return x;
   /* fp8 -> a wider float: the exact f32, then the f32 -> `to` cast (exact too: every fp8
    * value is an f16 and a bf16) */
-  if (isf(from) && kn_scalar_size(from) == 1 && isf(to) && kn_scalar_size(to) > 1)
-    return cast(g, KN_F32, to, fp8_to_f32(g, from, x));
+  if (isf(from) && kn_scalar_size(from) == 1 && isf(to) && kn_scalar_size(to) > 1) {
+    LLVMValueRef h = g->ops->fp8_to_f16 ? g->ops->fp8_to_f16(g, from, x) : NULL;
+    return h ? cast(g, KN_F16, to, h) : cast(g, KN_F32, to, fp8_to_f32(g, from, x));
+  }
   bool ff = isf(from), ft = isf(to);
   if (to == KN_I1)
     return ff ? LLVMBuildFCmp(g->B, LLVMRealUNE, x, LLVMConstReal(LLVMTypeOf(x), 0), "")
