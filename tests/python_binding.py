@@ -22,8 +22,9 @@ A paged KV cache through kiln.attention_with_kvcache (pools of page sizes 1, 5 a
 in shuffled order, a block table with unused tail entries, new rows k / v appended first, an
 empty sequence, GQA, causal, a window, lse) against a float64 reference over each sequence's
 keys, and its errors (a page outside the pool, a cache length past the table, rotary
-embeddings).  fp8 inputs (docs/serving.md): kiln.attention on float8_e4m3fn q, k, v with
-q_descale / k_descale / v_descale (GQA, causal, ragged) and kiln.attention_with_kvcache over
+embeddings).  fp8 inputs (docs/serving.md): kiln.attention and kiln.attention_varlen on
+float8_e4m3fn q, k, v with q_descale / k_descale / v_descale (GQA, causal, ragged) and
+kiln.attention_with_kvcache over
 float8_e4m3fn pages with an f16 q, against the float64 reference on the dequantised inputs, and
 a descale given to a kernel without fp8 inputs (an error).
 """
@@ -319,26 +320,42 @@ def variants(rng):
 
 def varlen(rng):
     """attention_varlen against a float64 reference run sequence by sequence: ragged lengths
-    with an empty sequence and length 1, GQA, causal both ways, a window, lse; then its errors"""
-    for dtype, lq, lk, causal, window in (
-            ("float32", [1, 5, 0, 9], [1, 7, 3, 9], True, None),
-            ("float16", [4, 0, 17], [2, 6, 20], "top_left", None),
-            ("float32", [6, 11], [9, 11], False, (3, 1))):
+    with an empty sequence and length 1, GQA, causal both ways, a window, lse, fp8 inputs
+    (float8_e4m3fn q, k, v with descales per kv head); then its errors"""
+    for dtype, lq, lk, causal, window, f8 in (
+            ("float32", [1, 5, 0, 9], [1, 7, 3, 9], True, None, False),
+            ("float16", [4, 0, 17], [2, 6, 20], "top_left", None, False),
+            ("float32", [6, 11], [9, 11], False, (3, 1), False),
+            ("float16", [3, 0, 12], [5, 2, 12], True, None, True)):
         B, H, HK, D = len(lq), 2, 1, 16
         cq, ck = [0], [0]
         for a, b in zip(lq, lk):
             cq.append(cq[-1] + a)
             ck.append(ck[-1] + b)
         Tq, Tk = cq[-1], ck[-1]
-        q, k, v = (randn(rng, dtype, (Tq, H, D)), randn(rng, dtype, (Tk, HK, D)),
-                   randn(rng, dtype, (Tk, HK, D)))
+        descales = {}
+        if f8:  # the same descale for every sequence: an element's kv head decides it
+            ds = [Tensor("float32", (B, HK)) for _ in range(3)]
+            for w, t in enumerate(ds):
+                for idx in indices((B, HK)):
+                    t.set(idx, (1 + 0.25 * w) * 4 / 448)
+            q = F8Tensor((Tq, H, D), ds[0], 1, H // HK, batch_axis=None)
+            k = F8Tensor((Tk, HK, D), ds[1], 1, batch_axis=None)
+            v = F8Tensor((Tk, HK, D), ds[2], 1, batch_axis=None)
+            for t in (q, k, v):
+                for idx in indices(t.shape):
+                    t.set(idx, rng.gauss(0, 1))
+            descales = dict(q_descale=ds[0], k_descale=ds[1], v_descale=ds[2])
+        else:
+            q, k, v = (randn(rng, dtype, (Tq, H, D)), randn(rng, dtype, (Tk, HK, D)),
+                       randn(rng, dtype, (Tk, HK, D)))
         out, lse = Tensor(dtype, (Tq, H, D)), Tensor("float32", (H, Tq))
         cu_q, cu_k = Tensor("int32", (B + 1,)), Tensor("int32", (B + 1,))
         for i in range(B + 1):
             cu_q.set((i,), cq[i])
             cu_k.set((i,), ck[i])
         kiln.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal,
-                              window_size=window or (-1, -1), out=out, lse=lse)
+                              window_size=window or (-1, -1), out=out, lse=lse, **descales)
         err = lerr = 0.0
         for b in range(B):
             nq, nk = lq[b], lk[b]
@@ -359,7 +376,8 @@ def varlen(rng):
                     want = m + math.log(l) if s else -math.inf
                     got = lse.get((h, cq[b] + i))
                     lerr = max(lerr, 0.0 if got == want else abs(got - want))
-        check("varlen %s lens %s/%s causal %s window %s" % (dtype, lq, lk, causal, window),
+        check("varlen %s%s lens %s/%s causal %s window %s"
+              % (dtype, " from float8_e4m3fn" if f8 else "", lq, lk, causal, window),
               err <= TOL[dtype] and lerr <= LSE_TOL, "err %.3g lse %.3g" % (err, lerr))
     q = randn(rng, "float32", (5, 2, 16))
     kv = randn(rng, "float32", (5, 1, 16))
