@@ -219,7 +219,7 @@ static kiln_status append_load(kiln_kernel *k) {
   kn_diag d;
   kn_module *m = kn_module_new("<kv_append>");
   kn_artifact c;
-  if (!kn_paged_append_build(m, k->desc.dtype, k->desc.head_dim, &d)) {
+  if (!kn_paged_append_build(m, kn_attn_kv_type(&k->desc), k->desc.head_dim, &d)) {
     kn_module_free(m);
     return api_fail(KILN_ERR_COMPILE, "building the paged append failed: %s", d.message);
   }
@@ -264,7 +264,7 @@ kiln_status api_cuda_append(kiln_kernel *k, const kiln_attn_args *a, const kn_ar
                      ks[0], ks[1], ks[2], vs[0], vs[1], vs[2]};
   /* the kernel reads and writes rows in vectors as wide as the head dim allows, as the
    * attention kernel does (check_alignment in kiln.c checked the pools) */
-  int64_t es = (int64_t)kn_scalar_size(k->desc.dtype), vec = 16 / es;
+  int64_t es = (int64_t)kn_scalar_size(kn_attn_kv_type(&k->desc)), vec = 16 / es;
   while (vec > 1 && D % vec) vec /= 2;
   bool aligned = (uintptr_t)a->k_new % (uintptr_t)(vec * es) == 0 &&
                  (uintptr_t)a->v_new % (uintptr_t)(vec * es) == 0;

@@ -860,7 +860,9 @@ kiln_status api_get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_at
 
 /* the public dtypes and the template's scalar types, both ways */
 static const struct { kiln_dtype pub; kn_scalar s; } dtypes[] = {
-    {KILN_F16, KN_F16}, {KILN_BF16, KN_BF16}, {KILN_F32, KN_F32}};
+    {KILN_F16, KN_F16}, {KILN_BF16, KN_BF16}, {KILN_F32, KN_F32},
+    {KILN_F8E4M3, KN_F8E4M3}, {KILN_F8E5M2, KN_F8E5M2}, {KILN_F8E4M3FNUZ, KN_F8E4M3FNUZ},
+    {KILN_F8E5M2FNUZ, KN_F8E5M2FNUZ}};
 enum { NDTYPES = sizeof dtypes / sizeof dtypes[0] };
 
 const char *kiln_dtype_name(kiln_dtype t) {
@@ -892,6 +894,17 @@ kiln_status api_desc_from_public(const kiln_attn_desc *in, kn_attn_desc *out) {
     return api_fail(KILN_ERR_INVALID, "layout %d is not KILN_LAYOUT_DENSE (0), "
                     "KILN_LAYOUT_VARLEN (1) or KILN_LAYOUT_PAGED (2)", in->layout);
   out->dtype = dtypes[i].s;
+  /* fp8 inputs: 0 (unset, KN_I1 in the template) or a kiln_dtype; kn_attn_check says which */
+  const kiln_dtype in_t[2] = {in->q_dtype, in->kv_dtype};
+  kn_scalar *out_t[2] = {&out->q_dtype, &out->kv_dtype};
+  for (int w = 0; w < 2; w++) {
+    int j = 0;
+    while (in_t[w] && j < NDTYPES && dtypes[j].pub != in_t[w]) j++;
+    if (j == NDTYPES)
+      return api_fail(KILN_ERR_UNSUPPORTED, "%s %d is not a kiln_dtype", w ? "kv_dtype" : "q_dtype",
+                      (int)in_t[w]);
+    *out_t[w] = in_t[w] && dtypes[j].s != out->dtype ? dtypes[j].s : KN_I1;
+  }
   out->head_dim = in->head_dim;
   out->causal = in->causal;
   out->has_lse = in->has_lse != 0;
@@ -915,8 +928,11 @@ kiln_attn_desc api_desc_to_public(const kn_attn_desc *d) {
                         .window = d->window, .softcap = d->softcap, .alibi = d->alibi,
                         .bias = d->bias, .document = d->document, .prefix = d->prefix,
                         .mods = d->mods, .mods_name = d->mods_file, .layout = d->layout};
-  for (int i = 0; i < NDTYPES; i++)
+  for (int i = 0; i < NDTYPES; i++) {
     if (dtypes[i].s == d->dtype) out.dtype = dtypes[i].pub;
+    if (d->q_dtype != KN_I1 && dtypes[i].s == d->q_dtype) out.q_dtype = dtypes[i].pub;
+    if (d->kv_dtype != KN_I1 && dtypes[i].s == d->kv_dtype) out.kv_dtype = dtypes[i].pub;
+  }
   return out;
 }
 
@@ -1074,10 +1090,12 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
   /* bad tuning options are the caller's error, not a tuning failure to serve around */
   kiln_status s = policy == KILN_TUNE_AUTO ? api_tune_check(d, o, seqlen) : KILN_OK;
   if (s) return s;
-  /* the tuner times dense problems only: a varlen or paged kernel reads records, never tunes */
-  if (policy == KILN_TUNE_AUTO && d->layout != KN_ATTN_DENSE) {
+  /* the tuner times dense f16 / bf16 / f32 problems only: a varlen, paged or fp8 kernel reads
+   * records, never tunes */
+  if (policy == KILN_TUNE_AUTO && (d->layout != KN_ATTN_DENSE || kn_attn_is_fp8(d))) {
     api_log(ctx, KILN_LOG_INFO, "%s kernels are not tuned yet: KILN_TUNE_AUTO acts as "
-            "KILN_TUNE_CACHED", d->layout == KN_ATTN_VARLEN ? "varlen" : "paged");
+            "KILN_TUNE_CACHED", kn_attn_is_fp8(d) ? "fp8" : d->layout == KN_ATTN_VARLEN
+                                                                  ? "varlen" : "paged");
     policy = KILN_TUNE_CACHED;
   }
   /* no tuner on CUDA yet (api_tune), none without a compiler: AUTO reads records like CACHED,
@@ -1472,11 +1490,12 @@ static kiln_status check_paged(const kiln_kernel *k, const kiln_attn_args *a) {
  * aligned.  Contiguous layouts always do.  0, or KILN_ERR_INVALID naming the buffer. */
 static kiln_status check_alignment(const kn_attn_desc *d, const kiln_attn_args *a,
                                    const kn_argval *args) {
-  int64_t es = (int64_t)kn_scalar_size(d->dtype), v = 16 / es;
-  while (v > 1 && d->head_dim % v) v /= 2;
   static const char *const names[] = {"q", "k", "v", "o"};
   const void *ptrs[] = {a->q, a->k, a->v, a->o};
+  const kn_scalar types[] = {kn_attn_q_type(d), kn_attn_kv_type(d), kn_attn_kv_type(d), d->dtype};
   for (int i = 0; i < 4; i++) {
+    int64_t es = (int64_t)kn_scalar_size(types[i]), v = 16 / es;  /* fp8: up to 16 elements */
+    while (v > 1 && d->head_dim % v) v /= 2;
     bool qo = i == 0 || i == 3;
     /* the strides of dims of size 1 are never multiplied by anything but 0 */
     int tokens = qo ? a->total_q : a->total_k;  /* varlen: the batch slot is the token stride */
@@ -1502,15 +1521,17 @@ static kiln_status check_extents(const kn_attn_desc *d, const kiln_attn_args *a,
   if (kn_attn_check_sizes(d, p, &diag))
     return api_fail(KILN_ERR_INVALID, "kiln_forward: %s", diag.message);
   const int64_t es = (int64_t)kn_scalar_size(d->dtype), D = d->head_dim;
+  const int64_t qs = (int64_t)kn_scalar_size(kn_attn_q_type(d)),
+                ks = (int64_t)kn_scalar_size(kn_attn_kv_type(d));
   const bool paged = d->layout == KN_ATTN_PAGED;
   const struct { const char *name; const int64_t *s; int n; int64_t dims[3], row, es; } t[] = {
-      {"q", a->q_stride, 3, {a->batch, a->heads, a->seqlen_q}, D, es},
+      {"q", a->q_stride, 3, {a->batch, a->heads, a->seqlen_q}, D, qs},
       {"k", a->k_stride, 3, {paged ? a->num_pages : a->batch, a->kv_heads,
-                             paged ? a->page_size : a->seqlen_k}, D, es},
+                             paged ? a->page_size : a->seqlen_k}, D, ks},
       {"v", a->v_stride, 3, {paged ? a->num_pages : a->batch, a->kv_heads,
-                             paged ? a->page_size : a->seqlen_k}, D, es},
-      {"k_new", a->k_new_stride, 3, {a->batch, a->kv_heads, a->seqlen_new}, D, es},
-      {"v_new", a->v_new_stride, 3, {a->batch, a->kv_heads, a->seqlen_new}, D, es},
+                             paged ? a->page_size : a->seqlen_k}, D, ks},
+      {"k_new", a->k_new_stride, 3, {a->batch, a->kv_heads, a->seqlen_new}, D, ks},
+      {"v_new", a->v_new_stride, 3, {a->batch, a->kv_heads, a->seqlen_new}, D, ks},
       {"o", a->o_stride, 3, {a->batch, a->heads, a->seqlen_q}, D, es},
       {"lse", a->lse_stride, 2, {a->batch, a->heads}, a->seqlen_q, 4},
       {"bias", a->bias_stride, 3, {a->batch, a->heads, a->seqlen_q}, a->seqlen_k, es},
@@ -1542,6 +1563,7 @@ static kiln_status check_extents(const kn_attn_desc *d, const kiln_attn_args *a,
 bool api_decode_wanted(const kiln_kernel *k, const kiln_attn_args *a) {
   if (k->kind != API_FWD) return false;
   if (k->desc.layout != KN_ATTN_DENSE && k->desc.layout != KN_ATTN_PAGED) return false;
+  if (kn_attn_is_fp8(&k->desc)) return false;  /* fp8 inputs: the prefill kernel serves decode */
   if (k->info.source == KILN_SOURCE_BUNDLE || k->ctx->bundle_only) return false;
   if (a->seqlen_q < 1 || a->seqlen_q > KN_DECODE_MAX_Q) return false;
   const char *e = getenv("KILN_DECODE");
@@ -1705,7 +1727,7 @@ static kiln_status append_host(const kn_attn_desc *d, const kiln_attn_args *a,
   kn_paged_append ap = {
       .batch = a->batch, .kv_heads = a->kv_heads, .head_dim = d->head_dim,
       .seqlen_new = a->seqlen_new, .page_size = a->page_size, .num_pages = a->num_pages,
-      .max_pages = a->max_pages, .elem_size = kn_scalar_size(d->dtype),
+      .max_pages = a->max_pages, .elem_size = kn_scalar_size(kn_attn_kv_type(d)),
       .block_table = a->block_table, .cache_seqlens = a->cache_seqlens,
       .table_stride = a->block_table_stride ? a->block_table_stride : a->max_pages,
       .k_pool = (void *)a->k, .v_pool = (void *)a->v, .k_new = a->k_new, .v_new = a->v_new};
@@ -1760,6 +1782,12 @@ static kiln_status call_args(kiln_kernel *k, const kiln_attn_args *a, const char
   }
   if ((s = variant_args(k, a, va, named, who))) return s;
   if (varlen && (s = check_varlen(k, a))) return s;
+  if (!kn_attn_is_fp8(d) && (a->q_descale || a->k_descale || a->v_descale || a->descale_stride))
+    return api_fail(KILN_ERR_INVALID, "%s: q_descale/k_descale/v_descale/descale_stride given, "
+                    "but the kernel was not prepared with fp8 inputs (q_dtype / kv_dtype)", who);
+  if (a->descale_stride < 0)
+    return api_fail(KILN_ERR_INVALID, "%s: descale_stride %lld is negative", who,
+                    (long long)a->descale_stride);
   *p = (kn_attn_problem){.batch = a->batch, .heads = a->heads, .kv_heads = a->kv_heads,
                          .seqlen_q = a->seqlen_q, .seqlen_k = a->seqlen_k,
                          .sm_scale = a->sm_scale, .cu_seqlens_q = a->cu_seqlens_q,
@@ -1767,7 +1795,9 @@ static kiln_status call_args(kiln_kernel *k, const kiln_attn_args *a, const char
                          .total_k = a->total_k, .block_table = a->block_table,
                          .cache_seqlens = a->cache_seqlens, .page_size = a->page_size,
                          .num_pages = a->num_pages, .max_pages = a->max_pages,
-                         .seqlen_new = a->seqlen_new};
+                         .seqlen_new = a->seqlen_new, .q_descale = a->q_descale,
+                         .k_descale = a->k_descale, .v_descale = a->v_descale,
+                         .descale_sb = a->descale_stride};
   if (!varlen && (s = check_extents(d, a, p))) return s;
   kn_diag diag;
   if (kn_attn_fill_args(d, &k->sig, &k->cfg, p, (void *)a->q, (void *)a->k, (void *)a->v, a->o,
@@ -1848,6 +1878,9 @@ kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
   if (o && o->warps < 0) return api_fail(KILN_ERR_INVALID, "warps %d is negative", o->warps);
   if (o && o->wgmma)
     return api_fail(KILN_ERR_UNSUPPORTED, "%s: wgmma is not supported by the backward yet", who);
+  if (kn_attn_is_fp8(&d))
+    return api_fail(KILN_ERR_UNSUPPORTED, "%s: fp8 inputs (q_dtype / kv_dtype) have no backward "
+                    "(training reads f16 / bf16 q, k, v)", who);
   if (ctx->bundle_only)
     return api_fail(KILN_ERR_UNSUPPORTED, "%s: AOT bundles hold forward kernels only, and this "
                     "context may not compile (bundle_only)", who);

@@ -719,10 +719,10 @@ kiln_status kiln_tune(kiln_context *ctx, const kiln_attn_desc *desc,
   kn_attn_desc d;
   kiln_status s = api_desc_from_public(desc, &d);
   if (s) return s;
-  if (d.layout != KN_ATTN_DENSE)
+  if (d.layout != KN_ATTN_DENSE || kn_attn_is_fp8(&d))
     return api_fail(KILN_ERR_UNSUPPORTED, "kiln_tune: %s kernels are not tuned yet (their "
-                    "default tiling, or a forced one, runs)",
-                    d.layout == KN_ATTN_VARLEN ? "varlen" : "paged");
+                    "default tiling, or a forced one, runs)", kn_attn_is_fp8(&d) ? "fp8"
+                    : d.layout == KN_ATTN_VARLEN ? "varlen" : "paged");
   kn_attn_config c = kn_attn_default_config(ctx->target_arch, &d);
   kn_diag diag;
   if (kn_attn_check_on(ctx->target_arch, &d, &c, &diag))

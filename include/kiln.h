@@ -202,9 +202,14 @@ typedef enum kiln_dtype {
   KILN_F16 = 1,   /* IEEE binary16 */
   KILN_BF16,      /* bfloat16 */
   KILN_F32,       /* binary32 */
+  /* fp8, for q_dtype / kv_dtype only (inputs with descale factors; docs/serving.md) */
+  KILN_F8E4M3,     /* OCP E4M3FN (NVIDIA sm_89+, torch.float8_e4m3fn) */
+  KILN_F8E5M2,     /* OCP E5M2 (torch.float8_e5m2) */
+  KILN_F8E4M3FNUZ, /* AMD E4M3 fnuz (gfx942, torch.float8_e4m3fnuz) */
+  KILN_F8E5M2FNUZ, /* AMD E5M2 fnuz (gfx942, torch.float8_e5m2fnuz) */
 } kiln_dtype;
 
-/* "f16", "bf16", "f32"; NULL for a value that is not a kiln_dtype */
+/* "f16", "bf16", "f32", "f8e4m3", ...; NULL for a value that is not a kiln_dtype */
 const char *kiln_dtype_name(kiln_dtype t);
 
 /* What to compute: FlashAttention-2 style forward, O = softmax(mods(Q K^T * scale)) V.
@@ -256,6 +261,11 @@ typedef struct kiln_attn_desc {
   int layout;          /* the call shape: KILN_LAYOUT_DENSE (0), KILN_LAYOUT_VARLEN (packed
                           sequences of their own lengths, cu_seqlens; kiln_attn_args) or
                           KILN_LAYOUT_PAGED (a paged KV cache through a block table) */
+  /* fp8 inputs (docs/serving.md, "fp8 inputs and KV pages"): the element type of q and of k / v
+   * (the pools and k_new / v_new of a paged call) when they are not dtype: 0 means dtype, else
+   * KILN_F8E4M3, KILN_F8E5M2, KILN_F8E4M3FNUZ or KILN_F8E5M2FNUZ, with dtype (the type of o and
+   * of the dots) KILN_F16 or KILN_BF16.  The descale factors are kiln_attn_args'. */
+  kiln_dtype q_dtype, kv_dtype;
 } kiln_attn_desc;
 
 enum {
@@ -429,6 +439,12 @@ typedef struct kiln_attn_args {
   int seqlen_new;
   int64_t k_new_stride[3], v_new_stride[3];      /* {batch, head, row}; zeros: contiguous */
   int64_t block_table_numel, k_new_numel, v_new_numel;  /* capacities, 0: not described */
+  /* fp8 inputs (a kernel with q_dtype or kv_dtype set; zero otherwise): FlashAttention 3's
+   * q_descale / k_descale / v_descale, f32 (batch, kv_heads) each where q lives, NULL: 1.  The
+   * kernel attends over q * q_descale[b, h / (heads / kv_heads)], k * k_descale[b, hk] and
+   * v * v_descale[b, hk]; o is not scaled back. */
+  const float *q_descale, *k_descale, *v_descale;
+  int64_t descale_stride;      /* their batch stride; 0: kv_heads (contiguous) */
 } kiln_attn_args;
 
 /* Launches the kernel on `stream`.  Bad arguments are KILN_ERR_INVALID with the reason: a

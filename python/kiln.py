@@ -58,6 +58,7 @@ _STATUS_NAMES = ["KILN_OK", "KILN_ERR_INVALID", "KILN_ERR_UNSUPPORTED", "KILN_ER
                  "KILN_ERR_COMPILE", "KILN_ERR_RUNTIME", "KILN_ERR_IO", "KILN_ERR_NOMEM",
                  "KILN_ERR_INSECURE"]
 F16, BF16, F32 = 1, 2, 3
+F8E4M3, F8E5M2, F8E4M3FNUZ, F8E5M2FNUZ = 4, 5, 6, 7  # fp8 inputs (q_dtype / kv_dtype)
 TUNE_CONTEXT, TUNE_NONE, TUNE_CACHED, TUNE_AUTO = range(4)
 CAUSAL_NONE, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT = range(3)
 LAYOUT_DENSE, LAYOUT_VARLEN, LAYOUT_PAGED = range(3)
@@ -68,8 +69,13 @@ _CAUSAL = {False: CAUSAL_NONE, True: CAUSAL_BOTTOM_RIGHT, None: CAUSAL_NONE,
            CAUSAL_TOP_LEFT: CAUSAL_TOP_LEFT}
 _ITEMSIZE = {"float16": 2, "half": 2, "bfloat16": 2, "float32": 4, "float": 4, "float64": 8,
              "double": 8, "int32": 4, "int": 4, "int64": 8, "long": 8, "int16": 2, "int8": 1,
-             "uint8": 1, "bool": 1}
+             "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1,
+             "float8_e5m2fnuz": 1}
 _DTYPES = {"float16": F16, "half": F16, "bfloat16": BF16, "float32": F32, "float": F32}
+# torch's fp8 dtypes: inputs with descale factors, computed in float16 / bfloat16
+# (docs/serving.md, "fp8 inputs and KV pages")
+_FP8 = {"float8_e4m3fn": F8E4M3, "float8_e5m2": F8E5M2, "float8_e4m3fnuz": F8E4M3FNUZ,
+        "float8_e5m2fnuz": F8E5M2FNUZ}
 
 
 class KilnError(Exception):
@@ -102,7 +108,8 @@ class _AttnDesc(ctypes.Structure):
                 ("has_lse", ctypes.c_int), ("window", ctypes.c_int), ("softcap", ctypes.c_int),
                 ("alibi", ctypes.c_int), ("bias", ctypes.c_int), ("document", ctypes.c_int),
                 ("prefix", ctypes.c_int), ("mods", ctypes.c_char_p),
-                ("mods_name", ctypes.c_char_p), ("layout", ctypes.c_int)]
+                ("mods_name", ctypes.c_char_p), ("layout", ctypes.c_int),
+                ("q_dtype", ctypes.c_int), ("kv_dtype", ctypes.c_int)]
 
 
 class _ModArg(ctypes.Structure):
@@ -156,7 +163,9 @@ class _AttnArgs(ctypes.Structure):
                 ("num_pages", ctypes.c_int), ("max_pages", ctypes.c_int),
                 ("k_new", ctypes.c_void_p), ("v_new", ctypes.c_void_p),
                 ("seqlen_new", ctypes.c_int), ("k_new_stride", _I64x3),
-                ("v_new_stride", _I64x3)] + [(n + "_numel", ctypes.c_int64) for n in _PAGED_NUMEL]
+                ("v_new_stride", _I64x3)] + [(n + "_numel", ctypes.c_int64) for n in _PAGED_NUMEL] + \
+               [("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p),
+                ("v_descale", ctypes.c_void_p), ("descale_stride", ctypes.c_int64)]
 
 
 class _BwdArgs(ctypes.Structure):
@@ -367,7 +376,8 @@ class Context:
     def prepare(self, dtype, head_dim, causal=False, has_lse=False, seqlen=0, block_m=0,
                 block_n=0, warps=0, tune_policy=TUNE_CONTEXT, window=False, softcap=False,
                 alibi=False, bias=False, document=False, prefix=False, mods=None,
-                mods_name=None, tune_mod_args=None, wgmma=False, layout=LAYOUT_DENSE):
+                mods_name=None, tune_mod_args=None, wgmma=False, layout=LAYOUT_DENSE,
+                q_dtype=0, kv_dtype=0):
         """Compile-or-load the attention kernel; dtype is F16/BF16/F32 or a name ("float16").
         block_m/block_n (together) and warps force the tiling (0: chosen by the policy); wgmma
         (sm_90a) forces the dots onto wgmma.mma_async (kiln_prepare_options.wgmma).
@@ -377,9 +387,12 @@ class Context:
         the IR text of the caller's @score_mod / @mask_mod / @block_mask (mods_name: what error
         messages call it).  Their values are Kernel.forward's arguments.  layout: LAYOUT_DENSE
         or LAYOUT_VARLEN (packed sequences with cu_seqlens, docs/serving.md).  tune_mod_args: values
-        of the modifiers' own parameters ({name: value}) for tuning (kiln_prepare_options)."""
+        of the modifiers' own parameters ({name: value}) for tuning (kiln_prepare_options).
+        q_dtype, kv_dtype: fp8 inputs (F8E4M3 ... or a torch name, "float8_e4m3fn"; 0: dtype),
+        with Kernel.forward's q_descale / k_descale / v_descale."""
         desc = _desc(dtype, head_dim, causal, has_lse, window, softcap, alibi, bias, document,
                      prefix, mods, mods_name, layout)
+        desc.q_dtype, desc.kv_dtype = _FP8.get(q_dtype, q_dtype), _FP8.get(kv_dtype, kv_dtype)
         po = _PrepareOptions(tune_policy=tune_policy, seqlen=seqlen, block_m=block_m,
                              block_n=block_n, warps=warps, wgmma=1 if wgmma else 0)
         targs, po.tune_n_mod_args = _mod_args(tune_mod_args)
@@ -438,7 +451,8 @@ class Kernel:
                 "warps": i.warps, "stages": i.stages, "tuned": bool(i.tuned),
                 "source": {1: "compiled", 2: "cache"}.get(i.source, "?"),
                 "prepare_ms": i.prepare_ms, "cache_key": i.cache_key.decode(),
-                "target": i.target.decode(), "wgmma": bool(i.wgmma)}
+                "target": i.target.decode(), "wgmma": bool(i.wgmma),
+                "q_dtype": i.desc.q_dtype, "kv_dtype": i.desc.kv_dtype}
 
     def forward(self, q, k, v, o, batch, heads, kv_heads, seqlen_q, seqlen_k, lse=None,
                 sm_scale=0.0, q_stride=(0, 0, 0), k_stride=(0, 0, 0), v_stride=(0, 0, 0),
@@ -448,7 +462,8 @@ class Kernel:
                 mod_args=None, cu_seqlens_q=None, cu_seqlens_k=None, total_q=0, total_k=0,
                 numel=None, block_table=None, cache_seqlens=None, block_table_stride=0,
                 page_size=0, num_pages=0, max_pages=0, k_new=None, v_new=None, seqlen_new=0,
-                k_new_stride=(0, 0, 0), v_new_stride=(0, 0, 0)):
+                k_new_stride=(0, 0, 0), v_new_stride=(0, 0, 0), q_descale=None, k_descale=None,
+                v_descale=None, descale_stride=0):
         """kiln_forward on raw addresses (ints): host pointers on the host device, device pointers
         on CUDA; strides in elements (zeros: contiguous); stream a CUstream address or None.
         The variant's values as kiln_attn_args has them: window (left, right), softcap, the
@@ -458,7 +473,9 @@ class Kernel:
         the longest sequence's).  Paged kernels: the addresses block_table, cache_seqlens, k_new,
         v_new, the pools' page_size, num_pages, max_pages, seqlen_new and the strides (kiln.h).
         numel: {buffer: elements it holds} (q, k, v, o, lse, alibi, bias, q_seg, k_seg,
-        block_table, k_new, v_new; docs/api.md "Capacities")."""
+        block_table, k_new, v_new; docs/api.md "Capacities").  fp8 kernels: the addresses of the
+        float32 (batch, kv_heads) q_descale, k_descale, v_descale (None: 1) and their batch
+        stride descale_stride (0: kv_heads)."""
         a = _attn_args(q, k, v, o, batch, heads, kv_heads, seqlen_q, seqlen_k, lse, sm_scale,
                        q_stride, k_stride, v_stride, o_stride, lse_stride, window, softcap,
                        alibi_slopes, alibi_stride, bias, bias_stride, q_seg, k_seg, q_seg_stride,
@@ -470,6 +487,8 @@ class Kernel:
                                   v_new=v_new, seqlen_new=seqlen_new,
                                   k_new_stride=_I64x3(*k_new_stride),
                                   v_new_stride=_I64x3(*v_new_stride)))
+        a.q_descale, a.k_descale, a.v_descale = q_descale, k_descale, v_descale
+        a.descale_stride = descale_stride
         self.context._handle()
         _check(library().kiln_forward(self._h, ctypes.byref(a), stream))
 
@@ -622,17 +641,64 @@ def _scalar_variants(var, val, window_size, softcap, alibi_slopes, dev, B, H):
         val["alibi_stride"] = st[0] if rank == 2 else 0
 
 
+def _types(q, k, out, default="bfloat16"):
+    """the compute dtype's name and the fp8 input types (q_dtype, kv_dtype: 0 or F8...) of a
+    call whose q and k (v has k's dtype) may be torch float8 tensors: the compute dtype is q's
+    when q is not fp8, else out's when given, else `default` (FlashAttention 3's bfloat16)"""
+    qn, kn = _dtype_name(q), _dtype_name(k)
+    if qn in _FP8:
+        if kn != qn:
+            raise KilnError(ERR_INVALID, "q is %s, k is %s: an fp8 q needs k and v of its dtype"
+                            % (qn, kn))
+        name = _dtype_name(out) if out is not None else default
+        if name not in ("float16", "bfloat16"):
+            raise KilnError(ERR_UNSUPPORTED, "fp8 inputs are computed in float16 or bfloat16, "
+                            "out is %s" % name)
+        return name, _FP8[qn], _FP8[kn]
+    if qn not in _DTYPES:
+        raise KilnError(ERR_UNSUPPORTED, "dtype %s: kiln serves float16, bfloat16 and float32 "
+                        "(and torch's float8 types as inputs)" % qn)
+    return qn, 0, _FP8.get(kn, 0)
+
+
+def _descales(q_descale, k_descale, v_descale, fp8, dev, B, HK):
+    """FlashAttention 3's descale tensors, float32 (B, HK) on q's device: Kernel.forward's
+    keyword arguments (their addresses and batch stride)"""
+    given = [(n, t) for n, t in (("q_descale", q_descale), ("k_descale", k_descale),
+                                 ("v_descale", v_descale)) if t is not None]
+    if given and not fp8:
+        raise KilnError(ERR_INVALID, "%s given, but q, k and v are not fp8"
+                        % ", ".join(n for n, _ in given))
+    out, sb = {}, set()
+    for n, t in given:
+        st = _variant_tensor(t, n, dev, 2, ("float32",), (B, HK))
+        sb.add(st[0] if B > 1 else HK)
+        out[n] = t.data_ptr()
+    if len(sb) > 1:
+        raise KilnError(ERR_INVALID, "q_descale, k_descale and v_descale must share one batch "
+                        "stride")
+    out["descale_stride"] = sb.pop() if sb else 0
+    return out
+
+
 def _plan(q, k, v, out, window_size, softcap, alibi_slopes, bias, document_ids, prefix_len,
-          score_mod, mask_mod, params):
+          score_mod, mask_mod, params, fp8=False):
     """attention()'s checks of its tensors and variant: the shapes, strides and the variant's
-    descriptor flags (var) and launch values (val), for the forward and the backward alike"""
+    descriptor flags (var) and launch values (val), for the forward and the backward alike;
+    fp8: q, k, v may be torch float8 tensors (the forward), then qt / kt are their types"""
     name = _dtype_name(q)
-    if name not in _DTYPES:
+    qt = kt = 0
+    if fp8:
+        name, qt, kt = _types(q, k, out)
+    elif name not in _DTYPES:
         raise KilnError(ERR_UNSUPPORTED, "dtype %s: kiln serves float16, bfloat16 and float32"
                         % name)
+    want = {"k": _dtype_name(k) if kt else name, "v": _dtype_name(k) if kt else name,
+            "out": name}
     for n, t in (("k", k), ("v", v)) + ((("out", out),) if out is not None else ()):
-        if _dtype_name(t) != name:
-            raise KilnError(ERR_INVALID, "%s has dtype %s, q has %s" % (n, _dtype_name(t), name))
+        if _dtype_name(t) != want[n]:
+            raise KilnError(ERR_INVALID, "%s has dtype %s, expected %s"
+                            % (n, _dtype_name(t), want[n]))
     dev = _device_key(q)
     for n, t in (("k", k), ("v", v), ("out", out)):
         if t is not None and _device_key(t) != dev:
@@ -674,12 +740,13 @@ def _plan(q, k, v, out, window_size, softcap, alibi_slopes, bias, document_ids, 
         margs[pname] = pval
 
     return dict(name=name, dev=dev, qs=qs, ks=ks, vs=vs, B=B, H=H, Nq=Nq, D=D, HK=HK, Nk=Nk,
-                var=var, val=val, mods=mods, margs=margs)
+                var=var, val=val, mods=mods, margs=margs, qt=qt, kt=kt)
 
 
 def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_size=None,
               softcap=None, alibi_slopes=None, bias=None, document_ids=None, prefix_len=None,
-              score_mod=None, mask_mod=None, params=None):
+              score_mod=None, mask_mod=None, params=None, q_descale=None, k_descale=None,
+              v_descale=None):
     """softmax(mods(q k^T * sm_scale)) v for q (B, H, Nq, D), k and v (B, HK, Nk, D); returns out
     (B, H, Nq, D), allocated with torch when not given.  lse (B, H, Nq) float32, when given,
     receives the natural-log sum of exp of each query row's modified scores.  sm_scale None:
@@ -711,21 +778,27 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_s
     modifiers kiln differentiates; the variant tensors (bias, alibi_slopes, params) get no
     gradient.
 
+    fp8 inputs (docs/serving.md): q, k, v torch float8 tensors (float8_e4m3fn, float8_e5m2,
+    float8_e4m3fnuz, float8_e5m2fnuz), or only k and v with q float16 / bfloat16, with
+    FlashAttention 3's q_descale, k_descale, v_descale: float32 (B, HK) (None: 1); computed and
+    returned in q's dtype, or out's, or bfloat16 when q is fp8 and out is not given.
+
     Every failure is a KilnError, with the C library's status and message (a malformed modifier
     text: its <mods>:line:col)."""
     if out is None and lse is None and _wants_grad(q, k, v):
         return _autograd().apply(q, k, v, causal, sm_scale, window_size, softcap, alibi_slopes,
                                  bias, document_ids, prefix_len, score_mod, mask_mod, params)
     pl = _plan(q, k, v, out, window_size, softcap, alibi_slopes, bias, document_ids, prefix_len,
-               score_mod, mask_mod, params)
+               score_mod, mask_mod, params, fp8=True)
     name, dev, qs, ks, vs = pl["name"], pl["dev"], pl["qs"], pl["ks"], pl["vs"]
     B, H, Nq, D, HK, Nk = pl["B"], pl["H"], pl["Nq"], pl["D"], pl["HK"], pl["Nk"]
     var, val, mods, margs = pl["var"], pl["val"], pl["mods"], pl["margs"]
+    val.update(_descales(q_descale, k_descale, v_descale, pl["qt"] or pl["kt"], dev, B, HK))
     if lse is not None and _device_key(lse) != dev:
         raise KilnError(ERR_INVALID, "lse is on %s, q on %s" % (_device_key(lse), dev))
     if out is None:
         import torch  # lazily: the caller's tensors are torch's, so it is installed
-        out = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
+        out = torch.empty((B, H, Nq, D), dtype=getattr(torch, name), device=q.device)
     elif tuple(int(x) for x in out.shape) != (B, H, Nq, D):
         raise KilnError(ERR_INVALID, "out has shape %s, expected %s"
                         % (tuple(out.shape), (B, H, Nq, D)))
@@ -737,7 +810,7 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_s
         ls = _strides(lse, "lse", 3)[:2]
     ctx = _context_for(dev)
     kern = ctx.prepare(_DTYPES[name], D, causal=causal, has_lse=lse is not None,
-                       seqlen=max(Nq, Nk), mods=mods, **var)
+                       seqlen=max(Nq, Nk), mods=mods, q_dtype=pl["qt"], kv_dtype=pl["kt"], **var)
     stream = None
     if dev != "host":
         import torch  # the caller's current stream, so the launch orders like a torch op
@@ -754,7 +827,8 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_s
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                     softcap=0.0, alibi_slopes=None, out=None, lse=None, return_lse=False):
+                     softcap=0.0, alibi_slopes=None, out=None, lse=None, return_lse=False,
+                     q_descale=None, k_descale=None, v_descale=None):
     """FlashAttention's flash_attn_varlen_func on kiln (docs/serving.md): q (total_q, H, D), k and
     v (total_k, HK, D), the batch's sequences packed along the tokens; cu_seqlens_q/k int32
     (batch + 1) prefix sums on q's device (sequence b owns tokens [cu[b], cu[b+1]); empty
@@ -763,13 +837,11 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     lengths, FlashAttention's varlen convention; "top_left"), window_size (left, right), softcap
     and alibi_slopes ((H) or (B, H) float32) as attention().  Returns out (total_q, H, D), or
     (out, lse) with return_lse (lse (H, total_q) float32, FlashAttention's softmax_lse);
-    dropout_p must be 0 (kiln has no dropout).  Every failure is a KilnError."""
+    dropout_p must be 0 (kiln has no dropout).  fp8 inputs and q_descale / k_descale /
+    v_descale ((batch, HK) float32) as attention().  Every failure is a KilnError."""
     if dropout_p:
         raise KilnError(ERR_UNSUPPORTED, "dropout_p %r: kiln has no dropout" % (dropout_p,))
-    name = _dtype_name(q)
-    if name not in _DTYPES:
-        raise KilnError(ERR_UNSUPPORTED, "dtype %s: kiln serves float16, bfloat16 and float32"
-                        % name)
+    name, qt, kt = _types(q, k, out)
     dev = _device_key(q)
     qs, ks, vs = _strides(q, "q", 3), _strides(k, "k", 3), _strides(v, "v", 3)
     Tq, H, D = (int(x) for x in q.shape)
@@ -779,8 +851,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                         "(total_k, HK, D), (total_k, HK, D)"
                         % (tuple(q.shape), tuple(k.shape), tuple(v.shape)))
     for n, t in (("k", k), ("v", v)):
-        if _dtype_name(t) != name:
-            raise KilnError(ERR_INVALID, "%s has dtype %s, q has %s" % (n, _dtype_name(t), name))
+        if _dtype_name(t) != (_dtype_name(k) if kt else name):
+            raise KilnError(ERR_INVALID, "%s has dtype %s, expected %s"
+                            % (n, _dtype_name(t), _dtype_name(k) if kt else name))
     for n, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if len(t.shape) != 1 or int(t.shape[0]) < 1:
             raise KilnError(ERR_INVALID, "%s must be (batch + 1), got shape %s"
@@ -792,9 +865,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                         % (B + 1, int(cu_seqlens_k.shape[0])))
     var, val = {}, {}
     _scalar_variants(var, val, window_size, softcap, alibi_slopes, dev, B, H)
+    val.update(_descales(q_descale, k_descale, v_descale, qt or kt, dev, B, HK))
     if out is None:
         import torch  # lazily: the caller's tensors are torch's, so it is installed
-        out = torch.empty((Tq, H, D), dtype=q.dtype, device=q.device)
+        out = torch.empty((Tq, H, D), dtype=getattr(torch, name), device=q.device)
     elif tuple(int(x) for x in out.shape) != (Tq, H, D) or _dtype_name(out) != name:
         raise KilnError(ERR_INVALID, "out must be %s of shape %s" % (name, (Tq, H, D)))
     os_ = _strides(out, "out", 3)
@@ -811,7 +885,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             raise KilnError(ERR_INVALID, "%s is on %s, q on %s" % (n, _device_key(t), dev))
     ctx = _context_for(dev)
     kern = ctx.prepare(_DTYPES[name], D, causal=causal, has_lse=lse is not None,
-                       seqlen=max(max_seqlen_q, max_seqlen_k), layout=LAYOUT_VARLEN, **var)
+                       seqlen=max(max_seqlen_q, max_seqlen_k), layout=LAYOUT_VARLEN,
+                       q_dtype=qt, kv_dtype=kt, **var)
     stream = None
     if dev != "host":
         import torch
@@ -942,7 +1017,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
                            block_table=None, softmax_scale=None, causal=False,
                            window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
                            alibi_slopes=None, num_splits=0, return_softmax_lse=False,
-                           out=None, lse=None):
+                           out=None, lse=None, q_descale=None, k_descale=None, v_descale=None):
     """FlashAttention's flash_attn_with_kvcache on kiln (docs/serving.md): q (B, Nq, H, D);
     k_cache and v_cache either page pools (num_pages, page_size, HK, D) with block_table int32
     (B, max_pages) naming each sequence's pages in order (any page_size 1..256), or, without a
@@ -954,7 +1029,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
     updated (as in FlashAttention).  causal (True / "bottom_right": the queries are each
     sequence's last Nq positions), window_size, softcap and alibi_slopes as attention().  Returns
     out (B, Nq, H, D), or (out, lse) with return_softmax_lse (lse (B, H, Nq) float32).  Rotary
-    embeddings, cache_batch_idx, cache_leftpad and num_splits are not supported (KilnError)."""
+    embeddings, cache_batch_idx, cache_leftpad and num_splits are not supported (KilnError).
+    fp8 KV pages (docs/serving.md): k_cache / v_cache (and k / v) torch float8 tensors with
+    k_descale / v_descale float32 (B, HK) (q float16 / bfloat16, or fp8 with q_descale)."""
     for n, x in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
                  ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
         if x is not None:
@@ -962,10 +1039,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
     if num_splits not in (0, 1):
         raise KilnError(ERR_UNSUPPORTED, "num_splits %r: kiln's paged kernel does not split "
                         "the keys yet" % (num_splits,))
-    name = _dtype_name(q)
-    if name not in _DTYPES:
-        raise KilnError(ERR_UNSUPPORTED, "dtype %s: kiln serves float16, bfloat16 and float32"
-                        % name)
+    name, qt, kt = _types(q, k_cache, out)
     dev = _device_key(q)
     qs = _strides(q, "q", 4)
     B, Nq, H, D = (int(x) for x in q.shape)
@@ -977,9 +1051,11 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
                         "D) and (num_pages, page_size, HK, D) twice (or (B, S, HK, D) without a "
                         "block table)" % (tuple(q.shape), tuple(k_cache.shape),
                                           tuple(v_cache.shape)))
+    kvn = _dtype_name(k_cache) if kt else name
     for n, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v), ("out", out)):
-        if t is not None and _dtype_name(t) != name:
-            raise KilnError(ERR_INVALID, "%s has dtype %s, q has %s" % (n, _dtype_name(t), name))
+        want = name if n == "out" else kvn
+        if t is not None and _dtype_name(t) != want:
+            raise KilnError(ERR_INVALID, "%s has dtype %s, expected %s" % (n, _dtype_name(t), want))
         if t is not None and _device_key(t) != dev:
             raise KilnError(ERR_INVALID, "%s is on %s, q on %s" % (n, _device_key(t), dev))
     if block_table is None:
@@ -1021,9 +1097,10 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
             ns[i] = (st[0], st[2], st[1])
     var, val = {}, {}
     _scalar_variants(var, val, window_size, softcap, alibi_slopes, dev, B, H)
+    val.update(_descales(q_descale, k_descale, v_descale, qt or kt, dev, B, HK))
     if out is None:
         import torch
-        out = torch.empty((B, Nq, H, D), dtype=q.dtype, device=q.device)
+        out = torch.empty((B, Nq, H, D), dtype=getattr(torch, name), device=q.device)
     elif tuple(int(x) for x in out.shape) != (B, Nq, H, D):
         raise KilnError(ERR_INVALID, "out has shape %s, expected %s"
                         % (tuple(out.shape), (B, Nq, H, D)))
@@ -1038,7 +1115,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
         ls = _strides(lse, "lse", 3)[:2]
     ctx = _context_for(dev)
     kern = ctx.prepare(_DTYPES[name], D, causal=causal, has_lse=lse is not None,
-                       seqlen=MP * PS, layout=LAYOUT_PAGED, **var)
+                       seqlen=MP * PS, layout=LAYOUT_PAGED, q_dtype=qt, kv_dtype=kt, **var)
     stream = None
     if dev != "host":
         import torch

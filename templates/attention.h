@@ -44,7 +44,16 @@
  * flash_attn_with_kvcache).  Every page number is clamped into the pool, so no block table makes
  * the kernel read outside it.
  *
- * Supported (kn_attn_check): dtype f16, bf16 or f32; head_dim any of 1..512; block_m and block_n
+ * fp8 inputs (q_dtype and / or kv_dtype an fp8 format, docs/serving.md): q, or k and v, are
+ * ptr<fp8>, and seven parameters follow the layout's: q_descale, k_descale, v_descale
+ * (ptr<f32>, (B, HK) each), descale_sb (i64, their batch stride) and q_descale_n, k_descale_n,
+ * v_descale_n (i64: the elements each holds; 0 reads none and means 1).  The tiles are loaded
+ * in fp8 and converted exactly to dtype (every fp8 value is an f16 and a bf16); the descales
+ * of (b, hk) fold into the score scale (sm_scale * q_descale * k_descale) and into the output
+ * (O = (P V) * v_descale), so the dots are dtype's.  Varlen and paged take them the same way.
+ *
+ * Supported (kn_attn_check): dtype f16, bf16 or f32 (q_dtype / kv_dtype an fp8 format only with
+ * dtype f16 or bf16); head_dim any of 1..512; block_m and block_n
  * powers of two in 16..256; warps a power of two in 1..16; stages in 1..8; mfma 0, 16 or 32;
  * wgmma only on sm_90a, f16/bf16, with block_m = 16 x warps (kn_attn_check_on).
  *
@@ -80,7 +89,10 @@
  * a scalar type by name, a bool as 0/1, an int in decimal.  Later variants (sliding window,
  * softcap, ALiBi) are one more line of KN_ATTN_DESC_FIELDS each. */
 /* TEXT: a string, keyed by the hex XXH3-64 of its bytes ("0" for NULL or empty) */
-enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT, KN_ATTN_FIELD_TEXT };
+/* SCALAR_OPT: a scalar type that 0 (KN_I1) leaves unset, named in the key only when set (so the
+ * keys of every descriptor that leaves it unset are what they were before the field existed) */
+enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT, KN_ATTN_FIELD_TEXT,
+       KN_ATTN_FIELD_SCALAR_OPT };
 
 /* f16, bf16, f32; head_dim 1..512 (kn_attn_check; above 256 not on every target:
  * kn_attn_check_on); has_lse: store the log-sum-exp.  The variant (docs/variants.md): causal 0
@@ -92,7 +104,11 @@ enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT, KN_ATTN_FIEL
  * and the keys causal (bottom-right) lets it see.  mods: the text of the user's own modifiers
  * (@score_mod, @mask_mod, @block_mask; NULL or "" for none), keyed by its hash.  layout: the
  * call shape, KN_ATTN_DENSE (0: (B, H, N, D) buffers), KN_ATTN_VARLEN (1: packed sequences
- * with cu_seqlens, above) or KN_ATTN_PAGED (2: a paged KV cache with a block table, above). */
+ * with cu_seqlens, above) or KN_ATTN_PAGED (2: a paged KV cache with a block table, above).
+ * q_dtype, kv_dtype: the element type of q and of k / v when it is not dtype (0: dtype): an fp8
+ * format (f8e4m3, f8e5m2, f8e4m3fnuz, f8e5m2fnuz) read with per-(batch, kv head) descale
+ * factors, computed in dtype (f16 or bf16), which stays the type of o (docs/serving.md, "fp8
+ * inputs and KV pages").  Keyed as ";q=f8e4m3;kv=f8e4m3" after mods, only when set. */
 #define KN_ATTN_DESC_FIELDS(X)                             \
   X(KN_ATTN_FIELD_SCALAR, kn_scalar, dtype, "dtype")       \
   X(KN_ATTN_FIELD_INT, int, head_dim, "d")                 \
@@ -105,7 +121,9 @@ enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT, KN_ATTN_FIEL
   X(KN_ATTN_FIELD_BOOL, bool, document, "doc")             \
   X(KN_ATTN_FIELD_BOOL, bool, prefix, "prefix")            \
   X(KN_ATTN_FIELD_INT, int, layout, "layout")              \
-  X(KN_ATTN_FIELD_TEXT, const char *, mods, "mods")
+  X(KN_ATTN_FIELD_TEXT, const char *, mods, "mods")               \
+  X(KN_ATTN_FIELD_SCALAR_OPT, kn_scalar, q_dtype, "q")             \
+  X(KN_ATTN_FIELD_SCALAR_OPT, kn_scalar, kv_dtype, "kv")
 
 enum { KN_CAUSAL_NONE = 0, KN_CAUSAL_BOTTOM_RIGHT = 1, KN_CAUSAL_TOP_LEFT = 2 };
 enum { KN_ATTN_DENSE = 0, KN_ATTN_VARLEN = 1, KN_ATTN_PAGED = 2 };
@@ -139,6 +157,19 @@ typedef struct kn_attn_config {
   KN_ATTN_CONFIG_FIELDS(KN_ATTN_DECLARE_FIELD)
 } kn_attn_config;
 #undef KN_ATTN_DECLARE_FIELD
+
+/* the element types of q and of k / v (the descriptor's q_dtype / kv_dtype, else dtype), and
+ * whether either is an fp8 format (the kernel then takes the descale parameters) */
+static inline kn_scalar kn_attn_q_type(const kn_attn_desc *d) {
+  return d->q_dtype != KN_I1 ? d->q_dtype : d->dtype;
+}
+static inline kn_scalar kn_attn_kv_type(const kn_attn_desc *d) {
+  return d->kv_dtype != KN_I1 ? d->kv_dtype : d->dtype;
+}
+static inline bool kn_scalar_is_fp8(kn_scalar s) { return s >= KN_F8E4M3 && s <= KN_F8E5M2FNUZ; }
+static inline bool kn_attn_is_fp8(const kn_attn_desc *d) {
+  return kn_scalar_is_fp8(kn_attn_q_type(d)) || kn_scalar_is_fp8(kn_attn_kv_type(d));
+}
 
 /* The canonical key text of a descriptor, every field named in list order:
  * "dtype=f16;d=128;causal=1;lse=1".  snprintf-like: returns the full length (output truncated
@@ -194,6 +225,11 @@ typedef struct kn_attn_problem {
   const int32_t *block_table, *cache_seqlens;
   int page_size, num_pages, max_pages;
   int seqlen_new;  /* rows appended before the launch: sequence b has cache_seqlens[b] + it keys */
+  /* fp8 inputs only (kn_attn_is_fp8): the descale factors of q, k and v, f32 (B, HK) with batch
+   * stride descale_sb (0: HK), memory the kernel reads; NULL: 1.  The kernel computes with
+   * q * q_descale[b, h / kv_group], k * k_descale[b, hk], v * v_descale[b, hk]. */
+  const float *q_descale, *k_descale, *v_descale;
+  int64_t descale_sb;
 } kn_attn_problem;
 
 /* flash_attn_with_kvcache's append, on host memory: k_new and v_new ((B, HK, seqlen_new, D)

@@ -92,6 +92,10 @@ static void key_put(keytext *k, const char *name, const char *fmt, ...) {
 }
 
 static void key_num(keytext *k, int kind, const char *name, long v) {
+  if (kind == KN_ATTN_FIELD_SCALAR_OPT) {  /* unset (0): not in the key at all */
+    if (v) key_put(k, name, "%s", kn_scalar_name((kn_scalar)v));
+    return;
+  }
   if (kind == KN_ATTN_FIELD_SCALAR) key_put(k, name, "%s", kn_scalar_name((kn_scalar)v));
   else key_put(k, name, "%ld", v);
 }
@@ -272,8 +276,10 @@ kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d
    * are parameters ptxas reloads at will, and at 32 rows per warp that tips the D128 128x64
    * kernels from 12-28 bytes of spills to 2 KB (sm_80 and sm_90a; 64x64 with 4 warps: 76-330
    * bytes).  16 rows per warp (128x64 with 8 warps) compile without spills; test_varlen keeps it
-   * true. */
-  if (d->layout != KN_ATTN_DENSE && arch && arch->isa == KN_ISA_NVPTX && c.block_m / c.warps > 16)
+   * true.  fp8 inputs likewise: the conversions of the K and V tiles to f16 took the dense
+   * sm_90a D128 causal kernel at 128x64 with 4 warps to 252 bytes of spills (test_fp8). */
+  if ((d->layout != KN_ATTN_DENSE || kn_attn_is_fp8(d)) && arch && arch->isa == KN_ISA_NVPTX &&
+      c.block_m / c.warps > 16)
     c.warps = c.block_m / 16;
   kn_diag diag;
   /* Paged on NVIDIA: the K and V tiles are row gathers (compiler/gpu/gather.c), read in 16-byte
@@ -316,8 +322,24 @@ kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d
 int kn_attn_check(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag) {
   kn_loc nowhere = {0};
   if (d->dtype != KN_F16 && d->dtype != KN_BF16 && d->dtype != KN_F32)
-    return kn_error(diag, NULL, nowhere, "attention: dtype %s is not supported (f16, bf16 or f32)",
-                    (unsigned)d->dtype < KN_SCALAR_COUNT ? kn_scalar_name(d->dtype) : "?");
+    return kn_error(diag, NULL, nowhere, "attention: dtype %s is not supported (f16, bf16 or f32%s)",
+                    (unsigned)d->dtype < KN_SCALAR_COUNT ? kn_scalar_name(d->dtype) : "?",
+                    kn_scalar_is_fp8(d->dtype) ? "; fp8 inputs are q_dtype / kv_dtype, the "
+                    "output stays f16 or bf16" : "");
+  /* fp8 inputs: q or k / v in an fp8 format, computed in f16 or bf16 (attention.h) */
+  const kn_scalar in[2] = {d->q_dtype, d->kv_dtype};
+  for (int i = 0; i < 2; i++) {
+    if (in[i] == KN_I1 || in[i] == d->dtype) continue;
+    if ((unsigned)in[i] >= KN_SCALAR_COUNT || !kn_scalar_is_fp8(in[i]))
+      return kn_error(diag, NULL, nowhere, "attention: %s %s is not supported (an fp8 format: "
+                      "f8e4m3, f8e5m2, f8e4m3fnuz, f8e5m2fnuz; or the dtype)",
+                      i ? "kv_dtype" : "q_dtype",
+                      (unsigned)in[i] < KN_SCALAR_COUNT ? kn_scalar_name(in[i]) : "?");
+    if (d->dtype != KN_F16 && d->dtype != KN_BF16)
+      return kn_error(diag, NULL, nowhere, "attention: fp8 inputs (%s %s) are computed in f16 "
+                      "or bf16, not %s", i ? "kv_dtype" : "q_dtype", kn_scalar_name(in[i]),
+                      kn_scalar_name(d->dtype));
+  }
   if (d->head_dim < 1 || d->head_dim > KN_ATTN_MAX_HEAD_DIM)
     return kn_error(diag, NULL, nowhere, "attention: head dim %d is not supported (1..%d)",
                     d->head_dim, KN_ATTN_MAX_HEAD_DIM);
@@ -366,7 +388,9 @@ const char *const kn_attn_param_names[P_COUNT] = {
 
 kn_type kn_attn_param_type(const kn_attn_desc *d, int i) {
   switch (i) {
-  case P_Q: case P_K: case P_V: case P_O: return kn_ty_ptr(d->dtype);
+  case P_Q: return kn_ty_ptr(kn_attn_q_type(d));
+  case P_K: case P_V: return kn_ty_ptr(kn_attn_kv_type(d));
+  case P_O: return kn_ty_ptr(d->dtype);
   case P_LSE: return kn_ty_ptr(KN_F32);
   case P_SM_SCALE: return kn_ty_scalar(KN_F32);
   case P_SEQLEN_Q: case P_SEQLEN_K: case P_HEADS: case P_KV_GROUP: return kn_ty_scalar(KN_I32);
@@ -427,11 +451,32 @@ typedef struct kv_loop {
   kn_scalar dt;
   int BM, BN, D, DP, nscore, nblock;
   bool clamp;
+  kn_scalar kvt;  /* the element type of k and v in memory (fp8 inputs: converted to dt) */
+  kn_value *sm_scale;  /* the score scale: sm_scale, times q and k's descales for fp8 inputs */
   kn_value *c0, *c1, *c_d, *c_bn, *one64, *seqlen_k, *seqlen_k_s, *qk_scale_s, *neg_inf_s,
       *zero_s, *neg_inf_r, *zero_r, *col_range, *q_tile, *k_base, *v_base, *q_idx, *bidx, *hidx,
       *row0, *row_end;
   const kn_paged_kv *paged;  /* a paged kernel's block table and lengths, else NULL */
 } kv_loop;
+
+/* a tile loaded in its memory type (fp8 inputs) converted to the compute dtype: exact, since
+ * every fp8 value is an f16 and a bf16 */
+static kn_value *to_compute(gen *g, kn_value *t, kn_scalar dt, const char *name) {
+  return t->type.elem == dt ? t : named(g, kn_b_cast(&g->b, t, dt), name);
+}
+
+/* fp8 inputs: the descale factor of (b, hk) from parameter `name` (f32 (B, HK), batch stride
+ * descale_sb), or 1 when its count parameter `name`_n is 0 (the caller gave none): a scalar load
+ * bounded by the count, whose `other` is 1 */
+static kn_value *descale(gen *g, const kn_attn_sig *sig, kn_value *const *P, kn_value *off,
+                         const char *name) {
+  char nn[32];
+  snprintf(nn, sizeof nn, "%s_n", name);
+  kn_value *one = cf(g, kn_ty_scalar(KN_F32), 1.0, "c1_descale");
+  kn_value *c1 = ci(g, kn_ty_scalar(KN_I64), 1, "c1_descale_i64");
+  return named(g, kn_b_load(&g->b, kn_ty_scalar(KN_F32), P[sig_index(sig, name)], &off, &c1,
+                            (kn_value *[]){P[sig_index(sig, nn)]}, NULL, one), name);
+}
 
 /* a mask of the library whose live region the interior bounds already know (attn_fwd_build) */
 static bool bounded_mask(const kn_attn_mod *mod) {
@@ -495,11 +540,13 @@ static void kv_blocks(gen *g, const kv_loop *L, kn_value *lo, kn_value *hi, kn_v
   kn_paged_rows pr;
   if (L->paged) kn_paged_block(&g->b, L->paged, n0, BN, &pr);
   kn_value *kt = L->paged
-      ? kn_paged_gather(&g->b, dt, L->k_base, &pr, P[P_K_SB], P[P_K_SN], L->D, DP, true, "k_tile")
-      : named(g, kn_b_load(&g->b, kn_ty_tile2(dt, DP, BN), L->k_base, (kn_value *[]){L->c0, n0},
-                           (kn_value *[]){L->one64, P[P_K_SN]},
+      ? kn_paged_gather(&g->b, L->kvt, L->k_base, &pr, P[P_K_SB], P[P_K_SN], L->D, DP, true,
+                        "k_tile")
+      : named(g, kn_b_load(&g->b, kn_ty_tile2(L->kvt, DP, BN), L->k_base,
+                           (kn_value *[]){L->c0, n0}, (kn_value *[]){L->one64, P[P_K_SN]},
                            (kn_value *[]){L->c_d, L->seqlen_k}, NULL, NULL),
               "k_tile");
+  kt = to_compute(g, kt, dt, "k_conv");
   kn_value *qk = named(g, kn_b_dot(&g->b, L->q_tile, kt, L->zero_s), "qk");   /* (BM, BN) */
   /* without score modifiers, straight to exp2 units */
   kn_value *s = L->nscore ? NULL : bin(g, KN_OP_MUL, qk, L->qk_scale_s, "s");
@@ -517,7 +564,7 @@ static void kv_blocks(gen *g, const kv_loop *L, kn_value *lo, kn_value *hi, kn_v
   }
   if (L->nscore) {
     /* the score modifiers see the scaled score in natural units (exp, not exp2) */
-    kn_value *sc = bin(g, KN_OP_MUL, qk, splat2(g, P[P_SM_SCALE], BM, BN, "sm_scale_s"), "score");
+    kn_value *sc = bin(g, KN_OP_MUL, qk, splat2(g, L->sm_scale, BM, BN, "sm_scale_s"), "score");
     for (int i = 0; i < plan->nmods; i++) {
       if (plan->mod[i].kind != KN_MOD_SCORE) continue;
       kn_value *fixed[KN_MOD_FIXED_SCORE] = {sc, L->bidx, L->hidx, L->q_idx, kv_idx};
@@ -579,11 +626,13 @@ static void kv_blocks(gen *g, const kv_loop *L, kn_value *lo, kn_value *hi, kn_v
   /* P is rounded to the input dtype so the second dot is a dtype x dtype matrix product */
   kn_value *p_in = dt == KN_F32 ? p : named(g, kn_b_cast(&g->b, p, dt), "p_cast");
   kn_value *vt = L->paged
-      ? kn_paged_gather(&g->b, dt, L->v_base, &pr, P[P_V_SB], P[P_V_SN], L->D, DP, false, "v_tile")
-      : named(g, kn_b_load(&g->b, kn_ty_tile2(dt, BN, DP), L->v_base, (kn_value *[]){n0, L->c0},
-                           (kn_value *[]){P[P_V_SN], L->one64},
+      ? kn_paged_gather(&g->b, L->kvt, L->v_base, &pr, P[P_V_SB], P[P_V_SN], L->D, DP, false,
+                        "v_tile")
+      : named(g, kn_b_load(&g->b, kn_ty_tile2(L->kvt, BN, DP), L->v_base,
+                           (kn_value *[]){n0, L->c0}, (kn_value *[]){P[P_V_SN], L->one64},
                            (kn_value *[]){L->seqlen_k, L->c_d}, NULL, NULL),
               "v_tile");
+  vt = to_compute(g, vt, dt, "v_conv");
   kn_value *acc_new = named(g, kn_b_dot(&g->b, p_in, vt, acc_scaled), "acc_new");
   kn_b_yield(&g->b, 3, (kn_value *[]){m_new, l_new, acc_new});
   if (skip) {
@@ -720,14 +769,26 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   kn_value *c0 = ci(g, i32, 0, "c0");
   kn_value *c_d = ci(g, i32, D, "c_head_dim");
   kn_value *one64 = ci(g, i64, 1, "c1_i64");
-  kn_value *qk_scale = bin(g, KN_OP_MUL, P[P_SM_SCALE], cf(g, f32, M_LOG2E, "c_log2e"), "qk_scale");
+  /* fp8 inputs (attention.h): the tiles are dequantised by folding the descales of (b, hk)
+   * into the score scale (q's and k's) and into the output (v's) */
+  kn_value *sm_scale = P[P_SM_SCALE], *v_scale = NULL;
+  if (kn_attn_is_fp8(d)) {
+    kn_value *off = bin(g, KN_OP_ADD, bin(g, KN_OP_MUL, b64, P[sig_index(sig, "descale_sb")],
+                                          "descale_row"), hk64, "descale_off");
+    kn_value *qk_d = bin(g, KN_OP_MUL, descale(g, sig, P, off, "q_descale"),
+                         descale(g, sig, P, off, "k_descale"), "qk_descale");
+    sm_scale = bin(g, KN_OP_MUL, sm_scale, qk_d, "sm_scale_d");
+    v_scale = descale(g, sig, P, off, "v_descale");
+  }
+  kn_value *qk_scale = bin(g, KN_OP_MUL, sm_scale, cf(g, f32, M_LOG2E, "c_log2e"), "qk_scale");
 
   /* Q: (BM, DP), loaded once; rows past seqlen_q and columns past D read as 0 */
   kn_value *q_tile = named(
       g,
-      kn_b_load(&g->b, kn_ty_tile2(dt, BM, DP), q_base, (kn_value *[]){row0, c0},
+      kn_b_load(&g->b, kn_ty_tile2(kn_attn_q_type(d), BM, DP), q_base, (kn_value *[]){row0, c0},
                 (kn_value *[]){P[P_Q_SM], one64}, (kn_value *[]){seqlen_q, c_d}, NULL, NULL),
       "q_tile");
+  q_tile = to_compute(g, q_tile, dt, "q_conv");
 
   /* loop invariants: row indices, constants of tile shape */
   kn_value *m_range = named(g, kn_b_arange(&g->b, 0, BM), "m_range");
@@ -827,7 +888,8 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
    * block start at or above a, ihi the end of the blocks from ilo that end at or below e, both
    * clamped into [lo, hi).  User masks (and the document mask) have no interior and are applied
    * in every block. */
-  kv_loop L = {.d = d, .plan = plan, .P = P, .dt = dt, .BM = BM, .BN = BN, .D = D, .DP = DP,
+  kv_loop L = {.d = d, .plan = plan, .P = P, .dt = dt, .kvt = kn_attn_kv_type(d),
+               .sm_scale = sm_scale, .BM = BM, .BN = BN, .D = D, .DP = DP,
                .nscore = nscore, .nblock = nblock, .clamp = clamp, .c0 = c0, .c1 = c1,
                .c_d = c_d, .c_bn = c_bn, .one64 = one64, .seqlen_k = seqlen_k,
                .seqlen_k_s = seqlen_k_s, .qk_scale_s = qk_scale_s, .neg_inf_s = neg_inf_s,
@@ -878,6 +940,7 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   kn_value *l_zero = named(g, kn_b_cmp(&g->b, KN_PRED_EQ, l_fin, zero_r), "l_zero");
   kn_value *l_safe = named(g, kn_b_select(&g->b, l_zero, one_r, l_fin), "l_safe");
   kn_value *inv_l = bin(g, KN_OP_DIV, one_r, l_safe, "inv_l");
+  if (v_scale) inv_l = bin(g, KN_OP_MUL, inv_l, splat1(g, v_scale, BM, "v_descale_r"), "inv_l_v");
   kn_value *out = bin(g, KN_OP_MUL, acc_fin, cols_of(g, inv_l, DP, "inv_l_s"), "out");
   if (dt != KN_F32) out = named(g, kn_b_cast(&g->b, out, dt), "out_cast");
   /* rows past seqlen_q and the padding columns past D are not written */
@@ -909,7 +972,8 @@ int kn_attn_check_sizes(const kn_attn_desc *d, const kn_attn_problem *p, kn_diag
                     p->max_pages, KN_ATTN_MAX_PAGE);
   const struct { const char *name; bool on; int64_t es, dims[4]; } t[] = {
       {"q/o", true, es, {p->batch, p->heads, p->seqlen_q, d->head_dim}},
-      {"k/v", true, es, {paged ? p->num_pages : p->batch, p->kv_heads,
+      {"k/v", true, (int64_t)kn_scalar_size(kn_attn_kv_type(d)),
+       {paged ? p->num_pages : p->batch, p->kv_heads,
                          paged ? p->page_size : p->seqlen_k, d->head_dim}},
       {"lse", d->has_lse, 4, {p->batch, p->heads, p->seqlen_q, 1}},
       {"bias", d->bias, es, {p->batch, p->heads, p->seqlen_q, p->seqlen_k}},

@@ -87,6 +87,10 @@ enum { KN_ATTN_P_SEQLEN_Q = 6, KN_ATTN_P_SEQLEN_K = 7 };
 /* the names of a varlen kernel's two parameters after them (attention.h) */
 extern const char *const kn_attn_cu_names[2];
 
+/* the names of an fp8 kernel's parameters after the layout's (attention.h) */
+enum { KN_ATTN_FP8_NPARAMS = 7 };
+extern const char *const kn_attn_fp8_names[KN_ATTN_FP8_NPARAMS];
+
 /* ---- paged KV addressing (attn_paged.c; docs/serving.md) ----
  *
  * IR helpers any template may call with its builder (the attention forward and the split-KV

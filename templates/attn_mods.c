@@ -233,6 +233,12 @@ int kn_attn_plan_make(kn_module *m, const kn_attn_desc *d, kn_attn_plan *p, kn_d
       sig->type[sig->n++] = i < 2 ? kn_ty_ptr(KN_I32) : i < 5 ? kn_ty_scalar(KN_I32)
                                                               : kn_ty_scalar(KN_I64);
     }
+  /* fp8 inputs: the descale factors, their batch stride and counts (attention.h) */
+  if (kn_attn_is_fp8(d))
+    for (int i = 0; i < KN_ATTN_FP8_NPARAMS; i++) {
+      snprintf(sig->name[sig->n], sizeof sig->name[0], "%s", kn_attn_fp8_names[i]);
+      sig->type[sig->n++] = i < 3 ? kn_ty_ptr(KN_F32) : kn_ty_scalar(KN_I64);
+    }
   if (d->prefix && d->causal)
     return kn_error(diag, NULL, nowhere, "attention: prefix already includes its causal part; "
                     "leave causal off with prefix");
@@ -336,8 +342,20 @@ static int paged_param(const kn_attn_desc *d, const char *name) {
   return -1;
 }
 
+const char *const kn_attn_fp8_names[KN_ATTN_FP8_NPARAMS] = {
+    "q_descale", "k_descale", "v_descale", "descale_sb", "q_descale_n", "k_descale_n",
+    "v_descale_n"};
+
+/* an fp8 kernel's parameter of kn_attn_fp8_names, else -1 */
+static int fp8_param(const kn_attn_desc *d, const char *name) {
+  for (int i = 0; kn_attn_is_fp8(d) && i < KN_ATTN_FP8_NPARAMS; i++)
+    if (!strcmp(name, kn_attn_fp8_names[i])) return i;
+  return -1;
+}
+
 bool kn_attn_param_builtin(const kn_attn_desc *d, const char *name) {
-  if (cu_param(d, name) >= 0 || paged_param(d, name) >= 0) return true;
+  if (cu_param(d, name) >= 0 || paged_param(d, name) >= 0 || fp8_param(d, name) >= 0)
+    return true;
   for (size_t j = 0; j < sizeof builtin_args / sizeof builtin_args[0]; j++)
     if (!strcmp(builtin_args[j].name, name) && field_on(d, builtin_args[j].on)) return true;
   return false;
@@ -385,6 +403,19 @@ int kn_attn_fill_vargs(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_a
       } else {
         const int64_t v[] = {0, 0, p->page_size, p->num_pages, p->seqlen_new, p->max_pages};
         out[i].i = v[pg];
+      }
+      done = true;
+    }
+    int f8 = fp8_param(d, name);
+    if (f8 >= 0) {  /* the problem's: (B, HK) f32 each, NULL is 1 (a count of 0) */
+      const float *t[3] = {p->q_descale, p->k_descale, p->v_descale};
+      const int64_t sb = p->descale_sb ? p->descale_sb : p->kv_heads;
+      const int64_t n = p->batch > 0 ? (p->batch - 1) * sb + p->kv_heads : 0;
+      if (f8 < 3) {
+        out[i].p = (void *)t[f8];
+        if (regions && t[f8]) regions[nreg++] = (kn_region){out[i].p, (size_t)n * 4};
+      } else {
+        out[i].i = f8 == 3 ? sb : t[f8 - 4] ? n : 0;
       }
       done = true;
     }

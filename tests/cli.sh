@@ -102,6 +102,20 @@ expect run-paged-checked 0 ' PASS$' -- \
 expect run-paged-header 0 'B=2 H=2 HK=2 Nq=1 Nk=48 seed=1 paged page_size=16 num_pages=5 max_pages=3' -- \
   "$kiln" run --target interp --paged 16:17,30 --seqlen-q 1 --head-dim 16
 expect bad-paged 2 "--paged wants PAGE_SIZE \\(1..256\\)" -- "$kiln" run --paged 257
+# fp8 inputs (docs/serving.md): q/k/v or only the KV pages in fp8 with per-head descales
+expect run-fp8-interp 0 ' PASS$' -- \
+  "$kiln" run --target interp --q-dtype f8e4m3 --kv-dtype f8e4m3 --heads 4 --kv-heads 2 \
+  --seqlen-q 33 --seqlen-k 70 --causal --head-dim 32
+expect run-fp8-paged-emu 0 ' PASS$' -- \
+  "$kiln" run --target gfx942-emu --paged 5:3,0,21 --seqlen-q 2 --kv-dtype f8e4m3fnuz --head-dim 32
+expect run-fp8-varlen-host 0 ' PASS$' -- \
+  "$kiln" run --target host --varlen 1,17,0,40 --kv-dtype f8e5m2 --q-dtype f8e5m2 --dtype bf16 \
+  --head-dim 40
+expect run-fp8-key 0 'layout=0;mods=0;kv=f8e5m2fnuz\]' -- \
+  "$kiln" run --target interp --kv-dtype f8e5m2fnuz --head-dim 16 --seqlen-q 5 --seqlen-k 9
+expect bad-fp8 2 "unknown fp8 format 'f16'" -- "$kiln" run --kv-dtype f16
+expect bad-fp8-f32 2 "computed in f16 or bf16" -- "$kiln" run --kv-dtype f8e4m3 --dtype f32
+expect bad-fp8-backward 2 "not with .*--kv-dtype" -- "$kiln" run --backward --kv-dtype f8e4m3
 expect bad-paged-both 2 "--varlen and --paged are two call shapes" -- \
   "$kiln" run --paged 16 --varlen 1,2
 "$kiln" dump --stage ir --paged 16 --head-dim 16 >"$tmp/paged.tile" 2>/dev/null

@@ -23,7 +23,11 @@ decode kernels; pools of page sizes 1, 5 and 16 with pages
 in shuffled order, a block table with unused tail entries, new rows k / v appended first, an
 empty sequence, GQA, causal, a window, lse) against a float64 reference over each sequence's
 keys, and its errors (a page outside the pool, a cache length past the table, rotary
-embeddings).
+embeddings).  fp8 inputs (docs/serving.md): kiln.attention and kiln.attention_varlen on
+float8_e4m3fn q, k, v with q_descale / k_descale / v_descale (GQA, causal, ragged) and
+kiln.attention_with_kvcache over
+float8_e4m3fn pages with an f16 q, against the float64 reference on the dequantised inputs, and
+a descale given to a kernel without fp8 inputs (an error).
 """
 import ctypes
 import math
@@ -95,6 +99,40 @@ class Tensor:
     def set(self, idx, x):
         self.buf[self._off(idx)] = x if self.dtype in ("float32", "int32") else \
             to_bits(self.dtype, x)
+
+
+def f8_decode(b):
+    """an OCP e4m3 (float8_e4m3fn) byte's value"""
+    sign = -1.0 if b & 0x80 else 1.0
+    e, m = (b >> 3) & 15, b & 7
+    if e == 15 and m == 7:
+        return math.nan
+    return sign * (m / 8 * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7))
+
+
+F8_VALUES = sorted((f8_decode(b), b) for b in range(256) if not math.isnan(f8_decode(b)))
+
+
+class F8Tensor(Tensor):
+    """float8_e4m3fn bytes with per-(batch, kv head) descales: get() is the dequantised value
+    (what the reference reads), set() quantises x / descale to the nearest byte"""
+
+    def __init__(self, shape, descale, head_axis, group=1, batch_axis=0):
+        Tensor.__init__(self, "float8_e4m3fn", shape)
+        self.buf = (ctypes.c_uint8 * len(self.buf))()
+        self.descale, self.head_axis, self.group, self.batch_axis = \
+            descale, head_axis, group, batch_axis
+
+    def _scale(self, idx):
+        b = idx[self.batch_axis] if self.batch_axis is not None else 0
+        return self.descale.get((b, idx[self.head_axis] // self.group))
+
+    def get(self, idx):
+        return f8_decode(self.buf[self._off(idx)]) * self._scale(idx)
+
+    def set(self, idx, x):
+        y = x / self._scale(idx)
+        self.buf[self._off(idx)] = min(F8_VALUES, key=lambda vb: abs(vb[0] - y))[1]
 
 
 def indices(shape):
@@ -283,26 +321,42 @@ def variants(rng):
 
 def varlen(rng):
     """attention_varlen against a float64 reference run sequence by sequence: ragged lengths
-    with an empty sequence and length 1, GQA, causal both ways, a window, lse; then its errors"""
-    for dtype, lq, lk, causal, window in (
-            ("float32", [1, 5, 0, 9], [1, 7, 3, 9], True, None),
-            ("float16", [4, 0, 17], [2, 6, 20], "top_left", None),
-            ("float32", [6, 11], [9, 11], False, (3, 1))):
+    with an empty sequence and length 1, GQA, causal both ways, a window, lse, fp8 inputs
+    (float8_e4m3fn q, k, v with descales per kv head); then its errors"""
+    for dtype, lq, lk, causal, window, f8 in (
+            ("float32", [1, 5, 0, 9], [1, 7, 3, 9], True, None, False),
+            ("float16", [4, 0, 17], [2, 6, 20], "top_left", None, False),
+            ("float32", [6, 11], [9, 11], False, (3, 1), False),
+            ("float16", [3, 0, 12], [5, 2, 12], True, None, True)):
         B, H, HK, D = len(lq), 2, 1, 16
         cq, ck = [0], [0]
         for a, b in zip(lq, lk):
             cq.append(cq[-1] + a)
             ck.append(ck[-1] + b)
         Tq, Tk = cq[-1], ck[-1]
-        q, k, v = (randn(rng, dtype, (Tq, H, D)), randn(rng, dtype, (Tk, HK, D)),
-                   randn(rng, dtype, (Tk, HK, D)))
+        descales = {}
+        if f8:  # the same descale for every sequence: an element's kv head decides it
+            ds = [Tensor("float32", (B, HK)) for _ in range(3)]
+            for w, t in enumerate(ds):
+                for idx in indices((B, HK)):
+                    t.set(idx, (1 + 0.25 * w) * 4 / 448)
+            q = F8Tensor((Tq, H, D), ds[0], 1, H // HK, batch_axis=None)
+            k = F8Tensor((Tk, HK, D), ds[1], 1, batch_axis=None)
+            v = F8Tensor((Tk, HK, D), ds[2], 1, batch_axis=None)
+            for t in (q, k, v):
+                for idx in indices(t.shape):
+                    t.set(idx, rng.gauss(0, 1))
+            descales = dict(q_descale=ds[0], k_descale=ds[1], v_descale=ds[2])
+        else:
+            q, k, v = (randn(rng, dtype, (Tq, H, D)), randn(rng, dtype, (Tk, HK, D)),
+                       randn(rng, dtype, (Tk, HK, D)))
         out, lse = Tensor(dtype, (Tq, H, D)), Tensor("float32", (H, Tq))
         cu_q, cu_k = Tensor("int32", (B + 1,)), Tensor("int32", (B + 1,))
         for i in range(B + 1):
             cu_q.set((i,), cq[i])
             cu_k.set((i,), ck[i])
         kiln.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal,
-                              window_size=window or (-1, -1), out=out, lse=lse)
+                              window_size=window or (-1, -1), out=out, lse=lse, **descales)
         err = lerr = 0.0
         for b in range(B):
             nq, nk = lq[b], lk[b]
@@ -323,7 +377,8 @@ def varlen(rng):
                     want = m + math.log(l) if s else -math.inf
                     got = lse.get((h, cq[b] + i))
                     lerr = max(lerr, 0.0 if got == want else abs(got - want))
-        check("varlen %s lens %s/%s causal %s window %s" % (dtype, lq, lk, causal, window),
+        check("varlen %s%s lens %s/%s causal %s window %s"
+              % (dtype, " from float8_e4m3fn" if f8 else "", lq, lk, causal, window),
               err <= TOL[dtype] and lerr <= LSE_TOL, "err %.3g lse %.3g" % (err, lerr))
     q = randn(rng, "float32", (5, 2, 16))
     kv = randn(rng, "float32", (5, 1, 16))
@@ -421,6 +476,24 @@ def backward(rng):
                                                  dv=good, delta=lse), "lse must be float32")
 
 
+def page_table(rng, lens, ps, spare):
+    """a block table over shuffled pages for sequences of lens keys (pages of ps rows), one
+    unused tail entry per sequence naming no page, `spare` pages no sequence uses: (bt, cs, MP,
+    P)"""
+    B = len(lens)
+    need = [-(-n // ps) for n in lens]
+    MP, P = max(need) + 1, sum(need) + spare
+    pages = list(range(P))
+    rng.shuffle(pages)
+    bt, cs = Tensor("int32", (B, MP)), Tensor("int32", (B,))
+    at = 0
+    for b in range(B):
+        for i in range(MP):
+            bt.set((b, i), pages[at] if i < need[b] else 1000 + i)
+            at += i < need[b]
+    return bt, cs, MP, P
+
+
 def paged(rng):
     """attention_with_kvcache against a float64 reference over each sequence's keys (the cache's
     then the appended ones): shuffled pages, unused tail entries, page sizes off the blocks"""
@@ -429,17 +502,9 @@ def paged(rng):
             ("float16", 16, [40, 1], 1, 1, True, (8, 0)),
             ("float32", 1, [3, 6], 0, 4, False, None)):
         B, H, HK, D = len(lens), 4, 2, 16
-        need = [-(-(n + nn) // ps) for n in lens]
-        MP, P = max(need) + 1, sum(need) + 2
-        pages = list(range(P))
-        rng.shuffle(pages)
-        bt, cs = Tensor("int32", (B, MP)), Tensor("int32", (B,))
-        at = 0
+        bt, cs, MP, P = page_table(rng, [n + nn for n in lens], ps, 2)
         for b in range(B):
             cs.set((b,), lens[b])
-            for i in range(MP):
-                bt.set((b, i), pages[at] if i < need[b] else 1000 + i)
-                at += i < need[b]
         kc, vc = randn(rng, dtype, (P, ps, HK, D)), randn(rng, dtype, (P, ps, HK, D))
         q = randn(rng, dtype, (B, Nq, H, D))
         kn = randn(rng, dtype, (B, nn, HK, D)) if nn else None
@@ -509,6 +574,70 @@ def paged(rng):
                                                      block_table=bt), "rotary_cos")
 
 
+def fp8(rng):
+    """fp8 inputs: q, k, v in float8_e4m3fn (dense) and fp8 KV pages (attention_with_kvcache)"""
+    B, H, HK, Nq, Nk, D = 2, 4, 2, 5, 9, 16
+    ds = []
+    for _ in range(3):
+        t = Tensor("float32", (B, HK))
+        for idx in indices((B, HK)):
+            t.set(idx, rng.uniform(0.5, 1.5) * 4 / 448)
+        ds.append(t)
+    q = F8Tensor((B, H, Nq, D), ds[0], 1, H // HK)
+    k, v = F8Tensor((B, HK, Nk, D), ds[1], 1), F8Tensor((B, HK, Nk, D), ds[2], 1)
+    for t in (q, k, v):
+        for idx in indices(t.shape):
+            t.set(idx, rng.gauss(0, 1))
+    out, lse = Tensor("float16", (B, H, Nq, D)), Tensor("float32", (B, H, Nq))
+    kiln.attention(q, k, v, causal=True, out=out, lse=lse, q_descale=ds[0], k_descale=ds[1],
+                   v_descale=ds[2])
+    ro, rl = reference(q, k, v, True, 1 / math.sqrt(D))
+    err = max(abs(out.get(i) - ro[i]) for i in ro)
+    lerr = max(0.0 if lse.get(i) == rl[i] else abs(lse.get(i) - rl[i]) for i in rl)
+    check("attention fp8 e4m3 q/k/v B%d H%d/%d N(%d,%d) causal" % (B, H, HK, Nq, Nk),
+          err <= TOL["float16"] and lerr <= LSE_TOL, "max|dO| %.2e max|dlse| %.2e" % (err, lerr))
+    # fp8 pages, an f16 q; the pool's descales per kv head (the same for every sequence)
+    ps, lens, Nq = 4, [6, 0, 11], 2
+    B = len(lens)
+    bt, cs, MP, P = page_table(rng, lens, ps, 1)
+    for b in range(B):
+        cs.set((b,), lens[b])
+    kd, vd = Tensor("float32", (B, HK)), Tensor("float32", (B, HK))
+    for hk in range(HK):
+        for b in range(B):
+            kd.set((b, hk), (1 + hk) * 2 / 448)
+            vd.set((b, hk), (2 - 0.5 * hk) * 2 / 448)
+    kc = F8Tensor((P, ps, HK, D), kd, 2, batch_axis=None)
+    vc = F8Tensor((P, ps, HK, D), vd, 2, batch_axis=None)
+    for t in (kc, vc):
+        for idx in indices(t.shape):
+            t.set(idx, rng.gauss(0, 1))
+    q = randn(rng, "float16", (B, Nq, H, D))
+    out = Tensor("float16", (B, Nq, H, D))
+    kiln.attention_with_kvcache(q, kc, vc, cache_seqlens=cs, block_table=bt, causal=True,
+                                out=out, k_descale=kd, v_descale=vd)
+    err = 0.0
+    for b in range(B):
+        for h in range(H):
+            hk = h // (H // HK)
+            for i in range(Nq):
+                diag = i + lens[b] - Nq
+                js = [j for j in range(lens[b]) if j <= diag]
+                kv = lambda t, j, d: t.get((bt.get((b, j // ps)), j % ps, hk, d))
+                s = [sum(q.get((b, i, h, d)) * kv(kc, j, d) for d in range(D)) / math.sqrt(D)
+                     for j in js]
+                m = max(s) if s else 0.0
+                p = [math.exp(x - m) for x in s]
+                for d in range(D):
+                    want = sum(pj * kv(vc, j, d) for pj, j in zip(p, js)) / sum(p) if p else 0.0
+                    err = max(err, abs(out.get((b, i, h, d)) - want))
+    check("attention_with_kvcache fp8 e4m3 pages, f16 q", err <= TOL["float16"],
+          "max|dO| %.2e" % err)
+    a = Tensor("float16", (1, 1, 4, 16))
+    expect_error("descale without fp8", kiln.ERR_INVALID,
+                 lambda: kiln.attention(a, a, a, out=a, k_descale=kd), "not fp8")
+
+
 def expect_error(name, status, fn, needle=""):
     try:
         fn()
@@ -534,6 +663,7 @@ def main():
     varlen(rng)
     backward(rng)
     paged(rng)
+    fp8(rng)
 
     # the low-level API: one context, memo, info, stats
     with kiln.Context(device="host", cache_dir=cache) as ctx:

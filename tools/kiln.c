@@ -138,6 +138,8 @@ static void usage(FILE *f) {
         "                          (the tuning records \"config=tuned\" reads)\n"
         "kernel options:\n"
         "  --dtype f16|bf16|f32  --head-dim D  --batch B  --heads H  --kv-heads HK\n"
+        "  --q-dtype FP8 --kv-dtype FP8 (fp8 inputs with descale factors: f8e4m3, f8e5m2,\n"
+        "                   f8e4m3fnuz, f8e5m2fnuz; computed in --dtype f16|bf16)\n"
         "  --seqlen-q N  --seqlen-k M  --causal  --block-m BM  --block-n BN\n"
         "  --warps W  --stages S (not on the API path)  --seed S  --repeats R  --ir FILE.tile\n"
         "  --mma sync|wgmma (sm_90a: the dots as wgmma.mma_async; block_m = 16 x warps)\n"
@@ -192,6 +194,18 @@ static int parse_u64(const char *opt, const char *s, unsigned long long *out) {
   }
   *out = v;
   return 0;
+}
+
+/* --q-dtype / --kv-dtype: an fp8 format, the inputs' element type (docs/serving.md) */
+static int parse_fp8(const char *opt, const char *s, kiln_dtype *out) {
+  for (kiln_dtype t = KILN_F8E4M3; t <= KILN_F8E5M2FNUZ; t++)
+    if (!strcmp(s, kiln_dtype_name(t))) {
+      *out = t;
+      return 0;
+    }
+  fprintf(stderr, "kiln: error: %s: unknown fp8 format '%s' (expected f8e4m3, f8e5m2, "
+          "f8e4m3fnuz or f8e5m2fnuz)\n", opt, s);
+  return -1;
 }
 
 static int parse_dtype(const char *s, kiln_dtype *out) {
@@ -446,6 +460,9 @@ static int parse_options(int argc, char **argv, int first, options *o) {
       i++;
     } else if (!strcmp(a, "--dtype") && v) {
       if (parse_dtype(v, &o->desc.dtype)) return -1;
+      i++;
+    } else if ((!strcmp(a, "--q-dtype") || !strcmp(a, "--kv-dtype")) && v) {
+      if (parse_fp8(a, v, a[2] == 'q' ? &o->desc.q_dtype : &o->desc.kv_dtype)) return -1;
       i++;
     } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage(stdout);
@@ -738,6 +755,28 @@ static void fill_random(kn_scalar t, void *buf, double *twin, size_t n, unsigned
   }
 }
 
+/* fp8 inputs (docs/serving.md): the descale factor of tensor w (0 q, 1 k, 2 v) of kv head hk in
+ * format t, the same for every batch: raw values span about a quarter of the format's range
+ * times 1..1.5 */
+static double run_descale(kn_scalar t, int w, int hk) {
+  return 4.0 * (1.0 + 0.25 * ((hk + w) % 3)) / kn_max_finite(t);
+}
+
+/* fill_random for fp8 tensor w of the run: N(0,1) values quantised with the descale of each
+ * element's kv head, the twins dequantised.  Head of element i: (b, h, row, D) dense, (token,
+ * h, D) varlen and paged pools; q heads map to kv heads by the group. */
+static void fill_fp8(kn_scalar t, int w, void *buf, double *twin, size_t n, bool by_row,
+                     int64_t rows, int heads, int group, int D, unsigned long long *s) {
+  for (size_t i = 0; i < n; i++) {
+    int64_t h = by_row ? (int64_t)(i / (size_t)D) % heads
+                       : (int64_t)(i / ((size_t)rows * (size_t)D)) % heads;
+    double ds = run_descale(t, w, (int)(h / group));
+    uint8_t byte = (uint8_t)kn_encode(t, rng_normal(s) / ds);
+    ((uint8_t *)buf)[i] = byte;
+    twin[i] = kn_decode(t, byte) * ds;
+  }
+}
+
 /* ---- commands ----------------------------------------------------------------------------- */
 
 /* a compiled target by name ("auto": the best device present); NULL after a message */
@@ -937,8 +976,8 @@ static void inputs_free(run_inputs *in) {
 static int inputs_make(const options *o, run_inputs *in) {
   const kn_attn_problem *p = &o->prob;
   const int D = o->attn.head_dim;
-  kn_scalar dt = o->attn.dtype;
-  size_t es = kn_scalar_size(dt);
+  kn_scalar dt = o->attn.dtype, qt = kn_attn_q_type(&o->attn), kt = kn_attn_kv_type(&o->attn);
+  size_t es = kn_scalar_size(dt), qs = kn_scalar_size(qt), ks = kn_scalar_size(kt);
   memset(in, 0, sizeof *in);
   /* rows of the buffers: batch x length, or the packed tokens of a varlen run */
   const bool varlen = o->attn.layout == KN_ATTN_VARLEN;
@@ -949,7 +988,7 @@ static int inputs_make(const options *o, run_inputs *in) {
   in->nq = rq * p->heads * D;
   in->nk = rk * p->kv_heads * D;
   in->nl = rq * p->heads;
-  in->q = malloc(in->nq * es), in->k = malloc(in->nk * es), in->v = malloc(in->nk * es);
+  in->q = malloc(in->nq * qs + 1), in->k = malloc(in->nk * ks + 1), in->v = malloc(in->nk * ks + 1);
   in->out = calloc(in->nq, es), in->lse = calloc(in->nl, sizeof(float));
   in->qd = malloc(in->nq * 8), in->kd = malloc(in->nk * 8), in->vd = malloc(in->nk * 8);
   if (!in->q || !in->k || !in->v || !in->out || !in->lse || !in->qd || !in->kd || !in->vd) {
@@ -958,9 +997,21 @@ static int inputs_make(const options *o, run_inputs *in) {
     return -1;
   }
   unsigned long long s = o->seed;
-  fill_random(dt, in->q, in->qd, in->nq, &s);
-  fill_random(dt, in->k, in->kd, in->nk, &s);
-  fill_random(dt, in->v, in->vd, in->nk, &s);
+  const int group = p->heads / p->kv_heads;
+  const bool dense_k = o->attn.layout == KN_ATTN_DENSE;
+  const bool dense_q = o->attn.layout != KN_ATTN_VARLEN;
+  if (kn_scalar_is_fp8(qt))
+    fill_fp8(qt, 0, in->q, in->qd, in->nq, !dense_q, p->seqlen_q, p->heads, group, D, &s);
+  else
+    fill_random(qt, in->q, in->qd, in->nq, &s);
+  for (int w = 1; w < 3; w++) {
+    void *b = w == 1 ? in->k : in->v;
+    double *tw = w == 1 ? in->kd : in->vd;
+    if (kn_scalar_is_fp8(kt))
+      fill_fp8(kt, w, b, tw, in->nk, !dense_k, p->seqlen_k, p->kv_heads, 1, D, &s);
+    else
+      fill_random(kt, b, tw, in->nk, &s);
+  }
   return 0;
 }
 
@@ -1005,6 +1056,7 @@ static void print_timing(const options *o, const char *had, double best_ms, cons
  * tensors behind them (with their bytes: the interpreter, the emulator and --check-bounds check
  * accesses against them) */
 typedef struct variant_values {
+  const float *descale[3];  /* fp8 inputs: q, k, v (B, HK), among buf[] */
   kn_attn_vargs va;
   kn_attn_named_arg named[16];
   char kind[16];        /* of each named value: 'i', 'f' or 'p' */
@@ -1044,6 +1096,17 @@ static int variant_make(const options *o, const kn_attn_sig *sig, variant_values
   if (missing) {
     fprintf(stderr, "kiln: error: the kernel's variant needs %s\n", missing);
     return -1;
+  }
+  /* fp8 inputs: the descales inputs_make quantised with (run_descale), as (B, HK) tensors */
+  const kn_scalar in_t[3] = {kn_attn_q_type(d), kn_attn_kv_type(d), kn_attn_kv_type(d)};
+  for (int w = 0; w < 3 && kn_attn_is_fp8(d); w++) {
+    if (!kn_scalar_is_fp8(in_t[w])) continue;
+    float *ds = variant_buf(vv, sizeof(float) * (size_t)B * (size_t)p->kv_heads);
+    if (!ds) goto oom;
+    for (int b = 0; b < B; b++)
+      for (int hk = 0; hk < p->kv_heads; hk++)
+        ds[b * p->kv_heads + hk] = (float)run_descale(in_t[w], w, hk);
+    vv->descale[w] = ds;
   }
   va->window_left = o->var.window_left, va->window_right = o->var.window_right;
   va->softcap = (float)o->var.softcap_value;
@@ -1209,11 +1272,17 @@ static int run_direct(options *o, const kn_target *t) {
   int grid[3];
   variant_values vv = {0};
   kn_diag fd = {0};
-  kn_region regions[5 + 24 + 2] = {{in.q, in.nq * es}, {in.k, in.nk * es}, {in.v, in.nk * es},
+  const size_t qs = kn_scalar_size(kn_attn_q_type(&o->attn)),
+               ks = kn_scalar_size(kn_attn_kv_type(&o->attn));
+  kn_region regions[5 + 24 + 2] = {{in.q, in.nq * qs}, {in.k, in.nk * ks}, {in.v, in.nk * ks},
                                {in.out, in.nq * es}, {in.lse, in.nl * sizeof(float)}};
   int nregions = 5;
   kn_module *ref_mods = o->var.ref_from_library ? NULL : m;
-  if (variant_make(o, &o->var.sig, &vv) ||
+  int vrc = variant_make(o, &o->var.sig, &vv);
+  /* fp8 inputs: the kernel reads the descales (among the variant's buffers) */
+  o->prob.q_descale = vv.descale[0], o->prob.k_descale = vv.descale[1];
+  o->prob.v_descale = vv.descale[2];
+  if (vrc ||
       kn_attn_fill_args(&o->attn, &o->var.sig, &o->cfg, &o->prob, in.q, in.k, in.v, in.out, in.lse,
                         &vv.va, args, grid, &fd)) {
     if (fd.message[0]) fprintf(stderr, "kiln: error: %s\n", fd.message); /* a missing value */
@@ -1307,6 +1376,8 @@ static kiln_attn_args attn_args(const options *o, const variant_values *vv, cons
     a.q_seg_stride = va->q_seg_sb, a.k_seg_stride = va->k_seg_sb;
   }
   if (d->prefix) a.prefix_len = va->prefix_len;
+  a.q_descale = mapped(pm, vv->descale[0]), a.k_descale = mapped(pm, vv->descale[1]);
+  a.v_descale = mapped(pm, vv->descale[2]);
   if (d->layout == KN_ATTN_VARLEN) {
     a.cu_seqlens_q = mapped(pm, p->cu_seqlens_q), a.cu_seqlens_k = mapped(pm, p->cu_seqlens_k);
     a.total_q = p->total_q, a.total_k = p->total_k;
@@ -1366,6 +1437,7 @@ static int upload_variants(kn_cuda_device *dev, const variant_values *vv, kn_cud
 static int forward_cuda(const options *o, const variant_values *vv, kiln_kernel *k, int ordinal,
                         run_inputs *in, double *best_ms) {
   size_t es = kn_scalar_size(o->attn.dtype), nq = in->nq, nk = in->nk, nl = in->nl;
+  size_t qs = kn_scalar_size(kn_attn_q_type(&o->attn)), ks = kn_scalar_size(kn_attn_kv_type(&o->attn));
   kn_cuda_device *dev = NULL;
   kn_cuda_event ev[2] = {NULL, NULL};
   kn_cuda_ptr dq = 0, dk = 0, dv = 0, dout = 0, dl = 0, dvar[26] = {0};
@@ -1375,12 +1447,12 @@ static int forward_cuda(const options *o, const variant_values *vv, kiln_kernel 
   kiln_status s = KILN_OK;
   int rc = EXIT_FAIL;
   *best_ms = INFINITY;
-  if (kn_cuda_device_open(ordinal, &dev, &e) || kn_cuda_alloc(dev, nq * es, &dq, &e) ||
-      kn_cuda_alloc(dev, nk * es, &dk, &e) || kn_cuda_alloc(dev, nk * es, &dv, &e) ||
+  if (kn_cuda_device_open(ordinal, &dev, &e) || kn_cuda_alloc(dev, nq * qs, &dq, &e) ||
+      kn_cuda_alloc(dev, nk * ks, &dk, &e) || kn_cuda_alloc(dev, nk * ks, &dv, &e) ||
       kn_cuda_alloc(dev, nq * es, &dout, &e) || kn_cuda_alloc(dev, nl * sizeof(float), &dl, &e) ||
-      kn_cuda_copy_htod(dev, dq, in->q, nq * es, &e) ||
-      kn_cuda_copy_htod(dev, dk, in->k, nk * es, &e) ||
-      kn_cuda_copy_htod(dev, dv, in->v, nk * es, &e) ||
+      kn_cuda_copy_htod(dev, dq, in->q, nq * qs, &e) ||
+      kn_cuda_copy_htod(dev, dk, in->k, nk * ks, &e) ||
+      kn_cuda_copy_htod(dev, dv, in->v, nk * ks, &e) ||
       kn_cuda_memset8(dev, dout, 0xff, nq * es, &e) ||
       kn_cuda_memset8(dev, dl, 0xff, nl * sizeof(float), &e) ||
       kn_cuda_event_create(dev, &ev[0], &e) || kn_cuda_event_create(dev, &ev[1], &e))
@@ -1742,9 +1814,10 @@ static int run_backward(options *o) {
   const kn_target *named = kn_target_get(tg);
   bool api = !strcmp(tg, "host") || !strcmp(tg, "auto") || (named && named->arch->isa == KN_ISA_NVPTX);
   if (o->ir_file || o->check_bounds || o->stages || o->wgmma ||
-      o->attn.layout != KN_ATTN_DENSE || o->desc.layout) {
+      o->attn.layout != KN_ATTN_DENSE || o->desc.layout || o->desc.q_dtype || o->desc.kv_dtype) {
     fprintf(stderr, "kiln: error: --backward runs the backward template: not with --ir, "
-            "--check-bounds, --stages, --mma wgmma, --varlen or --paged\n");
+            "--check-bounds, --stages, --mma wgmma, --varlen, --paged, --q-dtype or "
+            "--kv-dtype\n");
     return EXIT_USAGE;
   }
   if (!api && (o->cache_dir || o->no_cache || o->tune)) {

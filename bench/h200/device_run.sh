@@ -27,6 +27,9 @@
 #                       "--paged": the same table through a paged KV cache of 16-row pages,
 #                       "--page-size P" for others, paged and dense side by side);
 #                       step decode also runs `sdpa_anchor.py --decode` (FA2, cuDNN)
+#   step "fp8"          kiln_decode_bench --fp8 $KILN_FP8_FORMAT (default f8e4m3) $KILN_FP8_ARGS
+#                       (e.g. "--quick"): fp8 inputs checked against float64, then prefill and
+#                       decode (dense and paged fp8 KV) beside the f16 kernels
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -250,6 +253,18 @@ if want decode; then
   step "sdpa decode anchor" "$out/sdpa_decode.log" 420 env PYTHONUNBUFFERED=1 python3 \
     "$here/sdpa_anchor.py" --decode --csv "$out/sdpa_decode.csv"
   grep -E "^(\||# )" "$out/sdpa_decode.log" >>"$summary"
+fi
+# ---- fp8 inputs (issue 12, docs/serving.md): kiln_decode_bench --fp8, checks then times ----
+if want fp8; then
+  if [ -x "$bin/kiln_decode_bench" ]; then
+    # shellcheck disable=SC2086
+    step "kiln fp8" "$out/fp8.log" 540 "$bin/kiln_decode_bench" --fp8 "${KILN_FP8_FORMAT:-f8e4m3}" \
+      ${KILN_FP8_ARGS:-}
+    grep -E "^(\||# |PASS|FAIL)" "$out/fp8.log" >>"$summary"
+  else
+    note "FAIL  kiln_decode_bench: not in the pack"
+    failed=$((failed + 1))
+  fi
 fi
 
 # ---- the Python binding on torch CUDA tensors: forward and autograd backward vs float64 ----

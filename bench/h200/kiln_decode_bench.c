@@ -31,7 +31,18 @@
  *     paged shapes (empty sequences, length 1, page boundaries, Nq 4, a table with an unused
  *     tail entry).  The prefill kernel's column is left out in this mode.
  *
+ * (e) --fp8 FMT (f8e4m3 on NVIDIA; any of kiln's fp8 formats): fp8 inputs (docs/serving.md,
+ *     "fp8 inputs and KV pages") instead of the tables above.  Checks first, through the API,
+ *     against float64 on the dequantised inputs (per-(batch, kv head) descales, a NaN-filled
+ *     output): dense prefill with q, k, v in fp8 (ragged, causal), a decode call (q f16, kv fp8:
+ *     the prefill kernel serves it), a paged call over shuffled fp8 pages.  Then times: prefill
+ *     B 4 x 32/8 heads x N {4k, 16k} (causal off / on) with q, k, v fp8 beside the f16 kernel
+ *     (TFLOP/s, 4 B H N^2 D, halved for causal), and decode B {1, 16, 64} x Nk {4k, 32k} with an
+ *     f16 q over fp8 KV, dense and paged (pages of 16), beside f16 split-KV decode (TB/s of
+ *     unique KV bytes: fp8 counts one byte an element).
+ *
  *   kiln_decode_bench [--quick] [--repeats R] [--sweep] [--tune] [--paged [--page-size P]]
+ *                     [--fp8 FMT]
  * Exit status: 0 when every check passed and every launch ran, 1 otherwise.
  */
 #ifndef _GNU_SOURCE
@@ -105,6 +116,21 @@ static void set_splits(int s) {
   else unsetenv("KILN_DECODE_SPLITS");
 }
 
+/* the largest |o - od| (f16 o) and |lse - ld| (an infinite lse equal to the reference's: 0);
+ * NaN counts as infinite */
+static void max_errs(const uint16_t *o, const double *od, size_t n_q, const float *lse,
+                     const double *ld, size_t n_l, double *err, double *lerr) {
+  *err = *lerr = 0;
+  for (size_t i = 0; i < n_q; i++) {
+    double x = fabs(kn_load_elem(KN_F16, o + i) - od[i]);
+    if (!(x <= *err)) *err = isnan(x) ? INFINITY : x;
+  }
+  for (size_t i = 0; i < n_l; i++) {
+    double x = isinf(ld[i]) && lse[i] == ld[i] ? 0 : fabs(lse[i] - ld[i]);
+    if (!(x <= *lerr)) *lerr = isnan(x) ? INFINITY : x;
+  }
+}
+
 /* (a) one decode call against float64; false on FAIL */
 static bool check(kiln_kernel *kern, int B, int h, int hk, int nq, int nk, int causal, int splits,
                   uint64_t seed) {
@@ -148,15 +174,7 @@ static bool check(kiln_kernel *kern, int B, int h, int hk, int nq, int nk, int c
       kn_attn_problem p = {.batch = B, .heads = h, .kv_heads = hk, .seqlen_q = nq,
                            .seqlen_k = nk};
       kn_attn_reference(&in, &p, qd, kd, vd, od, ld);
-      err = lerr = 0;
-      for (size_t i = 0; i < n_q; i++) {
-        double x = fabs(kn_load_elem(KN_F16, o + i) - od[i]);
-        if (!(x <= err)) err = isnan(x) ? INFINITY : x;
-      }
-      for (size_t i = 0; i < n_l; i++) {
-        double x = isinf(ld[i]) && lse[i] == ld[i] ? 0 : fabs(lse[i] - ld[i]);
-        if (!(x <= lerr)) lerr = isnan(x) ? INFINITY : x;
-      }
+      max_errs(o, od, n_q, lse, ld, n_l, &err, &lerr);
     }
   }
   bool pass = err <= kn_attn_tolerance(KN_F16) && lerr <= 4 * kn_attn_lse_tolerance(KN_F16);
@@ -451,9 +469,283 @@ static kiln_context *context(int block_n) {
   return ctx;
 }
 
+/* ---- (e) fp8 inputs ---- */
+
+static kn_cuda_ptr upload(const void *h, size_t n) {
+  kn_cuda_ptr p = dalloc(n ? n : 4);
+  kn_diag e;
+  if (p && n && kn_cuda_copy_htod(dev, p, h, n, &e)) {
+    fprintf(stderr, "cuda: %s\n", e.message);
+    failures++;
+  }
+  return p;
+}
+
+/* random N(0,1) values quantised into fmt with the descale of each element's (b, hk) (of
+ * ds, (B, HK)); deq gets the dequantised values.  Element i's (b, head): contiguous
+ * (B, heads, rows, D), or (owner of its page, (i / D) % heads) for a pool of pages */
+static void fp8_fill(kn_scalar fmt, uint8_t *raw, double *deq, size_t n, int heads, int group,
+                     int64_t rows, const int *page_owner, int64_t page_rows, const float *ds,
+                     uint64_t *s) {
+  for (size_t i = 0; i < n; i++) {
+    int64_t b, h;
+    if (page_owner) {
+      int64_t page = (int64_t)(i / ((size_t)page_rows * heads * D));
+      b = page_owner[page] < 0 ? 0 : page_owner[page], h = (int64_t)(i / D) % heads;
+    } else {
+      b = (int64_t)(i / ((size_t)heads * rows * D)), h = (int64_t)(i / ((size_t)rows * D)) % heads;
+    }
+    double scale = ds[b * HK + h / group];
+    raw[i] = (uint8_t)kn_encode(fmt, normal(s) / scale);
+    deq[i] = kn_decode(fmt, raw[i]) * scale;
+  }
+}
+
+/* one fp8 call through the API against float64: layout dense (q, k, v fp8 when qf8, else q f16)
+ * or paged (pages of 16 over shuffled pool pages, q f16); false on FAIL */
+static bool fp8_check(kiln_context *ctx, kn_scalar fmt, kiln_dtype pfmt, bool paged, bool qf8,
+                      int B, int nq, int nk, int causal, uint64_t seed) {
+  const int PS = 16, MP = (nk + PS - 1) / PS + 1, NP = B * MP + 1;
+  kiln_attn_desc pd = {.dtype = KILN_F16, .head_dim = D, .causal = causal, .has_lse = 1,
+                       .layout = paged ? KILN_LAYOUT_PAGED : KILN_LAYOUT_DENSE,
+                       .q_dtype = qf8 ? pfmt : 0, .kv_dtype = pfmt};
+  kiln_kernel *kern;
+  if (kiln_prepare(ctx, &pd, NULL, &kern)) {
+    printf("FAIL  fp8 prepare: %s\n", kiln_last_error());
+    failures++;
+    return false;
+  }
+  size_t n_q = (size_t)B * H * nq * D, n_l = (size_t)B * H * nq;
+  size_t n_k = paged ? (size_t)NP * PS * HK * D : (size_t)B * HK * nk * D;
+  uint8_t *q = malloc(n_q * 2), *k = malloc(n_k), *v = malloc(n_k);
+  uint16_t *o = malloc(n_q * 2);
+  float *lse = malloc(n_l * 4), ds[3][64 * HK];
+  double *qd = malloc(n_q * 8), *kd = malloc(n_k * 8), *vd = malloc(n_k * 8),
+         *od = malloc(n_q * 8), *ld = malloc(n_l * 8);
+  int32_t *table = malloc(sizeof(int32_t) * (size_t)(B * MP)), *lens = malloc(sizeof(int32_t) * (size_t)B);
+  int *owner = malloc(sizeof(int) * (size_t)NP);
+  if (!q || !k || !v || !o || !lse || !qd || !kd || !vd || !od || !ld || !table || !lens ||
+      !owner || B > 64) {
+    printf("# out of host memory\n");
+    failures++;
+    return false;
+  }
+  uint64_t s = seed | 1;
+  for (int w = 0; w < 3; w++)
+    for (int i = 0; i < B * HK; i++) ds[w][i] = (float)(4.0 * (0.7 + 0.1 * (i % 7)) / kn_max_finite(fmt));
+  for (int i = 0; i < NP; i++) owner[i] = -1;
+  int mul = 5;  /* pages in a scattered order: entry e names page e * mul mod NP, a permutation */
+  for (;; mul++) {
+    int a = mul, c = NP;
+    while (c) { int t = a % c; a = c; c = t; }
+    if (a == 1) break;
+  }
+  for (int b = 0; b < B; b++) {
+    lens[b] = nk;
+    for (int i = 0; i < MP; i++) table[b * MP + i] = (int32_t)((int64_t)(b * MP + i) * mul % NP);
+  }
+  if (paged)
+    for (int b = 0; b < B; b++)
+      for (int i = 0; i * PS < nk; i++) owner[table[b * MP + i]] = b;
+  if (qf8) fp8_fill(fmt, q, qd, n_q, H, H / HK, nq, NULL, 0, ds[0], &s);
+  else
+    for (size_t i = 0; i < n_q; i++)
+      kn_store_elem(KN_F16, (uint16_t *)q + i, normal(&s)), qd[i] = kn_load_elem(KN_F16, (uint16_t *)q + i);
+  fp8_fill(fmt, k, kd, n_k, HK, 1, nk, paged ? owner : NULL, PS, ds[1], &s);
+  fp8_fill(fmt, v, vd, n_k, HK, 1, nk, paged ? owner : NULL, PS, ds[2], &s);
+  kn_cuda_ptr dq = upload(q, n_q * (qf8 ? 1 : 2)), dk = upload(k, n_k), dv = upload(v, n_k),
+              dout = dalloc(n_q * 2), dl = dalloc(n_l * 4), dds[3], dt = upload(table, sizeof(int32_t) * (size_t)(B * MP)),
+              dlen = upload(lens, sizeof(int32_t) * (size_t)B);
+  for (int w = 0; w < 3; w++) dds[w] = upload(ds[w], sizeof(float) * (size_t)(B * HK));
+  kn_diag e;
+  double err = INFINITY, lerr = INFINITY;
+  if (dq && dk && dv && dout && dl && !kn_cuda_memset8(dev, dout, 0xff, n_q * 2, &e) &&
+      !kn_cuda_memset8(dev, dl, 0xff, n_l * 4, &e)) {
+    kiln_attn_args a = {.q = (void *)(uintptr_t)dq, .k = (void *)(uintptr_t)dk,
+                        .v = (void *)(uintptr_t)dv, .o = (void *)(uintptr_t)dout,
+                        .lse = (float *)(uintptr_t)dl, .batch = B, .heads = H, .kv_heads = HK,
+                        .seqlen_q = nq, .seqlen_k = nk,
+                        .q_descale = qf8 ? (const float *)(uintptr_t)dds[0] : NULL,
+                        .k_descale = (const float *)(uintptr_t)dds[1],
+                        .v_descale = (const float *)(uintptr_t)dds[2]};
+    if (paged) {
+      a.seqlen_k = 0, a.block_table = (const int32_t *)(uintptr_t)dt;
+      a.cache_seqlens = (const int32_t *)(uintptr_t)dlen, a.page_size = PS, a.num_pages = NP;
+      a.max_pages = MP;
+    }
+    kiln_status st = kiln_forward(kern, &a, NULL);
+    if (st) fprintf(stderr, "kiln: %s\n", kiln_last_error());
+    if (!st && !kn_cuda_device_sync(dev, &e) && !kn_cuda_copy_dtoh(dev, o, dout, n_q * 2, &e) &&
+        !kn_cuda_copy_dtoh(dev, lse, dl, n_l * 4, &e)) {
+      kn_attn_desc in;
+      api_desc_from_public(&pd, &in);
+      kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = nq,
+                           .seqlen_k = paged ? MP * PS : nk, .block_table = table,
+                           .cache_seqlens = lens, .page_size = PS, .num_pages = NP,
+                           .max_pages = MP};
+      kn_attn_reference(&in, &p, qd, kd, vd, od, ld);
+      max_errs(o, od, n_q, lse, ld, n_l, &err, &lerr);
+    }
+  }
+  bool pass = err <= kn_attn_tolerance(KN_F16) && lerr <= 4 * kn_attn_lse_tolerance(KN_F16);
+  failures += !pass;
+  printf("%s  fp8 %s %s B%d H%d/%d Nq %d Nk %d causal %d q %s: max|dO| %.3g (tol %.0e) "
+         "max|dlse| %.3g\n", pass ? "PASS" : "FAIL", kn_scalar_name(fmt), paged ? "paged" : "dense",
+         B, H, HK, nq, nk, causal, qf8 ? "fp8" : "f16", err, kn_attn_tolerance(KN_F16), lerr);
+  fflush(stdout);
+  kn_cuda_ptr bufs[] = {dq, dk, dv, dout, dl, dds[0], dds[1], dds[2], dt, dlen};
+  for (int i = 0; i < 10; i++)
+    if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
+  free(q), free(k), free(v), free(o), free(lse), free(qd), free(kd), free(vd), free(od), free(ld);
+  free(table), free(lens), free(owner);
+  return pass;
+}
+
+/* median ms of kern on (B, nq, nk): kv element bytes kvb (1: fp8), q bytes qb; paged: pages of
+ * 16 in order; descales of 1 when fp8 */
+static double fp8_timed(kiln_kernel *kern, bool paged, int qb, int kvb, int B, int nq, int nk,
+                        int repeats) {
+  const int PS = 16, MP = (nk + PS - 1) / PS;
+  size_t kv = (size_t)B * HK * nk * D * (size_t)kvb, qn = (size_t)B * H * nq * D;
+  kn_cuda_ptr q = dalloc(qn * (size_t)qb), o = dalloc(qn * 2), l = dalloc((size_t)B * H * nq * 4),
+              k = dalloc(kv), v = dalloc(kv), dt = 0, dlen = 0, dds = 0;
+  int32_t *table = malloc(sizeof(int32_t) * (size_t)B * MP), *lens = malloc(sizeof(int32_t) * (size_t)B);
+  float *ones = malloc(sizeof(float) * (size_t)B * HK);
+  kn_diag e;
+  double med = NAN;
+  kn_cuda_event ev[2] = {0};
+  for (int b = 0; b < B; b++) {
+    lens[b] = nk;
+    for (int i = 0; i < MP; i++) table[b * MP + i] = b * MP + i;
+  }
+  for (int i = 0; i < B * HK; i++) ones[i] = 1;
+  dt = upload(table, sizeof(int32_t) * (size_t)B * MP), dlen = upload(lens, sizeof(int32_t) * (size_t)B);
+  dds = upload(ones, sizeof(float) * (size_t)B * HK);
+  bool ok = q && o && l && k && v && dt && dlen && dds &&
+            !kn_cuda_memset8(dev, q, qb == 1 ? 0x30 : 0x3c, qn * (size_t)qb, &e) &&
+            !kn_cuda_memset8(dev, k, kvb == 1 ? 0x31 : 0x3b, kv, &e) &&
+            !kn_cuda_memset8(dev, v, kvb == 1 ? 0x32 : 0x3a, kv, &e) &&
+            !kn_cuda_event_create(dev, &ev[0], &e) && !kn_cuda_event_create(dev, &ev[1], &e);
+  double ms[64];
+  for (int r = -3; ok && r < repeats; r++) {
+    kiln_attn_args a = {.q = (void *)(uintptr_t)q, .k = (void *)(uintptr_t)k,
+                        .v = (void *)(uintptr_t)v, .o = (void *)(uintptr_t)o,
+                        .lse = (float *)(uintptr_t)l, .batch = B, .heads = H, .kv_heads = HK,
+                        .seqlen_q = nq, .seqlen_k = nk};
+    if (kvb == 1)
+      a.k_descale = a.v_descale = (const float *)(uintptr_t)dds;
+    if (qb == 1) a.q_descale = (const float *)(uintptr_t)dds;
+    if (paged) {
+      a.seqlen_k = 0, a.block_table = (const int32_t *)(uintptr_t)dt;
+      a.cache_seqlens = (const int32_t *)(uintptr_t)dlen, a.page_size = PS, a.num_pages = B * MP;
+      a.max_pages = MP;
+    }
+    float t;
+    if (kn_cuda_event_record(dev, ev[0], NULL, &e) || kiln_forward(kern, &a, NULL) ||
+        kn_cuda_event_record(dev, ev[1], NULL, &e) || kn_cuda_event_sync(dev, ev[1], &e) ||
+        kn_cuda_event_elapsed(dev, ev[0], ev[1], &t, &e)) {
+      fprintf(stderr, "launch failed: %s %s\n", kiln_last_error(), e.message);
+      ok = false;
+      break;
+    }
+    if (r >= 0) ms[r] = t;
+  }
+  if (ok) {
+    for (int i = 0; i < repeats; i++)
+      for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+        double x = ms[j];
+        ms[j] = ms[j - 1], ms[j - 1] = x;
+      }
+    med = ms[repeats / 2];
+  } else {
+    failures++;
+  }
+  for (int i = 0; i < 2; i++)
+    if (ev[i]) kn_cuda_event_destroy(dev, ev[i]);
+  kn_cuda_ptr bufs[] = {q, o, l, k, v, dt, dlen, dds};
+  for (int i = 0; i < 8; i++)
+    if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
+  free(table), free(lens), free(ones);
+  return med;
+}
+
+static int fp8_main(const char *name, bool quick, int repeats) {
+  int fi = -1;
+  static const kiln_dtype pubs[] = {KILN_F8E4M3, KILN_F8E5M2, KILN_F8E4M3FNUZ, KILN_F8E5M2FNUZ};
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(name, kiln_dtype_name(pubs[i]))) fi = i;
+  if (fi < 0) {
+    fprintf(stderr, "--fp8 expects f8e4m3, f8e5m2, f8e4m3fnuz or f8e5m2fnuz, not '%s'\n", name);
+    return 2;
+  }
+  const kn_scalar fmt = (kn_scalar)(KN_F8E4M3 + fi);
+  kiln_context *ctx = context(0);
+  printf("# kiln %s on %s (%s, %d SMs): fp8 inputs %s\n", kiln_version(),
+         kiln_context_device_name(ctx), kiln_context_target(ctx), ctx->compute_units, name);
+  const kiln_dtype pf = pubs[fi];
+  bool ok = fp8_check(ctx, fmt, pf, false, true, 1, 1000, 1000, 1, 11) &
+            fp8_check(ctx, fmt, pf, false, true, 2, 77, 300, 0, 12) &
+            fp8_check(ctx, fmt, pf, false, false, 3, 1, 4097, 0, 13) &
+            fp8_check(ctx, fmt, pf, true, false, 3, 1, 1000, 1, 14) &
+            fp8_check(ctx, fmt, pf, true, false, 2, 4, 4097, 1, 15);
+  if (!ok) {
+    printf("# fp8 checks failed: nothing timed\n");
+    kiln_context_destroy(ctx);
+    return 1;
+  }
+  kiln_kernel *kf[2], *k8[2], *kv8, *kp8, *kdec, *kp16;
+  for (int c = 0; c < 2; c++) {
+    kiln_attn_desc a = desc_of(c), b = desc_of(c);
+    b.q_dtype = b.kv_dtype = pf;
+    if (kiln_prepare(ctx, &a, NULL, &kf[c]) || kiln_prepare(ctx, &b, NULL, &k8[c])) goto fail;
+  }
+  kiln_attn_desc dv = desc_of(0), dp = desc_of(0), dp16 = desc_of(0);
+  dv.kv_dtype = pf, dp.kv_dtype = pf, dp.layout = KILN_LAYOUT_PAGED, dp16.layout = KILN_LAYOUT_PAGED;
+  kiln_attn_desc dd = desc_of(0);
+  if (kiln_prepare(ctx, &dv, NULL, &kv8) || kiln_prepare(ctx, &dp, NULL, &kp8) ||
+      kiln_prepare(ctx, &dd, NULL, &kdec) || kiln_prepare(ctx, &dp16, NULL, &kp16))
+    goto fail;
+  printf("\n| prefill B 4, 32/8 heads, D 128 | N | causal | f16 ms | f16 TFLOP/s | %s q,k,v ms | "
+         "%s TFLOP/s |\n|---|---|---|---|---|---|---|\n", name, name);
+  static const int Np[] = {4096, 16384};
+  for (int n = 0; n < (quick ? 1 : 2); n++)
+    for (int c = 0; c < 2; c++) {
+      double f = 4.0 * 4 * H * (double)Np[n] * Np[n] * D * (c ? 0.5 : 1.0);
+      double m16 = fp8_timed(kf[c], false, 2, 2, 4, Np[n], Np[n], quick ? 3 : 7);
+      double m8 = fp8_timed(k8[c], false, 1, 1, 4, Np[n], Np[n], quick ? 3 : 7);
+      printf("| | %d | %d | %.3f | %.1f | %.3f | %.1f |\n", Np[n], c, m16, f / m16 / 1e9, m8,
+             f / m8 / 1e9);
+      fflush(stdout);
+    }
+  printf("\n| decode B | Nk | f16 split-KV ms | TB/s | f16 paged ms | TB/s | %s KV dense ms | "
+         "TB/s | %s paged ms | TB/s |\n|---|---|---|---|---|---|---|---|---|---|\n", name, name);
+  static const int Bs[] = {1, 16, 64}, Ns[] = {4096, 32768};
+  for (int b = 0; b < (quick ? 2 : 3); b++)
+    for (int n = 0; n < 2; n++) {
+      double bytes16 = 2.0 * Bs[b] * HK * (double)Ns[n] * D * 2, bytes8 = bytes16 / 2;
+      double md = fp8_timed(kdec, false, 2, 2, Bs[b], 1, Ns[n], repeats);
+      double mp = fp8_timed(kp16, true, 2, 2, Bs[b], 1, Ns[n], repeats);
+      double mv = fp8_timed(kv8, false, 2, 1, Bs[b], 1, Ns[n], repeats);
+      double m8 = fp8_timed(kp8, true, 2, 1, Bs[b], 1, Ns[n], repeats);
+      printf("| %d | %d | %.4f | %.2f | %.4f | %.2f | %.4f | %.2f | %.4f | %.2f |\n", Bs[b], Ns[n],
+             md, bytes16 / md / 1e9, mp, bytes16 / mp / 1e9, mv, bytes8 / mv / 1e9, m8,
+             bytes8 / m8 / 1e9);
+      fflush(stdout);
+    }
+  kiln_context_destroy(ctx);
+  kn_cuda_device_close(dev);
+  printf("# failures: %d\n", failures);
+  return failures ? 1 : 0;
+fail:
+  printf("# prepare: %s\n", kiln_last_error());
+  kiln_context_destroy(ctx);
+  return 1;
+}
+
 int main(int argc, char **argv) {
   int repeats = 20, page = 16;
   bool quick = false, sweep = false, tune = false, paged = false;
+  const char *fp8 = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = true, repeats = 5;
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
@@ -461,9 +753,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--tune")) tune = true;
     else if (!strcmp(argv[i], "--paged")) paged = true;
     else if (!strcmp(argv[i], "--page-size") && i + 1 < argc) page = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--fp8") && i + 1 < argc) fp8 = argv[++i];
     else {
       fprintf(stderr, "usage: %s [--quick] [--repeats R] [--sweep] [--tune] [--paged "
-              "[--page-size P]]\n", argv[0]);
+              "[--page-size P]] [--fp8 FMT]\n", argv[0]);
       return 2;
     }
   }
@@ -481,6 +774,7 @@ int main(int argc, char **argv) {
   void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
   if (h) *(void **)&fake_attn = dlsym(h, "kn_fake_cuda_attn");
   if (h) *(void **)&fake_paged = dlsym(h, "kn_fake_cuda_attn_paged");
+  if (fp8) return fp8_main(fp8, quick, repeats);
   kiln_context *ctx = context(0);
   printf("# kiln %s on %s (%s, %d SMs)\n", kiln_version(), kiln_context_device_name(ctx),
          kiln_context_target(ctx), ctx->compute_units);

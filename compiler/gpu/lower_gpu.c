@@ -22,7 +22,9 @@
  *
  * Operations.  Every op of ops.def is lowered (each switch over opcodes names them all; the
  * families come from op_cases.h), on the element types the interpreter has, except arithmetic
- * on fp8 values (an error: fp8 tiles are loaded, stored, selected and fed to dot).
+ * on fp8 values (an error: fp8 tiles are loaded, stored, selected, fed to dot and cast to a
+ * wider float, exactly: by the leaf table's fp8_to_f16 where the target has an instruction,
+ * else in integer ops, fp8_to_f32).
  *  - elementwise ops, compare, select, cast: per register.  Float functions are computed in
  *    f32 as the op's math entry in ops.def says (llvm.<name>.f32, which a target may replace by
  *    its own leaf, NVPTX's .approx units; or kiln's expansion: rsqrt, tanh from exp2) and
@@ -743,9 +745,49 @@ static LLVMValueRef int_to_bf16(G *g, kn_scalar from, LLVMValueRef x) {
   return LLVMBuildFPTrunc(B, f, g->bf16, "");
 }
 
+/* An fp8 byte (i8) -> f32, exactly, in integer ops (every GPU target, the emulated ones
+ * included: no conversion instruction is assumed).  e5m2 is the top byte of an f16; the others
+ * are rebuilt field by field: a normal number's exponent rebiased into f32's, a subnormal as
+ * m * 2^(1 - bias - mbits) (no f32 denormal is made, so flushing modes cannot change it), and
+ * the NaN (and e5m2's infinities) of each encoding (ir/numeric.c: e4m3 S.1111.111, fnuz 0x80). */
+static LLVMValueRef fp8_to_f32(G *g, kn_scalar s, LLVMValueRef x) {
+  if (s == KN_F8E5M2) {
+    LLVMValueRef h = LLVMBuildShl(g->B, LLVMBuildZExt(g->B, x, g->i16, ""),
+                                  LLVMConstInt(g->i16, 8, 0), "");
+    return LLVMBuildFPExt(g->B, LLVMBuildBitCast(g->B, h, g->f16, ""), g->f32, "");
+  }
+  const int eb = s == KN_F8E5M2FNUZ ? 5 : 4, mb = 7 - eb;
+  const int bias = s == KN_F8E4M3 ? 7 : s == KN_F8E4M3FNUZ ? 8 : 16;
+  LLVMBuilderRef B = g->B;
+  LLVMValueRef u = LLVMBuildZExt(B, x, g->i32, "");
+  LLVMValueRef sign = LLVMBuildShl(B, LLVMBuildAnd(B, u, ci32(g, 0x80), ""), ci32(g, 24), "");
+  LLVMValueRef e = LLVMBuildAnd(B, LLVMBuildLShr(B, u, ci32(g, mb), ""), ci32(g, (1 << eb) - 1), "");
+  LLVMValueRef m = LLVMBuildAnd(B, u, ci32(g, (1 << mb) - 1), "");
+  LLVMValueRef nrm = LLVMBuildOr(
+      B, LLVMBuildShl(B, LLVMBuildAdd(B, e, ci32(g, 127 - bias), ""), ci32(g, 23), ""),
+      LLVMBuildShl(B, m, ci32(g, 23 - mb), ""), "");
+  LLVMValueRef sub = LLVMBuildFMul(B, LLVMBuildUIToFP(B, m, g->f32, ""),
+                                   LLVMConstReal(g->f32, ldexp(1.0, 1 - bias - mb)), "");
+  LLVMValueRef mag = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntEQ, e, ci32(g, 0), ""),
+                                     LLVMBuildBitCast(B, sub, g->i32, ""), nrm, "");
+  LLVMValueRef bits = LLVMBuildOr(B, mag, sign, "");
+  LLVMValueRef nan = s == KN_F8E4M3
+                         ? LLVMBuildICmp(B, LLVMIntEQ, LLVMBuildAnd(B, u, ci32(g, 0x7f), ""),
+                                         ci32(g, 0x7f), "")
+                         : LLVMBuildICmp(B, LLVMIntEQ, u, ci32(g, 0x80), "");
+  bits = LLVMBuildSelect(B, nan, ci32(g, 0x7fc00000), bits, "");
+  return LLVMBuildBitCast(B, bits, g->f32, "");
+}
+
 static LLVMValueRef cast(G *g, kn_scalar from, kn_scalar to, LLVMValueRef x) {
   LLVMTypeRef tt = sty(g, to);
   if (from == to) return x;
+  /* fp8 -> a wider float: the exact f32, then the f32 -> `to` cast (exact too: every fp8
+   * value is an f16 and a bf16) */
+  if (isf(from) && kn_scalar_size(from) == 1 && isf(to) && kn_scalar_size(to) > 1) {
+    LLVMValueRef h = g->ops->fp8_to_f16 ? g->ops->fp8_to_f16(g, from, x) : NULL;
+    return h ? cast(g, KN_F16, to, h) : cast(g, KN_F32, to, fp8_to_f32(g, from, x));
+  }
   bool ff = isf(from), ft = isf(to);
   if (to == KN_I1)
     return ff ? LLVMBuildFCmp(g->B, LLVMRealUNE, x, LLVMConstReal(LLVMTypeOf(x), 0), "")
@@ -843,6 +885,10 @@ static bool is_fp8(kn_scalar s) { return isf(s) && kn_scalar_size(s) == 1; }
 /* fp8 values are raw bytes on GPU targets: loaded, stored, selected and fed to dot, no more */
 static bool touches_fp8(const kn_op *op) {
   if (op->opc == KN_OP_SELECT || op->opc == KN_OP_MULTIPLE_OF || op->opc == KN_OP_MAX_CONTIGUOUS)
+    return false;
+  /* fp8 -> f16 / bf16 / f32 is lowered (fp8_to_f32) */
+  if (op->opc == KN_OP_CAST && is_fp8(op->opnd[0]->type.elem) && isf(out_elem(op)) &&
+      !is_fp8(out_elem(op)))
     return false;
   bool any = is_fp8(out_elem(op));
   for (int i = 0; i < op->nopnd; i++) any |= is_fp8(op->opnd[i]->type.elem);

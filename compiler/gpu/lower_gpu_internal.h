@@ -74,6 +74,9 @@ struct leaf_ops {
   /* f32 `fname` ("exp2", "log", ...) of x where the generic llvm.<fname>.f32 would not do, or
    * NULL (then llvm.<fname>.f32); the entry may be NULL */
   LLVMValueRef (*f32_math)(G *g, const char *fname, LLVMValueRef x);
+  /* fp8 byte x (i8) of format s -> its exact f16 by a conversion instruction, or NULL (then
+   * lower_gpu.c's integer decode, fp8_to_f32); the entry may be NULL */
+  LLVMValueRef (*fp8_to_f16)(G *g, kn_scalar s, LLVMValueRef x);
   bool nowrap_offsets;     /* mark coordinate and shared-offset arithmetic nuw nsw */
 };
 

@@ -112,10 +112,22 @@ static LLVMValueRef nv_f32_math(G *g, const char *fname, LLVMValueRef x) {
   return NULL;
 }
 
+/* fp8 -> f16 on sm_89 and later (sm_90a): cvt.rn.f16x2.e4m3x2 / .e5m2x2 (PTX 7.8), one
+ * instruction for two bytes, here given one (the high byte 0, the low half taken): exact, NaN
+ * to NaN.  e5m2 needs no instruction (it is an f16's top byte): the integer decode's shift is
+ * cheaper.  The fnuz formats have no NVIDIA conversion.  sm_80: NULL, the integer decode. */
+static LLVMValueRef nv_fp8_to_f16(G *g, kn_scalar s, LLVMValueRef x) {
+  const kn_arch *a = g->p->arch;
+  if (s != KN_F8E4M3 || a->cc_major * 10 + a->cc_minor < 89) return NULL;
+  LLVMValueRef w = LLVMBuildZExt(g->B, x, g->i16, "");
+  LLVMValueRef h2 = call(g, "llvm.nvvm.e4m3x2.to.f16x2.rn", LLVMVectorType(g->f16, 2), &w, 1);
+  return LLVMBuildExtractElement(g->B, h2, ci32(g, 0), "");
+}
+
 const leaf_ops kn_leaf_nvptx = {
     .name = "NVPTX", .ids = nv_ids,
     .program_id = nv_program_id, .num_programs = nv_num_programs, .barrier = nv_barrier,
     .xor_lanes = nv_xor_lanes,
     .mma = nv_mma, .kernel = nv_kernel, .shared = nv_shared, .f32_math = nv_f32_math,
-    .nowrap_offsets = true,
+    .fp8_to_f16 = nv_fp8_to_f16, .nowrap_offsets = true,
 };

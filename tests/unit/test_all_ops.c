@@ -23,8 +23,9 @@
  * Every buffer, inputs included, is compared after every run; outputs start as NaN (floats) or
  * 0x5a bytes (ints), so an element a target never writes fails.
  *
- * What the GPU lowering refuses, and so no case asks for: arithmetic, compares and casts on fp8
- * values (fp8 is storage and dot operands there; test_emu_fp8 runs fp8 dots), and reductions
+ * What the GPU lowering refuses, and so no case asks for: arithmetic, compares and casts to fp8
+ * on fp8 values (fp8 is storage and dot operands there, and casts to wider floats: test_emu_fp8
+ * runs fp8 dots, test_fp8 the casts of every byte), and reductions
  * along a dim the warps are spread over (the layout pass lays warps along dim 0, so
  * reduce_axis0 runs with one warp).  Shapes are powers of two as the layouts want.
  *

@@ -276,10 +276,22 @@ static int check_forward(kiln_kernel *k, shape s, const kn_attn_vargs *vin, cons
   const kn_attn_desc *id = &k->desc;
   kn_scalar t = id->dtype;
   size_t es = kn_scalar_size(t), D = (size_t)id->head_dim;
+  /* fp8 inputs (docs/serving.md): q / k / v in their formats, quantised with a descale per
+   * (batch, kv head); x holds the dequantised values, the reference's inputs */
+  const kn_scalar ta[3] = {kn_attn_q_type(id), kn_attn_kv_type(id), kn_attn_kv_type(id)};
+  const size_t esa[3] = {kn_scalar_size(ta[0]), kn_scalar_size(ta[1]), kn_scalar_size(ta[2])};
+  float *ds[3] = {NULL, NULL, NULL};
+  for (int a = 0; a < 3; a++) {
+    if (!kn_scalar_is_fp8(ta[a])) continue;
+    ds[a] = malloc(sizeof(float) * (size_t)(s.batch * s.kv_heads));
+    for (int i = 0; i < s.batch * s.kv_heads; i++)
+      ds[a][i] = (float)((1.0 + 0.125 * ((i + a) % 5)) * 4 / kn_max_finite(ta[a]));
+  }
   size_t nq = (size_t)s.batch * s.heads * s.seqlen_q * D;
   size_t nk = (size_t)s.batch * s.kv_heads * s.seqlen_k * D;
   size_t nl = (size_t)s.batch * s.heads * s.seqlen_q;
-  char *h[3] = {malloc(nq * es), malloc(nk * es), malloc(nk * es)}, *ho = malloc(nq * es);
+  char *h[3] = {malloc(nq * esa[0]), malloc(nk * esa[1]), malloc(nk * esa[2])},
+       *ho = malloc(nq * es);
   double *x[3] = {malloc(nq * 8), malloc(nk * 8), malloc(nk * 8)}, *ro = malloc(nq * 8);
   double *rl = malloc(nl * 8);
   float *hl = malloc(nl * 4);
@@ -287,13 +299,25 @@ static int check_forward(kiln_kernel *k, shape s, const kn_attn_vargs *vin, cons
   int heads[3] = {s.heads, s.kv_heads, s.kv_heads}, len[3] = {s.seqlen_q, s.seqlen_k, s.seqlen_k};
   for (int a = 0; a < 3; a++)
     for (size_t i = 0; i < cnt[a]; i++) {
-      x[a][i] = kn_round(t, normal(&sd));
       size_t dd = i % D, r = i / D, n = r % len[a], hb = r / len[a], hh = hb % heads[a],
              b = hb / heads[a];
       size_t at = s.bshd ? ((b * len[a] + n) * heads[a] + hh) * D + dd : i;
+      if (ds[a]) {
+        size_t hk = a ? hh : hh / (size_t)(s.heads / s.kv_heads);
+        double sc = ds[a][b * (size_t)s.kv_heads + hk];
+        uint8_t byte = (uint8_t)kn_encode(ta[a], normal(&sd) / sc);
+        h[a][at] = (char)byte;
+        x[a][i] = kn_decode(ta[a], byte) * sc;
+        continue;
+      }
+      x[a][i] = kn_round(t, normal(&sd));
       kn_store_elem(t, h[a] + at * es, x[a][i]);
     }
-  void *dq = upload(h[0], nq * es), *dk = upload(h[1], nk * es), *dv = upload(h[2], nk * es);
+  void *dq = upload(h[0], nq * esa[0]), *dk = upload(h[1], nk * esa[1]),
+       *dv = upload(h[2], nk * esa[2]);
+  void *dds[3] = {NULL, NULL, NULL};
+  for (int a = 0; a < 3; a++)
+    if (ds[a]) dds[a] = upload(ds[a], sizeof(float) * (size_t)(s.batch * s.kv_heads));
   void *dout = dalloc(nq * es), *dl = id->has_lse ? dalloc(nl * 4) : NULL;
   kn_diag e;
   if (kn_hip_memset8(dev, dout, 0xff, nq * es, &e) || (dl && kn_hip_memset8(dev, dl, 0xff, nl * 4, &e)))
@@ -302,6 +326,7 @@ static int check_forward(kiln_kernel *k, shape s, const kn_attn_vargs *vin, cons
   a.q = dq, a.k = dk, a.v = dv, a.o = dout, a.lse = dl;
   a.batch = s.batch, a.heads = s.heads, a.kv_heads = s.kv_heads;
   a.seqlen_q = s.seqlen_q, a.seqlen_k = s.seqlen_k;
+  a.q_descale = dds[0], a.k_descale = dds[1], a.v_descale = dds[2];
   if (s.bshd) {
     int64_t Dq = (int64_t)D;
     a.q_stride[0] = a.o_stride[0] = (int64_t)s.seqlen_q * s.heads * Dq;
@@ -344,10 +369,10 @@ static int check_forward(kiln_kernel *k, shape s, const kn_attn_vargs *vin, cons
     snprintf(why, nwhy, "max|dO| %.2e (tol %.0e), max|dlse| %.2e (tol %.0e)", err, tol, lerr,
              ltol);
   }
-  void *bufs[] = {dq, dk, dv, dout, dl};
-  for (int i = 0; i < 5; i++)
+  void *bufs[] = {dq, dk, dv, dout, dl, dds[0], dds[1], dds[2]};
+  for (int i = 0; i < 8; i++)
     if (bufs[i]) kn_hip_free(dev, bufs[i], NULL);
-  for (int i = 0; i < 3; i++) free(h[i]), free(x[i]);
+  for (int i = 0; i < 3; i++) free(h[i]), free(x[i]), free(ds[i]);
   free(ho), free(ro), free(rl), free(hl);
   return !st && err <= tol && lerr <= ltol ? 0 : -1;
 }
@@ -843,6 +868,33 @@ static void test_paged_hip(void **state) {
   assert_int_equal(bad, 0);
 }
 
+/* fp8 inputs (docs/serving.md) through HIP: the descale pointers and the fp8 q / k / v packed
+ * from the code object's metadata like every argument, run by the emulated twin */
+static void test_fp8_hip(void **state) {
+  (void)state;
+  if (!have_gpu()) {
+    skip();
+    return;
+  }
+  kiln_context *ctx = hip_ctx(NULL, "hip");
+  const struct { kiln_attn_desc d; shape s; } cases[] = {
+      {{.dtype = KILN_F16, .head_dim = 64, .causal = 1, .has_lse = 1,
+        .q_dtype = KILN_F8E4M3FNUZ, .kv_dtype = KILN_F8E4M3FNUZ}, {2, 4, 2, 70, 33, 0}},
+      {{.dtype = KILN_BF16, .head_dim = 32, .has_lse = 1, .kv_dtype = KILN_F8E5M2FNUZ},
+       {1, 2, 1, 17, 100, 1}},  /* f16 q, (B, N, H, D) strides */
+  };
+  int failures = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    kiln_kernel *k = prepare(ctx, &cases[i].d);
+    char why[160];
+    int bad = check_forward(k, cases[i].s, NULL, NULL, seed + 40 + i, NULL, why, sizeof why);
+    printf("  %s fp8 %s case %zu: %s\n", bad ? "FAIL" : "PASS", chip, i, why);
+    failures += bad != 0;
+  }
+  kiln_context_destroy(ctx);
+  assert_int_equal(failures, 0);
+}
+
 /* ---- tuning on the device: candidates timed with the runtime's events ---- */
 
 static void test_tune(void **state) {
@@ -1041,7 +1093,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_runtime),
       cmocka_unit_test(test_forward),   cmocka_unit_test(test_broken_packing),
       cmocka_unit_test(test_variants),  cmocka_unit_test(test_decode_hip),
-      cmocka_unit_test(test_paged_hip),
+      cmocka_unit_test(test_paged_hip),  cmocka_unit_test(test_fp8_hip),
       cmocka_unit_test(test_tune),
       cmocka_unit_test(test_faults),    cmocka_unit_test(test_threads),
   };

@@ -537,6 +537,7 @@ static long other_value(int kind, long v) {
   static const char text[] = "func @mask_mod(%b: i32, %h: i32, %q: i32, %k: i32) -> (i1) {}";
   switch (kind) {
   case KN_ATTN_FIELD_SCALAR: return v == KN_F16 ? KN_BF16 : KN_F16;
+  case KN_ATTN_FIELD_SCALAR_OPT: return v == KN_F8E4M3 ? KN_F8E5M2 : KN_F8E4M3;  /* fp8 inputs */
   case KN_ATTN_FIELD_BOOL: return !v;
   case KN_ATTN_FIELD_TEXT: return (long)(intptr_t)text;
   default: return v + 16;
