@@ -295,10 +295,11 @@ static kiln_status check_span(const char *who, const char *name, int64_t numel,
 
 /* Every described buffer holds what its layout reaches, and zero strides are not read over a
  * dense q/k/v/o larger than its contiguous shape (the zero-stride trap).  args: the kernel's
- * arguments with the effective strides; va: the variant's. */
+ * arguments with the effective strides; va: the variant's; lse_read: a backward, which reads lse
+ * whether or not the descriptor's forward writes it. */
 static kiln_status check_capacities(const kn_attn_desc *d, const kiln_attn_args *a,
                                     const kn_argval *args, const kn_attn_vargs *va,
-                                    const char *who) {
+                                    const char *who, bool lse_read) {
   const bool varlen = d->layout == KN_ATTN_VARLEN;
   const int64_t D = d->head_dim, B = a->batch, H = a->heads, HK = a->kv_heads;
   static const char *const names[] = {"q", "k", "v", "o"};
@@ -331,7 +332,7 @@ static kiln_status check_capacities(const kn_attn_desc *d, const kiln_attn_args 
                       (long long)D, names[i], (long long)heads, (long long)D, (long long)D,
                       (long long)D);
   }
-  if (d->has_lse) {
+  if (d->has_lse || lse_read) {
     int64_t size[2] = {varlen ? 1 : B, H}, stride[2] = {args[ARG_LSE_SB].i, args[ARG_LSE_SB + 1].i};
     if ((s = check_span(who, "lse", a->lse_numel, size, stride, 2, varlen ? a->total_q : a->seqlen_q)))
       return s;
@@ -624,7 +625,7 @@ kiln_status api_forward_args(const api_launch_view *k, const kiln_attn_args *a, 
   }
   if (paged && a->block_table_stride)
     args[sig_at(k->sig, "block_table_sb")].i = a->block_table_stride;
-  if ((s = check_capacities(d, a, args, &c->va, who))) return s;
+  if ((s = check_capacities(d, a, args, &c->va, who, k->backward))) return s;
   if (k->kind != KN_DEVICE_HOST && (s = check_alignment(d, a, args))) return s;
   c->append = paged && a->k_new;
   return KILN_OK;
