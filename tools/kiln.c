@@ -1835,10 +1835,13 @@ int main(int argc, char **argv) {
       !strcmp(cmd, "tune")) {
     int po = cli_parse_options(argc, argv, 2, &o, stderr);
     if (po > 0) cli_usage(stdout);
-    if (po) return po > 0 ? EXIT_PASS : EXIT_USAGE;
-    if (!strcmp(cmd, "tune")) return cmd_tune(&o);
-    if (!strcmp(cmd, "compile")) return cmd_compile(&o);
-    return !strcmp(cmd, "run") ? cmd_run(&o) : cmd_dump(&o);
+    int rc = po > 0 ? EXIT_PASS : po < 0 ? EXIT_USAGE
+             : !strcmp(cmd, "tune")    ? cmd_tune(&o)
+             : !strcmp(cmd, "compile") ? cmd_compile(&o)
+             : !strcmp(cmd, "run")     ? cmd_run(&o)
+                                       : cmd_dump(&o);
+    cli_options_free(&o);  /* (--paged's block table: LeakSanitizer in build-asan) */
+    return rc;
   }
   fprintf(stderr, "kiln: error: unknown command '%s'\n", cmd);
   cli_usage(stderr);
