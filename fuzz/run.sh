@@ -55,12 +55,12 @@ declare -A sources=(
   [fuzz_cache]="$src/runtime/cache.c $src/base/status.c"
   [fuzz_space]="$src/autotune/space.c $src/compiler/arch.c ${ir[*]}"
   [fuzz_bundle]="$src/runtime/bundle.c $src/base/status.c"
-  [fuzz_codeobj]="$src/compiler/amdgpu/codeobj.c $src/compiler/amdgpu/msgpack.c $src/runtime/hip.c $src/compiler/arch.c ${ir[*]}"
+  [fuzz_codeobj]="$src/compiler/amdgpu/codeobj.c $src/compiler/amdgpu/msgpack.c $src/runtime/hip.c $src/runtime/bundle.c $src/compiler/arch.c ${ir[*]}"
   [fuzz_cli]="$src/tools/options.c ${api[*]}"
   [fuzz_api]="${api[*]}"
 )
 declare -A libs=([fuzz_ir]="-lm" [fuzz_cache]="$xxhash -lpthread" [fuzz_space]="-lm"
-                 [fuzz_bundle]="$xxhash" [fuzz_codeobj]="-lm -ldl -lpthread"
+                 [fuzz_bundle]="$xxhash" [fuzz_codeobj]="$xxhash -lm -ldl -lpthread"
                  [fuzz_cli]="$xxhash -lm" [fuzz_api]="$xxhash -lm")
 # the generated sources come from a build of kiln (op_cases.h, mods_lib.c)
 for f in ir/op_cases.h templates/mods_lib.c; do
