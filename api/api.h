@@ -46,6 +46,7 @@ typedef struct api_ws {
 } api_ws;
 
 typedef struct memo_slot memo_slot;
+typedef struct api_call api_call;
 
 struct kiln_context {
   const kn_arch *target_arch;  /* what the context compiles for (host, sm_*, gfx*) */
@@ -144,23 +145,24 @@ struct kiln_kernel {
  * any kernel on its device; the memo's kernel of (d, c, kind) */
 bool api_decode_wanted(const kiln_kernel *k, const kiln_attn_args *a);
 kiln_status api_decode_kernels(kiln_kernel *k);
-kiln_status api_decode_forward(kiln_kernel *k, const kn_attn_problem *p, const kn_attn_vargs *va,
-                               const kn_argval *args, void *stream);
+kiln_status api_decode_forward(kiln_kernel *k, const api_call *c, void *stream);
 /* one launch of kernel k (a forward, a decode part or a backward part) on its device */
 kiln_status api_launch_kernel(kiln_kernel *k, const kn_argval *args, const int grid[3],
                               void *stream);
 kiln_status api_get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
                            const kn_attn_config *c, bool tuned, api_kind kind, kiln_kernel **out);
 
-/* kiln.c */
+/* status.c: the thread-local message of kiln_last_error (at most API_ERROR_MAX bytes) */
+enum { API_ERROR_MAX = 1024 };
 kiln_status api_fail(kiln_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* kiln.c */
 void api_log(kiln_context *ctx, kiln_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* the "cannot store" class of warnings (cache or tuning database unwritable): the first of a
  * context is a warning, later ones are info, so a read-only cache costs one warning */
 void api_log_unwritable(kiln_context *ctx, const char *msg);
 kn_tunedb *api_db(kiln_context *ctx);
-/* The one conversion between kiln.h's descriptor and the template's (everything in kiln —
+/* args.c.  The one conversion between kiln.h's descriptor and the template's (everything in kiln —
  * prepare, tune, the command line — converts through these).  from_public checks the dtype and
  * that the template serves the descriptor (KILN_ERR_UNSUPPORTED with the reason otherwise). */
 kiln_status api_desc_from_public(const kiln_attn_desc *in, kn_attn_desc *out);
@@ -181,7 +183,58 @@ int api_user_params(const kn_attn_desc *d, const kn_attn_sig *sig, bool *user);
  * says where values come from). */
 kiln_status api_mod_args(const kn_attn_sig *sig, const bool *user, const kiln_mod_arg *args,
                          int nargs, kn_attn_named_arg *out, const char *who, const char *from);
-/* "<kname> [<descriptor key>] [<config key>]": what logs and errors call a kernel */
+/* What the argument checks need to know of a kernel (args.c needs no context, device or LLVM:
+ * fuzz/fuzz_api.c drives it on its own) */
+typedef struct api_launch_view {
+  const kn_attn_desc *desc;
+  const kn_attn_sig *sig;      /* the forward's signature (a backward's arguments are a forward's) */
+  const kn_attn_config *cfg;
+  const bool *user_param;      /* sig parameter i takes a mod_args value (api_user_params) */
+  kn_device_kind kind;         /* HOST, CUDA or HIP: what is readable, what is aligned */
+  const char *target_name;     /* for messages; NULL: the kind's name */
+  bool backward;               /* kiln_backward's forward arguments: lse is read, and an empty
+                                  problem is checked whole (it still writes dK = dV = 0) */
+} api_launch_view;
+/* A launch's checked arguments (api_forward_args's result; va.mods points at named, so it is
+ * used where it was filled, never copied) */
+struct api_call {
+  kn_argval args[KN_ATTN_MAX_PARAMS];  /* the kernel's, with the caller's strides in place */
+  int grid[3];
+  kn_attn_vargs va;
+  kn_attn_named_arg named[KN_ATTN_MAX_PARAMS];
+  kn_attn_problem p;
+  kiln_attn_args a;            /* the caller's arguments, a paged kernel's seqlen_k its table's
+                                  capacity (what the append takes) */
+  bool empty;                  /* no batch or no query row: nothing to launch for a forward */
+  bool append;                 /* a paged call's k_new/v_new: append them before the launch */
+};
+/* The checks and arguments every launch of a forward signature shares (kiln.h: sizes, the
+ * variant's values, varlen prefix sums, a paged call's table, lengths and pool shape, extents,
+ * described capacities, on GPUs the vector alignment) and the kernel's arguments and grid, into
+ * *c.  `who` starts the messages.  A forward's empty problem (batch 0, or seqlen_q 0 without a
+ * paged append) is not checked past its sizes and values.  KILN_ERR_INVALID / _UNSUPPORTED with
+ * the reason. */
+kiln_status api_forward_args(const api_launch_view *k, const kiln_attn_args *a, const char *who,
+                             api_call *c);
+/* a paged call's new rows (k_new, v_new) into the pools through the block table, on the host
+ * (kn_attn_paged_append), after api_forward_args accepted them (c->append: c->a and c->args);
+ * CUDA appends by api_cuda_append's kernel instead */
+kiln_status api_paged_append_host(const kn_attn_desc *d, const kiln_attn_args *a,
+                                  const kn_argval *args);
+/* kiln_backward's checks: the gradients and the delta workspace given, the forward's arguments
+ * (api_forward_args into *c, the view's backward set), then the three backward kernels'
+ * arguments (bsig: their signature; args: KN_ATTN_MAX_PARAMS) and grids, with the caller's
+ * gradient strides, their capacities and (GPU) alignment checked */
+kiln_status api_backward_args(const api_launch_view *k, const kn_attn_sig *bsig,
+                              const kiln_backward_args *a, api_call *c, kn_argval *args,
+                              int grid[][3]);
+/* decode's split and combine kernels' arguments and grids for a forward call c that
+ * api_forward_args accepted (the split kernel's tiling split_cfg, the plan's pieces, the
+ * workspace's two parts) */
+kiln_status api_decode_args(const api_launch_view *k, const kn_attn_config *split_cfg,
+                            const api_call *c, const kn_decode_plan *plan, float *ws_o,
+                            float *ws_lse, kn_argval *sa, int sg[3], kn_argval *ca, int cg[3]);
+/* kiln.c.  "<kname> [<descriptor key>] [<config key>]": what logs and errors call a kernel */
 void api_describe(const char *kname, const kn_attn_desc *d, const kn_attn_config *c, char *out,
                   size_t n);
 /* the same for any kernel of the descriptor: "attn_decode [...] [...]" */

@@ -6,7 +6,13 @@
  * one where the public API has the same kind; the rest are the nearest public kind: corrupt
  * stored data is an i/o problem to the caller, ptxas or a driver refusing code is a compile
  * failure.  The message is the kn_diag's, which the caller passes to api_fail().
+ *
+ * Also the thread-local error message itself (api_fail, kiln_last_error) and the status names,
+ * so that the argument checks of args.c need nothing of kiln.c.
  */
+#include <stdarg.h>
+#include <stdio.h>
+
 #include "api.h"
 
 kiln_status api_status_of(kn_status s) {
@@ -27,4 +33,33 @@ kiln_status api_status_of(kn_status s) {
   case KN_E_INSECURE: return KILN_ERR_INSECURE;
   }
   return KILN_ERR_RUNTIME;
+}
+
+/* ---- errors ---- */
+
+static _Thread_local char tl_error[API_ERROR_MAX];
+
+const char *kiln_last_error(void) { return tl_error; }
+
+kiln_status api_fail(kiln_status s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tl_error, sizeof tl_error, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+const char *kiln_status_str(kiln_status s) {
+  switch (s) {
+  case KILN_OK: return "ok";
+  case KILN_ERR_INVALID: return "invalid argument";
+  case KILN_ERR_UNSUPPORTED: return "unsupported";
+  case KILN_ERR_NO_DEVICE: return "device not present";
+  case KILN_ERR_COMPILE: return "compile failed";
+  case KILN_ERR_RUNTIME: return "launch failed";
+  case KILN_ERR_IO: return "i/o error";
+  case KILN_ERR_NOMEM: return "out of memory";
+  case KILN_ERR_INSECURE: return "cache directory refused (insecure)";
+  }
+  return "unknown status";
 }

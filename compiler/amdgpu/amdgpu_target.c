@@ -401,6 +401,10 @@ int kn_amdgpu_count_mfma_isolated(const char *cpu, const uint8_t *code, size_t n
   }
   if (pid == 0) {
     close(fds[0]);
+    /* a crash must reach the parent as the signal it is: the handlers this process inherited
+     * (an embedding program's, or a sanitizer's, which would report and exit 1) are not ours */
+    static const int crashes[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGALRM};
+    for (size_t i = 0; i < sizeof crashes / sizeof crashes[0]; i++) signal(crashes[i], SIG_DFL);
     alarm(KN_DISASM_SECONDS); /* a decoder that loops is killed like one that crashes */
     int r[2] = {0, 0};
     r[0] = count_mfma(cpu, code, n, &r[1]);

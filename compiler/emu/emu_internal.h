@@ -21,16 +21,32 @@
 
 /* ---- fibers (fiber.c) ---- */
 
+/* built with AddressSanitizer: fiber switches are announced to it (fiber.c) */
+#if defined(__SANITIZE_ADDRESS__)
+#define KN_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KN_EMU_ASAN 1
+#endif
+#endif
+
 typedef struct kn_emu_fiber {
 #if defined(__x86_64__) && !defined(KN_EMU_UCONTEXT)
   void *sp;
 #else
   ucontext_t uc;
 #endif
+#ifdef KN_EMU_ASAN
+  const void *stack;  /* its stack's lowest byte and size; the scheduler's (the thread's own) are */
+  size_t stack_size;  /* learnt when it first switches away */
+  void *fake_stack;   /* ASan's fake frames while switched away */
+#endif
 } kn_emu_fiber;
 
 void kn_emu_fiber_init(kn_emu_fiber *f, void *stack, size_t size, void (*fn)(void *), void *arg);
 void kn_emu_fiber_switch(kn_emu_fiber *from, kn_emu_fiber *to);
+/* the first thing a fiber's function does (ASan learns that the switch into it ended) */
+void kn_emu_fiber_begin(void);
 #if !defined(__x86_64__) || defined(KN_EMU_UCONTEXT)
 void kn_emu_fiber_entry(unsigned fh, unsigned fl, unsigned ah, unsigned al);
 #endif

@@ -13,6 +13,13 @@
  * fn(arg) (arg and fn wait in rbx and r12); fn must never return — the scheduler simply stops
  * switching to a finished fiber.  Stacks come from mmap with a guard page below them, so an
  * overflow faults at once instead of corrupting a neighbour.
+ *
+ * Under AddressSanitizer (build-asan, KILN_ASAN) every switch is announced to it
+ * (__sanitizer_start_switch_fiber / __sanitizer_finish_switch_fiber), and a stack is unpoisoned
+ * when a fiber is laid on it: ASan otherwise takes a lane's stack for a wild region of the
+ * thread's, and a lane ended inside a call (an emulated fault: fail() in runtime.c never
+ * returns to it) leaves its frames' poison behind for the next workgroup's lane on that stack,
+ * reported as a stack-use-after-scope that never happened.
  */
 #include <stdint.h>
 #include <string.h>
@@ -20,6 +27,43 @@
 #include <unistd.h>
 
 #include "emu_internal.h"
+
+/* the switch itself (below, per platform) */
+static void fiber_switch(kn_emu_fiber *from, kn_emu_fiber *to);
+
+#ifdef KN_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+
+static _Thread_local kn_emu_fiber *switching_from;
+
+/* on the stack just switched to: the switch is over, and its source's stack is now known */
+static void switched(void *fake) {
+  const void *bottom;
+  size_t size;
+  __sanitizer_finish_switch_fiber(fake, &bottom, &size);
+  kn_emu_fiber *from = switching_from;
+  if (from && !from->stack) from->stack = bottom, from->stack_size = size;
+}
+
+void kn_emu_fiber_switch(kn_emu_fiber *from, kn_emu_fiber *to) {
+  __sanitizer_start_switch_fiber(&from->fake_stack, to->stack, to->stack_size);
+  switching_from = from;
+  fiber_switch(from, to);
+  switched(from->fake_stack);
+}
+
+void kn_emu_fiber_begin(void) { switched(NULL); }
+
+static void fiber_laid(kn_emu_fiber *f, void *stack, size_t size) {
+  ASAN_UNPOISON_MEMORY_REGION(stack, size);
+  f->stack = stack, f->stack_size = size, f->fake_stack = NULL;
+}
+#else
+void kn_emu_fiber_switch(kn_emu_fiber *from, kn_emu_fiber *to) { fiber_switch(from, to); }
+void kn_emu_fiber_begin(void) {}
+static void fiber_laid(kn_emu_fiber *f, void *stack, size_t size) { (void)f, (void)stack, (void)size; }
+#endif
 
 #if defined(__x86_64__) && !defined(KN_EMU_UCONTEXT)
 
@@ -67,6 +111,7 @@ void kn_emu_switch_x86(void **save_sp, void *load_sp);
 void kn_emu_trampoline_x86(void);
 
 void kn_emu_fiber_init(kn_emu_fiber *f, void *stack, size_t size, void (*fn)(void *), void *arg) {
+  fiber_laid(f, stack, size);
   uintptr_t top = ((uintptr_t)stack + size) & ~(uintptr_t)15;
   uint64_t *s = (uint64_t *)top;
   /* the first switch pops the registers below and returns into the trampoline with rsp = top
@@ -83,11 +128,12 @@ void kn_emu_fiber_init(kn_emu_fiber *f, void *stack, size_t size, void (*fn)(voi
   f->sp = &s[-8];
 }
 
-void kn_emu_fiber_switch(kn_emu_fiber *from, kn_emu_fiber *to) { kn_emu_switch_x86(&from->sp, to->sp); }
+static void fiber_switch(kn_emu_fiber *from, kn_emu_fiber *to) { kn_emu_switch_x86(&from->sp, to->sp); }
 
 #else
 
 void kn_emu_fiber_init(kn_emu_fiber *f, void *stack, size_t size, void (*fn)(void *), void *arg) {
+  fiber_laid(f, stack, size);
   getcontext(&f->uc);
   f->uc.uc_stack.ss_sp = stack;
   f->uc.uc_stack.ss_size = size;
@@ -103,7 +149,7 @@ void kn_emu_fiber_entry(unsigned fh, unsigned fl, unsigned ah, unsigned al) {
   fn((void *)(((uintptr_t)ah << 32) | al));
 }
 
-void kn_emu_fiber_switch(kn_emu_fiber *from, kn_emu_fiber *to) { swapcontext(&from->uc, &to->uc); }
+static void fiber_switch(kn_emu_fiber *from, kn_emu_fiber *to) { swapcontext(&from->uc, &to->uc); }
 
 #endif
 

@@ -182,6 +182,7 @@ static void fail(wg *w, lane *l, const char *fmt, ...) {
 }
 
 static void lane_main(void *p) {
+  kn_emu_fiber_begin();
   lane *l = p;
   wg *w = l->w;
   w->info->lane(w->args);

@@ -64,17 +64,20 @@ enum { MAX_ALLOCS = 4096 };
 static kn_region allocs[MAX_ALLOCS];
 static int nallocs;
 
+typedef struct ffunc ffunc;
 typedef struct fmodule {
   uint32_t magic;
   void *bytes;
   size_t size;
   kn_codeobj co;
+  ffunc *funcs;   /* its function handles: the module owns them, as HIP's does */
 } fmodule;
-typedef struct ffunc {
+struct ffunc {
   uint32_t magic;
   fmodule *m;
   const kn_codeobj_kernel *meta;
-} ffunc;
+  ffunc *next;
+};
 #define MOD_MAGIC 0x6d6f6446u
 #define FN_MAGIC 0x6e754646u
 static int stream_obj[64], event_obj[64];
@@ -367,6 +370,11 @@ EXPORT int hipModuleUnload(void *mod) {
   fmodule *m = mod;
   if (!m || m->magic != MOD_MAGIC) return fail(hipErrorInvalidHandle, "hipModuleUnload: not a module");
   m->magic = 0;
+  for (ffunc *f = m->funcs, *n; f; f = n) {
+    n = f->next;
+    f->magic = 0;
+    free(f);
+  }
   kn_codeobj_free(&m->co);
   free(m->bytes);
   free(m);
@@ -381,8 +389,9 @@ EXPORT int hipModuleGetFunction(void **out, void *mod, const char *name) {
   if (!k) return fail(hipErrorNotFound, "hipModuleGetFunction: no kernel '%s'", name);
   ffunc *f = calloc(1, sizeof *f);
   if (!f) return hipErrorOutOfMemory;
-  *f = (ffunc){FN_MAGIC, m, k};
-  *out = f; /* (kept until the process ends: a real runtime's handles outlive nothing either) */
+  *f = (ffunc){FN_MAGIC, m, k, m->funcs};
+  m->funcs = f; /* freed with the module (hipModuleUnload), as a real runtime's handles are */
+  *out = f;
   return hipSuccess;
 }
 

@@ -562,7 +562,8 @@ static void test_runtime(void **state) {
     int (*launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                   void *, void **, void **) = NULL;
     int (*getfn)(void **, void *, const char *) = NULL;
-    int (*load)(void **, const void *) = NULL;
+    int (*load)(void **, const void *) = NULL, (*unload)(void *) = NULL;
+    *(void **)&unload = dlsym(h, "hipModuleUnload");
     *(void **)&launch = dlsym(h, "hipModuleLaunchKernel");
     *(void **)&getfn = dlsym(h, "hipModuleGetFunction");
     *(void **)&load = dlsym(h, "hipModuleLoadData");
@@ -583,6 +584,7 @@ static void test_runtime(void **state) {
     void *params[1] = {buf};
     assert_int_equal(launch(ff, 7, 12, 1, block[0], 1, 1, 0, NULL, params, NULL), 1);
     assert_non_null(strstr(fake_error(), "kernelParams"));
+    assert_int_equal(unload(fm), 0);
   }
   /* launches the runtime must refuse: a workgroup of the wrong size, too much LDS */
   unsigned small[3] = {64, 1, 1};

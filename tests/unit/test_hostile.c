@@ -3,7 +3,8 @@
  *
  * Each test is one of the issue's numbered cases and failed (a crash, a hang, a wrong answer)
  * before its fix: tuning options whose problem overflows size_t or whose launch counts never end
- * (1), forward sizes and strides no buffer can have (2), kiln_context_stats with a NULL output
+ * (1), forward sizes and strides no buffer can have (2, and a bias kernel's sizes and a
+ * backward's lse capacity, which fuzz_api found), kiln_context_stats with a NULL output
  * (3), the tuning database of a cache directory swapped after the context checked it (8),
  * malformed device names (10).  Every rejection is checked for its status and for the message naming the cause; every
  * accepted call next to them is checked against the float64 reference on fresh random inputs of
@@ -183,6 +184,60 @@ static void test_forward_sizes(void **state) {
   rm_dir(dir);
 }
 
+/* A bias kernel's contiguous bias strides (H x Nq x Nk) were formed before the sizes were
+ * checked: a signed overflow (undefined behaviour, UBSan's abort in build-asan) for sizes the
+ * checks then refused; for varlen kernels, whose sizes were checked only after.  Found by
+ * fuzz_api.  Now the sizes come first, dense and varlen alike. */
+static void test_bias_sizes(void **state) {
+  (void)state;
+  char *dir = fresh_dir();
+  kiln_context *ctx = make_ctx(dir);
+  kiln_prepare_options none = {.tune_policy = KILN_TUNE_NONE};
+  float buf[64] = {0};
+  int32_t cu[2] = {0, 1};
+  for (int varlen = 0; varlen < 2; varlen++) {
+    kiln_attn_desc d = f32_d16;
+    d.bias = 1, d.layout = varlen ? KILN_LAYOUT_VARLEN : KILN_LAYOUT_DENSE;
+    kiln_kernel *k = NULL;
+    if (kiln_prepare(ctx, &d, &none, &k)) fail_msg("prepare: %s", kiln_last_error());
+    /* 4 x (2^31 - 1)^2 elements of bias: past 2^63 */
+    kiln_attn_args a = {.q = buf, .k = buf, .v = buf, .o = buf, .lse = buf, .bias = buf,
+                        .batch = 1, .heads = 4, .kv_heads = 1, .seqlen_q = INT_MAX,
+                        .seqlen_k = INT_MAX};
+    if (varlen) a.cu_seqlens_q = a.cu_seqlens_k = cu, a.total_q = a.total_k = 1;
+    assert_refused(kiln_forward(k, &a, NULL), KILN_ERR_INVALID, "the bias tensor");
+  }
+  kiln_context_destroy(ctx);
+  rm_dir(dir);
+}
+
+/* kiln_backward reads lse (the forward's log-sum-exp) whatever the descriptor's has_lse, but
+ * its described capacity (lse_numel) was checked only when has_lse was set: a too-small lse was
+ * read past its end.  Found by fuzz_api.  Now a backward checks it always; the exact capacity
+ * is accepted. */
+static void test_backward_lse(void **state) {
+  (void)state;
+  char *dir = fresh_dir();
+  kiln_context *ctx = make_ctx(dir);
+  kiln_attn_desc d = f32_d16;
+  d.has_lse = 0;
+  kiln_kernel *k = NULL;
+  if (kiln_prepare_backward(ctx, &d, NULL, &k)) fail_msg("prepare: %s", kiln_last_error());
+  enum { B = 1, H = 2, N = 13, D = 16 };
+  static float q[B * H * N * D], kk[B * H * N * D], v[B * H * N * D], o[B * H * N * D],
+      dout[B * H * N * D], dq[B * H * N * D], dk[B * H * N * D], dv[B * H * N * D];
+  static float lse[B * H * N], delta[B * H * N];
+  kiln_backward_args a = {
+      .fwd = {.q = q, .k = kk, .v = v, .o = o, .lse = lse, .batch = B, .heads = H, .kv_heads = H,
+              .seqlen_q = N, .seqlen_k = N, .sm_scale = 0.25f, .lse_numel = B * H * N - 1},
+      .dout = dout, .dq = dq, .dk = dk, .dv = dv, .delta = delta};
+  assert_refused(kiln_backward(k, &a, NULL), KILN_ERR_INVALID, "lse holds 25 elements");
+  a.fwd.lse_numel = B * H * N;
+  if (kiln_backward(k, &a, NULL)) fail_msg("backward: %s", kiln_last_error());
+  kiln_context_destroy(ctx);
+  rm_dir(dir);
+}
+
 /* ---- 3: statistics into NULL ---- */
 
 static void test_stats_null(void **state) {
@@ -272,6 +327,8 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tune_options),
       cmocka_unit_test(test_forward_sizes),
+      cmocka_unit_test(test_bias_sizes),
+      cmocka_unit_test(test_backward_lse),
       cmocka_unit_test(test_stats_null),
       cmocka_unit_test(test_tunedb_swapped_dir),
       cmocka_unit_test(test_device_names),
