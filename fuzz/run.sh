@@ -103,7 +103,10 @@ done
 i=0
 for hex in 00 0100000010011111111111111111 ffffffff3f1f1f1f1f1f1f1f0101010101 \
            00400000012222222222010101010101 03c00000304444444444000000000000000000 \
-           0000000110011111111111111111111111111111 0000000210011010111111111111111111; do
+           0000000110011111111111111111111111111111 0000000210011010111111111111111111 \
+           411501008a203840e68b1400000000101111c241; do
+  # (the last: a varlen kernel with a document tensor on CUDA and a sequence longer than
+  # max_seqlen_k, which read outside the segment ids before kiln_forward refused it)
   # shellcheck disable=SC2059
   printf "$(printf '%s' "$hex" | sed 's/../\\x&/g')" >"$out/corpus-fuzz_api/seed$((i += 1))"
 done
