@@ -189,6 +189,9 @@ kn_type kn_attn_param_type(const kn_attn_desc *d, int i);
 enum { KN_ATTN_MAX_HEAD_DIM = 512, KN_ATTN_HEAD_STEP = 16 };
 /* the head dimension of the kernel's tiles: head_dim rounded up to KN_ATTN_HEAD_STEP */
 static inline int kn_attn_head_pad(int head_dim) {
+  /* (a head dim no check has seen yet may be anything: above the limit it is returned as it is,
+   * for the check to refuse, rather than overflow; found by fuzz_api under UBSan) */
+  if (head_dim > KN_ATTN_MAX_HEAD_DIM) return head_dim;
   return (head_dim + KN_ATTN_HEAD_STEP - 1) / KN_ATTN_HEAD_STEP * KN_ATTN_HEAD_STEP;
 }
 
