@@ -20,7 +20,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 tools/deps.sh
 tools/build.sh
 ctest --test-dir build --output-on-failure -j "$jobs" "$@"
-only=${KILN_TEST_ASAN_TESTS-'^(test_numeric|test_interp|test_text|test_verify|golden|malformed|cli|api_cli|test_target_id|test_layout|test_cache|test_tunedb|test_discover|test_cuda_fake|test_api|test_hostile|test_api_cuda_fake|test_api_hip_fake|test_aot|test_aot_cuda_fake|test_aot_rt_cuda_fake|test_api_rt|test_emu|scripts)$'}
+only=${KILN_TEST_ASAN_TESTS-'^(test_numeric|test_interp|test_text|test_verify|golden|malformed|cli|api_cli|test_target_id|test_layout|test_cache|test_tunedb|test_discover|test_cuda_fake|test_api|test_hostile|test_api_cuda_fake|test_api_hip_fake|test_aot|test_aot_cuda_fake|test_aot_rt_cuda_fake|test_emu|scripts)$'}
 skip=${KILN_TEST_ASAN_SKIP-}
 if [ "${KILN_TEST_ASAN:-1}" != 0 ]; then
   echo "== tests under ASan + UBSan (build-asan): ${only:-all}${skip:+, leaving out $skip}"
