@@ -13,7 +13,7 @@
 
 /* Device 0 into *dev; false, with "# no CUDA device: why" on stdout, when there is none (a bench
  * exits 0 then: nothing to measure is not a failure). */
-static bool bench_device_open(kn_cuda_device **dev) {
+static inline bool bench_device_open(kn_cuda_device **dev) {
   kn_diag e = {0};
   if (kn_cuda_init(&e) || kn_cuda_device_count() < 1 || kn_cuda_device_open(0, dev, &e)) {
     printf("# no CUDA device: %s\n", e.message);
@@ -24,7 +24,7 @@ static bool bench_device_open(kn_cuda_device **dev) {
 
 /* What a serving engine opens: a kiln context on the best device ("auto"), here without the
  * disk cache; "# kiln VERSION on DEVICE (TARGET)" on stdout.  Exits 1 when there is none. */
-static kiln_context *bench_context(void) {
+static inline kiln_context *bench_context(void) {
   kiln_context *ctx;
   kiln_context_options co = {.device = "auto", .no_cache = 1};
   if (kiln_context_create(&co, &ctx)) {
@@ -39,7 +39,7 @@ static kiln_context *bench_context(void) {
 /* The median time in ms of `repeats` (1..64) calls of launch(user) on the default stream, each
  * between two events, after `warmup` untimed ones; launch returns nonzero when it failed.
  * NAN, with the reason on stderr, when a launch or an event call fails. */
-static double bench_median_ms(kn_cuda_device *dev, int warmup, int repeats,
+static inline double bench_median_ms(kn_cuda_device *dev, int warmup, int repeats,
                               int (*launch)(void *user), void *user) {
   kn_cuda_event ev[2] = {0};
   kn_diag e = {0};

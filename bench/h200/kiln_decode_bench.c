@@ -58,6 +58,7 @@
 #include "api.h"
 #include "attention.h"
 #include "attn_decode.h"
+#include "bench_cuda.h"
 #include "cuda_device.h"
 #include "kiln.h"
 #include "numeric.h"
@@ -192,6 +193,21 @@ static bool check(kiln_kernel *kern, int B, int h, int hk, int nq, int nk, int c
   return pass;
 }
 
+/* one timed call for bench_median_ms: kiln_forward(kern, a), K and V rotated over the first
+ * `sets` caches of k[] / v[] (sets >= 1; one cache: a's own) */
+typedef struct rotating {
+  kiln_kernel *kern;
+  kiln_attn_args a;
+  const kn_cuda_ptr *k, *v;
+  int sets, n;
+} rotating;
+static int rotate_forward(void *user) {
+  rotating *r = user;
+  int i = r->n++ % r->sets;
+  if (r->k) r->a.k = (void *)(uintptr_t)r->k[i], r->a.v = (void *)(uintptr_t)r->v[i];
+  return kiln_forward(r->kern, &r->a, NULL) != KILN_OK;
+}
+
 /* (b) median ms of one call (B, Nk) at `splits` (0: the heuristic's), over `sets` KV caches */
 static double timed(kiln_kernel *kern, int B, int nk, int splits, int repeats, bool prefill) {
   size_t kv = (size_t)B * HK * nk * D * 2, qo = (size_t)B * H * D * 2;
@@ -200,12 +216,10 @@ static double timed(kiln_kernel *kern, int B, int nk, int splits, int repeats, b
   kn_cuda_ptr k[4] = {0}, v[4] = {0}, q = dalloc(qo), o = dalloc(qo), l = dalloc((size_t)B * H * 4);
   kn_diag e;
   double med = NAN;
-  kn_cuda_event ev[2] = {0};
   bool ok = q && o && l && !kn_cuda_memset8(dev, q, 0x3c, qo, &e);
   for (int i = 0; i < sets && ok; i++)
     ok = (k[i] = dalloc(kv)) && (v[i] = dalloc(kv)) && !kn_cuda_memset8(dev, k[i], 0x3b, kv, &e) &&
          !kn_cuda_memset8(dev, v[i], 0x3a, kv, &e);
-  ok = ok && !kn_cuda_event_create(dev, &ev[0], &e) && !kn_cuda_event_create(dev, &ev[1], &e);
   if (!ok) {
     failures++;
     goto out;
@@ -213,34 +227,16 @@ static double timed(kiln_kernel *kern, int B, int nk, int splits, int repeats, b
   set_splits(splits);
   fake_causal(0);
   if (prefill) setenv("KILN_DECODE", "0", 1);
-  double ms[64];
-  for (int r = -3; r < repeats; r++) {
-    int i = (r + 3) % sets;
-    kiln_attn_args a = {.q = (void *)(uintptr_t)q, .k = (void *)(uintptr_t)k[i],
-                        .v = (void *)(uintptr_t)v[i], .o = (void *)(uintptr_t)o,
-                        .lse = (float *)(uintptr_t)l, .batch = B, .heads = H, .kv_heads = HK,
-                        .seqlen_q = 1, .seqlen_k = nk};
-    float t;
-    if (kn_cuda_event_record(dev, ev[0], NULL, &e) || kiln_forward(kern, &a, NULL) ||
-        kn_cuda_event_record(dev, ev[1], NULL, &e) || kn_cuda_event_sync(dev, ev[1], &e) ||
-        kn_cuda_event_elapsed(dev, ev[0], ev[1], &t, &e)) {
-      fprintf(stderr, "launch failed: %s %s\n", kiln_last_error(), e.message);
-      failures++;
-      goto out;
-    }
-    if (r >= 0) ms[r] = t;
-  }
-  for (int i = 0; i < repeats; i++)
-    for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
-      double x = ms[j];
-      ms[j] = ms[j - 1], ms[j - 1] = x;
-    }
-  med = ms[repeats / 2];
+  rotating call = {kern,
+                   {.q = (void *)(uintptr_t)q, .o = (void *)(uintptr_t)o,
+                    .lse = (float *)(uintptr_t)l, .batch = B, .heads = H, .kv_heads = HK,
+                    .seqlen_q = 1, .seqlen_k = nk},
+                   k, v, sets, 0};
+  med = bench_median_ms(dev, 3, repeats, rotate_forward, &call);
+  failures += isnan(med);
 out:
   set_splits(0);
   unsetenv("KILN_DECODE");
-  for (int i = 0; i < 2; i++)
-    if (ev[i]) kn_cuda_event_destroy(dev, ev[i]);
   for (int i = 0; i < 4; i++) {
     if (k[i]) kn_cuda_free(dev, k[i], NULL);
     if (v[i]) kn_cuda_free(dev, v[i], NULL);
@@ -382,49 +378,29 @@ static double timed_paged(kiln_kernel *kern, int B, int nk, int ps, int repeats)
   kn_cuda_ptr dt = dalloc((size_t)B * mp * 4), ds = dalloc((size_t)B * 4);
   kn_diag e;
   double med = NAN;
-  kn_cuda_event ev[2] = {0};
   bool ok = q && o && l && dt && ds && !kn_cuda_memset8(dev, q, 0x3c, qo, &e) &&
             !kn_cuda_copy_htod(dev, dt, table, (size_t)B * mp * 4, &e) &&
             !kn_cuda_copy_htod(dev, ds, lens, (size_t)B * 4, &e);
   for (int i = 0; i < sets && ok; i++)
     ok = (k[i] = dalloc(kv)) && (v[i] = dalloc(kv)) && !kn_cuda_memset8(dev, k[i], 0x3b, kv, &e) &&
          !kn_cuda_memset8(dev, v[i], 0x3a, kv, &e);
-  ok = ok && !kn_cuda_event_create(dev, &ev[0], &e) && !kn_cuda_event_create(dev, &ev[1], &e);
   if (!ok) {
     failures++;
     goto out;
   }
   fake_causal(0);
   fake_layout(true);
-  double ms[64];
-  for (int r = -3; r < repeats; r++) {
-    int i = (r + 3) % sets;
-    kiln_attn_args a = {.q = (void *)(uintptr_t)q, .k = (void *)(uintptr_t)k[i],
-                        .v = (void *)(uintptr_t)v[i], .o = (void *)(uintptr_t)o,
-                        .lse = (float *)(uintptr_t)l, .batch = B, .heads = H, .kv_heads = HK,
-                        .seqlen_q = 1, .block_table = (void *)(uintptr_t)dt,
-                        .cache_seqlens = (void *)(uintptr_t)ds, .page_size = ps,
-                        .num_pages = np, .max_pages = mp};
-    float t;
-    if (kn_cuda_event_record(dev, ev[0], NULL, &e) || kiln_forward(kern, &a, NULL) ||
-        kn_cuda_event_record(dev, ev[1], NULL, &e) || kn_cuda_event_sync(dev, ev[1], &e) ||
-        kn_cuda_event_elapsed(dev, ev[0], ev[1], &t, &e)) {
-      fprintf(stderr, "launch failed: %s %s\n", kiln_last_error(), e.message);
-      failures++;
-      goto out;
-    }
-    if (r >= 0) ms[r] = t;
-  }
-  for (int i = 0; i < repeats; i++)
-    for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
-      double x = ms[j];
-      ms[j] = ms[j - 1], ms[j - 1] = x;
-    }
-  med = ms[repeats / 2];
+  rotating call = {kern,
+                   {.q = (void *)(uintptr_t)q, .o = (void *)(uintptr_t)o,
+                    .lse = (float *)(uintptr_t)l, .batch = B, .heads = H, .kv_heads = HK,
+                    .seqlen_q = 1, .block_table = (void *)(uintptr_t)dt,
+                    .cache_seqlens = (void *)(uintptr_t)ds, .page_size = ps, .num_pages = np,
+                    .max_pages = mp},
+                   k, v, sets, 0};
+  med = bench_median_ms(dev, 3, repeats, rotate_forward, &call);
+  failures += isnan(med);
 out:
   fake_layout(false);
-  for (int i = 0; i < 2; i++)
-    if (ev[i]) kn_cuda_event_destroy(dev, ev[i]);
   for (int i = 0; i < 4; i++) {
     if (k[i]) kn_cuda_free(dev, k[i], NULL);
     if (v[i]) kn_cuda_free(dev, v[i], NULL);
@@ -613,7 +589,6 @@ static double fp8_timed(kiln_kernel *kern, bool paged, int qb, int kvb, int B, i
   float *ones = malloc(sizeof(float) * (size_t)B * HK);
   kn_diag e;
   double med = NAN;
-  kn_cuda_event ev[2] = {0};
   for (int b = 0; b < B; b++) {
     lens[b] = nk;
     for (int i = 0; i < MP; i++) table[b * MP + i] = b * MP + i;
@@ -624,44 +599,22 @@ static double fp8_timed(kiln_kernel *kern, bool paged, int qb, int kvb, int B, i
   bool ok = q && o && l && k && v && dt && dlen && dds &&
             !kn_cuda_memset8(dev, q, qb == 1 ? 0x30 : 0x3c, qn * (size_t)qb, &e) &&
             !kn_cuda_memset8(dev, k, kvb == 1 ? 0x31 : 0x3b, kv, &e) &&
-            !kn_cuda_memset8(dev, v, kvb == 1 ? 0x32 : 0x3a, kv, &e) &&
-            !kn_cuda_event_create(dev, &ev[0], &e) && !kn_cuda_event_create(dev, &ev[1], &e);
-  double ms[64];
-  for (int r = -3; ok && r < repeats; r++) {
-    kiln_attn_args a = {.q = (void *)(uintptr_t)q, .k = (void *)(uintptr_t)k,
-                        .v = (void *)(uintptr_t)v, .o = (void *)(uintptr_t)o,
-                        .lse = (float *)(uintptr_t)l, .batch = B, .heads = H, .kv_heads = HK,
-                        .seqlen_q = nq, .seqlen_k = nk};
-    if (kvb == 1)
-      a.k_descale = a.v_descale = (const float *)(uintptr_t)dds;
-    if (qb == 1) a.q_descale = (const float *)(uintptr_t)dds;
-    if (paged) {
-      a.seqlen_k = 0, a.block_table = (const int32_t *)(uintptr_t)dt;
-      a.cache_seqlens = (const int32_t *)(uintptr_t)dlen, a.page_size = PS, a.num_pages = B * MP;
-      a.max_pages = MP;
-    }
-    float t;
-    if (kn_cuda_event_record(dev, ev[0], NULL, &e) || kiln_forward(kern, &a, NULL) ||
-        kn_cuda_event_record(dev, ev[1], NULL, &e) || kn_cuda_event_sync(dev, ev[1], &e) ||
-        kn_cuda_event_elapsed(dev, ev[0], ev[1], &t, &e)) {
-      fprintf(stderr, "launch failed: %s %s\n", kiln_last_error(), e.message);
-      ok = false;
-      break;
-    }
-    if (r >= 0) ms[r] = t;
+            !kn_cuda_memset8(dev, v, kvb == 1 ? 0x32 : 0x3a, kv, &e);
+  rotating call = {kern,
+                   {.q = (void *)(uintptr_t)q, .k = (void *)(uintptr_t)k,
+                    .v = (void *)(uintptr_t)v, .o = (void *)(uintptr_t)o,
+                    .lse = (float *)(uintptr_t)l, .batch = B, .heads = H, .kv_heads = HK,
+                    .seqlen_q = nq, .seqlen_k = nk},
+                   NULL, NULL, 1, 0};
+  if (kvb == 1) call.a.k_descale = call.a.v_descale = (const float *)(uintptr_t)dds;
+  if (qb == 1) call.a.q_descale = (const float *)(uintptr_t)dds;
+  if (paged) {
+    call.a.seqlen_k = 0, call.a.block_table = (const int32_t *)(uintptr_t)dt;
+    call.a.cache_seqlens = (const int32_t *)(uintptr_t)dlen, call.a.page_size = PS;
+    call.a.num_pages = B * MP, call.a.max_pages = MP;
   }
-  if (ok) {
-    for (int i = 0; i < repeats; i++)
-      for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
-        double x = ms[j];
-        ms[j] = ms[j - 1], ms[j - 1] = x;
-      }
-    med = ms[repeats / 2];
-  } else {
-    failures++;
-  }
-  for (int i = 0; i < 2; i++)
-    if (ev[i]) kn_cuda_event_destroy(dev, ev[i]);
+  if (ok) med = bench_median_ms(dev, 3, repeats, rotate_forward, &call);
+  failures += !ok || isnan(med);
   kn_cuda_ptr bufs[] = {q, o, l, k, v, dt, dlen, dds};
   for (int i = 0; i < 8; i++)
     if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
@@ -766,10 +719,7 @@ int main(int argc, char **argv) {
   }
   if (repeats < 1 || repeats > 64) repeats = 20;
   kn_diag e;
-  if (kn_cuda_init(&e) || kn_cuda_device_count() < 1 || kn_cuda_device_open(0, &dev, &e)) {
-    printf("# no CUDA device: %s\n", e.message);
-    return 0;
-  }
+  if (!bench_device_open(&dev)) return 0;
   const char *lib = getenv("KILN_CUDA_LIBRARY");
   void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
   if (h) *(void **)&fake_attn = dlsym(h, "kn_fake_cuda_attn");
