@@ -229,42 +229,30 @@ static void kv_block_loads(dgen *g, const kv_view *kv, kn_scalar dt, int BN, int
            "v_tile");
 }
 
-static void kv_rows(dgen *g, const kv_view *kv, kn_scalar dt, int BN, int D, int DP, kn_value *n0,
-                    kn_value *c0, kn_value *c_d, kn_value *one64, kn_value **kt, kn_value **vt) {
-  if (!kv->paged) {  /* rows n0.. of the (batch, kv head) base */
+/* how kv_rows reads a paged block (kn_decode_build versions the KV loop on it) */
+typedef enum kv_read { KV_DENSE, KV_IN_PAGE, KV_GATHER } kv_read;
+
+static void kv_rows(dgen *g, const kv_view *kv, kv_read how, kn_scalar dt, int BN, int D, int DP,
+                    kn_value *n0, kn_value *c0, kn_value *c_d, kn_value *one64, kn_value **kt,
+                    kn_value **vt) {
+  if (how == KV_DENSE) {  /* rows n0.. of the (batch, kv head) base */
     kv_block_loads(g, kv, dt, BN, DP, kv->k_base, kv->v_base, n0, kv->seqlen_k, c0, c_d, one64,
                    kt, vt);
-    return;
-  }
-  /* paged: a block inside one page is a block load from its page's rows (one table entry, the
-   * page clamped into the pool); otherwise each key's page and slot, gathered */
-  const kn_type kty = kn_ty_tile2(dt, DP, BN), vty = kn_ty_tile2(dt, BN, DP);
-  kn_builder then_b, else_b;
-  kn_op *br = kn_b_if(&g->b, kv->in_page, 2, (kn_type[]){kty, vty}, &then_b, &else_b);
-  kn_builder outer = g->b;
-  g->b = then_b;
-  {
-    kn_value *page, *slot, *kt1, *vt1;
+  } else if (how == KV_IN_PAGE) {
+    /* the block lies in one page: block loads from its page's rows (one table entry, the page
+     * clamped into the pool), bounded by the keys left */
+    kn_value *page, *slot;
     kn_paged_key(&g->b, kv->paged, n0, &page, &slot);
     kn_value *kb = at(g, kv->k_base, page, kv->k_ps, slot, kv->k_sn, "k_page_blk");
     kn_value *vb = at(g, kv->v_base, page, kv->v_ps, slot, kv->v_sn, "v_page_blk");
     kn_value *left = op2(g, KN_OP_SUB, kv->seqlen_k, n0, "k_left");  /* > 0: n0 is live */
-    kv_block_loads(g, kv, dt, BN, DP, kb, vb, c0, left, c0, c_d, one64, &kt1, &vt1);
-    kn_b_yield(&g->b, 2, (kn_value *[]){kt1, vt1});
-  }
-  g->b = else_b;
-  {
+    kv_block_loads(g, kv, dt, BN, DP, kb, vb, c0, left, c0, c_d, one64, kt, vt);
+  } else {  /* each key's page and slot, gathered */
     kn_paged_rows pr;
     kn_paged_block(&g->b, kv->paged, n0, BN, &pr);
-    kn_value *kt2 = kn_paged_gather(&g->b, dt, kv->k_base, &pr, kv->k_ps, kv->k_sn, D, DP, true,
-                                    "k_tile_g");
-    kn_value *vt2 = kn_paged_gather(&g->b, dt, kv->v_base, &pr, kv->v_ps, kv->v_sn, D, DP,
-                                    false, "v_tile_g");
-    kn_b_yield(&g->b, 2, (kn_value *[]){kt2, vt2});
+    *kt = kn_paged_gather(&g->b, dt, kv->k_base, &pr, kv->k_ps, kv->k_sn, D, DP, true, "k_tile");
+    *vt = kn_paged_gather(&g->b, dt, kv->v_base, &pr, kv->v_ps, kv->v_sn, D, DP, false, "v_tile");
   }
-  g->b = outer;
-  *kt = nm(g, br->res[0], "k_tile");
-  *vt = nm(g, br->res[1], "v_tile");
 }
 
 /* a call of modifier `mod` with its fixed arguments and its plan-bound kernel parameters */
@@ -278,6 +266,82 @@ static kn_value *mod_call(dgen *g, const kn_attn_mod *mod, kn_value *const *fixe
   op->res[0]->type = res;
   return nm(g, op->res[0], name);
 }
+
+/* what the KV loop reads from the program around it */
+typedef struct loop_in {
+  const kn_attn_plan *plan;
+  kn_value *const *P;
+  const kv_view *kv;
+  kn_scalar dt;
+  int BM, BN, D, DP, nscore;
+  kn_type s_f32;
+  kn_value *lo, *hi, *c_bn, *c0, *c_d, *one64, *q_tile, *kcols, *bidx, *h_s, *q_s, *k_last_s,
+      *qk_scale_s, *hi_s, *neg_inf_s, *neg_inf_r, *zero_r, *zero_acc;
+} loop_in;
+
+/* the online-softmax loop over the piece's KV blocks [lo, hi), reading each block as `how`
+ * says: res = its final (m, l, acc) */
+static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
+  const kn_scalar dt = L->dt;
+  const int BM = L->BM, BN = L->BN, DP = L->DP;
+  const kn_type s_f32 = L->s_f32;
+  kn_builder body;
+  kn_value *init[3] = {L->neg_inf_r, L->zero_r, L->zero_acc};
+  kn_op *loop = kn_b_for(&g->b, L->lo, L->hi, L->c_bn, 3, init, &body);
+  kn_builder outer = g->b;
+  g->b = body;
+  kn_value *n0 = nm(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF, loop->region[0]->args[0], BN), "n0");
+  kn_value *m_i = nm(g, loop->region[0]->args[1], "m_i");  /* (BM) running max, exp2 units */
+  kn_value *l_i = nm(g, loop->region[0]->args[2], "l_i");  /* (BM) running sum of p */
+  kn_value *acc = nm(g, loop->region[0]->args[3], "acc");  /* (BM, DP) unnormalised O */
+  kn_value *kt, *vt;
+  kv_rows(g, L->kv, how, dt, BN, L->D, DP, n0, L->c0, L->c_d, L->one64, &kt, &vt);
+  kn_value *qk = nm(g, kn_b_dot(&g->b, L->q_tile, kt, f32c(g, s_f32, 0.0, "zero_s")), "qk");
+  kn_value *cols = spread(g, op2(g, KN_OP_ADD, L->kcols, fill(g, n0, BN, 0, "n0_v"), "cols"), 0, BM,
+                          BN, "cols_s");
+  /* in range for memory-reading modifiers; the key bound masks what is past it */
+  kn_value *kv_idx = op2(g, KN_OP_MIN, cols, L->k_last_s, "kv_idx");
+  kn_value *s = NULL;
+  if (L->nscore) {
+    /* the score modifiers see the scaled score in natural units */
+    kn_value *sc = op2(g, KN_OP_MUL, qk, fill(g, L->P[P_SM_SCALE], BM, BN, "sm_scale_s"), "score");
+    for (int i = 0; i < L->plan->nmods; i++) {
+      if (L->plan->mod[i].kind != KN_MOD_SCORE) continue;
+      kn_value *fixed[KN_MOD_FIXED_SCORE] = {sc, L->bidx, L->h_s, L->q_s, kv_idx};
+      sc = mod_call(g, &L->plan->mod[i], fixed, KN_MOD_FIXED_SCORE, L->P, s_f32, "score_mod");
+    }
+    s = op2(g, KN_OP_MUL, sc, fill(g, f32c(g, kn_ty_scalar(KN_F32), M_LOG2E, "c_log2e_s"), BM, BN, "log2e_s"), "s");
+  } else {
+    s = op2(g, KN_OP_MUL, qk, L->qk_scale_s, "s");
+  }
+  kn_value *live = nm(g, kn_b_cmp(&g->b, KN_PRED_LT, cols, L->hi_s), "in_piece");
+  for (int i = 0; i < L->plan->nmods; i++) {
+    if (L->plan->mod[i].kind != KN_MOD_MASK) continue;
+    kn_value *fixed[KN_MOD_FIXED_MASK] = {L->bidx, L->h_s, L->q_s, kv_idx};
+    kn_value *vis = mod_call(g, &L->plan->mod[i], fixed, KN_MOD_FIXED_MASK, L->P,
+                             kn_ty_tile2(KN_I1, BM, BN), "visible");
+    live = op2(g, KN_OP_AND, live, vis, "live");
+  }
+  s = nm(g, kn_b_select(&g->b, live, s, L->neg_inf_s), "s_masked");
+  kn_value *m_new = op2(g, KN_OP_MAX, m_i, nm(g, kn_b_reduce(&g->b, KN_OP_REDUCE_MAX, s, 1),
+                                              "m_blk"), "m_new");
+  kn_value *dead = nm(g, kn_b_cmp(&g->b, KN_PRED_EQ, m_new, L->neg_inf_r), "no_key");
+  kn_value *m_sub = nm(g, kn_b_select(&g->b, dead, L->zero_r, m_new), "m_sub");
+  kn_value *p = nm(g, kn_b_unary(&g->b, KN_OP_EXP2,
+                                 op2(g, KN_OP_SUB, s, spread(g, m_sub, 1, BM, BN, "m_sub_s"),
+                                     "s_shift")), "p");
+  kn_value *alpha = nm(g, kn_b_unary(&g->b, KN_OP_EXP2, op2(g, KN_OP_SUB, m_i, m_sub, "m_diff")),
+                       "alpha");
+  kn_value *l_new = op2(g, KN_OP_ADD, op2(g, KN_OP_MUL, l_i, alpha, "l_scaled"),
+                        nm(g, kn_b_reduce(&g->b, KN_OP_REDUCE_SUM, p, 1), "l_blk"), "l_new");
+  kn_value *acc_s = op2(g, KN_OP_MUL, acc, spread(g, alpha, 1, BM, DP, "alpha_s"), "acc_scaled");
+  kn_value *p_in = dt == KN_F32 ? p : nm(g, kn_b_cast(&g->b, p, dt), "p_cast");
+  kn_value *acc_new = nm(g, kn_b_dot(&g->b, p_in, vt, acc_s), "acc_new");
+  kn_b_yield(&g->b, 3, (kn_value *[]){m_new, l_new, acc_new});
+  g->b = outer;
+  for (int i = 0; i < 3; i++) res[i] = loop->res[i];
+}
+
 
 kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
                               kn_diag *diag) {
@@ -425,68 +489,43 @@ kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn
   kn_value *neg_inf_r = f32c(g, row_f32, -INFINITY, "neg_inf_r");
   kn_value *zero_r = f32c(g, row_f32, 0.0, "zero_r"), *one_r = f32c(g, row_f32, 1.0, "one_r");
 
-  kn_builder body;
-  kn_value *init[3] = {neg_inf_r, zero_r, f32c(g, acc_f32, 0.0, "zero_acc")};
-  kn_op *loop = kn_b_for(&g->b, lo, hi, c_bn, 3, init, &body);
-  kn_builder outer = g->b;
-  g->b = body;
-  kn_value *n0 = nm(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF, loop->region[0]->args[0], BN), "n0");
-  kn_value *m_i = nm(g, loop->region[0]->args[1], "m_i");  /* (BM) running max, exp2 units */
-  kn_value *l_i = nm(g, loop->region[0]->args[2], "l_i");  /* (BM) running sum of p */
-  kn_value *acc = nm(g, loop->region[0]->args[3], "acc");  /* (BM, DP) unnormalised O */
-  kn_value *kt, *vt;
-  kv_rows(g, &kv, dt, BN, D, DP, n0, c0, c_d, one64, &kt, &vt);
-  kn_value *qk = nm(g, kn_b_dot(&g->b, q_tile, kt, f32c(g, s_f32, 0.0, "zero_s")), "qk");
-  kn_value *cols = spread(g, op2(g, KN_OP_ADD, kcols, fill(g, n0, BN, 0, "n0_v"), "cols"), 0, BM,
-                          BN, "cols_s");
-  /* in range for memory-reading modifiers; the key bound masks what is past it */
-  kn_value *kv_idx = op2(g, KN_OP_MIN, cols, k_last_s, "kv_idx");
-  kn_value *s = NULL;
-  if (nscore) {
-    /* the score modifiers see the scaled score in natural units */
-    kn_value *sc = op2(g, KN_OP_MUL, qk, fill(g, P[P_SM_SCALE], BM, BN, "sm_scale_s"), "score");
-    for (int i = 0; i < plan->nmods; i++) {
-      if (plan->mod[i].kind != KN_MOD_SCORE) continue;
-      kn_value *fixed[KN_MOD_FIXED_SCORE] = {sc, bidx, h_s, q_s, kv_idx};
-      sc = mod_call(g, &plan->mod[i], fixed, KN_MOD_FIXED_SCORE, P, s_f32, "score_mod");
-    }
-    s = op2(g, KN_OP_MUL, sc, fill(g, f32c(g, f32, M_LOG2E, "c_log2e_s"), BM, BN, "log2e_s"), "s");
+  loop_in L = {.plan = plan, .P = P, .kv = &kv, .dt = dt, .BM = BM, .BN = BN, .D = D, .DP = DP,
+               .nscore = nscore, .s_f32 = s_f32, .lo = lo, .hi = hi, .c_bn = c_bn, .c0 = c0,
+               .c_d = c_d, .one64 = one64, .q_tile = q_tile, .kcols = kcols, .bidx = bidx,
+               .h_s = h_s, .q_s = q_s, .k_last_s = k_last_s, .qk_scale_s = qk_scale_s,
+               .hi_s = hi_s, .neg_inf_s = neg_inf_s, .neg_inf_r = neg_inf_r, .zero_r = zero_r,
+               .zero_acc = f32c(g, acc_f32, 0.0, "zero_acc")};
+  kn_value *fin[3];
+  if (!kv.paged) {
+    kv_loop(g, &L, KV_DENSE, fin);
   } else {
-    s = op2(g, KN_OP_MUL, qk, qk_scale_s, "s");
+    /* versioned on the page size: where every block lies in one page (page_size a multiple of
+     * BLOCK_N: vLLM's 16 at block_n 16, pages of 64..256), a loop of block loads, which the
+     * GPU stream with cp.async one block ahead as the dense loop does (its page index a scalar
+     * load of the table, recomputed for the next block); else a loop of row gathers.  One
+     * branch per program, taken the same way by all: the choice costs nothing in the loop. */
+    kn_builder then_b, else_b;
+    kn_op *br = kn_b_if(&g->b, kv.in_page, 3, (kn_type[]){row_f32, row_f32, acc_f32}, &then_b,
+                        &else_b);
+    kn_builder outer = g->b;
+    kn_value *r[3];
+    g->b = then_b;
+    kv_loop(g, &L, KV_IN_PAGE, r);
+    kn_b_yield(&g->b, 3, r);
+    g->b = else_b;
+    kv_loop(g, &L, KV_GATHER, r);
+    kn_b_yield(&g->b, 3, r);
+    g->b = outer;
+    for (int i = 0; i < 3; i++) fin[i] = br->res[i];
   }
-  kn_value *live = nm(g, kn_b_cmp(&g->b, KN_PRED_LT, cols, hi_s), "in_piece");
-  for (int i = 0; i < plan->nmods; i++) {
-    if (plan->mod[i].kind != KN_MOD_MASK) continue;
-    kn_value *fixed[KN_MOD_FIXED_MASK] = {bidx, h_s, q_s, kv_idx};
-    kn_value *vis = mod_call(g, &plan->mod[i], fixed, KN_MOD_FIXED_MASK, P,
-                             kn_ty_tile2(KN_I1, BM, BN), "visible");
-    live = op2(g, KN_OP_AND, live, vis, "live");
-  }
-  s = nm(g, kn_b_select(&g->b, live, s, neg_inf_s), "s_masked");
-  kn_value *m_new = op2(g, KN_OP_MAX, m_i, nm(g, kn_b_reduce(&g->b, KN_OP_REDUCE_MAX, s, 1),
-                                              "m_blk"), "m_new");
-  kn_value *dead = nm(g, kn_b_cmp(&g->b, KN_PRED_EQ, m_new, neg_inf_r), "no_key");
-  kn_value *m_sub = nm(g, kn_b_select(&g->b, dead, zero_r, m_new), "m_sub");
-  kn_value *p = nm(g, kn_b_unary(&g->b, KN_OP_EXP2,
-                                 op2(g, KN_OP_SUB, s, spread(g, m_sub, 1, BM, BN, "m_sub_s"),
-                                     "s_shift")), "p");
-  kn_value *alpha = nm(g, kn_b_unary(&g->b, KN_OP_EXP2, op2(g, KN_OP_SUB, m_i, m_sub, "m_diff")),
-                       "alpha");
-  kn_value *l_new = op2(g, KN_OP_ADD, op2(g, KN_OP_MUL, l_i, alpha, "l_scaled"),
-                        nm(g, kn_b_reduce(&g->b, KN_OP_REDUCE_SUM, p, 1), "l_blk"), "l_new");
-  kn_value *acc_s = op2(g, KN_OP_MUL, acc, spread(g, alpha, 1, BM, DP, "alpha_s"), "acc_scaled");
-  kn_value *p_in = dt == KN_F32 ? p : nm(g, kn_b_cast(&g->b, p, dt), "p_cast");
-  kn_value *acc_new = nm(g, kn_b_dot(&g->b, p_in, vt, acc_s), "acc_new");
-  kn_b_yield(&g->b, 3, (kn_value *[]){m_new, l_new, acc_new});
-  g->b = outer;
 
   /* the piece's normalised rows and their log2-sum-exp (-inf: no key of this piece) */
-  kn_value *l_fin = nm(g, loop->res[1], "l_final");
+  kn_value *l_fin = nm(g, fin[1], "l_final");
   kn_value *l_zero = nm(g, kn_b_cmp(&g->b, KN_PRED_EQ, l_fin, zero_r), "l_zero");
   kn_value *l_safe = nm(g, kn_b_select(&g->b, l_zero, one_r, l_fin), "l_safe");
   kn_value *inv_l = op2(g, KN_OP_DIV, one_r, l_safe, "inv_l");
-  kn_value *out = op2(g, KN_OP_MUL, loop->res[2], spread(g, inv_l, 1, BM, DP, "inv_l_s"), "out");
-  kn_value *lse2 = op2(g, KN_OP_ADD, loop->res[0], nm(g, kn_b_unary(&g->b, KN_OP_LOG2, l_safe),
+  kn_value *out = op2(g, KN_OP_MUL, fin[2], spread(g, inv_l, 1, BM, DP, "inv_l_s"), "out");
+  kn_value *lse2 = op2(g, KN_OP_ADD, fin[0], nm(g, kn_b_unary(&g->b, KN_OP_LOG2, l_safe),
                                                       "log2_l"), "lse2");
   /* workspace slot (pid_bk * num_splits + split): its ws_rows = live_rows rows from row0 (the
    * padding rows are not stored: at GQA 4 and one query row they would be 3/4 of the bytes) */

@@ -546,6 +546,14 @@ static void kv_blocks(gen *g, const kv_loop *L, kn_value *lo, kn_value *hi, kn_v
                            (kn_value *[]){L->c0, n0}, (kn_value *[]){L->one64, P[P_K_SN]},
                            (kn_value *[]){L->c_d, L->seqlen_k}, NULL, NULL),
               "k_tile");
+  /* a paged kernel gathers V here too: its addresses are known before the first dot, so
+   * NVIDIA GPUs copy both blocks together (cp.async, compiler/gpu/assign_layouts.c), V in
+   * flight during QK^T and the softmax.  Not fp8 pages: their V is converted before the dot,
+   * so it is read into registers, and held there across the softmax it spills on gfx942 */
+  bool v_early = L->paged && L->kvt == dt;
+  kn_value *vt_paged = v_early ? kn_paged_gather(&g->b, L->kvt, L->v_base, &pr, P[P_V_SB],
+                                                  P[P_V_SN], L->D, DP, false, "v_tile")
+                                : NULL;
   kt = to_compute(g, kt, dt, "k_conv");
   kn_value *qk = named(g, kn_b_dot(&g->b, L->q_tile, kt, L->zero_s), "qk");   /* (BM, BN) */
   /* without score modifiers, straight to exp2 units */
@@ -625,7 +633,8 @@ static void kv_blocks(gen *g, const kv_loop *L, kn_value *lo, kn_value *hi, kn_v
   kn_value *acc_scaled = bin(g, KN_OP_MUL, acc, cols_of(g, alpha, DP, "alpha_s"), "acc_scaled");
   /* P is rounded to the input dtype so the second dot is a dtype x dtype matrix product */
   kn_value *p_in = dt == KN_F32 ? p : named(g, kn_b_cast(&g->b, p, dt), "p_cast");
-  kn_value *vt = L->paged
+  kn_value *vt = v_early ? vt_paged
+      : L->paged
       ? kn_paged_gather(&g->b, L->kvt, L->v_base, &pr, P[P_V_SB], P[P_V_SN], L->D, DP, false,
                         "v_tile")
       : named(g, kn_b_load(&g->b, kn_ty_tile2(L->kvt, BN, DP), L->v_base,

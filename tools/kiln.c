@@ -40,6 +40,7 @@
 #include "aot.h"
 #include "attention.h"
 #include "attn_bwd.h"
+#include "attn_decode.h"
 #include "bundle.h"
 #include "cache.h"
 #include "cuda_device.h"
@@ -266,6 +267,26 @@ static kn_func *get_kernel(cli_options *o, kn_module **mout) {
     }
   }
   const kn_target *tt = o->ir_file ? NULL : kn_target_get(o->target);
+  if (o->decode) {  /* the decode kernel at its own tiling, with what was given */
+    if (o->ir_file || o->wgmma || o->stages) {
+      fprintf(stderr, "kiln: error: --decode builds the decode template: not with --ir, "
+              "--mma wgmma or --stages\n");
+      return NULL;
+    }
+    o->cfg = kn_attn_decode_default_config(tt ? tt->arch : NULL, &o->attn);
+    if (o->block_m) o->cfg.block_m = o->block_m;
+    if (o->block_n) o->cfg.block_n = o->block_n;
+    if (o->warps) o->cfg.warps = o->warps;
+    m = kn_module_new("<attn_decode>");
+    if (kn_attn_decode_check(tt ? tt->arch : NULL, &o->attn, &o->cfg, &d) ||
+        !(k = kn_attn_decode_build(m, &o->attn, &o->cfg, &d)) || kn_verify(m, &d)) {
+      fprintf(stderr, "kiln: error: unsupported decode request: %s\n", d.message);
+      kn_module_free(m);
+      return NULL;
+    }
+    *mout = m;
+    return k;
+  }
   if (kn_attn_check_on(tt ? tt->arch : NULL, &o->attn, &o->cfg, &d)) {
     fprintf(stderr, "kiln: error: unsupported attention request: %s\n", d.message);
     kn_module_free(m);
@@ -1490,6 +1511,11 @@ static int cmd_run(cli_options *o) {
   if (p->heads % p->kv_heads) {
     fprintf(stderr, "kiln: error: --heads %d is not a multiple of --kv-heads %d\n", p->heads,
             p->kv_heads);
+    return EXIT_USAGE;
+  }
+  if (o->decode) {
+    fprintf(stderr, "kiln: error: --decode is for dump and compile: run sends calls of 1..16 "
+            "query rows to the decode kernel itself\n");
     return EXIT_USAGE;
   }
   if (o->backward) return run_backward(o);

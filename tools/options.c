@@ -45,6 +45,8 @@ void cli_usage(FILE *f) {
         "  (with --ir, the file's kernel attrs decide; an option that contradicts them is an error)\n"
         "  --backward (run: the backward pass, dQ/dK/dV for a random dO, checked against\n"
         "  float64; interp, host, the -emu targets, sm_80, sm_90a, auto; docs/backward.md)\n"
+        "  --decode (dump, compile: the split-KV decode kernel, attn_decode, at its decode\n"
+        "  tiling; run and the API send calls of 1..16 query rows to it; docs/serving.md)\n"
         "  --check-bounds (run, host: check every load and store against the buffers;\n"
         "  always on for an --ir kernel)  --max-steps N (run, interp: the step budget, default\n"
         "  10^10 steps, 0 for none)\n"
@@ -323,6 +325,8 @@ int cli_parse_options(int argc, char **argv, int first, cli_options *o, FILE *er
       i++;
     } else if (!strcmp(a, "--backward")) {
       o->backward = true;
+    } else if (!strcmp(a, "--decode")) {
+      o->decode = true;
     } else if (!strcmp(a, "--varlen") && v) {
       varlen = v;
       i++;

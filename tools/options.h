@@ -31,6 +31,8 @@ typedef struct cli_options {
   int block_m, block_n, warps, stages; /* the tiling asked for (0: not given) */
   bool wgmma;                           /* --mma wgmma */
   bool backward;                        /* run: --backward (dQ, dK, dV; docs/backward.md) */
+  bool decode;                          /* dump, compile: --decode (the split-KV decode kernel;
+                                           run and the API choose it themselves) */
   struct {
     bool dtype, head_dim, causal, max_steps;
   } given;             /* options given on the command line (--ir checks the descriptor's) */

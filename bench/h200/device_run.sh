@@ -27,6 +27,9 @@
 #                       "--paged": the same table through a paged KV cache of 16-row pages,
 #                       "--page-size P" for others, paged and dense side by side);
 #                       step decode also runs `sdpa_anchor.py --decode` (FA2, cuDNN)
+#   step "pdecode"      kiln_decode_bench --paged --quick for each page size of
+#                       KILN_PDECODE_PAGES (default "16 256") and paged tiling of
+#                       KILN_PDECODE_TILINGS ("default 64x16:4 ...": KILN_DECODE_PAGED_TILING)
 #   step "fp8"          kiln_decode_bench --fp8 $KILN_FP8_FORMAT (default f8e4m3) $KILN_FP8_ARGS
 #                       (e.g. "--quick"): fp8 inputs checked against float64, then prefill and
 #                       decode (dense and paged fp8 KV) beside the f16 kernels
@@ -253,6 +256,26 @@ if want decode; then
   step "sdpa decode anchor" "$out/sdpa_decode.log" 420 env PYTHONUNBUFFERED=1 python3 \
     "$here/sdpa_anchor.py" --decode --csv "$out/sdpa_decode.csv"
   grep -E "^(\||# )" "$out/sdpa_decode.log" >>"$summary"
+fi
+# ---- paged decode tilings (issue 12): kiln_decode_bench --paged --quick per page size and
+# paged tiling (KILN_DECODE_PAGED_TILING; the dense kernel keeps its own), to choose the default ----
+if want pdecode; then
+  if [ -x "$bin/kiln_decode_bench" ]; then
+    for ps in ${KILN_PDECODE_PAGES:-16 256}; do
+      for t in ${KILN_PDECODE_TILINGS:-default 64x16:4 16x16:1 32x16:2 16x32:1 32x32:2 16x64:1}; do
+        tv=$t
+        [ "$t" = default ] && tv=
+        step "kiln paged decode page $ps tiling $t" "$out/pdecode.log" 240 \
+          env KILN_DECODE_PAGED_TILING="$tv" "$bin/kiln_decode_bench" --paged --quick \
+          --page-size "$ps"
+        echo "# page $ps tiling $t" >>"$summary"
+        grep -E "^\| (1|16) \|" "$out/pdecode.log" | tail -n 4 >>"$summary"
+      done
+    done
+  else
+    note "FAIL  kiln_decode_bench: not in the pack"
+    failed=$((failed + 1))
+  fi
 fi
 # ---- fp8 inputs (issue 12, docs/serving.md): kiln_decode_bench --fp8, checks then times ----
 if want fp8; then

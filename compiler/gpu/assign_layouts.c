@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "gpu.h"
+#include "op_cases.h"
 
 typedef struct pass {
   kn_layout_plan *p;
@@ -472,15 +473,22 @@ static bool defined_in(const kn_value *v, const kn_block *b) {
 }
 
 /* can the scalar v be recomputed for another iteration of the loop with body `body` (from the
- * induction variable and values defined outside, through plain scalar arithmetic)? */
+ * induction variable and values defined outside, through scalar ops of the body itself:
+ * arithmetic, compares, selects, pointer offsets and scalar loads)?  A scalar load is read again
+ * one iteration early (lower_gpu.c guards the prefetch by the next iteration's existence), which
+ * is what lets a paged kernel prefetch a block whose page comes from the block table. */
 static bool remat_ok(const kn_value *v, const kn_block *body, int depth) {
   if (v == body->args[0] || !defined_in(v, body)) return true;
   const kn_op *d = v->def;
-  if (depth > 16 || is_tile(v) || !d || d->parent != body) return false;
-  if (!kn_op_is_binary(d->opc) && d->opc != KN_OP_CAST && d->opc != KN_OP_MULTIPLE_OF &&
-      d->opc != KN_OP_MAX_CONTIGUOUS)
-    return false;
-  if (d->opc == KN_OP_DIV || d->opc == KN_OP_REM) return false;  /* keep it to what's cheap */
+  if (depth > 24 || is_tile(v) || !d || d->parent != body || d->nres != 1) return false;
+  switch (d->opc) {
+  KN_CASES_BINARY
+  KN_CASES_UNARY
+  case KN_OP_CAST: case KN_OP_MULTIPLE_OF: case KN_OP_MAX_CONTIGUOUS: case KN_OP_CMP:
+  case KN_OP_SELECT: case KN_OP_PTRADD: case KN_OP_CONST: case KN_OP_LOAD:
+    break;
+  default: return false;
+  }
   for (int i = 0; i < d->nopnd; i++)
     if (!remat_ok(d->opnd[i], body, depth + 1)) return false;
   return true;
@@ -493,12 +501,32 @@ static int uses_of(pass *s, const kn_value *v) {
   return n;
 }
 
-/* can conversion c (a lazy ldmatrix operand) be filled by cp.async straight from its load? */
+/* can conversion c (a lazy ldmatrix operand) be filled by cp.async straight from a row gather
+ * (gather.c): one address per 16-byte vector along the shared layout's contiguous dim, a mask
+ * that is the same across each vector (a dead vector is zero-filled), no `other` but 0? */
+static bool async_gather_ok(pass *s, const kn_conversion *c) {
+  const kn_op *ga = c->value->def;
+  kn_gather_operands go;
+  kn_gather_operands_get(ga, &go);
+  if (go.other && !(go.other->def && go.other->def->opc == KN_OP_CONST &&
+                    go.other->def->fattr == 0.0 && go.other->def->iattr[0] == 0))
+    return false;
+  int ax = kn_gpu_gather_axis(ga);
+  if (ax < 0 || ax != c->shared.order[0] || kn_gpu_gather_vec(ga, ax, 8) != 8) return false;
+  const kn_layout *bl = get(s, c->value);
+  return bl && bl->kind == KN_LAYOUT_BLOCKED && bl->order[0] == ax && bl->spt[ax] == 8;
+}
+
+/* can conversion c (a lazy ldmatrix operand) be filled by cp.async straight from its load (or
+ * row gather)? */
 static bool async_ok(pass *s, const kn_conversion *c) {
   const kn_value *v = c->value;
   const kn_op *ld = v->def;
-  if (!ld || ld->opc != KN_OP_LOAD || ld->parent != c->user->parent || !loop_of(ld)) return false;
+  if (!ld || (ld->opc != KN_OP_LOAD && ld->opc != KN_OP_GATHER) ||
+      ld->parent != c->user->parent || !loop_of(ld))
+    return false;
   if (uses_of(s, v) != 1) return false;
+  if (ld->opc == KN_OP_GATHER) return async_gather_ok(s, c);
   kn_mem_operands mo;
   kn_mem_operands_get(ld, &mo);
   if (mo.mask || mo.rank != 2) return false;
@@ -621,14 +649,19 @@ static void nv_plan_staging(pass *s) {
         idx[j] = idx[j - 1];
         idx[j - 1] = t;
       }
-    bool pipelined = n >= 2 && head_ok(&p->conv[idx[0]], body);
-    for (int j = 1; j < n && pipelined; j++)
-      pipelined = operands_before(s, &p->conv[idx[j]], body, user_pos(p, &p->conv[idx[0]]));
+    /* the others issued at the first dot: their addresses known by then; the first one
+     * iteration ahead where its addresses can be recomputed for the next (head_ok), else at
+     * its own dot (LEAD) */
+    bool early = n >= 2;
+    for (int j = 1; j < n && early; j++)
+      early = operands_before(s, &p->conv[idx[j]], body, user_pos(p, &p->conv[idx[0]]));
+    bool pipelined = early && head_ok(&p->conv[idx[0]], body);
     for (int j = 0; j < n; j++) {
       kn_conversion *c = &p->conv[idx[j]];
       c->loop = loop;
-      c->stage = !pipelined ? KN_STAGE_ASYNC_AT_DOT : j == 0 ? KN_STAGE_ASYNC_HEAD
-                                                             : KN_STAGE_ASYNC_EARLY;
+      c->stage = !early ? KN_STAGE_ASYNC_AT_DOT
+                 : j ? KN_STAGE_ASYNC_EARLY
+                 : pipelined ? KN_STAGE_ASYNC_HEAD : KN_STAGE_ASYNC_LEAD;
       c->issue_head = pipelined && j == n - 1;
     }
   }

@@ -47,8 +47,10 @@ typedef enum kn_conv_kind {
  * registers, and its value has no other user.  In a loop with two or more streamed operands
  * (K^T, then V) the first is the *head*: its copy for the next iteration is issued at the last
  * streamed dot of this one, so it overlaps that dot and the softmax; the others are issued at
- * the first streamed dot, overlapping it (FlashAttention 2's schedule).  Each streamed buffer
- * lives across the whole loop. */
+ * the first streamed dot, overlapping it (FlashAttention 2's schedule).  Where the head's
+ * addresses cannot be recomputed for the next iteration (ASYNC_LEAD), all are issued at the
+ * first streamed dot, which waits for its own copies only.  Each streamed buffer lives across
+ * the whole loop. */
 typedef enum kn_stage_kind {
   KN_STAGE_AT_DOT = 0,    /* registers -> shared at the dot (barrier, stores, barrier) */
   KN_STAGE_ONCE,          /* loop-invariant operand: registers -> shared once, right after
@@ -56,6 +58,10 @@ typedef enum kn_stage_kind {
   KN_STAGE_ASYNC_AT_DOT,  /* cp.async at the dot, waited for at once (no overlap) */
   KN_STAGE_ASYNC_HEAD,    /* cp.async, one iteration ahead (prologue before the loop) */
   KN_STAGE_ASYNC_EARLY,   /* cp.async at the loop's first streamed dot */
+  KN_STAGE_ASYNC_LEAD,    /* the first streamed dot of a loop that cannot issue the next
+                           * iteration's copy early (its addresses are a tile of this
+                           * iteration: a paged row gather): cp.async at this dot for itself
+                           * and the loop's EARLY operands, waiting for its own only */
 } kn_stage_kind;
 
 typedef struct kn_conversion {

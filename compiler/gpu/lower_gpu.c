@@ -1182,6 +1182,8 @@ static int lower_gather(G *g, kn_op *op) {
   kn_gather_operands_get(op, &go);
   kn_scalar s = res->type.elem;
   LLVMTypeRef et = sty(g, s);
+  /* copied into shared memory by cp.async where its dot needs it; no registers */
+  if (async_staged(g, res)) return 0;
   LLVMValueRef *offs = opnd_regs(g, op, 1), *mask = go.mask ? opnd_regs(g, op, 2) : NULL;
   if (!offs || (go.mask && !mask))
     return fail(g, op, "internal: %s without registers for its offsets or mask", "gather");
@@ -1358,33 +1360,28 @@ static void ldsm_read(G *g, const kn_conversion *c, const kn_lmap *m, int kdim, 
 }
 
 /* Recomputes the scalars of the loop body that `v` depends on for induction value iv (the
- * layout pass checked they are plain arithmetic on iv and values defined outside), setting
- * g->sv for them; the old entries are pushed on saved[] for the caller to restore. */
+ * layout pass checked they are scalar ops of the body on iv and values defined outside:
+ * remat_ok), each by its own lowering, setting g->sv for them; the old entries are pushed on
+ * saved[] for the caller to restore (in reverse order: a value reached twice is pushed twice). */
 typedef struct sv_saved {
   int id;
   LLVMValueRef old;
 } sv_saved;
+enum { REMAT_MAX = 256 };
 
-static LLVMValueRef remat(G *g, kn_value *v, LLVMValueRef iv, sv_saved *saved, int *ns, int cap) {
+static int lower_op(G *g, kn_op *op);
+
+static void remat(G *g, kn_value *v, LLVMValueRef iv, sv_saved *saved, int *ns) {
   kn_block *body = g->loop_body;
-  LLVMValueRef x;
-  if (v == body->args[0]) x = iv;
-  else if (!in_block(v, body)) return g->sv[v->id];
-  else {
-    kn_op *d = v->def;
-    LLVMValueRef a = d->nopnd > 0 ? remat(g, d->opnd[0], iv, saved, ns, cap) : NULL;
-    LLVMValueRef b = d->nopnd > 1 ? remat(g, d->opnd[1], iv, saved, ns, cap) : NULL;
-    if (d->opc == KN_OP_CAST) x = cast(g, d->opnd[0]->type.elem, v->type.elem, a);
-    else if (kn_op_is_binary(d->opc)) x = binary(g, d->opc, v->type.elem, a, b);
-    else x = a;  /* multiple_of, max_contiguous */
-  }
-  if (*ns < cap) {
-    saved[*ns].id = v->id;
-    saved[*ns].old = g->sv[v->id];
-    (*ns)++;
-    g->sv[v->id] = x;
-  }
-  return x;
+  if (v != body->args[0] && !in_block(v, body)) return;
+  if (v != body->args[0])
+    for (int i = 0; i < v->def->nopnd; i++) remat(g, v->def->opnd[i], iv, saved, ns);
+  KN_ASSERT(*ns < REMAT_MAX);
+  saved[*ns].id = v->id;
+  saved[*ns].old = g->sv[v->id];
+  (*ns)++;
+  if (v == body->args[0]) g->sv[v->id] = iv;
+  else lower_op(g, v->def);
 }
 
 /* cp.async.cg 16-byte copies of conversion c's load straight into its shared layout, at
@@ -1393,13 +1390,30 @@ static LLVMValueRef remat(G *g, kn_value *v, LLVMValueRef iv, sv_saved *saved, i
  * (src-size 0: nothing is read) from the tile's first element's address. */
 static void issue_copies(G *g, const kn_conversion *c, LLVMValueRef iv) {
   kn_op *ld = c->value->def;
-  sv_saved saved[64];
+  sv_saved saved[REMAT_MAX];
   int ns = 0;
   if (iv)
-    for (int i = 0; i < ld->nopnd; i++) remat(g, ld->opnd[i], iv, saved, &ns, 64);
+    for (int i = 0; i < ld->nopnd; i++) remat(g, ld->opnd[i], iv, saved, &ns);
   const kn_lmap *m = vmap(g, c->value);
   access a;
-  plan_access(g, ld, m, c->value->type.elem, &a);
+  /* a row gather (async_ok): each vector's address from its offsets register, its liveness
+   * from its mask register; never one iteration ahead (its offsets are a tile of this one) */
+  bool gat = ld->opc == KN_OP_GATHER;
+  kn_gather_operands go;
+  LLVMValueRef *goffs = NULL, *gmask = NULL;
+  if (gat) {
+    KN_ASSERT(!iv);
+    kn_gather_operands_get(ld, &go);
+    goffs = opnd_regs(g, ld, 1);
+    gmask = go.mask ? opnd_regs(g, ld, 2) : NULL;
+    KN_ASSERT(goffs && (!go.mask || gmask));
+    a = (access){.et = sty(g, c->value->type.elem), .esz = (int)kn_scalar_size(c->value->type.elem),
+                 .contig = kn_gpu_gather_axis(ld)};
+    a.vec = 16 / a.esz;
+    KN_ASSERT(kn_lmap_vec(m, a.contig, a.vec) == a.vec);
+  } else {
+    plan_access(g, ld, m, c->value->type.elem, &a);
+  }
   KN_ASSERT(a.vec * a.esz == 16 && a.contig == c->shared.order[0]);
   const kn_layout *s = &c->shared;
   int inner = s->order[0], outer = 1 - inner;
@@ -1424,11 +1438,18 @@ static void issue_copies(G *g, const kn_conversion *c, LLVMValueRef iv) {
     dbase = smem_u32(g->B, g, LLVMBuildGEP2(g->B, g->i8, g->lds, &off, 1, "cp.dst"));
     g->B = keep;
   }
-  LLVMValueRef tptr = exact_map(m) ? thread_ptr(g, &a) : NULL;
-  LLVMValueRef zero_src = NULL;
+  LLVMValueRef tptr = !gat && exact_map(m) ? thread_ptr(g, &a) : NULL;
+  LLVMValueRef zero_src = NULL, src_base = g->sv[(gat ? go.base : a.mo.base)->id];
   for (int r = 0; r < m->nregs; r += a.vec) {
     LLVMValueRef src, live, dst, k;
-    address(g, &a, tptr, NULL, r, &src, &live);
+    if (gat) {
+      LLVMValueRef off = goffs[r];
+      if (go.offsets->type.elem != KN_I64) off = LLVMBuildSExt(g->B, off, g->i64, "");
+      src = LLVMBuildGEP2(g->B, a.et, src_base, &off, 1, "");
+      live = gmask ? gmask[r] : NULL;
+    } else {
+      address(g, &a, tptr, NULL, r, &src, &live);
+    }
     if (dbase) {
       /* column blocks: a register whose inner offset is whole blocks keeps the base's place
        * within its block */
@@ -1445,7 +1466,7 @@ static void issue_copies(G *g, const kn_conversion *c, LLVMValueRef iv) {
     if (live) {
       if (!zero_src) {
         LLVMValueRef z = ci64(g, 0);
-        zero_src = LLVMBuildGEP2(g->B, a.et, g->sv[a.mo.base->id], &z, 1, "");
+        zero_src = LLVMBuildGEP2(g->B, a.et, src_base, &z, 1, "");
       }
       size = LLVMBuildSelect(g->B, live, size, ci32(g, 0), "");
       src = LLVMBuildSelect(g->B, live, src, zero_src, "");
@@ -1461,9 +1482,20 @@ static void issue_copies(G *g, const kn_conversion *c, LLVMValueRef iv) {
 
 static void cp_commit(G *g) { call(g, "llvm.nvvm.cp.async.commit.group", g->vd, NULL, 0); }
 
-static void cp_wait_all(G *g) {
-  LLVMValueRef z = ci32(g, 0);
+/* wait until at most n of this thread's committed copy groups are in flight */
+static void cp_wait(G *g, int n) {
+  LLVMValueRef z = ci32(g, n);
   call(g, "llvm.nvvm.cp.async.wait.group", g->vd, &z, 1);
+}
+static void cp_wait_all(G *g) { cp_wait(g, 0); }
+
+/* issues the copies of loop's ASYNC_EARLY operands, one group */
+static void issue_early(G *g, const kn_op *loop) {
+  for (int i = 0; i < g->p->nconv; i++) {
+    const kn_conversion *o = &g->p->conv[i];
+    if (o->stage == KN_STAGE_ASYNC_EARLY && o->loop == loop) issue_copies(g, o, NULL);
+  }
+  cp_commit(g);
 }
 
 static const kn_conversion *loop_head(G *g, const kn_op *loop) {
@@ -1493,11 +1525,18 @@ static void stage_for_dot(G *g, const kn_conversion *c) {
     cp_wait_all(g);
     proxy_fence(g, c);
     barrier(g);
-    for (int i = 0; i < g->p->nconv; i++) {
-      const kn_conversion *o = &g->p->conv[i];
-      if (o->stage == KN_STAGE_ASYNC_EARLY && o->loop == c->loop) issue_copies(g, o, NULL);
-    }
+    issue_early(g, c->loop);
+    break;
+  case KN_STAGE_ASYNC_LEAD:
+    /* every reader of this iteration's buffers (last iteration's dots) is done; this copy and
+     * the early ones in flight together, this dot waiting for its own only (the older group) */
+    barrier(g);
+    issue_copies(g, c, NULL);
     cp_commit(g);
+    issue_early(g, c->loop);
+    cp_wait(g, 1);
+    proxy_fence(g, c);
+    barrier(g);
     break;
   case KN_STAGE_ASYNC_EARLY:
     cp_wait_all(g);

@@ -55,6 +55,7 @@ static void conv_range(const kn_layout_plan *p, const kn_conversion *c, int *fir
     break;
   case KN_STAGE_ASYNC_HEAD:
   case KN_STAGE_ASYNC_EARLY:
+  case KN_STAGE_ASYNC_LEAD:
     *first = p->pos[c->loop->region[0]->args[0]->id];
     *last = lend;
     break;
@@ -192,7 +193,8 @@ char *kn_layout_plan_format(const kn_layout_plan *p) {
       kn_layout_format(&c->shared, lay, sizeof lay);
       put(&b, " via lds[%d] %s", c->buffer, lay);
       static const char *stages[] = {"", ", staged once", ", cp.async at the dot",
-                                     ", cp.async one iteration ahead", ", cp.async early"};
+                                     ", cp.async one iteration ahead", ", cp.async early",
+                                     ", cp.async at the dot, with the loop's early ones"};
       if (c->ldsm || c->desc)
         put(&b, ", %s%s", c->desc ? "wgmma descriptor" : "ldmatrix", stages[c->stage]);
     }

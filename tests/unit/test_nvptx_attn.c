@@ -41,6 +41,7 @@
 #include <cmocka.h>
 
 #include "attention.h"
+#include "attn_decode.h"
 #include "attn_launch_cuda.h"
 #include "cuda_device.h"
 #include "gpu.h"
@@ -72,7 +73,10 @@ static int nv_compile(const kn_module *m, const char *arch, FILE *dump, nv_compi
   kn_compile_options o = {.keep_layout = true, .dump_file = dump,
                           .dump_stages = dump ? KN_STAGE_LAYOUT | KN_STAGE_LOWERED | KN_STAGE_ASM : 0};
   kn_kernel *k;
-  if (kn_compile(m, "attn_fwd", kn_target_get(arch), &o, &k, d)) return -1;
+  /* the module's kernel: the forward, or the decode kernel of compile_kernel */
+  const char *name = m->nfuncs && m->funcs[m->nfuncs - 1]->is_kernel ? m->funcs[m->nfuncs - 1]->name
+                                                                    : "attn_fwd";
+  if (kn_compile(m, name, kn_target_get(arch), &o, &k, d)) return -1;
   kn_kernel_take_artifact(k, &out->art);
   out->ptx = out->art.data;
   out->ptx_size = out->art.size;
@@ -96,12 +100,14 @@ typedef struct compiled {
   bool ptxas_ran;
 } compiled;
 
-static void compile_one(const char *arch, const kn_attn_desc *desc, const kn_attn_config *cfg,
-                        compiled *out) {
+/* the forward (or, decode, the split-KV decode kernel) of desc at cfg, compiled for arch */
+static void compile_kernel(const char *arch, const kn_attn_desc *desc, const kn_attn_config *cfg,
+                           bool decode, compiled *out) {
   memset(out, 0, sizeof *out);
   kn_diag d;
   kn_module *m = kn_module_new("<attn>");
-  assert_non_null(kn_attn_fwd_build(m, desc, cfg, &d));
+  assert_non_null(decode ? kn_attn_decode_build(m, desc, cfg, &d)
+                         : kn_attn_fwd_build(m, desc, cfg, &d));
   static bool dumped;
   static int ncompiles;
   const char *dump = getenv("KILN_TEST_DUMP"), *nth = getenv("KILN_TEST_DUMP_NTH");
@@ -116,7 +122,7 @@ static void compile_one(const char *arch, const kn_attn_desc *desc, const kn_att
   if (df) dumped = true;
   kn_module_free(m);
   const char *ptx = out->c.ptx;
-  assert_non_null(strstr(ptx, ".entry attn_fwd"));
+  assert_non_null(strstr(ptx, decode ? ".entry attn_decode" : ".entry attn_fwd"));
   if (cfg->wgmma) {
     assert_non_null(strstr(ptx, "wgmma.mma_async.sync.aligned.m64n"));
     assert_null(strstr(ptx, "mma.sync.aligned"));
@@ -134,11 +140,16 @@ static void compile_one(const char *arch, const kn_attn_desc *desc, const kn_att
   kn_diag msg;
   if (kn_ptxas_run(ptx, out->c.ptx_size, &o, &r, &msg) != KN_OK)
     fail_msg("ptxas %s: %s", arch, msg.rendered);
-  const kn_ptxas_kernel *k = kn_ptxas_find_kernel(&r, "attn_fwd");
+  const kn_ptxas_kernel *k = kn_ptxas_find_kernel(&r, decode ? "attn_decode" : "attn_fwd");
   assert_non_null(k);
   out->px = *k;
   out->ptxas_ran = true;
   kn_ptxas_result_free(&r);
+}
+
+static void compile_one(const char *arch, const kn_attn_desc *desc, const kn_attn_config *cfg,
+                        compiled *out) {
+  compile_kernel(arch, desc, cfg, false, out);
 }
 
 static int count_text(const char *ptx, const char *what) {
@@ -224,11 +235,28 @@ static void test_paged_row_gather(void **state) {
       compile_one(archs[a], &desc, &cfg, &c);
       report(archs[a], &desc, &cfg, &c);
       const char *ptx = c.c.ptx;
-      int v4 = count_text(ptx, "ld.global.v4"), scalar16 = count_text(ptx, "ld.global.u16") +
-                                                           count_text(ptx, "ld.global.b16");
-      printf("    paged: %d 16-byte loads, %d 2-byte loads\n", v4, scalar16);
+      /* K and V: one 16-byte cp.async per row chunk, both issued at the first dot (V in flight
+       * during QK^T and the softmax) */
+      int cp = count_text(ptx, "cp.async.cg.shared.global"),
+          scalar16 = count_text(ptx, "ld.global.u16") + count_text(ptx, "ld.global.b16");
+      printf("    paged: %d 16-byte cp.async, %d 2-byte loads\n", cp, scalar16);
       assert_int_equal(scalar16, 0);
-      assert_true(v4 >= 2 * (cfg.block_n * 128 * 2 / 16) / (32 * cfg.warps));
+      assert_true(cp >= 2 * (cfg.block_n * 128 * 2 / 16) / (32 * cfg.warps));
+      assert_non_null(strstr(c.c.layout_text, "cp.async at the dot, with the loop's early ones"));
+      assert_non_null(strstr(c.c.layout_text, "cp.async early"));
+      no_spills(&c);
+      nv_compiled_free(&c.c);
+      /* the paged decode kernel: its in-page loop streams K one block ahead (the page index a
+       * scalar load of the table, recomputed for the next block), its gather loop issues K and
+       * V together; no register staging of either, no spills (Q, read once, is still a scalar
+       * gather) */
+      cfg = kn_attn_decode_default_config(kn_arch_get(archs[a]), &desc);
+      desc.causal = 0;
+      compile_kernel(archs[a], &desc, &cfg, true, &c);
+      report(archs[a], &desc, &cfg, &c);
+      assert_non_null(strstr(c.c.layout_text, "cp.async one iteration ahead"));
+      assert_non_null(strstr(c.c.layout_text, "cp.async at the dot, with the loop's early ones"));
+      assert_int_equal(count_text(c.c.layout_text, "cp.async early"), 2);
       no_spills(&c);
       nv_compiled_free(&c.c);
     }
