@@ -31,6 +31,8 @@
  * minutes of silence would look like a hang.
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -442,6 +444,56 @@ static kiln_status setup_device(run *r) {
   return KILN_OK;
 }
 
+/* The float64 reference of set 0 into ref_o / ref_lse.  Without modifiers every (batch, head)
+ * slice is a problem of its own, and the slices are shared out to kn_host_threads() threads: at
+ * a serving shape (4 x 32 heads x 4096^2) one thread takes minutes.  With modifiers (which see
+ * the batch and head indices and the variant's tensors) one call over the whole problem. */
+typedef struct ref_job {
+  const run *r;
+  const double *q, *k, *v;
+  atomic_int next;
+  atomic_int failed;
+  kn_diag diag;  /* the first failure's */
+} ref_job;
+
+static void *ref_worker(void *arg) {
+  ref_job *j = arg;
+  const run *r = j->r;
+  const size_t N = (size_t)r->p.seqlen_q, D = (size_t)r->d->head_dim;
+  const int slices = r->p.batch * r->p.heads;
+  kn_attn_problem one = {.batch = 1, .heads = 1, .kv_heads = 1, .seqlen_q = r->p.seqlen_q,
+                         .seqlen_k = r->p.seqlen_k, .sm_scale = r->p.sm_scale};
+  for (int i; (i = atomic_fetch_add(&j->next, 1)) < slices && !atomic_load(&j->failed);) {
+    const size_t at = (size_t)i * N * D; /* (kv heads = heads in the tuning problem) */
+    kn_diag diag;
+    if (kn_attn_reference_v(r->d, NULL, &one, NULL, j->q + at, j->k + at, j->v + at,
+                            r->ref_o + at, r->ref_lse + (size_t)i * N, &diag) &&
+        atomic_exchange(&j->failed, 1) == 0)
+      j->diag = diag;
+  }
+  return NULL;
+}
+
+static int reference(run *r, const double *q, const double *k, const double *v, kn_diag *diag) {
+  int slices = r->p.batch * r->p.heads, nt = kn_host_threads();
+  if (nt > slices) nt = slices;
+  if (nt > 64) nt = 64;
+  if (kn_attn_has_modifiers(r->d) || nt < 2)
+    return kn_attn_reference_v(r->d, NULL, &r->p, &r->va, q, k, v, r->ref_o, r->ref_lse, diag);
+  ref_job j = {.r = r, .q = q, .k = k, .v = v};
+  atomic_init(&j.next, 0);
+  atomic_init(&j.failed, 0);
+  pthread_t th[64];
+  int started = 0;
+  for (; started < nt - 1; started++)
+    if (pthread_create(&th[started], NULL, ref_worker, &j)) break;
+  ref_worker(&j); /* this thread too (and alone if no thread could start) */
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  if (!atomic_load(&j.failed)) return 0;
+  *diag = j.diag;
+  return -1;
+}
+
 static kiln_status setup(run *r, const kiln_prepare_options *o, int seqlen) {
   const kn_attn_desc *d = r->d;
   r->p = (kn_attn_problem){.batch = o && o->tune_batch > 0 ? o->tune_batch : 1,
@@ -483,7 +535,7 @@ static kiln_status setup(run *r, const kiln_prepare_options *o, int seqlen) {
                       : api_fail(KILN_ERR_NOMEM, "out of memory for the tuning problem (%d x %d x "
                                  "%d^2)", r->p.batch, r->p.heads, seqlen);
   kn_diag diag;
-  if (!st && kn_attn_reference_v(d, NULL, &r->p, &r->va, qd, kd, vd, r->ref_o, r->ref_lse, &diag))
+  if (!st && reference(r, qd, kd, vd, &diag))
     /* the variant's values do not fit its modifiers (a tensor too small, say) */
     st = api_fail(KILN_ERR_INVALID, "tuning: the float64 reference of the variant failed: %s",
                   diag.message);
@@ -545,18 +597,38 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig
     free(cands);
     return api_fail(KILN_ERR_NOMEM, "out of memory");
   }
+  /* and each tiling once: points that differ only in an axis the tiling does not take (a
+   * matrix instruction of the other dtype, say: api_config_of) are one kernel */
   char first_why[300] = "";
+  int accepted = 0;
   for (int i = 0; i < npoints; i++) {
     kn_tune_config tc;
     kn_space_point(&space, i, &tc);
     kn_attn_config c = api_config_of(&tc);
     kn_diag diag;
-    if (kn_attn_check_on(ctx->target_arch, d, &c, &diag) == 0) points[total++] = i;
-    else if (!first_why[0]) snprintf(first_why, sizeof first_why, "%.299s", diag.message);
+    if (kn_attn_check_on(ctx->target_arch, d, &c, &diag)) {
+      if (!first_why[0]) snprintf(first_why, sizeof first_why, "%.299s", diag.message);
+      continue;
+    }
+    accepted++;
+    char ck[KN_ATTN_KEY_MAX], ok[KN_ATTN_KEY_MAX];
+    kn_attn_config_key(&c, ck, sizeof ck);
+    bool dup = false;
+    for (int j = 0; j < total && !dup; j++) {
+      kn_tune_config oc;
+      kn_space_point(&space, points[j], &oc);
+      kn_attn_config x = api_config_of(&oc);
+      kn_attn_config_key(&x, ok, sizeof ok);
+      dup = !strcmp(ck, ok);
+    }
+    if (!dup) points[total++] = i;
   }
-  if (total < npoints)
+  if (accepted < npoints)
     api_log(ctx, KILN_LOG_INFO, "tuning space: %d of %d points offered on %s (the others cannot "
-            "compile there, e.g. %s)", total, npoints, ctx->target_name, first_why);
+            "compile there, e.g. %s)", accepted, npoints, ctx->target_name, first_why);
+  if (total < accepted)
+    api_log(ctx, KILN_LOG_INFO, "tuning space: %d of them are distinct tilings (the others "
+            "differ only in axes the template's tiling does not take)", total);
   if (total == 0) {
     free(points);
     free(cands);
