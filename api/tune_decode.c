@@ -9,9 +9,9 @@
  * heuristic's skipped, counts above one piece per KV block clamped by the plan).  Each
  * candidate's output is compared with the default decode kernels' (the ones test_decode and the
  * H200 bench check against float64) within twice the dtype's tolerance before it is timed: a
- * candidate that differs more is WRONG and never chosen.  Time: the host's clock around the
- * synchronous forward, CUDA / HIP events on the caller's stream; warm-up launches, then the median
- * of the repeats.  The winner stays with the kernel (its split kernel and, for this problem's
+ * candidate that differs more is WRONG and never chosen.  Time: the device's timer
+ * (api/device.c, the prefill tuner's too): the host's clock around the synchronous forward,
+ * CUDA / HIP events on the caller's stream; warm-up launches, then the median of the repeats.  The winner stays with the kernel (its split kernel and, for this problem's
  * batch x kv heads, seqlen_k and seqlen_q, its piece count); it is not written to the tuning
  * database yet (the database's key has no batch or kv heads).
  *

@@ -379,14 +379,14 @@ static const kn_device_list *devices(void) {
   return &list;
 }
 
-/* `auto` for the commands that work on the host only (dump, tune; `kiln run` resolves auto
- * through the API, which takes an NVIDIA GPU when one is present): a GPU found is named and the
- * host used. */
+/* `auto` for the commands that work on the host only (dump; `kiln run` and `kiln tune` resolve
+ * auto through the API, api_context: an NVIDIA GPU when one is present): a GPU found is named
+ * and the host used. */
 static const char *auto_target(void) {
   const kn_device_info *best = kn_discover_best(devices());
   if (best->kind != KN_DEVICE_HOST)
     fprintf(stderr, "kiln: note: %s (target %s) found; this command uses the host for auto "
-            "(kiln run uses the GPU)\n", best->name,
+            "(kiln run and kiln tune use the GPU)\n", best->name,
             best->target[0] ? best->target : "none");
   return "host";
 }
@@ -447,7 +447,7 @@ static int cmd_targets(void) {
   }
   const kn_device_info *best = kn_discover_best(l), *cu = cuda_device_for("sm_80");
   if (cu)
-    printf("auto = %s (%s; `kiln run`, the API; dump and tune use the host)\n", cu->target,
+    printf("auto = %s (%s; `kiln run` and `kiln tune`, the API; dump uses the host)\n", cu->target,
            cu->name);
   else
     printf("auto = host%s%s%s\n", best->kind != KN_DEVICE_HOST ? " (best device: " : "",
