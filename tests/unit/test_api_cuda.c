@@ -1205,6 +1205,33 @@ static void test_tune_cuda(void **state) {
   bad = check_forward(k, &d2, (shape){2, 2, 2, 70, 201, 1, 0}, seed + 22, NULL, why, sizeof why);
   printf("  %s the AUTO-tuned kernel: %s\n", bad ? "FAIL" : "PASS", why);
   assert_int_equal(bad, 0);
+  /* a variant: its representative values (a window of 256 keys left of the diagonal, a softcap
+   * of 30) are parameters of every candidate's launch, checked against kn_attn_reference_v
+   * (which the fake computes too) */
+  kiln_attn_desc dv = {.dtype = KILN_F16, .head_dim = 64, .has_lse = 1, .window = 1,
+                       .softcap = 1};
+  snprintf(spec, sizeof spec, "block_m=64,128;block_n=64;warps=4;stages=2;matrix_instr=%s", mi);
+  kiln_prepare_options pv = po;
+  pv.tune_space = spec;
+  if (fake_attn) {
+    pthread_mutex_lock(&fake_mu);
+    fake_attn(2, 0, 64, 0);
+    fake_variant(1, 1);
+  }
+  ts = kiln_tune(ctx, &dv, &pv, &res);
+  if (fake_attn) {
+    fake_variant(0, 0);
+    pthread_mutex_unlock(&fake_mu);
+  }
+  if (ts) fail_msg("tune (variant): %s", kiln_last_error());
+  assert_int_equal(res.ncandidates, 2);
+  for (int i = 0; i < res.ncandidates; i++) {
+    printf("  variant candidate %dx%d: state %d, median %.1f us %s\n", res.candidates[i].block_m,
+           res.candidates[i].block_n, (int)res.candidates[i].state, res.candidates[i].median_us,
+           res.candidates[i].note);
+    assert_int_equal(res.candidates[i].state, KILN_CANDIDATE_TIMED);
+  }
+  kiln_tune_result_free(&res);
   kiln_context_destroy(ctx);
   unsetenv("KILN_TUNE_PROGRESS");
   rm_dir(dir);
