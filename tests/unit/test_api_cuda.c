@@ -248,6 +248,14 @@ static kiln_context *cuda_ctx(const char *dir, logcap *l, const char *device) {
   return ctx;
 }
 
+/* a test's context on the device over a fresh cache directory (*dir, rm_dir it); a cmocka
+ * skip where there is no CUDA device */
+static kiln_context *gpu_test_ctx(char **dir, logcap *l) {
+  if (!have_gpu()) skip();
+  *dir = fresh_dir();
+  return cuda_ctx(*dir, l, "cuda");
+}
+
 /* ---- no device ---- */
 
 /* run in a child whose KILN_CUDA_LIBRARY names a library that does not exist */
@@ -1065,14 +1073,10 @@ static int tune_find(int block_m, int warps) {
 
 static void test_tune_cuda(void **state) {
   (void)state;
-  if (!have_gpu()) {
-    skip();
-    return;
-  }
-  char *dir = fresh_dir();
+  char *dir;
   logcap l = {.mu = PTHREAD_MUTEX_INITIALIZER};
   setenv("KILN_TUNE_PROGRESS", "0", 1);
-  kiln_context *ctx = cuda_ctx(dir, &l, "cuda");
+  kiln_context *ctx = gpu_test_ctx(&dir, &l);
   const kn_arch *arch = kn_arch_get(kiln_context_target(ctx));
   assert_non_null(arch);
   kiln_attn_desc d = DESC(KILN_F16, 64, 1, 1);
@@ -1237,6 +1241,72 @@ static void test_tune_cuda(void **state) {
   rm_dir(dir);
 }
 
+/* kiln_tune_decode on the device: each candidate's forward on the caller's stream between two
+ * CUDA events (on the fake, every launch takes 0.5 ms of its clock: a decode forward is the
+ * split and the combine, 1 ms exactly); then the winner serves the same problem correctly */
+static void test_tune_decode_cuda(void **state) {
+  (void)state;
+  char *dir;
+  kiln_context *ctx = gpu_test_ctx(&dir, NULL);
+  kiln_attn_desc d = DESC(KILN_F16, 64, 0, 1);
+  kiln_kernel *k;
+  if (kiln_prepare(ctx, &d, NULL, &k)) fail_msg("prepare: %s", kiln_last_error());
+  const shape s = {2, 8, 2, 1, 700, 0, 0};
+  const size_t es = 2, nq = (size_t)s.batch * s.heads * 64, nk = (size_t)s.batch * s.kv_heads *
+                                                                 s.seqlen_k * 64;
+  uint16_t *h = malloc(nk * es);
+  assert_non_null(h);
+  uint64_t sd = seed + 31;
+  for (size_t i = 0; i < nk; i++) kn_store_elem(KN_F16, h + i, normal(&sd));
+  kn_diag e;
+  kn_cuda_ptr dq, dk, dv, dout, dl;
+  if (kn_cuda_alloc(dev, nq * es, &dq, &e) || kn_cuda_alloc(dev, nk * es, &dk, &e) ||
+      kn_cuda_alloc(dev, nk * es, &dv, &e) || kn_cuda_alloc(dev, nq * es, &dout, &e) ||
+      kn_cuda_alloc(dev, nq / 64 * 4, &dl, &e) || kn_cuda_copy_htod(dev, dq, h, nq * es, &e) ||
+      kn_cuda_copy_htod(dev, dk, h, nk * es, &e) || kn_cuda_copy_htod(dev, dv, h, nk * es, &e))
+    fail_msg("%s", e.message);
+  kiln_attn_args a = {.q = (void *)(uintptr_t)dq, .k = (void *)(uintptr_t)dk,
+                      .v = (void *)(uintptr_t)dv, .o = (void *)(uintptr_t)dout,
+                      .lse = (float *)(uintptr_t)dl, .batch = s.batch, .heads = s.heads,
+                      .kv_heads = s.kv_heads, .seqlen_q = 1, .seqlen_k = s.seqlen_k};
+  kiln_prepare_options po = {.tune_warmup = 1, .tune_repeats = 3};
+  kiln_tune_result r;
+  int launches0 = fake_decode_launches ? fake_decode_launches() : 0;
+  if (fake_attn) {
+    pthread_mutex_lock(&fake_mu);
+    fake_attn(2, 0, 64, 0);
+  }
+  kiln_status ts = kiln_tune_decode(k, &a, NULL, &po, &r);
+  if (fake_attn) pthread_mutex_unlock(&fake_mu);
+  if (ts) fail_msg("tune decode: %s", kiln_last_error());
+  assert_true(r.ncandidates >= 4);
+  int timed = 0;
+  for (int i = 0; i < r.ncandidates; i++) {
+    const kiln_tune_candidate *c = &r.candidates[i];
+    assert_int_equal(c->state, KILN_CANDIDATE_TIMED);  /* each agreed with the default */
+    assert_true(c->median_us > 0);
+    if (fake_attn) assert_true(fabs(c->median_us - 1000.0) < 0.05);
+    timed++;
+  }
+  printf("  decode tune: %d candidates timed, best block_n %d, %d pieces, %.1f us\n", timed,
+         r.candidates[r.best].block_n, r.candidates[r.best].decode_splits,
+         r.candidates[r.best].median_us);
+  /* the default's forward, then each candidate: a check forward, the warm-up and the repeats
+   * (two launches each), then the winner's forward */
+  if (fake_decode_launches)
+    assert_int_equal(fake_decode_launches() - launches0, 2 * (1 + timed * (1 + 1 + 3) + 1));
+  kiln_tune_result_free(&r);
+  char why[160];
+  int bad = check_forward(k, &d, s, seed + 32, NULL, why, sizeof why);
+  printf("  %s the tuned decode kernels: %s\n", bad ? "FAIL" : "PASS", why);
+  assert_int_equal(bad, 0);
+  kn_cuda_ptr bufs[] = {dq, dk, dv, dout, dl};
+  for (int i = 0; i < 5; i++) kn_cuda_free(dev, bufs[i], NULL);
+  free(h);
+  kiln_context_destroy(ctx);
+  rm_dir(dir);
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   self_path = argv[0];
@@ -1254,6 +1324,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_decode_cuda),
       cmocka_unit_test(test_paged_cuda),
       cmocka_unit_test(test_tune_cuda),
+      cmocka_unit_test(test_tune_decode_cuda),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   if (dev) kn_cuda_device_close(dev);
