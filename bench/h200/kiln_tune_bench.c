@@ -44,14 +44,6 @@ enum { B = 4, H = 32, SETS = 2 };
 static kn_cuda_device *dev;
 static int failures;
 
-static double normal(uint64_t *s) {
-  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
-  double u = ((double)(*s >> 11) + 0.5) * 0x1p-53;
-  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
-  double v = (double)(*s >> 11) * 0x1p-53;
-  return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
-}
-
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
   (void)st, (void)flag, (void)f;
   return remove(p);
@@ -146,7 +138,7 @@ int main(int argc, char **argv) {
   for (int s = 0; s < SETS; s++) {
     for (int t = 0; t < 3; t++) {
       for (size_t i = 0; i < n; i++)
-        kn_store_elem(dt == KILN_BF16 ? KN_BF16 : KN_F16, host + i, normal(&seed));
+        kn_store_elem(dt == KILN_BF16 ? KN_BF16 : KN_F16, host + i, bench_normal(&seed));
       qkv[s][t] = dalloc(n * es);
       if (kn_cuda_copy_htod(dev, qkv[s][t], host, n * es, &e)) {
         fprintf(stderr, "copy: %s\n", e.message);
