@@ -77,7 +77,7 @@ struct kiln_context {
   kiln_tune_policy env_policy; /* KILN_AUTOTUNE (KILN_TUNE_CONTEXT: unset) */
   char env_space[512];         /* $KILN_TUNE_SPACE at creation */
   atomic_int warned_unwritable; /* the one "cache cannot store" warning was given */
-  atomic_int warned_no_tuner;  /* CUDA: "AUTO acts as CACHED" was said */
+  atomic_int warned_no_tuner;  /* no compiler: "AUTO acts as CACHED" was said */
 
   /* the memo: request and kernel slots, one in-flight marker per key (see kiln.c) */
   pthread_mutex_t mu;
@@ -312,6 +312,10 @@ void api_cuda_close(kiln_context *ctx);
 kiln_status api_cuda_load(kiln_context *ctx, kiln_kernel *k, const char *ptx, const void *cubin,
                           size_t cubin_n, const char *symbol, int threads, int64_t smem);
 
+/* the PTX of a compiled kernel o, with its launch facts, into the cache under key (the payload
+ * api_cuda_build loads) */
+void api_cuda_store(kiln_context *ctx, const kn_cache_key *key, const kn_artifact *o);
+
 /* cuda.c, shared by the GPU devices: the context's target a and names for a GPU called `name`
  * (target_name, device_name, the tuning key's arch "<target>-<GPU name>", the target identity
  * of the cache keys); and whether every parameter of k's signature is one a GPU launch passes
@@ -331,6 +335,33 @@ void api_hip_unload(kiln_kernel *k);
 kiln_status api_hip_load(kiln_context *ctx, kiln_kernel *k, const void *co, size_t n,
                          const char *symbol);
 void api_hip_close(kiln_context *ctx);
+
+/* device.c: the context's device, whatever its kind, for the tuners and decode's workspace.
+ * Memory (host memory on the host; a CUDA pointer carried as a void *): alloc, free, put (host
+ * to device), get (device to host), clear (zero bytes), sync (the stream; NULL: the whole
+ * device).  The timer: the time between start and stop on the stream, from the device's events
+ * (on the host: the wall clock around synchronous launches).  load: a compiled kernel o (PTX, a
+ * code object or a host object) into k as its kernel k->kname; unload: whichever k holds; store:
+ * o into the cache under key in its device's payload (what a later prepare loads).  Failures are
+ * KILN_ERR_RUNTIME (an allocation: KILN_ERR_NOMEM) with the runtime's message. */
+kiln_status api_dev_alloc(kiln_context *ctx, size_t bytes, void **out);
+void api_dev_free(kiln_context *ctx, void *p);
+kiln_status api_dev_put(kiln_context *ctx, void *dst, const void *src, size_t bytes);
+kiln_status api_dev_get(kiln_context *ctx, void *dst, const void *src, size_t bytes);
+kiln_status api_dev_clear(kiln_context *ctx, void *dst, size_t bytes);
+kiln_status api_dev_sync(kiln_context *ctx, void *stream);
+typedef struct api_timer {
+  void *ev[2];  /* the start and stop events (GPUs) */
+  double t0;    /* the host: the clock at start, in microseconds */
+} api_timer;
+kiln_status api_timer_open(kiln_context *ctx, api_timer *t);
+void api_timer_close(kiln_context *ctx, api_timer *t);
+kiln_status api_timer_start(kiln_context *ctx, api_timer *t, void *stream);
+/* waits for the stop and gives the time since start in microseconds */
+kiln_status api_timer_stop(kiln_context *ctx, api_timer *t, void *stream, double *us);
+kiln_status api_dev_load(kiln_context *ctx, kiln_kernel *k, const kn_artifact *o);
+void api_dev_unload(kiln_kernel *k);
+void api_dev_store(kiln_context *ctx, const kn_cache_key *key, const kn_artifact *o);
 
 /* tune.c: the tuning fields of o (tune_batch, tune_heads, tune_warmup, tune_repeats) and the problem
  * they make at seqlen: negative values, more than 10000 launches of either kind (a prepare that

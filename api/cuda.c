@@ -127,6 +127,13 @@ static void *pack(const char *ptx, size_t n, int threads, int64_t smem, size_t *
   return p;
 }
 
+void api_cuda_store(kiln_context *ctx, const kn_cache_key *key, const kn_artifact *o) {
+  size_t n;
+  void *p = pack((const char *)o->data, o->size, o->threads, o->shared_bytes, &n);
+  if (p) api_cache_put(ctx, key, p, n);
+  free(p);
+}
+
 /* NULL when well formed (*ptx then a malloc'ed NUL-terminated copy), else why not */
 static const char *unpack(const uint8_t *p, size_t size, char **ptx, int *threads,
                           int64_t *smem) {
@@ -202,10 +209,7 @@ kiln_status api_cuda_build(kiln_context *ctx, kiln_kernel *k, const kn_module *m
                  ctx->target_name, e.message);
   } else {
     /* stored only once the driver accepted it: the cache never holds PTX that cannot load */
-    size_t n;
-    void *p = pack((const char *)c.data, c.size, c.threads, c.shared_bytes, &n);
-    if (p) api_cache_put(ctx, key, p, n);
-    free(p);
+    api_cuda_store(ctx, key, &c);
     k->info.source = KILN_SOURCE_COMPILED;
   }
   kn_artifact_free(&c);

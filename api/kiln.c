@@ -157,11 +157,7 @@ static void memo_finish(kiln_context *ctx, const char *key, kiln_kernel *k, bool
 /* ---- context ---- */
 
 static void ws_free(kiln_context *ctx, api_ws *w) {
-  kn_diag e;
-  if (!w->ptr) return;
-  if (ctx->kind == KN_DEVICE_CUDA) kn_cuda_free(ctx->cuda, (kn_cuda_ptr)(uintptr_t)w->ptr, &e);
-  else if (ctx->kind == KN_DEVICE_HIP) kn_hip_free(ctx->hip, w->ptr, &e);
-  else free(w->ptr);
+  api_dev_free(ctx, w->ptr);
   w->ptr = NULL;
   w->bytes = 0;
 }
@@ -170,9 +166,7 @@ static void kernel_free(kiln_kernel *k) {
   for (int i = 0; i < k->nws; i++) ws_free(k->ctx, &k->ws[i]);
   pthread_mutex_destroy(&k->decode_mu);
   pthread_mutex_destroy(&k->decode_launch_mu);
-  if (k->obj) api_the_compiler.host_unload(k->obj);
-  api_cuda_unload(k);
-  api_hip_unload(k);
+  api_dev_unload(k);
   pthread_mutex_destroy(&k->launch_mu);
   free(k->mods);
   free(k);
@@ -899,13 +893,11 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
                                                                   ? "varlen" : "paged");
     policy = KILN_TUNE_CACHED;
   }
-  /* no tuner on CUDA yet (api_tune), none without a compiler: AUTO reads records like CACHED,
-   * and says so once */
-  if (policy == KILN_TUNE_AUTO && (ctx->kind == KN_DEVICE_CUDA || !api_the_compiler.present)) {
+  /* no tuner without a compiler: AUTO reads records like CACHED, and says so once */
+  if (policy == KILN_TUNE_AUTO && !api_the_compiler.present) {
     if (atomic_exchange(&ctx->warned_no_tuner, 1) == 0)
-      api_log(ctx, KILN_LOG_INFO, "autotuning on %s %s: KILN_TUNE_AUTO acts as KILN_TUNE_CACHED",
-              ctx->target_name, api_the_compiler.present ? "is not implemented yet"
-                                                         : "needs a compiler (libkiln)");
+      api_log(ctx, KILN_LOG_INFO, "autotuning on %s needs a compiler (libkiln): KILN_TUNE_AUTO "
+              "acts as KILN_TUNE_CACHED", ctx->target_name);
     policy = KILN_TUNE_CACHED;
   }
   kn_tune_key key;
@@ -1097,18 +1089,10 @@ static kiln_status decode_ws(kiln_kernel *k, void *stream, size_t bytes, void **
                  "kernel (prepare a kernel per group of streams)", API_MAX_WS);
   } else if (w->bytes < bytes) {
     ws_free(ctx, w);
-    kn_diag e;
-    kn_cuda_ptr dp = 0;
     void *p = NULL;
-    if (ctx->kind == KN_DEVICE_CUDA) {
-      if (kn_cuda_alloc(ctx->cuda, bytes, &dp, &e) == KN_OK) p = (void *)(uintptr_t)dp;
-    } else if (ctx->kind == KN_DEVICE_HIP) {
-      if (kn_hip_alloc(ctx->hip, bytes, &p, &e) != KN_OK) p = NULL;
-    } else {
-      p = malloc(bytes);
-    }
-    if (!p) s = api_fail(KILN_ERR_NOMEM, "kiln_forward: the decode workspace of %zu bytes could "
-                         "not be allocated", bytes);
+    if (api_dev_alloc(ctx, bytes, &p))
+      s = api_fail(KILN_ERR_NOMEM, "kiln_forward: the decode workspace of %zu bytes could not "
+                   "be allocated (%s)", bytes, kiln_last_error());
     w->ptr = p;
     w->bytes = p ? bytes : 0;
   }

@@ -12,6 +12,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "api.h"
 
@@ -42,10 +43,13 @@ static _Thread_local char tl_error[API_ERROR_MAX];
 const char *kiln_last_error(void) { return tl_error; }
 
 kiln_status api_fail(kiln_status s, const char *fmt, ...) {
+  /* formatted apart first: an argument may be kiln_last_error() itself (a prefixed message) */
+  char buf[sizeof tl_error];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(tl_error, sizeof tl_error, fmt, ap);
+  vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
+  memcpy(tl_error, buf, sizeof buf);
   return s;
 }
 

@@ -2,8 +2,10 @@
  * compiled code reports, check each survivor against the float64 reference, time it, keep the
  * fastest in the tuning database and its code in the cache.
  *
- * Timing (on the host: the host's clock; on HIP: the runtime's events around each launch, on
- * device copies of the input sets, set 0's output copied back for the check): one problem, batch x heads x seqlen^2 at the
+ * Timing: one path for every device (api/device.c's calls): on the host the host's clock around
+ * each (synchronous) launch; on CUDA and HIP the device's events around each launch, recorded
+ * on the null stream, with the candidates reading device copies of the input sets and set 0's
+ * output copied back for the check.  One problem, batch x heads x seqlen^2 at the
  * requested sequence length, on rotating input sets — enough copies of q/k/v/o that together
  * they exceed the last-level cache (up to ROTATE_BYTES, at most ROTATE_SETS_MAX sets), so a
  * candidate is never timed on inputs the previous launch left in the cache.  The first launch of
@@ -29,6 +31,8 @@
  * minutes of silence would look like a hang.
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,9 +150,10 @@ typedef struct run {
   size_t nq, nk, nl;       /* elements of q/o, k/v, lse */
   double *ref_o, *ref_lse; /* the float64 reference on set 0 */
   int warmup, repeats;
-  /* HIP: the candidates run on the context's device, on device copies of the sets (dsets) and
-   * of the variant's tensors (dva, dtensors); set 0's output is copied back into sets[0] */
-  bool hip;
+  /* the sets and variant values the candidates read: on a GPU device copies of sets[] and of
+   * the variant's tensors (dtensors), set 0's output copied back into sets[0] for the check; on
+   * the host sets[] and va themselves */
+  bool gpu;
   io_set dsets[ROTATE_SETS_MAX];
   kn_attn_vargs dva;
   void *dtensors[3];
@@ -157,10 +162,10 @@ typedef struct run {
 /* the arguments of a launch on input set `set` (setup checked that every value is there) */
 static void launch_args(const run *r, const kn_attn_config *c, int set, kn_argval *args,
                         int grid[3]) {
-  const io_set *s = r->hip ? &r->dsets[set] : &r->sets[set];
+  const io_set *s = &r->dsets[set];
   kn_diag diag;
-  int rc = kn_attn_fill_args(r->d, r->sig, c, &r->p, s->q, s->k, s->v, s->o, s->lse,
-                             r->hip ? &r->dva : &r->va, args, grid, &diag);
+  int rc = kn_attn_fill_args(r->d, r->sig, c, &r->p, s->q, s->k, s->v, s->o, s->lse, &r->dva,
+                             args, grid, &diag);
   KN_ASSERT(rc == 0);
   (void)rc;
 }
@@ -190,18 +195,19 @@ kn_attn_config api_config_of(const kn_tune_config *tc) {
                           .wgmma = !strncmp(tc->matrix_instr, "wgmma.", 6)};
 }
 
-/* HIP: loads the candidate's code object, checks its first launch on set 0 (copied back) and
- * times `repeats` launches with the runtime's events, one launch between each pair; on TIMED,
- * *obj keeps the code object */
-static void time_on_hip(run *r, const kn_attn_config *c, kiln_tune_candidate *out,
-                        kn_artifact *obj) {
+/* loads the candidate's compiled code on the context's device, checks its first launch on set 0
+ * (its output cleared first, so a kernel that writes nothing cannot pass on the previous
+ * candidate's output; copied back from a GPU) against the reference, then times `repeats`
+ * launches, each between the timer's start and stop, after `warmup` untimed ones, rotating the
+ * input sets; on TIMED, *obj keeps the code */
+static void time_candidate(run *r, const kn_attn_config *c, kiln_tune_candidate *out,
+                           kn_artifact *obj) {
   kiln_context *ctx = r->ctx;
   kiln_kernel tk;
   memset(&tk, 0, sizeof tk);
   tk.ctx = ctx, tk.kname = "attn_fwd", tk.cfg = *c, tk.desc = *r->d, tk.sig = *r->sig;
-  kn_hip_device *dev = ctx->hip;
-  kn_hip_event e0 = NULL, e1 = NULL;
-  kn_diag e;
+  pthread_mutex_init(&tk.launch_mu, NULL);
+  api_timer tm = {0};
   char why[300] = "";
   double *t = calloc((size_t)r->repeats, sizeof *t);
   kn_argval args[KN_ATTN_MAX_PARAMS];
@@ -209,42 +215,29 @@ static void time_on_hip(run *r, const kn_attn_config *c, kiln_tune_candidate *ou
   size_t ob = r->nq * kn_scalar_size(r->d->dtype);
   out->state = KILN_CANDIDATE_FAILED;
   /* each step runs only while nothing failed; a failure keeps its message in why */
-#define HIP_STEP(call)                                                                       \
-  do {                                                                                       \
-    if (!why[0] && (call)) snprintf(why, sizeof why, "%.299s", e.message);                   \
-  } while (0)
-#define API_STEP(call)                                                                       \
+#define STEP(call)                                                                           \
   do {                                                                                       \
     if (!why[0] && (call)) snprintf(why, sizeof why, "%.299s", kiln_last_error());           \
   } while (0)
   if (!t) snprintf(why, sizeof why, "out of memory");
-  API_STEP(api_hip_load(ctx, &tk, obj->data, obj->size, "attn_fwd"));
-  /* set 0 first, its output cleared: the correctness check */
-  HIP_STEP(kn_hip_memset8(dev, r->dsets[0].o, 0, ob, &e));
+  STEP(api_dev_load(ctx, &tk, obj));
+  STEP(api_dev_clear(ctx, r->dsets[0].o, ob));
   launch_args(r, c, 0, args, grid);
-  API_STEP(api_hip_forward(&tk, args, grid, NULL));
-  HIP_STEP(kn_hip_device_sync(dev, &e));
-  HIP_STEP(kn_hip_copy_dtoh(dev, r->sets[0].o, r->dsets[0].o, ob, &e));
-  HIP_STEP(kn_hip_copy_dtoh(dev, r->sets[0].lse, r->dsets[0].lse, r->nl * sizeof(float), &e));
-  HIP_STEP(kn_hip_event_create(dev, &e0, &e));
-  HIP_STEP(kn_hip_event_create(dev, &e1, &e));
+  STEP(api_launch_kernel(&tk, args, grid, NULL));
+  STEP(api_dev_sync(ctx, NULL));
+  STEP(api_dev_get(ctx, r->sets[0].o, r->dsets[0].o, ob));
+  STEP(api_dev_get(ctx, r->sets[0].lse, r->dsets[0].lse, r->nl * sizeof(float)));
+  STEP(api_timer_open(ctx, &tm));
   if (!why[0] && check(r, out->note, sizeof out->note)) {
     out->state = KILN_CANDIDATE_WRONG;
   } else if (!why[0]) {
-    /* warm-up, then `repeats` launches each between two events, rotating the input sets */
     int next = 1 % r->nsets;
     for (int i = 0; !why[0] && i < r->warmup + r->repeats; i++, next = (next + 1) % r->nsets) {
       bool timed = i >= r->warmup;
-      float ms = 0;
       launch_args(r, c, next, args, grid);
-      if (timed) HIP_STEP(kn_hip_event_record(dev, e0, NULL, &e));
-      API_STEP(api_hip_forward(&tk, args, grid, NULL));
-      if (timed) {
-        HIP_STEP(kn_hip_event_record(dev, e1, NULL, &e));
-        HIP_STEP(kn_hip_event_sync(dev, e1, &e));
-        HIP_STEP(kn_hip_event_elapsed(dev, e0, e1, &ms, &e));
-        t[i - r->warmup] = 1e3 * ms;
-      }
+      if (timed) STEP(api_timer_start(ctx, &tm, NULL));
+      STEP(api_launch_kernel(&tk, args, grid, NULL));
+      if (timed) STEP(api_timer_stop(ctx, &tm, NULL, &t[i - r->warmup]));
     }
     if (!why[0]) {
       qsort(t, (size_t)r->repeats, sizeof *t, cmp_double);
@@ -253,12 +246,11 @@ static void time_on_hip(run *r, const kn_attn_config *c, kiln_tune_candidate *ou
       out->min_us = t[0];
     }
   }
-#undef HIP_STEP
-#undef API_STEP
+#undef STEP
   if (why[0]) snprintf(out->note, sizeof out->note, "%.159s", why);
-  kn_hip_event_destroy(dev, e0);
-  kn_hip_event_destroy(dev, e1);
-  api_hip_unload(&tk);
+  api_timer_close(ctx, &tm);
+  api_dev_unload(&tk);
+  pthread_mutex_destroy(&tk.launch_mu);
   free(t);
   if (out->state != KILN_CANDIDATE_TIMED) kn_artifact_free(obj);
 }
@@ -294,53 +286,16 @@ static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate 
     kn_artifact_free(obj);
     return;
   }
-  if (r->hip) {
-    time_on_hip(r, &c, out, obj);
-    return;
-  }
-  kn_host_object *h = NULL;
-  if (api_the_compiler.host_load(obj->data, obj->size, obj->symbol, &h, &diag)) {
-    out->state = KILN_CANDIDATE_FAILED;
-    snprintf(out->note, sizeof out->note, "%.159s", diag.message);
+  /* CUDA: more shared memory than a block may opt into on this GPU never launches */
+  if (r->ctx->kind == KN_DEVICE_CUDA && obj->shared_bytes > r->ctx->cuda_smem_optin) {
+    out->state = KILN_CANDIDATE_PRUNED;
+    snprintf(out->note, sizeof out->note, "needs %lld bytes of shared memory per block; %.60s "
+             "allows %lld", (long long)obj->shared_bytes, r->ctx->device_name,
+             (long long)r->ctx->cuda_smem_optin);
     kn_artifact_free(obj);
     return;
   }
-  kn_argval args[KN_ATTN_MAX_PARAMS];
-  int grid[3];
-  /* set 0 first: the correctness check (its output buffer is cleared so a kernel that writes
-   * nothing cannot pass on the previous candidate's output) */
-  memset(r->sets[0].o, 0, r->nq * kn_scalar_size(r->d->dtype));
-  launch_args(r, &c, 0, args, grid);
-  int rc = api_the_compiler.host_run(h, args, grid, &diag);
-  if (!rc && check(r, out->note, sizeof out->note)) {
-    out->state = KILN_CANDIDATE_WRONG;
-    goto done;
-  }
-  int next = 1 % r->nsets;
-  for (int i = 0; !rc && i < r->warmup; i++, next = (next + 1) % r->nsets) {
-    launch_args(r, &c, next, args, grid);
-    rc = api_the_compiler.host_run(h, args, grid, &diag);
-  }
-  double *t = calloc((size_t)r->repeats, sizeof *t);
-  for (int i = 0; !rc && t && i < r->repeats; i++, next = (next + 1) % r->nsets) {
-    launch_args(r, &c, next, args, grid);
-    double t1 = now_us();
-    rc = api_the_compiler.host_run(h, args, grid, &diag);
-    t[i] = now_us() - t1;
-  }
-  if (rc || !t) {
-    out->state = KILN_CANDIDATE_FAILED;
-    snprintf(out->note, sizeof out->note, "%.159s", t ? diag.message : "out of memory");
-  } else {
-    qsort(t, (size_t)r->repeats, sizeof *t, cmp_double);
-    out->state = KILN_CANDIDATE_TIMED;
-    out->median_us = t[r->repeats / 2];
-    out->min_us = t[0];
-  }
-  free(t);
-done:
-  api_the_compiler.host_unload(h);
-  if (out->state != KILN_CANDIDATE_TIMED) kn_artifact_free(obj);
+  time_candidate(r, &c, out, obj);
 }
 
 /* ---- the run ---- */
@@ -445,40 +400,98 @@ kiln_status api_tune_check(const kn_attn_desc *d, const kiln_prepare_options *o,
   return KILN_OK;
 }
 
-/* HIP: device copies of the input sets and of the variant's tensors */
-static kiln_status setup_hip(run *r) {
-  kn_hip_device *dev = r->ctx->hip;
+/* the sets and variant values the candidates read: on a GPU device copies of the input sets
+ * and of the variant's tensors; on the host the sets themselves */
+static kiln_status setup_device(run *r) {
+  kiln_context *ctx = r->ctx;
   const kn_attn_desc *d = r->d;
   size_t es = kn_scalar_size(d->dtype);
-  kn_diag e;
+  r->dva = r->va;
+  if (!r->gpu) {
+    memcpy(r->dsets, r->sets, sizeof r->dsets);
+    return KILN_OK;
+  }
   for (int j = 0; j < r->va.nmods; j++)
     if (r->named[j].bytes)
       return api_fail(KILN_ERR_UNSUPPORTED, "tuning on %s: a modifier tensor parameter (%%%s) "
-                      "is not supported on HIP yet", r->ctx->target_name, r->named[j].name);
+                      "is not supported on GPUs yet", ctx->target_name, r->named[j].name);
   for (int i = 0; i < r->nsets; i++) {
     io_set *h = &r->sets[i], *g = &r->dsets[i];
-    if (kn_hip_alloc(dev, r->nq * es, &g->q, &e) || kn_hip_alloc(dev, r->nk * es, &g->k, &e) ||
-        kn_hip_alloc(dev, r->nk * es, &g->v, &e) || kn_hip_alloc(dev, r->nq * es, &g->o, &e) ||
-        kn_hip_alloc(dev, r->nl * sizeof(float), (void **)&g->lse, &e) ||
-        kn_hip_copy_htod(dev, g->q, h->q, r->nq * es, &e) ||
-        kn_hip_copy_htod(dev, g->k, h->k, r->nk * es, &e) ||
-        kn_hip_copy_htod(dev, g->v, h->v, r->nk * es, &e))
-      return api_fail(KILN_ERR_NOMEM, "tuning on %s: %s", r->ctx->target_name, e.message);
+    kiln_status s = api_dev_alloc(ctx, r->nq * es, &g->q);
+    if (!s) s = api_dev_alloc(ctx, r->nk * es, &g->k);
+    if (!s) s = api_dev_alloc(ctx, r->nk * es, &g->v);
+    if (!s) s = api_dev_alloc(ctx, r->nq * es, &g->o);
+    if (!s) s = api_dev_alloc(ctx, r->nl * sizeof(float), (void **)&g->lse);
+    if (!s) s = api_dev_put(ctx, g->q, h->q, r->nq * es);
+    if (!s) s = api_dev_put(ctx, g->k, h->k, r->nk * es);
+    if (!s) s = api_dev_put(ctx, g->v, h->v, r->nk * es);
+    if (s) return api_fail(s, "tuning on %s: %s", ctx->target_name, kiln_last_error());
   }
-  r->dva = r->va;
   const int B = r->p.batch, H = r->p.heads, N = r->p.seqlen_q;
   const struct { const void *host; size_t bytes; } t[3] = {
       {d->alibi ? r->alibi : NULL, sizeof(float) * (size_t)H},
       {d->bias ? r->bias : NULL, (size_t)B * H * N * N * es},
       {d->document ? r->seg : NULL, sizeof(int32_t) * (size_t)B * N}};
-  for (int i = 0; i < 3; i++)
-    if (t[i].host && (kn_hip_alloc(dev, t[i].bytes, &r->dtensors[i], &e) ||
-                      kn_hip_copy_htod(dev, r->dtensors[i], t[i].host, t[i].bytes, &e)))
-      return api_fail(KILN_ERR_NOMEM, "tuning on %s: %s", r->ctx->target_name, e.message);
+  for (int i = 0; i < 3; i++) {
+    kiln_status s = KILN_OK;
+    if (t[i].host && ((s = api_dev_alloc(ctx, t[i].bytes, &r->dtensors[i])) ||
+                      (s = api_dev_put(ctx, r->dtensors[i], t[i].host, t[i].bytes))))
+      return api_fail(s, "tuning on %s: %s", ctx->target_name, kiln_last_error());
+  }
   if (d->alibi) r->dva.alibi_slopes = r->dtensors[0];
   if (d->bias) r->dva.bias = r->dtensors[1];
   if (d->document) r->dva.q_seg = r->dva.k_seg = r->dtensors[2];
   return KILN_OK;
+}
+
+/* The float64 reference of set 0 into ref_o / ref_lse.  Without modifiers every (batch, head)
+ * slice is a problem of its own, and the slices are shared out to kn_host_threads() threads: at
+ * a serving shape (4 x 32 heads x 4096^2) one thread takes minutes.  With modifiers (which see
+ * the batch and head indices and the variant's tensors) one call over the whole problem. */
+typedef struct ref_job {
+  const run *r;
+  const double *q, *k, *v;
+  atomic_int next;
+  atomic_int failed;
+  kn_diag diag;  /* the first failure's */
+} ref_job;
+
+static void *ref_worker(void *arg) {
+  ref_job *j = arg;
+  const run *r = j->r;
+  const size_t N = (size_t)r->p.seqlen_q, D = (size_t)r->d->head_dim;
+  const int slices = r->p.batch * r->p.heads;
+  kn_attn_problem one = {.batch = 1, .heads = 1, .kv_heads = 1, .seqlen_q = r->p.seqlen_q,
+                         .seqlen_k = r->p.seqlen_k, .sm_scale = r->p.sm_scale};
+  for (int i; (i = atomic_fetch_add(&j->next, 1)) < slices && !atomic_load(&j->failed);) {
+    const size_t at = (size_t)i * N * D; /* (kv heads = heads in the tuning problem) */
+    kn_diag diag;
+    if (kn_attn_reference_v(r->d, NULL, &one, NULL, j->q + at, j->k + at, j->v + at,
+                            r->ref_o + at, r->ref_lse + (size_t)i * N, &diag) &&
+        atomic_exchange(&j->failed, 1) == 0)
+      j->diag = diag;
+  }
+  return NULL;
+}
+
+static int reference(run *r, const double *q, const double *k, const double *v, kn_diag *diag) {
+  int slices = r->p.batch * r->p.heads, nt = kn_host_threads();
+  if (nt > slices) nt = slices;
+  if (nt > 64) nt = 64;
+  if (kn_attn_has_modifiers(r->d) || nt < 2)
+    return kn_attn_reference_v(r->d, NULL, &r->p, &r->va, q, k, v, r->ref_o, r->ref_lse, diag);
+  ref_job j = {.r = r, .q = q, .k = k, .v = v};
+  atomic_init(&j.next, 0);
+  atomic_init(&j.failed, 0);
+  pthread_t th[64];
+  int started = 0;
+  for (; started < nt - 1; started++)
+    if (pthread_create(&th[started], NULL, ref_worker, &j)) break;
+  ref_worker(&j); /* this thread too (and alone if no thread could start) */
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  if (!atomic_load(&j.failed)) return 0;
+  *diag = j.diag;
+  return -1;
 }
 
 static kiln_status setup(run *r, const kiln_prepare_options *o, int seqlen) {
@@ -522,26 +535,24 @@ static kiln_status setup(run *r, const kiln_prepare_options *o, int seqlen) {
                       : api_fail(KILN_ERR_NOMEM, "out of memory for the tuning problem (%d x %d x "
                                  "%d^2)", r->p.batch, r->p.heads, seqlen);
   kn_diag diag;
-  if (!st && kn_attn_reference_v(d, NULL, &r->p, &r->va, qd, kd, vd, r->ref_o, r->ref_lse, &diag))
+  if (!st && reference(r, qd, kd, vd, &diag))
     /* the variant's values do not fit its modifiers (a tensor too small, say) */
     st = api_fail(KILN_ERR_INVALID, "tuning: the float64 reference of the variant failed: %s",
                   diag.message);
   free(qd);
   free(kd);
   free(vd);
-  if (!st && r->hip) st = setup_hip(r);
+  if (!st) st = setup_device(r);
   return st;
 }
 
 static void teardown(run *r) {
-  for (int i = 0; r->hip && i < ROTATE_SETS_MAX; i++) {
+  for (int i = 0; r->gpu && i < ROTATE_SETS_MAX; i++) {
     io_set *g = &r->dsets[i];
     void *p[5] = {g->q, g->k, g->v, g->o, g->lse};
-    for (int j = 0; j < 5; j++)
-      if (p[j]) kn_hip_free(r->ctx->hip, p[j], NULL);
+    for (int j = 0; j < 5; j++) api_dev_free(r->ctx, p[j]);
   }
-  for (int i = 0; r->hip && i < 3; i++)
-    if (r->dtensors[i]) kn_hip_free(r->ctx->hip, r->dtensors[i], NULL);
+  for (int i = 0; r->gpu && i < 3; i++) api_dev_free(r->ctx, r->dtensors[i]);
   for (int i = 0; i < ROTATE_SETS_MAX; i++) {
     kn_host_free(r->sets[i].q);
     kn_host_free(r->sets[i].k);
@@ -567,12 +578,6 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig
                     MAX_TUNE_SEQLEN);
   kiln_status cs = api_tune_check(d, o, seqlen);
   if (cs) return cs;
-  /* candidates are host objects timed on the host's clock, or code objects timed with HIP's
-   * events; timing PTX kernels with CUDA events is not written yet (kiln.h: tuning on CUDA) */
-  if (ctx->kind == KN_DEVICE_CUDA)
-    return api_fail(KILN_ERR_UNSUPPORTED, "autotuning on %s is not implemented yet (the host "
-                    "and HIP only); prepare with KILN_TUNE_CACHED or KILN_TUNE_NONE",
-                    ctx->target_name);
   kn_status st = kn_space_default(&space, "fwd", ctx->target_arch, &why);
   if (st != KN_OK) return api_fail(api_status_of(st), "%s", why.message);
   /* the request's spec, else $KILN_TUNE_SPACE, each applied over the template's space */
@@ -592,18 +597,38 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig
     free(cands);
     return api_fail(KILN_ERR_NOMEM, "out of memory");
   }
+  /* and each tiling once: points that differ only in an axis the tiling does not take (a
+   * matrix instruction of the other dtype, say: api_config_of) are one kernel */
   char first_why[300] = "";
+  int accepted = 0;
   for (int i = 0; i < npoints; i++) {
     kn_tune_config tc;
     kn_space_point(&space, i, &tc);
     kn_attn_config c = api_config_of(&tc);
     kn_diag diag;
-    if (kn_attn_check_on(ctx->target_arch, d, &c, &diag) == 0) points[total++] = i;
-    else if (!first_why[0]) snprintf(first_why, sizeof first_why, "%.299s", diag.message);
+    if (kn_attn_check_on(ctx->target_arch, d, &c, &diag)) {
+      if (!first_why[0]) snprintf(first_why, sizeof first_why, "%.299s", diag.message);
+      continue;
+    }
+    accepted++;
+    char ck[KN_ATTN_KEY_MAX], ok[KN_ATTN_KEY_MAX];
+    kn_attn_config_key(&c, ck, sizeof ck);
+    bool dup = false;
+    for (int j = 0; j < total && !dup; j++) {
+      kn_tune_config oc;
+      kn_space_point(&space, points[j], &oc);
+      kn_attn_config x = api_config_of(&oc);
+      kn_attn_config_key(&x, ok, sizeof ok);
+      dup = !strcmp(ck, ok);
+    }
+    if (!dup) points[total++] = i;
   }
-  if (total < npoints)
+  if (accepted < npoints)
     api_log(ctx, KILN_LOG_INFO, "tuning space: %d of %d points offered on %s (the others cannot "
-            "compile there, e.g. %s)", total, npoints, ctx->target_name, first_why);
+            "compile there, e.g. %s)", accepted, npoints, ctx->target_name, first_why);
+  if (total < accepted)
+    api_log(ctx, KILN_LOG_INFO, "tuning space: %d of them are distinct tilings (the others "
+            "differ only in axes the template's tiling does not take)", total);
   if (total == 0) {
     free(points);
     free(cands);
@@ -612,7 +637,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig
                     "template accepts for %s D%d on %s (%s)", npoints, kn_scalar_name(d->dtype),
                     d->head_dim, ctx->target_name, first_why);
   }
-  run r = {.ctx = ctx, .d = d, .sig = sig, .space = &space, .hip = ctx->kind == KN_DEVICE_HIP};
+  run r = {.ctx = ctx, .d = d, .sig = sig, .space = &space, .gpu = ctx->kind != KN_DEVICE_HOST};
   kiln_status s = setup(&r, o, seqlen);
   if (s) {
     teardown(&r);
@@ -679,9 +704,7 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig
     if (m && best->block_m == b->block_m && best->block_n == b->block_n &&
         best->wgmma == api_config_of(&best_tc).wgmma) {
       kn_cache_key ck = api_cache_key(ctx, "attn_fwd", d, best, m);
-      /* (HIP's payload is the code object itself, api/hip.c) */
-      if (r.hip) api_cache_put(ctx, &ck, best_obj.data, best_obj.size);
-      else api_store(ctx, &ck, &best_obj);
+      api_dev_store(ctx, &ck, &best_obj);
     }
     kn_module_free(m);
     char ck[KN_ATTN_KEY_MAX];

@@ -9,9 +9,9 @@
  * heuristic's skipped, counts above one piece per KV block clamped by the plan).  Each
  * candidate's output is compared with the default decode kernels' (the ones test_decode and the
  * H200 bench check against float64) within twice the dtype's tolerance before it is timed: a
- * candidate that differs more is WRONG and never chosen.  Time: the host's clock around the
- * synchronous forward, CUDA / HIP events on the caller's stream; warm-up launches, then the median
- * of the repeats.  The winner stays with the kernel (its split kernel and, for this problem's
+ * candidate that differs more is WRONG and never chosen.  Time: the device's timer
+ * (api/device.c, the prefill tuner's too): the host's clock around the synchronous forward,
+ * CUDA / HIP events on the caller's stream; warm-up launches, then the median of the repeats.  The winner stays with the kernel (its split kernel and, for this problem's
  * batch x kv heads, seqlen_k and seqlen_q, its piece count); it is not written to the tuning
  * database yet (the database's key has no batch or kv heads).
  *
@@ -42,21 +42,12 @@ static size_t o_span(const kiln_attn_args *a, int D, size_t es) {
   return (size_t)last * es;
 }
 
-/* copies o back to the host (device memory: through the device; the stream is synchronised) */
+/* copies o back to the host (from device memory, once the stream's work is done) */
 static kiln_status fetch_o(kiln_context *ctx, const kiln_attn_args *a, void *stream, void *dst,
                            size_t n) {
-  kn_diag e;
-  kn_status st = KN_OK;
-  if (ctx->kind == KN_DEVICE_CUDA) {
-    st = kn_cuda_stream_sync(ctx->cuda, (kn_cuda_stream)stream, &e);
-    if (st == KN_OK) st = kn_cuda_copy_dtoh(ctx->cuda, dst, (kn_cuda_ptr)(uintptr_t)a->o, n, &e);
-  } else if (ctx->kind == KN_DEVICE_HIP) {
-    st = kn_hip_stream_sync(ctx->hip, (kn_hip_stream)stream, &e);
-    if (st == KN_OK) st = kn_hip_copy_dtoh(ctx->hip, dst, a->o, n, &e);
-  } else {
-    memcpy(dst, a->o, n);
-  }
-  return st == KN_OK ? KILN_OK : api_fail(KILN_ERR_RUNTIME, "kiln_tune_decode: %s", e.message);
+  kiln_status s = api_dev_sync(ctx, stream);
+  if (!s) s = api_dev_get(ctx, dst, a->o, n);
+  return s ? api_fail(s, "kiln_tune_decode: %s", kiln_last_error()) : KILN_OK;
 }
 
 /* the largest difference between two copies of o at its rows' elements */
@@ -77,49 +68,24 @@ static double o_diff(const kiln_attn_args *a, int D, kn_scalar t, const char *x,
   return m;
 }
 
-/* one timed candidate: the median and the least of `repeats` forwards, in microseconds */
+/* one timed candidate: the median and the least of `repeats` forwards, in microseconds (the
+ * device's timer around each forward on the caller's stream) */
 static kiln_status time_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream, int warmup,
                                 int repeats, double *median, double *least) {
   kiln_context *ctx = k->ctx;
   double *us = malloc(sizeof *us * (size_t)repeats);
   if (!us) return api_fail(KILN_ERR_NOMEM, "out of memory");
-  kiln_status s = KILN_OK;
-  kn_diag e;
-  kn_cuda_event ce[2] = {0};
-  kn_hip_event he[2] = {0};
-  if (ctx->kind == KN_DEVICE_CUDA &&
-      (kn_cuda_event_create(ctx->cuda, &ce[0], &e) || kn_cuda_event_create(ctx->cuda, &ce[1], &e)))
-    s = api_fail(KILN_ERR_RUNTIME, "kiln_tune_decode: %s", e.message);
-  if (ctx->kind == KN_DEVICE_HIP &&
-      (kn_hip_event_create(ctx->hip, &he[0], &e) || kn_hip_event_create(ctx->hip, &he[1], &e)))
-    s = api_fail(KILN_ERR_RUNTIME, "kiln_tune_decode: %s", e.message);
+  api_timer tm;
+  kiln_status s = api_timer_open(ctx, &tm);
   for (int r = -warmup; r < repeats && !s; r++) {
-    double t0 = wall_us();
-    float ms = 0;
-    if (ctx->kind == KN_DEVICE_CUDA) {
-      if (kn_cuda_event_record(ctx->cuda, ce[0], (kn_cuda_stream)stream, &e))
-        s = api_fail(KILN_ERR_RUNTIME, "kiln_tune_decode: %s", e.message);
-    } else if (ctx->kind == KN_DEVICE_HIP) {
-      if (kn_hip_event_record(ctx->hip, he[0], (kn_hip_stream)stream, &e))
-        s = api_fail(KILN_ERR_RUNTIME, "kiln_tune_decode: %s", e.message);
-    }
+    double t = 0;
+    s = api_timer_start(ctx, &tm, stream);
     if (!s) s = kiln_forward(k, a, stream);
-    if (!s && ctx->kind == KN_DEVICE_CUDA &&
-        (kn_cuda_event_record(ctx->cuda, ce[1], (kn_cuda_stream)stream, &e) ||
-         kn_cuda_event_sync(ctx->cuda, ce[1], &e) ||
-         kn_cuda_event_elapsed(ctx->cuda, ce[0], ce[1], &ms, &e)))
-      s = api_fail(KILN_ERR_RUNTIME, "kiln_tune_decode: %s", e.message);
-    if (!s && ctx->kind == KN_DEVICE_HIP &&
-        (kn_hip_event_record(ctx->hip, he[1], (kn_hip_stream)stream, &e) ||
-         kn_hip_event_sync(ctx->hip, he[1], &e) ||
-         kn_hip_event_elapsed(ctx->hip, he[0], he[1], &ms, &e)))
-      s = api_fail(KILN_ERR_RUNTIME, "kiln_tune_decode: %s", e.message);
-    if (!s && r >= 0) us[r] = ctx->kind == KN_DEVICE_HOST ? wall_us() - t0 : ms * 1e3;
+    if (!s) s = api_timer_stop(ctx, &tm, stream, &t);
+    if (!s && r >= 0) us[r] = t;
   }
-  for (int i = 0; i < 2; i++) {
-    if (ce[i]) kn_cuda_event_destroy(ctx->cuda, ce[i]);
-    if (he[i]) kn_hip_event_destroy(ctx->hip, he[i]);
-  }
+  api_timer_close(ctx, &tm);
+  if (s) s = api_fail(s, "kiln_tune_decode: %s", kiln_last_error());
   if (!s) {
     for (int i = 1; i < repeats; i++)
       for (int j = i; j > 0 && us[j] < us[j - 1]; j--) {

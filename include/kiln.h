@@ -60,10 +60,10 @@
  * write there could make this process run their code.  An unwritable cache directory or a full
  * disk is a single warning; kernels are then compiled and run without being stored.
  *
- * Tuning runs on the host (the host's clock) and on HIP (candidates timed with the runtime's
- * events on the device).  On CUDA it is not implemented yet: there, KILN_TUNE_AUTO acts as
- * KILN_TUNE_CACHED (one info log says so), kiln_tune returns KILN_ERR_UNSUPPORTED, and the
- * template's default tiling (or a forced block_m/block_n) is what runs.
+ * Tuning runs on every device: on the host each candidate is timed by the host's clock, on CUDA
+ * and HIP by the device's events around launches on device copies of the inputs (each checked
+ * against the float64 reference first).  Without a compiler (libkiln_rt) KILN_TUNE_AUTO acts
+ * as KILN_TUNE_CACHED and kiln_tune returns KILN_ERR_UNSUPPORTED.
  *
  * Environment: KILN_CACHE_DIR, KILN_AUTOTUNE=0|1|none (overrides the tuning policy: 1 tune on a
  * tuning-database miss, 0 use tuned records but never tune, none ignore records),

@@ -199,6 +199,10 @@ expect run-sm90a-no-device 3 'no sm_90a device is present to run on' -- \
   env KILN_CUDA_LIBRARY=none "$kiln" run --target sm_90a
 expect run-sm80-no-device 3 'no sm_80 device is present .*disabled by KILN_CUDA_LIBRARY=none' -- \
   env KILN_CUDA_LIBRARY=none "$kiln" run --target sm_80
+expect tune-sm90a-no-device 3 'no sm_90a device is present to tune on' -- \
+  env KILN_CUDA_LIBRARY=none "$kiln" tune --target sm_90a
+expect tune-gfx942 3 "target 'gfx942': kiln tune runs on host, sm_80, sm_90a or auto" -- \
+  "$kiln" tune --target gfx942
 if [ -n "$fake" ] && [ -f "$fake" ]; then
   # the PTX is compiled, loaded by the (fake) driver and launched with the API's launch helper
   expect run-sm90a-fake 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
@@ -210,6 +214,13 @@ if [ -n "$fake" ] && [ -f "$fake" ]; then
   expect run-auto-fake-gpu 0 'target=sm_90a device=Fake CUDA device .* PASS' -- \
     sh -c "KILN_CUDA_LIBRARY='$fake' \"$kiln\" run --target auto --seqlen-q 33 --seqlen-k 40 | tr '\n' ' '"
   expect targets-auto-fake-gpu 0 '^auto = sm_90a \(Fake CUDA device' -- env KILN_CUDA_LIBRARY="$fake" "$kiln" targets
+  # kiln tune on the (fake) GPU: each candidate's PTX loaded by the driver, launched, checked
+  # and timed with its events, the winner recorded; then `kiln run` (--tune cached) gets the
+  # record's tiling and the tuner's code from the cache
+  expect tune-sm90a-fake 0 '^best: block_m=(64|128) block_n=(32|64) warps=4 stages=2.* \(recorded in the tuning database\)' -- \
+    env KILN_TUNE_PROGRESS=0 KILN_CUDA_LIBRARY="$fake" "$kiln" tune --target sm_90a --cache-dir "$tmp/ct" --seqlen-q 100 --seqlen-k 100 --heads 2 --space 'block_m=64,128;block_n=32,64;warps=4;stages=2'
+  expect run-sm90a-fake-tuned 0 'prepare: cache hit [0-9.]+ ms \(tuned tiling\).* PASS' -- \
+    sh -c "KILN_CUDA_LIBRARY='$fake' \"$kiln\" run --target sm_90a --cache-dir '$tmp/ct' --seqlen-q 100 --seqlen-k 100 | tr '\n' ' '"
 else
   echo "SKIP run-sm90a-fake (no fake libcuda given)"
 fi

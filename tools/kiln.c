@@ -400,14 +400,14 @@ static const kn_device_list *devices(void) {
   return &list;
 }
 
-/* `auto` for the commands that work on the host only (dump, tune; `kiln run` resolves auto
- * through the API, which takes an NVIDIA GPU when one is present): a GPU found is named and the
- * host used. */
+/* `auto` for the commands that work on the host only (dump; `kiln run` and `kiln tune` resolve
+ * auto through the API, api_context: an NVIDIA GPU when one is present): a GPU found is named
+ * and the host used. */
 static const char *auto_target(void) {
   const kn_device_info *best = kn_discover_best(devices());
   if (best->kind != KN_DEVICE_HOST)
     fprintf(stderr, "kiln: note: %s (target %s) found; this command uses the host for auto "
-            "(kiln run uses the GPU)\n", best->name,
+            "(kiln run and kiln tune use the GPU)\n", best->name,
             best->target[0] ? best->target : "none");
   return "host";
 }
@@ -468,7 +468,7 @@ static int cmd_targets(void) {
   }
   const kn_device_info *best = kn_discover_best(l), *cu = cuda_device_for("sm_80");
   if (cu)
-    printf("auto = %s (%s; `kiln run`, the API; dump and tune use the host)\n", cu->target,
+    printf("auto = %s (%s; `kiln run` and `kiln tune`, the API; dump uses the host)\n", cu->target,
            cu->name);
   else
     printf("auto = host%s%s%s\n", best->kind != KN_DEVICE_HOST ? " (best device: " : "",
@@ -1114,6 +1114,24 @@ done:
   return rc;
 }
 
+/* A context of `kiln run` and `kiln tune` on target ("host", "sm_80", "sm_90a", "auto"): *ctx,
+ * or the exit code.  The API's "auto" prefers an AMD GPU, which the command line has no buffers
+ * for yet: its own auto stays an NVIDIA sm_80+ GPU, else the host. */
+static int api_context(const cli_options *o, const char *target, const char *what,
+                       kiln_context **ctx) {
+  const char *device = target;
+  if (!strcmp(target, "auto")) device = cuda_device_for("sm_80") ? "cuda" : "host";
+  kiln_context_options co = {.cache_dir = o->cache_dir, .no_cache = o->no_cache,
+                             .device = device, .log = cli_log, .tune_policy = o->tune};
+  kiln_status s = kiln_context_create(&co, ctx);
+  if (s == KILN_ERR_NO_DEVICE) {
+    fprintf(stderr, "kiln: error: no %s device is present to %s on (%s); compile for it with "
+            "`kiln compile --target %s`\n", target, what, kiln_last_error(), target);
+    return EXIT_NODEV;
+  }
+  return s ? fail_api(s) : EXIT_PASS;
+}
+
 /* the API path: target is the device ("host", "sm_80", "sm_90a", "auto") */
 static int run_api(cli_options *o, const char *target) {
   if (o->stages) {
@@ -1122,20 +1140,10 @@ static int run_api(cli_options *o, const char *target) {
     return EXIT_USAGE;
   }
   if (resolve_attn(o)) return EXIT_USAGE;
-  /* the API's "auto" prefers an AMD GPU, which `kiln run` has no buffers for yet: its own auto
-   * stays an NVIDIA sm_80+ GPU, else the host */
-  const char *device = target;
-  if (!strcmp(target, "auto")) device = cuda_device_for("sm_80") ? "cuda" : "host";
-  kiln_context_options co = {.cache_dir = o->cache_dir, .no_cache = o->no_cache,
-                             .device = device, .log = cli_log, .tune_policy = o->tune};
   kiln_context *ctx;
-  kiln_status s = kiln_context_create(&co, &ctx);
-  if (s == KILN_ERR_NO_DEVICE) {
-    fprintf(stderr, "kiln: error: no %s device is present to run on (%s); compile for it with "
-            "`kiln compile --target %s`\n", target, kiln_last_error(), target);
-    return EXIT_NODEV;
-  }
-  if (s) return fail_api(s);
+  int crc = api_context(o, target, "run", &ctx);
+  if (crc) return crc;
+  kiln_status s;
   const kn_attn_problem *p = &o->prob;
   bool blocks = o->block_m || o->block_n;
   kiln_prepare_options po = {.seqlen = p->seqlen_q > p->seqlen_k ? p->seqlen_q : p->seqlen_k,
@@ -1449,17 +1457,9 @@ static int run_backward(cli_options *o) {
   char device[128] = "interpreter";
   if (t) snprintf(device, sizeof device, "emulator");
   if (api) {
-    const char *dv = tg;
-    if (!strcmp(tg, "auto")) dv = cuda_device_for("sm_80") ? "cuda" : "host";
-    kiln_context_options co = {.cache_dir = o->cache_dir, .no_cache = o->no_cache, .device = dv,
-                               .log = cli_log};
-    kiln_status s = kiln_context_create(&co, &ctx);
-    if (s == KILN_ERR_NO_DEVICE) {
-      fprintf(stderr, "kiln: error: no %s device is present to run on (%s)\n", tg,
-              kiln_last_error());
-      return EXIT_NODEV;
-    }
-    if (s) return fail_api(s);
+    int crc = api_context(o, tg, "run", &ctx);
+    if (crc) return crc;
+    kiln_status s;
     bool blocks = o->block_m || o->block_n;
     kiln_prepare_options po = {.block_m = blocks ? o->cfg.block_m : 0,
                                .block_n = blocks ? o->cfg.block_n : 0, .warps = o->warps};
@@ -1767,9 +1767,14 @@ static const char *state_name(kiln_candidate_state s) {
 }
 
 static int cmd_tune(cli_options *o) {
-  const char *target = !strcmp(o->target, "auto") ? auto_target() : o->target;
-  if (strcmp(target, "host")) {
-    fprintf(stderr, "kiln: error: target '%s': tuning runs on the host only so far\n", target);
+  /* the API's devices of `kiln run`: the host or an NVIDIA GPU (candidates timed with CUDA
+   * events on it) */
+  const char *target = o->target;
+  const kn_target *named = kn_target_get(target);
+  if (strcmp(target, "host") && strcmp(target, "auto") &&
+      !(named && named->arch->isa == KN_ISA_NVPTX && !named->emulated)) {
+    fprintf(stderr, "kiln: error: target '%s': kiln tune runs on host, sm_80, sm_90a or auto\n",
+            target);
     return EXIT_NODEV;
   }
   if (o->ir_file) {
@@ -1777,19 +1782,19 @@ static int cmd_tune(cli_options *o) {
     return EXIT_USAGE;
   }
   if (resolve_attn(o)) return EXIT_USAGE;
-  kiln_context_options co = {.cache_dir = o->cache_dir, .device = "host", .log = cli_log};
   kiln_context *ctx;
-  kiln_status s = kiln_context_create(&co, &ctx);
-  if (s) return fail_api(s);
+  int crc = api_context(o, target, "tune", &ctx);
+  if (crc) return crc;
+  kiln_status s;
   int seqlen = o->prob.seqlen_q > o->prob.seqlen_k ? o->prob.seqlen_q : o->prob.seqlen_k;
   kiln_prepare_options po = {.seqlen = seqlen, .tune_space = o->space,
                              .tune_batch = o->prob.batch, .tune_heads = o->prob.heads,
                              .tune_repeats = o->repeats > 1 ? o->repeats : 0};
   char dk[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(&o->attn, dk, sizeof dk);
-  printf("kiln tune: target=host device=%s kernel=attn_fwd [%s] seqlen=%d (bucket %d) cache=%s\n",
-         kiln_context_device_name(ctx), dk, seqlen, kn_tune_seq_bucket(seqlen),
-         kiln_context_cache_dir(ctx));
+  printf("kiln tune: target=%s device=%s kernel=attn_fwd [%s] seqlen=%d (bucket %d) cache=%s\n",
+         kiln_context_target(ctx), kiln_context_device_name(ctx), dk, seqlen,
+         kn_tune_seq_bucket(seqlen), kiln_context_cache_dir(ctx));
   fflush(stdout);
   kiln_tune_result r;
   s = kiln_tune(ctx, &o->desc, &po, &r);
@@ -1802,17 +1807,20 @@ static int cmd_tune(cli_options *o) {
       const kiln_tune_candidate *c = &r.candidates[i];
       printf("%7d %7d %5d %6d %12llu %10.1f ", c->block_m, c->block_n, c->warps, c->stages,
              (unsigned long long)c->tile_bytes, c->compile_ms);
-      if (c->state == KILN_CANDIDATE_TIMED) printf("%11.1f %11.1f  timed%s\n", c->median_us,
-                                                  c->min_us, i == r.best ? " *best*" : "");
-      else printf("%11s %11s  %s: %s\n", "-", "-", state_name(c->state), c->note);
+      /* (sm_90a's wgmma tilings are the same shapes as its mma.sync ones: marked) */
+      const char *mma = strncmp(c->matrix_instr, "wgmma.", 6) ? "" : " wgmma";
+      if (c->state == KILN_CANDIDATE_TIMED) printf("%11.1f %11.1f  timed%s%s\n", c->median_us,
+                                                  c->min_us, mma, i == r.best ? " *best*" : "");
+      else printf("%11s %11s  %s%s: %s\n", "-", "-", state_name(c->state), mma, c->note);
     }
   }
   if (s) {
     fprintf(stderr, "kiln: error: %s\n", kiln_last_error());
   } else {
     const kiln_tune_candidate *b = &r.candidates[r.best];
-    printf("best: block_m=%d block_n=%d warps=%d stages=%d median_us=%.1f (%s)\n", b->block_m,
-           b->block_n, b->warps, b->stages, b->median_us,
+    printf("best: block_m=%d block_n=%d warps=%d stages=%d%s median_us=%.1f (%s)\n", b->block_m,
+           b->block_n, b->warps, b->stages,
+           strncmp(b->matrix_instr, "wgmma.", 6) ? "" : " mma=wgmma", b->median_us,
            r.recorded ? "recorded in the tuning database" : "not recorded");
     printf("tuning time: %.2f s\n", r.seconds);
   }

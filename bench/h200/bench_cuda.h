@@ -1,15 +1,26 @@
 /* bench_cuda.h — what the H200 benches (bench/h200/kiln_*_bench.c) share: CUDA-event timing of
- * a launch, the median of the repeats.  Header-only (each bench is one translation unit). */
+ * a launch, the median of the repeats, the random inputs.  Header-only (each bench is one
+ * translation unit). */
 #ifndef KILN_BENCH_CUDA_H
 #define KILN_BENCH_CUDA_H
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda_device.h"
 #include "kiln.h"
+
+/* a standard normal sample (xorshift64 and Box-Muller): the benches' random inputs */
+static inline double bench_normal(uint64_t *s) {
+  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+  double u = ((double)(*s >> 11) + 0.5) * 0x1p-53;
+  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+  double v = (double)(*s >> 11) * 0x1p-53;
+  return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
+}
 
 /* Device 0 into *dev; false, with "# no CUDA device: why" on stdout, when there is none (a bench
  * exits 0 then: nothing to measure is not a failure). */

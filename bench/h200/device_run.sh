@@ -33,6 +33,12 @@
 #   step "fp8"          kiln_decode_bench --fp8 $KILN_FP8_FORMAT (default f8e4m3) $KILN_FP8_ARGS
 #                       (e.g. "--quick"): fp8 inputs checked against float64, then prefill and
 #                       decode (dense and paged fp8 KV) beside the f16 kernels
+#   step "tune"         (issue 13) kiln_tune_bench $KILN_TUNE_ARGS (e.g. "--d 128", "--causal 1",
+#                       "--space SPEC"): kiln_tune on the GPU at B 4 x H 32 x N 4096, D 64/128,
+#                       causal off/on (every candidate checked against float64, timed with CUDA
+#                       events), then the default and the tuned kernel timed on the same call
+#                       and compared (pack it: KILN_STATIC_TARGETS="kiln kiln_tune_bench")
+#   step "tune_test"    test_api_cuda (pack it too), whose test_tune_cuda tunes on the real driver
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -286,6 +292,29 @@ if want fp8; then
     grep -E "^(\||# |PASS|FAIL)" "$out/fp8.log" >>"$summary"
   else
     note "FAIL  kiln_decode_bench: not in the pack"
+    failed=$((failed + 1))
+  fi
+fi
+
+# ---- the autotuner on the device (issue 13): default tiling vs tuned, through the public API ----
+if want tune; then
+  if [ -x "$bin/kiln_tune_bench" ]; then
+    # shellcheck disable=SC2086
+    step "kiln tune bench" "$out/tune.log" 560 env KILN_TUNE_PROGRESS=0 "$bin/kiln_tune_bench" \
+      ${KILN_TUNE_ARGS:-}
+    grep -E "^(\||# kiln|PASS|FAIL)" "$out/tune.log" >>"$summary"
+  else
+    note "FAIL  kiln_tune_bench: not in the pack (KILN_STATIC_TARGETS)"
+    failed=$((failed + 1))
+  fi
+fi
+if want tune_test; then
+  if [ -x "$bin/test_api_cuda" ]; then
+    step "test_api_cuda" "$out/tune_test.log" 420 env KILN_TUNE_PROGRESS=0 "$bin/test_api_cuda"
+    grep -E "^  (candidate|PASS|FAIL)|^\[  (FAILED|PASSED) |test_tune_cuda" "$out/tune_test.log" \
+      | sed 's/^/      /' >>"$summary"
+  else
+    note "FAIL  test_api_cuda: not in the pack (KILN_STATIC_TARGETS)"
     failed=$((failed + 1))
   fi
 fi

@@ -69,14 +69,6 @@ enum { H = 32, HK = 8, D = 128 };
 static kn_cuda_device *dev;
 static int failures;
 
-static double normal(uint64_t *s) {
-  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
-  double u = ((double)(*s >> 11) + 0.5) * 0x1p-53;
-  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
-  double v = (double)(*s >> 11) * 0x1p-53;
-  return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
-}
-
 static kn_cuda_ptr dalloc(size_t n) {
   kn_cuda_ptr p = 0;
   kn_diag e;
@@ -146,10 +138,10 @@ static bool check(kiln_kernel *kern, int B, int h, int hk, int nq, int nk, int c
     return false;
   }
   uint64_t s = seed | 1;
-  for (size_t i = 0; i < n_q; i++) kn_store_elem(KN_F16, q + i, normal(&s)), qd[i] = kn_load_elem(KN_F16, q + i);
+  for (size_t i = 0; i < n_q; i++) kn_store_elem(KN_F16, q + i, bench_normal(&s)), qd[i] = kn_load_elem(KN_F16, q + i);
   for (size_t i = 0; i < n_k; i++) {
-    kn_store_elem(KN_F16, k + i, normal(&s)), kd[i] = kn_load_elem(KN_F16, k + i);
-    kn_store_elem(KN_F16, v + i, normal(&s)), vd[i] = kn_load_elem(KN_F16, v + i);
+    kn_store_elem(KN_F16, k + i, bench_normal(&s)), kd[i] = kn_load_elem(KN_F16, k + i);
+    kn_store_elem(KN_F16, v + i, bench_normal(&s)), vd[i] = kn_load_elem(KN_F16, v + i);
   }
   kn_cuda_ptr dq = dalloc(n_q * 2), dk = dalloc(n_k * 2), dv = dalloc(n_k * 2),
               dout = dalloc(n_q * 2), dl = dalloc(n_l * 4);
@@ -293,10 +285,10 @@ static bool check_paged(kiln_kernel *kern, int B, int h, int hk, int nq, const i
     failures++;
     return false;
   }
-  for (size_t i = 0; i < n_q; i++) kn_store_elem(KN_F16, q + i, normal(&s)), qd[i] = kn_load_elem(KN_F16, q + i);
+  for (size_t i = 0; i < n_q; i++) kn_store_elem(KN_F16, q + i, bench_normal(&s)), qd[i] = kn_load_elem(KN_F16, q + i);
   for (size_t i = 0; i < n_k; i++) {
-    kn_store_elem(KN_F16, k + i, normal(&s)), kd[i] = kn_load_elem(KN_F16, k + i);
-    kn_store_elem(KN_F16, v + i, normal(&s)), vd[i] = kn_load_elem(KN_F16, v + i);
+    kn_store_elem(KN_F16, k + i, bench_normal(&s)), kd[i] = kn_load_elem(KN_F16, k + i);
+    kn_store_elem(KN_F16, v + i, bench_normal(&s)), vd[i] = kn_load_elem(KN_F16, v + i);
   }
   size_t tb = (size_t)B * mp * 4;
   kn_cuda_ptr dq = dalloc(n_q * 2), dk = dalloc(n_k * 2 + 2), dv = dalloc(n_k * 2 + 2),
@@ -472,7 +464,7 @@ static void fp8_fill(kn_scalar fmt, uint8_t *raw, double *deq, size_t n, int hea
       b = (int64_t)(i / ((size_t)heads * rows * D)), h = (int64_t)(i / ((size_t)rows * D)) % heads;
     }
     double scale = ds[b * HK + h / group];
-    raw[i] = (uint8_t)kn_encode(fmt, normal(s) / scale);
+    raw[i] = (uint8_t)kn_encode(fmt, bench_normal(s) / scale);
     deq[i] = kn_decode(fmt, raw[i]) * scale;
   }
 }
@@ -526,7 +518,7 @@ static bool fp8_check(kiln_context *ctx, kn_scalar fmt, kiln_dtype pfmt, bool pa
   if (qf8) fp8_fill(fmt, q, qd, n_q, H, H / HK, nq, NULL, 0, ds[0], &s);
   else
     for (size_t i = 0; i < n_q; i++)
-      kn_store_elem(KN_F16, (uint16_t *)q + i, normal(&s)), qd[i] = kn_load_elem(KN_F16, (uint16_t *)q + i);
+      kn_store_elem(KN_F16, (uint16_t *)q + i, bench_normal(&s)), qd[i] = kn_load_elem(KN_F16, (uint16_t *)q + i);
   fp8_fill(fmt, k, kd, n_k, HK, 1, nk, paged ? owner : NULL, PS, ds[1], &s);
   fp8_fill(fmt, v, vd, n_k, HK, 1, nk, paged ? owner : NULL, PS, ds[2], &s);
   kn_cuda_ptr dq = upload(q, n_q * (qf8 ? 1 : 2)), dk = upload(k, n_k), dv = upload(v, n_k),

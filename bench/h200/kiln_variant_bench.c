@@ -48,14 +48,6 @@ enum { NVAR = sizeof variants / sizeof variants[0], WINDOW = 1024 };
 static kn_cuda_device *dev;
 static int failures;
 
-static double normal(uint64_t *s) {
-  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
-  double u = ((double)(*s >> 11) + 0.5) * 0x1p-53;
-  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
-  double v = (double)(*s >> 11) * 0x1p-53;
-  return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
-}
-
 static kiln_attn_desc desc_of(const variant *v) {
   return (kiln_attn_desc){.dtype = KILN_F16, .head_dim = 128, .causal = KILN_CAUSAL_BOTTOM_RIGHT,
                           .has_lse = 0, .window = v->window, .softcap = v->softcap,
@@ -84,10 +76,10 @@ static bool check(kiln_context *ctx, const variant *v, const kiln_prepare_option
   double *qd = malloc(nq * 8), *kd = malloc(nk * 8), *vd = malloc(nk * 8), *od = malloc(nq * 8);
   float slopes[4];
   uint64_t s = 0x1234567ull + (uint64_t)(v - variants);
-  for (size_t i = 0; i < nq; i++) kn_store_elem(KN_F16, q + i, normal(&s)), qd[i] = kn_load_elem(KN_F16, q + i);
+  for (size_t i = 0; i < nq; i++) kn_store_elem(KN_F16, q + i, bench_normal(&s)), qd[i] = kn_load_elem(KN_F16, q + i);
   for (size_t i = 0; i < nk; i++) {
-    kn_store_elem(KN_F16, k + i, normal(&s)), kd[i] = kn_load_elem(KN_F16, k + i);
-    kn_store_elem(KN_F16, vv + i, normal(&s)), vd[i] = kn_load_elem(KN_F16, vv + i);
+    kn_store_elem(KN_F16, k + i, bench_normal(&s)), kd[i] = kn_load_elem(KN_F16, k + i);
+    kn_store_elem(KN_F16, vv + i, bench_normal(&s)), vd[i] = kn_load_elem(KN_F16, vv + i);
   }
   for (int h = 0; h < H; h++) slopes[h] = (float)exp2(-8.0 * (h + 1) / H);
   kiln_attn_desc d = desc_of(v);

@@ -81,6 +81,9 @@ static void (*fake_variant)(int window, int softcap);
 static void (*fake_varlen)(int on);
 static int (*fake_decode_launches)(void);
 static void (*fake_paged)(int on);
+static int (*fake_launches)(void);
+typedef int (*cost_fn)(unsigned gx, unsigned bx, unsigned dyn, double *ms);
+static void (*fake_cost)(cost_fn fn);
 static pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER; /* its settings are global */
 
 static void find_fake(void) {
@@ -92,6 +95,8 @@ static void find_fake(void) {
   if (h) *(void **)&fake_varlen = dlsym(h, "kn_fake_cuda_attn_varlen");
   if (h) *(void **)&fake_decode_launches = dlsym(h, "kn_fake_cuda_decode_launches");
   if (h) *(void **)&fake_paged = dlsym(h, "kn_fake_cuda_attn_paged");
+  if (h) *(void **)&fake_launches = dlsym(h, "kn_fake_cuda_attn_launches");
+  if (h) *(void **)&fake_cost = dlsym(h, "kn_fake_cuda_attn_cost");
 }
 
 
@@ -243,6 +248,14 @@ static kiln_context *cuda_ctx(const char *dir, logcap *l, const char *device) {
   return ctx;
 }
 
+/* a test's context on the device over a fresh cache directory (*dir, rm_dir it); a cmocka
+ * skip where there is no CUDA device */
+static kiln_context *gpu_test_ctx(char **dir, logcap *l) {
+  if (!have_gpu()) skip();
+  *dir = fresh_dir();
+  return cuda_ctx(*dir, l, "cuda");
+}
+
 /* ---- no device ---- */
 
 /* run in a child whose KILN_CUDA_LIBRARY names a library that does not exist */
@@ -346,13 +359,8 @@ static void test_forward(void **state) {
   assert_int_equal(st.cache_hits, 1);
   assert_non_null(strstr(l2.text, "cache hit"));
 
-  /* no tuner on CUDA: AUTO acts as CACHED (said once), kiln_tune is unsupported */
-  kiln_prepare_options po = {.tune_policy = KILN_TUNE_AUTO};
-  assert_int_equal(kiln_prepare(ctx2, &cases[2].d, &po, &k), KILN_OK);
-  kiln_context_stats(ctx2, &st);
-  assert_int_equal(st.tunings, 0);
-  assert_non_null(strstr(l2.text, "acts as KILN_TUNE_CACHED"));
-  assert_int_equal(kiln_tune(ctx2, &cases[2].d, NULL, NULL), KILN_ERR_UNSUPPORTED);
+  /* (tuning on the device: test_tune_cuda) */
+  assert_int_equal(kiln_prepare(ctx2, &cases[2].d, NULL, &k), KILN_OK);
 
   /* argument errors are the host's; a grid too tall for CUDA is unsupported, not a crash */
   kiln_attn_args a = {.q = (void *)16, .k = (void *)16, .v = (void *)16, .o = (void *)16,
@@ -1020,6 +1028,285 @@ static void test_decode_cuda(void **state) {
   rm_dir(dir);
 }
 
+/* ---- tuning on the device: candidates timed with CUDA events ----
+ *
+ * kiln_tune on a small problem over a space of (block_m, warps) points, each a different grid x
+ * (seqlen / block_m) and block (32 x warps), which is how the fake driver's cost hook tells the
+ * candidates' launches apart.  On the fake, each candidate gets a cost (its event-timed
+ * milliseconds) in an order drawn from the seed; the cheapest is made to compute a wrong output
+ * and the second cheapest to fail its launches, so the check and the failure path must reject
+ * them or the test sees the wrong winner.  Every launch is counted: one check launch, then the
+ * warm-up and the timed ones.  On a real GPU every candidate must pass the check and be timed.
+ * Then the record serves a later prepare (KILN_TUNE_CACHED, its code from the cache), on this
+ * context and on a second one, and KILN_TUNE_AUTO tunes on a miss. */
+
+enum { TUNE_N = 200, TUNE_WARMUP = 2, TUNE_REPEATS = 3, TUNE_MAX = 16 };
+typedef struct tune_pt {
+  int block_m, warps;
+  double ms;   /* the fake's cost of one launch */
+  int how;     /* 0 right, 1 a wrong output, 2 the launch fails */
+  int seen;    /* launches the hook saw */
+} tune_pt;
+static tune_pt tpts[TUNE_MAX];
+static int ntpts, tune_stray;
+
+static int tune_cost(unsigned gx, unsigned bx, unsigned dyn, double *ms) {
+  (void)dyn;
+  for (int i = 0; i < ntpts; i++)
+    if (gx == (unsigned)((TUNE_N + tpts[i].block_m - 1) / tpts[i].block_m) &&
+        bx == 32u * (unsigned)tpts[i].warps) {
+      tpts[i].seen++;
+      *ms = tpts[i].ms;
+      return tpts[i].how;
+    }
+  tune_stray++;
+  *ms = 0.5;
+  return 0;
+}
+
+static int tune_find(int block_m, int warps) {
+  for (int i = 0; i < ntpts; i++)
+    if (tpts[i].block_m == block_m && tpts[i].warps == warps) return i;
+  fail_msg("candidate %dx? w%d is none of the space's points", block_m, warps);
+  return -1;
+}
+
+static void test_tune_cuda(void **state) {
+  (void)state;
+  char *dir;
+  logcap l = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  setenv("KILN_TUNE_PROGRESS", "0", 1);
+  kiln_context *ctx = gpu_test_ctx(&dir, &l);
+  const kn_arch *arch = kn_arch_get(kiln_context_target(ctx));
+  assert_non_null(arch);
+  kiln_attn_desc d = DESC(KILN_F16, 64, 1, 1);
+  kn_attn_desc id = internal_desc(&d);
+  /* the space: block_m x warps at one block_n, with a matrix instruction that is not wgmma
+   * (whose threads are not 32 x warps) */
+  kn_space sp;
+  kn_diag e;
+  if (kn_space_default(&sp, "fwd", arch, &e)) fail_msg("%s", e.message);
+  const char *mi = NULL;
+  for (int i = 0; i < sp.nmatrix && !mi; i++)
+    if (strncmp(sp.matrix_names[i], "wgmma.", 6)) mi = sp.matrix_names[i];
+  assert_non_null(mi);
+  char spec[256];
+  snprintf(spec, sizeof spec, "block_m=32,64,128;block_n=64;warps=2,4,8;stages=2;matrix_instr=%s",
+           mi);
+  if (kn_space_apply(&sp, spec, &e)) fail_msg("%s", e.message);
+  ntpts = 0;
+  for (int i = 0; i < kn_space_size(&sp) && ntpts < TUNE_MAX; i++) {
+    kn_tune_config tc;
+    kn_space_point(&sp, i, &tc);
+    kn_attn_config c = api_config_of(&tc);
+    if (kn_attn_check_on(arch, &id, &c, &e) == 0)
+      tpts[ntpts++] = (tune_pt){.block_m = tc.block_m, .warps = tc.warps};
+  }
+  printf("  %d candidates in '%s'\n", ntpts, spec);
+  assert_true(ntpts >= 4);
+  /* costs: 1.0 + 0.25 k ms for a permutation k of the points drawn from the seed; the cheapest
+   * is wrong, the next fails, the third must win */
+  int order[TUNE_MAX];
+  uint64_t sd = seed;
+  for (int i = 0; i < ntpts; i++) order[i] = i;
+  for (int i = ntpts - 1; i > 0; i--) {
+    int j = (int)(rng(&sd) % (uint64_t)(i + 1)), x = order[i];
+    order[i] = order[j], order[j] = x;
+  }
+  for (int k = 0; k < ntpts; k++) {
+    tpts[order[k]].ms = 1.0 + 0.25 * k;
+    tpts[order[k]].how = k == 0 ? 1 : k == 1 ? 2 : 0;
+  }
+  const int winner = order[2];
+  tune_stray = 0;
+  int launches0 = fake_launches ? fake_launches() : 0;
+  if (fake_attn) {
+    pthread_mutex_lock(&fake_mu);
+    fake_attn(2, 0, 64, 1);
+    fake_cost(tune_cost);
+  }
+  kiln_prepare_options po = {.seqlen = TUNE_N, .tune_space = spec, .tune_heads = 2,
+                             .tune_warmup = TUNE_WARMUP, .tune_repeats = TUNE_REPEATS};
+  kiln_tune_result res;
+  kiln_status ts = kiln_tune(ctx, &d, &po, &res);
+  if (fake_attn) {
+    fake_cost(NULL);
+    pthread_mutex_unlock(&fake_mu);
+  }
+  if (ts) fail_msg("tune: %s", kiln_last_error());
+  assert_int_equal(res.ncandidates, ntpts);
+  int ok_launches = 0;
+  for (int i = 0; i < res.ncandidates; i++) {
+    const kiln_tune_candidate *c = &res.candidates[i];
+    int p = tune_find(c->block_m, c->warps);
+    printf("  candidate %dx%d w%d: state %d, median %.1f us, %d launches %s\n", c->block_m,
+           c->block_n, c->warps, (int)c->state, c->median_us, tpts[p].seen, c->note);
+    if (!fake_attn) {
+      assert_int_equal(c->state, KILN_CANDIDATE_TIMED);  /* every kernel passes the check */
+      assert_true(c->median_us > 0 && c->min_us <= c->median_us);
+      continue;
+    }
+    if (tpts[p].how == 1) {  /* wrong: rejected by its check launch, never timed */
+      assert_int_equal(c->state, KILN_CANDIDATE_WRONG);
+      assert_non_null(strstr(c->note, "max_abs_err"));
+      assert_int_equal(tpts[p].seen, 1);
+      ok_launches += 1;
+    } else if (tpts[p].how == 2) {  /* the failing launch: FAILED with the driver's error */
+      assert_int_equal(c->state, KILN_CANDIDATE_FAILED);
+      assert_non_null(strstr(c->note, "cuLaunchKernel"));
+      assert_int_equal(tpts[p].seen, 1);
+    } else {
+      assert_int_equal(c->state, KILN_CANDIDATE_TIMED);
+      assert_int_equal(tpts[p].seen, 1 + TUNE_WARMUP + TUNE_REPEATS);
+      /* the events' time, exactly the fake's cost: the median of equal launches */
+      assert_true(fabs(c->median_us - 1e3 * tpts[p].ms) < 0.05);
+      assert_true(fabs(c->min_us - 1e3 * tpts[p].ms) < 0.05);
+      ok_launches += 1 + TUNE_WARMUP + TUNE_REPEATS;
+    }
+  }
+  assert_true(res.best >= 0 && res.recorded);
+  const kiln_tune_candidate *b = &res.candidates[res.best];
+  if (fake_attn) {
+    assert_int_equal(tune_stray, 0);
+    assert_int_equal(fake_launches() - launches0, ok_launches);
+    assert_int_equal(b->block_m, tpts[winner].block_m);
+    assert_int_equal(b->warps, tpts[winner].warps);
+  }
+  assert_non_null(strstr(l.text, "(recorded)"));
+  /* the record serves the next prepare, whose code the tuner left in the cache */
+  kiln_kernel *k = prepare_tuned(ctx, &d, TUNE_N, b);
+  kiln_kernel_info info;
+  char why[160];
+  int bad = check_forward(k, &d, (shape){1, 2, 1, 150, 177, 0, 0}, seed + 21, NULL, why,
+                          sizeof why);
+  printf("  %s the tuned kernel: %s\n", bad ? "FAIL" : "PASS", why);
+  assert_int_equal(bad, 0);
+  /* a second context on the same cache reads the record too */
+  kiln_context *ctx2 = cuda_ctx(dir, NULL, "cuda");
+  prepare_tuned(ctx2, &d, TUNE_N, b);
+  kiln_context_destroy(ctx2);
+  kiln_tune_result_free(&res);
+
+  /* KILN_TUNE_AUTO on a miss tunes (on the device), records and uses the winner */
+  kiln_attn_desc d2 = DESC(KILN_BF16, 64, 0, 1);
+  kiln_stats st0, st1;
+  kiln_context_stats(ctx, &st0);
+  kiln_prepare_options au = po;
+  au.tune_policy = KILN_TUNE_AUTO;
+  if (fake_attn) {
+    pthread_mutex_lock(&fake_mu);
+    fake_attn(2, 1, 64, 0);
+  }
+  ts = kiln_prepare(ctx, &d2, &au, &k);
+  if (fake_attn) pthread_mutex_unlock(&fake_mu);
+  if (ts) fail_msg("prepare AUTO: %s", kiln_last_error());
+  kiln_context_stats(ctx, &st1);
+  assert_int_equal(st1.tunings - st0.tunings, 1);
+  assert_int_equal(st1.candidates - st0.candidates, (uint64_t)ntpts);
+  assert_int_equal(kiln_kernel_get_info(k, &info), KILN_OK);
+  assert_true(info.tuned);
+  assert_null(strstr(l.text, "acts as KILN_TUNE_CACHED"));
+  bad = check_forward(k, &d2, (shape){2, 2, 2, 70, 201, 1, 0}, seed + 22, NULL, why, sizeof why);
+  printf("  %s the AUTO-tuned kernel: %s\n", bad ? "FAIL" : "PASS", why);
+  assert_int_equal(bad, 0);
+  /* a variant: its representative values (a window of 256 keys left of the diagonal, a softcap
+   * of 30) are parameters of every candidate's launch, checked against kn_attn_reference_v
+   * (which the fake computes too) */
+  kiln_attn_desc dv = {.dtype = KILN_F16, .head_dim = 64, .has_lse = 1, .window = 1,
+                       .softcap = 1};
+  snprintf(spec, sizeof spec, "block_m=64,128;block_n=64;warps=4;stages=2;matrix_instr=%s", mi);
+  kiln_prepare_options pv = po;
+  pv.tune_space = spec;
+  if (fake_attn) {
+    pthread_mutex_lock(&fake_mu);
+    fake_attn(2, 0, 64, 0);
+    fake_variant(1, 1);
+  }
+  ts = kiln_tune(ctx, &dv, &pv, &res);
+  if (fake_attn) {
+    fake_variant(0, 0);
+    pthread_mutex_unlock(&fake_mu);
+  }
+  if (ts) fail_msg("tune (variant): %s", kiln_last_error());
+  assert_int_equal(res.ncandidates, 2);
+  for (int i = 0; i < res.ncandidates; i++) {
+    printf("  variant candidate %dx%d: state %d, median %.1f us %s\n", res.candidates[i].block_m,
+           res.candidates[i].block_n, (int)res.candidates[i].state, res.candidates[i].median_us,
+           res.candidates[i].note);
+    assert_int_equal(res.candidates[i].state, KILN_CANDIDATE_TIMED);
+  }
+  kiln_tune_result_free(&res);
+  kiln_context_destroy(ctx);
+  unsetenv("KILN_TUNE_PROGRESS");
+  rm_dir(dir);
+}
+
+/* kiln_tune_decode on the device: each candidate's forward on the caller's stream between two
+ * CUDA events (on the fake, every launch takes 0.5 ms of its clock: a decode forward is the
+ * split and the combine, 1 ms exactly); then the winner serves the same problem correctly */
+static void test_tune_decode_cuda(void **state) {
+  (void)state;
+  char *dir;
+  kiln_context *ctx = gpu_test_ctx(&dir, NULL);
+  kiln_attn_desc d = DESC(KILN_F16, 64, 0, 1);
+  kiln_kernel *k;
+  if (kiln_prepare(ctx, &d, NULL, &k)) fail_msg("prepare: %s", kiln_last_error());
+  const shape s = {2, 8, 2, 1, 700, 0, 0};
+  const size_t es = 2, nq = (size_t)s.batch * s.heads * 64, nk = (size_t)s.batch * s.kv_heads *
+                                                                 s.seqlen_k * 64;
+  uint16_t *h = malloc(nk * es);
+  assert_non_null(h);
+  uint64_t sd = seed + 31;
+  for (size_t i = 0; i < nk; i++) kn_store_elem(KN_F16, h + i, normal(&sd));
+  kn_diag e;
+  kn_cuda_ptr dq, dk, dv, dout, dl;
+  if (kn_cuda_alloc(dev, nq * es, &dq, &e) || kn_cuda_alloc(dev, nk * es, &dk, &e) ||
+      kn_cuda_alloc(dev, nk * es, &dv, &e) || kn_cuda_alloc(dev, nq * es, &dout, &e) ||
+      kn_cuda_alloc(dev, nq / 64 * 4, &dl, &e) || kn_cuda_copy_htod(dev, dq, h, nq * es, &e) ||
+      kn_cuda_copy_htod(dev, dk, h, nk * es, &e) || kn_cuda_copy_htod(dev, dv, h, nk * es, &e))
+    fail_msg("%s", e.message);
+  kiln_attn_args a = {.q = (void *)(uintptr_t)dq, .k = (void *)(uintptr_t)dk,
+                      .v = (void *)(uintptr_t)dv, .o = (void *)(uintptr_t)dout,
+                      .lse = (float *)(uintptr_t)dl, .batch = s.batch, .heads = s.heads,
+                      .kv_heads = s.kv_heads, .seqlen_q = 1, .seqlen_k = s.seqlen_k};
+  kiln_prepare_options po = {.tune_warmup = 1, .tune_repeats = 3};
+  kiln_tune_result r;
+  int launches0 = fake_decode_launches ? fake_decode_launches() : 0;
+  if (fake_attn) {
+    pthread_mutex_lock(&fake_mu);
+    fake_attn(2, 0, 64, 0);
+  }
+  kiln_status ts = kiln_tune_decode(k, &a, NULL, &po, &r);
+  if (fake_attn) pthread_mutex_unlock(&fake_mu);
+  if (ts) fail_msg("tune decode: %s", kiln_last_error());
+  assert_true(r.ncandidates >= 4);
+  int timed = 0;
+  for (int i = 0; i < r.ncandidates; i++) {
+    const kiln_tune_candidate *c = &r.candidates[i];
+    assert_int_equal(c->state, KILN_CANDIDATE_TIMED);  /* each agreed with the default */
+    assert_true(c->median_us > 0);
+    if (fake_attn) assert_true(fabs(c->median_us - 1000.0) < 0.05);
+    timed++;
+  }
+  printf("  decode tune: %d candidates timed, best block_n %d, %d pieces, %.1f us\n", timed,
+         r.candidates[r.best].block_n, r.candidates[r.best].decode_splits,
+         r.candidates[r.best].median_us);
+  /* the default's forward, then each candidate: a check forward, the warm-up and the repeats
+   * (two launches each), then the winner's forward */
+  if (fake_decode_launches)
+    assert_int_equal(fake_decode_launches() - launches0, 2 * (1 + timed * (1 + 1 + 3) + 1));
+  kiln_tune_result_free(&r);
+  char why[160];
+  int bad = check_forward(k, &d, s, seed + 32, NULL, why, sizeof why);
+  printf("  %s the tuned decode kernels: %s\n", bad ? "FAIL" : "PASS", why);
+  assert_int_equal(bad, 0);
+  kn_cuda_ptr bufs[] = {dq, dk, dv, dout, dl};
+  for (int i = 0; i < 5; i++) kn_cuda_free(dev, bufs[i], NULL);
+  free(h);
+  kiln_context_destroy(ctx);
+  rm_dir(dir);
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   self_path = argv[0];
@@ -1036,6 +1323,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_varlen_cuda),
       cmocka_unit_test(test_decode_cuda),
       cmocka_unit_test(test_paged_cuda),
+      cmocka_unit_test(test_tune_cuda),
+      cmocka_unit_test(test_tune_decode_cuda),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   if (dev) kn_cuda_device_close(dev);

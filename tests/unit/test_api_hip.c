@@ -936,15 +936,7 @@ static void test_tune(void **state) {
   assert_true(res.candidates[res.best].median_us > 0);
   const kiln_tune_candidate *b = &res.candidates[res.best];
   /* the record is used by the next prepare, whose code comes from the cache */
-  kiln_prepare_options cached = {.tune_policy = KILN_TUNE_CACHED, .seqlen = 128};
-  kiln_kernel *k;
-  if (kiln_prepare(ctx, &d, &cached, &k)) fail_msg("prepare: %s", kiln_last_error());
-  kiln_kernel_info info;
-  assert_int_equal(kiln_kernel_get_info(k, &info), KILN_OK);
-  assert_true(info.tuned);
-  assert_int_equal(info.block_m, b->block_m);
-  assert_int_equal(info.block_n, b->block_n);
-  assert_int_equal(info.source, KILN_SOURCE_CACHE);
+  kiln_kernel *k = prepare_tuned(ctx, &d, 128, b);
   char why[160];
   int bad = check_forward(k, (shape){1, 2, 1, 100, 77, 0}, NULL, NULL, seed + 11, NULL, why,
                           sizeof why);

@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include <math.h>
+#include <pthread.h>
 
 typedef unsigned long long dptr;
 typedef struct fake_fn {
@@ -60,6 +61,24 @@ void kn_fake_cuda_attn(int elem_bytes, int bf16, int head_dim, int causal) {
   attn_elem = elem_bytes, attn_bf16 = bf16, attn_d = head_dim, attn_causal = causal;
 }
 int kn_fake_cuda_attn_launches(void) { return attn_launches; }
+
+/* The fake clock that events read (cuEventRecord): every launch advances it by its cost, 0.5
+ * ms, or for an attn_fwd launch what kn_fake_cuda_attn_cost's hook says.  The hook sees the
+ * launch's grid x, threads per block and dynamic shared bytes (which tell a tuner's candidates
+ * apart: the grid's x is seqlen_q / block_m, the threads 32 x warps), writes its cost in
+ * milliseconds and returns 0, 1 for a launch that computes a wrong output (the right one, its
+ * first element plus one), or 2 for a launch that fails (CUDA_ERROR_INVALID_VALUE); NULL: the
+ * default. */
+typedef int (*kn_fake_cuda_cost_fn)(unsigned gx, unsigned bx, unsigned dyn, double *ms);
+static kn_fake_cuda_cost_fn attn_cost;
+static double fake_clock_ms;
+static pthread_mutex_t clock_mu = PTHREAD_MUTEX_INITIALIZER;
+void kn_fake_cuda_attn_cost(kn_fake_cuda_cost_fn fn) { attn_cost = fn; }
+static void clock_advance(double ms) {
+  pthread_mutex_lock(&clock_mu);
+  fake_clock_ms += ms;
+  pthread_mutex_unlock(&clock_mu);
+}
 /* the variant of the next attn_fwd launches (templates/mods): a softcap (an f32) and/or a window
  * (two i32) after the template's 24 parameters, in that order (score modifiers come before
  * masks in a variant's signature, templates/attn_mods.c) */
@@ -567,10 +586,20 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
   NEED_CTX();
   fake_fn *fn = f;
   if (bx * by * bz > 1024 || (int)dyn > fn->max_dyn || gz != 1) return 1;
+  if (fn->id != 2) clock_advance(0.5);
   if (fn->id == 2 && fn->described)
     attn_elem = fn->elem, attn_bf16 = fn->bf16, attn_d = fn->d, attn_causal = fn->causal,
     attn_window = fn->window, attn_softcap = fn->softcap;
-  if (fn->id == 2) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_attention(gx, gy, params) : 1;
+  if (fn->id == 2) {
+    double ms = 0.5;
+    int how = attn_cost ? attn_cost(gx, bx, dyn, &ms) : 0;
+    if (how == 2) return 1;
+    int rc = by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_attention(gx, gy, params) : 1;
+    if (!rc && how == 1) st_elem((void *)(uintptr_t)*(dptr *)params[3], 0,
+                                 ld_elem((void *)(uintptr_t)*(dptr *)params[3], 0) + 1);
+    if (!rc) clock_advance(ms);
+    return rc;
+  }
   if (fn->id == 3) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_append(gx, gy, params) : 1;
   if (fn->id == 7) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_decode(gx, gy, bx, params) : 1;
   if (fn->id == 8) return by == 1 && bx % 32 == 0 && gy <= 65535 ? fake_combine(gx, gy, params) : 1;
@@ -631,16 +660,33 @@ static int fake_obj;
 int cuStreamCreate(void **s, unsigned f) { (void)f; NEED_CTX(); *s = &fake_obj; return 0; }
 int cuStreamDestroy_v2(void *s) { (void)s; NEED_CTX(); return 0; }
 int cuStreamSynchronize(void *s) { (void)s; NEED_CTX(); return 0; }
-int cuEventCreate(void **e, unsigned f) { (void)f; NEED_CTX(); *e = &fake_obj; return 0; }
-int cuEventDestroy_v2(void *e) { (void)e; NEED_CTX(); return 0; }
-int cuEventRecord(void *e, void *s) { (void)e; (void)s; NEED_CTX(); return 0; }
-int cuEventSynchronize(void *e) { (void)e; NEED_CTX(); return 0; }
-/* only the unversioned symbol: exercises cuda.c's fallback for drivers before 12.8 */
-int cuEventElapsedTime(float *ms, void *a, void *b) {
-  (void)a;
-  (void)b;
+/* an event is the fake clock's value when it was last recorded (launches run at once, so that is
+ * the time every launch before it took) */
+typedef struct fake_event { double ms; int recorded; } fake_event;
+int cuEventCreate(void **e, unsigned f) {
+  (void)f;
   NEED_CTX();
-  *ms = 0.5f;
+  *e = calloc(1, sizeof(fake_event));
+  return *e ? 0 : 2;
+}
+int cuEventDestroy_v2(void *e) { NEED_CTX(); free(e); return 0; }
+int cuEventRecord(void *e, void *s) {
+  (void)s;
+  NEED_CTX();
+  pthread_mutex_lock(&clock_mu);
+  ((fake_event *)e)->ms = fake_clock_ms;
+  pthread_mutex_unlock(&clock_mu);
+  ((fake_event *)e)->recorded = 1;
+  return 0;
+}
+int cuEventSynchronize(void *e) { (void)e; NEED_CTX(); return 0; }
+/* only the unversioned symbol: exercises cuda.c's fallback for drivers before 12.8; two
+ * recorded events, else CUDA_ERROR_INVALID_HANDLE (400) as the driver's "not recorded" */
+int cuEventElapsedTime(float *ms, void *a, void *b) {
+  NEED_CTX();
+  const fake_event *x = a, *y = b;
+  if (!x->recorded || !y->recorded) return 400;
+  *ms = (float)(y->ms - x->ms);
   return 0;
 }
 
