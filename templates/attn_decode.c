@@ -124,16 +124,15 @@ kn_attn_config kn_attn_decode_default_config(const kn_arch *arch, const kn_attn_
   int dp = kn_attn_head_pad(d->head_dim);
   if (dp > 128) c.block_n = 32;
   if (d->layout == KN_ATTN_PAGED && arch) {
-    /* the paged split kernel's gather path reads K and V element by element (attn_paged.c),
-     * each element with its own i64 offset, so what bounds it is gathered elements per thread:
-     * more warps (each taking 16 of the rows) and fewer keys per block; and block_n 16 at head
-     * dim 128 lets vLLM's pages of 16 take the in-page block loads.  Without spills
-     * (test_decode, docs/serving.md): AMDGPU 32x32 with 2 waves at head dim 64 (108 VGPRs on
-     * gfx942), 32x16 at 128 (139); NVIDIA (ptxas -O3) 32x32 with 2 warps at 64, 64x16 with 4
-     * warps at 128 (the dense 16x64 with one warp spills 5.9 KB there, 16x32 960 bytes) */
+    /* a paged kernel holds its gather loop's row offsets (an i64 per 16-byte vector; the
+     * in-page loop needs none), so its tiles keep fewer keys per thread.  NVIDIA D 128: 16x32
+     * with one warp, measured on the H200 (bench/RESULTS.md, session 24: B 16 x Nk 32k paged /
+     * dense 1.19 at pages of 16, 1.17 at 256; 64x16 with 4 warps 2.63, 16x64 1.38 / 1.13 and
+     * it spills 284 bytes); elsewhere not measured: AMDGPU 32x32 with 2 waves at head dim 64
+     * (108 VGPRs on gfx942), 32x16 at 128; NVIDIA 32x32 with 2 warps at 64 (no spills) */
     const bool nv = arch->isa == KN_ISA_NVPTX;
     c = dp <= 64 ? (kn_attn_config){.block_m = 32, .block_n = 32, .warps = 2, .stages = 2}
-        : nv     ? (kn_attn_config){.block_m = 64, .block_n = 16, .warps = 4, .stages = 2}
+        : nv     ? (kn_attn_config){.block_m = 16, .block_n = 32, .warps = 1, .stages = 2}
                  : (kn_attn_config){.block_m = 32, .block_n = 16, .warps = 2, .stages = 2};
   }
   kn_diag diag;
@@ -233,16 +232,19 @@ static void kv_block_loads(dgen *g, const kv_view *kv, kn_scalar dt, int BN, int
 typedef enum kv_read { KV_DENSE, KV_IN_PAGE, KV_GATHER } kv_read;
 
 static void kv_rows(dgen *g, const kv_view *kv, kv_read how, kn_scalar dt, int BN, int D, int DP,
-                    kn_value *n0, kn_value *c0, kn_value *c_d, kn_value *one64, kn_value **kt,
-                    kn_value **vt) {
+                    kn_value *n0, kn_value *page, kn_value *c0, kn_value *c_d, kn_value *one64,
+                    kn_value **kt, kn_value **vt) {
   if (how == KV_DENSE) {  /* rows n0.. of the (batch, kv head) base */
     kv_block_loads(g, kv, dt, BN, DP, kv->k_base, kv->v_base, n0, kv->seqlen_k, c0, c_d, one64,
                    kt, vt);
   } else if (how == KV_IN_PAGE) {
-    /* the block lies in one page: block loads from its page's rows (one table entry, the page
-     * clamped into the pool), bounded by the keys left */
-    kn_value *page, *slot;
-    kn_paged_key(&g->b, kv->paged, n0, &page, &slot);
+    /* the block lies in one page (`page`, read from the table a block early by kv_loop):
+     * block loads from its rows, bounded by the keys left */
+    kn_value *ps = kv->paged->page_size;
+    kn_value *slot = to64(g, op2(g, KN_OP_SUB, n0, op2(g, KN_OP_MUL, op2(g, KN_OP_DIV, n0, ps,
+                                                                          "blk_page_index"),
+                                                        ps, "blk_page_first"), "blk_slot"),
+                          "blk_slot64");
     kn_value *kb = at(g, kv->k_base, page, kv->k_ps, slot, kv->k_sn, "k_page_blk");
     kn_value *vb = at(g, kv->v_base, page, kv->v_ps, slot, kv->v_sn, "v_page_blk");
     kn_value *left = op2(g, KN_OP_SUB, kv->seqlen_k, n0, "k_left");  /* > 0: n0 is live */
@@ -275,7 +277,7 @@ typedef struct loop_in {
   kn_scalar dt;
   int BM, BN, D, DP, nscore;
   kn_type s_f32;
-  kn_value *lo, *hi, *c_bn, *c0, *c_d, *one64, *q_tile, *kcols, *bidx, *h_s, *q_s, *k_last_s,
+  kn_value *lo, *hi, *c_bn, *c0, *c_d, *one64, *q_tile, *kcols, *bidx, *h_s, *q_s, *k_last, *k_last_s,
       *qk_scale_s, *hi_s, *neg_inf_s, *neg_inf_r, *zero_r, *zero_acc;
 } loop_in;
 
@@ -286,16 +288,34 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
   const int BM = L->BM, BN = L->BN, DP = L->DP;
   const kn_type s_f32 = L->s_f32;
   kn_builder body;
-  kn_value *init[3] = {L->neg_inf_r, L->zero_r, L->zero_acc};
-  kn_op *loop = kn_b_for(&g->b, L->lo, L->hi, L->c_bn, 3, init, &body);
+  /* in-page: the block's page is carried, read from the table one block early (the block at
+   * min(n0 + BLOCK_N, last key): the table entry in use is always one of the sequence's), so
+   * the GPUs' copy of the next block waits for no table read (cp.async one iteration ahead,
+   * its page what this iteration yields: compiler/gpu/assign_layouts.c remat_ok) */
+  const bool carry = how == KV_IN_PAGE;
+  kn_value *init[4] = {L->neg_inf_r, L->zero_r, L->zero_acc, NULL};
+  if (carry) {
+    kn_value *slot0;
+    kn_paged_key(&g->b, L->kv->paged, op2(g, KN_OP_MIN, L->lo, L->k_last, "kv_lo_key"), &init[3],
+                 &slot0);
+  }
+  kn_op *loop = kn_b_for(&g->b, L->lo, L->hi, L->c_bn, carry ? 4 : 3, init, &body);
   kn_builder outer = g->b;
   g->b = body;
   kn_value *n0 = nm(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF, loop->region[0]->args[0], BN), "n0");
   kn_value *m_i = nm(g, loop->region[0]->args[1], "m_i");  /* (BM) running max, exp2 units */
   kn_value *l_i = nm(g, loop->region[0]->args[2], "l_i");  /* (BM) running sum of p */
   kn_value *acc = nm(g, loop->region[0]->args[3], "acc");  /* (BM, DP) unnormalised O */
+  kn_value *page = NULL, *page_next = NULL;
+  if (carry) {
+    page = nm(g, loop->region[0]->args[4], "blk_page");
+    kn_value *slot1;
+    kn_paged_key(&g->b, L->kv->paged,
+                 op2(g, KN_OP_MIN, op2(g, KN_OP_ADD, n0, L->c_bn, "n_next0"), L->k_last, "n_next"),
+                 &page_next, &slot1);
+  }
   kn_value *kt, *vt;
-  kv_rows(g, L->kv, how, dt, BN, L->D, DP, n0, L->c0, L->c_d, L->one64, &kt, &vt);
+  kv_rows(g, L->kv, how, dt, BN, L->D, DP, n0, page, L->c0, L->c_d, L->one64, &kt, &vt);
   kn_value *qk = nm(g, kn_b_dot(&g->b, L->q_tile, kt, f32c(g, s_f32, 0.0, "zero_s")), "qk");
   kn_value *cols = spread(g, op2(g, KN_OP_ADD, L->kcols, fill(g, n0, BN, 0, "n0_v"), "cols"), 0, BM,
                           BN, "cols_s");
@@ -337,7 +357,7 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
   kn_value *acc_s = op2(g, KN_OP_MUL, acc, spread(g, alpha, 1, BM, DP, "alpha_s"), "acc_scaled");
   kn_value *p_in = dt == KN_F32 ? p : nm(g, kn_b_cast(&g->b, p, dt), "p_cast");
   kn_value *acc_new = nm(g, kn_b_dot(&g->b, p_in, vt, acc_s), "acc_new");
-  kn_b_yield(&g->b, 3, (kn_value *[]){m_new, l_new, acc_new});
+  kn_b_yield(&g->b, carry ? 4 : 3, (kn_value *[]){m_new, l_new, acc_new, page_next});
   g->b = outer;
   for (int i = 0; i < 3; i++) res[i] = loop->res[i];
 }
@@ -492,7 +512,7 @@ kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn
   loop_in L = {.plan = plan, .P = P, .kv = &kv, .dt = dt, .BM = BM, .BN = BN, .D = D, .DP = DP,
                .nscore = nscore, .s_f32 = s_f32, .lo = lo, .hi = hi, .c_bn = c_bn, .c0 = c0,
                .c_d = c_d, .one64 = one64, .q_tile = q_tile, .kcols = kcols, .bidx = bidx,
-               .h_s = h_s, .q_s = q_s, .k_last_s = k_last_s, .qk_scale_s = qk_scale_s,
+               .h_s = h_s, .q_s = q_s, .k_last = k_last, .k_last_s = k_last_s, .qk_scale_s = qk_scale_s,
                .hi_s = hi_s, .neg_inf_s = neg_inf_s, .neg_inf_r = neg_inf_r, .zero_r = zero_r,
                .zero_acc = f32c(g, acc_f32, 0.0, "zero_acc")};
   kn_value *fin[3];

@@ -477,8 +477,18 @@ static bool defined_in(const kn_value *v, const kn_block *b) {
  * arithmetic, compares, selects, pointer offsets and scalar loads)?  A scalar load is read again
  * one iteration early (lower_gpu.c guards the prefetch by the next iteration's existence), which
  * is what lets a paged kernel prefetch a block whose page comes from the block table. */
-static bool remat_ok(const kn_value *v, const kn_block *body, int depth) {
+static bool remat_ok(const kn_layout_plan *p, const kn_value *v, const kn_block *body, int limit,
+                     int depth) {
   if (v == body->args[0] || !defined_in(v, body)) return true;
+  for (int i = 1; i < body->nargs; i++)
+    if (v == body->args[i]) {
+      /* a carried scalar: the next iteration's is what this one yields, if that is known
+       * before the prefetch at position limit (a value the template computes a block early,
+       * as the paged decode kernel's next page) */
+      const kn_value *y = body->last && body->last->opc == KN_OP_YIELD && body->last->nopnd >= i
+                              ? body->last->opnd[i - 1] : NULL;
+      return y && !is_tile(y) && (!defined_in(y, body) || p->pos[y->id] < limit);
+    }
   const kn_op *d = v->def;
   if (depth > 24 || is_tile(v) || !d || d->parent != body || d->nres != 1) return false;
   switch (d->opc) {
@@ -490,7 +500,7 @@ static bool remat_ok(const kn_value *v, const kn_block *body, int depth) {
   default: return false;
   }
   for (int i = 0; i < d->nopnd; i++)
-    if (!remat_ok(d->opnd[i], body, depth + 1)) return false;
+    if (!remat_ok(p, d->opnd[i], body, limit, depth + 1)) return false;
   return true;
 }
 
@@ -554,10 +564,13 @@ static bool operands_before(pass *s, const kn_conversion *c, const kn_block *bod
   return true;
 }
 
-static bool head_ok(const kn_conversion *c, const kn_block *body) {
+/* can c's copy be issued for the next iteration at position limit (the loop's last streamed
+ * dot)? */
+static bool head_ok(const kn_layout_plan *p, const kn_conversion *c, const kn_block *body,
+                    int limit) {
   const kn_op *ld = c->value->def;
   for (int i = 0; i < ld->nopnd; i++)
-    if (!remat_ok(ld->opnd[i], body, 0)) return false;
+    if (!remat_ok(p, ld->opnd[i], body, limit, 0)) return false;
   return true;
 }
 
@@ -655,7 +668,7 @@ static void nv_plan_staging(pass *s) {
     bool early = n >= 2;
     for (int j = 1; j < n && early; j++)
       early = operands_before(s, &p->conv[idx[j]], body, user_pos(p, &p->conv[idx[0]]));
-    bool pipelined = early && head_ok(&p->conv[idx[0]], body);
+    bool pipelined = early && head_ok(p, &p->conv[idx[0]], body, user_pos(p, &p->conv[idx[n - 1]]));
     for (int j = 0; j < n; j++) {
       kn_conversion *c = &p->conv[idx[j]];
       c->loop = loop;

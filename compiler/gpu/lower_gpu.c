@@ -1373,15 +1373,29 @@ static int lower_op(G *g, kn_op *op);
 
 static void remat(G *g, kn_value *v, LLVMValueRef iv, sv_saved *saved, int *ns) {
   kn_block *body = g->loop_body;
-  if (v != body->args[0] && !in_block(v, body)) return;
-  if (v != body->args[0])
+  int arg = -1;  /* v is the body's argument arg (0: the induction variable, else carried) */
+  for (int i = 0; i < body->nargs && arg < 0; i++)
+    if (v == body->args[i]) arg = i;
+  if (arg < 0 && !in_block(v, body)) return;
+  if (arg < 0)
     for (int i = 0; i < v->def->nopnd; i++) remat(g, v->def->opnd[i], iv, saved, ns);
   KN_ASSERT(*ns < REMAT_MAX);
   saved[*ns].id = v->id;
   saved[*ns].old = g->sv[v->id];
   (*ns)++;
-  if (v == body->args[0]) g->sv[v->id] = iv;
-  else lower_op(g, v->def);
+  if (arg == 0) {
+    g->sv[v->id] = iv;
+  } else if (arg > 0) {
+    /* a carried scalar: in the prologue its init, else what this iteration yields for the next
+     * (computed before the prefetch: the layout pass's remat_ok checked its position) */
+    const kn_op *loop = body->parent_op;
+    KN_ASSERT(body->last && body->last->opc == KN_OP_YIELD);
+    const kn_value *x = g->remat_init ? loop->opnd[3 + arg - 1] : body->last->opnd[arg - 1];
+    g->sv[v->id] = g->sv[x->id];
+    KN_ASSERT(g->sv[v->id]);
+  } else {
+    lower_op(g, v->def);
+  }
 }
 
 /* cp.async.cg 16-byte copies of conversion c's load straight into its shared layout, at
@@ -1933,7 +1947,9 @@ static int lower_for(G *g, kn_op *op) {
     LLVMBuildCondBr(g->B, go, into, exit);
     LLVMPositionBuilderAtEnd(g->B, into);
     barrier(g);
+    g->remat_init = true;
     issue_copies(g, head, lo);
+    g->remat_init = false;
     cp_commit(g);
     into = LLVMGetInsertBlock(g->B);
     LLVMBuildBr(g->B, loop);

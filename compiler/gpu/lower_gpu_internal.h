@@ -52,6 +52,7 @@ typedef struct G {
   struct ldsm_base *ldsm;
   int nldsm, capldsm;
   kn_block *loop_body;
+  bool remat_init;  /* remat for the loop's prologue: carried values are their inits */
   LLVMValueRef loop_iv, loop_step, loop_hi;
   LLVMTypeRef i1, i8, i16, i32, i64, f16, bf16, f32, vd, p1, p3;
 } G;

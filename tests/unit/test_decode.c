@@ -346,7 +346,7 @@ static void test_paged_gqa_32_8(void **state) {
     c.batch = 3, c.heads = 32, c.kv_heads = 8, c.nq = nqs[i], c.page_size = pss[i];
     c.len[0] = 0, c.len[1] = 1 + i * 255, c.len[2] = 1000;
     c.tail = 1, c.spare = 2, c.splits = i == 1 ? 16 : 0;
-    /* the host's tiling, then the GPUs' paged ones (sm_90a's 64x16 with 4 warps runs on the
+    /* the host's tiling, then the GPUs' paged ones (sm_90a's 16x32 with one warp runs on the
      * host; gfx942's 32x16 with 2 waves on its emulated twin) */
     kn_attn_config cfg = kn_attn_decode_default_config(NULL, &c.desc);
     run_case("host", &c, &cfg);
