@@ -391,6 +391,9 @@ bool kn_dropout_keep(uint64_t seed, uint64_t offset, int64_t bh, int32_t row, in
 /* Absolute tolerance for an output of this dtype (inputs ~ N(0,1), sm_scale ~ 1/sqrt(D)); the
  * rationale is in attn_fwd.c */
 double kn_attn_tolerance(kn_scalar dtype);
+/* kn_attn_tolerance of descriptor d's dtype, grown by dropout's 1 / (1 - p) (the output is then
+ * no longer a convex combination of V's rows) */
+double kn_attn_tolerance_of(const kn_attn_desc *d);
 /* Absolute tolerance for the (f32, natural log) lse of a kernel of this dtype, same inputs */
 double kn_attn_lse_tolerance(kn_scalar dtype);
 

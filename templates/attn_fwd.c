@@ -1120,6 +1120,10 @@ double kn_attn_tolerance(kn_scalar dtype) {
   }
 }
 
+double kn_attn_tolerance_of(const kn_attn_desc *d) {
+  return kn_attn_tolerance(d->dtype) * kn_dropout_scale(d->dropout);
+}
+
 double kn_attn_lse_tolerance(kn_scalar dtype) {
   (void)dtype;  /* the lse path is f32 throughout */
   return 1e-4;

@@ -592,6 +592,7 @@ static void api_case(kiln_context *ctx, bcase *c, const kiln_attn_desc *pd) {
                                   .q_numel = (int64_t)nq, .k_numel = (int64_t)nk},
                           .dout = bdo, .dq = bdq, .dk = bdk, .dv = bdv, .delta = delta,
                           .dq_numel = (int64_t)nq, .dk_numel = (int64_t)nk, .delta_numel = (int64_t)nrow};
+  if (pd->dropout_p != 0) a.fwd.dropout_seed = c->seed, a.fwd.dropout_offset = c->offset;
   if (pd->mods) {
     ma = (kiln_mod_arg){.name = "temp", .kind = KILN_MOD_ARG_PTR, .p = c->named[0].value.p,
                         .bytes = c->named[0].bytes};
@@ -641,10 +642,13 @@ static void test_api(void **state) {
       C("api causal gqa f16", 2, 4, 2, 67, 81, .dtype = KN_F16, .head_dim = 64, .causal = 1),
       C("api softcap bf16", 1, 2, 1, 50, 40, .dtype = KN_BF16, .head_dim = 40, .softcap = true),
       C("api user score_mod f16", 1, 2, 2, 30, 45, .dtype = KN_F16, .head_dim = 32, .mods = TEMP_SCORE_MOD),
+      C("api dropout causal gqa f16", 2, 4, 2, 67, 81, .dtype = KN_F16, .head_dim = 64, .causal = 1,
+        .dropout = 0.17f),
   };
   const kiln_attn_desc pub[] = {{.dtype = KILN_F16, .head_dim = 64, .causal = 1},
                                 {.dtype = KILN_BF16, .head_dim = 40, .softcap = 1},
-                                {.dtype = KILN_F16, .head_dim = 32, .mods = TEMP_SCORE_MOD}};
+                                {.dtype = KILN_F16, .head_dim = 32, .mods = TEMP_SCORE_MOD},
+                                {.dtype = KILN_F16, .head_dim = 64, .causal = 1, .dropout_p = 0.17f}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) api_case(ctx, &cases[i], &pub[i]);
   /* refusals at prepare */
   kiln_kernel *k;
@@ -656,6 +660,25 @@ static void test_api(void **state) {
                                                                  .layout = KILN_LAYOUT_PAGED}, NULL, &k),
                    KILN_ERR_UNSUPPORTED);
   if (!strstr(kiln_last_error(), "paged is not supported yet")) fail_msg("%s", kiln_last_error());
+  /* dropout: p outside [0, 1), with a paged cache, a seed for a kernel without dropout */
+  assert_int_equal(kiln_prepare(ctx, &(kiln_attn_desc){.dtype = KILN_F16, .head_dim = 64,
+                                                        .dropout_p = 1}, NULL, &k),
+                   KILN_ERR_INVALID);
+  if (!strstr(kiln_last_error(), "dropout_p 1 is not a probability")) fail_msg("%s", kiln_last_error());
+  assert_int_equal(kiln_prepare(ctx, &(kiln_attn_desc){.dtype = KILN_F16, .head_dim = 64,
+                                                        .dropout_p = 0.1f,
+                                                        .layout = KILN_LAYOUT_PAGED}, NULL, &k),
+                   KILN_ERR_UNSUPPORTED);
+  if (!strstr(kiln_last_error(), "paged KV")) fail_msg("%s", kiln_last_error());
+  if (kiln_prepare(ctx, &(kiln_attn_desc){.dtype = KILN_F16, .head_dim = 16}, NULL, &k))
+    fail_msg("%s", kiln_last_error());
+  {
+    uint16_t buf[16] = {0};
+    kiln_attn_args fa = {.q = buf, .k = buf, .v = buf, .o = buf, .batch = 1, .heads = 1,
+                         .kv_heads = 1, .seqlen_q = 1, .seqlen_k = 1, .dropout_seed = 7};
+    assert_int_equal(kiln_forward(k, &fa, NULL), KILN_ERR_INVALID);
+    if (!strstr(kiln_last_error(), "not prepared with dropout")) fail_msg("%s", kiln_last_error());
+  }
   kiln_context_destroy(ctx);
   /* AOT bundles hold forward kernels only: a bundle_only context never compiles a backward */
   co.bundle_only = 1;

@@ -281,7 +281,7 @@ static void fwd_case(const char *target, const fcase *c, const kn_attn_config *c
   double err, lerr;
   fwd_errors(c, &b, &b.p, &err, &lerr);
   /* |O| can exceed max |V| by the dropout scale 1 / (1 - p); the dtype's bound grows with it */
-  const double tol = kn_attn_tolerance(c->desc.dtype) * kn_dropout_scale(c->desc.dropout) * 2;
+  const double tol = kn_attn_tolerance_of(&c->desc) * 2;
   const double ltol = kn_attn_lse_tolerance(c->desc.dtype) * 4;
   /* the same check with another seed (the mask differs) must fail: the test can fail */
   double wrong = 0, wl;
