@@ -10,6 +10,9 @@
  * where f' = d z / d(sm_scale q.k) is the product of the score modifiers' derivatives (1 without
  * any; kn_attn_mod_grad derives each from its IR).  Masked pairs get z = -inf, so P = 0 and dS = 0.
  * A row that saw no key has lse = -inf: the kernels use lse2 = +inf there, so its P is 0 too.
+ * Dropout (attention.h, "Dropout"): with Z = keep / (1 - p) regenerated from the forward's seed
+ * and offset (kn_dropout_keep_tile), dV = (P * Z)^T dO and dS = P * (Z * dP - delta); the kept
+ * weights are summed into dV and 1 / (1 - p) applied once at its store.
  *
  * Three kernels, no atomics.  attn_bwd_pre computes delta once per row (f32, from the stored O
  * as FlashAttention 2 does).  attn_bwd_dkdv owns BLOCK_N keys of one kv head, holds K, V and the

@@ -11,7 +11,8 @@
  * 3. The kernels (pre, dK/dV, dQ) on the interpreter, the host and gfx90a-emu / gfx942-emu, on
  *    fresh random inputs with ragged lengths (not multiples of the blocks, seqlen_k above and
  *    below seqlen_q), odd head dims, GQA and MQA, causal both ways, window, softcap, ALiBi, bias,
- *    documents and a user score_mod, f16 / bf16 / f32: every gradient within the dtype's
+ *    documents, a user score_mod and dropout (p 0.17 and 0.6, its mask from the forward's
+ *    generator), f16 / bf16 / f32: every gradient within the dtype's
  *    tolerance of float64 and within 2x (plus a floor) of the error the same math makes rounded
  *    as the kernels round (the lowp reference); deterministic (two runs bit-identical).
  * 4. Code: the backward kernels at their default tilings compile for gfx90a / gfx942 (VGPR
