@@ -10,10 +10,11 @@
  *    emulated AMD targets against the float64 reference with the same mask, on fresh random
  *    inputs with ragged lengths, GQA / MQA, causal both ways, odd head dims, varlen; lse is the
  *    undropped one.  A reference with another seed must disagree (the test can fail).
- * 4. The mask the kernels imply: the forward with V = I (O[i, j] = P[i, j] Z[i, j]) and the
- *    dK/dV kernel with one-hot dO (dV[j, i] = P[i, j] Z[i, j]) on the host, compared with each
- *    other and with kn_dropout_keep, element by element (GQA, causal); the keep rate of the
- *    kernel's mask and of 2^22 draws of the generator within 3 sigma of 1 - p.
+ * 4. The mask the kernels imply, on the host: the forward with V = I (O[i, j] = P Z), the dK/dV
+ *    kernel with one-hot dO (dV[j, i] = P Z) and the dQ kernel with K = I (dQ[i, j] =
+ *    sm_scale P (Z - m_i)), compared with each other and with kn_dropout_keep pair by pair
+ *    (GQA, causal both ways); the keep rate of the kernels' mask and of 2^22 draws of the
+ *    generator within 3 sigma of 1 - p.
  * 5. Code: the forward with dropout at its default tilings for gfx90a / gfx942 (code objects)
  *    and sm_80 / sm_90a (ptxas; skipped without it): no spills (NVIDIA: a word at most).
  * 6. Bad input: p outside [0, 1), dropout with a paged KV cache or fp8 inputs.
@@ -172,9 +173,10 @@ typedef struct fbufs {
 } fbufs;
 
 /* the problem of c (varlen: packed, cu_seqlens from the lengths) and its random inputs; the
- * values of v come from vfill when it is given (the mask test's identity) */
-static void fbufs_make(fbufs *b, const fcase *c, uint64_t seed, uint64_t offset,
-                       double (*vfill)(int hk, int j, int d, const fcase *c)) {
+ * values of k and v come from fill(0 for k / 1 for v, key j, column d) when it is given (the
+ * mask test's identities) */
+typedef double (*kv_fill)(int which, int j, int d);
+static void fbufs_make(fbufs *b, const fcase *c, uint64_t seed, uint64_t offset, kv_fill fill) {
   const kn_attn_desc *d = &c->desc;
   const kn_scalar dt = d->dtype;
   const int D = d->head_dim;
@@ -204,12 +206,12 @@ static void fbufs_make(fbufs *b, const fcase *c, uint64_t seed, uint64_t offset,
     kn_store_elem(dt, (char *)b->o + i * es, NAN);
   }
   for (size_t i = 0; i < b->nk; i++) {
-    kn_store_elem(dt, (char *)b->k + i * es, unif(-2, 2));
+    /* dense (B, HK, Nk, D): element i is (j, d) of its (batch, kv head) */
+    const int dd = (int)(i % (size_t)D), j = (int)(i / (size_t)D % (size_t)c->nk);
+    const double kx = unif(-2, 2), vx = unif(-2, 2);
+    kn_store_elem(dt, (char *)b->k + i * es, fill ? fill(0, j, dd) : kx);
     b->kd[i] = kn_load_elem(dt, (char *)b->k + i * es);
-    /* dense (B, HK, Nk, D): element i is (hk, j, d) of its batch */
-    const int dd = (int)(i % (size_t)D), j = (int)(i / (size_t)D % (size_t)c->nk),
-              hk = (int)(i / ((size_t)D * c->nk) % (size_t)c->kv_heads);
-    kn_store_elem(dt, (char *)b->v + i * es, vfill ? vfill(hk, j, dd, c) : unif(-2, 2));
+    kn_store_elem(dt, (char *)b->v + i * es, fill ? fill(1, j, dd) : vx);
     b->vd[i] = kn_load_elem(dt, (char *)b->v + i * es);
   }
   for (size_t i = 0; i < b->nrow; i++) b->lse[i] = NAN;
@@ -345,71 +347,97 @@ static void test_forward(void **state) {
 
 /* ---- 4. the mask the kernels imply ---------------------------------------------------------------- */
 
-static double v_identity(int hk, int j, int d, const fcase *c) {
-  (void)hk, (void)c;
-  return j == d ? 1 : 0;
-}
+/* run A: K random, V = I (v_j = e_j) */
+static double fill_a(int which, int j, int d) { return which == 0 ? unif(-2, 2) : j == d; }
+/* run B: K = I (k_j = e_j), every row of V e_0 */
+static double fill_b(int which, int j, int d) { return which == 0 ? j == d : d == 0; }
 
-/* Forward with V = I: O[b, h, i, j] = P Z of pair (i, j), nonzero iff kept (P > 0 on every live
- * pair: no pair's score underflows).  The dK/dV kernel with dO[b, h, i] = e_(g * Nq + i) (g the
- * head's index in its group): dV[b, hk, j, g * Nq + i] = P Z of pair (i, j) of head h.  Both
- * against kn_dropout_keep on every live pair; returns the kept and live pairs. */
-static void mask_case(const fcase *c, int64_t *kept_out, int64_t *live_out) {
+/* the three backward kernels of c on the host, on the forward's O and lse in b and dO (f32) */
+static void bwd_run_host(const fcase *c, fbufs *b, float *dof, float *dq, float *dk, float *dv) {
   const kn_attn_desc *d = &c->desc;
-  const int D = d->head_dim, B = c->batch, H = c->heads, HK = c->kv_heads, Nq = c->nq, Nk = c->nk;
-  const int group = H / HK;
-  assert_true(Nk <= D && group * Nq <= D && d->dtype == KN_F32);
-  fbufs b;
-  const uint64_t seed = next(), offset = next();
-  fbufs_make(&b, c, seed, offset, v_identity);
-  fwd_run("host", c, &(kn_attn_config){.block_m = 32, .block_n = 16, .warps = 1, .stages = 1}, &b);
-  /* the backward on the forward's own O and lse */
-  double *dout = malloc(8 * b.nq);
-  for (int bb = 0; bb < B; bb++)
-    for (int h = 0; h < H; h++)
-      for (int i = 0; i < Nq; i++)
-        for (int x = 0; x < D; x++)
-          dout[(((size_t)bb * H + h) * Nq + i) * D + x] = x == (h % group) * Nq + i;
-  float *dq = malloc(4 * b.nq), *dk = malloc(4 * b.nk), *dv = malloc(4 * b.nk), *delta = malloc(4 * b.nrow);
-  float *dof = malloc(4 * b.nq);
-  for (size_t i = 0; i < b.nq; i++) dof[i] = (float)dout[i];
+  float *delta = malloc(4 * b->nrow);
   kn_attn_config bc = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 1};
   kn_diag diag;
   kn_module *m = kn_module_new("<bwd>");
   if (kn_attn_bwd_build(m, d, &bc, &diag)) fail_msg("bwd build: %s", diag.rendered);
   kn_attn_sig sig;
   if (kn_attn_bwd_signature(d, &sig, &diag)) fail_msg("bwd sig: %s", diag.message);
-  kn_attn_bwd_bufs bb = {b.q, b.k, b.v, b.o, dof, b.lse, delta, dq, dk, dv};
+  kn_attn_bwd_bufs bb = {b->q, b->k, b->v, b->o, dof, b->lse, delta, dq, dk, dv};
   kn_argval args[KN_ATTN_MAX_PARAMS];
   int grid[KN_BWD_NKERNELS][3];
-  if (kn_attn_bwd_fill_args(d, &sig, &bc, &b.p, &bb, NULL, args, grid, &diag))
+  if (kn_attn_bwd_fill_args(d, &sig, &bc, &b->p, &bb, NULL, args, grid, &diag))
     fail_msg("bwd args: %s", diag.message);
   for (int w = 0; w < KN_BWD_NKERNELS; w++)
     if (run_named_on_target("host", m, kn_attn_bwd_kernels[w], args, grid[w], NULL, 0, NULL,
                             "mask", &diag))
       fail_msg("bwd %s: %s", kn_attn_bwd_kernels[w], diag.message);
   kn_module_free(m);
-  const uint32_t thr = kn_dropout_threshold(d->dropout);
-  int64_t kept = 0, live = 0;
-  const float *o = b.o;
+  free(delta);
+}
+
+/* The mask each kernel implies, on the host, against kn_dropout_keep on every live pair (P > 0
+ * there: no score underflows), three ways:
+ *  - the forward with V = I: O[b, h, i, j] = P Z of pair (i, j), nonzero iff kept;
+ *  - the dK/dV kernel with dO[b, h, i] = e_(g Nq + i) (g the head's index in its group):
+ *    dV[b, hk, j, g Nq + i] = P Z of pair (i, j) of head h;
+ *  - the dQ kernel with K = I, every row of V e_0 and of dO e_0: dP = Z, O_i = m_i e_0 with
+ *    m_i = sum_j P Z, delta_i = m_i, so dQ[b, h, i, j] = sm_scale P (Z - m_i) and
+ *    Z = dQ / (sm_scale P) + m_i, which is 0 or 1 / (1 - p).
+ * Returns the kept and live pairs. */
+static void mask_case(const fcase *c, uint64_t seed, uint64_t offset, int64_t *kept_out,
+                      int64_t *live_out) {
+  const kn_attn_desc *d = &c->desc;
+  const int D = d->head_dim, B = c->batch, H = c->heads, HK = c->kv_heads, Nq = c->nq, Nk = c->nk;
+  const int group = H / HK;
+  assert_true(Nk <= D && group * Nq <= D && d->dtype == KN_F32);
+  const kn_attn_config fc = {.block_m = 32, .block_n = 16, .warps = 1, .stages = 1};
+  fbufs a, bb;
+  fbufs_make(&a, c, seed, offset, fill_a);
+  fbufs_make(&bb, c, seed, offset, fill_b);
+  fwd_run("host", c, &fc, &a);
+  fwd_run("host", c, &fc, &bb);
+  float *dof = malloc(4 * a.nq), *dq = malloc(4 * a.nq), *dk = malloc(4 * a.nk), *dv = malloc(4 * a.nk);
   for (int bi = 0; bi < B; bi++)
     for (int h = 0; h < H; h++)
       for (int i = 0; i < Nq; i++)
+        for (int x = 0; x < D; x++)
+          dof[(((size_t)bi * H + h) * Nq + i) * D + x] = x == (h % group) * Nq + i;
+  bwd_run_host(c, &a, dof, dq, dk, dv);   /* run A: dV */
+  float *dv_a = dv;
+  dv = malloc(4 * a.nk);
+  for (size_t i = 0; i < a.nq; i++) dof[i] = i % (size_t)D == 0;
+  bwd_run_host(c, &bb, dof, dq, dk, dv);  /* run B: dQ */
+  const uint32_t thr = kn_dropout_threshold(d->dropout);
+  const double scale = 1 / sqrt((double)D), zk = kn_dropout_scale(d->dropout);
+  int64_t kept = 0, live = 0;
+  const float *oa = a.o, *ob = bb.o;
+  for (int bi = 0; bi < B; bi++)
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < Nq; i++) {
+        const size_t row = ((size_t)bi * H + h) * Nq + i;
+        const double m_i = ob[row * D];  /* O_i = m_i e_0 */
         for (int j = 0; j < Nk; j++) {
           const int off = Nk - Nq;
           if ((d->causal == 1 && j > i + off) || (d->causal == 2 && j > i)) continue;
           live++;
           const bool want = kn_dropout_keep(seed, offset, (int64_t)bi * H + h, i, j, thr);
-          const bool fwd = o[(((size_t)bi * H + h) * Nq + i) * D + j] != 0;
-          const bool bwd = dv[(((size_t)bi * HK + h / group) * Nk + j) * D + (h % group) * Nq + i] != 0;
-          if (fwd != want || bwd != want)
+          const bool fwd = oa[row * D + j] != 0;
+          const bool bwd_dv = dv_a[(((size_t)bi * HK + h / group) * Nk + j) * D + (h % group) * Nq + i] != 0;
+          /* run B's P from the forward's lse: the score of (i, j) is sm_scale q_i[j] */
+          const double pij = exp(scale * bb.qd[row * D + j] - bb.lse[row]);
+          const double z = dq[row * D + j] / (scale * pij) + m_i;
+          const bool bwd_dq = z > zk / 2;
+          if (fwd != want || bwd_dv != want || bwd_dq != want || !(fabs(z - (want ? zk : 0)) < 1e-2))
             fail_msg("%s: pair (b %d, h %d, i %d, j %d): kept by the generator %d, the forward %d, "
-                     "the backward %d", c->name, bi, h, i, j, want, fwd, bwd);
+                     "the dK/dV kernel %d, the dQ kernel %d (Z %.4g)", c->name, bi, h, i, j, want,
+                     fwd, bwd_dv, bwd_dq, z);
           kept += want;
         }
+      }
   *kept_out += kept, *live_out += live;
-  free(dout), free(dq), free(dk), free(dv), free(delta), free(dof);
-  fbufs_free(&b);
+  free(dof), free(dq), free(dk), free(dv), free(dv_a);
+  fbufs_free(&a);
+  fbufs_free(&bb);
 }
 
 /* |rate - (1 - p)| in sigmas of n Bernoulli draws */
@@ -427,8 +455,15 @@ static void test_mask(void **state) {
         .dropout = 0.17f),
       F("mask large", 8, 8, 4, 24, 48, .dtype = KN_F32, .head_dim = 48, .dropout = 0.17f),
   };
+  /* The keep rates are checked at 3 sigma, which 0.3% of seeds miss by chance: their seeds are
+   * fixed (an LCG stream of their own), so the test fails only for a biased generator; the
+   * inputs are fresh.  The forward and backward tests draw fresh seeds. */
+  uint64_t fixed = 0x6b696c6e64726f70ull;
   int64_t kept = 0, live = 0;
-  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) mask_case(&cs[i], &kept, &live);
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    const uint64_t sd = fixed = fixed * 6364136223846793005ull + 1442695040888963407ull;
+    mask_case(&cs[i], sd, sd >> 7, &kept, &live);
+  }
   const double sk = sigmas(kept, live, 0.17f);
   printf("  kernels' mask: kept %lld of %lld pairs (rate %.4f, %.2f sigma from 1 - p)\n",
          (long long)kept, (long long)live, (double)kept / (double)live, sk);
@@ -436,7 +471,8 @@ static void test_mask(void **state) {
   /* the generator on a large sample */
   const float ps[] = {0.17f, 0.5f, 0.9f};
   for (int t = 0; t < 3; t++) {
-    const uint64_t seed = next(), offset = next();
+    const uint64_t seed = fixed = fixed * 6364136223846793005ull + 1442695040888963407ull;
+    const uint64_t offset = seed >> 9;
     const uint32_t thr = kn_dropout_threshold(ps[t]);
     int64_t k = 0, n = 0;
     for (int bh = 0; bh < 16; bh++)
