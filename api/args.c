@@ -78,6 +78,10 @@ kiln_status api_desc_from_public(const kiln_attn_desc *in, kn_attn_desc *out) {
   out->mods = in->mods && in->mods[0] ? in->mods : NULL;
   out->mods_file = in->mods_name;
   out->layout = in->layout;
+  if (!(in->dropout_p >= 0 && in->dropout_p < 1))
+    return api_fail(KILN_ERR_INVALID, "dropout_p %g is not a probability in [0, 1)",
+                    (double)in->dropout_p);
+  out->dropout = in->dropout_p;
   kn_attn_config c = kn_attn_default_config(NULL, out);
   kn_diag diag;
   if (kn_attn_check(out, &c, &diag)) return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
@@ -88,7 +92,8 @@ kiln_attn_desc api_desc_to_public(const kn_attn_desc *d) {
   kiln_attn_desc out = {.head_dim = d->head_dim, .causal = d->causal, .has_lse = d->has_lse,
                         .window = d->window, .softcap = d->softcap, .alibi = d->alibi,
                         .bias = d->bias, .document = d->document, .prefix = d->prefix,
-                        .mods = d->mods, .mods_name = d->mods_file, .layout = d->layout};
+                        .mods = d->mods, .mods_name = d->mods_file, .layout = d->layout,
+                        .dropout_p = d->dropout};
   for (int i = 0; i < NDTYPES; i++) {
     if (dtypes[i].s == d->dtype) out.dtype = dtypes[i].pub;
     if (d->q_dtype != KN_I1 && dtypes[i].s == d->q_dtype) out.q_dtype = dtypes[i].pub;
@@ -627,7 +632,11 @@ kiln_status api_forward_args(const api_launch_view *k, const kiln_attn_args *a, 
                          .num_pages = a->num_pages, .max_pages = a->max_pages,
                          .seqlen_new = a->seqlen_new, .q_descale = a->q_descale,
                          .k_descale = a->k_descale, .v_descale = a->v_descale,
-                         .descale_sb = a->descale_stride};
+                         .descale_sb = a->descale_stride, .dropout_seed = a->dropout_seed,
+                         .dropout_offset = a->dropout_offset};
+  if (d->dropout == 0 && (a->dropout_seed || a->dropout_offset))
+    return api_fail(KILN_ERR_INVALID, "%s: dropout_seed / dropout_offset given, but the kernel "
+                    "was not prepared with dropout (kiln_attn_desc.dropout_p)", who);
   if (!kn_attn_is_fp8(d) && (a->q_descale || a->k_descale || a->v_descale || a->descale_stride))
     return api_fail(KILN_ERR_INVALID, "%s: q_descale/k_descale/v_descale/descale_stride given, "
                     "but the kernel was not prepared with fp8 inputs (q_dtype / kv_dtype)", who);

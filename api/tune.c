@@ -174,7 +174,7 @@ static void launch_args(const run *r, const kn_attn_config *c, int set, kn_argva
 static const char *check(const run *r, char *why, size_t n) {
   kn_scalar dt = r->d->dtype;
   size_t es = kn_scalar_size(dt);
-  double err = 0, tol = kn_attn_tolerance(dt), lerr = 0, ltol = kn_attn_lse_tolerance(dt);
+  double err = 0, tol = kn_attn_tolerance_of(r->d), lerr = 0, ltol = kn_attn_lse_tolerance(dt);
   for (size_t i = 0; i < r->nq; i++) {
     double e = fabs(kn_load_elem(dt, (char *)r->sets[0].o + i * es) - r->ref_o[i]);
     if (!(e <= err)) err = e; /* NaN sticks */

@@ -4,10 +4,10 @@
  * 1..KN_DECODE_MAX_Q query rows, as kiln_forward serves it), and the backward's three kernels.
  *
  * The input is read field by field (a short input reads zeros after its end): a kiln_attn_desc
- * (dtype, head dim, causal, lse, the six built-in variants, the layout, and one of a few
+ * (dtype, head dim, causal, lse, the six built-in variants, the layout, one of a few
  * modifier texts: none, a mask with an i32 parameter, a score with a tensor parameter, a
- * malformed one), then a kiln_attn_args for it: small sizes or raw 32-bit ones, strides zero
- * (contiguous) or small or raw 64-bit, variant values, modifier values by name and kind, varlen
+ * malformed one, and dropout: none, 0.17 or any float's bits), then a kiln_attn_args for it: small sizes or raw 32-bit ones, strides zero
+ * (contiguous) or small or raw 64-bit, variant values, dropout's seed and offset, modifier values by name and kind, varlen
  * prefix sums, a paged call's pool, block table (mostly pages of the pool), cache lengths and
  * new rows, and a described capacity (q_numel ...) for every buffer.  Each buffer is
  * allocated with exactly its described capacity (at most 2^16 elements), so ASan sees any read
@@ -216,6 +216,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* the descriptor */
   static const kiln_dtype dtypes[] = {KILN_F16, KILN_BF16, KILN_F32, (kiln_dtype)7};
   uint32_t flags = u32(&r);
+  /* dropout (bits 26-27): none, 0.17, or the raw bits of a float (NaN, negative, >= 1 ...) */
+  float drop = 0;
+  if ((flags >> 26) & 1) {
+    uint32_t w = (flags >> 27) & 1 ? u32(&r) : 0;
+    if (w) memcpy(&drop, &w, sizeof drop);
+    else drop = 0.17f;
+  }
   kiln_attn_desc pub = {
       .dtype = dtypes[flags & 3],
       .head_dim = size_of(&r, 1, 48),
@@ -226,6 +233,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       .layout = (int)((flags >> 12) & 3) % 3,
       .mods = mods[(flags >> 14) & 3],
       .mods_name = "<fuzz mods>",
+      .dropout_p = drop,
   };
   kn_attn_desc d;
   kiln_status s = api_desc_from_public(&pub, &d);
@@ -356,6 +364,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     a.k_seg = buffer(&bufs, a.k_seg_numel, sizeof(int32_t));
   }
   if (d.prefix || (stray && (vflags & 128))) a.prefix_len = size_of(&r, -1, 30);
+  if (d.dropout != 0 || (stray && (flags >> 28) & 1)) a.dropout_seed = u64(&r), a.dropout_offset = u64(&r);
   if (paged && a.seqlen_new > 0 && (u8(&r) & 1)) { /* new rows to append */
     int64_t *ns[2] = {a.k_new_stride, a.v_new_stride};
     for (int w = 0; w < 2; w++)

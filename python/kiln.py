@@ -45,6 +45,7 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import random
 import threading
 
 __all__ = ["KilnError", "Context", "Kernel", "BackwardKernel", "attention", "attention_backward",
@@ -109,7 +110,8 @@ class _AttnDesc(ctypes.Structure):
                 ("alibi", ctypes.c_int), ("bias", ctypes.c_int), ("document", ctypes.c_int),
                 ("prefix", ctypes.c_int), ("mods", ctypes.c_char_p),
                 ("mods_name", ctypes.c_char_p), ("layout", ctypes.c_int),
-                ("q_dtype", ctypes.c_int), ("kv_dtype", ctypes.c_int)]
+                ("q_dtype", ctypes.c_int), ("kv_dtype", ctypes.c_int),
+                ("dropout_p", ctypes.c_float)]
 
 
 class _ModArg(ctypes.Structure):
@@ -165,7 +167,8 @@ class _AttnArgs(ctypes.Structure):
                 ("seqlen_new", ctypes.c_int), ("k_new_stride", _I64x3),
                 ("v_new_stride", _I64x3)] + [(n + "_numel", ctypes.c_int64) for n in _PAGED_NUMEL] + \
                [("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p),
-                ("v_descale", ctypes.c_void_p), ("descale_stride", ctypes.c_int64)]
+                ("v_descale", ctypes.c_void_p), ("descale_stride", ctypes.c_int64),
+                ("dropout_seed", ctypes.c_uint64), ("dropout_offset", ctypes.c_uint64)]
 
 
 class _BwdArgs(ctypes.Structure):
@@ -377,7 +380,7 @@ class Context:
                 block_n=0, warps=0, tune_policy=TUNE_CONTEXT, window=False, softcap=False,
                 alibi=False, bias=False, document=False, prefix=False, mods=None,
                 mods_name=None, tune_mod_args=None, wgmma=False, layout=LAYOUT_DENSE,
-                q_dtype=0, kv_dtype=0):
+                q_dtype=0, kv_dtype=0, dropout_p=0.0):
         """Compile-or-load the attention kernel; dtype is F16/BF16/F32 or a name ("float16").
         block_m/block_n (together) and warps force the tiling (0: chosen by the policy); wgmma
         (sm_90a) forces the dots onto wgmma.mma_async (kiln_prepare_options.wgmma).
@@ -389,9 +392,11 @@ class Context:
         or LAYOUT_VARLEN (packed sequences with cu_seqlens, docs/serving.md).  tune_mod_args: values
         of the modifiers' own parameters ({name: value}) for tuning (kiln_prepare_options).
         q_dtype, kv_dtype: fp8 inputs (F8E4M3 ... or a torch name, "float8_e4m3fn"; 0: dtype),
-        with Kernel.forward's q_descale / k_descale / v_descale."""
+        with Kernel.forward's q_descale / k_descale / v_descale.  dropout_p: attention dropout's
+        probability in [0, 1) (docs/backward.md), with Kernel.forward's dropout_seed /
+        dropout_offset."""
         desc = _desc(dtype, head_dim, causal, has_lse, window, softcap, alibi, bias, document,
-                     prefix, mods, mods_name, layout)
+                     prefix, mods, mods_name, layout, dropout_p)
         desc.q_dtype, desc.kv_dtype = _FP8.get(q_dtype, q_dtype), _FP8.get(kv_dtype, kv_dtype)
         po = _PrepareOptions(tune_policy=tune_policy, seqlen=seqlen, block_m=block_m,
                              block_n=block_n, warps=warps, wgmma=1 if wgmma else 0)
@@ -406,11 +411,12 @@ class Context:
 
     def prepare_backward(self, dtype, head_dim, causal=False, block_m=0, block_n=0, warps=0,
                          window=False, softcap=False, alibi=False, bias=False, document=False,
-                         prefix=False, mods=None, mods_name=None):
+                         prefix=False, mods=None, mods_name=None, dropout_p=0.0):
         """kiln_prepare_backward: the backward of the forward these arguments describe (as
-        prepare's); block_m/block_n (together) and warps force its tiling."""
+        prepare's, dropout_p included); block_m/block_n (together) and warps force its
+        tiling."""
         desc = _desc(dtype, head_dim, causal, True, window, softcap, alibi, bias, document,
-                     prefix, mods, mods_name, LAYOUT_DENSE)
+                     prefix, mods, mods_name, LAYOUT_DENSE, dropout_p)
         po = _PrepareOptions(block_m=block_m, block_n=block_n, warps=warps)
         k = ctypes.c_void_p()
         _check(library().kiln_prepare_backward(self._handle(), ctypes.byref(desc),
@@ -419,7 +425,7 @@ class Context:
 
 
 def _desc(dtype, head_dim, causal, has_lse, window, softcap, alibi, bias, document, prefix,
-          mods, mods_name, layout):
+          mods, mods_name, layout, dropout_p=0.0):
     if isinstance(dtype, str):
         if dtype not in _DTYPES:
             raise KilnError(ERR_UNSUPPORTED, "dtype %s: kiln serves float16, bfloat16 and "
@@ -428,7 +434,7 @@ def _desc(dtype, head_dim, causal, has_lse, window, softcap, alibi, bias, docume
     return _AttnDesc(dtype, head_dim, _causal(causal), 1 if has_lse else 0,
                      1 if window else 0, 1 if softcap else 0, 1 if alibi else 0,
                      1 if bias else 0, 1 if document else 0, 1 if prefix else 0,
-                     _bytes(mods), _bytes(mods_name), layout)
+                     _bytes(mods), _bytes(mods_name), layout, dropout_p=float(dropout_p))
 
 
 class Kernel:
@@ -452,7 +458,8 @@ class Kernel:
                 "source": {1: "compiled", 2: "cache"}.get(i.source, "?"),
                 "prepare_ms": i.prepare_ms, "cache_key": i.cache_key.decode(),
                 "target": i.target.decode(), "wgmma": bool(i.wgmma),
-                "q_dtype": i.desc.q_dtype, "kv_dtype": i.desc.kv_dtype}
+                "q_dtype": i.desc.q_dtype, "kv_dtype": i.desc.kv_dtype,
+                "dropout_p": i.desc.dropout_p}
 
     def forward(self, q, k, v, o, batch, heads, kv_heads, seqlen_q, seqlen_k, lse=None,
                 sm_scale=0.0, q_stride=(0, 0, 0), k_stride=(0, 0, 0), v_stride=(0, 0, 0),
@@ -463,7 +470,7 @@ class Kernel:
                 numel=None, block_table=None, cache_seqlens=None, block_table_stride=0,
                 page_size=0, num_pages=0, max_pages=0, k_new=None, v_new=None, seqlen_new=0,
                 k_new_stride=(0, 0, 0), v_new_stride=(0, 0, 0), q_descale=None, k_descale=None,
-                v_descale=None, descale_stride=0):
+                v_descale=None, descale_stride=0, dropout_seed=0, dropout_offset=0):
         """kiln_forward on raw addresses (ints): host pointers on the host device, device pointers
         on CUDA; strides in elements (zeros: contiguous); stream a CUstream address or None.
         The variant's values as kiln_attn_args has them: window (left, right), softcap, the
@@ -475,7 +482,8 @@ class Kernel:
         numel: {buffer: elements it holds} (q, k, v, o, lse, alibi, bias, q_seg, k_seg,
         block_table, k_new, v_new; docs/api.md "Capacities").  fp8 kernels: the addresses of the
         float32 (batch, kv_heads) q_descale, k_descale, v_descale (None: 1) and their batch
-        stride descale_stride (0: kv_heads)."""
+        stride descale_stride (0: kv_heads).  Dropout kernels: the generator's dropout_seed and
+        dropout_offset (unsigned 64-bit)."""
         a = _attn_args(q, k, v, o, batch, heads, kv_heads, seqlen_q, seqlen_k, lse, sm_scale,
                        q_stride, k_stride, v_stride, o_stride, lse_stride, window, softcap,
                        alibi_slopes, alibi_stride, bias, bias_stride, q_seg, k_seg, q_seg_stride,
@@ -489,6 +497,7 @@ class Kernel:
                                   v_new_stride=_I64x3(*v_new_stride)))
         a.q_descale, a.k_descale, a.v_descale = q_descale, k_descale, v_descale
         a.descale_stride = descale_stride
+        a.dropout_seed, a.dropout_offset = _u64(dropout_seed), _u64(dropout_offset)
         self.context._handle()
         _check(library().kiln_forward(self._h, ctypes.byref(a), stream))
 
@@ -507,17 +516,18 @@ class BackwardKernel:
                  dv_stride=(0, 0, 0), stream=None, window=(0, 0), softcap=0.0,
                  alibi_slopes=None, alibi_stride=0, bias=None, bias_stride=(0, 0, 0),
                  q_seg=None, k_seg=None, q_seg_stride=0, k_seg_stride=0, prefix_len=0,
-                 mod_args=None, numel=None):
-        """kiln_backward on raw addresses: the forward's arguments (q, k, v, its output o and lse)
-        and dout, the gradients dq, dk, dv it writes, and delta, a workspace of
-        batch * heads * seqlen_q float32.  numel: as Kernel.forward's, plus dout, dq, dk, dv,
-        delta."""
+                 mod_args=None, numel=None, dropout_seed=0, dropout_offset=0):
+        """kiln_backward on raw addresses: the forward's arguments (q, k, v, its output o and lse;
+        a dropout kernel's dropout_seed and dropout_offset: the forward's) and dout, the
+        gradients dq, dk, dv it writes, and delta, a workspace of batch * heads * seqlen_q
+        float32.  numel: as Kernel.forward's, plus dout, dq, dk, dv, delta."""
         numel = dict(numel or {})
         extra = {n: numel.pop(n, 0) for n in ("dout", "dq", "dk", "dv", "delta")}
         f = _attn_args(q, k, v, o, batch, heads, kv_heads, seqlen_q, seqlen_k, lse, sm_scale,
                        q_stride, k_stride, v_stride, o_stride, lse_stride, window, softcap,
                        alibi_slopes, alibi_stride, bias, bias_stride, q_seg, k_seg, q_seg_stride,
                        k_seg_stride, prefix_len, mod_args, None, None, 0, 0, numel)
+        f.dropout_seed, f.dropout_offset = _u64(dropout_seed), _u64(dropout_offset)
         a = _BwdArgs(fwd=f, dout=dout, dq=dq, dk=dk, dv=dv, delta=delta,
                      dout_stride=_I64x3(*dout_stride), dq_stride=_I64x3(*dq_stride),
                      dk_stride=_I64x3(*dk_stride), dv_stride=_I64x3(*dv_stride))
@@ -525,6 +535,36 @@ class BackwardKernel:
             setattr(a, n + "_numel", int(x))
         self.context._handle()
         _check(library().kiln_backward(self._h, ctypes.byref(a), stream))
+
+
+def _u64(x):
+    """an unsigned 64-bit generator value (a seed or an offset)"""
+    x = int(x)
+    if not 0 <= x < 1 << 64:
+        raise KilnError(ERR_INVALID, "dropout seed / offset %d is not an unsigned 64-bit value" % x)
+    return x
+
+
+def _dropout_seed(dropout_p, seed):
+    """attention()'s Philox seed: seed itself (an int), one drawn from it (a torch.Generator),
+    or, for None, one drawn from torch's default generator (torch.manual_seed replays it), or
+    from Python's random module without torch; 0 without dropout"""
+    if not dropout_p:
+        if seed not in (None, 0):
+            raise KilnError(ERR_INVALID, "seed given without dropout_p")
+        return 0
+    if isinstance(seed, int):
+        return _u64(seed)
+    try:
+        import torch
+    except ImportError:
+        if seed is not None:
+            raise KilnError(ERR_INVALID, "seed must be an int (or a torch.Generator)")
+        return random.getrandbits(64)
+    if seed is not None and not isinstance(seed, torch.Generator):
+        raise KilnError(ERR_INVALID, "seed must be an int or a torch.Generator")
+    r = torch.randint(0, 1 << 62, (2,), generator=seed, dtype=torch.int64)
+    return (int(r[0]) << 2 ^ int(r[1])) & ((1 << 64) - 1)
 
 
 def _attn_args(q, k, v, o, batch, heads, kv_heads, seqlen_q, seqlen_k, lse, sm_scale, q_stride,
@@ -682,10 +722,11 @@ def _descales(q_descale, k_descale, v_descale, fp8, dev, B, HK):
 
 
 def _plan(q, k, v, out, window_size, softcap, alibi_slopes, bias, document_ids, prefix_len,
-          score_mod, mask_mod, params, fp8=False):
+          score_mod, mask_mod, params, fp8=False, dropout=(0.0, 0, 0)):
     """attention()'s checks of its tensors and variant: the shapes, strides and the variant's
     descriptor flags (var) and launch values (val), for the forward and the backward alike;
-    fp8: q, k, v may be torch float8 tensors (the forward), then qt / kt are their types"""
+    fp8: q, k, v may be torch float8 tensors (the forward), then qt / kt are their types;
+    dropout: (p, seed, offset), the seed an int already"""
     name = _dtype_name(q)
     qt = kt = 0
     if fp8:
@@ -731,6 +772,9 @@ def _plan(q, k, v, out, window_size, softcap, alibi_slopes, bias, document_ids, 
                    k_seg_stride=sk[0] or Nk)
     if prefix_len is not None:
         var["prefix"], val["prefix_len"] = True, int(prefix_len)
+    if dropout[0]:
+        var["dropout_p"] = float(dropout[0])
+        val["dropout_seed"], val["dropout_offset"] = _u64(dropout[1]), _u64(dropout[2])
     mods = "\n".join(t for t in (score_mod, mask_mod) if t) or None
     margs = {}
     for pname, pval in (params or {}).items():
@@ -746,7 +790,7 @@ def _plan(q, k, v, out, window_size, softcap, alibi_slopes, bias, document_ids, 
 def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_size=None,
               softcap=None, alibi_slopes=None, bias=None, document_ids=None, prefix_len=None,
               score_mod=None, mask_mod=None, params=None, q_descale=None, k_descale=None,
-              v_descale=None):
+              v_descale=None, dropout_p=0.0, seed=None, offset=0):
     """softmax(mods(q k^T * sm_scale)) v for q (B, H, Nq, D), k and v (B, HK, Nk, D); returns out
     (B, H, Nq, D), allocated with torch when not given.  lse (B, H, Nq) float32, when given,
     receives the natural-log sum of exp of each query row's modified scores.  sm_scale None:
@@ -772,6 +816,14 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_s
                   (f32), or a tensor/array on q's device (ptr<T>), passed by address with its
                   size in bytes
 
+    dropout_p     attention dropout (training, docs/backward.md): each weight is dropped with
+                  probability dropout_p in [0, 1) and the kept ones scaled by 1 / (1 - p)
+                  (lse stays the undropped one); the mask is Philox 4x32-10 of seed (an int,
+                  or a torch.Generator to draw it from; None: drawn from torch's default
+                  generator, so torch.manual_seed replays it) and offset (the counter offset;
+                  query head h of batch b uses offset + b * H + h), regenerated, not stored,
+                  by the backward
+
     Differentiable (docs/backward.md): when torch is present, grad mode is on and q, k or v
     requires grad (and out and lse are not given), the call is a torch.autograd.Function whose
     backward is kiln's (attention_backward): dq, dk, dv for every variant above whose score
@@ -785,11 +837,13 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_s
 
     Every failure is a KilnError, with the C library's status and message (a malformed modifier
     text: its <mods>:line:col)."""
+    seed = _dropout_seed(dropout_p, seed)
     if out is None and lse is None and _wants_grad(q, k, v):
         return _autograd().apply(q, k, v, causal, sm_scale, window_size, softcap, alibi_slopes,
-                                 bias, document_ids, prefix_len, score_mod, mask_mod, params)
+                                 bias, document_ids, prefix_len, score_mod, mask_mod, params,
+                                 dropout_p, seed, offset)
     pl = _plan(q, k, v, out, window_size, softcap, alibi_slopes, bias, document_ids, prefix_len,
-               score_mod, mask_mod, params, fp8=True)
+               score_mod, mask_mod, params, fp8=True, dropout=(dropout_p, seed, offset))
     name, dev, qs, ks, vs = pl["name"], pl["dev"], pl["qs"], pl["ks"], pl["vs"]
     B, H, Nq, D, HK, Nk = pl["B"], pl["H"], pl["Nq"], pl["D"], pl["HK"], pl["Nk"]
     var, val, mods, margs = pl["var"], pl["val"], pl["mods"], pl["margs"]
@@ -828,7 +882,7 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_s
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                      softcap=0.0, alibi_slopes=None, out=None, lse=None, return_lse=False,
-                     q_descale=None, k_descale=None, v_descale=None):
+                     q_descale=None, k_descale=None, v_descale=None, seed=None, offset=0):
     """FlashAttention's flash_attn_varlen_func on kiln (docs/serving.md): q (total_q, H, D), k and
     v (total_k, HK, D), the batch's sequences packed along the tokens; cu_seqlens_q/k int32
     (batch + 1) prefix sums on q's device (sequence b owns tokens [cu[b], cu[b+1]); empty
@@ -837,10 +891,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     lengths, FlashAttention's varlen convention; "top_left"), window_size (left, right), softcap
     and alibi_slopes ((H) or (B, H) float32) as attention().  Returns out (total_q, H, D), or
     (out, lse) with return_lse (lse (H, total_q) float32, FlashAttention's softmax_lse);
-    dropout_p must be 0 (kiln has no dropout).  fp8 inputs and q_descale / k_descale /
-    v_descale ((batch, HK) float32) as attention().  Every failure is a KilnError."""
-    if dropout_p:
-        raise KilnError(ERR_UNSUPPORTED, "dropout_p %r: kiln has no dropout" % (dropout_p,))
+    dropout_p with seed and offset as attention()'s (each sequence's rows and keys counted from
+    its first token; forward only: varlen has no backward yet).  fp8 inputs and q_descale /
+    k_descale / v_descale ((batch, HK) float32) as attention().  Every failure is a KilnError."""
+    seed = _dropout_seed(dropout_p, seed)
     name, qt, kt = _types(q, k, out)
     dev = _device_key(q)
     qs, ks, vs = _strides(q, "q", 3), _strides(k, "k", 3), _strides(v, "v", 3)
@@ -866,6 +920,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     var, val = {}, {}
     _scalar_variants(var, val, window_size, softcap, alibi_slopes, dev, B, H)
     val.update(_descales(q_descale, k_descale, v_descale, qt or kt, dev, B, HK))
+    if dropout_p:
+        var["dropout_p"] = float(dropout_p)
+        val["dropout_seed"], val["dropout_offset"] = seed, _u64(offset)
     if out is None:
         import torch  # lazily: the caller's tensors are torch's, so it is installed
         out = torch.empty((Tq, H, D), dtype=getattr(torch, name), device=q.device)
@@ -931,24 +988,25 @@ def _autograd():
     class _Attention(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v, causal, sm_scale, window_size, softcap, alibi_slopes, bias,
-                    document_ids, prefix_len, score_mod, mask_mod, params):
+                    document_ids, prefix_len, score_mod, mask_mod, params, dropout_p, seed,
+                    offset):
             B, H, Nq, _ = (int(x) for x in q.shape)
             lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
             kw = dict(causal=causal, sm_scale=sm_scale, window_size=window_size, softcap=softcap,
                       alibi_slopes=alibi_slopes, bias=bias, document_ids=document_ids,
                       prefix_len=prefix_len, score_mod=score_mod, mask_mod=mask_mod,
-                      params=params)
+                      params=params, dropout_p=dropout_p, seed=seed, offset=offset)
             out = torch.empty((B, H, Nq, int(q.shape[3])), dtype=q.dtype, device=q.device)
             attention(q, k, v, out=out, lse=lse, **kw)
             ctx.save_for_backward(q, k, v, out, lse)
-            ctx.kw = kw
+            ctx.kw = kw  # the same seed and offset: the backward regenerates the forward's mask
             return out
 
         @staticmethod
         def backward(ctx, dout):
             q, k, v, out, lse = ctx.saved_tensors
             dq, dk, dv = attention_backward(q, k, v, out, lse, dout.contiguous(), **ctx.kw)
-            return (dq, dk, dv) + (None,) * 11
+            return (dq, dk, dv) + (None,) * 14
 
     _autograd_fn = _Attention
     return _autograd_fn
@@ -957,14 +1015,19 @@ def _autograd():
 def attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None, dq=None, dk=None,
                        dv=None, delta=None, window_size=None, softcap=None, alibi_slopes=None,
                        bias=None, document_ids=None, prefix_len=None, score_mod=None,
-                       mask_mod=None, params=None):
+                       mask_mod=None, params=None, dropout_p=0.0, seed=None, offset=0):
     """The backward of attention(q, k, v, ...) with the same variant arguments: out and lse
     (float32 (B, H, Nq)) are what that forward returned and wrote, dout (B, H, Nq, D) the
     gradient of the loss with respect to out.  Returns (dq, dk, dv), allocated with torch when
     not given (dk, dv: (B, HK, Nk, D), summed over the query heads of each kv head); delta, a
-    float32 workspace of B * H * Nq elements, likewise.  Deterministic: no atomics."""
+    float32 workspace of B * H * Nq elements, likewise.  Deterministic: no atomics.  Dropout:
+    the forward's dropout_p, seed (an int) and offset, which regenerate its mask."""
+    if dropout_p and not isinstance(seed, int):
+        raise KilnError(ERR_INVALID, "attention_backward with dropout_p needs the forward's seed "
+                        "(an int)")
+    seed = _dropout_seed(dropout_p, seed)
     pl = _plan(q, k, v, out, window_size, softcap, alibi_slopes, bias, document_ids, prefix_len,
-               score_mod, mask_mod, params)
+               score_mod, mask_mod, params, dropout=(dropout_p, seed, offset))
     name, dev = pl["name"], pl["dev"]
     B, H, Nq, D, HK, Nk = pl["B"], pl["H"], pl["Nq"], pl["D"], pl["HK"], pl["Nk"]
     shapes = {"out": (B, H, Nq, D), "dout": (B, H, Nq, D), "dq": (B, H, Nq, D),

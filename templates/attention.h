@@ -52,6 +52,16 @@
  * of (b, hk) fold into the score scale (sm_scale * q_descale * k_descale) and into the output
  * (O = (P V) * v_descale), so the dots are dtype's.  Varlen and paged take them the same way.
  *
+ * Dropout (desc.dropout = p in (0, 1), docs/backward.md, templates/attn_dropout.c): two i64
+ * parameters follow the fp8 ones (or the layout's), dropout_seed and dropout_offset.  Each weight
+ * P[i, j] of query row i and key column j (indices of the sequence, as the modifiers see them)
+ * of query head h of batch b is kept with probability 1 - p and scaled by 1 / (1 - p), or
+ * dropped, by Philox 4x32-10 keyed by the seed with the counter (j, i, offset + b * heads + h)
+ * (kn_dropout_keep): O = (P * Z) V with Z = keep / (1 - p), as FlashAttention; lse is that of the
+ * undropped scores, and the backward regenerates the same mask from the same arguments.  The
+ * kernel folds 1 / (1 - p) into the output's normalisation (one multiply per row).  Dense and
+ * varlen layouts (a paged KV cache serves inference: refused).
+ *
  * Supported (kn_attn_check): dtype f16, bf16 or f32 (q_dtype / kv_dtype an fp8 format only with
  * dtype f16 or bf16); head_dim any of 1..512; block_m and block_n
  * powers of two in 16..256; warps a power of two in 1..16; stages in 1..8; mfma 0, 16 or 32;
@@ -91,8 +101,10 @@
 /* TEXT: a string, keyed by the hex XXH3-64 of its bytes ("0" for NULL or empty) */
 /* SCALAR_OPT: a scalar type that 0 (KN_I1) leaves unset, named in the key only when set (so the
  * keys of every descriptor that leaves it unset are what they were before the field existed) */
+/* FLOAT_OPT: a float that 0 leaves unset, named in the key only when set, in the fewest digits
+ * that read back as the same float ("dropout=0.17") */
 enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT, KN_ATTN_FIELD_TEXT,
-       KN_ATTN_FIELD_SCALAR_OPT };
+       KN_ATTN_FIELD_SCALAR_OPT, KN_ATTN_FIELD_FLOAT_OPT };
 
 /* f16, bf16, f32; head_dim 1..512 (kn_attn_check; above 256 not on every target:
  * kn_attn_check_on); has_lse: store the log-sum-exp.  The variant (docs/variants.md): causal 0
@@ -123,7 +135,8 @@ enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT, KN_ATTN_FIEL
   X(KN_ATTN_FIELD_INT, int, layout, "layout")              \
   X(KN_ATTN_FIELD_TEXT, const char *, mods, "mods")               \
   X(KN_ATTN_FIELD_SCALAR_OPT, kn_scalar, q_dtype, "q")             \
-  X(KN_ATTN_FIELD_SCALAR_OPT, kn_scalar, kv_dtype, "kv")
+  X(KN_ATTN_FIELD_SCALAR_OPT, kn_scalar, kv_dtype, "kv")           \
+  X(KN_ATTN_FIELD_FLOAT_OPT, float, dropout, "dropout")
 
 enum { KN_CAUSAL_NONE = 0, KN_CAUSAL_BOTTOM_RIGHT = 1, KN_CAUSAL_TOP_LEFT = 2 };
 enum { KN_ATTN_DENSE = 0, KN_ATTN_VARLEN = 1, KN_ATTN_PAGED = 2 };
@@ -233,6 +246,8 @@ typedef struct kn_attn_problem {
    * q * q_descale[b, h / kv_group], k * k_descale[b, hk], v * v_descale[b, hk]. */
   const float *q_descale, *k_descale, *v_descale;
   int64_t descale_sb;
+  /* dropout only (desc.dropout != 0): Philox's seed and counter offset ("Dropout" above) */
+  uint64_t dropout_seed, dropout_offset;
 } kn_attn_problem;
 
 /* flash_attn_with_kvcache's append, on host memory: k_new and v_new ((B, HK, seqlen_new, D)
@@ -361,9 +376,24 @@ int kn_attn_reference_v(const kn_attn_desc *d, kn_module *mods, const kn_attn_pr
 void kn_attn_reference(const kn_attn_desc *d, const kn_attn_problem *p, const double *q,
                        const double *k, const double *v, double *o, double *lse);
 
+/* ---- dropout's generator (templates/attn_dropout.c) ---- */
+
+/* Philox 4x32-10 of counter ctr under key key (Random123's philox4x32 with 10 rounds) */
+void kn_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+/* the keep threshold of probability p: floor(p * 2^32) (0 for p <= 0) */
+uint32_t kn_dropout_threshold(float p);
+/* 1 / (1 - p), the scale of a kept weight */
+double kn_dropout_scale(float p);
+/* is element (row, col) of query head bh = b * heads + h kept?  (The kernels' mask, in C.) */
+bool kn_dropout_keep(uint64_t seed, uint64_t offset, int64_t bh, int32_t row, int32_t col,
+                     uint32_t threshold);
+
 /* Absolute tolerance for an output of this dtype (inputs ~ N(0,1), sm_scale ~ 1/sqrt(D)); the
  * rationale is in attn_fwd.c */
 double kn_attn_tolerance(kn_scalar dtype);
+/* kn_attn_tolerance of descriptor d's dtype, grown by dropout's 1 / (1 - p) (the output is then
+ * no longer a convex combination of V's rows) */
+double kn_attn_tolerance_of(const kn_attn_desc *d);
 /* Absolute tolerance for the (f32, natural log) lse of a kernel of this dtype, same inputs */
 double kn_attn_lse_tolerance(kn_scalar dtype);
 

@@ -10,6 +10,9 @@
  * where f' = d z / d(sm_scale q.k) is the product of the score modifiers' derivatives (1 without
  * any; kn_attn_mod_grad derives each from its IR).  Masked pairs get z = -inf, so P = 0 and dS = 0.
  * A row that saw no key has lse = -inf: the kernels use lse2 = +inf there, so its P is 0 too.
+ * Dropout (attention.h, "Dropout"): with Z = keep / (1 - p) regenerated from the forward's seed
+ * and offset (kn_dropout_keep_tile), dV = (P * Z)^T dO and dS = P * (Z * dP - delta); the kept
+ * weights are summed into dV and 1 / (1 - p) applied once at its store.
  *
  * Three kernels, no atomics.  attn_bwd_pre computes delta once per row (f32, from the stored O
  * as FlashAttention 2 does).  attn_bwd_dkdv owns BLOCK_N keys of one kv head, holds K, V and the
@@ -298,6 +301,29 @@ static kn_value *scores(bctx *x, kn_value *qk, kn_value *hidx, kn_value *q_idx, 
   return named(g, kn_b_select(&g->b, live, s, cf(g, t, -INFINITY, "neg_inf_s")), "s_masked");
 }
 
+/* Dropout (attention.h, "Dropout"): the keep mask of the (R, C) tile pairing q_idx with kv_idx
+ * of query head hidx, regenerated from the forward's seed and offset; NULL without dropout */
+static kn_value *drop_keep(bctx *x, kn_value *hidx, kn_value *q_idx, kn_value *kv_idx) {
+  if (x->d->dropout == 0) return NULL;
+  gen *g = &x->G;
+  kn_value *bh = bin(g, KN_OP_ADD, bin(g, KN_OP_MUL, x->bidx, x->P[B_HEADS], "drop_b_h"), hidx,
+                     "drop_bh");
+  return kn_dropout_keep_tile(&g->b, x->F[sig_index(&x->plan->sig, "dropout_seed")],
+                              x->F[sig_index(&x->plan->sig, "dropout_offset")], bh, q_idx, kv_idx,
+                              x->d->dropout);
+}
+
+/* dP of the dropped weights: Z * (dO V^T), Z = keep / (1 - p) */
+static kn_value *drop_dp(bctx *x, kn_value *keep, kn_value *dp) {
+  if (!keep) return dp;
+  gen *g = &x->G;
+  const int R = dp->type.shape[0], C = dp->type.shape[1];
+  const kn_type t = kn_ty_tile2(KN_F32, R, C);
+  kn_value *scaled = bin(g, KN_OP_MUL, dp, cf(g, t, kn_dropout_scale(x->d->dropout), "drop_scale_s"),
+                         "dp_scaled");
+  return named(g, kn_b_select(&g->b, keep, scaled, cf(g, t, 0, "zero_drop")), "dp_dropped");
+}
+
 /* dS = P * (dP - delta) [* f'], rounded to the input dtype for its dot; delta_b is delta
  * broadcast to P's shape */
 static kn_value *dscore(bctx *x, kn_value *p, kn_value *dp, kn_value *delta_b, kn_value *fprime) {
@@ -436,6 +462,7 @@ static void build_dq(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   kn_value *p = named(g, kn_b_unary(&g->b, KN_OP_EXP2, bin(g, KN_OP_SUB, s, lse2, "s_shift")), "p");
   kn_value *vt = load_rows(x, v_base, n0, P[B_V_SN], x->seqlen_k, BN, true, "vt_tile");
   kn_value *dp = named(g, kn_b_dot(&g->b, do_tile, vt, cf(g, s_t, 0, "zero_dp")), "dp");
+  dp = drop_dp(x, drop_keep(x, hidx, q_idx, cols), dp);
   kn_value *ds = dscore(x, p, dp, delta, fprime);
   kn_value *k_tile = load_rows(x, k_base, n0, P[B_K_SN], x->seqlen_k, BN, false, "k_tile");
   kn_value *dq_new = named(g, kn_b_dot(&g->b, ds, k_tile, dq_acc), "dq_new");
@@ -538,13 +565,17 @@ static void build_dkdv(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   kn_value *s = scores(x, st, hidx, q_idx, kv_idx, in_q, &fprime);
   kn_value *lse2 = rows_of(g, lse2_rows(x, lse_base, m0, BM), BN, "lse2_s");
   kn_value *pt = named(g, kn_b_unary(&g->b, KN_OP_EXP2, bin(g, KN_OP_SUB, s, lse2, "s_shift")), "pt");
-  kn_value *pt_in = x->dt == KN_F32 ? pt : named(g, kn_b_cast(&g->b, pt, x->dt), "pt_cast");
+  /* dropout: dV sums the kept weights (1 / (1 - p) applied to dV at the end), dS sees dP of
+   * the dropped ones */
+  kn_value *keep = drop_keep(x, hidx, q_idx, kv_idx), *pt_pv = pt;
+  if (keep) pt_pv = named(g, kn_b_select(&g->b, keep, pt, cf(g, s_t, 0, "zero_pt")), "pt_dropped");
+  kn_value *pt_in = x->dt == KN_F32 ? pt_pv : named(g, kn_b_cast(&g->b, pt_pv, x->dt), "pt_cast");
   kn_value *do_tile = load_rows(x, do_base, m0, P[B_DO_SM], x->seqlen_q, BM, false, "do_tile");
   kn_value *dv_new = named(g, kn_b_dot(&g->b, pt_in, do_tile, dv_acc), "dv_new");
   kn_value *dot_tile = load_rows(x, do_base, m0, P[B_DO_SM], x->seqlen_q, BM, true, "dot_tile");
   kn_value *dpt = named(g, kn_b_dot(&g->b, v_tile, dot_tile, cf(g, s_t, 0, "zero_dp")), "dpt");
   kn_value *delta = rows_of(g, load_row_f32(x, dl_base, m0, BM, 0, "delta_rows"), BN, "delta_s");
-  kn_value *dst = dscore(x, pt, dpt, delta, fprime);
+  kn_value *dst = dscore(x, pt, drop_dp(x, keep, dpt), delta, fprime);
   kn_value *q_tile = load_rows(x, q_base, m0, P[B_Q_SM], x->seqlen_q, BM, false, "q_tile");
   kn_value *dk_new = named(g, kn_b_dot(&g->b, dst, q_tile, dk_acc), "dk_new");
   kn_b_yield(&g->b, 2, (kn_value *[]){dk_new, dv_new});
@@ -554,6 +585,9 @@ static void build_dkdv(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   kn_value *dk = bin(g, KN_OP_MUL, named(g, gloop->res[0], "dk_final"),
                      splat2(g, P[B_SM_SCALE], BN, DP, "sm_scale_acc"), "dk");
   kn_value *dv = named(g, gloop->res[1], "dv_final");
+  if (d->dropout != 0)
+    dv = bin(g, KN_OP_MUL, dv, cf(g, acc_t, kn_dropout_scale(d->dropout), "drop_scale_acc"),
+             "dv_scaled");
   if (x->dt != KN_F32) {
     dk = named(g, kn_b_cast(&g->b, dk, x->dt), "dk_cast");
     dv = named(g, kn_b_cast(&g->b, dv, x->dt), "dv_cast");

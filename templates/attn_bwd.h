@@ -28,7 +28,9 @@
  * are not visited).  Score modifiers (softcap, ALiBi, bias, the user's @score_mod) are
  * differentiated from their IR (kn_attn_mod_grad): the kernels apply dS * d(score_mod)/d(score).
  * Block predicates (@block_mask) only skip work in the forward; the backward applies the masks
- * without them.  Varlen is not supported yet (an error says so).
+ * without them.  Dropout (the descriptor's dropout, attention.h): the kernels regenerate the
+ * forward's mask from the same dropout_seed / dropout_offset arguments.  Varlen is not supported
+ * yet (an error says so).
  */
 #ifndef KILN_ATTN_BWD_H
 #define KILN_ATTN_BWD_H

@@ -10,6 +10,9 @@
  * (kn_attn_mod_grad) and the tests compare two independent derivations.  Nothing is shared with
  * attn_bwd.c but the plan of modifiers; the masks are the plan's, the key bound is restated.
  *
+ * Dropout: with Z_j = keep_j / (1 - p) from the forward's generator (kn_dropout_keep),
+ * O = sum_j P_j Z_j v_j, dV_j += P_j Z_j dO_i and dS_j = P_j (Z_j dO . v_j - delta) f'_j.
+ *
  * lowp: the same math, rounding to the kernel's dtype what the kernels round (O as the forward
  * stores it, P before dV's product, dS before dQ's and dK's, the three outputs), so a test can
  * tell the error low precision makes from an error of the kernel.  Contiguous layouts only; the
@@ -58,10 +61,12 @@ int kn_attn_bwd_reference(const kn_attn_desc *desc, kn_module *mods, const kn_at
   int rc = -1;
   kn_attn_ref_mods *r = calloc(1, sizeof *r);
   const size_t nk1 = (size_t)(Nk > 0 ? Nk : 1);
-  double *z = malloc(sizeof *z * nk1), *fp = malloc(sizeof *fp * nk1);
+  double *z = malloc(sizeof *z * nk1), *fp = malloc(sizeof *fp * nk1), *zd = malloc(sizeof *zd * nk1);
+  const uint32_t thr = kn_dropout_threshold(desc->dropout);
+  const double dscale = kn_dropout_scale(desc->dropout);
   double *o = malloc(sizeof *o * (size_t)(D > 0 ? D : 1));
   bool *live = malloc(sizeof *live * nk1);
-  KN_ASSERT(r && z && fp && o && live);
+  KN_ASSERT(r && z && fp && zd && o && live);
   if (desc->layout != KN_ATTN_DENSE) {
     kn_error(diag, NULL, (kn_loc){0}, "attention backward reference: varlen is not supported");
     goto out;
@@ -100,10 +105,15 @@ int kn_attn_bwd_reference(const kn_attn_desc *desc, kn_module *mods, const kn_at
         double sum = 0;
         for (int j = 0; j < Nk; j++) sum += live[j] ? exp(z[j] - mx) : 0;
         const double lse = mx + log(sum);
+        /* dropout: Z_j = keep_j / (1 - p), the forward's mask (kn_dropout_keep) */
+        for (int j = 0; j < Nk; j++)
+          zd[j] = desc->dropout == 0 ? 1
+                  : kn_dropout_keep(p->dropout_seed, p->dropout_offset, (int64_t)b * H + h, i, j,
+                                    thr) ? dscale : 0;
         for (int d = 0; d < D; d++) o[d] = 0;
         for (int j = 0; j < Nk; j++)
           if (live[j]) {
-            const double pj = exp(z[j] - lse);
+            const double pj = exp(z[j] - lse) * zd[j];
             for (int d = 0; d < D; d++) o[d] += pj * vh[(size_t)j * D + d];
           }
         double delta = 0;
@@ -111,9 +121,10 @@ int kn_attn_bwd_reference(const kn_attn_desc *desc, kn_module *mods, const kn_at
           delta += (lowp ? kn_round(dt, o[d]) : o[d]) * doh[(size_t)i * D + d];
         for (int j = 0; j < Nk; j++) {
           if (!live[j]) continue;
-          const double pj = exp(z[j] - lse), pr = lowp ? kn_round(dt, pj) : pj;
+          const double pj = exp(z[j] - lse), pr = (lowp ? kn_round(dt, pj) : pj) * zd[j];
           double dp = 0;
           for (int d = 0; d < D; d++) dp += doh[(size_t)i * D + d] * vh[(size_t)j * D + d];
+          dp *= zd[j];
           double ds = pj * (dp - delta) * fp[j];
           if (lowp) ds = kn_round(dt, ds);
           for (int d = 0; d < D; d++) {
@@ -134,6 +145,7 @@ out:
   kn_attn_ref_mods_close(r);
   free(live);
   free(o);
+  free(zd);
   free(fp);
   free(z);
   free(r);

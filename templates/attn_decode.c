@@ -110,6 +110,9 @@ int kn_attn_decode_check(const kn_arch *arch, const kn_attn_desc *d, const kn_at
   if (kn_attn_is_fp8(d))
     return kn_error(diag, NULL, nowhere, "decode: fp8 inputs are not served by the decode "
                     "kernels yet (kiln_forward runs the prefill kernel for them)");
+  if (d->dropout != 0)
+    return kn_error(diag, NULL, nowhere, "decode: dropout is not served by the decode kernels "
+                    "(kiln_forward runs the prefill kernel for it)");
   if (c->wgmma)
     return kn_error(diag, NULL, nowhere, "decode: wgmma is not used by the decode kernels "
                     "(its 64-row slabs are 4x the rows a decode tile has)");

@@ -53,6 +53,7 @@
 #include <stdio.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define XXH_INLINE_ALL /* the key hash, header only */
@@ -107,8 +108,21 @@ static void key_text(keytext *k, int kind, const char *name, const char *t) {
   else key_put(k, name, "%016llx", (unsigned long long)XXH3_64bits(t, strlen(t)));
 }
 
+/* a float: unset (0) not in the key; else the fewest digits that read back as the same float */
+static void key_flt(keytext *k, int kind, const char *name, float v) {
+  (void)kind;
+  if (v == 0) return;
+  char buf[32];
+  for (int prec = 6; prec <= 9; prec++) {
+    snprintf(buf, sizeof buf, "%.*g", prec, (double)v);
+    if (strtof(buf, NULL) == v || v != v) break;
+  }
+  key_put(k, name, "%s", buf);
+}
+
 #define KEY_FIELD(kind, type, field, name) \
-  _Generic(x->field, const char *: key_text, default: key_num)(&k, kind, name, x->field);
+  _Generic(x->field, const char *: key_text, float: key_flt, default: key_num)(&k, kind, name, \
+                                                                               x->field);
 
 int kn_attn_desc_key(const kn_attn_desc *x, char *buf, size_t n) {
   keytext k = {.buf = buf, .n = n};
@@ -304,7 +318,19 @@ kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d
    * 0.761 ms against 0.984 at 64x32 mma.sync, softcap 2.324 against 2.823, ALiBi 1.699 against
    * 2.275 -- as fast as FlexAttention (0.76 / 2.96 / 1.65).  Other head dims keep mma.sync
    * until measured (64x64 is refused with wgmma at D 64: docs/gpu.md). */
-  if (kn_attn_has_modifiers(d) && arch && arch->isa == KN_ISA_NVPTX &&
+  /* Dropout on GPUs: the Philox rounds hold four i32 words per element of the (BM, BN) scores
+   * through ten rounds, and at 128x64 with 4 warps (64 elements per thread) that spilled
+   * 164-280 bytes (sm_80, sm_90a) and 219-269 VGPRs (gfx90a, gfx942) at D 64 and 128; with 8
+   * warps (16 rows per warp, 32 elements per thread) none of them spills (kiln compile --stats,
+   * test_dropout).  With other modifiers: their 64x32 above (0 spills as well).  Not on wgmma
+   * until measured. */
+  if (d->dropout != 0 && arch && arch->isa != KN_ISA_HOST) {
+    kn_attn_config t = {.block_m = 128, .block_n = 64, .warps = 8, .stages = 2};
+    if (!kn_attn_has_modifiers(d) && kn_attn_check_on(arch, d, &t, &diag) == 0) return t;
+    if (c.block_m > 64) c.block_m = 64;
+    if (c.block_n > 32) c.block_n = 32;
+  }
+  if (kn_attn_has_modifiers(d) && d->dropout == 0 && arch && arch->isa == KN_ISA_NVPTX &&
       kn_attn_head_pad(d->head_dim) == 128) {
     kn_attn_config w = {.block_m = 64, .block_n = 64, .warps = 4, .stages = 2, .wgmma = true};
     if (kn_attn_check_on(arch, d, &w, &diag) == 0) return w;
@@ -352,6 +378,15 @@ int kn_attn_check(const kn_attn_desc *d, const kn_attn_config *c, kn_diag *diag)
   if (d->layout != KN_ATTN_DENSE && d->layout != KN_ATTN_VARLEN && d->layout != KN_ATTN_PAGED)
     return kn_error(diag, NULL, nowhere, "attention: layout %d is not 0 (dense), 1 (varlen) or "
                     "2 (paged)", d->layout);
+  if (!(d->dropout >= 0 && d->dropout < 1))
+    return kn_error(diag, NULL, nowhere, "attention: dropout probability %g is not in [0, 1)",
+                    (double)d->dropout);
+  if (d->dropout != 0 && d->layout == KN_ATTN_PAGED)
+    return kn_error(diag, NULL, nowhere, "attention: dropout is not supported with a paged KV "
+                    "cache (dense or varlen layouts: dropout is for training)");
+  if (d->dropout != 0 && kn_attn_is_fp8(d))
+    return kn_error(diag, NULL, nowhere, "attention: dropout is not supported with fp8 inputs "
+                    "(dropout is for training, which reads f16 / bf16 / f32)");
   if (!is_pow2_in(c->block_m, 16, 256))
     return kn_error(diag, NULL, nowhere,
                     "attention: BLOCK_M %d is not a power of two in 16..256", c->block_m);
@@ -457,6 +492,8 @@ typedef struct kv_loop {
       *zero_s, *neg_inf_r, *zero_r, *col_range, *q_tile, *k_base, *v_base, *q_idx, *bidx, *hidx,
       *row0, *row_end;
   const kn_paged_kv *paged;  /* a paged kernel's block table and lengths, else NULL */
+  /* dropout: the (BM, BN) query rows, the program's b * heads + h, Philox's seed and offset */
+  kn_value *drop_rows, *drop_bh, *drop_seed, *drop_offset;
 } kv_loop;
 
 /* a tile loaded in its memory type (fp8 inputs) converted to the compute dtype: exact, since
@@ -631,8 +668,16 @@ static void kv_blocks(gen *g, const kv_loop *L, kn_value *lo, kn_value *hi, kn_v
   kn_value *l_blk = named(g, kn_b_reduce(&g->b, KN_OP_REDUCE_SUM, p, 1), "l_blk");
   kn_value *l_new = bin(g, KN_OP_ADD, bin(g, KN_OP_MUL, l_i, alpha, "l_scaled"), l_blk, "l_new");
   kn_value *acc_scaled = bin(g, KN_OP_MUL, acc, cols_of(g, alpha, DP, "alpha_s"), "acc_scaled");
+  /* dropout: the weights of PV are the kept ones (l_i sums them all: lse is the undropped
+   * one); 1 / (1 - p) is applied with the normalisation at the end */
+  kn_value *p_pv = p;
+  if (L->drop_rows) {
+    kn_value *keep = kn_dropout_keep_tile(&g->b, L->drop_seed, L->drop_offset, L->drop_bh,
+                                          L->drop_rows, block_cols(g, L, n0), L->d->dropout);
+    p_pv = named(g, kn_b_select(&g->b, keep, p, L->zero_s), "p_dropped");
+  }
   /* P is rounded to the input dtype so the second dot is a dtype x dtype matrix product */
-  kn_value *p_in = dt == KN_F32 ? p : named(g, kn_b_cast(&g->b, p, dt), "p_cast");
+  kn_value *p_in = dt == KN_F32 ? p_pv : named(g, kn_b_cast(&g->b, p_pv, dt), "p_cast");
   kn_value *vt = v_early ? vt_paged
       : L->paged
       ? kn_paged_gather(&g->b, L->kvt, L->v_base, &pr, P[P_V_SB], P[P_V_SN], L->D, DP, false,
@@ -906,6 +951,12 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
                .q_tile = q_tile, .k_base = k_base, .v_base = v_base, .q_idx = q_idx,
                .bidx = bidx, .hidx = hidx, .row0 = row0, .row_end = row_end,
                .paged = paged};
+  if (d->dropout != 0) {
+    L.drop_rows = cols_of(g, rows, BN, "drop_rows");
+    L.drop_bh = bin(g, KN_OP_ADD, bin(g, KN_OP_MUL, bidx, P[P_HEADS], "drop_b_h"), hidx, "drop_bh");
+    L.drop_seed = P[sig_index(sig, "dropout_seed")];
+    L.drop_offset = P[sig_index(sig, "dropout_offset")];
+  }
   kn_value *e = seqlen_k, *a = NULL;
   kn_value *c1i = ci(g, i32, 1, "c1_i");
   if (d->causal || d->prefix) {
@@ -950,6 +1001,9 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   kn_value *l_safe = named(g, kn_b_select(&g->b, l_zero, one_r, l_fin), "l_safe");
   kn_value *inv_l = bin(g, KN_OP_DIV, one_r, l_safe, "inv_l");
   if (v_scale) inv_l = bin(g, KN_OP_MUL, inv_l, splat1(g, v_scale, BM, "v_descale_r"), "inv_l_v");
+  if (d->dropout != 0)
+    inv_l = bin(g, KN_OP_MUL, inv_l, cf(g, row_f32, kn_dropout_scale(d->dropout), "drop_scale_r"),
+                "inv_l_drop");
   kn_value *out = bin(g, KN_OP_MUL, acc_fin, cols_of(g, inv_l, DP, "inv_l_s"), "out");
   if (dt != KN_F32) out = named(g, kn_b_cast(&g->b, out, dt), "out_cast");
   /* rows past seqlen_q and the padding columns past D are not written */
@@ -1073,6 +1127,10 @@ double kn_attn_tolerance(kn_scalar dtype) {
   case KN_BF16: return 3e-2;
   default: return 0;
   }
+}
+
+double kn_attn_tolerance_of(const kn_attn_desc *d) {
+  return kn_attn_tolerance(d->dtype) * kn_dropout_scale(d->dropout);
 }
 
 double kn_attn_lse_tolerance(kn_scalar dtype) {

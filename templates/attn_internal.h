@@ -91,6 +91,20 @@ extern const char *const kn_attn_cu_names[2];
 enum { KN_ATTN_FP8_NPARAMS = 7 };
 extern const char *const kn_attn_fp8_names[KN_ATTN_FP8_NPARAMS];
 
+/* the names of a dropout kernel's two i64 parameters (attention.h, "Dropout") */
+enum { KN_ATTN_DROPOUT_NPARAMS = 2 };
+extern const char *const kn_attn_dropout_names[KN_ATTN_DROPOUT_NPARAMS];
+
+/* The dropout mask in tile IR (attn_dropout.c): an i1 tile of rows' shape, true where element
+ * (rows, cols) (i32 tiles of one shape: query row and key column indices) of query head bh
+ * (i32 scalar, b * heads + h) is kept for probability p, from the i64 scalars seed and offset;
+ * the same bits as kn_dropout_keep. */
+/* the first word of the Philox block of each element of that counter (the mask's draw) */
+kn_value *kn_philox_tile(kn_builder *b, kn_value *seed, kn_value *offset, kn_value *bh,
+                         kn_value *rows, kn_value *cols);
+kn_value *kn_dropout_keep_tile(kn_builder *b, kn_value *seed, kn_value *offset, kn_value *bh,
+                               kn_value *rows, kn_value *cols, float p);
+
 /* ---- paged KV addressing (attn_paged.c; docs/serving.md) ----
  *
  * IR helpers any template may call with its builder (the attention forward and the split-KV

@@ -239,6 +239,12 @@ int kn_attn_plan_make(kn_module *m, const kn_attn_desc *d, kn_attn_plan *p, kn_d
       snprintf(sig->name[sig->n], sizeof sig->name[0], "%s", kn_attn_fp8_names[i]);
       sig->type[sig->n++] = i < 3 ? kn_ty_ptr(KN_F32) : kn_ty_scalar(KN_I64);
     }
+  /* dropout: Philox's seed and counter offset (attention.h, "Dropout") */
+  if (d->dropout != 0)
+    for (int i = 0; i < KN_ATTN_DROPOUT_NPARAMS; i++) {
+      snprintf(sig->name[sig->n], sizeof sig->name[0], "%s", kn_attn_dropout_names[i]);
+      sig->type[sig->n++] = kn_ty_scalar(KN_I64);
+    }
   if (d->prefix && d->causal)
     return kn_error(diag, NULL, nowhere, "attention: prefix already includes its causal part; "
                     "leave causal off with prefix");
@@ -353,8 +359,19 @@ static int fp8_param(const kn_attn_desc *d, const char *name) {
   return -1;
 }
 
+const char *const kn_attn_dropout_names[KN_ATTN_DROPOUT_NPARAMS] = {"dropout_seed",
+                                                                     "dropout_offset"};
+
+/* a dropout kernel's parameter of kn_attn_dropout_names, else -1 */
+static int dropout_param(const kn_attn_desc *d, const char *name) {
+  for (int i = 0; d->dropout != 0 && i < KN_ATTN_DROPOUT_NPARAMS; i++)
+    if (!strcmp(name, kn_attn_dropout_names[i])) return i;
+  return -1;
+}
+
 bool kn_attn_param_builtin(const kn_attn_desc *d, const char *name) {
-  if (cu_param(d, name) >= 0 || paged_param(d, name) >= 0 || fp8_param(d, name) >= 0)
+  if (cu_param(d, name) >= 0 || paged_param(d, name) >= 0 || fp8_param(d, name) >= 0 ||
+      dropout_param(d, name) >= 0)
     return true;
   for (size_t j = 0; j < sizeof builtin_args / sizeof builtin_args[0]; j++)
     if (!strcmp(builtin_args[j].name, name) && field_on(d, builtin_args[j].on)) return true;
@@ -417,6 +434,11 @@ int kn_attn_fill_vargs(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_a
       } else {
         out[i].i = f8 == 3 ? sb : t[f8 - 4] ? n : 0;
       }
+      done = true;
+    }
+    int dr = dropout_param(d, name);
+    if (dr >= 0) {  /* the problem's: the generator's seed and offset */
+      out[i].i = (int64_t)(dr ? p->dropout_offset : p->dropout_seed);
       done = true;
     }
     for (size_t j = 0; j < sizeof builtin_args / sizeof builtin_args[0] && !done; j++) {

@@ -13,7 +13,8 @@
  * own lengths (the modifiers' seqlen_q / seqlen_k are the sequence's), its indices from 0.
  * Paged: dense q/o, contiguous (num_pages, page_size, HK, D) pools read key by key through the
  * (B, max_pages) block table; sequence b has cache_seqlens[b] keys (its seqlen_k), and tables or
- * lengths that leave the pool are an error, not clamped.
+ * lengths that leave the pool are an error, not clamped.  Dropout: the kept weights, scaled by
+ * 1 / (1 - p), from the same generator as the kernels (kn_dropout_keep, attn_dropout.c).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -114,6 +115,8 @@ int kn_attn_reference_v(const kn_attn_desc *desc, kn_module *mods, const kn_attn
   const int B = p->batch, H = p->heads, HK = p->kv_heads, Nq = p->seqlen_q, Nk = p->seqlen_k;
   const int D = desc->head_dim, group = H / HK;
   const double scale = p->sm_scale != 0 ? p->sm_scale : 1.0 / sqrt((double)D);
+  const uint32_t thr = kn_dropout_threshold(desc->dropout);
+  const double dscale = kn_dropout_scale(desc->dropout);
   int rc = -1;
   kn_attn_ref_mods *r = calloc(1, sizeof *r);
   /* paged: the keys a table row addresses */
@@ -188,9 +191,16 @@ int kn_attn_reference_v(const kn_attn_desc *desc, kn_module *mods, const kn_attn
           s[j] = live[j] ? exp(s[j] - mx) : 0;
           sum += s[j];
         }
-        for (int j = 0; j < nk; j++)
-          if (live[j])
-            for (int d = 0; d < D; d++) orow[d] += s[j] * vh[KEY_ROW(j) + d];
+        for (int j = 0; j < nk; j++) {
+          if (!live[j]) continue;
+          /* dropout: a dropped weight adds nothing, a kept one is scaled by 1 / (1 - p); the
+           * sum (and lse) stays the undropped one */
+          double w = s[j];
+          if (desc->dropout != 0)
+            w = kn_dropout_keep(p->dropout_seed, p->dropout_offset, (int64_t)b * H + h, i, j,
+                                thr) ? w * dscale : 0;
+          for (int d = 0; d < D; d++) orow[d] += w * vh[KEY_ROW(j) + d];
+        }
         for (int d = 0; d < D; d++) orow[d] /= sum;
         if (lse) lse[loff + i] = mx + log(sum);
       }

@@ -272,6 +272,19 @@ expect run-backward-host-variant 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ P
   "$kiln" run --backward --target host --no-cache --dtype bf16 --head-dim 59 --seqlen-q 90 --seqlen-k 70 --softcap 3 --window 20,5
 expect run-backward-emu 0 ' PASS$' -- \
   "$kiln" run --backward --target gfx942-emu --head-dim 32 --seqlen-q 40 --seqlen-k 33 --causal --block-m 32 --block-n 32 --warps 2
+# dropout (docs/backward.md): the forward and the backward with the same Philox mask, checked
+# against the float64 reference with that mask
+expect run-dropout-host 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
+  "$kiln" run --target host --no-cache --head-dim 40 --seqlen-q 90 --seqlen-k 77 --causal --heads 4 --kv-heads 2 --dropout 0.17 --seed 9
+expect run-dropout-key 0 ';mods=0;dropout=0.17\]' -- \
+  "$kiln" run --target interp --head-dim 16 --seqlen-q 20 --seqlen-k 17 --dropout 0.17 --dropout-offset 12345
+expect run-backward-dropout-interp 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
+  "$kiln" run --backward --target interp --head-dim 16 --seqlen-q 37 --seqlen-k 29 --causal --heads 4 --kv-heads 2 --dropout 0.17 --seed 3
+expect run-backward-dropout-host 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
+  "$kiln" run --backward --target host --no-cache --head-dim 64 --seqlen-q 100 --seqlen-k 130 --dropout 0.17
+expect run-dropout-bad 2 '--dropout wants a probability in \[0, 1\)' -- "$kiln" run --dropout 1.5
+expect run-dropout-paged 2 'dropout is not supported with a paged KV cache' -- \
+  "$kiln" run --target host --dropout 0.1 --paged 16
 expect run-backward-varlen 2 '--backward runs the backward template: not with' -- \
   "$kiln" run --backward --target host --varlen 3,5
 expect run-backward-paged 2 '--backward runs the backward template: not with' -- \

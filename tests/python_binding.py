@@ -15,9 +15,11 @@ parameter plus a mask_mod with a block_mask and an int parameter; and their erro
 modifier text with its <mods>:line:col, a missing parameter, a wrong shape).  Varlen through
 kiln.attention_varlen (ragged packed sequences with an empty one and length 1, GQA, causal both
 ways, a window, lse) against a per-sequence float64 reference, and its errors (a buffer smaller
-than its shape, decreasing cu_seqlens, dropout).  The backward (docs/backward.md) through
-kiln.attention_backward after kiln.attention: dq, dk, dv against a plain-Python float64 backward
-(GQA, causal, ragged lengths, a softcap), and its errors (a wrong gradient shape, a missing lse).
+than its shape, decreasing cu_seqlens, a dropout_p of 1.5).  The backward (docs/backward.md)
+through kiln.attention_backward after kiln.attention: dq, dk, dv against a plain-Python float64
+backward (GQA, causal, ragged lengths, a softcap, dropout 0.17 with the mask from a Python
+Philox 4x32-10 written here, the forward's O checked too), and its errors (a wrong gradient
+shape, a missing lse, dropout without the forward's seed).
 A paged KV cache through kiln.attention_with_kvcache (its decode-shaped calls through the split-KV
 decode kernels; pools of page sizes 1, 5 and 16 with pages
 in shuffled order, a block table with unused tail entries, new rows k / v appended first, an
@@ -396,17 +398,43 @@ def varlen(rng):
                  lambda: kiln.attention_varlen(q, kv, kv, bad, cu, 4, 3,
                                                out=Tensor("float32", (5, 2, 16))),
                  "cu_seqlens_q[1..2]")
-    expect_error("varlen: dropout", kiln.ERR_UNSUPPORTED,
-                 lambda: kiln.attention_varlen(q, kv, kv, cu, cu, 3, 3, dropout_p=0.1), "dropout")
+    expect_error("varlen: dropout_p 1.5", kiln.ERR_INVALID,
+                 lambda: kiln.attention_varlen(q, kv, kv, cu, cu, 3, 3, dropout_p=1.5, seed=1,
+                                               out=Tensor("float32", (5, 2, 16))),
+                 "not a probability")
 
 
-def reference_backward(q, k, v, dout, causal, scale, cap=0.0):
-    """float64 dq, dk, dv of sum(O * dO) (causal bottom-right; cap: softcap's c tanh(s / c))"""
+M32 = (1 << 32) - 1
+
+
+def philox4x32_10(ctr, key):
+    """Philox 4x32-10 (Salmon et al., SC 2011), written here from the paper for the reference"""
+    c0, c1, c2, c3 = ctr
+    k0, k1 = key
+    for r in range(10):
+        if r:
+            k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & M32, (p0 >> 32) ^ c3 ^ k1, p0 & M32
+    return c0, c1, c2, c3
+
+
+def dropout_scale(p, seed, offset, bh, i, j):
+    """Z of pair (i, j) of query head bh: 1 / (1 - p) when kept, else 0 (attention.h)"""
+    pf = struct.unpack("<f", struct.pack("<f", p))[0]  # the descriptor's float
+    o = (offset + bh) & ((1 << 64) - 1)
+    x = philox4x32_10((j, i, o & M32, o >> 32), (seed & M32, seed >> 32))[0]
+    return 1 / (1 - pf) if x >= math.floor(pf * 2.0 ** 32) else 0.0
+
+
+def reference_backward(q, k, v, dout, causal, scale, cap=0.0, drop=None):
+    """float64 dq, dk, dv of sum(O * dO) and O (causal bottom-right; cap: softcap's
+    c tanh(s / c); drop: dropout's (p, seed, offset))"""
     B, H, Nq, D = q.shape
     HK, Nk = k.shape[1], k.shape[2]
-    dq, dk, dv = {}, {}, {}
+    dq, dk, dv, out = {}, {}, {}, {}
     for idx in indices(q.shape):
-        dq[idx] = 0.0
+        dq[idx] = out[idx] = 0.0
     for idx in indices(k.shape):
         dk[idx] = dv[idx] = 0.0
     for b in range(B):
@@ -425,45 +453,65 @@ def reference_backward(q, k, v, dout, causal, scale, cap=0.0):
                 p = [math.exp(t - m) for t in z]
                 l = sum(p)
                 p = [t / l for t in p]
-                o = [sum(p[n] * v.get((b, hk, j, d)) for n, j in enumerate(js)) for d in range(D)]
+                zs = [dropout_scale(drop[0], drop[1], drop[2], b * H + h, i, j) if drop else 1.0
+                      for j in js]
+                o = [sum(p[n] * zs[n] * v.get((b, hk, j, d)) for n, j in enumerate(js))
+                     for d in range(D)]
+                for d in range(D):
+                    out[(b, h, i, d)] = o[d]
                 delta = sum(o[d] * dout.get((b, h, i, d)) for d in range(D))
                 for n, j in enumerate(js):
                     dp = sum(dout.get((b, h, i, d)) * v.get((b, hk, j, d)) for d in range(D))
-                    ds = p[n] * (dp - delta) * fp[n]
+                    ds = p[n] * (dp * zs[n] - delta) * fp[n]
                     for d in range(D):
                         dq[(b, h, i, d)] += scale * ds * k.get((b, hk, j, d))
                         dk[(b, hk, j, d)] += scale * ds * q.get((b, h, i, d))
-                        dv[(b, hk, j, d)] += p[n] * dout.get((b, h, i, d))
-    return dq, dk, dv
+                        dv[(b, hk, j, d)] += p[n] * zs[n] * dout.get((b, h, i, d))
+    return dq, dk, dv, out
 
 
-def run_backward(rng, dtype, B, H, HK, Nq, Nk, D, causal, softcap=None):
+def run_backward(rng, dtype, B, H, HK, Nq, Nk, D, causal, softcap=None, dropout_p=0.0):
     q = randn(rng, dtype, (B, H, Nq, D))
     k = randn(rng, dtype, (B, HK, Nk, D))
     v = randn(rng, dtype, (B, HK, Nk, D))
     dout = randn(rng, dtype, (B, H, Nq, D))
     out, lse = Tensor(dtype, (B, H, Nq, D)), Tensor("float32", (B, H, Nq))
-    kiln.attention(q, k, v, causal=causal, softcap=softcap, out=out, lse=lse)
+    drop = dict(dropout_p=dropout_p, seed=rng.getrandbits(64), offset=rng.getrandbits(64)) \
+        if dropout_p else {}
+    kiln.attention(q, k, v, causal=causal, softcap=softcap, out=out, lse=lse, **drop)
     dq, dk, dv = Tensor(dtype, q.shape), Tensor(dtype, k.shape), Tensor(dtype, k.shape)
     delta = Tensor("float32", (B, H, Nq))
     r = kiln.attention_backward(q, k, v, out, lse, dout, causal=causal, softcap=softcap, dq=dq,
-                                dk=dk, dv=dv, delta=delta)
-    ref = reference_backward(q, k, v, dout, causal, 1 / math.sqrt(D), softcap or 0.0)
+                                dk=dk, dv=dv, delta=delta, **drop)
+    ref = reference_backward(q, k, v, dout, causal, 1 / math.sqrt(D), softcap or 0.0,
+                             (dropout_p, drop["seed"], drop["offset"]) if drop else None)
     tol = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 6e-2}[dtype]
     errs = []
-    for got, want in zip((dq, dk, dv), ref):
+    for got, want in zip((dq, dk, dv, out), ref):
         big = max([abs(x) for x in want.values()] + [1.0])
         errs.append(max(abs(got.get(i) - want[i]) for i in want) / big)
-    check("backward %s B%d H%d HK%d N(%d,%d) D%d causal=%d softcap=%s" %
-          (dtype, B, H, HK, Nq, Nk, D, causal, softcap),
+    check("backward %s B%d H%d HK%d N(%d,%d) D%d causal=%d softcap=%s dropout=%g" %
+          (dtype, B, H, HK, Nq, Nk, D, causal, softcap, dropout_p),
           r[0] is dq and r[1] is dk and all(e <= tol for e in errs),
-          "rel errs dq %.2e dk %.2e dv %.2e (tol %.0e)" % (errs[0], errs[1], errs[2], tol))
+          "rel errs dq %.2e dk %.2e dv %.2e out %.2e (tol %.0e)" % (errs[0], errs[1], errs[2],
+                                                                   errs[3], tol))
 
 
 def backward(rng):
     run_backward(rng, "float32", 1, 2, 1, 7, 5, 16, causal=True)
     run_backward(rng, "float16", 2, 2, 2, 9, 12, 24, causal=False)
     run_backward(rng, "bfloat16", 1, 4, 2, 6, 6, 16, causal=True, softcap=2.0)
+    # dropout: the forward and the backward regenerate one mask from (seed, offset)
+    run_backward(rng, "float32", 2, 4, 2, 9, 13, 16, causal=True, dropout_p=0.17)
+    run_backward(rng, "float16", 1, 2, 2, 11, 7, 24, causal=False, dropout_p=0.17)
+    q32 = randn(rng, "float32", (1, 1, 4, 16))
+    o32, l32 = Tensor("float32", (1, 1, 4, 16)), Tensor("float32", (1, 1, 4))
+    expect_error("backward dropout without the seed", kiln.ERR_INVALID,
+                 lambda: kiln.attention_backward(q32, q32, q32, o32, l32, o32, dropout_p=0.1),
+                 "needs the forward's seed")
+    expect_error("dropout_p 1", kiln.ERR_INVALID,
+                 lambda: kiln.attention(q32, q32, q32, dropout_p=1.0, seed=3, out=o32),
+                 "not a probability")
     q = randn(rng, "float16", (1, 1, 4, 16))
     good = Tensor("float16", (1, 1, 4, 16))
     lse = Tensor("float32", (1, 1, 4))

@@ -828,7 +828,7 @@ static int check_and_report(const cli_options *o, kn_module *mods, const variant
     double e = isinf(lsed[i]) && in->lse[i] == lsed[i] ? 0 : fabs(in->lse[i] - lsed[i]);
     if (!(e <= lse_err)) lse_err = e;
   }
-  double tol = kn_attn_tolerance(dt);
+  double tol = kn_attn_tolerance_of(&o->attn);
   double lse_tol = kn_attn_lse_tolerance(dt);
   bool pass = max_err <= tol && lse_err <= lse_tol;
   if (o->attn.has_lse) printf("lse: max_abs_err=%.3g tol=%.3g\n", lse_err, lse_tol);
@@ -976,6 +976,7 @@ static kiln_attn_args attn_args(const cli_options *o, const variant_values *vv, 
   if (d->prefix) a.prefix_len = va->prefix_len;
   a.q_descale = mapped(pm, vv->descale[0]), a.k_descale = mapped(pm, vv->descale[1]);
   a.v_descale = mapped(pm, vv->descale[2]);
+  a.dropout_seed = p->dropout_seed, a.dropout_offset = p->dropout_offset;
   if (d->layout == KN_ATTN_VARLEN) {
     a.cu_seqlens_q = mapped(pm, p->cu_seqlens_q), a.cu_seqlens_k = mapped(pm, p->cu_seqlens_k);
     a.total_q = p->total_q, a.total_k = p->total_k;

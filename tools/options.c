@@ -48,6 +48,8 @@ void cli_usage(FILE *f) {
         "  float64; interp, host, the -emu targets, sm_80, sm_90a, auto; docs/backward.md)\n"
         "  --decode (dump, compile: the split-KV decode kernel, attn_decode, at its decode\n"
         "  tiling; run and the API send calls of 1..16 query rows to it; docs/serving.md)\n"
+        "  --dropout P (attention dropout, 0 <= P < 1: Philox 4x32-10 keyed by --seed)\n"
+        "  --dropout-offset N (the generator's counter offset, default 0)\n"
         "  --check-bounds (run, host: check every load and store against the buffers;\n"
         "  always on for an --ir kernel)  --max-steps N (run, interp: the step budget, default\n"
         "  10^10 steps, 0 for none)\n"
@@ -260,6 +262,7 @@ int cli_parse_options(int argc, char **argv, int first, cli_options *o, FILE *er
   o->repeats = 1;
   o->max_steps = 10000000000ull;
   const char *varlen = NULL, *paged = NULL;
+  unsigned long long drop_offset = 0;
   for (int i = first; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     o->given.dtype |= !strcmp(a, "--dtype");
@@ -361,6 +364,18 @@ int cli_parse_options(int argc, char **argv, int first, cli_options *o, FILE *er
       o->no_cache = true;
     } else if (!strcmp(a, "--check-bounds")) {
       o->check_bounds = true;
+    } else if (!strcmp(a, "--dropout") && v) {
+      char *end;
+      double pd = strtod(v, &end);
+      if (*end || !*v || !(pd >= 0 && pd < 1)) {
+        fprintf(err, "kiln: error: --dropout wants a probability in [0, 1), not '%s'\n", v);
+        return -1;
+      }
+      o->desc.dropout_p = (float)pd;
+      i++;
+    } else if (!strcmp(a, "--dropout-offset") && v) {
+      if (parse_u64(err, a, v, &drop_offset)) return -1;
+      i++;
     } else if (!strcmp(a, "--seed") && v) {
       if (parse_u64(err, a, v, &o->seed)) return -1;
       i++;
@@ -386,6 +401,8 @@ int cli_parse_options(int argc, char **argv, int first, cli_options *o, FILE *er
     }
   }
   if (!o->prob.kv_heads) o->prob.kv_heads = o->prob.heads;
+  /* dropout: Philox keyed by the run's seed (the inputs' too), at the offset given */
+  if (o->desc.dropout_p != 0) o->prob.dropout_seed = o->seed, o->prob.dropout_offset = drop_offset;
   /* after the loop: the lengths decide batch and the max lengths, whatever else was given */
   if (varlen && paged) {
     fprintf(err, "kiln: error: --varlen and --paged are two call shapes: give one\n");

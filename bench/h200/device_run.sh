@@ -19,6 +19,9 @@
 #   steps "backward" and "sdpa_bwd" (issue 14): `kiln run --backward --target sm_90a` checks
 #                       and kiln_bwd_bench (KILN_BWD_ARGS, e.g. "--quick" or "--tilings"; pack
 #                       it: KILN_STATIC_TARGETS), and sdpa_bwd_anchor.py (KILN_SDPA_BWD_ARGS)
+#   step "dropout"      (issue 14 item 2) `kiln run --target sm_90a --dropout 0.17` forward and
+#                       --backward checks, then kiln_bwd_bench --dropout 0.17 (KILN_DROPOUT_ARGS,
+#                       e.g. "--quick") and sdpa_bwd_anchor.py --dropout 0.17 (same args as sdpa_bwd)
 #   step "python"       bench/h200/python_torch_check.py through the Python binding on the
 #                       libkiln.so of pack/pylib.tar.xz (build_pylib.sh): forward and autograd
 #   step "serve"        kiln_serve_bench (varlen prefill mix, paged vs dense prefill; KILN_SERVE_ARGS)
@@ -201,6 +204,31 @@ if want flex; then
   step "flex anchor" "$out/flex.log" 540 env PYTHONUNBUFFERED=1 python3 "$here/flex_anchor.py" \
     --csv "$out/flex.csv" ${KILN_FLEX_ARGS:-}
   grep -E "^(\||# )" "$out/flex.log" >>"$summary"
+fi
+
+# ---- dropout (issue 14 item 2): the Philox mask on the GPU against float64, then timed ----
+if want dropout; then
+  if [ -x "$bin/kiln" ]; then
+    for a in "--head-dim 64 --causal --seqlen-q 1000 --seqlen-k 1000 --dropout 0.17 --seed 5" \
+             "--head-dim 128 --dtype bf16 --seqlen-q 301 --seqlen-k 517 --heads 4 --kv-heads 2 --dropout 0.17" \
+             "--backward --head-dim 64 --causal --seqlen-q 1000 --seqlen-k 1000 --dropout 0.17" \
+             "--backward --head-dim 128 --seqlen-q 517 --seqlen-k 301 --heads 4 --kv-heads 2 --dropout 0.17"; do
+      # shellcheck disable=SC2086
+      step "kiln run $a" "$out/dropout.log" 240 "$bin/kiln" run --target sm_90a --no-cache $a
+    done
+  fi
+  if [ -x "$bin/kiln_bwd_bench" ]; then
+    # shellcheck disable=SC2086
+    step "kiln_bwd_bench --dropout 0.17" "$out/dropout.log" 560 "$bin/kiln_bwd_bench" \
+      --dropout 0.17 ${KILN_DROPOUT_ARGS:-}
+    grep -E "^(\||# |FAIL)" "$out/dropout.log" >>"$summary"
+  else
+    note "FAIL  kiln_bwd_bench: not in the pack"
+    failed=$((failed + 1))
+  fi
+  # shellcheck disable=SC2086
+  step "sdpa backward anchor, dropout 0.17" "$out/dropout.log" 560 env PYTHONUNBUFFERED=1 \
+    python3 "$here/sdpa_bwd_anchor.py" --dropout 0.17 ${KILN_SDPA_BWD_ARGS:-}
 fi
 
 # ---- the backward (issue 14): kiln checked against float64 first, then SDPA flash / cuDNN ----

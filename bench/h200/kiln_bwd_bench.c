@@ -14,9 +14,10 @@
  *     of the repeats.  TFLOP/s counts 2.5x the forward's 4*B*H*N*N*D (halved for causal), the
  *     convention of FlashAttention's benchmarks and of sdpa_bwd_anchor.py.  A markdown table.
  *
- *   kiln_bwd_bench [--quick] [--repeats R] [--tilings]
+ *   kiln_bwd_bench [--quick] [--repeats R] [--tilings] [--dropout P]
  * --tilings also times forced tilings (64x64 w4, 32x64 w2, 64x32 w2, 32x32 w2), each checked
- * first.  Exit status: 0 when every correctness case passed and every run launched, 1 otherwise.
+ * first.  --dropout P runs every case with attention dropout P (docs/backward.md: the forward
+ * and the backward regenerate one Philox mask; the reference applies the same one).  Exit status: 0 when every correctness case passed and every run launched, 1 otherwise.
  */
 #include <math.h>
 #include <stdint.h>
@@ -32,6 +33,9 @@
 
 static kn_cuda_device *dev;
 static int failures;
+/* --dropout: the probability and the generator's arguments of every case */
+static float drop_p;
+static const uint64_t drop_seed = 0x5eed5eed12345678ull, drop_offset = 77;
 
 static kn_cuda_ptr upload(const void *h, size_t n) {
   kn_cuda_ptr p = 0;
@@ -96,6 +100,7 @@ static kiln_backward_args args_of(const dbufs *b, const shape *s) {
                                   .batch = s->B, .heads = s->H, .kv_heads = s->HK,
                                   .seqlen_q = s->Nq, .seqlen_k = s->Nk},
                           .dout = DP(4), .dq = DP(5), .dk = DP(6), .dv = DP(7), .delta = DP(9)};
+  if (drop_p != 0) a.fwd.dropout_seed = drop_seed, a.fwd.dropout_offset = drop_offset;
   return a;
 }
 #undef DP
@@ -112,15 +117,16 @@ static bool check(kiln_context *ctx, kiln_dtype pdt, int D, int causal, const sh
   void *host[5] = {rand_buf(dt, nq, qd), rand_buf(dt, nk, kd), rand_buf(dt, nk, vd), NULL,
                    rand_buf(dt, nq, dod)};
   void *got[3] = {malloc(nq * es), malloc(nk * es), malloc(nk * es)};
-  kiln_attn_desc d = {.dtype = pdt, .head_dim = D, .causal = causal, .has_lse = 1};
+  kiln_attn_desc d = {.dtype = pdt, .head_dim = D, .causal = causal, .has_lse = 1,
+                      .dropout_p = drop_p};
   kiln_kernel *fwd, *bwd;
   dbufs b;
   kn_diag e;
   bool ok = false;
   char what[128], tiling[32] = "default tiling";
   if (po) snprintf(tiling, sizeof tiling, "%dx%d w%d", po->block_m, po->block_n, po->warps);
-  snprintf(what, sizeof what, "%s D%d causal=%d B%d H%d HK%d N(%d,%d) %s", dt_name(pdt), D,
-           causal, s->B, s->H, s->HK, s->Nq, s->Nk, tiling);
+  snprintf(what, sizeof what, "%s D%d causal=%d B%d H%d HK%d N(%d,%d) %s%s", dt_name(pdt), D,
+           causal, s->B, s->H, s->HK, s->Nq, s->Nk, tiling, drop_p != 0 ? " dropout" : "");
   if (kiln_prepare(ctx, &d, NULL, &fwd) || kiln_prepare_backward(ctx, &d, po, &bwd)) {
     printf("FAIL %s: prepare: %s\n", what, kiln_last_error());
     goto out;
@@ -136,9 +142,9 @@ static bool check(kiln_context *ctx, kiln_dtype pdt, int D, int causal, const sh
   kn_cuda_device_sync(dev, &e);
   for (int i = 0; i < 3; i++) kn_cuda_copy_dtoh(dev, got[i], b.p[5 + i], b.bytes[5 + i], &e);
   dbufs_free(&b);
-  kn_attn_desc kd_ = {.dtype = dt, .head_dim = D, .causal = causal};
+  kn_attn_desc kd_ = {.dtype = dt, .head_dim = D, .causal = causal, .dropout = drop_p};
   kn_attn_problem p = {.batch = s->B, .heads = s->H, .kv_heads = s->HK, .seqlen_q = s->Nq,
-                       .seqlen_k = s->Nk};
+                       .seqlen_k = s->Nk, .dropout_seed = drop_seed, .dropout_offset = drop_offset};
   if (kn_attn_bwd_reference(&kd_, NULL, &p, NULL, qd, kd, vd, dod, false, ref[0], ref[1], ref[2], &e)) {
     printf("FAIL %s: reference: %s\n", what, e.message);
     goto out;
@@ -178,7 +184,8 @@ static int backward(void *user) {
 /* (b) the median ms of kiln_backward at one shape, or NAN */
 static double timed(kiln_context *ctx, kiln_dtype pdt, int D, int causal, const shape *s,
                     int repeats, const kiln_prepare_options *po, kiln_kernel_info *info) {
-  kiln_attn_desc d = {.dtype = pdt, .head_dim = D, .causal = causal, .has_lse = 1};
+  kiln_attn_desc d = {.dtype = pdt, .head_dim = D, .causal = causal, .has_lse = 1,
+                      .dropout_p = drop_p};
   kiln_kernel *fwd, *bwd;
   dbufs b;
   kn_diag e;
@@ -216,8 +223,9 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--quick")) quick = true, repeats = 3;
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--tilings")) tilings = true;
+    else if (!strcmp(argv[i], "--dropout") && i + 1 < argc) drop_p = (float)atof(argv[++i]);
     else {
-      fprintf(stderr, "usage: %s [--quick] [--repeats R] [--tilings]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--repeats R] [--tilings] [--dropout P]\n", argv[0]);
       return 2;
     }
   }

@@ -4,8 +4,10 @@ kiln.attention on (B, H, N, D) torch tensors (device pointers, torch's current s
 float64 reference computed with torch on the GPU, for f16/bf16, D 64/128, causal on and off,
 ragged lengths and GQA; then the backward (docs/backward.md): kiln.attention in a torch autograd
 graph (q, k, v requiring grad), its dq/dk/dv against torch's float64 autograd of the reference,
-GQA, causal, ragged lengths, D 64/128/59, and a softcap on the CPU as well.  Prints one PASS/FAIL
-line per case and a summary; exit 1 on a failure.
+GQA, causal, ragged lengths, D 64/128/59, and a softcap on the CPU as well; and dropout 0.17 in
+the autograd graph (the seed and offset the forward took regenerate its mask in the backward),
+against the reference with the mask of a Philox 4x32-10 written here in torch integer ops.  Prints
+one PASS/FAIL line per case and a summary; exit 1 on a failure.
 Usage: KILN_LIBRARY=.../libkiln.so.0 python3 bench/h200/python_torch_check.py
 """
 import math, os, sys
@@ -15,8 +17,33 @@ import torch  # noqa: E402
 import kiln  # noqa: E402
 
 
-def reference(q, k, v, causal, scale, softcap=0.0):
-    """float64 attention with kiln's masking (bottom-right causal, rows without keys -> 0)."""
+M32 = (1 << 32) - 1
+
+
+def dropout_z(p, seed, offset, B, H, Nq, Nk, device):
+    """Z = keep / (1 - p) of kiln's dropout (templates/attn_dropout.c): Philox 4x32-10 of the
+    counter (key column, query row, offset + b * H + h) under the key seed, kept when its first
+    word >= floor(p * 2^32); (B, H, Nq, Nk) float64"""
+    i64 = dict(dtype=torch.int64, device=device)
+    o = (offset + torch.arange(B * H, **i64).view(B, H, 1, 1))  # offsets below 2^62 here
+    c0 = torch.arange(Nk, **i64).view(1, 1, 1, Nk).expand(B, H, Nq, Nk)
+    c1 = torch.arange(Nq, **i64).view(1, 1, Nq, 1).expand(B, H, Nq, Nk)
+    c2, c3 = (o & M32).expand(B, H, Nq, Nk), (o >> 32).expand(B, H, Nq, Nk)
+    k0, k1 = seed & M32, seed >> 32
+    for r in range(10):
+        if r:
+            k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2  # wraps in int64; the bits are right
+        c0, c1, c2, c3 = ((p1 >> 32) & M32) ^ c1 ^ k0, p1 & M32, ((p0 >> 32) & M32) ^ c3 ^ k1, \
+            p0 & M32
+    pf = torch.tensor(p, dtype=torch.float32).item()
+    keep = c0 >= math.floor(pf * 2.0 ** 32)
+    return keep.double() / (1 - pf)
+
+
+def reference(q, k, v, causal, scale, softcap=0.0, z=None):
+    """float64 attention with kiln's masking (bottom-right causal, rows without keys -> 0);
+    z: dropout's keep / (1 - p) of each weight"""
     B, H, Nq, D = q.shape
     HK, Nk = k.shape[1], k.shape[2]
     kk = k.double().repeat_interleave(H // HK, dim=1)
@@ -25,7 +52,8 @@ def reference(q, k, v, causal, scale, softcap=0.0):
     if softcap:
         s = softcap * torch.tanh(s / softcap)
     if not causal:
-        return torch.matmul(torch.softmax(s, dim=-1), vv)
+        p = torch.softmax(s, dim=-1)
+        return torch.matmul(p * z if z is not None else p, vv)
     i = torch.arange(Nq, device=q.device)[:, None]
     j = torch.arange(Nk, device=q.device)[None, :]
     masked = j > i + (Nk - Nq)
@@ -33,7 +61,7 @@ def reference(q, k, v, causal, scale, softcap=0.0):
     has = (~masked).any(dim=-1, keepdim=True)
     s = torch.where(has, s.masked_fill(masked, float("-inf")), torch.zeros_like(s))
     p = torch.softmax(s, dim=-1) * has
-    return torch.matmul(p, vv)
+    return torch.matmul(p * z if z is not None else p, vv)
 
 
 def main():
@@ -90,6 +118,31 @@ def main():
         print(f"{'PASS' if ok else 'FAIL'} backward {dev} {str(dt)[6:]} D{D} causal={int(causal)} "
               f"softcap={cap} Nq={Nq} Nk={Nk} H={H}/{HK}: rel err dq {errs[0]:.2e} dk {errs[1]:.2e} "
               f"dv {errs[2]:.2e} tol={tol}")
+    # dropout in the autograd graph: one mask from (seed, offset) in the forward and the backward
+    for dev, dt, D, causal, (Nq, Nk, H, HK) in (
+            ("cuda", torch.float16, 64, True, (1000, 1000, 4, 2)),
+            ("cuda", torch.bfloat16, 128, False, (301, 517, 4, 4)),
+            ("cpu", torch.float16, 32, True, (77, 90, 2, 1))):
+        seed, offset, pd = 0x0123456789abcdef, 12345, 0.17
+        q = torch.randn(2, H, Nq, D, device=dev, dtype=dt, requires_grad=True)
+        k = torch.randn(2, HK, Nk, D, device=dev, dtype=dt, requires_grad=True)
+        v = torch.randn(2, HK, Nk, D, device=dev, dtype=dt, requires_grad=True)
+        do = torch.randn(2, H, Nq, D, device=dev, dtype=dt)
+        o = kiln.attention(q, k, v, causal=causal, dropout_p=pd, seed=seed, offset=offset)
+        got = (o,) + torch.autograd.grad(o, (q, k, v), do)
+        z = dropout_z(pd, seed, offset, 2, H, Nq, Nk, dev)
+        qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+        od = reference(qd, kd, vd, causal, 1.0 / math.sqrt(D), 0.0, z)
+        ref = (od.detach(),) + torch.autograd.grad(od, (qd, kd, vd), do.double())
+        errs = [((g.double() - r).abs().max() / r.abs().max().clamp(min=1)).item()
+                for g, r in zip(got, ref)]
+        tol = 1e-2 if dt == torch.float16 else 6e-2
+        ok = all(e <= tol for e in errs)
+        cases += 1
+        fails += not ok
+        print(f"{'PASS' if ok else 'FAIL'} dropout {pd} {dev} {str(dt)[6:]} D{D} "
+              f"causal={int(causal)} Nq={Nq} Nk={Nk} H={H}/{HK}: rel err o {errs[0]:.2e} "
+              f"dq {errs[1]:.2e} dk {errs[2]:.2e} dv {errs[3]:.2e} tol={tol}")
     print(f"python binding on CUDA tensors: {cases - fails} of {cases} cases passed")
     sys.exit(1 if fails else 0)
 

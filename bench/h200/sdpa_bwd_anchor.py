@@ -12,7 +12,10 @@ batch and two heads (||g - ref|| / ||ref||); a backend the build or card lacks i
 
 Prints a markdown table and, with --csv, writes every number.  With --kiln (kiln's python
 binding on the path, KILN_LIBRARY set), kiln.attention's autograd backward is timed the same way
-in a third column, after its gradients are checked against the math backend.
+in a third column, after its gradients are checked against the math backend.  With --dropout P
+every backend runs attention dropout P (torch's own generator for SDPA, kiln.attention's seed
+for kiln); the masks differ, so the math-backend check is skipped ("-"): kiln's dropout is
+checked by kiln_bwd_bench --dropout and python_torch_check.py.
 """
 import argparse
 import csv
@@ -33,6 +36,7 @@ def parse_args():
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--quick", action="store_true", help="N 1k/4k, f16, 3 repeats")
     p.add_argument("--kiln", action="store_true", help="also kiln.attention's autograd backward")
+    p.add_argument("--dropout", type=float, default=0.0, help="attention dropout probability")
     p.add_argument("--csv", default=None)
     return p.parse_args()
 
@@ -69,9 +73,11 @@ def main():
 
     def forward(backend, q, k, v, causal):
         if backend is None:
-            return kiln.attention(q, k, v, causal=causal)
+            return kiln.attention(q, k, v, causal=causal, dropout_p=args.dropout,
+                                  seed=1234 if args.dropout else None)
         with sdpa_kernel([backend]):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                  dropout_p=args.dropout)
 
     for dname in args.dtypes.split(","):
         dt = dtypes[dname]
@@ -93,9 +99,10 @@ def main():
                         try:
                             out = forward(backend, q, k, v, causal)
                             g = torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
-                            row[bname + "_relerr"] = max(
-                                ((a[:1, :2].float() - r).norm() / r.norm()).item()
-                                for a, r in zip(g, ref))
+                            if not args.dropout:  # (with dropout the masks differ)
+                                row[bname + "_relerr"] = max(
+                                    ((a[:1, :2].float() - r).norm() / r.norm()).item()
+                                    for a, r in zip(g, ref))
                             for _ in range(args.warmup):
                                 torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
                             torch.cuda.synchronize()

@@ -9,8 +9,10 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -33,6 +35,14 @@ static uint64_t next(void) {
 }
 static double unif(double lo, double hi) { return lo + (hi - lo) * (double)(next() >> 11) * 0x1p-53; }
 static int irand(int lo, int hi) { return lo + (int)(next() % (uint64_t)(hi - lo + 1)); }
+
+/* seeds the random inputs from KILN_TEST_SEED, else the time, and prints how to replay them */
+static inline void seed_from_env(const char *who) {
+  const char *e = getenv("KILN_TEST_SEED");
+  seed0 = e ? strtoull(e, NULL, 0) : (uint64_t)time(NULL);
+  rng = seed0;
+  printf("[ %s ] seed %llu (KILN_TEST_SEED replays)\n", who, (unsigned long long)seed0);
+}
 
 static bool verbose(void) {
   const char *e = getenv("KILN_TEST_VERBOSE");
@@ -69,6 +79,21 @@ static inline int run_on_target(const char *target, kn_module *m, kn_func *f,
                                 const char *what, kn_diag *diag) {
   if (!target) return kn_interp_run(f, args, grid, regions, nreg, st, diag);
   return run_named_on_target(target, m, f->name, args, grid, regions, nreg, st, what, diag);
+}
+
+/* the registry entry and compile target of architecture `name` for a code test: false, with a
+ * line saying so, when it is an NVIDIA one and ptxas (which counts the spills) is not found */
+static inline bool code_target(const char *name, const kn_arch **arch, const kn_target **t) {
+  *arch = kn_arch_get(name);
+  assert_non_null(*arch);
+  char ptxas[512];
+  kn_diag pd;
+  if ((*arch)->isa == KN_ISA_NVPTX && kn_ptxas_find(ptxas, sizeof ptxas, &pd) != KN_OK) {
+    printf("  %s: ptxas not found, skipped\n", name);
+    return false;
+  }
+  *t = kn_target_get(name);
+  return true;
 }
 
 /* the spill units of kernel `name` in artefact a, compiled for arch (cmocka failure if the

@@ -11,7 +11,8 @@
  * 3. The kernels (pre, dK/dV, dQ) on the interpreter, the host and gfx90a-emu / gfx942-emu, on
  *    fresh random inputs with ragged lengths (not multiples of the blocks, seqlen_k above and
  *    below seqlen_q), odd head dims, GQA and MQA, causal both ways, window, softcap, ALiBi, bias,
- *    documents and a user score_mod, f16 / bf16 / f32: every gradient within the dtype's
+ *    documents, a user score_mod and dropout (p 0.17 and 0.6, its mask from the forward's
+ *    generator), f16 / bf16 / f32: every gradient within the dtype's
  *    tolerance of float64 and within 2x (plus a floor) of the error the same math makes rounded
  *    as the kernels round (the lowp reference); deterministic (two runs bit-identical).
  * 4. Code: the backward kernels at their default tilings compile for gfx90a / gfx942 (VGPR
@@ -49,6 +50,7 @@ typedef struct bcase {
   kn_attn_desc desc;
   int batch, heads, kv_heads, nq, nk;
   /* derived */
+  uint64_t seed, offset;  /* dropout's generator (fresh per case) */
   kn_attn_vargs va;
   kn_attn_named_arg named[2];
   void *buf[4];
@@ -79,6 +81,7 @@ static void make_values(bcase *c) {
   kn_attn_vargs *va = &c->va;
   memset(va, 0, sizeof *va);
   c->nbuf = 0;
+  c->seed = next(), c->offset = next();  /* offset's carry into the counter's high word too */
   const int B = c->batch, H = c->heads;
   if (d->window) {
     va->window_left = irand(0, 3) == 0 ? -1 : irand(0, c->nk / 2 + 3);
@@ -135,7 +138,8 @@ static void free_values(bcase *c) {
 
 static kn_attn_problem problem_of(const bcase *c) {
   return (kn_attn_problem){.batch = c->batch, .heads = c->heads, .kv_heads = c->kv_heads,
-                           .seqlen_q = c->nq, .seqlen_k = c->nk};
+                           .seqlen_q = c->nq, .seqlen_k = c->nk, .dropout_seed = c->seed,
+                           .dropout_offset = c->offset};
 }
 
 static double *rand_vec(size_t n, kn_scalar dt, double lo, double hi) {
@@ -427,6 +431,9 @@ static void test_interp(void **state) {
       C("causal nq>nk f32", 1, 1, 1, 41, 19, .dtype = KN_F32, .head_dim = 7, .causal = 1),
       C("window f16", 1, 2, 1, 35, 50, .dtype = KN_F16, .head_dim = 16, .window = true),
       C("softcap f16", 1, 1, 1, 31, 27, .dtype = KN_F16, .head_dim = 16, .softcap = true),
+      C("dropout causal gqa f16", 1, 4, 2, 35, 43, .dtype = KN_F16, .head_dim = 16, .causal = 1,
+        .dropout = 0.17f),
+      C("dropout f32", 1, 2, 1, 29, 38, .dtype = KN_F32, .head_dim = 9, .dropout = 0.17f),
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) kernel_case(NULL, &cases[i], &small_cfg);
 }
@@ -448,6 +455,14 @@ static void test_host(void **state) {
       C("user score_mod f16", 1, 2, 2, 45, 66, .dtype = KN_F16, .head_dim = 32, .mods = TEMP_SCORE_MOD),
       C("head dim 256 f16", 1, 1, 1, 70, 70, .dtype = KN_F16, .head_dim = 256, .causal = 1),
       C("empty keys", 1, 1, 1, 20, 0, .dtype = KN_F16, .head_dim = 16),
+      C("dropout f16 d64", 2, 2, 2, 150, 133, .dtype = KN_F16, .head_dim = 64, .dropout = 0.17f),
+      C("dropout causal gqa bf16 d59", 1, 4, 2, 97, 130, .dtype = KN_BF16, .head_dim = 59,
+        .causal = 1, .dropout = 0.17f),
+      C("dropout causal top-left mqa f32", 2, 3, 1, 70, 55, .dtype = KN_F32, .head_dim = 24,
+        .causal = 2, .dropout = 0.17f),
+      C("dropout window softcap f16", 1, 2, 1, 80, 96, .dtype = KN_F16, .head_dim = 32,
+        .window = true, .softcap = true, .dropout = 0.17f),
+      C("dropout 0.6 f16", 1, 2, 2, 64, 77, .dtype = KN_F16, .head_dim = 16, .dropout = 0.6f),
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) kernel_case("host", &cases[i], NULL);
   /* other tilings */
@@ -466,6 +481,8 @@ static void test_emu(void **state) {
         C("causal gqa f16", 1, 2, 1, 45, 37, .dtype = KN_F16, .head_dim = 32, .causal = 1),
         C("plain bf16 d20", 1, 1, 1, 33, 40, .dtype = KN_BF16, .head_dim = 20),
         C("softcap f16", 1, 1, 1, 30, 30, .dtype = KN_F16, .head_dim = 16, .softcap = true),
+        C("dropout causal gqa f16", 1, 2, 1, 41, 39, .dtype = KN_F16, .head_dim = 32, .causal = 1,
+          .dropout = 0.17f),
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
       kn_attn_config cfg = {.block_m = 32, .block_n = 32, .warps = 2, .stages = 1};
@@ -484,18 +501,14 @@ static void test_codegen(void **state) {
   const char *archs[] = {"gfx90a", "gfx942", "sm_80", "sm_90a"};
   const int dims[] = {64, 128};
   for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
-    const kn_arch *arch = kn_arch_get(archs[a]);
-    assert_non_null(arch);
-    char ptxas[512];
-    kn_diag pd;
-    if (arch->isa == KN_ISA_NVPTX && kn_ptxas_find(ptxas, sizeof ptxas, &pd) != KN_OK) {
-      printf("  %s: ptxas not found, skipped\n", archs[a]);
-      continue;
-    }
-    const kn_target *t = kn_target_get(archs[a]);
+    const kn_arch *arch;
+    const kn_target *t;
+    if (!code_target(archs[a], &arch, &t)) continue;
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
-      for (int causal = 0; causal <= 1; causal++) {
-        kn_attn_desc d = {.dtype = KN_F16, .head_dim = dims[di], .causal = causal};
+      for (int vi = 0; vi < 3; vi++) {  /* plain, causal, causal with dropout */
+        const int causal = vi > 0;
+        kn_attn_desc d = {.dtype = KN_F16, .head_dim = dims[di], .causal = causal,
+                          .dropout = vi == 2 ? 0.17f : 0};
         kn_attn_config cfg = kn_attn_bwd_default_config(arch, &d);
         const char *tl = getenv("KILN_TEST_BWD_TILING");  /* "BM,BN,W": measure another tiling */
         if (tl) sscanf(tl, "%d,%d,%d", &cfg.block_m, &cfg.block_n, &cfg.warps);
@@ -512,8 +525,9 @@ static void test_codegen(void **state) {
           if (kn_compile_artifact(m, kn_attn_bwd_kernels[w], t, NULL, &art, &diag))
             fail_msg("%s D%d %s: %s", archs[a], dims[di], kn_attn_bwd_kernels[w], diag.rendered);
           int spills = artifact_spills(&art, arch, kn_attn_bwd_kernels[w]);
-          printf("  %-6s D%-3d causal=%d %dx%d w%d %-14s spills %d\n", archs[a], dims[di], causal,
-                 cfg.block_m, cfg.block_n, cfg.warps, kn_attn_bwd_kernels[w], spills);
+          printf("  %-6s D%-3d causal=%d%s %dx%d w%d %-14s spills %d\n", archs[a], dims[di],
+                 causal, vi == 2 ? " dropout" : "", cfg.block_m, cfg.block_n, cfg.warps,
+                 kn_attn_bwd_kernels[w], spills);
           kn_artifact_free(&art);
         }
         kn_module_free(m);
@@ -579,6 +593,7 @@ static void api_case(kiln_context *ctx, bcase *c, const kiln_attn_desc *pd) {
                                   .q_numel = (int64_t)nq, .k_numel = (int64_t)nk},
                           .dout = bdo, .dq = bdq, .dk = bdk, .dv = bdv, .delta = delta,
                           .dq_numel = (int64_t)nq, .dk_numel = (int64_t)nk, .delta_numel = (int64_t)nrow};
+  if (pd->dropout_p != 0) a.fwd.dropout_seed = c->seed, a.fwd.dropout_offset = c->offset;
   if (pd->mods) {
     ma = (kiln_mod_arg){.name = "temp", .kind = KILN_MOD_ARG_PTR, .p = c->named[0].value.p,
                         .bytes = c->named[0].bytes};
@@ -628,10 +643,13 @@ static void test_api(void **state) {
       C("api causal gqa f16", 2, 4, 2, 67, 81, .dtype = KN_F16, .head_dim = 64, .causal = 1),
       C("api softcap bf16", 1, 2, 1, 50, 40, .dtype = KN_BF16, .head_dim = 40, .softcap = true),
       C("api user score_mod f16", 1, 2, 2, 30, 45, .dtype = KN_F16, .head_dim = 32, .mods = TEMP_SCORE_MOD),
+      C("api dropout causal gqa f16", 2, 4, 2, 67, 81, .dtype = KN_F16, .head_dim = 64, .causal = 1,
+        .dropout = 0.17f),
   };
   const kiln_attn_desc pub[] = {{.dtype = KILN_F16, .head_dim = 64, .causal = 1},
                                 {.dtype = KILN_BF16, .head_dim = 40, .softcap = 1},
-                                {.dtype = KILN_F16, .head_dim = 32, .mods = TEMP_SCORE_MOD}};
+                                {.dtype = KILN_F16, .head_dim = 32, .mods = TEMP_SCORE_MOD},
+                                {.dtype = KILN_F16, .head_dim = 64, .causal = 1, .dropout_p = 0.17f}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) api_case(ctx, &cases[i], &pub[i]);
   /* refusals at prepare */
   kiln_kernel *k;
@@ -643,6 +661,25 @@ static void test_api(void **state) {
                                                                  .layout = KILN_LAYOUT_PAGED}, NULL, &k),
                    KILN_ERR_UNSUPPORTED);
   if (!strstr(kiln_last_error(), "paged is not supported yet")) fail_msg("%s", kiln_last_error());
+  /* dropout: p outside [0, 1), with a paged cache, a seed for a kernel without dropout */
+  assert_int_equal(kiln_prepare(ctx, &(kiln_attn_desc){.dtype = KILN_F16, .head_dim = 64,
+                                                        .dropout_p = 1}, NULL, &k),
+                   KILN_ERR_INVALID);
+  if (!strstr(kiln_last_error(), "dropout_p 1 is not a probability")) fail_msg("%s", kiln_last_error());
+  assert_int_equal(kiln_prepare(ctx, &(kiln_attn_desc){.dtype = KILN_F16, .head_dim = 64,
+                                                        .dropout_p = 0.1f,
+                                                        .layout = KILN_LAYOUT_PAGED}, NULL, &k),
+                   KILN_ERR_UNSUPPORTED);
+  if (!strstr(kiln_last_error(), "paged KV")) fail_msg("%s", kiln_last_error());
+  if (kiln_prepare(ctx, &(kiln_attn_desc){.dtype = KILN_F16, .head_dim = 16}, NULL, &k))
+    fail_msg("%s", kiln_last_error());
+  {
+    uint16_t buf[16] = {0};
+    kiln_attn_args fa = {.q = buf, .k = buf, .v = buf, .o = buf, .batch = 1, .heads = 1,
+                         .kv_heads = 1, .seqlen_q = 1, .seqlen_k = 1, .dropout_seed = 7};
+    assert_int_equal(kiln_forward(k, &fa, NULL), KILN_ERR_INVALID);
+    if (!strstr(kiln_last_error(), "not prepared with dropout")) fail_msg("%s", kiln_last_error());
+  }
   kiln_context_destroy(ctx);
   /* AOT bundles hold forward kernels only: a bundle_only context never compiles a backward */
   co.bundle_only = 1;

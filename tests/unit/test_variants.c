@@ -613,10 +613,7 @@ static void test_errors(void **state) {
 }
 
 int main(void) {
-  const char *e = getenv("KILN_TEST_SEED");
-  seed0 = e ? strtoull(e, NULL, 0) : (uint64_t)time(NULL);
-  rng = seed0;
-  printf("[ variants ] seed %llu (KILN_TEST_SEED replays)\n", (unsigned long long)seed0);
+  seed_from_env("variants");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_library_formulas), cmocka_unit_test(test_errors),
       cmocka_unit_test(test_block_skipping),   cmocka_unit_test(test_interp),
