@@ -28,8 +28,10 @@
 #                       "--page-size P" for others, paged and dense side by side);
 #                       step decode also runs `sdpa_anchor.py --decode` (FA2, cuDNN)
 #   step "fp8"          kiln_decode_bench --fp8 $KILN_FP8_FORMAT (default f8e4m3) $KILN_FP8_ARGS
-#                       (e.g. "--quick"): fp8 inputs checked against float64, then prefill and
-#                       decode (dense and paged fp8 KV) beside the f16 kernels
+#                       (e.g. "--quick"): fp8 inputs checked against float64 (each decode
+#                       call's route named: the split-KV decode kernels), then prefill and
+#                       decode (dense and paged fp8 KV) beside the f16 kernels and beside the
+#                       fp8 call through the prefill kernel (KILN_DECODE=0)
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
