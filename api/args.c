@@ -590,6 +590,44 @@ kiln_status api_paged_append_host(const kn_attn_desc *d, const kiln_attn_args *a
   return KILN_OK;
 }
 
+/* fp8 descales (kiln.h): each a (batch, kv_heads) f32 tensor with batch stride descale_stride
+ * (0: kv_heads).  A stride below kv_heads would overlap the rows of two sequences, and a
+ * described capacity (q_descale_numel, ...) must hold the furthest scale the rows reach,
+ * (batch - 1) * stride + kv_heads; a capacity given for a NULL descale describes nothing. */
+static kiln_status check_descales(const kiln_attn_args *a, const char *who) {
+  if (a->descale_stride < 0)
+    return api_fail(KILN_ERR_INVALID, "%s: descale_stride %lld is negative", who,
+                    (long long)a->descale_stride);
+  const int64_t HK = a->kv_heads, sb = a->descale_stride ? a->descale_stride : HK;
+  if (a->batch > 1 && sb < HK)
+    return api_fail(KILN_ERR_INVALID, "%s: descale_stride %lld is below kv_heads %lld: the "
+                    "(batch, kv_heads) descale rows of two sequences would overlap (0 is "
+                    "contiguous)", who, (long long)sb, (long long)HK);
+  if (a->batch > 1 && sb > (INT64_MAX / 4 - HK) / (a->batch - 1))
+    return api_fail(KILN_ERR_INVALID, "%s: descale_stride %lld addresses more than 2^63 bytes "
+                    "over batch %d: no buffer is that large", who, (long long)sb, a->batch);
+  static const char *const names[] = {"q_descale", "k_descale", "v_descale"};
+  const float *t[] = {a->q_descale, a->k_descale, a->v_descale};
+  const int64_t numel[] = {a->q_descale_numel, a->k_descale_numel, a->v_descale_numel};
+  for (int i = 0; i < 3; i++) {
+    if (numel[i] < 0)
+      return api_fail(KILN_ERR_INVALID, "%s: %s_numel %lld is negative", who, names[i],
+                      (long long)numel[i]);
+    if (numel[i] && !t[i])
+      return api_fail(KILN_ERR_INVALID, "%s: %s_numel %lld given, but %s is NULL (a NULL "
+                      "descale is 1 and has no capacity)", who, names[i], (long long)numel[i],
+                      names[i]);
+    int64_t size[1] = {a->batch}, stride[1] = {sb};
+    if (!numel[i] || a->batch == 0) continue;
+    if (view_span(size, stride, 1, HK) > numel[i])
+      return api_fail(KILN_ERR_INVALID, "%s: %s holds %lld scales (%s_numel), but batch %d x "
+                      "kv_heads %lld at descale_stride %lld reach %lld (one scale per (batch, kv "
+                      "head))", who, names[i], (long long)numel[i], names[i], a->batch,
+                      (long long)HK, (long long)sb, (long long)view_span(size, stride, 1, HK));
+  }
+  return KILN_OK;
+}
+
 kiln_status api_forward_args(const api_launch_view *k, const kiln_attn_args *a, const char *who,
                              api_call *c) {
   const kn_attn_desc *d = k->desc;
@@ -628,12 +666,11 @@ kiln_status api_forward_args(const api_launch_view *k, const kiln_attn_args *a, 
                          .seqlen_new = a->seqlen_new, .q_descale = a->q_descale,
                          .k_descale = a->k_descale, .v_descale = a->v_descale,
                          .descale_sb = a->descale_stride};
-  if (!kn_attn_is_fp8(d) && (a->q_descale || a->k_descale || a->v_descale || a->descale_stride))
+  if (!kn_attn_is_fp8(d) && (a->q_descale || a->k_descale || a->v_descale || a->descale_stride ||
+                             a->q_descale_numel || a->k_descale_numel || a->v_descale_numel))
     return api_fail(KILN_ERR_INVALID, "%s: q_descale/k_descale/v_descale/descale_stride given, "
                     "but the kernel was not prepared with fp8 inputs (q_dtype / kv_dtype)", who);
-  if (a->descale_stride < 0)
-    return api_fail(KILN_ERR_INVALID, "%s: descale_stride %lld is negative", who,
-                    (long long)a->descale_stride);
+  if ((s = check_descales(a, who))) return s;
   /* the sizes first: variant_args multiplies them (a bias's contiguous strides) */
   if ((s = check_extents(d, a, p))) return s;
   if ((s = variant_args(k, a, &c->va, c->named, who))) return s;

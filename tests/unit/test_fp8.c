@@ -8,14 +8,20 @@
  *    the blocks, pages in shuffled order, tables with unused entries), GQA and MQA, causal,
  *    softcap (a score modifier sees the dequantised score) and ALiBi, a NULL descale (1), and
  *    inputs small enough to be fp8 subnormals.  Fresh random data and descales every run.
- * 2. Code: the fp8 kernels compile for gfx942 (e4m3fnuz) without VGPR spills and for sm_90a /
- *    sm_80 (e4m3; ptxas when it is installed).
+ *    The split-KV decode kernels likewise (dense and paged, Nq 1 / 4 / 16, GQA 32/8, MQA, MHA,
+ *    pages of 1, 16, 64, 256), split then combine through a NaN-filled workspace.
+ * 2. Code: the fp8 kernels (the forward's and the split-KV decode kernel at their defaults)
+ *    compile for gfx942 (e4m3fnuz) without VGPR spills and for sm_90a / sm_80 (e4m3; ptxas when
+ *    it is installed; the decode kernel without spills there too).
  * 3. The API (host): kiln_prepare / kiln_forward with q_dtype / kv_dtype and q_descale /
- *    k_descale / v_descale for the three layouts (dense with one query row: decode runs the
- *    prefill kernel), and the refusals: an fp8 dtype for o, an f32 compute type, descales for
- *    a kernel without fp8 inputs, a backward of fp8 inputs.
+ *    k_descale / v_descale for the three layouts (dense and paged calls of 1..16 query rows
+ *    build the two decode kernels; KILN_DECODE=0 the prefill kernel), and the refusals: an fp8
+ *    dtype for o, an f32 compute type, descales for a kernel without fp8 inputs, a backward of
+ *    fp8 inputs, descales smaller than their described capacity (q_descale_numel, ...), rows
+ *    that overlap (descale_stride < kv_heads), capacities of NULL descales.
  *
- * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_VERBOSE=1 prints each case.
+ * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_VERBOSE=1 prints each case;
+ * KILN_TEST_FILTER=test_decode* runs the tests whose names match.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -617,6 +623,9 @@ static void api_case_append(kiln_context *ctx, f8_case *c, int append) {
                       .seqlen_q = c->seqlen_q, .seqlen_k = c->seqlen_k,
                       .q_descale = c->descale[0], .k_descale = c->descale[1],
                       .v_descale = c->descale[2], .q_numel = (int64_t)c->nq,
+                      .q_descale_numel = c->descale[0] ? (int64_t)c->batch * HK : 0,
+                      .k_descale_numel = c->descale[1] ? (int64_t)c->batch * HK : 0,
+                      .v_descale_numel = c->descale[2] ? (int64_t)c->batch * HK : 0,
                       .k_numel = (int64_t)c->nk, .v_numel = (int64_t)c->nk,
                       .o_numel = (int64_t)c->nq};
   if (is_varlen(c)) {
@@ -656,6 +665,57 @@ static void api_case_append(kiln_context *ctx, f8_case *c, int append) {
   reference(c);
   compare(c, "api-host");
   release(c);
+}
+
+/* descales smaller than the (batch, kv_heads) rows the call describes, overlapping rows, and
+ * capacities of NULL descales: KILN_ERR_INVALID before launch, naming the tensor */
+static void descale_refusals(kiln_context *ctx) {
+  kiln_attn_desc pd = {.dtype = KILN_F16, .head_dim = 16, .kv_dtype = KILN_F8E4M3};
+  kiln_kernel *k;
+  assert_int_equal(kiln_prepare(ctx, &pd, NULL, &k), KILN_OK);
+  enum { B = 3, H = 4, HK = 2, N = 5, D = 16 };
+  static uint16_t q[B * H * N * D], o[B * H * N * D];
+  static uint8_t kv[B * HK * N * D];
+  float ds[2 * B * HK + 8];
+  for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) ds[i] = 0.5f;
+  const kiln_attn_args base = {.q = q, .k = kv, .v = kv, .o = o, .batch = B, .heads = H,
+                               .kv_heads = HK, .seqlen_q = N, .seqlen_k = N, .k_descale = ds,
+                               .v_descale = ds, .k_descale_numel = B * HK,
+                               .v_descale_numel = B * HK};
+  kiln_attn_args a = base;
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_OK);  /* exactly (B, HK) */
+  a.v_descale_numel = B * HK - 1;  /* one kv head short */
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "v_descale holds 5 scales (v_descale_numel), but "
+                                            "batch 3 x kv_heads 2 at descale_stride 2 reach 6"));
+  a = base;
+  a.descale_stride = HK + 3;  /* a padded batch stride: (B - 1) * 5 + HK = 12 */
+  a.k_descale_numel = 11, a.v_descale_numel = 12;
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "k_descale holds 11 scales"));
+  a.k_descale_numel = 12;
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_OK);
+  a = base;
+  a.descale_stride = HK - 1;  /* rows of two sequences overlap */
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "below kv_heads"));
+  a = base;
+  a.q_descale_numel = B * HK;  /* a capacity for a NULL descale */
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "q_descale is NULL"));
+  a = base;
+  a.k_descale_numel = -1;
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "negative"));
+  a = base;
+  a.descale_stride = INT64_MAX / 2;
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "2^63"));
+  /* one query row: the decode kernels get the same checks */
+  a = base;
+  a.seqlen_q = 1, a.k_descale_numel = 1;
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "k_descale holds 1 scales"));
 }
 
 static void test_api(void **state) {
@@ -741,6 +801,10 @@ static void test_api(void **state) {
                       .kv_heads = 1, .seqlen_q = 4, .seqlen_k = 4, .k_descale = &one};
   assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
   assert_non_null(strstr(kiln_last_error(), "not prepared with fp8 inputs"));
+  a.k_descale = NULL, a.k_descale_numel = 4;
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "not prepared with fp8 inputs"));
+  descale_refusals(ctx);
   /* the key names the input types, and only when set */
   assert_int_equal(kiln_dtype_name(KILN_F8E4M3FNUZ) != NULL, 1);
   assert_string_equal(kiln_dtype_name(KILN_F8E4M3FNUZ), "f8e4m3fnuz");
