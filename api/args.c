@@ -398,16 +398,10 @@ static kiln_status check_varlen(const api_launch_view *k, const kiln_attn_args *
     return api_fail(KILN_ERR_INVALID, "kiln_forward: varlen buffers have no batch axis: their "
                     "strides are {0, head, token} (lse {0, head})");
   /* On CUDA the prefix sums are device memory kiln does not read: the kernel clamps every
-   * sequence into total_q / total_k, so bad values give wrong rows and no access outside q, k,
-   * v and o.  A bias or document tensor, though, is indexed by the sequence's own positions,
-   * with rows of seqlen_q / seqlen_k (the max lengths): a sequence longer than them would read
-   * outside it, and the kernel does not have the max lengths to clamp to (found by fuzz_api).
-   * Refused there until it does; the host reads the sums and checks every length. */
-  if (k->kind == KN_DEVICE_CUDA && (k->desc->bias || k->desc->document))
-    return api_fail(KILN_ERR_UNSUPPORTED, "kiln_forward: a varlen kernel with a %s tensor on "
-                    "CUDA (its sequences index the tensor's rows of max_seqlen, which the kernel "
-                    "cannot check against cu_seqlens in device memory); on the host it is served",
-                    k->desc->bias ? "bias" : "document");
+   * sequence into total_q / total_k and its lengths into max_seqlen_q / max_seqlen_k (the
+   * call's seqlen_q / seqlen_k, the rows of bias and document tensors), so bad values give
+   * wrong rows and no access outside q, k, v, o or those tensors (fuzz_api found the reads
+   * past a bias before the kernel had the max lengths). */
   if (k->kind == KN_DEVICE_CUDA) return KILN_OK;  /* device memory: the kernel clamps */
   const int32_t *cu[2] = {a->cu_seqlens_q, a->cu_seqlens_k};
   const int total[2] = {a->total_q, a->total_k}, most[2] = {a->seqlen_q, a->seqlen_k};

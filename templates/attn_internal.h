@@ -84,8 +84,10 @@ extern const char *const kn_attn_param_names[];
 /* the indices of the template's seqlen_q and seqlen_k parameters (attn_fwd.c checks them) */
 enum { KN_ATTN_P_SEQLEN_Q = 6, KN_ATTN_P_SEQLEN_K = 7 };
 
-/* the names of a varlen kernel's two parameters after them (attention.h) */
-extern const char *const kn_attn_cu_names[2];
+/* the names of a varlen kernel's four parameters after them (attention.h): the two prefix sums
+ * and the two max lengths */
+enum { KN_ATTN_CU_NPARAMS = 4 };
+extern const char *const kn_attn_cu_names[KN_ATTN_CU_NPARAMS];
 
 /* the names of an fp8 kernel's parameters after the layout's (attention.h) */
 enum { KN_ATTN_FP8_NPARAMS = 7 };
