@@ -23,6 +23,7 @@
 #include "pipeline.h"
 #include "ptxas.h"
 #include "target.h"
+#include "test_mods.h"
 
 /* random inputs (splitmix64 from seed0, which the test prints so a failure can be replayed) and
  * KILN_TEST_VERBOSE */
@@ -40,6 +41,53 @@ static int irand(int lo, int hi) { return lo + (int)(next() % (uint64_t)(hi - lo
 static bool verbose(void) {
   const char *e = getenv("KILN_TEST_VERBOSE");
   return e && *e && strcmp(e, "0");
+}
+
+/* The variants the layout tests (test_decode, test_paged, test_varlen) sweep, over base: the
+ * seven every layout serves (plain, causal both ways, a window with and without causal, softcap,
+ * ALiBi), then those `extra` names, in its order (NULL-terminated: "prefix", "document",
+ * "bias+causal", "user-mask(chunks)" a user mask with its block predicate, "head-temp" a user
+ * score modifier reading a per-head tensor %temp), then no-lse (causal).  out has room for 16;
+ * returns the count. */
+typedef struct test_variant {
+  const char *name;
+  kn_attn_desc desc;
+} test_variant;
+
+static inline int test_variant_list(kn_attn_desc base, const char *const *extra,
+                                    test_variant *out) {
+  int n = 0;
+#define TV(nm_, ...)                                    \
+  do {                                                  \
+    out[n] = (test_variant){.name = nm_, .desc = base}; \
+    kn_attn_desc *d_ = &out[n].desc;                    \
+    __VA_ARGS__;                                        \
+    (void)d_;                                           \
+    n++;                                                \
+  } while (0)
+  TV("plain");
+  TV("causal", d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+  TV("causal-top-left", d_->causal = KN_CAUSAL_TOP_LEFT);
+  TV("window+causal", d_->window = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+  TV("window", d_->window = true);
+  TV("softcap+causal", d_->softcap = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+  TV("alibi+causal", d_->alibi = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+  for (int i = 0; extra && extra[i]; i++) {
+    const char *e = extra[i];
+    if (!strcmp(e, "prefix")) TV("prefix", d_->prefix = true);
+    else if (!strcmp(e, "document")) TV("document", d_->document = true);
+    else if (!strcmp(e, "bias+causal"))
+      TV("bias+causal", d_->bias = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+    else if (!strcmp(e, "user-mask(chunks)"))
+      TV("user-mask(chunks)", d_->mods = TEST_CHUNK_MASK_MOD; d_->mods_file = "chunk.tile");
+    else if (!strcmp(e, "head-temp"))
+      TV("head-temp", d_->mods = TEST_HEAD_TEMP_SCORE_MOD; d_->mods_file = "temp.tile");
+    else
+      fail_msg("test_variant_list: no variant '%s'", e);
+  }
+  TV("no-lse", d_->has_lse = false; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+#undef TV
+  return n;
 }
 
 /* kernel `name` of module m on target (NULL: the interpreter, whose op counts go to *st when st
