@@ -403,16 +403,10 @@ static kiln_status check_varlen(const api_launch_view *k, const kiln_attn_args *
     return api_fail(KILN_ERR_INVALID, "kiln_forward: varlen buffers have no batch axis: their "
                     "strides are {0, head, token} (lse {0, head})");
   /* On CUDA the prefix sums are device memory kiln does not read: the kernel clamps every
-   * sequence into total_q / total_k, so bad values give wrong rows and no access outside q, k,
-   * v and o.  A bias or document tensor, though, is indexed by the sequence's own positions,
-   * with rows of seqlen_q / seqlen_k (the max lengths): a sequence longer than them would read
-   * outside it, and the kernel does not have the max lengths to clamp to (found by fuzz_api).
-   * Refused there until it does; the host reads the sums and checks every length. */
-  if (k->kind == KN_DEVICE_CUDA && (k->desc->bias || k->desc->document))
-    return api_fail(KILN_ERR_UNSUPPORTED, "kiln_forward: a varlen kernel with a %s tensor on "
-                    "CUDA (its sequences index the tensor's rows of max_seqlen, which the kernel "
-                    "cannot check against cu_seqlens in device memory); on the host it is served",
-                    k->desc->bias ? "bias" : "document");
+   * sequence into total_q / total_k and its lengths into max_seqlen_q / max_seqlen_k (the
+   * call's seqlen_q / seqlen_k, the rows of bias and document tensors), so bad values give
+   * wrong rows and no access outside q, k, v, o or those tensors (fuzz_api found the reads
+   * past a bias before the kernel had the max lengths). */
   if (k->kind == KN_DEVICE_CUDA) return KILN_OK;  /* device memory: the kernel clamps */
   const int32_t *cu[2] = {a->cu_seqlens_q, a->cu_seqlens_k};
   const int total[2] = {a->total_q, a->total_k}, most[2] = {a->seqlen_q, a->seqlen_k};
@@ -595,6 +589,44 @@ kiln_status api_paged_append_host(const kn_attn_desc *d, const kiln_attn_args *a
   return KILN_OK;
 }
 
+/* fp8 descales (kiln.h): each a (batch, kv_heads) f32 tensor with batch stride descale_stride
+ * (0: kv_heads).  A stride below kv_heads would overlap the rows of two sequences, and a
+ * described capacity (q_descale_numel, ...) must hold the furthest scale the rows reach,
+ * (batch - 1) * stride + kv_heads; a capacity given for a NULL descale describes nothing. */
+static kiln_status check_descales(const kiln_attn_args *a, const char *who) {
+  if (a->descale_stride < 0)
+    return api_fail(KILN_ERR_INVALID, "%s: descale_stride %lld is negative", who,
+                    (long long)a->descale_stride);
+  const int64_t HK = a->kv_heads, sb = a->descale_stride ? a->descale_stride : HK;
+  if (a->batch > 1 && sb < HK)
+    return api_fail(KILN_ERR_INVALID, "%s: descale_stride %lld is below kv_heads %lld: the "
+                    "(batch, kv_heads) descale rows of two sequences would overlap (0 is "
+                    "contiguous)", who, (long long)sb, (long long)HK);
+  if (a->batch > 1 && sb > (INT64_MAX / 4 - HK) / (a->batch - 1))
+    return api_fail(KILN_ERR_INVALID, "%s: descale_stride %lld addresses more than 2^63 bytes "
+                    "over batch %d: no buffer is that large", who, (long long)sb, a->batch);
+  static const char *const names[] = {"q_descale", "k_descale", "v_descale"};
+  const float *t[] = {a->q_descale, a->k_descale, a->v_descale};
+  const int64_t numel[] = {a->q_descale_numel, a->k_descale_numel, a->v_descale_numel};
+  for (int i = 0; i < 3; i++) {
+    if (numel[i] < 0)
+      return api_fail(KILN_ERR_INVALID, "%s: %s_numel %lld is negative", who, names[i],
+                      (long long)numel[i]);
+    if (numel[i] && !t[i])
+      return api_fail(KILN_ERR_INVALID, "%s: %s_numel %lld given, but %s is NULL (a NULL "
+                      "descale is 1 and has no capacity)", who, names[i], (long long)numel[i],
+                      names[i]);
+    int64_t size[1] = {a->batch}, stride[1] = {sb};
+    if (!numel[i] || a->batch == 0) continue;
+    if (view_span(size, stride, 1, HK) > numel[i])
+      return api_fail(KILN_ERR_INVALID, "%s: %s holds %lld scales (%s_numel), but batch %d x "
+                      "kv_heads %lld at descale_stride %lld reach %lld (one scale per (batch, kv "
+                      "head))", who, names[i], (long long)numel[i], names[i], a->batch,
+                      (long long)HK, (long long)sb, (long long)view_span(size, stride, 1, HK));
+  }
+  return KILN_OK;
+}
+
 kiln_status api_forward_args(const api_launch_view *k, const kiln_attn_args *a, const char *who,
                              api_call *c) {
   const kn_attn_desc *d = k->desc;
@@ -637,12 +669,11 @@ kiln_status api_forward_args(const api_launch_view *k, const kiln_attn_args *a, 
   if (d->dropout == 0 && (a->dropout_seed || a->dropout_offset))
     return api_fail(KILN_ERR_INVALID, "%s: dropout_seed / dropout_offset given, but the kernel "
                     "was not prepared with dropout (kiln_attn_desc.dropout_p)", who);
-  if (!kn_attn_is_fp8(d) && (a->q_descale || a->k_descale || a->v_descale || a->descale_stride))
+  if (!kn_attn_is_fp8(d) && (a->q_descale || a->k_descale || a->v_descale || a->descale_stride ||
+                             a->q_descale_numel || a->k_descale_numel || a->v_descale_numel))
     return api_fail(KILN_ERR_INVALID, "%s: q_descale/k_descale/v_descale/descale_stride given, "
                     "but the kernel was not prepared with fp8 inputs (q_dtype / kv_dtype)", who);
-  if (a->descale_stride < 0)
-    return api_fail(KILN_ERR_INVALID, "%s: descale_stride %lld is negative", who,
-                    (long long)a->descale_stride);
+  if ((s = check_descales(a, who))) return s;
   /* the sizes first: variant_args multiplies them (a bias's contiguous strides) */
   if ((s = check_extents(d, a, p))) return s;
   if ((s = variant_args(k, a, &c->va, c->named, who))) return s;

@@ -1019,12 +1019,11 @@ static api_launch_view view_of(const kiln_kernel *k) {
  * reads the pages through the block table, each sequence its own length; a paged call's new
  * rows are appended before, by call_args), 1..KN_DECODE_MAX_Q query rows, a variant decode
  * takes, and KILN_DECODE not "0" (the prefill kernel then serves it, as before decode existed).
- * Varlen and fp8 inputs keep the prefill kernel, and so does a kernel of an AOT bundle or a
- * context that may not compile: bundles hold no decode kernels. */
+ * fp8 inputs (dense or paged) take them too.  Varlen keeps the prefill kernel, and so does a
+ * kernel of an AOT bundle or a context that may not compile: bundles hold no decode kernels. */
 bool api_decode_wanted(const kiln_kernel *k, const kiln_attn_args *a) {
   if (k->kind != API_FWD) return false;
   if (k->desc.layout != KN_ATTN_DENSE && k->desc.layout != KN_ATTN_PAGED) return false;
-  if (kn_attn_is_fp8(&k->desc)) return false;  /* fp8 inputs: the prefill kernel serves decode */
   if (k->info.source == KILN_SOURCE_BUNDLE || k->ctx->bundle_only) return false;
   if (a->seqlen_q < 1 || a->seqlen_q > KN_DECODE_MAX_Q) return false;
   const char *e = getenv("KILN_DECODE");

@@ -106,7 +106,8 @@ for hex in 00 0100000010011111111111111111 ffffffff3f1f1f1f1f1f1f1f0101010101 \
            0000000110011111111111111111111111111111 0000000210011010111111111111111111 \
            411501008a203840e68b1400000000101111c241 7a1111ffffffffff7fffff1170; do
   # (the last two: a varlen kernel with a document tensor on CUDA and a sequence longer than
-  # max_seqlen_k, which read outside the segment ids before kiln_forward refused it; a head dim
+  # max_seqlen_k, which read outside the segment ids before the kernel clamped each length into
+  # max_seqlen (kiln_forward refused the call in between); a head dim
   # of INT_MAX, whose padding overflowed)
   # shellcheck disable=SC2059
   printf "$(printf '%s' "$hex" | sed 's/../\\x&/g')" >"$out/corpus-fuzz_api/seed$((i += 1))"

@@ -452,7 +452,11 @@ typedef struct kiln_attn_args {
    * kernel attends over q * q_descale[b, h / (heads / kv_heads)], k * k_descale[b, hk] and
    * v * v_descale[b, hk]; o is not scaled back. */
   const float *q_descale, *k_descale, *v_descale;
-  int64_t descale_stride;      /* their batch stride; 0: kv_heads (contiguous) */
+  int64_t descale_stride;      /* their batch stride; 0: kv_heads (contiguous); else at least
+                                  kv_heads when batch > 1 (rows of kv_heads scales each) */
+  /* capacities (f32 elements from each pointer, 0: not described): a descale that its
+   * (batch, kv_heads) rows at descale_stride reach past is KILN_ERR_INVALID before launch */
+  int64_t q_descale_numel, k_descale_numel, v_descale_numel;
   /* dropout (a kernel with dropout_p != 0; zero otherwise): Philox's key and the counter's
    * offset.  Query head h of batch b draws the counters (col, row, offset + b * heads + h), so
    * a training step that advances the offset by batch * heads (or more) per call never reuses a

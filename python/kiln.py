@@ -142,6 +142,7 @@ _I64x3 = ctypes.c_int64 * 3
 
 _NUMEL = ("q", "k", "v", "o", "lse", "alibi", "bias", "q_seg", "k_seg")
 _PAGED_NUMEL = ("block_table", "k_new", "v_new")
+_DESCALE_NUMEL = ("q_descale", "k_descale", "v_descale")
 
 
 class _AttnArgs(ctypes.Structure):
@@ -167,8 +168,9 @@ class _AttnArgs(ctypes.Structure):
                 ("seqlen_new", ctypes.c_int), ("k_new_stride", _I64x3),
                 ("v_new_stride", _I64x3)] + [(n + "_numel", ctypes.c_int64) for n in _PAGED_NUMEL] + \
                [("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p),
-                ("v_descale", ctypes.c_void_p), ("descale_stride", ctypes.c_int64),
-                ("dropout_seed", ctypes.c_uint64), ("dropout_offset", ctypes.c_uint64)]
+                ("v_descale", ctypes.c_void_p), ("descale_stride", ctypes.c_int64)] + \
+               [(n + "_numel", ctypes.c_int64) for n in _DESCALE_NUMEL] + \
+               [("dropout_seed", ctypes.c_uint64), ("dropout_offset", ctypes.c_uint64)]
 
 
 class _BwdArgs(ctypes.Structure):
@@ -470,7 +472,8 @@ class Kernel:
                 numel=None, block_table=None, cache_seqlens=None, block_table_stride=0,
                 page_size=0, num_pages=0, max_pages=0, k_new=None, v_new=None, seqlen_new=0,
                 k_new_stride=(0, 0, 0), v_new_stride=(0, 0, 0), q_descale=None, k_descale=None,
-                v_descale=None, descale_stride=0, dropout_seed=0, dropout_offset=0):
+                v_descale=None, descale_stride=0, descale_numel=None, dropout_seed=0,
+                dropout_offset=0):
         """kiln_forward on raw addresses (ints): host pointers on the host device, device pointers
         on CUDA; strides in elements (zeros: contiguous); stream a CUstream address or None.
         The variant's values as kiln_attn_args has them: window (left, right), softcap, the
@@ -480,10 +483,13 @@ class Kernel:
         the longest sequence's).  Paged kernels: the addresses block_table, cache_seqlens, k_new,
         v_new, the pools' page_size, num_pages, max_pages, seqlen_new and the strides (kiln.h).
         numel: {buffer: elements it holds} (q, k, v, o, lse, alibi, bias, q_seg, k_seg,
-        block_table, k_new, v_new; docs/api.md "Capacities").  fp8 kernels: the addresses of the
+        block_table, k_new, v_new, q_descale, k_descale, v_descale; docs/api.md "Capacities").  fp8 kernels: the addresses of the
         float32 (batch, kv_heads) q_descale, k_descale, v_descale (None: 1) and their batch
-        stride descale_stride (0: kv_heads).  Dropout kernels: the generator's dropout_seed and
-        dropout_offset (unsigned 64-bit)."""
+        stride descale_stride (0: kv_heads); descale_numel: {name: elements each holds}, as
+        numel's.  Dropout kernels: the generator's dropout_seed and dropout_offset (unsigned
+        64-bit)."""
+        if descale_numel:
+            numel = dict(numel or {}, **descale_numel)
         a = _attn_args(q, k, v, o, batch, heads, kv_heads, seqlen_q, seqlen_k, lse, sm_scale,
                        q_stride, k_stride, v_stride, o_stride, lse_stride, window, softcap,
                        alibi_slopes, alibi_stride, bias, bias_stride, q_seg, k_seg, q_seg_stride,
@@ -587,9 +593,9 @@ def _attn_args(q, k, v, o, batch, heads, kv_heads, seqlen_q, seqlen_k, lse, sm_s
                   prefix_len=prefix_len, n_mod_args=nmargs, cu_seqlens_q=cu_seqlens_q,
                   cu_seqlens_k=cu_seqlens_k, total_q=total_q, total_k=total_k, **(paged or {}))
     for n, x in (numel or {}).items():
-        if n not in _NUMEL + _PAGED_NUMEL:
+        if n not in _NUMEL + _PAGED_NUMEL + _DESCALE_NUMEL:
             raise KilnError(ERR_INVALID, "numel: %r is none of %s"
-                            % (n, ", ".join(_NUMEL + _PAGED_NUMEL)))
+                            % (n, ", ".join(_NUMEL + _PAGED_NUMEL + _DESCALE_NUMEL)))
         setattr(a, n + "_numel", int(x))
     if margs is not None:
         a.mod_args = margs
@@ -709,11 +715,12 @@ def _descales(q_descale, k_descale, v_descale, fp8, dev, B, HK):
     if given and not fp8:
         raise KilnError(ERR_INVALID, "%s given, but q, k and v are not fp8"
                         % ", ".join(n for n, _ in given))
-    out, sb = {}, set()
+    out, sb = {"descale_numel": {}}, set()
     for n, t in given:
         st = _variant_tensor(t, n, dev, 2, ("float32",), (B, HK))
         sb.add(st[0] if B > 1 else HK)
         out[n] = t.data_ptr()
+        out["descale_numel"][n] = _numel(t)  # kiln_forward checks the rows fit the storage
     if len(sb) > 1:
         raise KilnError(ERR_INVALID, "q_descale, k_descale and v_descale must share one batch "
                         "stride")

@@ -20,12 +20,14 @@
  * That is 4 + 1 + 1 + 4 + 14 = 24 parameters (the lse row stride is 1: lse rows are contiguous).
  *
  * Varlen (layout KN_ATTN_VARLEN, docs/serving.md): the batch's sequences are packed along the
- * token axis, q and o (total_q, H, D), k and v (total_k, HK, D), lse (H, total_q), and two more
- * parameters follow the 24, cu_seqlens_q and cu_seqlens_k (ptr<i32>, batch + 1 prefix sums each:
- * sequence b owns tokens [cu[b], cu[b+1])).  Then seqlen_q and seqlen_k are total_q and total_k
- * (the kernel clamps every sequence's token range into them, so no cu_seqlens value can make it
- * read or write outside the buffers), the batch strides (q_sb, k_sb, v_sb, o_sb, lse_sb) are the
- * strides of one token (q_sb = q_sm for a packed buffer; lse_sb = 1), and each program takes
+ * token axis, q and o (total_q, H, D), k and v (total_k, HK, D), lse (H, total_q), and four more
+ * parameters follow the 24: cu_seqlens_q and cu_seqlens_k (ptr<i32>, batch + 1 prefix sums each:
+ * sequence b owns tokens [cu[b], cu[b+1])), then max_seqlen_q and max_seqlen_k (i32: the
+ * problem's seqlen_q / seqlen_k, the longest sequence's lengths).  Then seqlen_q and seqlen_k
+ * are total_q and total_k (the kernel clamps every sequence's token range into them, and its
+ * lengths into the max lengths, so no cu_seqlens value can make it read or write outside the
+ * buffers, bias and document tensors of max-length rows included), the batch strides (q_sb,
+ * k_sb, v_sb, o_sb, lse_sb) are the strides of one token (q_sb = q_sm for a packed buffer; lse_sb = 1), and each program takes
  * its sequence's own lengths: the masks, the loop bounds and the modifiers see the sequence's
  * seqlen_q and seqlen_k, and its indices count from the sequence's first token.  The grid is
  * (cdiv(max_seqlen_q, BLOCK_M), batch * heads, 1); a program whose rows start past its

@@ -22,6 +22,11 @@
  * seqlen_q, a window's left edge starts at the first row's.  Bottom-right causal and the window's
  * right edge never narrow it (the last query row sees the last key).
  *
+ * fp8 inputs (attention.h): q is gathered and K / V loaded in their memory format and converted
+ * exactly to dtype; the descales of (b, hk), one kv head for all of a program's packed rows, fold
+ * as in the forward (kn_attn_fp8_scales): q's and k's into the score scale, v's into the piece's
+ * output.  The workspace and the combine kernel stay f32.
+ *
  * Addressing.  kv_rows() is the one place that says where the keys of a KV block live: the
  * (batch, kv head) base, key rows start_n.., stride k_sn; or (paged) a gather through the block
  * table by attn_paged.c's helpers, the ones the paged forward uses (kn_paged_open for the
@@ -107,9 +112,6 @@ int kn_attn_decode_check(const kn_arch *arch, const kn_attn_desc *d, const kn_at
   if (has_block_mod(d))
     return kn_error(diag, NULL, nowhere, "decode: a block predicate (the document mask, "
                     "@block_mask) bounds one head's query rows; decode packs several heads");
-  if (kn_attn_is_fp8(d))
-    return kn_error(diag, NULL, nowhere, "decode: fp8 inputs are not served by the decode "
-                    "kernels yet (kiln_forward runs the prefill kernel for them)");
   if (d->dropout != 0)
     return kn_error(diag, NULL, nowhere, "decode: dropout is not served by the decode kernels "
                     "(kiln_forward runs the prefill kernel for it)");
@@ -137,6 +139,17 @@ kn_attn_config kn_attn_decode_default_config(const kn_arch *arch, const kn_attn_
     c = dp <= 64 ? (kn_attn_config){.block_m = 32, .block_n = 32, .warps = 2, .stages = 2}
         : nv     ? (kn_attn_config){.block_m = 16, .block_n = 32, .warps = 1, .stages = 2}
                  : (kn_attn_config){.block_m = 32, .block_n = 16, .warps = 2, .stages = 2};
+  }
+  if (kn_attn_is_fp8(d) && arch && arch->isa == KN_ISA_NVPTX) {
+    /* fp8 K / V: the conversions of the K and V tiles to dtype add their registers to the
+     * tile's, and the one-warp and two-warp tilings above then spill (ptxas -O3, fp8 KV: dense
+     * 16x64 on sm_90a 556 bytes at head dim 128; on sm_80, which has no conversion
+     * instruction, 14 KB at 128 and 992 bytes at 64; paged 32x32 with 2 warps 16 bytes at 64).
+     * 64 rows with 4 warps (16 packed rows each, as the dense tile's one warp) and at most 32
+     * keys compile without spills on both at 64 and 128, dense and paged, q fp8 or not
+     * (test_fp8's code test) */
+    c.block_m = 64, c.warps = 4;
+    if (c.block_n > 32) c.block_n = 32;
   }
   kn_diag diag;
   for (int bn = c.block_n; bn >= 16; bn /= 2) {
@@ -277,9 +290,10 @@ typedef struct loop_in {
   const kn_attn_plan *plan;
   kn_value *const *P;
   const kv_view *kv;
-  kn_scalar dt;
+  kn_scalar dt, kvt;  /* the compute type; K and V's in memory (fp8: converted to dt) */
   int BM, BN, D, DP, nscore;
   kn_type s_f32;
+  kn_value *sm_scale;  /* the softmax scale, fp8's q and k descales folded in */
   kn_value *lo, *hi, *c_bn, *c0, *c_d, *one64, *q_tile, *kcols, *bidx, *h_s, *q_s, *k_last, *k_last_s,
       *qk_scale_s, *hi_s, *neg_inf_s, *neg_inf_r, *zero_r, *zero_acc;
 } loop_in;
@@ -318,7 +332,11 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
                  &page_next, &slot1);
   }
   kn_value *kt, *vt;
-  kv_rows(g, L->kv, how, dt, BN, L->D, DP, n0, page, L->c0, L->c_d, L->one64, &kt, &vt);
+  kv_rows(g, L->kv, how, L->kvt, BN, L->D, DP, n0, page, L->c0, L->c_d, L->one64, &kt, &vt);
+  if (L->kvt != dt) {  /* fp8 K and V: converted exactly (every fp8 value is an f16 and a bf16) */
+    kt = nm(g, kn_b_cast(&g->b, kt, dt), "k_conv");
+    vt = nm(g, kn_b_cast(&g->b, vt, dt), "v_conv");
+  }
   kn_value *qk = nm(g, kn_b_dot(&g->b, L->q_tile, kt, f32c(g, s_f32, 0.0, "zero_s")), "qk");
   kn_value *cols = spread(g, op2(g, KN_OP_ADD, L->kcols, fill(g, n0, BN, 0, "n0_v"), "cols"), 0, BM,
                           BN, "cols_s");
@@ -327,7 +345,7 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
   kn_value *s = NULL;
   if (L->nscore) {
     /* the score modifiers see the scaled score in natural units */
-    kn_value *sc = op2(g, KN_OP_MUL, qk, fill(g, L->P[P_SM_SCALE], BM, BN, "sm_scale_s"), "score");
+    kn_value *sc = op2(g, KN_OP_MUL, qk, fill(g, L->sm_scale, BM, BN, "sm_scale_s"), "score");
     for (int i = 0; i < L->plan->nmods; i++) {
       if (L->plan->mod[i].kind != KN_MOD_SCORE) continue;
       kn_value *fixed[KN_MOD_FIXED_SCORE] = {sc, L->bidx, L->h_s, L->q_s, kv_idx};
@@ -369,7 +387,7 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
 kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
                               kn_diag *diag) {
   if (kn_attn_check(d, c, diag) || kn_attn_decode_check(NULL, d, c, diag)) return NULL;
-  const kn_scalar dt = d->dtype;
+  const kn_scalar dt = d->dtype, qt = kn_attn_q_type(d), kvt = kn_attn_kv_type(d);
   const int BM = c->block_m, BN = c->block_n, D = d->head_dim, DP = kn_attn_head_pad(D);
   const kn_type f32 = kn_ty_scalar(KN_F32), row_f32 = kn_ty_tile1(KN_F32, BM),
                 s_f32 = kn_ty_tile2(KN_F32, BM, BN), acc_f32 = kn_ty_tile2(KN_F32, BM, DP);
@@ -443,8 +461,18 @@ kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn
                        spread(g, nm(g, kn_b_cmp(&g->b, KN_PRED_LT, dcols,
                                                 fill(g, c_d, DP, 0, "d_v")), "col_in"),
                               0, BM, DP, "col_in_s"), "q_in");
-  kn_value *q_tile = nm(g, kn_b_gather(&g->b, kn_ty_tile2(dt, BM, DP), q_b, qoffs, q_in, NULL),
+  kn_value *q_tile = nm(g, kn_b_gather(&g->b, kn_ty_tile2(qt, BM, DP), q_b, qoffs, q_in, NULL),
                         "q_tile");
+  if (qt != dt) q_tile = nm(g, kn_b_cast(&g->b, q_tile, dt), "q_conv");
+  /* fp8 inputs (attention.h, the forward's dequantisation): every packed row is of kv head hk,
+   * so the descales of (b, hk) are two scalars of the program: q's and k's fold into the score
+   * scale, v's into the output */
+  kn_value *sm_scale = P[P_SM_SCALE], *v_scale = NULL;
+  if (kn_attn_is_fp8(d)) {
+    kn_value *qk_d;
+    kn_attn_fp8_scales(&g->b, sig, P, b64, hk64, &qk_d, &v_scale);
+    sm_scale = op2(g, KN_OP_MUL, sm_scale, qk_d, "sm_scale_d");
+  }
 
   kv_view kv = {.k_sn = P[P_K_SN], .v_sn = P[P_V_SN]};
   kn_paged_kv pg_kv;
@@ -505,15 +533,15 @@ kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn
   kn_value *hi_s = fill(g, hi, BM, BN, "kv_hi_v");
   kn_value *k_last = op2(g, KN_OP_MAX, op2(g, KN_OP_SUB, seqlen_k, c1, "k_last0"), c0, "k_last");
   kn_value *k_last_s = fill(g, k_last, BM, BN, "k_last_v");
-  kn_value *qk_scale = op2(g, KN_OP_MUL, P[P_SM_SCALE], f32c(g, f32, M_LOG2E, "c_log2e"),
+  kn_value *qk_scale = op2(g, KN_OP_MUL, sm_scale, f32c(g, f32, M_LOG2E, "c_log2e"),
                            "qk_scale");
   kn_value *qk_scale_s = fill(g, qk_scale, BM, BN, "qk_scale_s");
   kn_value *neg_inf_s = f32c(g, s_f32, -INFINITY, "neg_inf_s");
   kn_value *neg_inf_r = f32c(g, row_f32, -INFINITY, "neg_inf_r");
   kn_value *zero_r = f32c(g, row_f32, 0.0, "zero_r"), *one_r = f32c(g, row_f32, 1.0, "one_r");
 
-  loop_in L = {.plan = plan, .P = P, .kv = &kv, .dt = dt, .BM = BM, .BN = BN, .D = D, .DP = DP,
-               .nscore = nscore, .s_f32 = s_f32, .lo = lo, .hi = hi, .c_bn = c_bn, .c0 = c0,
+  loop_in L = {.plan = plan, .P = P, .kv = &kv, .dt = dt, .kvt = kvt, .BM = BM, .BN = BN, .D = D, .DP = DP,
+               .nscore = nscore, .s_f32 = s_f32, .sm_scale = sm_scale, .lo = lo, .hi = hi, .c_bn = c_bn, .c0 = c0,
                .c_d = c_d, .one64 = one64, .q_tile = q_tile, .kcols = kcols, .bidx = bidx,
                .h_s = h_s, .q_s = q_s, .k_last = k_last, .k_last_s = k_last_s, .qk_scale_s = qk_scale_s,
                .hi_s = hi_s, .neg_inf_s = neg_inf_s, .neg_inf_r = neg_inf_r, .zero_r = zero_r,
@@ -547,6 +575,7 @@ kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn
   kn_value *l_zero = nm(g, kn_b_cmp(&g->b, KN_PRED_EQ, l_fin, zero_r), "l_zero");
   kn_value *l_safe = nm(g, kn_b_select(&g->b, l_zero, one_r, l_fin), "l_safe");
   kn_value *inv_l = op2(g, KN_OP_DIV, one_r, l_safe, "inv_l");
+  if (v_scale) inv_l = op2(g, KN_OP_MUL, inv_l, fill(g, v_scale, BM, 0, "v_descale_r"), "inv_l_v");
   kn_value *out = op2(g, KN_OP_MUL, fin[2], spread(g, inv_l, 1, BM, DP, "inv_l_s"), "out");
   kn_value *lse2 = op2(g, KN_OP_ADD, fin[0], nm(g, kn_b_unary(&g->b, KN_OP_LOG2, l_safe),
                                                       "log2_l"), "lse2");

@@ -37,6 +37,11 @@
  * seqlen_k everywhere, and piece s covers its blocks [s * P, (s + 1) * P) with P =
  * cdiv(cdiv(len, BLOCK_N), num_splits) (split_len, the capacity's, is ignored); pieces past the
  * length write lse -inf.  The combine kernel is the dense one.
+ *
+ * fp8 inputs (q_dtype / kv_dtype, attention.h): the split kernel's signature has the forward's
+ * seven descale parameters after the layout's, its q and K / V tiles are read in their fp8
+ * format and converted to dtype, and the descales of (b, hk) fold into the score scale and the
+ * output as in the forward; the combine kernel is unchanged (f32 in, dtype out).
  */
 #ifndef KILN_ATTN_DECODE_H
 #define KILN_ATTN_DECODE_H

@@ -505,14 +505,30 @@ static kn_value *to_compute(gen *g, kn_value *t, kn_scalar dt, const char *name)
 /* fp8 inputs: the descale factor of (b, hk) from parameter `name` (f32 (B, HK), batch stride
  * descale_sb), or 1 when its count parameter `name`_n is 0 (the caller gave none): a scalar load
  * bounded by the count, whose `other` is 1 */
-static kn_value *descale(gen *g, const kn_attn_sig *sig, kn_value *const *P, kn_value *off,
+static kn_value *descale(kn_builder *b, const kn_attn_sig *sig, kn_value *const *P, kn_value *off,
                          const char *name) {
   char nn[32];
   snprintf(nn, sizeof nn, "%s_n", name);
-  kn_value *one = cf(g, kn_ty_scalar(KN_F32), 1.0, "c1_descale");
-  kn_value *c1 = ci(g, kn_ty_scalar(KN_I64), 1, "c1_descale_i64");
-  return named(g, kn_b_load(&g->b, kn_ty_scalar(KN_F32), P[sig_index(sig, name)], &off, &c1,
-                            (kn_value *[]){P[sig_index(sig, nn)]}, NULL, one), name);
+  kn_value *one = kn_b_const_f(b, kn_ty_scalar(KN_F32), 1.0);
+  kn_value *c1 = kn_b_const_i(b, kn_ty_scalar(KN_I64), 1);
+  kn_value_set_name(b->m, one, "c1_descale");
+  kn_value_set_name(b->m, c1, "c1_descale_i64");
+  kn_value *v = kn_b_load(b, kn_ty_scalar(KN_F32), P[sig_index(sig, name)], &off, &c1,
+                          (kn_value *[]){P[sig_index(sig, nn)]}, NULL, one);
+  kn_value_set_name(b->m, v, name);
+  return v;
+}
+
+void kn_attn_fp8_scales(kn_builder *b, const kn_attn_sig *sig, kn_value *const *P,
+                        kn_value *b64, kn_value *hk64, kn_value **qk, kn_value **v) {
+  kn_value *row = kn_b_binary(b, KN_OP_MUL, b64, P[sig_index(sig, "descale_sb")]);
+  kn_value_set_name(b->m, row, "descale_row");
+  kn_value *off = kn_b_binary(b, KN_OP_ADD, row, hk64);
+  kn_value_set_name(b->m, off, "descale_off");
+  *qk = kn_b_binary(b, KN_OP_MUL, descale(b, sig, P, off, "q_descale"),
+                    descale(b, sig, P, off, "k_descale"));
+  kn_value_set_name(b->m, *qk, "qk_descale");
+  *v = descale(b, sig, P, off, "v_descale");
 }
 
 /* a mask of the library whose live region the interior bounds already know (attn_fwd_build) */
@@ -800,6 +816,14 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
     kn_value *len_q, *len_k, *z = ci(g, i32, 0, "c0_cu");
     qb64 = seq_range(g, P[sig_index(sig, "cu_seqlens_q")], b64, seqlen_q, z, "seq_q", &len_q);
     kb64 = seq_range(g, P[sig_index(sig, "cu_seqlens_k")], b64, seqlen_k, z, "seq_k", &len_k);
+    /* and each length into the max lengths: the rows of bias and document tensors (and the
+     * grid) are max_seqlen_q x max_seqlen_k, so a sequence longer than them (cu_seqlens in
+     * device memory, unchecked) attends over its first max_seqlen tokens only and reads
+     * nothing past those tensors' rows */
+    len_q = bin(g, KN_OP_MIN, len_q, bin(g, KN_OP_MAX, P[sig_index(sig, "max_seqlen_q")], z,
+                                         "max_q0"), "seq_q_len_c");
+    len_k = bin(g, KN_OP_MIN, len_k, bin(g, KN_OP_MAX, P[sig_index(sig, "max_seqlen_k")], z,
+                                         "max_k0"), "seq_k_len_c");
     kn_value *has_rows = named(g, kn_b_cmp(&g->b, KN_PRED_LT, row0, len_q), "has_rows");
     P[P_SEQLEN_Q] = seqlen_q = len_q;
     P[P_SEQLEN_K] = seqlen_k = named(g, kn_b_select(&g->b, has_rows, len_k, z), "seq_k_live");
@@ -827,12 +851,9 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
    * into the score scale (q's and k's) and into the output (v's) */
   kn_value *sm_scale = P[P_SM_SCALE], *v_scale = NULL;
   if (kn_attn_is_fp8(d)) {
-    kn_value *off = bin(g, KN_OP_ADD, bin(g, KN_OP_MUL, b64, P[sig_index(sig, "descale_sb")],
-                                          "descale_row"), hk64, "descale_off");
-    kn_value *qk_d = bin(g, KN_OP_MUL, descale(g, sig, P, off, "q_descale"),
-                         descale(g, sig, P, off, "k_descale"), "qk_descale");
+    kn_value *qk_d;
+    kn_attn_fp8_scales(&g->b, sig, P, b64, hk64, &qk_d, &v_scale);
     sm_scale = bin(g, KN_OP_MUL, sm_scale, qk_d, "sm_scale_d");
-    v_scale = descale(g, sig, P, off, "v_descale");
   }
   kn_value *qk_scale = bin(g, KN_OP_MUL, sm_scale, cf(g, f32, M_LOG2E, "c_log2e"), "qk_scale");
 

@@ -84,12 +84,20 @@ extern const char *const kn_attn_param_names[];
 /* the indices of the template's seqlen_q and seqlen_k parameters (attn_fwd.c checks them) */
 enum { KN_ATTN_P_SEQLEN_Q = 6, KN_ATTN_P_SEQLEN_K = 7 };
 
-/* the names of a varlen kernel's two parameters after them (attention.h) */
-extern const char *const kn_attn_cu_names[2];
+/* the names of a varlen kernel's four parameters after them (attention.h): the two prefix sums
+ * and the two max lengths */
+enum { KN_ATTN_CU_NPARAMS = 4 };
+extern const char *const kn_attn_cu_names[KN_ATTN_CU_NPARAMS];
 
 /* the names of an fp8 kernel's parameters after the layout's (attention.h) */
 enum { KN_ATTN_FP8_NPARAMS = 7 };
 extern const char *const kn_attn_fp8_names[KN_ATTN_FP8_NPARAMS];
+/* an fp8 kernel's descales of (batch b64, kv head hk64), both i64, from its parameters (found by
+ * name in sig, their values P[]): *qk = q_descale * k_descale (the factor of the score scale) and
+ * *v = v_descale (the output's), f32 scalars, each 1 where its tensor is NULL (a count of 0).
+ * The one dequantisation every fp8 template folds (the forward, the split-KV decode kernel). */
+void kn_attn_fp8_scales(kn_builder *b, const kn_attn_sig *sig, kn_value *const *P,
+                        kn_value *b64, kn_value *hk64, kn_value **qk, kn_value **v);
 
 /* the names of a dropout kernel's two i64 parameters (attention.h, "Dropout") */
 enum { KN_ATTN_DROPOUT_NPARAMS = 2 };

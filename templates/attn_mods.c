@@ -222,9 +222,9 @@ int kn_attn_plan_make(kn_module *m, const kn_attn_desc *d, kn_attn_plan *p, kn_d
   sig->n = KN_ATTN_NPARAMS;
   /* varlen: the sequences' token ranges follow the template's own (attention.h) */
   if (d->layout == KN_ATTN_VARLEN)
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < KN_ATTN_CU_NPARAMS; i++) {
       snprintf(sig->name[sig->n], sizeof sig->name[0], "%s", kn_attn_cu_names[i]);
-      sig->type[sig->n++] = kn_ty_ptr(KN_I32);
+      sig->type[sig->n++] = i < 2 ? kn_ty_ptr(KN_I32) : kn_ty_scalar(KN_I32);
     }
   /* paged: the block table, the cache lengths and the pool's shape (attention.h) */
   if (d->layout == KN_ATTN_PAGED)
@@ -329,11 +329,12 @@ static const builtin_arg builtin_args[] = {
 };
 #undef VA
 
-const char *const kn_attn_cu_names[2] = {"cu_seqlens_q", "cu_seqlens_k"};
+const char *const kn_attn_cu_names[KN_ATTN_CU_NPARAMS] = {"cu_seqlens_q", "cu_seqlens_k",
+                                                        "max_seqlen_q", "max_seqlen_k"};
 
-/* a varlen kernel's cu_seqlens_q (0) or cu_seqlens_k (1) parameter, else -1 */
+/* a varlen kernel's parameter of kn_attn_cu_names (its index), else -1 */
 static int cu_param(const kn_attn_desc *d, const char *name) {
-  for (int i = 0; d->layout == KN_ATTN_VARLEN && i < 2; i++)
+  for (int i = 0; d->layout == KN_ATTN_VARLEN && i < KN_ATTN_CU_NPARAMS; i++)
     if (!strcmp(name, kn_attn_cu_names[i])) return i;
   return -1;
 }
@@ -401,7 +402,10 @@ int kn_attn_fill_vargs(const kn_attn_desc *d, const kn_attn_sig *sig, const kn_a
     bool is_ptr = sig->type[i].kind == KN_TY_PTR;
     bool done = false;
     int cu = cu_param(d, name);
-    if (cu >= 0) {  /* the problem's, not the variant's */
+    if (cu >= 2) {  /* the max lengths: the problem's seqlen_q / seqlen_k */
+      out[i].i = cu == 2 ? p->seqlen_q : p->seqlen_k;
+      done = true;
+    } else if (cu >= 0) {  /* the problem's, not the variant's */
       out[i].p = (void *)(cu ? p->cu_seqlens_k : p->cu_seqlens_q);
       if (!out[i].p)
         return kn_error(diag, NULL, nowhere, "attention: varlen, but %s is NULL", name);

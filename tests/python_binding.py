@@ -29,7 +29,7 @@ embeddings).  fp8 inputs (docs/serving.md): kiln.attention and kiln.attention_va
 float8_e4m3fn q, k, v with q_descale / k_descale / v_descale (GQA, causal, ragged) and
 kiln.attention_with_kvcache over
 float8_e4m3fn pages with an f16 q, against the float64 reference on the dequantised inputs, and
-a descale given to a kernel without fp8 inputs (an error).
+a descale given to a kernel without fp8 inputs and one smaller than its (B, HK) shape (errors).
 """
 import ctypes
 import math
@@ -684,6 +684,12 @@ def fp8(rng):
     a = Tensor("float16", (1, 1, 4, 16))
     expect_error("descale without fp8", kiln.ERR_INVALID,
                  lambda: kiln.attention(a, a, a, out=a, k_descale=kd), "not fp8")
+    short = Tensor("float32", (B, HK))
+    short.buf = (ctypes.c_float * (B * HK - 1))()  # one scale short of its (B, HK) shape
+    expect_error("descale smaller than (B, HK)", kiln.ERR_INVALID,
+                 lambda: kiln.attention_with_kvcache(q, kc, vc, cache_seqlens=cs, block_table=bt,
+                                                     out=out, k_descale=kd, v_descale=short),
+                 "v_descale holds 5 scales")
 
 
 def expect_error(name, status, fn, needle=""):

@@ -977,6 +977,9 @@ static kiln_attn_args attn_args(const cli_options *o, const variant_values *vv, 
   a.q_descale = mapped(pm, vv->descale[0]), a.k_descale = mapped(pm, vv->descale[1]);
   a.v_descale = mapped(pm, vv->descale[2]);
   a.dropout_seed = p->dropout_seed, a.dropout_offset = p->dropout_offset;
+  const int64_t nds = (int64_t)p->batch * p->kv_heads;  /* (B, HK) each, contiguous */
+  a.q_descale_numel = a.q_descale ? nds : 0, a.k_descale_numel = a.k_descale ? nds : 0;
+  a.v_descale_numel = a.v_descale ? nds : 0;
   if (d->layout == KN_ATTN_VARLEN) {
     a.cu_seqlens_q = mapped(pm, p->cu_seqlens_q), a.cu_seqlens_k = mapped(pm, p->cu_seqlens_k);
     a.total_q = p->total_q, a.total_k = p->total_k;

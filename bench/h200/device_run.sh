@@ -34,8 +34,10 @@
 #                       KILN_PDECODE_PAGES (default "16 256") and paged tiling of
 #                       KILN_PDECODE_TILINGS ("default 64x16:4 ...": KILN_DECODE_PAGED_TILING)
 #   step "fp8"          kiln_decode_bench --fp8 $KILN_FP8_FORMAT (default f8e4m3) $KILN_FP8_ARGS
-#                       (e.g. "--quick"): fp8 inputs checked against float64, then prefill and
-#                       decode (dense and paged fp8 KV) beside the f16 kernels
+#                       (e.g. "--quick"): fp8 inputs checked against float64 (each decode
+#                       call's route named: the split-KV decode kernels), then prefill and
+#                       decode (dense and paged fp8 KV) beside the f16 kernels and beside the
+#                       fp8 call through the prefill kernel (KILN_DECODE=0)
 #   step "tune"         (issue 13) kiln_tune_bench $KILN_TUNE_ARGS (e.g. "--d 128", "--causal 1",
 #                       "--space SPEC"): kiln_tune on the GPU at B 4 x H 32 x N 4096, D 64/128,
 #                       causal off/on (every candidate checked against float64, timed with CUDA
@@ -123,12 +125,16 @@ fi
 
 # ---- the tests ----
 if want tests; then
-  for t in test_cuda test_ptxas; do
+  # (test_api_cuda only when packed: KILN_STATIC_TARGETS="... test_api_cuda"; its varlen,
+  # paged and decode launches, varlen with a bias and documents among them, against float64)
+  for t in test_cuda test_ptxas test_api_cuda; do
     if [ -x "$bin/$t" ]; then
       step "$t" "$out/$t.log" 300 "$bin/$t"
       # the lines a reader wants without opening the log
-      grep -E "^(device 0|vadd n=|kn_vadd:|cubin for|block reverse|bad PTX|sm_(80|90a) kn_vadd|kn_spill)" \
+      grep -E "^(device 0|vadd n=|kn_vadd:|cubin for|block reverse|bad PTX|sm_(80|90a) kn_vadd|kn_spill|  (PASS|FAIL) varlen)" \
         "$out/$t.log" | sed 's/^/      /' | tee -a "$summary"
+    elif [ "$t" = test_api_cuda ]; then
+      continue
     else
       note "FAIL  $t: not in the pack"
       failed=$((failed + 1))

@@ -34,11 +34,15 @@
  * (e) --fp8 FMT (f8e4m3 on NVIDIA; any of kiln's fp8 formats): fp8 inputs (docs/serving.md,
  *     "fp8 inputs and KV pages") instead of the tables above.  Checks first, through the API,
  *     against float64 on the dequantised inputs (per-(batch, kv head) descales, a NaN-filled
- *     output): dense prefill with q, k, v in fp8 (ragged, causal), a decode call (q f16, kv fp8:
- *     the prefill kernel serves it), a paged call over shuffled fp8 pages.  Then times: prefill
- *     B 4 x 32/8 heads x N {4k, 16k} (causal off / on) with q, k, v fp8 beside the f16 kernel
- *     (TFLOP/s, 4 B H N^2 D, halved for causal), and decode B {1, 16, 64} x Nk {4k, 32k} with an
- *     f16 q over fp8 KV, dense and paged (pages of 16), beside f16 split-KV decode (TB/s of
+ *     output): dense prefill with q, k, v in fp8 (ragged, causal), decode calls (1, 4 and 16
+ *     query rows, q f16 or fp8 over fp8 KV) and paged decode calls over shuffled fp8 pages;
+ *     each line names the route kiln_forward took (api_decode_wanted and the split kernel
+ *     built: "split-KV decode", else "prefill"), and a decode-shaped call the split-KV kernels
+ *     did not serve is a FAIL.  Then times: prefill B 4 x 32/8 heads x N {4k, 16k} (causal off /
+ *     on) with q, k, v fp8 beside the f16 kernel (TFLOP/s, 4 B H N^2 D, halved for causal), and
+ *     decode B {1, 16, 64} x Nk {4k, 32k} with an f16 q over fp8 KV, dense and paged (pages of
+ *     16), through the split-KV decode kernels, beside f16 split-KV decode and the fp8 dense
+ *     call through the prefill kernel (KILN_DECODE=0, the route before fp8 decode; TB/s of
  *     unique KV bytes: fp8 counts one byte an element).
  *
  *   kiln_decode_bench [--quick] [--repeats R] [--sweep] [--tune] [--paged [--page-size P]]
@@ -527,6 +531,7 @@ static bool fp8_check(kiln_context *ctx, kn_scalar fmt, kiln_dtype pfmt, bool pa
   for (int w = 0; w < 3; w++) dds[w] = upload(ds[w], sizeof(float) * (size_t)(B * HK));
   kn_diag e;
   double err = INFINITY, lerr = INFINITY;
+  const char *route = "none";
   if (dq && dk && dv && dout && dl && !kn_cuda_memset8(dev, dout, 0xff, n_q * 2, &e) &&
       !kn_cuda_memset8(dev, dl, 0xff, n_l * 4, &e)) {
     kiln_attn_args a = {.q = (void *)(uintptr_t)dq, .k = (void *)(uintptr_t)dk,
@@ -543,6 +548,8 @@ static bool fp8_check(kiln_context *ctx, kn_scalar fmt, kiln_dtype pfmt, bool pa
     }
     kiln_status st = kiln_forward(kern, &a, NULL);
     if (st) fprintf(stderr, "kiln: %s\n", kiln_last_error());
+    /* the route kiln_forward took: the split-KV decode kernels for 1..16 query rows */
+    route = api_decode_wanted(kern, &a) && kern->decode[0] ? "split-KV decode" : "prefill";
     if (!st && !kn_cuda_device_sync(dev, &e) && !kn_cuda_copy_dtoh(dev, o, dout, n_q * 2, &e) &&
         !kn_cuda_copy_dtoh(dev, lse, dl, n_l * 4, &e)) {
       kn_attn_desc in;
@@ -555,11 +562,14 @@ static bool fp8_check(kiln_context *ctx, kn_scalar fmt, kiln_dtype pfmt, bool pa
       max_errs(o, od, n_q, lse, ld, n_l, &err, &lerr);
     }
   }
-  bool pass = err <= kn_attn_tolerance(KN_F16) && lerr <= 4 * kn_attn_lse_tolerance(KN_F16);
+  const bool want_decode = nq >= 1 && nq <= KN_DECODE_MAX_Q;
+  bool pass = err <= kn_attn_tolerance(KN_F16) && lerr <= 4 * kn_attn_lse_tolerance(KN_F16) &&
+              want_decode == !strcmp(route, "split-KV decode");
   failures += !pass;
-  printf("%s  fp8 %s %s B%d H%d/%d Nq %d Nk %d causal %d q %s: max|dO| %.3g (tol %.0e) "
+  printf("%s  fp8 %s %s B%d H%d/%d Nq %d Nk %d causal %d q %s (%s): max|dO| %.3g (tol %.0e) "
          "max|dlse| %.3g\n", pass ? "PASS" : "FAIL", kn_scalar_name(fmt), paged ? "paged" : "dense",
-         B, H, HK, nq, nk, causal, qf8 ? "fp8" : "f16", err, kn_attn_tolerance(KN_F16), lerr);
+         B, H, HK, nq, nk, causal, qf8 ? "fp8" : "f16", route, err, kn_attn_tolerance(KN_F16),
+         lerr);
   fflush(stdout);
   kn_cuda_ptr bufs[] = {dq, dk, dv, dout, dl, dds[0], dds[1], dds[2], dt, dlen};
   for (int i = 0; i < 10; i++)
@@ -631,8 +641,11 @@ static int fp8_main(const char *name, bool quick, int repeats) {
   bool ok = fp8_check(ctx, fmt, pf, false, true, 1, 1000, 1000, 1, 11) &
             fp8_check(ctx, fmt, pf, false, true, 2, 77, 300, 0, 12) &
             fp8_check(ctx, fmt, pf, false, false, 3, 1, 4097, 0, 13) &
+            fp8_check(ctx, fmt, pf, false, true, 2, 4, 777, 1, 16) &
+            fp8_check(ctx, fmt, pf, false, false, 1, 16, 4097, 1, 17) &
             fp8_check(ctx, fmt, pf, true, false, 3, 1, 1000, 1, 14) &
-            fp8_check(ctx, fmt, pf, true, false, 2, 4, 4097, 1, 15);
+            fp8_check(ctx, fmt, pf, true, false, 2, 4, 4097, 1, 15) &
+            fp8_check(ctx, fmt, pf, true, true, 2, 16, 333, 1, 18);
   if (!ok) {
     printf("# fp8 checks failed: nothing timed\n");
     kiln_context_destroy(ctx);
@@ -663,7 +676,8 @@ static int fp8_main(const char *name, bool quick, int repeats) {
       fflush(stdout);
     }
   printf("\n| decode B | Nk | f16 split-KV ms | TB/s | f16 paged ms | TB/s | %s KV dense ms | "
-         "TB/s | %s paged ms | TB/s |\n|---|---|---|---|---|---|---|---|---|---|\n", name, name);
+         "TB/s | %s paged ms | TB/s | %s dense via prefill ms | TB/s |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|---|\n", name, name, name);
   static const int Bs[] = {1, 16, 64}, Ns[] = {4096, 32768};
   for (int b = 0; b < (quick ? 2 : 3); b++)
     for (int n = 0; n < 2; n++) {
@@ -672,9 +686,12 @@ static int fp8_main(const char *name, bool quick, int repeats) {
       double mp = fp8_timed(kp16, true, 2, 2, Bs[b], 1, Ns[n], repeats);
       double mv = fp8_timed(kv8, false, 2, 1, Bs[b], 1, Ns[n], repeats);
       double m8 = fp8_timed(kp8, true, 2, 1, Bs[b], 1, Ns[n], repeats);
-      printf("| %d | %d | %.4f | %.2f | %.4f | %.2f | %.4f | %.2f | %.4f | %.2f |\n", Bs[b], Ns[n],
-             md, bytes16 / md / 1e9, mp, bytes16 / mp / 1e9, mv, bytes8 / mv / 1e9, m8,
-             bytes8 / m8 / 1e9);
+      setenv("KILN_DECODE", "0", 1);  /* the same fp8 call through the prefill kernel */
+      double mpf = fp8_timed(kv8, false, 2, 1, Bs[b], 1, Ns[n], quick ? 3 : 7);
+      unsetenv("KILN_DECODE");
+      printf("| %d | %d | %.4f | %.2f | %.4f | %.2f | %.4f | %.2f | %.4f | %.2f | %.4f | %.2f |\n",
+             Bs[b], Ns[n], md, bytes16 / md / 1e9, mp, bytes16 / mp / 1e9, mv, bytes8 / mv / 1e9,
+             m8, bytes8 / m8 / 1e9, mpf, bytes8 / mpf / 1e9);
       fflush(stdout);
     }
   kiln_context_destroy(ctx);

@@ -1,6 +1,7 @@
 /* attn_test.h — what the variant and varlen tests do alike with a built attention kernel:
  * random inputs, running it on a target by name (the interpreter, the host, an emulated AMD
- * target), and counting the spills of its compiled code as they bound them (an AMDGPU code
+ * target), running the split-KV decode kernels (split, then combine, through a NaN-filled
+ * workspace; test_decode and test_fp8), and counting the spills of its compiled code as they bound them (an AMDGPU code
  * object's VGPR spills plus scratch bytes, from kiln's inspector; NVIDIA PTX's spill store and
  * load bytes, from ptxas).
  * Header-only, included by one test file each. */
@@ -17,11 +18,14 @@
 #include <cmocka.h>
 
 #include "amdgpu.h"
+#include "attn_decode.h"
+#include "attn_internal.h"
 #include "emu.h"
 #include "interp.h"
 #include "pipeline.h"
 #include "ptxas.h"
 #include "target.h"
+#include "test_mods.h"
 
 /* random inputs (splitmix64 from seed0, which the test prints so a failure can be replayed) and
  * KILN_TEST_VERBOSE */
@@ -47,6 +51,53 @@ static inline void seed_from_env(const char *who) {
 static bool verbose(void) {
   const char *e = getenv("KILN_TEST_VERBOSE");
   return e && *e && strcmp(e, "0");
+}
+
+/* The variants the layout tests (test_decode, test_paged, test_varlen) sweep, over base: the
+ * seven every layout serves (plain, causal both ways, a window with and without causal, softcap,
+ * ALiBi), then those `extra` names, in its order (NULL-terminated: "prefix", "document",
+ * "bias+causal", "user-mask(chunks)" a user mask with its block predicate, "head-temp" a user
+ * score modifier reading a per-head tensor %temp), then no-lse (causal).  out has room for 16;
+ * returns the count. */
+typedef struct test_variant {
+  const char *name;
+  kn_attn_desc desc;
+} test_variant;
+
+static inline int test_variant_list(kn_attn_desc base, const char *const *extra,
+                                    test_variant *out) {
+  int n = 0;
+#define TV(nm_, ...)                                    \
+  do {                                                  \
+    out[n] = (test_variant){.name = nm_, .desc = base}; \
+    kn_attn_desc *d_ = &out[n].desc;                    \
+    __VA_ARGS__;                                        \
+    (void)d_;                                           \
+    n++;                                                \
+  } while (0)
+  TV("plain");
+  TV("causal", d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+  TV("causal-top-left", d_->causal = KN_CAUSAL_TOP_LEFT);
+  TV("window+causal", d_->window = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+  TV("window", d_->window = true);
+  TV("softcap+causal", d_->softcap = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+  TV("alibi+causal", d_->alibi = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+  for (int i = 0; extra && extra[i]; i++) {
+    const char *e = extra[i];
+    if (!strcmp(e, "prefix")) TV("prefix", d_->prefix = true);
+    else if (!strcmp(e, "document")) TV("document", d_->document = true);
+    else if (!strcmp(e, "bias+causal"))
+      TV("bias+causal", d_->bias = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+    else if (!strcmp(e, "user-mask(chunks)"))
+      TV("user-mask(chunks)", d_->mods = TEST_CHUNK_MASK_MOD; d_->mods_file = "chunk.tile");
+    else if (!strcmp(e, "head-temp"))
+      TV("head-temp", d_->mods = TEST_HEAD_TEMP_SCORE_MOD; d_->mods_file = "temp.tile");
+    else
+      fail_msg("test_variant_list: no variant '%s'", e);
+  }
+  TV("no-lse", d_->has_lse = false; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
+#undef TV
+  return n;
 }
 
 /* kernel `name` of module m on target (NULL: the interpreter, whose op counts go to *st when st
@@ -96,8 +147,61 @@ static inline bool code_target(const char *name, const kn_arch **arch, const kn_
   return true;
 }
 
+/* The split-KV decode kernels of d at tiling cfg (templates/attn_decode.c) on target (NULL: the
+ * interpreter) for problem p with the variant's values va: both kernels built, `splits` pieces
+ * planned (0: the heuristic's for 4 compute units), the split kernel run, then the combine, over
+ * a workspace that starts as NaN (a slot the combine reads and the split kernel did not write
+ * shows in o).  io[0..4] are q, k, v, o and lse as the caller allocated them (every access is
+ * checked against them on the interpreter and the emulators).  Failures are cmocka failures
+ * naming `what`; returns the plan's piece count. */
+static inline int run_decode_on_target(const char *target, const kn_attn_desc *d,
+                                       const kn_attn_config *cfg, const kn_attn_problem *p,
+                                       const kn_attn_vargs *va, int splits, const kn_region io[5],
+                                       const char *what) {
+  kn_decode_plan plan = kn_attn_decode_plan(d, cfg, p, 4, splits);
+  float *ws_o = malloc(plan.ws_o_bytes + 16), *ws_lse = malloc(plan.ws_lse_bytes + 16);
+  assert_true(ws_o && ws_lse);
+  for (size_t i = 0; i < plan.ws_o_bytes / 4; i++) ws_o[i] = NAN;
+  for (size_t i = 0; i < plan.ws_lse_bytes / 4; i++) ws_lse[i] = NAN;
+  kn_diag diag;
+  kn_module *ms = kn_module_new("<decode>"), *mc = kn_module_new("<combine>");
+  kn_func *fs = kn_attn_decode_build(ms, d, cfg, &diag);
+  if (!fs) fail_msg("%s: build: %s", what, diag.rendered);
+  kn_func *fc = kn_attn_decode_combine_build(mc, d, &diag);
+  if (!fc) fail_msg("%s: combine build: %s", what, diag.rendered);
+  kn_attn_sig sig;
+  if (kn_attn_signature(d, &sig, &diag)) fail_msg("%s: signature: %s", what, diag.message);
+  assert_int_equal(kn_func_nparams(fs), sig.n + KN_DECODE_NPARAMS);
+  kn_argval sa[KN_ATTN_MAX_PARAMS + KN_DECODE_NPARAMS], ca[KN_DECODE_COMBINE_NPARAMS];
+  int sg[3], cg[3];
+  if (kn_attn_decode_fill_args(d, &sig, cfg, p, &plan, io[0].data, io[1].data, io[2].data,
+                               io[3].data, io[4].data, ws_o, ws_lse, va, sa, sg, ca, cg, &diag))
+    fail_msg("%s: args: %s", what, diag.message);
+  kn_region regions[KN_ATTN_MAX_PARAMS + 8];
+  memcpy(regions, io, sizeof *io * 5);
+  regions[5] = (kn_region){ws_o, plan.ws_o_bytes};
+  regions[6] = (kn_region){ws_lse, plan.ws_lse_bytes};
+  int nreg = 7;
+  kn_argval scratch[KN_ATTN_MAX_PARAMS];
+  memcpy(scratch, sa, sizeof scratch);
+  int n = kn_attn_fill_vargs(d, &sig, p, va, scratch, regions + nreg, &diag);
+  if (n < 0) fail_msg("%s: variant arguments: %s", what, diag.message);
+  nreg += n;
+  const char *tn = target ? target : "interp";
+  if (run_on_target(target, ms, fs, sa, sg, regions, nreg, NULL, what, &diag))
+    fail_msg("%s on %s (seed %llu): split: %s", what, tn, (unsigned long long)seed0,
+             diag.message);
+  if (run_on_target(target, mc, fc, ca, cg, regions, nreg, NULL, what, &diag))
+    fail_msg("%s on %s (seed %llu): combine: %s", what, tn, (unsigned long long)seed0,
+             diag.message);
+  kn_module_free(ms), kn_module_free(mc);
+  free(ws_o), free(ws_lse);
+  return plan.splits;
+}
+
 /* the spill units of kernel `name` in artefact a, compiled for arch (cmocka failure if the
- * artefact cannot be read) */
+ * artefact cannot be read); with KILN_TEST_VERBOSE an AMDGPU code object's static report (the
+ * inspector's table: registers, spills, LDS, occupancy) is printed */
 static inline int artifact_spills(const kn_artifact *a, const kn_arch *arch, const char *name) {
   kn_diag d;
   int spills = 0;
@@ -107,6 +211,11 @@ static inline int artifact_spills(const kn_artifact *a, const kn_arch *arch, con
     const kn_codeobj_kernel *k = kn_codeobj_find(&co, name);
     assert_non_null(k);
     spills = k->vgpr_spill_count + (int)k->scratch_bytes;
+    if (verbose()) {
+      char tab[4096];
+      kn_codeobj_format_stats(&co, tab, sizeof tab);
+      printf("%s", tab);
+    }
     kn_codeobj_free(&co);
   } else {
     kn_ptxas_options po = {.arch = arch->name};  /* the default: -O3, as the driver JITs PTX */

@@ -84,6 +84,7 @@ static void (*fake_paged)(int on);
 static int (*fake_launches)(void);
 typedef int (*cost_fn)(unsigned gx, unsigned bx, unsigned dyn, double *ms);
 static void (*fake_cost)(cost_fn fn);
+static void (*fake_bias_doc)(int bias, int document);
 static pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER; /* its settings are global */
 
 static void find_fake(void) {
@@ -97,6 +98,7 @@ static void find_fake(void) {
   if (h) *(void **)&fake_paged = dlsym(h, "kn_fake_cuda_attn_paged");
   if (h) *(void **)&fake_launches = dlsym(h, "kn_fake_cuda_attn_launches");
   if (h) *(void **)&fake_cost = dlsym(h, "kn_fake_cuda_attn_cost");
+  if (h) *(void **)&fake_bias_doc = dlsym(h, "kn_fake_cuda_attn_bias_doc");
 }
 
 
@@ -448,13 +450,16 @@ static void forward_synced(kiln_kernel *k, const kiln_attn_args *a, const kiln_a
   kn_diag e;
   if (fake_attn) {
     pthread_mutex_lock(&fake_mu);
-    if (!fake_variant || !fake_varlen || !fake_paged)
+    if (!fake_variant || !fake_varlen || !fake_paged || !fake_bias_doc)
       fail_msg("the fake driver lacks its variant calls");
     fake_attn((int)kn_scalar_size(internal_desc(d).dtype), d->dtype == KILN_BF16, d->head_dim,
               d->causal);
     fake_variant(d->window, d->softcap);
     fake_varlen(d->layout == KILN_LAYOUT_VARLEN);
     fake_paged(d->layout == KILN_LAYOUT_PAGED);
+    /* (the fake computes bias and documents of varlen launches: test_varlen_cuda) */
+    fake_bias_doc(d->layout == KILN_LAYOUT_VARLEN && d->bias,
+                  d->layout == KILN_LAYOUT_VARLEN && d->document);
   }
   kiln_status st = kiln_forward(k, a, NULL);
   int sync = st == KILN_OK ? kn_cuda_device_sync(dev, &e) : 0;
@@ -462,6 +467,7 @@ static void forward_synced(kiln_kernel *k, const kiln_attn_args *a, const kiln_a
     fake_variant(0, 0);
     fake_varlen(0);
     fake_paged(0);
+    fake_bias_doc(0, 0);
     pthread_mutex_unlock(&fake_mu);
   }
   if (sync) fail_msg("sync: %s", e.message);
@@ -620,6 +626,10 @@ static void test_varlen_cuda(void **state) {
        {1, 130, 0, 77, 300}, {1, 200, 5, 77, 290}, 0, 0},
       {{.dtype = KILN_BF16, .head_dim = 64, .causal = 1, .window = 1, .has_lse = 1}, 3,
        {64, 9, 200}, {64, 40, 260}, 24, 0},
+      /* a bias and documents: (B, H, max_q, max_k) and (B, max) tensors indexed by each
+       * sequence's own positions (the kernel clamps its lengths into max_seqlen) */
+      {{.dtype = KILN_F16, .head_dim = 64, .bias = 1, .document = 1, .has_lse = 1}, 4,
+       {33, 0, 1, 70}, {50, 3, 64, 70}, 0, 0},
   };
   int failures = 0;
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
@@ -654,6 +664,16 @@ static void test_varlen_cuda(void **state) {
         kn_cuda_memset8(dev, dout, 0xff, nq * es, &e) ||
         kn_cuda_memset8(dev, dl, 0xff, nl * 4, &e))
       fail_msg("%s", e.message);
+    /* the bias (B, H, max_q, max_k) and segment ids (B, max_q), (B, max_k): three documents */
+    const size_t nb = (size_t)B * H * mq * mk;
+    char *bias = malloc(nb * es + 1);
+    int32_t *qseg = malloc(sizeof(int32_t) * (size_t)(B * mq + 1));
+    int32_t *kseg = malloc(sizeof(int32_t) * (size_t)(B * mk + 1));
+    for (size_t i = 0; i < nb; i++) kn_store_elem(t, bias + i * es, normal(&sd));
+    for (int b = 0; b < B; b++) {
+      for (int i = 0; i < mq; i++) qseg[b * mq + i] = (int32_t)((int64_t)i * 3 / mq);
+      for (int j = 0; j < mk; j++) kseg[b * mk + j] = (int32_t)((int64_t)j * 3 / mk);
+    }
     kiln_attn_args a = {.q = upload(&bufs, h[0], nq * es), .k = upload(&bufs, h[1], nk * es),
                         .v = upload(&bufs, h[2], nk * es), .o = (void *)(uintptr_t)dout,
                         .lse = (float *)(uintptr_t)dl, .batch = B, .heads = H, .kv_heads = HK,
@@ -664,6 +684,12 @@ static void test_varlen_cuda(void **state) {
                         .v_numel = (int64_t)nk, .o_numel = (int64_t)nq,
                         .lse_numel = (int64_t)nl};
     if (d->window) a.window_left = cases[ci].wl, a.window_right = cases[ci].wr;
+    if (d->bias) a.bias = upload(&bufs, bias, nb * es), a.bias_numel = (int64_t)nb;
+    if (d->document) {
+      a.q_seg = upload(&bufs, qseg, sizeof(int32_t) * (size_t)B * mq);
+      a.k_seg = upload(&bufs, kseg, sizeof(int32_t) * (size_t)B * mk);
+      a.q_seg_numel = (int64_t)B * mq, a.k_seg_numel = (int64_t)B * mk;
+    }
     forward_synced(k, &a, &vd);
     if (kn_cuda_copy_dtoh(dev, ho, dout, nq * es, &e) ||
         kn_cuda_copy_dtoh(dev, hl, dl, nl * 4, &e))
@@ -671,19 +697,22 @@ static void test_varlen_cuda(void **state) {
     kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = mq, .seqlen_k = mk,
                          .cu_seqlens_q = cq, .cu_seqlens_k = ck, .total_q = cq[B],
                          .total_k = ck[B]};
-    kn_attn_vargs va = {.window_left = cases[ci].wl, .window_right = cases[ci].wr};
+    kn_attn_vargs va = {.window_left = cases[ci].wl, .window_right = cases[ci].wr,
+                        .bias = bias, .bias_sb = (int64_t)H * mq * mk,
+                        .bias_sh = (int64_t)mq * mk, .bias_sm = mk, .q_seg = qseg,
+                        .k_seg = kseg, .q_seg_sb = mq, .k_seg_sb = mk};
     if (kn_attn_reference_v(&id, NULL, &p, &va, x[0], x[1], x[2], ro, rl, &e))
       fail_msg("reference: %s", e.message);
     double err = out_error(t, ho, ro, nq), lerr = lse_error(hl, rl, nl);
     char why[160];
     int bad = verdict(t, err, lerr, why, sizeof why);
-    printf("  %s varlen case %zu (%d sequences, window %d): %s\n", bad ? "FAIL" : "PASS", ci, B,
-           d->window, why);
+    printf("  %s varlen case %zu (%d sequences, window %d, bias %d, document %d): %s\n",
+           bad ? "FAIL" : "PASS", ci, B, d->window, d->bias, d->document, why);
     failures += bad != 0;
     for (int i = 0; i < bufs.n; i++) kn_cuda_free(dev, bufs.p[i], NULL);
     kn_cuda_free(dev, dout, NULL), kn_cuda_free(dev, dl, NULL);
     for (int i = 0; i < 3; i++) free(h[i]), free(x[i]);
-    free(ho), free(ro), free(rl), free(hl);
+    free(ho), free(ro), free(rl), free(hl), free(bias), free(qseg), free(kseg);
   }
   kiln_context_destroy(ctx);
   rm_dir(dir);

@@ -871,7 +871,8 @@ static void test_paged_hip(void **state) {
 }
 
 /* fp8 inputs (docs/serving.md) through HIP: the descale pointers and the fp8 q / k / v packed
- * from the code object's metadata like every argument, run by the emulated twin */
+ * from the code object's metadata like every argument, run by the emulated twin; the last two
+ * cases are decode-shaped, so the split-KV decode kernels serve them */
 static void test_fp8_hip(void **state) {
   (void)state;
   if (!have_gpu()) {
@@ -884,6 +885,11 @@ static void test_fp8_hip(void **state) {
         .q_dtype = KILN_F8E4M3FNUZ, .kv_dtype = KILN_F8E4M3FNUZ}, {2, 4, 2, 70, 33, 0}},
       {{.dtype = KILN_BF16, .head_dim = 32, .has_lse = 1, .kv_dtype = KILN_F8E5M2FNUZ},
        {1, 2, 1, 17, 100, 1}},  /* f16 q, (B, N, H, D) strides */
+      /* decode-shaped (4 and 1 query rows): the split-KV decode kernels over fp8 KV */
+      {{.dtype = KILN_F16, .head_dim = 64, .causal = 1, .has_lse = 1,
+        .kv_dtype = KILN_F8E4M3FNUZ}, {2, 8, 2, 4, 300, 0}},
+      {{.dtype = KILN_BF16, .head_dim = 64, .has_lse = 1, .q_dtype = KILN_F8E4M3FNUZ,
+        .kv_dtype = KILN_F8E4M3FNUZ}, {3, 4, 1, 1, 129, 1}},
   };
   int failures = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

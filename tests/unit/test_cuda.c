@@ -19,7 +19,8 @@
  *     kn_fake_cuda_attn_variant() says that a softcap (an f32) and/or a sliding window (two
  *     i32 parameters) follow the 24, which checks the packing of a variant's parameters;
  *     kn_fake_cuda_attn_varlen() and kn_fake_cuda_attn_paged() switch it to packed sequences
- *     and to a paged KV cache read through its block table.  The paged append (`kv_append`)
+ *     and to a paged KV cache read through its block table, kn_fake_cuda_attn_bias_doc() a
+ *     varlen launch's bias tensor and document mask on.  The paged append (`kv_append`)
  *     and the AOT bundles' `attn_fwd_<name>` kernels run too, and the backward's three kernels
  *     (`attn_bwd_pre`, `attn_bwd_dkdv`, `attn_bwd_dq`: 43 parameters, templates/attn_bwd.h)
  *     are computed the same way as the forward, plain or causal.
@@ -86,9 +87,16 @@ static int attn_window, attn_softcap, attn_varlen;
 void kn_fake_cuda_attn_variant(int window, int softcap) {
   attn_window = window, attn_softcap = softcap;
 }
-/* varlen (docs/serving.md): cu_seqlens_q and cu_seqlens_k (device pointers) follow the 24, and
- * seqlen_q / seqlen_k are the packed totals; each sequence is attended on its own */
+/* varlen (docs/serving.md): cu_seqlens_q and cu_seqlens_k (device pointers) and max_seqlen_q,
+ * max_seqlen_k (i32) follow the 24, and seqlen_q / seqlen_k are the packed totals; each sequence
+ * is attended on its own, its lengths clamped into the max lengths (as the kernel does) */
 void kn_fake_cuda_attn_varlen(int on) { attn_varlen = on; }
+/* a bias tensor (bias, bias_sb, bias_sh, bias_sm after the softcap: the score modifiers' order)
+ * and the document mask (q_seg, q_seg_sb, k_seg, k_seg_sb after the window), of attn_fwd
+ * launches; the bias is of the launch's element type, rows of keys contiguous, indexed by the
+ * batch (the sequence) and each sequence's own query and key positions */
+static int attn_bias, attn_doc;
+void kn_fake_cuda_attn_bias_doc(int bias, int document) { attn_bias = bias, attn_doc = document; }
 /* paged (docs/serving.md): block_table, cache_seqlens (device pointers), page_size, num_pages,
  * seqlen_new (i32) and block_table_sb (i64) follow the 24; seqlen_k is the table's capacity,
  * k_sb / v_sb are page strides, and sequence b's key j is row j % page_size of its page
@@ -161,9 +169,11 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
   float cap = 0;
   int at = 24;
   const int32_t *cuq = NULL, *cuk = NULL;
+  int32_t mq = 0, mk = 0;
   if (attn_varlen) {
     cuq = (const int32_t *)(uintptr_t)*(dptr *)params[at++];
     cuk = (const int32_t *)(uintptr_t)*(dptr *)params[at++];
+    mq = *(int32_t *)params[at++], mk = *(int32_t *)params[at++];
     if (!cuq || !cuk) return 1;
   }
   const int32_t *bt = NULL, *cs = NULL;
@@ -171,7 +181,23 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
   int64_t bt_sb = 0;
   if (attn_paged && fake_paged_params(params, &at, &bt, &cs, &ps, &np, &snew, &bt_sb)) return 1;
   if (attn_softcap) cap = *(float *)params[at++];
+  const void *bias = NULL;
+  int64_t bst[3] = {0, 0, 0};
+  if (attn_bias) {
+    bias = (const void *)(uintptr_t)*(dptr *)params[at++];
+    for (int i = 0; i < 3; i++) bst[i] = *(int64_t *)params[at++];
+    if (!bias) return 1;
+  }
   if (attn_window) wl = *(int32_t *)params[at++], wr = *(int32_t *)params[at++];
+  const int32_t *qseg = NULL, *kseg = NULL;
+  int64_t qseg_sb = 0, kseg_sb = 0;
+  if (attn_doc) {
+    qseg = (const int32_t *)(uintptr_t)*(dptr *)params[at++];
+    qseg_sb = *(int64_t *)params[at++];
+    kseg = (const int32_t *)(uintptr_t)*(dptr *)params[at++];
+    kseg_sb = *(int64_t *)params[at++];
+    if (!qseg || !kseg) return 1;
+  }
   if (attn_softcap && !(cap > 0)) return 1;
   if (H <= 0 || group <= 0 || gy % (unsigned)H || gx == 0 || nq <= 0 || nk < 0 ||
       !(scale > 0) || !q || !k || !v || !o)
@@ -191,6 +217,8 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
           free(s);
           return 1;
         }
+        if (nq > mq) nq = mq;
+        if (nk > mk) nk = mk;
       }
       bool pstart = false;  /* paged: rows are (page, slot); the page stride is st[3] */
       if (attn_paged) {
@@ -214,6 +242,8 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
           for (int d = 0; d < D; d++) dot += ld_elem(q, qo + d) * ld_elem(k, ko + d);
           s[j] = dot * scale;
           if (cap > 0) s[j] = cap * tanh(s[j] / cap);
+          if (bias) s[j] += ld_elem(bias, b * bst[0] + h * bst[1] + i * bst[2] + j);
+          if (qseg && qseg[b * qseg_sb + i] != kseg[b * kseg_sb + j]) s[j] = -INFINITY;
           if (s[j] > m) m = s[j];
         }
         for (int j = 0; j < nk; j++) l += s[j] == -INFINITY ? 0 : exp(s[j] - m);

@@ -132,42 +132,10 @@ static void run_case(const char *target, dc_case *c, const kn_attn_config *cfg) 
     p.block_table = table, p.cache_seqlens = c->len, p.page_size = c->page_size;
     p.num_pages = num_pages, p.max_pages = max_pages;
   }
-  kn_decode_plan plan = kn_attn_decode_plan(d, cfg, &p, 4, c->splits);
-  float *ws_o = malloc(plan.ws_o_bytes + 16), *ws_lse = malloc(plan.ws_lse_bytes + 16);
-  assert_true(ws_o && ws_lse);
-  for (size_t i = 0; i < plan.ws_o_bytes / 4; i++) ws_o[i] = NAN;
-  for (size_t i = 0; i < plan.ws_lse_bytes / 4; i++) ws_lse[i] = NAN;
-
-  kn_diag diag;
-  kn_module *ms = kn_module_new("<decode>"), *mc = kn_module_new("<combine>");
-  kn_func *fs = kn_attn_decode_build(ms, d, cfg, &diag);
-  if (!fs) fail_msg("%s: build: %s", c->name, diag.rendered);
-  kn_func *fc = kn_attn_decode_combine_build(mc, d, &diag);
-  if (!fc) fail_msg("%s: combine build: %s", c->name, diag.rendered);
-  kn_attn_sig sig;
-  if (kn_attn_signature(d, &sig, &diag)) fail_msg("%s: signature: %s", c->name, diag.message);
-  assert_int_equal(kn_func_nparams(fs), sig.n + KN_DECODE_NPARAMS);
-  kn_argval sa[KN_ATTN_MAX_PARAMS + KN_DECODE_NPARAMS], ca[KN_DECODE_COMBINE_NPARAMS];
-  int sg[3], cg[3];
-  if (kn_attn_decode_fill_args(d, &sig, cfg, &p, &plan, q, k, v, o, lse, ws_o, ws_lse, &c->va,
-                               sa, sg, ca, cg, &diag))
-    fail_msg("%s: args: %s", c->name, diag.message);
-  kn_region regions[KN_ATTN_MAX_PARAMS] = {{q, nq * es}, {k, nk * es}, {v, nk * es},
-                                           {o, nq * es}, {lse, nl * 4},
-                                           {ws_o, plan.ws_o_bytes}, {ws_lse, plan.ws_lse_bytes}};
-  int nreg = 7;
-  kn_argval scratch[KN_ATTN_MAX_PARAMS];
-  memcpy(scratch, sa, sizeof scratch);
-  int n = kn_attn_fill_vargs(d, &sig, &p, &c->va, scratch, regions + nreg, &diag);
-  assert_true(n >= 0);
-  nreg += n;
+  const kn_region io[5] = {{q, nq * es}, {k, nk * es}, {v, nk * es}, {o, nq * es}, {lse, nl * 4}};
+  const int splits = run_decode_on_target(target, d, cfg, &p, &c->va, c->splits, io, c->name);
   const char *tn = target ? target : "interp";
-  if (run_on_target(target, ms, fs, sa, sg, regions, nreg, NULL, c->name, &diag))
-    fail_msg("%s on %s (seed %llu): split: %s", c->name, tn, (unsigned long long)seed0,
-             diag.message);
-  if (run_on_target(target, mc, fc, ca, cg, regions, nreg, NULL, c->name, &diag))
-    fail_msg("%s on %s (seed %llu): combine: %s", c->name, tn, (unsigned long long)seed0,
-             diag.message);
+  kn_diag diag;
   if (kn_attn_reference_v(d, NULL, &p, &c->va, qd, kd, vd, od, d->has_lse ? ld : NULL, &diag))
     fail_msg("%s: reference: %s", c->name, diag.message);
   double err = 0, lerr = 0;
@@ -187,40 +155,23 @@ static void run_case(const char *target, dc_case *c, const kn_attn_config *cfg) 
   if (verbose())
     printf("    %-16s %-10s %s D%d B%d H%d/%d Nq %d Nk %d%s%s%.0d %dx%d splits %d: err %.3g "
            "lse %.3g\n", c->name, tn, kn_scalar_name(dt), D, B, H, HK, c->nq, c->nk, pg,
-           paged ? " ps " : "", c->page_size, cfg->block_m, cfg->block_n, plan.splits, err, lerr);
+           paged ? " ps " : "", c->page_size, cfg->block_m, cfg->block_n, splits, err, lerr);
   if (!(err <= tol) || !(lerr <= ltol))
     fail_msg("%s on %s (seed %llu, %s D%d B%d H%d/%d Nq %d Nk %d%s%s%.0d, %dx%d, %d splits): "
              "err O %.3g (tol %.3g), lse %.3g", c->name, tn, (unsigned long long)seed0,
              kn_scalar_name(dt), D, B, H, HK, c->nq, c->nk, pg, paged ? " ps " : "",
-             c->page_size, cfg->block_m, cfg->block_n, plan.splits, err, tol, lerr);
-  kn_module_free(ms), kn_module_free(mc);
-  free(q), free(k), free(v), free(o), free(lse), free(ws_o), free(ws_lse);
+             c->page_size, cfg->block_m, cfg->block_n, splits, err, tol, lerr);
+  free(q), free(k), free(v), free(o), free(lse);
   free(qd), free(kd), free(vd), free(od), free(ld);
   free(c->buf[0]), free(c->buf[1]), free(table);
 }
 
 static int case_list(dc_case *out, kn_scalar dt, int D) {
-  int n = 0;
+  static const char *const extra[] = {"prefix", "head-temp", NULL};
+  test_variant v[16];
   kn_attn_desc base = {.dtype = dt, .head_dim = D, .has_lse = true};
-#define V(nm_, ...)                                  \
-  do {                                               \
-    out[n] = (dc_case){.name = nm_, .desc = base};   \
-    kn_attn_desc *d_ = &out[n].desc;                 \
-    __VA_ARGS__;                                     \
-    (void)d_;                                        \
-    n++;                                             \
-  } while (0)
-  V("plain");
-  V("causal", d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
-  V("causal-top-left", d_->causal = KN_CAUSAL_TOP_LEFT);
-  V("window+causal", d_->window = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
-  V("window", d_->window = true);
-  V("softcap+causal", d_->softcap = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
-  V("alibi+causal", d_->alibi = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
-  V("prefix", d_->prefix = true);
-  V("head-temp", d_->mods = TEST_HEAD_TEMP_SCORE_MOD; d_->mods_file = "temp.tile");
-  V("no-lse", d_->has_lse = false; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
-#undef V
+  int n = test_variant_list(base, extra, v);
+  for (int i = 0; i < n; i++) out[i] = (dc_case){.name = v[i].name, .desc = v[i].desc};
   return n;
 }
 
@@ -742,16 +693,7 @@ static void test_code(void **state) {
           kn_artifact a;
           if (kn_compile_artifact(m, name, tg, NULL, &a, &diag))
             fail_msg("%s on %s D%d: %s", name, targets[t], dims[i], diag.rendered);
-          int sp = artifact_spills(&a, tg->arch, name);
-          if (verbose() && a.kind == KN_ARTIFACT_CODE_OBJECT) {  /* the static report */
-            kn_codeobj co;
-            char tab[2048];
-            if (kn_codeobj_parse(a.data, a.size, &co, &diag) == 0) {
-              kn_codeobj_format_stats(&co, tab, sizeof tab);
-              printf("%s", tab);
-              kn_codeobj_free(&co);
-            }
-          }
+          int sp = artifact_spills(&a, tg->arch, name);  /* (verbose: the static report) */
           printf("[ decode ] %-6s D%-3d %-8s %-20s %dx%d w%d: %d spills\n", targets[t],
                  dims[i], causal == 2 ? "paged" : causal ? "causal" : "plain", name, c.block_m,
                  c.block_n, c.warps, sp);

@@ -8,14 +8,20 @@
  *    the blocks, pages in shuffled order, tables with unused entries), GQA and MQA, causal,
  *    softcap (a score modifier sees the dequantised score) and ALiBi, a NULL descale (1), and
  *    inputs small enough to be fp8 subnormals.  Fresh random data and descales every run.
- * 2. Code: the fp8 kernels compile for gfx942 (e4m3fnuz) without VGPR spills and for sm_90a /
- *    sm_80 (e4m3; ptxas when it is installed).
+ *    The split-KV decode kernels likewise (dense and paged, Nq 1 / 4 / 16, GQA 32/8, MQA, MHA,
+ *    pages of 1, 16, 64, 256), split then combine through a NaN-filled workspace.
+ * 2. Code: the fp8 kernels (the forward's and the split-KV decode kernel at their defaults)
+ *    compile for gfx942 (e4m3fnuz) without VGPR spills and for sm_90a / sm_80 (e4m3; ptxas when
+ *    it is installed; the decode kernel without spills there too).
  * 3. The API (host): kiln_prepare / kiln_forward with q_dtype / kv_dtype and q_descale /
- *    k_descale / v_descale for the three layouts (dense with one query row: decode runs the
- *    prefill kernel), and the refusals: an fp8 dtype for o, an f32 compute type, descales for
- *    a kernel without fp8 inputs, a backward of fp8 inputs.
+ *    k_descale / v_descale for the three layouts (dense and paged calls of 1..16 query rows
+ *    build the two decode kernels; KILN_DECODE=0 the prefill kernel), and the refusals: an fp8
+ *    dtype for o, an f32 compute type, descales for a kernel without fp8 inputs, a backward of
+ *    fp8 inputs, descales smaller than their described capacity (q_descale_numel, ...), rows
+ *    that overlap (descale_stride < kv_heads), capacities of NULL descales.
  *
- * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_VERBOSE=1 prints each case.
+ * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_VERBOSE=1 prints each case;
+ * KILN_TEST_FILTER=test_decode* runs the tests whose names match.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -57,7 +63,7 @@ typedef struct f8_case {
   int32_t cu_q[MAXB + 1], cu_k[MAXB + 1], lens[MAXB];
   int32_t *table;
   float *descale[3];        /* q, k, v: (B, HK) */
-  float slopes[64];
+  float slopes[256];
   size_t nq, nk;            /* elements of q/o and of k/v (a pool when paged) */
   void *q, *k, *v, *o;
   float *lse;
@@ -199,7 +205,7 @@ static void prepare(f8_case *c) {
   fill(c, 2, kt, c->v, c->vd, c->nk);
   for (size_t i = 0; i < c->nq; i++) kn_store_elem(dt, (char *)c->o + i * kn_scalar_size(dt), NAN), c->od[i] = NAN;
   for (size_t i = 0; i < nl; i++) c->lse[i] = NAN, c->ld[i] = NAN;
-  for (int i = 0; i < B * H && i < 64; i++) c->slopes[i] = (float)unif(0.01, 0.5);
+  for (int i = 0; i < B * H && i < 256; i++) c->slopes[i] = (float)unif(0.01, 0.5);
 }
 
 static void release(f8_case *c) {
@@ -308,6 +314,78 @@ static void run_case(const char *target, f8_case *c, bool dflt) {
   release(c);
 }
 
+/* the split-KV decode kernels (templates/attn_decode.c) on the dense or paged case c, on target
+ * (NULL: the interpreter), at the decode default tiling of target when dflt, else 16x16; `splits`
+ * pieces (0: the heuristic's) */
+static void run_decode_case(const char *target, f8_case *c, bool dflt, int splits) {
+  prepare(c);
+  const kn_attn_desc *d = &c->desc;
+  const kn_target *t = target ? (strstr(target, "-emu") ? kn_emu_target(target)
+                                                         : kn_target_get(target))
+                              : NULL;
+  kn_attn_config cfg = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 2};
+  if (dflt) cfg = kn_attn_decode_default_config(t ? t->arch : NULL, d);
+  kn_attn_problem p = problem(c);
+  kn_attn_vargs va = vargs(c);
+  const size_t qs = kn_scalar_size(kn_attn_q_type(d)), ks = kn_scalar_size(kn_attn_kv_type(d));
+  const kn_region io[5] = {{c->q, c->nq * qs}, {c->k, c->nk * ks}, {c->v, c->nk * ks},
+                           {c->o, c->nq * kn_scalar_size(d->dtype)},
+                           {c->lse, c->nq / (size_t)c->head_dim * 4}};
+  run_decode_on_target(target, d, &cfg, &p, &va, splits, io, c->name);
+  reference(c);
+  char tn[64];
+  snprintf(tn, sizeof tn, "%s decode", target ? target : "interp");
+  compare(c, tn);
+  release(c);
+}
+
+/* fp8 decode (1, 4 or 16 query rows against ragged KV, dense and paged) on one target: GQA 32/8,
+ * MQA and MHA, pages of 1, 16, 64 and 256 in shuffled order with unused table entries, empty
+ * sequences, lengths on and next to block and page boundaries; q in fp8 or in dtype, plain,
+ * causal, softcap (the dequantised score), ALiBi (each packed row its own head's slope), a NULL
+ * q_descale, fp8 subnormals; pieces from the heuristic's to one per block */
+static int decode_sweep(const char *target, kn_scalar dt, const kn_scalar *fmts, int nf, int D,
+                        int nshapes) {
+  static const struct { int B, H, HK, nq, lk[4], ps, splits; } dense[] = {
+      {2, 32, 8, 1, {1000}, 0, 0},  {3, 8, 1, 4, {65}, 0, 3},  {1, 8, 2, 16, {300}, 0, 2},
+      {2, 4, 4, 1, {1}, 0, 0},      {1, 32, 8, 4, {129}, 0, 100},
+  };
+  static const struct { int B, H, HK, nq, lk[4], ps, splits; } paged[] = {
+      {3, 32, 8, 1, {0, 1, 300}, 16, 0},  {3, 8, 1, 4, {33, 0, 7}, 1, 3},
+      {2, 8, 2, 16, {64, 129}, 64, 2},    {2, 4, 1, 1, {256, 300}, 256, 100},
+      {2, 32, 8, 4, {17, 1000}, 16, 0},
+  };
+  static const struct { const char *name; int causal; bool softcap, alibi, qf8, noqd, tiny; } vs[] = {
+      {"dec-plain", 0, false, false, true, false, false},
+      {"dec-causal-kv", KN_CAUSAL_BOTTOM_RIGHT, false, false, false, false, true},
+      {"dec-softcap", 0, true, false, true, true, false},
+      {"dec-alibi+causal", KN_CAUSAL_BOTTOM_RIGHT, false, true, false, false, false},
+  };
+  const int nv = (int)(sizeof vs / sizeof vs[0]);
+  int runs = 0;
+  for (int fi = 0; fi < nf; fi++)
+    for (int layout = 0; layout < 3; layout += 2)
+      for (int si = 0; si < nshapes; si++) {
+        const bool pg = layout == KN_ATTN_PAGED;
+        const int w = (si + fi) % 5, vi = (si + fi + layout) % nv;
+        f8_case c = {.name = vs[vi].name, .no_q_descale = vs[vi].noqd, .tiny = vs[vi].tiny};
+        c.batch = pg ? paged[w].B : dense[w].B, c.heads = pg ? paged[w].H : dense[w].H;
+        c.kv_heads = pg ? paged[w].HK : dense[w].HK, c.page_size = pg ? paged[w].ps : 0;
+        c.lq[0] = pg ? paged[w].nq : dense[w].nq;
+        memcpy(c.lk, pg ? paged[w].lk : dense[w].lk, sizeof paged[w].lk);
+        c.head_dim = D;
+        c.desc = (kn_attn_desc){.dtype = dt, .head_dim = D, .has_lse = true,
+                                .causal = vs[vi].causal, .softcap = vs[vi].softcap,
+                                .alibi = vs[vi].alibi, .layout = layout, .kv_dtype = fmts[fi],
+                                .q_dtype = vs[vi].qf8 ? fmts[fi] : KN_I1};
+        run_decode_case(target, &c, (si + fi) % 2 == 1, pg ? paged[w].splits : dense[w].splits);
+        runs++;
+      }
+  printf("[ fp8 ] %-11s -> %s D%d: %d decode cases\n", target ? target : "interp",
+         kn_scalar_name(dt), D, runs);
+  return runs;
+}
+
 /* the cases of one target: q in fp8 (every variant) or in dtype (the KV cache case), three
  * layouts, ragged shapes */
 static int sweep(const char *target, kn_scalar dt, const kn_scalar *fmts, int nf, int D) {
@@ -366,6 +444,23 @@ static void test_gfx942_emu(void **s) {
 static void test_gfx90a_emu(void **s) {
   (void)s;
   sweep("gfx90a-emu", KN_BF16, all_fmts, 2, 16);
+}
+
+/* the split-KV decode kernels over fp8 K / V (and q) */
+static void test_decode_interp(void **s) {
+  (void)s;
+  decode_sweep(NULL, KN_F16, all_fmts, 4, 24, 3);
+  decode_sweep(NULL, KN_BF16, all_fmts + 1, 1, 16, 5);
+}
+static void test_decode_host(void **s) {
+  (void)s;
+  decode_sweep("host", KN_F16, all_fmts, 4, 128, 5);
+  decode_sweep("host", KN_BF16, all_fmts, 4, 64, 5);
+}
+static void test_decode_emu(void **s) {
+  (void)s;
+  decode_sweep("gfx942-emu", KN_F16, all_fmts + 2, 2, 64, 3);
+  decode_sweep("gfx90a-emu", KN_BF16, all_fmts, 2, 32, 2);
 }
 
 /* ---- 1b: the GPU lowering's fp8 -> f32 / f16 / bf16 conversion, every byte ---------------------- */
@@ -432,38 +527,47 @@ static void test_code(void **state) {
   static const struct { const char *target; kn_scalar fmt; } ts[] = {
       {"gfx942", KN_F8E4M3FNUZ}, {"sm_90a", KN_F8E4M3}, {"sm_80", KN_F8E4M3}};
   int checked = 0;
-  for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++)
-    for (int layout = 0; layout < 3; layout++)
-      for (int D = 64; D <= 128; D *= 2)
-        for (int qf8 = 0; qf8 < 2; qf8++) {
-          const kn_target *t = kn_target_get(ts[ti].target);
-          assert_non_null(t);
-          kn_attn_desc desc = {.dtype = KN_F16, .head_dim = D, .causal = KN_CAUSAL_BOTTOM_RIGHT,
-                               .has_lse = true, .layout = layout, .kv_dtype = ts[ti].fmt,
-                               .q_dtype = qf8 ? ts[ti].fmt : KN_I1};
-          kn_attn_config cfg = kn_attn_default_config(t->arch, &desc);
-          kn_module *m = kn_module_new("<fp8>");
-          if (!kn_attn_fwd_build(m, &desc, &cfg, &d)) fail_msg("build: %s", d.message);
-          kn_artifact a;
-          if (kn_compile_artifact(m, "attn_fwd", t, NULL, &a, &d))
-            fail_msg("fp8 layout %d D%d on %s: %s", layout, D, t->name, d.rendered);
-          kn_module_free(m);
-          if (t->arch->isa == KN_ISA_NVPTX && !have_ptxas) {
-            kn_artifact_free(&a);
+  /* the forward (every layout; NVIDIA within test_variants' 32-byte bound) and the split-KV
+   * decode kernel (dense and paged; no spills on any target: the combine kernel reads only f32,
+   * dense's, test_decode), each at its default tiling */
+  for (int dec = 0; dec < 2; dec++)
+    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++)
+      for (int layout = 0; layout < 3; layout += dec ? 2 : 1)
+        for (int D = 64; D <= 128; D *= 2)
+          for (int qf8 = 0; qf8 < 2; qf8++) {
+            const kn_target *t = kn_target_get(ts[ti].target);
+            assert_non_null(t);
+            const bool nv = t->arch->isa == KN_ISA_NVPTX;
+            const char *name = dec ? "attn_decode" : "attn_fwd";
+            kn_attn_desc desc = {.dtype = KN_F16, .head_dim = D,
+                                 .causal = KN_CAUSAL_BOTTOM_RIGHT, .has_lse = true,
+                                 .layout = layout, .kv_dtype = ts[ti].fmt,
+                                 .q_dtype = qf8 ? ts[ti].fmt : KN_I1};
+            kn_attn_config cfg = dec ? kn_attn_decode_default_config(t->arch, &desc)
+                                     : kn_attn_default_config(t->arch, &desc);
+            kn_module *m = kn_module_new("<fp8>");
+            if (!(dec ? kn_attn_decode_build(m, &desc, &cfg, &d)
+                      : kn_attn_fwd_build(m, &desc, &cfg, &d)))
+              fail_msg("%s build: %s", name, d.message);
+            kn_artifact a;
+            if (kn_compile_artifact(m, name, t, NULL, &a, &d))
+              fail_msg("fp8 %s layout %d D%d on %s: %s", name, layout, D, t->name, d.rendered);
+            kn_module_free(m);
             checked++;
-            continue;
+            if (nv && !have_ptxas) {
+              kn_artifact_free(&a);
+              continue;
+            }
+            int spills = artifact_spills(&a, t->arch, name);
+            kn_artifact_free(&a);
+            if (verbose() || spills || dec)
+              printf("  fp8 %s %s layout %d q %s D%d on %s at %dx%d w%d: %d spill units\n", name,
+                     kn_scalar_name(ts[ti].fmt), layout, qf8 ? "fp8" : "f16", D, t->name,
+                     cfg.block_m, cfg.block_n, cfg.warps, spills);
+            if (spills > (nv && !dec ? 32 : 0))
+              fail_msg("fp8 %s layout %d D%d on %s at its default %dx%d: %d spill units", name,
+                       layout, D, t->name, cfg.block_m, cfg.block_n, spills);
           }
-          int spills = artifact_spills(&a, t->arch, "attn_fwd");
-          kn_artifact_free(&a);
-          if (verbose() || spills)
-            printf("  fp8 %s layout %d q %s D%d on %s at %dx%d w%d: %d spill units\n",
-                   kn_scalar_name(ts[ti].fmt), layout, qf8 ? "fp8" : "f16", D, t->name,
-                   cfg.block_m, cfg.block_n, cfg.warps, spills);
-          if (spills > (t->arch->isa == KN_ISA_NVPTX ? 32 : 0))
-            fail_msg("fp8 layout %d D%d on %s at its default %dx%d: %d spill units", layout, D,
-                     t->name, cfg.block_m, cfg.block_n, spills);
-          checked++;
-        }
   /* the CUDA append kernel (kv_append) over fp8 pools: bytes copied, every GPU target */
   for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
     kn_module *m = kn_module_new("<fp8-append>");
@@ -519,6 +623,9 @@ static void api_case_append(kiln_context *ctx, f8_case *c, int append) {
                       .seqlen_q = c->seqlen_q, .seqlen_k = c->seqlen_k,
                       .q_descale = c->descale[0], .k_descale = c->descale[1],
                       .v_descale = c->descale[2], .q_numel = (int64_t)c->nq,
+                      .q_descale_numel = c->descale[0] ? (int64_t)c->batch * HK : 0,
+                      .k_descale_numel = c->descale[1] ? (int64_t)c->batch * HK : 0,
+                      .v_descale_numel = c->descale[2] ? (int64_t)c->batch * HK : 0,
                       .k_numel = (int64_t)c->nk, .v_numel = (int64_t)c->nk,
                       .o_numel = (int64_t)c->nq};
   if (is_varlen(c)) {
@@ -560,18 +667,87 @@ static void api_case_append(kiln_context *ctx, f8_case *c, int append) {
   release(c);
 }
 
+/* descales smaller than the (batch, kv_heads) rows the call describes, overlapping rows, and
+ * capacities of NULL descales: KILN_ERR_INVALID before launch, naming the tensor */
+static void descale_refusals(kiln_context *ctx) {
+  kiln_attn_desc pd = {.dtype = KILN_F16, .head_dim = 16, .kv_dtype = KILN_F8E4M3};
+  kiln_kernel *k;
+  assert_int_equal(kiln_prepare(ctx, &pd, NULL, &k), KILN_OK);
+  enum { B = 3, H = 4, HK = 2, N = 5, D = 16 };
+  static uint16_t q[B * H * N * D], o[B * H * N * D];
+  static uint8_t kv[B * HK * N * D];
+  float ds[2 * B * HK + 8];
+  for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) ds[i] = 0.5f;
+  const kiln_attn_args base = {.q = q, .k = kv, .v = kv, .o = o, .batch = B, .heads = H,
+                               .kv_heads = HK, .seqlen_q = N, .seqlen_k = N, .k_descale = ds,
+                               .v_descale = ds, .k_descale_numel = B * HK,
+                               .v_descale_numel = B * HK};
+  kiln_attn_args a = base;
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_OK);  /* exactly (B, HK) */
+  a.v_descale_numel = B * HK - 1;  /* one kv head short */
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "v_descale holds 5 scales (v_descale_numel), but "
+                                            "batch 3 x kv_heads 2 at descale_stride 2 reach 6"));
+  a = base;
+  a.descale_stride = HK + 3;  /* a padded batch stride: (B - 1) * 5 + HK = 12 */
+  a.k_descale_numel = 11, a.v_descale_numel = 12;
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "k_descale holds 11 scales"));
+  a.k_descale_numel = 12;
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_OK);
+  a = base;
+  a.descale_stride = HK - 1;  /* rows of two sequences overlap */
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "below kv_heads"));
+  a = base;
+  a.q_descale_numel = B * HK;  /* a capacity for a NULL descale */
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "q_descale is NULL"));
+  a = base;
+  a.k_descale_numel = -1;
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "negative"));
+  a = base;
+  a.descale_stride = INT64_MAX / 2;
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "2^63"));
+  /* one query row: the decode kernels get the same checks */
+  a = base;
+  a.seqlen_q = 1, a.k_descale_numel = 1;
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "k_descale holds 1 scales"));
+}
+
 static void test_api(void **state) {
   (void)state;
   kiln_context *ctx;
   kiln_context_options co = {.no_cache = 1, .device = "host"};
   if (kiln_context_create(&co, &ctx)) fail_msg("context: %s", kiln_last_error());
-  /* dense with one query row (decode: the prefill kernel serves fp8), q in fp8 */
+  /* dense with one query row (decode: the split-KV decode kernels), q in fp8 */
   f8_case c1 = {.name = "api-dense-decode", .batch = 2, .heads = 8, .kv_heads = 2,
                 .head_dim = 64, .lq = {1}, .lk = {77},
                 .desc = {.dtype = KN_F16, .head_dim = 64, .has_lse = true,
                          .causal = KN_CAUSAL_BOTTOM_RIGHT, .q_dtype = KN_F8E4M3,
                          .kv_dtype = KN_F8E4M3}};
+  kiln_stats s0, s1, s2;
+  kiln_context_stats(ctx, &s0);
   api_case(ctx, &c1);
+  kiln_context_stats(ctx, &s1);
+  /* the prefill kernel (kiln_prepare), then the split and combine kernels (the first decode) */
+  assert_int_equal(s1.compiles, s0.compiles + 3);
+  /* the same call with KILN_DECODE=0: the prefill kernel, memoised (nothing compiled) */
+  setenv("KILN_DECODE", "0", 1);
+  c1.name = "api-dense-decode-prefill";
+  api_case(ctx, &c1);
+  unsetenv("KILN_DECODE");
+  kiln_context_stats(ctx, &s2);
+  assert_int_equal(s2.compiles, s1.compiles);
+  /* GQA 32/8 with 16 query rows (speculative drafts) over e5m2 KV, q f16 */
+  f8_case c1b = {.name = "api-dense-decode-32/8", .batch = 2, .heads = 32, .kv_heads = 8,
+                 .head_dim = 128, .lq = {16}, .lk = {300},
+                 .desc = {.dtype = KN_F16, .head_dim = 128, .has_lse = true,
+                          .causal = KN_CAUSAL_BOTTOM_RIGHT, .kv_dtype = KN_F8E5M2}};
+  api_case(ctx, &c1b);
   f8_case c2 = {.name = "api-dense", .batch = 1, .heads = 4, .kv_heads = 4, .head_dim = 40,
                 .lq = {70}, .lk = {33},
                 .desc = {.dtype = KN_BF16, .head_dim = 40, .has_lse = true,
@@ -588,7 +764,10 @@ static void test_api(void **state) {
                 .desc = {.dtype = KN_F16, .head_dim = 64, .has_lse = true,
                          .causal = KN_CAUSAL_BOTTOM_RIGHT, .layout = KN_ATTN_PAGED,
                          .kv_dtype = KN_F8E4M3}};
+  kiln_context_stats(ctx, &s0);
   api_case(ctx, &c4);
+  kiln_context_stats(ctx, &s1);
+  assert_int_equal(s1.compiles, s0.compiles + 3);  /* paged: prefill, then split and combine */
   /* fp8 rows appended to fp8 pages (kn_attn_paged_append copies bytes), then attended */
   f8_case c5 = {.name = "api-paged-append", .batch = 2, .heads = 4, .kv_heads = 2, .head_dim = 32,
                 .lq = {3}, .lk = {19, 40}, .page_size = 16,
@@ -622,6 +801,10 @@ static void test_api(void **state) {
                       .kv_heads = 1, .seqlen_q = 4, .seqlen_k = 4, .k_descale = &one};
   assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
   assert_non_null(strstr(kiln_last_error(), "not prepared with fp8 inputs"));
+  a.k_descale = NULL, a.k_descale_numel = 4;
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "not prepared with fp8 inputs"));
+  descale_refusals(ctx);
   /* the key names the input types, and only when set */
   assert_int_equal(kiln_dtype_name(KILN_F8E4M3FNUZ) != NULL, 1);
   assert_string_equal(kiln_dtype_name(KILN_F8E4M3FNUZ), "f8e4m3fnuz");
@@ -655,8 +838,11 @@ int main(void) {
       cmocka_unit_test(test_key),        cmocka_unit_test(test_cast_bytes),
       cmocka_unit_test(test_interp),
       cmocka_unit_test(test_host),       cmocka_unit_test(test_gfx942_emu),
-      cmocka_unit_test(test_gfx90a_emu), cmocka_unit_test(test_code),
+      cmocka_unit_test(test_gfx90a_emu), cmocka_unit_test(test_decode_interp),
+      cmocka_unit_test(test_decode_host), cmocka_unit_test(test_decode_emu),
+      cmocka_unit_test(test_code),
       cmocka_unit_test(test_api),
   };
+  if (getenv("KILN_TEST_FILTER")) cmocka_set_test_filter(getenv("KILN_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

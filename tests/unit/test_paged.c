@@ -262,27 +262,11 @@ static void run_case(const char *target, pg_case *c, const kn_attn_config *cfg) 
 
 /* the variants every target runs */
 static int case_list(pg_case *out, kn_scalar dt, int D) {
-  int n = 0;
+  static const char *const extra[] = {"document", "user-mask(chunks)", NULL};
+  test_variant v[16];
   kn_attn_desc base = {.dtype = dt, .head_dim = D, .has_lse = true, .layout = KN_ATTN_PAGED};
-#define V(nm, ...)                                \
-  do {                                            \
-    out[n] = (pg_case){.name = nm, .desc = base}; \
-    kn_attn_desc *d_ = &out[n].desc;              \
-    __VA_ARGS__;                                  \
-    (void)d_;                                     \
-    n++;                                          \
-  } while (0)
-  V("plain");
-  V("causal", d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
-  V("causal-top-left", d_->causal = KN_CAUSAL_TOP_LEFT);
-  V("window+causal", d_->window = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
-  V("window", d_->window = true);
-  V("softcap+causal", d_->softcap = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
-  V("alibi+causal", d_->alibi = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
-  V("document", d_->document = true);
-  V("user-mask(chunks)", d_->mods = TEST_CHUNK_MASK_MOD; d_->mods_file = "chunk.tile");
-  V("no-lse", d_->has_lse = false; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
-#undef V
+  int n = test_variant_list(base, extra, v);
+  for (int i = 0; i < n; i++) out[i] = (pg_case){.name = v[i].name, .desc = v[i].desc};
   return n;
 }
 

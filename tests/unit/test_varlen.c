@@ -6,10 +6,12 @@
  *    alignments), window and ALiBi, with GQA.
  * 2. The kernel on the interpreter, the host, gfx90a-emu and gfx942-emu: lengths including empty
  *    sequences, length 1, lengths that are not multiples of the blocks, seqlen_k above and below
- *    seqlen_q, GQA and MQA, causal both ways, window, softcap, ALiBi, documents and a user mask,
- *    with fresh random inputs; rows of the packed buffers no sequence owns stay untouched.
+ *    seqlen_q, GQA and MQA, causal both ways, window, softcap, ALiBi, documents, a bias and a
+ *    user mask, with fresh random inputs; rows of the packed buffers no sequence owns stay untouched.
  * 3. Safety: cu_seqlens beyond the buffers (decreasing, past total) make the kernel clamp, not
- *    read or write outside them (the interpreter checks every access).
+ *    read or write outside them (the interpreter checks every access); sequences longer than
+ *    max_seqlen_q / max_seqlen_k with a bias and documents of max-length rows are cut to the
+ *    max lengths (interpreter, host, gfx942-emu, against float64 per sequence).
  * 4. Code: the varlen kernels at their default tilings compile for gfx90a / gfx942 at head dims
  *    64, 128, 256 (no VGPR spills) and sm_80 / sm_90a at 64 and 128 (ptxas, within
  *    test_variants' 32-byte spill bound).
@@ -103,6 +105,14 @@ static void vl_prepare(vl_case *c) {
     }
     va->q_seg = qs, va->k_seg = ks, va->q_seg_sb = mq, va->k_seg_sb = mk;
     c->buf[nb++] = qs, c->buf[nb++] = ks;
+  }
+  if (d->bias) {  /* (B, H, max_q, max_k) of dtype, indexed by each sequence's own positions */
+    const int64_t mq = c->max_q, mk = c->max_k;
+    const size_t n = (size_t)(B * H * mq * mk), es = kn_scalar_size(d->dtype);
+    char *t = malloc(n * es + 16);
+    for (size_t i = 0; i < n; i++) kn_store_elem(d->dtype, t + i * es, unif(-1.5, 1.5));
+    va->bias = t, va->bias_sb = H * mq * mk, va->bias_sh = mq * mk, va->bias_sm = mk;
+    c->buf[nb++] = t;
   }
   if (d->mods) {
     c->named[0] = (kn_attn_named_arg){"chunk", {.i = irand(3, 20)}, 0};
@@ -239,27 +249,11 @@ static void run_case(const char *target, vl_case *c, const kn_attn_config *cfg) 
 
 /* the variants every target runs */
 static int case_list(vl_case *out, kn_scalar dt, int D) {
-  int n = 0;
+  static const char *const extra[] = {"document", "bias+causal", "user-mask(chunks)", NULL};
+  test_variant v[16];
   kn_attn_desc base = {.dtype = dt, .head_dim = D, .has_lse = true, .layout = KN_ATTN_VARLEN};
-#define V(nm, ...)                              \
-  do {                                          \
-    out[n] = (vl_case){.name = nm, .desc = base}; \
-    kn_attn_desc *d_ = &out[n].desc;            \
-    __VA_ARGS__;                                \
-    (void)d_;                                   \
-    n++;                                        \
-  } while (0)
-  V("plain");
-  V("causal", d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
-  V("causal-top-left", d_->causal = KN_CAUSAL_TOP_LEFT);
-  V("window+causal", d_->window = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
-  V("window", d_->window = true);
-  V("softcap+causal", d_->softcap = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
-  V("alibi+causal", d_->alibi = true; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
-  V("document", d_->document = true);
-  V("user-mask(chunks)", d_->mods = TEST_CHUNK_MASK_MOD; d_->mods_file = "chunk.tile");
-  V("no-lse", d_->has_lse = false; d_->causal = KN_CAUSAL_BOTTOM_RIGHT);
-#undef V
+  int n = test_variant_list(base, extra, v);
+  for (int i = 0; i < n; i++) out[i] = (vl_case){.name = v[i].name, .desc = v[i].desc};
   return n;
 }
 
@@ -308,7 +302,7 @@ static void test_reference_per_sequence(void **state) {
   vl_case cs[16];
   int n = case_list(cs, KN_F32, 24);
   for (int i = 0; i < n; i++) {
-    if (cs[i].desc.document || cs[i].desc.mods) continue;  /* their tensors are per batch */
+    if (cs[i].desc.document || cs[i].desc.bias || cs[i].desc.mods) continue;  /* per batch */
     vl_case c = cs[i];
     shape_of(&c, i, false);
     vl_prepare(&c);
@@ -424,6 +418,92 @@ static void test_clamped(void **state) {
   assert_non_null(strstr(diag.message, "cu_seqlens_q"));
   kn_module_free(m);
   data_free(&x);
+}
+
+/* ---- 3b: sequences longer than max_seqlen -------------------------------------------------------
+ *
+ * On a GPU kiln cannot read cu_seqlens, so a sequence may be longer than the call's max lengths
+ * (seqlen_q / seqlen_k), the rows of bias and document tensors.  The kernel clamps each length
+ * into max_seqlen_q / max_seqlen_k: a long sequence attends over its first max tokens (its other
+ * rows are not written) and nothing reads past the tensors (the interpreter and the emulators
+ * check every access against them).  Each sequence is checked against the reference of that
+ * sequence cut to the max lengths. */
+static void max_seqlen_run(const char *target, kn_scalar dt, const kn_attn_config *cfg) {
+  enum { B = 4 };
+  static const int lq[B] = {40, 5, 23, 0}, lk[B] = {50, 9, 77, 3};
+  const int mq = 23, mk = 50;
+  vl_case c = {.name = "max-seqlen",
+               .desc = {.dtype = dt, .head_dim = 32, .causal = KN_CAUSAL_BOTTOM_RIGHT,
+                        .bias = true, .document = true, .layout = KN_ATTN_VARLEN},
+               .batch = B, .heads = 4, .kv_heads = 2, .pad_q = 2, .pad_k = 1};
+  /* the variant's tensors for the max lengths (vl_prepare sizes them by the longest), then
+   * the sequences' real lengths */
+  for (int b = 0; b < B; b++) c.lq[b] = lq[b] < mq ? lq[b] : mq, c.lk[b] = lk[b] < mk ? lk[b] : mk;
+  vl_prepare(&c);
+  assert_int_equal(c.max_q, mq);
+  assert_int_equal(c.max_k, mk);
+  for (int b = 0; b < B; b++) {
+    c.cu_q[b + 1] = c.cu_q[b] + lq[b], c.cu_k[b + 1] = c.cu_k[b] + lk[b];
+    c.lq[b] = lq[b], c.lk[b] = lk[b];
+  }
+  c.total_q = c.cu_q[B] + c.pad_q, c.total_k = c.cu_k[B] + c.pad_k;
+  vl_data x;
+  data_make(&c, &x);
+  const kn_attn_desc *d = &c.desc;
+  kn_diag diag;
+  kn_module *m = kn_module_new("<varlen-max>");
+  kn_func *f = kn_attn_fwd_build(m, d, cfg, &diag);
+  if (!f) fail_msg("max-seqlen: build: %s", diag.rendered);
+  kn_attn_sig sig;
+  assert_int_equal(kn_attn_signature(d, &sig, &diag), 0);
+  kn_attn_problem p = vl_problem(&c);  /* seqlen_q / seqlen_k: the max lengths */
+  kn_argval args[KN_ATTN_MAX_PARAMS];
+  int grid[3];
+  if (kn_attn_fill_args(d, &sig, cfg, &p, x.q, x.k, x.v, x.o, x.lse, &c.va, args, grid, &diag))
+    fail_msg("max-seqlen: args: %s", diag.message);
+  kn_region regions[KN_ATTN_MAX_PARAMS] = {{x.q, x.nq * x.es}, {x.k, x.nk * x.es},
+                                           {x.v, x.nk * x.es}, {x.o, x.nq * x.es},
+                                           {x.lse, x.nl * 4}};
+  kn_argval scratch[KN_ATTN_MAX_PARAMS];
+  memcpy(scratch, args, sizeof scratch);
+  int n = kn_attn_fill_vargs(d, &sig, &p, &c.va, scratch, regions + 5, &diag);
+  assert_true(n >= 0);
+  if (run_on_target(target, m, f, args, grid, regions, 5 + n, NULL, c.name, &diag))
+    fail_msg("max-seqlen on %s (seed %llu): %s", target ? target : "interp",
+             (unsigned long long)seed0, diag.message);
+  /* sequence b cut to its first max tokens: a batch of one over the same rows, its bias and
+   * segment rows those of batch b; the rows past the cut stay NaN (never written) */
+  const int H = c.heads, HK = c.kv_heads, D = d->head_dim;
+  for (int b = 0; b < B; b++) {
+    int nq = lq[b] < mq ? lq[b] : mq, nk = lk[b] < mk ? lk[b] : mk;
+    int32_t cq[2] = {0, nq}, ck[2] = {0, nk};
+    kn_attn_problem ps = {.batch = 1, .heads = H, .kv_heads = HK, .seqlen_q = mq,
+                          .seqlen_k = mk, .cu_seqlens_q = cq, .cu_seqlens_k = ck,
+                          .total_q = nq, .total_k = nk};
+    kn_attn_vargs va = c.va;
+    va.bias = (const char *)c.va.bias + (size_t)(b * c.va.bias_sb) * x.es;
+    va.q_seg = c.va.q_seg + b * c.va.q_seg_sb, va.k_seg = c.va.k_seg + b * c.va.k_seg_sb;
+    if (kn_attn_reference_v(d, NULL, &ps, &va, x.qd + (size_t)c.cu_q[b] * H * D,
+                            x.kd + (size_t)c.cu_k[b] * HK * D, x.vd + (size_t)c.cu_k[b] * HK * D,
+                            x.od + (size_t)c.cu_q[b] * H * D, NULL, &diag))
+      fail_msg("max-seqlen: reference of sequence %d: %s", b, diag.message);
+  }
+  compare(&c, &x, target ? target : "interp");
+  kn_module_free(m);
+  data_free(&x);
+  vl_free(&c);
+}
+
+static void test_max_seqlen(void **state) {
+  (void)state;
+  kn_attn_config small = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 2};
+  max_seqlen_run(NULL, KN_F32, &small);
+  max_seqlen_run("host", KN_F16, &small);
+  kn_attn_desc d = {.dtype = KN_BF16, .head_dim = 32, .causal = KN_CAUSAL_BOTTOM_RIGHT,
+                    .bias = true, .document = true, .layout = KN_ATTN_VARLEN};
+  kn_attn_config dflt = kn_attn_default_config(kn_emu_target("gfx942-emu")->arch, &d);
+  max_seqlen_run("gfx942-emu", KN_BF16, &dflt);
+  printf("[ varlen ] sequences past max_seqlen (bias + documents): interp, host, gfx942-emu\n");
 }
 
 /* ---- 4: code objects and PTX at the default tilings ------------------------------------------ */
@@ -614,6 +694,7 @@ int main(void) {
   printf("[ varlen ] seed %llu\n", (unsigned long long)seed0);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reference_per_sequence), cmocka_unit_test(test_clamped),
+      cmocka_unit_test(test_max_seqlen),
       cmocka_unit_test(test_interp),                 cmocka_unit_test(test_host),
       cmocka_unit_test(test_gfx90a_emu),             cmocka_unit_test(test_gfx942_emu),
       cmocka_unit_test(test_code),                   cmocka_unit_test(test_api_varlen),
