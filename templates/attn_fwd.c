@@ -330,8 +330,13 @@ kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d
     if (c.block_m > 64) c.block_m = 64;
     if (c.block_n > 32) c.block_n = 32;
   }
-  if (kn_attn_has_modifiers(d) && d->dropout == 0 && arch && arch->isa == KN_ISA_NVPTX &&
-      kn_attn_head_pad(d->head_dim) == 128) {
+  /* The plain dense kernel too (f16 / bf16 inputs, causal or not): the tuner on the H200
+   * (bench/RESULTS.md, session 24: kiln_tune at B 4 x H 32 x N 4096, every candidate checked
+   * against float64) chose wgmma 64x64 with 4 warps over the mma.sync 128x64 default: 456
+   * against 356 TFLOP/s without a mask, 343 against 321 causal. */
+  bool plain = d->layout == KN_ATTN_DENSE && !kn_attn_is_fp8(d);
+  if ((kn_attn_has_modifiers(d) || plain) && d->dropout == 0 && arch &&
+      arch->isa == KN_ISA_NVPTX && kn_attn_head_pad(d->head_dim) == 128) {
     kn_attn_config w = {.block_m = 64, .block_n = 64, .warps = 4, .stages = 2, .wgmma = true};
     if (kn_attn_check_on(arch, d, &w, &diag) == 0) return w;
   }

@@ -210,12 +210,20 @@ static void test_default_configs(void **state) {
       for (int hd = 64; hd <= 128; hd += 64)
         for (int causal = 0; causal < 2; causal++) {
           kn_attn_desc desc = {.dtype = t ? KN_BF16 : KN_F16, .head_dim = hd, .causal = causal};
-          kn_attn_config cfg = kn_attn_default_config(kn_arch_get("sm_90a"), &desc);
+          kn_attn_config cfg = kn_attn_default_config(kn_arch_get(archs[a]), &desc);
           compiled c;
           compile_one(archs[a], &desc, &cfg, &c);
           report(archs[a], &desc, &cfg, &c);
           no_spills(&c);
-          fast_path(&c);
+          /* sm_90a at head dim 128: wgmma 64x64 (measured, templates/attn_fwd.c), K^T and V
+           * streamed into wgmma's layout; else mma.sync with ldmatrix */
+          assert_true(cfg.wgmma == (a == 1 && hd == 128));
+          if (cfg.wgmma) {
+            assert_non_null(strstr(c.c.layout_text, "wgmma descriptor, cp.async one iteration ahead"));
+            assert_non_null(strstr(c.c.layout_text, "wgmma descriptor, cp.async early"));
+          } else {
+            fast_path(&c);
+          }
           nv_compiled_free(&c.c);
         }
 }
@@ -297,6 +305,8 @@ static void test_configs(void **state) {
     nv_compiled_free(&c.c);
     nv_compiled_free(&c16.c);
   }
+  cfg = kn_attn_default_config(kn_arch_get("sm_80"), &desc);  /* mma.sync: sm_80 has no wgmma */
+  assert_false(cfg.wgmma);
   compile_one("sm_80", &desc, &cfg, &c);
   report("sm_80", &desc, &cfg, &c);
   no_spills(&c);
