@@ -881,6 +881,12 @@ static kiln_status resolve_config(kiln_context *ctx, const kn_attn_desc *d,
       return api_fail(KILN_ERR_UNSUPPORTED, "%s", diag.message);
     return KILN_OK;
   }
+  /* the default is the first tiling that fits the target; when none does (head dim 320 on
+   * NVIDIA: the accumulator exceeds the registers), the request is unsupported there, and no
+   * tuning record or tuner can make it otherwise (a record's tiling is checked the same way) */
+  kn_diag dd;
+  if (kn_attn_check_on(ctx->target_arch, d, c, &dd))
+    return api_fail(KILN_ERR_UNSUPPORTED, "%s", dd.message);
   if (policy == KILN_TUNE_NONE) return KILN_OK;
   /* bad tuning options are the caller's error, not a tuning failure to serve around */
   kiln_status s = policy == KILN_TUNE_AUTO ? api_tune_check(d, o, seqlen) : KILN_OK;

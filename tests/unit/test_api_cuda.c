@@ -951,6 +951,12 @@ static void test_wgmma(void **state) {
     rm_dir(dir);
     return;
   }
+  /* a head dim no NVIDIA tiling holds (the accumulator alone exceeds the registers) is
+   * refused at prepare, as `kiln compile --target sm_90a` refuses it, not compiled at a
+   * tiling that does not fit (it was, and gave NaN) */
+  kiln_attn_desc d320 = DESC(KILN_F16, 320, 0, 1);
+  assert_int_equal(kiln_prepare(ctx, &d320, NULL, &k), KILN_ERR_UNSUPPORTED);
+  assert_non_null(strstr(kiln_last_error(), "head dim 320"));
   const struct { kiln_attn_desc d; shape s; int warps; } cases[] = {
       {DESC(KILN_F16, 64, 1, 1), {1, 2, 2, 129, 77, 0, 0}, 0},     /* the default's 128 rows: 8 warps */
       {DESC(KILN_F16, 64, 0, 1), {2, 4, 2, 300, 511, 1, 0}, 4},    /* GQA, BNHD; 64 x 4 warps */
