@@ -1055,11 +1055,15 @@ kiln_status api_decode_kernels(kiln_kernel *k) {
      * a paged kernel's whole tiling (measuring knobs, bench/h200/kiln_decode_bench) */
     const char *bn = getenv("KILN_DECODE_BLOCK_N");
     const char *pt = k->desc.layout == KN_ATTN_PAGED ? getenv("KILN_DECODE_PAGED_TILING") : NULL;
-    if (bn && atoi(bn) > 0) c.block_n = atoi(bn);
-    if (pt && *pt && sscanf(pt, "%dx%d:%d", &c.block_m, &c.block_n, &c.warps) != 3)
-      s = api_fail(KILN_ERR_INVALID, "KILN_DECODE_PAGED_TILING=%s: not BLOCK_MxBLOCK_N:WARPS", pt);
-    if (!s && ((bn && atoi(bn) > 0) || (pt && *pt)) &&
-        kn_attn_decode_check(arch, &k->desc, &c, &diag))
+    bool forced = false;
+    if (bn && atoi(bn) > 0) c.block_n = atoi(bn), forced = true;
+    if (pt && *pt) {
+      forced = true;
+      if (sscanf(pt, "%dx%d:%d", &c.block_m, &c.block_n, &c.warps) != 3)
+        s = api_fail(KILN_ERR_INVALID, "KILN_DECODE_PAGED_TILING=%s: not BLOCK_MxBLOCK_N:WARPS",
+                     pt);
+    }
+    if (!s && forced && kn_attn_decode_check(arch, &k->desc, &c, &diag))
       s = api_fail(KILN_ERR_INVALID, "KILN_DECODE_BLOCK_N / KILN_DECODE_PAGED_TILING (%dx%d, %d "
                    "warps): %s", c.block_m, c.block_n, c.warps, diag.message);
     for (int i = 0; i < 2 && !s; i++) {

@@ -256,11 +256,8 @@ static void kv_rows(dgen *g, const kv_view *kv, kv_read how, kn_scalar dt, int B
   } else if (how == KV_IN_PAGE) {
     /* the block lies in one page (`page`, read from the table a block early by kv_loop):
      * block loads from its rows, bounded by the keys left */
-    kn_value *ps = kv->paged->page_size;
-    kn_value *slot = to64(g, op2(g, KN_OP_SUB, n0, op2(g, KN_OP_MUL, op2(g, KN_OP_DIV, n0, ps,
-                                                                          "blk_page_index"),
-                                                        ps, "blk_page_first"), "blk_slot"),
-                          "blk_slot64");
+    kn_value *slot;
+    kn_paged_key(&g->b, kv->paged, n0, NULL, &slot);
     kn_value *kb = at(g, kv->k_base, page, kv->k_ps, slot, kv->k_sn, "k_page_blk");
     kn_value *vb = at(g, kv->v_base, page, kv->v_ps, slot, kv->v_sn, "v_page_blk");
     kn_value *left = op2(g, KN_OP_SUB, kv->seqlen_k, n0, "k_left");  /* > 0: n0 is live */
@@ -294,8 +291,8 @@ typedef struct loop_in {
   int BM, BN, D, DP, nscore;
   kn_type s_f32;
   kn_value *sm_scale;  /* the softmax scale, fp8's q and k descales folded in */
-  kn_value *lo, *hi, *c_bn, *c0, *c_d, *one64, *q_tile, *kcols, *bidx, *h_s, *q_s, *k_last, *k_last_s,
-      *qk_scale_s, *hi_s, *neg_inf_s, *neg_inf_r, *zero_r, *zero_acc;
+  kn_value *lo, *hi, *c_bn, *c0, *c_d, *one64, *q_tile, *kcols, *bidx, *h_s, *q_s, *k_last,
+      *k_last_s, *qk_scale_s, *hi_s, *neg_inf_s, *neg_inf_r, *zero_r, *zero_acc;
 } loop_in;
 
 /* the online-softmax loop over the piece's KV blocks [lo, hi), reading each block as `how`
@@ -311,11 +308,9 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
    * its page what this iteration yields: compiler/gpu/assign_layouts.c remat_ok) */
   const bool carry = how == KV_IN_PAGE;
   kn_value *init[4] = {L->neg_inf_r, L->zero_r, L->zero_acc, NULL};
-  if (carry) {
-    kn_value *slot0;
+  if (carry)
     kn_paged_key(&g->b, L->kv->paged, op2(g, KN_OP_MIN, L->lo, L->k_last, "kv_lo_key"), &init[3],
-                 &slot0);
-  }
+                 NULL);
   kn_op *loop = kn_b_for(&g->b, L->lo, L->hi, L->c_bn, carry ? 4 : 3, init, &body);
   kn_builder outer = g->b;
   g->b = body;
@@ -326,10 +321,9 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
   kn_value *page = NULL, *page_next = NULL;
   if (carry) {
     page = nm(g, loop->region[0]->args[4], "blk_page");
-    kn_value *slot1;
     kn_paged_key(&g->b, L->kv->paged,
                  op2(g, KN_OP_MIN, op2(g, KN_OP_ADD, n0, L->c_bn, "n_next0"), L->k_last, "n_next"),
-                 &page_next, &slot1);
+                 &page_next, NULL);
   }
   kn_value *kt, *vt;
   kv_rows(g, L->kv, how, L->kvt, BN, L->D, DP, n0, page, L->c0, L->c_d, L->one64, &kt, &vt);
@@ -351,7 +345,8 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
       kn_value *fixed[KN_MOD_FIXED_SCORE] = {sc, L->bidx, L->h_s, L->q_s, kv_idx};
       sc = mod_call(g, &L->plan->mod[i], fixed, KN_MOD_FIXED_SCORE, L->P, s_f32, "score_mod");
     }
-    s = op2(g, KN_OP_MUL, sc, fill(g, f32c(g, kn_ty_scalar(KN_F32), M_LOG2E, "c_log2e_s"), BM, BN, "log2e_s"), "s");
+    kn_value *log2e = f32c(g, kn_ty_scalar(KN_F32), M_LOG2E, "c_log2e_s");
+    s = op2(g, KN_OP_MUL, sc, fill(g, log2e, BM, BN, "log2e_s"), "s");
   } else {
     s = op2(g, KN_OP_MUL, qk, L->qk_scale_s, "s");
   }
@@ -382,7 +377,6 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
   g->b = outer;
   for (int i = 0; i < 3; i++) res[i] = loop->res[i];
 }
-
 
 kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
                               kn_diag *diag) {
@@ -540,21 +534,23 @@ kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn
   kn_value *neg_inf_r = f32c(g, row_f32, -INFINITY, "neg_inf_r");
   kn_value *zero_r = f32c(g, row_f32, 0.0, "zero_r"), *one_r = f32c(g, row_f32, 1.0, "one_r");
 
-  loop_in L = {.plan = plan, .P = P, .kv = &kv, .dt = dt, .kvt = kvt, .BM = BM, .BN = BN, .D = D, .DP = DP,
-               .nscore = nscore, .s_f32 = s_f32, .sm_scale = sm_scale, .lo = lo, .hi = hi, .c_bn = c_bn, .c0 = c0,
-               .c_d = c_d, .one64 = one64, .q_tile = q_tile, .kcols = kcols, .bidx = bidx,
-               .h_s = h_s, .q_s = q_s, .k_last = k_last, .k_last_s = k_last_s, .qk_scale_s = qk_scale_s,
-               .hi_s = hi_s, .neg_inf_s = neg_inf_s, .neg_inf_r = neg_inf_r, .zero_r = zero_r,
+  loop_in L = {.plan = plan, .P = P, .kv = &kv, .dt = dt, .kvt = kvt, .BM = BM, .BN = BN,
+               .D = D, .DP = DP, .nscore = nscore, .s_f32 = s_f32, .sm_scale = sm_scale,
+               .lo = lo, .hi = hi, .c_bn = c_bn, .c0 = c0, .c_d = c_d, .one64 = one64,
+               .q_tile = q_tile, .kcols = kcols, .bidx = bidx, .h_s = h_s, .q_s = q_s,
+               .k_last = k_last, .k_last_s = k_last_s, .qk_scale_s = qk_scale_s, .hi_s = hi_s,
+               .neg_inf_s = neg_inf_s, .neg_inf_r = neg_inf_r, .zero_r = zero_r,
                .zero_acc = f32c(g, acc_f32, 0.0, "zero_acc")};
   kn_value *fin[3];
   if (!kv.paged) {
     kv_loop(g, &L, KV_DENSE, fin);
   } else {
     /* versioned on the page size: where every block lies in one page (page_size a multiple of
-     * BLOCK_N: vLLM's 16 at block_n 16, pages of 64..256), a loop of block loads, which the
-     * GPU stream with cp.async one block ahead as the dense loop does (its page index a scalar
-     * load of the table, recomputed for the next block); else a loop of row gathers.  One
-     * branch per program, taken the same way by all: the choice costs nothing in the loop. */
+     * BLOCK_N: pages of 64..256 at the NVIDIA default's 32 keys), a loop of block loads, which
+     * the GPUs stream with cp.async one block ahead as the dense loop does (the next block's
+     * page read from the table a block early and carried: kv_loop); else a loop of row
+     * gathers.  One branch per program, taken the same way by all: the choice costs nothing in
+     * the loop. */
     kn_builder then_b, else_b;
     kn_op *br = kn_b_if(&g->b, kv.in_page, 3, (kn_type[]){row_f32, row_f32, acc_f32}, &then_b,
                         &else_b);

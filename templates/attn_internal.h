@@ -156,7 +156,9 @@ void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n, k
 /* the page and slot (i64 scalars) of key n0 of the sequence, a key below its length: one scalar
  * load of the table's entry, the page clamped into [0, num_pages).  A block of keys n0 .. that
  * lies in one page (n0 a multiple of the block, page_size of it) starts at page * page_stride +
- * slot * row_stride and is a plain block load (the decode kernel's fast path). */
+ * slot * row_stride and is a plain block load (the decode kernel's fast path).  Either output
+ * may be NULL: no slot, or no table read (the decode kernel reads a block's page a block early
+ * and its slot in the block's own iteration). */
 void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value **page,
                   kn_value **slot);
 

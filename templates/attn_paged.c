@@ -119,8 +119,12 @@ void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value *
                   kn_value **slot) {
   kn_type i32 = kn_ty_scalar(KN_I32);
   kn_value *idx = bin(b, KN_OP_DIV, n0, pg->page_size, "pk_index");
-  kn_value *sl = bin(b, KN_OP_SUB, n0, bin(b, KN_OP_MUL, idx, pg->page_size, "pk_first"),
-                     "pk_slot");
+  if (slot) {
+    kn_value *sl = bin(b, KN_OP_SUB, n0, bin(b, KN_OP_MUL, idx, pg->page_size, "pk_first"),
+                       "pk_slot");
+    *slot = nm(b, kn_b_cast(b, sl, KN_I64), "pk_slot64");
+  }
+  if (!page) return;
   kn_value *idx64 = nm(b, kn_b_cast(b, idx, KN_I64), "pk_index64");
   kn_value *one = nm(b, kn_b_const_i(b, kn_ty_scalar(KN_I64), 1), "c1_pk");
   kn_value *pgv = nm(b, kn_b_load(b, i32, pg->table, &idx64, &one, NULL, NULL, NULL),
@@ -130,7 +134,6 @@ void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value *
   pgv = bin(b, KN_OP_MAX, bin(b, KN_OP_MIN, pgv, last, "pk_page_hi"),
             nm(b, kn_b_const_i(b, i32, 0), "c0_pk"), "pk_page");
   *page = nm(b, kn_b_cast(b, pgv, KN_I64), "pk_page64");
-  *slot = nm(b, kn_b_cast(b, sl, KN_I64), "pk_slot64");
 }
 
 kn_value *kn_paged_gather(kn_builder *b, kn_scalar dt, kn_value *base, const kn_paged_rows *r,

@@ -64,6 +64,14 @@ enum { EXIT_PASS = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_NODEV = 3 };
 
 static char *read_file(const char *path, size_t *len);
 
+/* o->cfg: a template's default tiling `base` with the block sizes and warps given */
+static void given_tiling(cli_options *o, kn_attn_config base) {
+  o->cfg = base;
+  if (o->block_m) o->cfg.block_m = o->block_m;
+  if (o->block_n) o->cfg.block_n = o->block_n;
+  if (o->warps) o->cfg.warps = o->warps;
+}
+
 /* o->attn and o->cfg from the options: the descriptor through the API's one conversion, the
  * template's default tiling with what was given.  -1 after a message (unsupported). */
 static int resolve_attn(cli_options *o) {
@@ -99,10 +107,7 @@ static int resolve_attn(cli_options *o) {
     return -1;
   }
   const kn_target *dt = kn_target_get(o->target);
-  o->cfg = kn_attn_default_config(dt ? dt->arch : NULL, &o->attn);
-  if (o->block_m) o->cfg.block_m = o->block_m;
-  if (o->block_n) o->cfg.block_n = o->block_n;
-  if (o->warps) o->cfg.warps = o->warps;
+  given_tiling(o, kn_attn_default_config(dt ? dt->arch : NULL, &o->attn));
   if (o->stages) o->cfg.stages = o->stages;
   if (o->wgmma) {  /* as kiln_prepare_options.wgmma: block_m = 16 x warps */
     o->cfg.wgmma = true;
@@ -273,10 +278,7 @@ static kn_func *get_kernel(cli_options *o, kn_module **mout) {
               "--mma wgmma or --stages\n");
       return NULL;
     }
-    o->cfg = kn_attn_decode_default_config(tt ? tt->arch : NULL, &o->attn);
-    if (o->block_m) o->cfg.block_m = o->block_m;
-    if (o->block_n) o->cfg.block_n = o->block_n;
-    if (o->warps) o->cfg.warps = o->warps;
+    given_tiling(o, kn_attn_decode_default_config(tt ? tt->arch : NULL, &o->attn));
     m = kn_module_new("<attn_decode>");
     if (kn_attn_decode_check(tt ? tt->arch : NULL, &o->attn, &o->cfg, &d) ||
         !(k = kn_attn_decode_build(m, &o->attn, &o->cfg, &d)) || kn_verify(m, &d)) {
@@ -1445,10 +1447,7 @@ static int run_backward(cli_options *o) {
     }
   }
   if (resolve_attn(o)) return EXIT_USAGE;
-  o->cfg = kn_attn_bwd_default_config(named ? named->arch : NULL, &o->attn);
-  if (o->block_m) o->cfg.block_m = o->block_m;
-  if (o->block_n) o->cfg.block_n = o->block_n;
-  if (o->warps) o->cfg.warps = o->warps;
+  given_tiling(o, kn_attn_bwd_default_config(named ? named->arch : NULL, &o->attn));
   kn_diag d;
   if (kn_attn_bwd_check_on(named ? named->arch : NULL, &o->attn, &o->cfg, &d)) {
     fprintf(stderr, "kiln: error: %s\n", d.message);

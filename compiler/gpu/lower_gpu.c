@@ -1176,6 +1176,14 @@ static int lower_store(G *g, kn_op *op) {
  * (gather.c: offsets in unit steps along an axis, aligned, the mask constant over each group)
  * reads groups of registers consecutive along that axis as one vector of up to 16 bytes, at
  * the group's first offset and under its first mask register. */
+/* the address of register r's element of gather go (offsets registers offs, element type et) */
+static LLVMValueRef gather_ptr(G *g, const kn_gather_operands *go, LLVMValueRef *offs, int r,
+                               LLVMTypeRef et) {
+  LLVMValueRef off = offs[r];
+  if (go->offsets->type.elem != KN_I64) off = LLVMBuildSExt(g->B, off, g->i64, "");
+  return LLVMBuildGEP2(g->B, et, g->sv[go->base->id], &off, 1, "");
+}
+
 static int lower_gather(G *g, kn_op *op) {
   kn_value *res = op->res[0];
   kn_gather_operands go;
@@ -1203,9 +1211,7 @@ static int lower_gather(G *g, kn_op *op) {
     for (int e = 0; e < vec; e++) otherv = LLVMBuildInsertElement(g->B, otherv, other, ci32(g, e), "");
   }
   for (int r = 0; r < m->nregs; r += vec) {
-    LLVMValueRef off = offs[r];
-    if (go.offsets->type.elem != KN_I64) off = LLVMBuildSExt(g->B, off, g->i64, "");
-    LLVMValueRef ptr = LLVMBuildGEP2(g->B, et, g->sv[go.base->id], &off, 1, "");
+    LLVMValueRef ptr = gather_ptr(g, &go, offs, r, et);
     guard gd = guard_open(g, mask ? mask[r] : NULL, "gather");
     LLVMValueRef x = LLVMBuildLoad2(g->B, vt, ptr, "");
     LLVMSetAlignment(x, (unsigned)(esz * vec));
@@ -1457,9 +1463,7 @@ static void issue_copies(G *g, const kn_conversion *c, LLVMValueRef iv) {
   for (int r = 0; r < m->nregs; r += a.vec) {
     LLVMValueRef src, live, dst, k;
     if (gat) {
-      LLVMValueRef off = goffs[r];
-      if (go.offsets->type.elem != KN_I64) off = LLVMBuildSExt(g->B, off, g->i64, "");
-      src = LLVMBuildGEP2(g->B, a.et, src_base, &off, 1, "");
+      src = gather_ptr(g, &go, goffs, r, a.et);
       live = gmask ? gmask[r] : NULL;
     } else {
       address(g, &a, tptr, NULL, r, &src, &live);
