@@ -24,6 +24,9 @@
 #                       e.g. "--quick") and sdpa_bwd_anchor.py --dropout 0.17 (same args as sdpa_bwd)
 #   step "python"       bench/h200/python_torch_check.py through the Python binding on the
 #                       libkiln.so of pack/pylib.tar.xz (build_pylib.sh): forward and autograd
+#   step "api"          (issue 15) sdpa_anchor.py --kiln: kiln.attention through the Python binding
+#                       at the API default beside SDPA flash and cuDNN, one table
+#                       (KILN_API_ARGS, e.g. "--dtypes f16 --quick"); needs pack/pylib.tar.xz
 #   step "serve"        kiln_serve_bench (varlen prefill mix, paged vs dense prefill; KILN_SERVE_ARGS)
 #                       and `sdpa_anchor.py --varlen` on the lengths it wrote
 #   KILN_DECODE_ARGS    extra arguments for kiln_decode_bench (step decode; e.g. "--sweep", or
@@ -353,19 +356,35 @@ if want tune_test; then
   fi
 fi
 
-# ---- the Python binding on torch CUDA tensors: forward and autograd backward vs float64 ----
-if want python; then
-  if [ -f "$here/pack/pylib.tar.xz" ]; then
-    rm -rf "$work/pylib" && mkdir -p "$work/pylib" && tar -C "$work/pylib" -xJf "$here/pack/pylib.tar.xz"
-    step "python torch check" "$out/python.log" 420 env PYTHONUNBUFFERED=1 \
-      LD_LIBRARY_PATH="$work/pylib/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-      KILN_LIBRARY="$work/pylib/lib/libkiln.so.0" PYTHONPATH="$here/../../python" \
-      python3 "$here/python_torch_check.py"
-    grep -E "^(PASS|FAIL|# )" "$out/python.log" >>"$summary"
-  else
-    note "FAIL  python: bench/h200/pack/pylib.tar.xz missing (bench/h200/build_pylib.sh)"
+# ---- the Python binding (pack/pylib.tar.xz, build_pylib.sh): unpacked once for the steps using it ----
+pylib_ready=
+pylib() {
+  if [ ! -f "$here/pack/pylib.tar.xz" ]; then
+    note "FAIL  $1: bench/h200/pack/pylib.tar.xz missing (bench/h200/build_pylib.sh)"
     failed=$((failed + 1))
+    return 1
   fi
+  if [ -z "$pylib_ready" ]; then
+    rm -rf "$work/pylib" && mkdir -p "$work/pylib" && tar -C "$work/pylib" -xJf "$here/pack/pylib.tar.xz"
+    pylib_ready=1
+  fi
+}
+# the environment the steps run python in (an array: `step` runs a command, not a function)
+pyenv=(env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="$work/pylib/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+       KILN_LIBRARY="$work/pylib/lib/libkiln.so.0" PYTHONPATH="$here/../../python")
+
+# ---- the Python binding on torch CUDA tensors: forward and autograd backward vs float64 ----
+if want python && pylib python; then
+  step "python torch check" "$out/python.log" 420 "${pyenv[@]}" python3 "$here/python_torch_check.py"
+  grep -E "^(PASS|FAIL|# )" "$out/python.log" >>"$summary"
+fi
+
+# ---- issue 15's table: kiln.attention at the API default next to SDPA flash and cuDNN ----
+if want api && pylib api; then
+  # shellcheck disable=SC2086
+  step "api table" "$out/api.log" 540 "${pyenv[@]}" python3 "$here/sdpa_anchor.py" --kiln \
+    --csv "$out/api.csv" ${KILN_API_ARGS:-}
+  grep -E "^(\||# )" "$out/api.log" >>"$summary"
 fi
 
 note "failed steps: $failed"

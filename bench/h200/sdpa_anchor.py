@@ -24,6 +24,12 @@ lengths it wrote to FILE): bf16, D 128, 32 query heads on 8 kv heads, causal, ru
 padded batch (every sequence padded to the longest; enable_gqa=True), and, where this torch has
 it, by torch.nn.attention.varlen.varlen_attn on the packed tokens.  TFLOP/s counts the useful
 work, sum of 4 x H x L^2 x D / 2, as kiln_serve_bench does.
+
+--kiln: the forward table gets a column for kiln as a user calls it: kiln.attention(q, k, v,
+causal=...) through the Python binding (python/kiln.py on the libkiln.so that KILN_LIBRARY
+names), on torch's current stream, at the API's default configuration (no tuning, no forced
+tiling); checked and timed exactly like the SDPA backends, the first call (the JIT compile) kept
+out of the timing by the warm-up.  The ratios kiln / FA2 and kiln / cuDNN come from the same run.
 """
 import argparse
 import csv
@@ -45,6 +51,8 @@ def parse_args():
     p.add_argument("--csv", default=None, help="also write the results here")
     p.add_argument("--decode", action="store_true", help="the decode table (see above)")
     p.add_argument("--varlen", default=None, metavar="FILE", help="the varlen mix (see above)")
+    p.add_argument("--kiln", action="store_true",
+                   help="also time kiln.attention (the Python binding, its default config)")
     return p.parse_args()
 
 
@@ -123,7 +131,7 @@ def decode_table(args, torch, F, SDPBackend, sdpa_kernel):
             w = csv.DictWriter(f, fieldnames=keys)
             w.writeheader()
             w.writerows(rows)
-    bad = [r for r in rows for b in ("flash", "cudnn") if r.get(b + "_relerr", 0) > 2e-2]
+    bad = [r for r in rows for b in names if r.get(b + "_relerr", 0) > 2e-2]
     return 1 if bad else 0
 
 
@@ -239,11 +247,22 @@ def main():
     print(f"# device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}, "
           f"CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}")
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
+    kiln = None
+    if args.kiln:
+        try:
+            import kiln
+            backends.append(("kiln", None))
+            print(f"# kiln: {kiln.library()._name}")
+        except Exception as e:  # the column says why
+            print(f"# kiln column skipped: cannot load the binding ({e})")
+    names = [b for b, _ in backends]
     dtypes = {"f16": torch.float16, "bf16": torch.bfloat16}
     B, H = args.batch, args.heads
     rows = []
 
     def run(backend, q, k, v, causal):
+        if backend is None:
+            return kiln.attention(q, k, v, causal=causal)
         with sdpa_kernel([backend]):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
@@ -292,19 +311,30 @@ def main():
                     print(f"# done {dname} D={D} causal={int(causal)} N={N}", flush=True)
 
     print()
-    print("| dtype | D | causal | N | SDPA flash TFLOP/s | SDPA cuDNN TFLOP/s | rel err flash / cuDNN |")
-    print("|---|---|---|---|---|---|---|")
+    has_kiln = "kiln" in names
+    print("| dtype | D | causal | N | SDPA flash TFLOP/s | SDPA cuDNN TFLOP/s |"
+          + (" kiln (API default) TFLOP/s | kiln / FA2 | kiln / cuDNN |" if has_kiln else "")
+          + " rel err " + " / ".join(names) + " |")
+    print("|---|---|---|---|---|---|" + ("---|---|---|" if has_kiln else "") + "---|")
     for r in rows:
+        def tf(b):
+            return r.get(b + "_tflops", math.nan)
+
         def cell(b):
-            t = r.get(b + "_tflops", math.nan)
-            return "n/a" if math.isnan(t) else f"{t:.0f}"
+            return "n/a" if math.isnan(tf(b)) else f"{tf(b):.0f}"
+
+        def ratio(a, b):
+            x = tf(a) / tf(b) if tf(b) else math.nan
+            return "n/a" if math.isnan(x) else f"{x:.2f}"
 
         def err(b):
             return f"{r[b + '_relerr']:.1e}" if b + "_relerr" in r else "-"
+        kcols = (f" {cell('kiln')} | {ratio('kiln', 'flash')} | {ratio('kiln', 'cudnn')} |"
+                 if has_kiln else "")
         print(f"| {r['dtype']} | {r['D']} | {'yes' if r['causal'] else 'no'} | {r['N']} | "
-              f"{cell('flash')} | {cell('cudnn')} | {err('flash')} / {err('cudnn')} |")
+              f"{cell('flash')} | {cell('cudnn')} |{kcols} {' / '.join(err(b) for b in names)} |")
     for r in rows:
-        for b in ("flash", "cudnn"):
+        for b in names:
             if b + "_error" in r:
                 print(f"# {b} n/a at {r['dtype']} D={r['D']} causal={r['causal']} N={r['N']}: "
                       f"{r[b + '_error']}")
@@ -314,7 +344,7 @@ def main():
             w = csv.DictWriter(f, fieldnames=keys)
             w.writeheader()
             w.writerows(rows)
-    bad = [r for r in rows for b in ("flash", "cudnn")
+    bad = [r for r in rows for b in names
            if r.get(b + "_relerr", 0) > 2e-2 or (b + "_relerr" in r and math.isnan(r[b + "_relerr"]))]
     if bad:
         print(f"# {len(bad)} result(s) disagree with the float32 reference by more than 2e-2")
