@@ -31,10 +31,17 @@
 
 #define API_MEMO_BUCKETS 256
 #define API_MAX_WS 8
+/* kiln_kernel.decode's slots: the split kernel (dense, or paged gather), the combine kernel, a
+ * paged descriptor's in-page split kernel */
+enum { API_SPLIT, API_SPLIT_COMBINE, API_SPLIT_IN_PAGE, API_DECODE_SLOTS };
 
 /* the kernels a descriptor compiles to: the forward (prefill) kernel and decode's two
  * (templates/attn_decode.h); the symbol of each is api_kind_symbol's */
-typedef enum api_kind { API_FWD, API_DECODE, API_COMBINE } api_kind;
+/* API_DECODE: the split kernel of a dense descriptor (or a paged one with both loops);
+ * API_DECODE_IN_PAGE / API_DECODE_GATHER: a paged descriptor's per-read-mode split kernels
+ * (attn_decode.h, kn_decode_read), one of which a launch picks by its page size */
+typedef enum api_kind { API_FWD, API_DECODE, API_COMBINE, API_DECODE_IN_PAGE,
+                        API_DECODE_GATHER } api_kind;
 const char *api_kind_symbol(api_kind kind);
 
 /* a decode workspace (f32 partial outputs and log-sum-exps), one per stream it was used on:
@@ -122,14 +129,17 @@ struct kiln_kernel {
   kn_hip_kernel *hip_fn;
   int hip_threads;             /* HIP: work-items per workgroup (the code object's) */
   /* decode (docs/serving.md), on a forward kernel: its descriptor's split and combine kernels,
-   * built at the first forward with seqlen_q <= KN_DECODE_MAX_Q (decode_status says how that
-   * went), and the workspaces, one per stream */
+   * each built at the first forward that needs it (decode_status[i] says how that went), and
+   * the workspaces, one per stream.  decode[API_SPLIT] is the split kernel of a dense
+   * descriptor or a paged one's gather kernel (any page size), decode[API_SPLIT_IN_PAGE] a paged
+   * one's in-page kernel (pages that are multiples of its block_n: api_decode_slot) */
   pthread_mutex_t decode_mu;
   pthread_mutex_t decode_launch_mu; /* held from taking a workspace to the combine's launch (or
                                        enqueue), so no two calls interleave on one workspace */
-  bool decode_tried;
-  kiln_status decode_status;
-  kiln_kernel *decode[2];
+  bool decode_tried[API_DECODE_SLOTS];
+  kiln_status decode_status[API_DECODE_SLOTS];
+  char decode_why[API_DECODE_SLOTS][256]; /* a failed build's message, for every later call */
+  kiln_kernel *decode[API_DECODE_SLOTS];
   api_ws ws[API_MAX_WS];
   int nws;
   /* kiln_tune_decode's pieces for the problem it tuned (batch x kv heads, seqlen_k, seqlen_q):
@@ -144,7 +154,12 @@ struct kiln_kernel {
  * their build (once per kernel); the decode launch of checked forward arguments; one launch of
  * any kernel on its device; the memo's kernel of (d, c, kind) */
 bool api_decode_wanted(const kiln_kernel *k, const kiln_attn_args *a);
-kiln_status api_decode_kernels(kiln_kernel *k);
+/* the split kernel slot a call of page size page_size takes (API_SPLIT for a dense kernel), the
+ * kind of kernel a slot holds, and the build of that slot's split kernel and of the combine
+ * kernel (once each) */
+int api_decode_slot(kiln_kernel *k, int page_size);
+api_kind api_decode_kind(const kiln_kernel *k, int slot);
+kiln_status api_decode_kernels(kiln_kernel *k, int slot);
 kiln_status api_decode_forward(kiln_kernel *k, const api_call *c, void *stream);
 /* one launch of kernel k (a forward, a decode part or a backward part) on its device */
 kiln_status api_launch_kernel(kiln_kernel *k, const kn_argval *args, const int grid[3],

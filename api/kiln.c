@@ -542,8 +542,11 @@ static const char *unpack(const uint8_t *p, size_t size, char *symbol, size_t sy
 }
 
 const char *api_kind_symbol(api_kind kind) {
-  return kind == API_DECODE ? "attn_decode" : kind == API_COMBINE ? "attn_decode_combine"
-                                                                  : "attn_fwd";
+  return kind == API_DECODE           ? kn_attn_decode_symbol(KN_DECODE_READ_ANY)
+         : kind == API_DECODE_IN_PAGE ? kn_attn_decode_symbol(KN_DECODE_READ_IN_PAGE)
+         : kind == API_DECODE_GATHER  ? kn_attn_decode_symbol(KN_DECODE_READ_GATHER)
+         : kind == API_COMBINE        ? "attn_decode_combine"
+                                      : "attn_fwd";
 }
 
 kn_module *api_build_module_of(api_kind kind, const kn_attn_desc *d, const kn_attn_config *c,
@@ -554,7 +557,8 @@ kn_module *api_build_module_of(api_kind kind, const kn_attn_desc *d, const kn_at
 kn_module *api_build_module(const char *kname, const kn_attn_desc *d, const kn_attn_config *c,
                             kn_diag *diag) {
   const bool bwd = strncmp(kname, "attn_bwd", 8) == 0;
-  const bool dec = strcmp(kname, "attn_decode") == 0;
+  const int read = kn_attn_decode_read_of(kname);
+  const bool dec = read >= 0;
   const bool comb = strcmp(kname, "attn_decode_combine") == 0;
   kn_module *m = kn_module_new(bwd ? "<attn_bwd>" : dec || comb ? "<attn_decode>" : "<attn_fwd>");
   if (!m) {
@@ -562,7 +566,7 @@ kn_module *api_build_module(const char *kname, const kn_attn_desc *d, const kn_a
     return NULL;
   }
   if (bwd ? kn_attn_bwd_build(m, d, c, diag) != 0
-          : !(dec    ? kn_attn_decode_build(m, d, c, diag)
+          : !(dec    ? kn_attn_decode_build(m, d, c, (kn_decode_read)read, diag)
               : comb ? kn_attn_decode_combine_build(m, d, diag)
                      : kn_attn_fwd_build(m, d, c, diag))) {
     kn_module_free(m);
@@ -1039,47 +1043,87 @@ bool api_decode_wanted(const kiln_kernel *k, const kiln_attn_args *a) {
   return kn_attn_decode_check(k->ctx->target_arch, &k->desc, &c, &diag) == 0;
 }
 
-/* the split and combine kernels of k's descriptor, built once (memoised in the context, so
- * every forward kernel of one descriptor shares them) */
-kiln_status api_decode_kernels(kiln_kernel *k) {
-  pthread_mutex_lock(&k->decode_mu);
-  if (!k->decode_tried) {
-    kiln_context *ctx = k->ctx;
-    const kn_arch *arch = ctx->target_arch;
-    kn_attn_config c = kn_attn_decode_default_config(arch, &k->desc);
-    const kn_attn_config cc = API_COMBINE_CONFIG;
-    kn_attn_sig sig;
-    kn_diag diag;
-    kiln_status s = KILN_OK;
-    /* KILN_DECODE_BLOCK_N: the split kernel's keys per block; KILN_DECODE_PAGED_TILING=MxN:W
-     * a paged kernel's whole tiling (measuring knobs, bench/h200/kiln_decode_bench) */
-    const char *bn = getenv("KILN_DECODE_BLOCK_N");
-    const char *pt = k->desc.layout == KN_ATTN_PAGED ? getenv("KILN_DECODE_PAGED_TILING") : NULL;
-    bool forced = false;
-    if (bn && atoi(bn) > 0) c.block_n = atoi(bn), forced = true;
-    if (pt && *pt) {
-      forced = true;
-      if (sscanf(pt, "%dx%d:%d", &c.block_m, &c.block_n, &c.warps) != 3)
-        s = api_fail(KILN_ERR_INVALID, "KILN_DECODE_PAGED_TILING=%s: not BLOCK_MxBLOCK_N:WARPS",
-                     pt);
-    }
-    if (!s && forced && kn_attn_decode_check(arch, &k->desc, &c, &diag))
-      s = api_fail(KILN_ERR_INVALID, "KILN_DECODE_BLOCK_N / KILN_DECODE_PAGED_TILING (%dx%d, %d "
-                   "warps): %s", c.block_m, c.block_n, c.warps, diag.message);
-    for (int i = 0; i < 2 && !s; i++) {
-      if (kn_attn_decode_signature(&k->desc, i, &sig, &diag))
-        s = api_fail(KILN_ERR_INVALID, "decode: %s", diag.message);
-      else
-        s = api_get_kernel(ctx, &k->desc, &sig, i ? &cc : &c, false,
-                           i ? API_COMBINE : API_DECODE, &k->decode[i]);
-    }
-    k->decode_tried = true;
-    k->decode_status = s;
+/* a decode slot's tiling: the read mode's (kn_attn_decode_read_config), or the measuring knobs'
+ * KILN_DECODE_BLOCK_N (the split kernel's keys per block) and KILN_DECODE_PAGED_TILING=MxN:W (a
+ * paged kernel's whole tiling, both read modes; bench/h200/kiln_decode_bench); *forced says a
+ * knob set it.  KILN_ERR_INVALID for a knob that does not parse. */
+static kiln_status decode_config(const kiln_kernel *k, int slot, kn_attn_config *c, bool *forced) {
+  const kn_arch *arch = k->ctx->target_arch;
+  const bool paged = k->desc.layout == KN_ATTN_PAGED;
+  *c = kn_attn_decode_read_config(arch, &k->desc,
+                                  slot == API_SPLIT_IN_PAGE ? KN_DECODE_READ_IN_PAGE
+                                  : paged                   ? KN_DECODE_READ_GATHER
+                                                            : KN_DECODE_READ_ANY);
+  const char *bn = getenv("KILN_DECODE_BLOCK_N");
+  const char *pt = paged ? getenv("KILN_DECODE_PAGED_TILING") : NULL;
+  *forced = false;
+  if (bn && atoi(bn) > 0) c->block_n = atoi(bn), *forced = true;
+  if (pt && *pt) {
+    *forced = true;
+    if (sscanf(pt, "%dx%d:%d", &c->block_m, &c->block_n, &c->warps) != 3)
+      return api_fail(KILN_ERR_INVALID, "KILN_DECODE_PAGED_TILING=%s: not BLOCK_MxBLOCK_N:WARPS",
+                      pt);
   }
-  kiln_status s = k->decode_status;
+  return KILN_OK;
+}
+
+api_kind api_decode_kind(const kiln_kernel *k, int slot) {
+  if (slot == API_SPLIT_COMBINE) return API_COMBINE;
+  if (k->desc.layout != KN_ATTN_PAGED) return API_DECODE;
+  return slot == API_SPLIT_IN_PAGE ? API_DECODE_IN_PAGE : API_DECODE_GATHER;
+}
+
+int api_decode_slot(kiln_kernel *k, int page_size) {
+  if (k->desc.layout != KN_ATTN_PAGED || page_size <= 0) return API_SPLIT;
+  /* the in-page kernel's keys per block: the built (or tuned) kernel's, else its tiling's */
+  pthread_mutex_lock(&k->decode_mu);
+  const kiln_kernel *in = k->decode[API_SPLIT_IN_PAGE];
+  int bn = in ? in->cfg.block_n : 0;
   pthread_mutex_unlock(&k->decode_mu);
-  if (s) return api_fail(s, "kiln_forward: the decode kernels could not be built (KILN_DECODE=0 "
-                         "serves decode with the prefill kernel)");
+  if (!bn) {
+    kn_attn_config c;
+    bool forced;
+    if (decode_config(k, API_SPLIT_IN_PAGE, &c, &forced)) return API_SPLIT;
+    bn = c.block_n;
+  }
+  return bn > 0 && page_size % bn == 0 ? API_SPLIT_IN_PAGE : API_SPLIT;
+}
+
+/* decode slot `slot`'s split kernel and the combine kernel of k's descriptor, each built once
+ * (memoised in the context, so every forward kernel of one descriptor shares them) */
+static kiln_status decode_build(kiln_kernel *k, int slot) {
+  if (k->decode_tried[slot]) return k->decode_status[slot];
+  kn_attn_config c;
+  kn_attn_sig sig;
+  kn_diag diag;
+  bool forced = false;
+  kiln_status s = slot == API_SPLIT_COMBINE ? (c = API_COMBINE_CONFIG, KILN_OK)
+                                            : decode_config(k, slot, &c, &forced);
+  if (!s && forced && kn_attn_decode_check(k->ctx->target_arch, &k->desc, &c, &diag))
+    s = api_fail(KILN_ERR_INVALID, "KILN_DECODE_BLOCK_N / KILN_DECODE_PAGED_TILING (%dx%d, %d "
+                 "warps): %s", c.block_m, c.block_n, c.warps, diag.message);
+  if (!s && kn_attn_decode_signature(&k->desc, slot == API_SPLIT_COMBINE, &sig, &diag))
+    s = api_fail(KILN_ERR_INVALID, "decode: %s", diag.message);
+  if (!s)
+    s = api_get_kernel(k->ctx, &k->desc, &sig, &c, false, api_decode_kind(k, slot),
+                       &k->decode[slot]);
+  k->decode_tried[slot] = true;
+  k->decode_status[slot] = s;
+  if (s) snprintf(k->decode_why[slot], sizeof k->decode_why[slot], "%s", kiln_last_error());
+  return s;
+}
+
+kiln_status api_decode_kernels(kiln_kernel *k, int slot) {
+  pthread_mutex_lock(&k->decode_mu);
+  int failed = API_SPLIT_COMBINE;
+  kiln_status s = decode_build(k, failed);
+  if (!s) s = decode_build(k, failed = slot);
+  char why[256];
+  if (s) snprintf(why, sizeof why, "%s", k->decode_why[failed]);
+  pthread_mutex_unlock(&k->decode_mu);
+  if (s)
+    return api_fail(s, "kiln_forward: the decode kernels could not be built: %s (KILN_DECODE=0 "
+                    "serves decode with the prefill kernel)", why);
   return KILN_OK;
 }
 
@@ -1131,9 +1175,12 @@ static kiln_status decode_launch(kiln_kernel *k, kiln_kernel *ks, const api_call
  * the output's.  Pieces: KILN_DECODE_SPLITS, else the heuristic over the device's units. */
 kiln_status api_decode_forward(kiln_kernel *k, const api_call *c, void *stream) {
   const kn_attn_problem *p = &c->p;
-  kiln_status s = api_decode_kernels(k);
+  const int slot = api_decode_slot(k, c->a.page_size);
+  kiln_status s = api_decode_kernels(k, slot);
   if (s) return s;
-  kiln_kernel *ks = k->decode[0];
+  pthread_mutex_lock(&k->decode_mu);
+  kiln_kernel *ks = k->decode[slot];
+  pthread_mutex_unlock(&k->decode_mu);
   const char *e = getenv("KILN_DECODE_SPLITS");
   int want = e ? atoi(e) : 0;
   if (!e) {  /* kiln_tune_decode's choice for this problem, if it tuned one like it */
@@ -1166,7 +1213,7 @@ static kiln_status decode_launch(kiln_kernel *k, kiln_kernel *ks, const api_call
   const api_launch_view v = view_of(k);
   kiln_status s = api_decode_args(&v, &ks->cfg, c, plan, ws_o, ws_lse, sa, sg, ca, cg);
   if (!s) s = api_launch_kernel(ks, sa, sg, stream);
-  return s ? s : api_launch_kernel(k->decode[1], ca, cg, stream);
+  return s ? s : api_launch_kernel(k->decode[API_SPLIT_COMBINE], ca, cg, stream);
 }
 
 /* The checks and arguments of a launch of forward signature (api_forward_args), and a paged
@@ -1197,7 +1244,9 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
   /* dense and paged forwards of 1..KN_DECODE_MAX_Q query rows take the split-KV decode kernels
    * (varlen, bundle and bundle_only keep the prefill kernel: api_decode_wanted).  Without a compiler,
    * decode's kernels come from the cache or not at all: the prefill kernel then serves the call */
-  if (api_decode_wanted(k, a) && (api_the_compiler.present || api_decode_kernels(k) == KILN_OK)) {
+  if (api_decode_wanted(k, a) &&
+      (api_the_compiler.present ||
+       api_decode_kernels(k, api_decode_slot(k, a->page_size)) == KILN_OK)) {
     if ((s = api_decode_forward(k, &c, stream))) return s;
   } else if ((s = api_launch_kernel(k, c.args, c.grid, stream))) {
     return s;

@@ -131,7 +131,13 @@ kiln_status kiln_tune_decode(kiln_kernel *k, const kiln_attn_args *a, void *stre
     return api_fail(KILN_ERR_NOMEM, "out of memory");
   }
   if ((s = fetch_o(ctx, a, stream, ref, n))) goto done;
-  kiln_kernel *dflt = k->decode[0];
+  /* the split kernel this call launches (a paged call's page size picks in-page or gather) */
+  const int slot = api_decode_slot(k, a->page_size);
+  const api_kind kind = api_decode_kind(k, slot);
+  if ((s = api_decode_kernels(k, slot))) goto done;
+  pthread_mutex_lock(&k->decode_mu);
+  kiln_kernel *dflt = k->decode[slot];
+  pthread_mutex_unlock(&k->decode_mu);
   /* (paged: the keys are the table's capacity, as kiln_forward's problem has them) */
   const int nk = d->layout == KN_ATTN_PAGED ? a->max_pages * a->page_size : a->seqlen_k;
   kn_attn_problem p = {.batch = a->batch, .heads = a->heads, .kv_heads = a->kv_heads,
@@ -149,9 +155,11 @@ kiln_status kiln_tune_decode(kiln_kernel *k, const kiln_attn_args *a, void *stre
     kn_attn_config c = dflt->cfg;
     c.block_n = bns[i];
     if (kn_attn_decode_check(ctx->target_arch, d, &c, &diag)) continue;
+    /* an in-page kernel reads whole blocks from one page: its block_n divides the page size */
+    if (slot == API_SPLIT_IN_PAGE && a->page_size % c.block_n) continue;
     kiln_kernel *ks = NULL;
     double t0 = wall_us();
-    kiln_status bs = api_get_kernel(ctx, d, &sig, &c, false, API_DECODE, &ks);
+    kiln_status bs = api_get_kernel(ctx, d, &sig, &c, false, kind, &ks);
     double compile_ms = (wall_us() - t0) / 1e3;
     int heur = kn_attn_decode_plan(d, &c, &p, ctx->compute_units, 0).splits;
     for (size_t j = 0; j < sizeof pieces / sizeof pieces[0]; j++) {
@@ -172,7 +180,7 @@ kiln_status kiln_tune_decode(kiln_kernel *k, const kiln_attn_args *a, void *stre
         continue;
       }
       pthread_mutex_lock(&k->decode_mu);
-      k->decode[0] = ks;
+      k->decode[slot] = ks;
       k->tuned_splits = want, k->tuned_bk = a->batch * a->kv_heads;
       k->tuned_nk = nk, k->tuned_nq = a->seqlen_q;
       pthread_mutex_unlock(&k->decode_mu);
@@ -204,7 +212,7 @@ kiln_status kiln_tune_decode(kiln_kernel *k, const kiln_attn_args *a, void *stre
     }
   }
   pthread_mutex_lock(&k->decode_mu);
-  k->decode[0] = best >= 0 ? best_k : dflt;
+  k->decode[slot] = best >= 0 ? best_k : dflt;
   k->tuned_splits = best >= 0 ? best_splits : 0;
   pthread_mutex_unlock(&k->decode_mu);
   if (best < 0) {

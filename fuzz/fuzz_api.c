@@ -165,7 +165,7 @@ static kn_func *kernel_for(int kind, const char *name, const kn_attn_desc *d,
     m = kn_module_new("<fuzz_api>");
     check(m != NULL, "out of memory", NULL);
     bool ok = kind == 0   ? kn_attn_fwd_build(m, d, c, &diag) != NULL
-              : kind == 1 ? kn_attn_decode_build(m, d, c, &diag) != NULL
+              : kind == 1 ? kn_attn_decode_build(m, d, c, KN_DECODE_READ_ANY, &diag) != NULL
               : kind == 2 ? kn_attn_decode_combine_build(m, d, &diag) != NULL
                           : kn_attn_bwd_build(m, d, c, &diag) == 0;
     check(ok, "the template refused an accepted descriptor", diag.message);

@@ -163,6 +163,32 @@ kn_attn_config kn_attn_decode_default_config(const kn_arch *arch, const kn_attn_
   return c;  /* the caller's check says why nothing fits */
 }
 
+kn_attn_config kn_attn_decode_read_config(const kn_arch *arch, const kn_attn_desc *d,
+                                          kn_decode_read read) {
+  if (read != KN_DECODE_READ_IN_PAGE || d->layout != KN_ATTN_PAGED)
+    return kn_attn_decode_default_config(arch, d);
+  /* block loads from one page: the dense loop's code, so the dense kernel's tiling (checked
+   * against the paged descriptor, whose signature has the table's parameters) */
+  kn_attn_desc dense = *d;
+  dense.layout = KN_ATTN_DENSE;
+  kn_attn_config c = kn_attn_decode_default_config(arch, &dense);
+  kn_diag diag;
+  return kn_attn_decode_check(arch, d, &c, &diag) == 0 ? c : kn_attn_decode_default_config(arch, d);
+}
+
+static const char *const read_symbols[] = {"attn_decode", "attn_decode_in_page",
+                                           "attn_decode_gather"};
+
+const char *kn_attn_decode_symbol(kn_decode_read read) {
+  return (unsigned)read < 3 ? read_symbols[read] : read_symbols[0];
+}
+
+int kn_attn_decode_read_of(const char *symbol) {
+  for (int i = 0; i < 3; i++)
+    if (symbol && !strcmp(symbol, read_symbols[i])) return i;
+  return -1;
+}
+
 static int cdiv(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
 
 kn_decode_plan kn_attn_decode_plan(const kn_attn_desc *d, const kn_attn_config *c,
@@ -379,8 +405,12 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
 }
 
 kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
-                              kn_diag *diag) {
+                              kn_decode_read read, kn_diag *diag) {
   if (kn_attn_check(d, c, diag) || kn_attn_decode_check(NULL, d, c, diag)) return NULL;
+  if ((unsigned)read > KN_DECODE_READ_GATHER || (read && d->layout != KN_ATTN_PAGED)) {
+    kn_error(diag, NULL, (kn_loc){0}, "decode: read mode %d is for paged kernels only", read);
+    return NULL;
+  }
   const kn_scalar dt = d->dtype, qt = kn_attn_q_type(d), kvt = kn_attn_kv_type(d);
   const int BM = c->block_m, BN = c->block_n, D = d->head_dim, DP = kn_attn_head_pad(D);
   const kn_type f32 = kn_ty_scalar(KN_F32), row_f32 = kn_ty_tile1(KN_F32, BM),
@@ -393,7 +423,8 @@ kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn
   decode_sig(sig);
   const char *pnames[KN_ATTN_MAX_PARAMS];
   for (int i = 0; i < sig->n; i++) pnames[i] = sig->name[i];
-  kn_func *f = kn_func_new(m, "attn_decode", true, sig->n, sig->type, pnames, 0, NULL);
+  kn_func *f = kn_func_new(m, kn_attn_decode_symbol(read), true, sig->n, sig->type, pnames, 0,
+                           NULL);
   kn_func_set_meta(f, "BLOCK_M", BM);
   kn_func_set_meta(f, "BLOCK_N", BN);
   kn_func_set_meta(f, "HEAD_DIM", D);
@@ -487,8 +518,9 @@ kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn
                                                                    "nsplit_1"), "per0"),
                         nsplit, "seq_per");
     split_len = op2(g, KN_OP_MUL, per, c_bn, "seq_split_len");
-    kv.in_page = nm(g, kn_b_cmp(&g->b, KN_PRED_EQ, op2(g, KN_OP_REM, kv.paged->page_size, c_bn,
-                                                        "page_rem"), c0), "in_page");
+    if (read == KN_DECODE_READ_ANY)
+      kv.in_page = nm(g, kn_b_cmp(&g->b, KN_PRED_EQ, op2(g, KN_OP_REM, kv.paged->page_size,
+                                                          c_bn, "page_rem"), c0), "in_page");
   } else {
     kv.k_base = at(g, P[P_K], b64, P[P_K_SB], hk64, P[P_K_SH], "k_base");
     kv.v_base = at(g, P[P_V], b64, P[P_V_SB], hk64, P[P_V_SH], "v_base");
@@ -544,6 +576,9 @@ kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn
   kn_value *fin[3];
   if (!kv.paged) {
     kv_loop(g, &L, KV_DENSE, fin);
+  } else if (read != KN_DECODE_READ_ANY) {
+    /* one read mode: the launch chose this kernel by the page size (attn_decode.h) */
+    kv_loop(g, &L, read == KN_DECODE_READ_IN_PAGE ? KV_IN_PAGE : KV_GATHER, fin);
   } else {
     /* versioned on the page size: where every block lies in one page (page_size a multiple of
      * BLOCK_N: pages of 64..256 at the NVIDIA default's 32 keys), a loop of block loads, which

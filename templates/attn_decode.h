@@ -64,10 +64,33 @@ int kn_attn_decode_check(const kn_arch *arch, const kn_attn_desc *d, const kn_at
  * docs/serving.md has the spill table) */
 kn_attn_config kn_attn_decode_default_config(const kn_arch *arch, const kn_attn_desc *d);
 
-/* kernel "attn_decode" into m (the modifier functions parsed unless m has a source); NULL with
- * *diag when unsupported */
+/* How a paged split kernel reads its KV blocks (a dense one ignores it).  The page size is a
+ * launch argument, so one kernel can hold both loops and branch once per program on page_size %
+ * BLOCK_N (KN_DECODE_READ_ANY, kernel "attn_decode"); but a kernel's registers are those of its
+ * worst loop, and the gather loop's row offsets make a tiling that suits block loads spill.  The
+ * runtime therefore builds one kernel per read mode, each at its own tiling
+ * (kn_attn_decode_read_config), and picks one at launch by the page size: "attn_decode_in_page"
+ * takes only pages that are multiples of its BLOCK_N (every block in one page: block loads, the
+ * dense loop's speed), "attn_decode_gather" any page size (row gathers). */
+typedef enum kn_decode_read {
+  KN_DECODE_READ_ANY,      /* dense, or paged with both loops (the versioned kernel) */
+  KN_DECODE_READ_IN_PAGE,  /* paged, page_size % BLOCK_N == 0 only (the launch's duty) */
+  KN_DECODE_READ_GATHER,   /* paged, any page size */
+} kn_decode_read;
+/* the split kernel's function name for a read mode ("attn_decode", "attn_decode_in_page",
+ * "attn_decode_gather"); kn_attn_decode_read_of is the inverse (-1: not a split kernel name) */
+const char *kn_attn_decode_symbol(kn_decode_read read);
+int kn_attn_decode_read_of(const char *symbol);
+/* the tiling of read mode `read` of paged descriptor d on arch: in-page the dense kernel's
+ * (kn_attn_decode_default_config of d as a dense layout), gather and any the paged default */
+kn_attn_config kn_attn_decode_read_config(const kn_arch *arch, const kn_attn_desc *d,
+                                          kn_decode_read read);
+
+/* the split kernel of read mode `read` (kn_attn_decode_symbol names it) into m (the modifier
+ * functions parsed unless m has a source); NULL with *diag when unsupported (a read mode other
+ * than ANY on a dense descriptor) */
 kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
-                              kn_diag *diag);
+                              kn_decode_read read, kn_diag *diag);
 /* kernel "attn_decode_combine" into m */
 kn_func *kn_attn_decode_combine_build(kn_module *m, const kn_attn_desc *d, kn_diag *diag);
 

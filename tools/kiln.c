@@ -281,7 +281,7 @@ static kn_func *get_kernel(cli_options *o, kn_module **mout) {
     given_tiling(o, kn_attn_decode_default_config(tt ? tt->arch : NULL, &o->attn));
     m = kn_module_new("<attn_decode>");
     if (kn_attn_decode_check(tt ? tt->arch : NULL, &o->attn, &o->cfg, &d) ||
-        !(k = kn_attn_decode_build(m, &o->attn, &o->cfg, &d)) || kn_verify(m, &d)) {
+        !(k = kn_attn_decode_build(m, &o->attn, &o->cfg, KN_DECODE_READ_ANY, &d)) || kn_verify(m, &d)) {
       fprintf(stderr, "kiln: error: unsupported decode request: %s\n", d.message);
       kn_module_free(m);
       return NULL;

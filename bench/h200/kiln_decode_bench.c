@@ -549,7 +549,8 @@ static bool fp8_check(kiln_context *ctx, kn_scalar fmt, kiln_dtype pfmt, bool pa
     kiln_status st = kiln_forward(kern, &a, NULL);
     if (st) fprintf(stderr, "kiln: %s\n", kiln_last_error());
     /* the route kiln_forward took: the split-KV decode kernels for 1..16 query rows */
-    route = api_decode_wanted(kern, &a) && kern->decode[0] ? "split-KV decode" : "prefill";
+    route = api_decode_wanted(kern, &a) && (kern->decode[API_SPLIT] || kern->decode[API_SPLIT_IN_PAGE])
+                ? "split-KV decode" : "prefill";
     if (!st && !kn_cuda_device_sync(dev, &e) && !kn_cuda_copy_dtoh(dev, o, dout, n_q * 2, &e) &&
         !kn_cuda_copy_dtoh(dev, lse, dl, n_l * 4, &e)) {
       kn_attn_desc in;

@@ -165,7 +165,14 @@ static inline int run_decode_on_target(const char *target, const kn_attn_desc *d
   for (size_t i = 0; i < plan.ws_lse_bytes / 4; i++) ws_lse[i] = NAN;
   kn_diag diag;
   kn_module *ms = kn_module_new("<decode>"), *mc = kn_module_new("<combine>");
-  kn_func *fs = kn_attn_decode_build(ms, d, cfg, &diag);
+  /* paged: every other call the kernel of the read mode the runtime picks for this page size
+   * (in-page where BLOCK_N divides it, else gather), the others the versioned kernel with both
+   * loops (the CLI's): both kinds run on every target's cases */
+  static int calls;
+  kn_decode_read read = KN_DECODE_READ_ANY;
+  if (d->layout == KN_ATTN_PAGED && calls++ % 2)
+    read = p->page_size % cfg->block_n == 0 ? KN_DECODE_READ_IN_PAGE : KN_DECODE_READ_GATHER;
+  kn_func *fs = kn_attn_decode_build(ms, d, cfg, read, &diag);
   if (!fs) fail_msg("%s: build: %s", what, diag.rendered);
   kn_func *fc = kn_attn_decode_combine_build(mc, d, &diag);
   if (!fc) fail_msg("%s: combine build: %s", what, diag.rendered);

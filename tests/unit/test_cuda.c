@@ -46,7 +46,8 @@
 typedef unsigned long long dptr;
 typedef struct fake_fn {
   int id; /* 0 kn_vadd, 1 kn_block_reverse, 2 attn_fwd, 3 kv_append, 4-6 the backward's,
-              7 attn_decode, 8 attn_decode_combine */
+              7 attn_decode (and its paged read modes' _in_page, _gather), 8
+              attn_decode_combine */
   int max_dyn;
   /* an attn_fwd_<name> kernel KILN_FAKE_CUDA_KERNELS describes: what it computes */
   int described, elem, bf16, d, causal, window, softcap;
@@ -593,7 +594,9 @@ int cuModuleGetFunction(void **f, void *m, const char *name) {
   else if (strcmp(name, "attn_bwd_pre") == 0) *f = &fake_fns[4];
   else if (strcmp(name, "attn_bwd_dkdv") == 0) *f = &fake_fns[5];
   else if (strcmp(name, "attn_bwd_dq") == 0) *f = &fake_fns[6];
-  else if (strcmp(name, "attn_decode") == 0) *f = &fake_fns[7];
+  else if (strcmp(name, "attn_decode") == 0 || strcmp(name, "attn_decode_in_page") == 0 ||
+           strcmp(name, "attn_decode_gather") == 0)  /* the split kernel of any read mode */
+    *f = &fake_fns[7];
   else if (strcmp(name, "attn_decode_combine") == 0) *f = &fake_fns[8];
   else if (strncmp(name, "attn_fwd", 8) == 0) *f = fake_described(name); /* AOT: attn_fwd_<name> */
   else return 500;

@@ -364,7 +364,7 @@ static void test_refusals(void **state) {
   assert_non_null(strstr(diag.message, "block predicate"));
   d.document = false, d.mods = TEST_CHUNK_MASK_MOD;
   kn_module *m = kn_module_new("<r>");
-  assert_null(kn_attn_decode_build(m, &d, &c, &diag));
+  assert_null(kn_attn_decode_build(m, &d, &c, KN_DECODE_READ_ANY, &diag));
   kn_module_free(m);
   d.mods = NULL;
   kn_attn_sig sig;
@@ -679,17 +679,23 @@ static void test_code(void **state) {
     }
     for (size_t i = 0; i < 2; i++)
       for (int causal = 0; causal < 3; causal++) {
-        /* causal 2: the paged split kernel (not causal; its combine kernel is dense's) */
+        /* causal 2: the paged split kernels the runtime launches, in-page and gather, each at
+         * its own tiling (not causal; their combine kernel is dense's) */
+        const bool paged = causal == 2;
         kn_attn_desc d = {.dtype = KN_F16, .head_dim = dims[i], .has_lse = true,
-                          .causal = causal == 1, .layout = causal == 2 ? KN_ATTN_PAGED : 0};
-        kn_attn_config c = kn_attn_decode_default_config(tg->arch, &d);
+                          .causal = causal == 1, .layout = paged ? KN_ATTN_PAGED : 0};
         kn_diag diag;
-        for (int which = 0; which < 2 - (causal == 2); which++) {
+        for (int which = 0; which < 2; which++) {
+          const bool comb = which && !paged;
+          const kn_decode_read read = !paged ? KN_DECODE_READ_ANY
+                                      : which ? KN_DECODE_READ_GATHER : KN_DECODE_READ_IN_PAGE;
+          kn_attn_config c = comb ? (kn_attn_config){.block_m = 16, .block_n = 16, .warps = 1}
+                                  : kn_attn_decode_read_config(tg->arch, &d, read);
           kn_module *m = kn_module_new("<code>");
-          kn_func *f = which ? kn_attn_decode_combine_build(m, &d, &diag)
-                             : kn_attn_decode_build(m, &d, &c, &diag);
+          kn_func *f = comb ? kn_attn_decode_combine_build(m, &d, &diag)
+                            : kn_attn_decode_build(m, &d, &c, read, &diag);
           if (!f) fail_msg("%s D%d: %s", targets[t], dims[i], diag.message);
-          const char *name = which ? "attn_decode_combine" : "attn_decode";
+          const char *name = comb ? "attn_decode_combine" : kn_attn_decode_symbol(read);
           kn_artifact a;
           if (kn_compile_artifact(m, name, tg, NULL, &a, &diag))
             fail_msg("%s on %s D%d: %s", name, targets[t], dims[i], diag.rendered);

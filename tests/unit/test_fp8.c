@@ -546,7 +546,7 @@ static void test_code(void **state) {
             kn_attn_config cfg = dec ? kn_attn_decode_default_config(t->arch, &desc)
                                      : kn_attn_default_config(t->arch, &desc);
             kn_module *m = kn_module_new("<fp8>");
-            if (!(dec ? kn_attn_decode_build(m, &desc, &cfg, &d)
+            if (!(dec ? kn_attn_decode_build(m, &desc, &cfg, KN_DECODE_READ_ANY, &d)
                       : kn_attn_fwd_build(m, &desc, &cfg, &d)))
               fail_msg("%s build: %s", name, d.message);
             kn_artifact a;

@@ -106,7 +106,7 @@ static void compile_kernel(const char *arch, const kn_attn_desc *desc, const kn_
   memset(out, 0, sizeof *out);
   kn_diag d;
   kn_module *m = kn_module_new("<attn>");
-  assert_non_null(decode ? kn_attn_decode_build(m, desc, cfg, &d)
+  assert_non_null(decode ? kn_attn_decode_build(m, desc, cfg, KN_DECODE_READ_ANY, &d)
                          : kn_attn_fwd_build(m, desc, cfg, &d));
   static bool dumped;
   static int ncompiles;
