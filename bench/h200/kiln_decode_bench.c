@@ -30,6 +30,9 @@
  *     first checked against float64 (batch 1 at the row's Nk, its piece count), plus ragged
  *     paged shapes (empty sequences, length 1, page boundaries, Nq 4, a table with an unused
  *     tail entry).  The prefill kernel's column is left out in this mode.
+ *     KILN_BENCH_POOL_HEAD_MAJOR=1 (an experiment): the timed pools laid out (kv_heads,
+ *     num_pages, page_size, D) by their strides instead of (num_pages, page_size, kv_heads, D),
+ *     so a page of one head is contiguous as the dense (B, HK, N, D) buffer's rows are.
  *
  * (e) --fp8 FMT (f8e4m3 on NVIDIA; any of kiln's fp8 formats): fp8 inputs (docs/serving.md,
  *     "fp8 inputs and KV pages") instead of the tables above.  Checks first, through the API,
@@ -393,6 +396,14 @@ static double timed_paged(kiln_kernel *kern, int B, int nk, int ps, int repeats)
                     .cache_seqlens = (void *)(uintptr_t)ds, .page_size = ps, .num_pages = np,
                     .max_pages = mp},
                    k, v, sets, 0};
+  if (getenv("KILN_BENCH_POOL_HEAD_MAJOR")) {
+    /* an experiment's layout: each kv head's pages contiguous, (HK, num_pages, page_size, D)
+     * (strides {page, head, row}), so a page of one head is page_size x D contiguous elements
+     * as in the dense (B, HK, N, D) buffer, instead of rows interleaved with the other heads' */
+    const int64_t st[3] = {(int64_t)ps * D, (int64_t)np * ps * D, D};
+    memcpy(call.a.k_stride, st, sizeof st);
+    memcpy(call.a.v_stride, st, sizeof st);
+  }
   med = bench_median_ms(dev, 3, repeats, rotate_forward, &call);
   failures += isnan(med);
 out:
