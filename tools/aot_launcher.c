@@ -364,6 +364,38 @@ static int kn_aotl_strides(const kn_aotl_args *a, int d, int64_t *qs, int64_t *k
   return 0;
 }
 
+/* a varlen kernel's strides: packed q, o (total_q, heads, D), k, v (total_k, kv_heads, D), lse
+ * (heads, total_q); the caller's {0, head, token} (zeros: contiguous) become the kernel's
+ * {token, head, token} (the batch slot of a packed buffer is its token stride), lse {1, head}.
+ * (inline: a bundle without varlen kernels does not call it, and must compile without a warning) */
+static inline int kn_aotl_strides_varlen(const kn_aotl_args *a, int d, int64_t *qs, int64_t *ks,
+                                  int64_t *vs, int64_t *os, int64_t *ls) {
+  if (a->batch < 1 || a->heads < 1 || a->kv_heads < 1 || a->heads % a->kv_heads ||
+      a->seqlen_q < 1 || a->seqlen_k < 1 || a->total_q < 0 || a->total_k < 0 || !a->q || !a->k ||
+      !a->v || !a->o)
+    return kn_aotl_fail("bad shape or NULL buffer (batch %d, heads %d, kv_heads %d, seqlen %d x "
+                        "%d, total %d x %d)", a->batch, a->heads, a->kv_heads, a->seqlen_q,
+                        a->seqlen_k, a->total_q, a->total_k);
+  if (!a->cu_seqlens_q || !a->cu_seqlens_k)
+    return kn_aotl_fail("varlen: NULL cu_seqlens_q or cu_seqlens_k (batch + 1 prefix sums each)");
+  const int64_t H = a->heads, HK = a->kv_heads, D = d;
+  const int64_t *in[4] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride};
+  int64_t *out[4] = {qs, ks, vs, os};
+  for (int t = 0; t < 4; t++) {
+    int kv = t == 1 || t == 2, zero = !in[t][1] && !in[t][2];
+    if (in[t][0] || in[t][1] < 0 || in[t][2] < 0)
+      return kn_aotl_fail("varlen buffers have no batch axis: strides {0, head, token}, none "
+                          "negative");
+    out[t][1] = zero ? D : in[t][1];
+    out[t][0] = out[t][2] = zero ? (kv ? HK : H) * D : in[t][2];
+  }
+  if (a->lse_stride[0] || a->lse_stride[1] < 0)
+    return kn_aotl_fail("varlen lse has no batch axis: strides {0, head}");
+  ls[0] = 1;
+  ls[1] = a->lse_stride[1] ? a->lse_stride[1] : a->total_q;
+  return 0;
+}
+
 static uint64_t f32(float f) {
   uint32_t b;
   memcpy(&b, &f, 4);

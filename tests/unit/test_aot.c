@@ -365,9 +365,18 @@ typedef int (*launch_fn)(void *user, const kiln_attn_args *a);
  * in why */
 static int check_launch(const kn_attn_desc *d, launch_fn launch, void *user, char *why, size_t nwhy) {
   int B = 1, H = 2, HK = 1, NQ = 70, NK = 90;
+  /* varlen: three packed sequences of ragged lengths (the longest NQ x NK), fresh each call */
+  const bool varlen = d->layout == KN_ATTN_VARLEN;
+  int32_t cuq[4] = {0}, cuk[4] = {0};
+  if (varlen) {
+    B = 3;
+    int lq[3] = {NQ, 1 + (int)(seed % 37), 23}, lk[3] = {13, NK, 1 + (int)(seed / 7 % 61)};
+    for (int b = 0; b < B; b++) cuq[b + 1] = cuq[b] + lq[b], cuk[b + 1] = cuk[b] + lk[b];
+  }
+  const int TQ = varlen ? cuq[B] : B * NQ, TK = varlen ? cuk[B] : B * NK; /* tokens */
   kn_scalar t = d->dtype;
   size_t es = kn_scalar_size(t), D = (size_t)d->head_dim;
-  size_t nq = (size_t)B * H * NQ * D, nk = (size_t)B * HK * NK * D, nl = (size_t)B * H * NQ;
+  size_t nq = (size_t)TQ * H * D, nk = (size_t)TK * HK * D, nl = (size_t)H * TQ;
   char *h[3] = {malloc(nq * es), malloc(nk * es), malloc(nk * es)}, *ho = malloc(nq * es);
   double *x[3] = {malloc(nq * 8), malloc(nk * 8), malloc(nk * 8)}, *ro = malloc(nq * 8);
   double *rl = malloc(nl * 8);
@@ -409,6 +418,11 @@ static int check_launch(const kn_attn_desc *d, launch_fn launch, void *user, cha
     va.q_seg_sb = NQ, va.k_seg_sb = NK;
   }
   if (d->prefix) a.prefix_len = va.prefix_len = 20;
+  void *dcq = NULL, *dck = NULL;
+  if (varlen) {
+    dcq = upload(cuq, sizeof cuq), dck = upload(cuk, sizeof cuk);
+    a.cu_seqlens_q = dcq, a.cu_seqlens_k = dck, a.total_q = TQ, a.total_k = TK;
+  }
   if (fake_cuda_attn) fake_cuda_attn((int)es, t == KN_BF16, d->head_dim, d->causal);
   if (fake_cuda_variant) fake_cuda_variant(d->window, 0);
   int rc = launch(user, &a);
@@ -419,6 +433,8 @@ static int check_launch(const kn_attn_desc *d, launch_fn launch, void *user, cha
     download(ho, dout, nq * es);
     if (dl) download(hl, dl, nl * 4);
     kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = NQ, .seqlen_k = NK};
+    if (varlen)
+      p.cu_seqlens_q = cuq, p.cu_seqlens_k = cuk, p.total_q = TQ, p.total_k = TK;
     kn_diag e;
     if (kn_attn_reference_v(d, NULL, &p, &va, x[0], x[1], x[2], ro, rl, &e))
       fail_msg("reference: %s", e.message);
@@ -432,8 +448,8 @@ static int check_launch(const kn_attn_desc *d, launch_fn launch, void *user, cha
     }
     snprintf(why, nwhy, "max|dO| %.2e (tol %.0e), max|dlse| %.2e (tol %.0e)", err, tol, lerr, ltol);
   }
-  void *bufs[] = {dq, dk, dv, dout, dl, dsl, dbias, dqs, dks};
-  for (int i = 0; i < 9; i++) dfree(bufs[i]);
+  void *bufs[] = {dq, dk, dv, dout, dl, dsl, dbias, dqs, dks, dcq, dck};
+  for (int i = 0; i < 11; i++) dfree(bufs[i]);
   for (int i = 0; i < 3; i++) free(h[i]), free(x[i]);
   free(ho), free(ro), free(rl), free(hl), free(hb);
   return !rc && err <= tol && lerr <= ltol ? 0 : -1;
@@ -580,6 +596,8 @@ typedef struct launcher_args {
   const int32_t *q_seg, *k_seg;
   int64_t q_seg_stride, k_seg_stride;
   int prefix_len;
+  const int32_t *cu_seqlens_q, *cu_seqlens_k;
+  int total_q, total_k;
 } launcher_args;
 typedef int (*variant_fn)(const launcher_args *a, void *stream);
 static const char *(*launcher_error)(void);
@@ -593,16 +611,19 @@ static int launcher_launch(void *user, const kiln_attn_args *a) {
                      .alibi_stride = a->alibi_stride, .bias = a->bias,
                      .bias_stride = {a->bias_stride[0], a->bias_stride[1], a->bias_stride[2]},
                      .q_seg = a->q_seg, .k_seg = a->k_seg, .q_seg_stride = a->q_seg_stride,
-                     .k_seg_stride = a->k_seg_stride, .prefix_len = a->prefix_len};
+                     .k_seg_stride = a->k_seg_stride, .prefix_len = a->prefix_len,
+                     .cu_seqlens_q = a->cu_seqlens_q, .cu_seqlens_k = a->cu_seqlens_k,
+                     .total_q = a->total_q, .total_k = a->total_k};
   int rc = ((variant_fn)user)(&l, NULL);
   if (rc) api_fail(KILN_ERR_RUNTIME, "%s", launcher_error());
   return rc;
 }
 
-/* the 4 kernels of tests/aot/variants.manifest: the variant parameters beyond a window's */
+/* the 5 kernels of tests/aot/variants.manifest: the variant parameters beyond a window's, and
+ * the varlen call shape */
 static kcase vcase_at(int i) {
   static const char *const names[] = {"f16_d64_causal_alibi", "f16_d64_bias", "bf16_d128_document",
-                                      "f16_d64_prefix_softcap"};
+                                      "f16_d64_prefix_softcap", "f16_d64_varlen_causal"};
   kcase c;
   memset(&c, 0, sizeof c);
   snprintf(c.name, sizeof c.name, "%s", names[i]);
@@ -611,6 +632,7 @@ static kcase vcase_at(int i) {
   c.d.causal = i == 0;
   c.d.has_lse = i == 0;
   c.d.alibi = i == 0, c.d.bias = i == 1, c.d.document = i == 2, c.d.prefix = c.d.softcap = i == 3;
+  if (i == 4) c.d.causal = 1, c.d.has_lse = true, c.d.layout = KN_ATTN_VARLEN;
   return c;
 }
 
@@ -687,6 +709,21 @@ static int run_launcher(const char *dir, const char *name, kcase (*at)(int), int
     assert_int_equal(f0(&m, NULL), -1);
     assert_non_null(strstr(launcher_error(), "alibi: NULL slopes"));
   }
+  for (int i = 0; i < n; i++) { /* a varlen kernel without its prefix sums */
+    if (at(i).d.layout != KN_ATTN_VARLEN) continue;
+    snprintf(sym, sizeof sym, "%s_%s", name, at(i).name);
+    char buf[8];
+    launcher_args m = {.q = buf, .k = buf, .v = buf, .o = buf, .lse = (float *)buf, .batch = 1,
+                       .heads = 1, .kv_heads = 1, .seqlen_q = 1, .seqlen_k = 1, .total_q = 1,
+                       .total_k = 1};
+    assert_int_equal(((variant_fn)dlsym(h, sym))(&m, NULL), -1);
+    assert_non_null(strstr(launcher_error(), "NULL cu_seqlens_q"));
+    int32_t cu[2] = {0, 1};
+    m.cu_seqlens_q = m.cu_seqlens_k = cu;
+    m.q_stride[0] = 64;
+    assert_int_equal(((variant_fn)dlsym(h, sym))(&m, NULL), -1);
+    assert_non_null(strstr(launcher_error(), "no batch axis"));
+  }
   kiln_context_destroy(ctx);
   rm_dir(tmp);
   return 0;
@@ -713,7 +750,7 @@ static void test_launcher_variants(void **state) {
     skip();
   }
   int bad = 0;
-  if (run_launcher(dir, "kiln_aotv", vcase_at, 4, &bad)) skip();
+  if (run_launcher(dir, "kiln_aotv", vcase_at, 5, &bad)) skip();
   assert_int_equal(bad, 0);
 }
 
