@@ -396,6 +396,31 @@ static inline int kn_aotl_strides_varlen(const kn_aotl_args *a, int d, int64_t *
   return 0;
 }
 
+/* a paged kernel's strides: q, o, lse dense (kn_aotl_strides), k and v page pools (num_pages,
+ * page_size, kv_heads, D) with {page, head, row} strides (zeros: contiguous).  (inline: as
+ * above) */
+static inline int kn_aotl_strides_paged(const kn_aotl_args *a, int d, int64_t *qs, int64_t *ks,
+                                        int64_t *vs, int64_t *os, int64_t *ls) {
+  if (!a->block_table || !a->cache_seqlens)
+    return kn_aotl_fail("paged: NULL block_table or cache_seqlens");
+  if (a->page_size < 1 || a->page_size > 256 || a->num_pages < 1 || a->max_pages < 1 ||
+      (int64_t)a->max_pages * a->page_size > 0x7fffffff || a->seqlen_new < 0 ||
+      a->block_table_stride < 0)
+    return kn_aotl_fail("paged: page_size %d (1..256), num_pages %d, max_pages %d, seqlen_new "
+                        "%d, block_table_stride %lld", a->page_size, a->num_pages, a->max_pages,
+                        a->seqlen_new, (long long)a->block_table_stride);
+  kn_aotl_args dense = *a;
+  dense.seqlen_k = a->max_pages * a->page_size;
+  if (kn_aotl_strides(&dense, d, qs, ks, vs, os, ls)) return -1;
+  const int64_t pool[3] = {(int64_t)a->page_size * a->kv_heads * d, d, (int64_t)a->kv_heads * d};
+  const int64_t *in[2] = {a->k_stride, a->v_stride};
+  int64_t *out[2] = {ks, vs};
+  for (int t = 0; t < 2; t++)
+    if (!in[t][0] && !in[t][1] && !in[t][2])
+      for (int i = 0; i < 3; i++) out[t][i] = pool[i];
+  return 0;
+}
+
 static uint64_t f32(float f) {
   uint32_t b;
   memcpy(&b, &f, 4);
