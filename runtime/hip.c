@@ -109,6 +109,7 @@ struct kn_hip_module {
   kn_hip_device *dev;
   hipModule_t mod;
   kn_codeobj co;           /* the metadata, read once */
+  char meta_why[200];      /* why comgr did not read it ("" when it did) */
   pthread_mutex_t mu;      /* guards the kernel list */
   struct kn_hip_kernel *kernels;
 };
@@ -274,8 +275,8 @@ kn_status kn_hip_module_load(kn_hip_device *dev, const void *data, size_t n, kn_
   }
   kn_hip_module *m = calloc(1, sizeof *m);
   if (!m) return kn_diag_set(err, KN_E_NOMEM, "out of memory");
-  kn_diag d;
-  if (kn_codeobj_read(code, size, &m->co, &d)) {
+  kn_diag d, meta_why;
+  if (kn_comgr_codeobj_read(code, size, &m->co, &meta_why, &d)) {
     free(m);
     return kn_diag_set(err, KN_E_INVALID, "not a loadable AMDGPU code object: %s", d.message);
   }
@@ -288,6 +289,7 @@ kn_status kn_hip_module_load(kn_hip_device *dev, const void *data, size_t n, kn_
                     "is a %s", m->co.target ? m->co.target->name : "an unknown chip",
                     m->co.target_id[0] ? m->co.target_id : "no target id", dev->ordinal,
                     dev->arch->name);
+  /* (the metadata: comgr's reading where it could, else kiln's -- the same kn_codeobj) */
   /* the target ID's features (xnack, sramecc): the code object's ISA name from comgr where it
    * is present and knows the chip, else from kiln's reader (comgr.h) */
   if (s == KN_OK) {
@@ -314,6 +316,7 @@ kn_status kn_hip_module_load(kn_hip_device *dev, const void *data, size_t n, kn_
     return s;
   }
   m->dev = dev;
+  snprintf(m->meta_why, sizeof m->meta_why, "%.190s", meta_why.message);
   pthread_mutex_init(&m->mu, NULL);
   *out = m;
   return KN_OK;
@@ -363,6 +366,11 @@ kn_status kn_hip_module_kernel(kn_hip_module *m, const char *name, kn_hip_kernel
 }
 
 const kn_codeobj_kernel *kn_hip_kernel_meta(const kn_hip_kernel *k) { return k ? k->meta : NULL; }
+
+const char *kn_hip_module_meta_reader(const kn_hip_module *m, const char **why) {
+  if (why) *why = m->meta_why;
+  return m->co.meta_reader;
+}
 
 /* ---- the kernarg segment ---- */
 

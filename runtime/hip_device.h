@@ -13,7 +13,9 @@
  *
  * Code objects.  kn_hip_module_load reads the code object with kiln's own reader (codeobj.h,
  * no LLVM): an ELF of the device's chip (EF_AMDGPU_MACH against the device's arch) is checked
- * before the runtime sees it, and the metadata note's kernels and argument lists are kept.  A
+ * before the runtime sees it, and the metadata note's kernels and argument lists are kept --
+ * as ROCm's comgr reads them where libamd_comgr loads and can read the object, else as kiln's
+ * reader does (comgr.h; the same kn_codeobj either way, kn_hip_module_meta_reader says which).  A
  * clang offload bundle (__CLANG_OFFLOAD_BUNDLE__) is accepted too: the entry for the device's
  * chip is taken out of it and loaded as a code object.
  *
@@ -78,6 +80,8 @@ void kn_hip_module_unload(kn_hip_module *m);
 kn_status kn_hip_module_kernel(kn_hip_module *m, const char *name, kn_hip_kernel **out,
                                kn_diag *err);
 const kn_codeobj_kernel *kn_hip_kernel_meta(const kn_hip_kernel *k);
+/* who read m's metadata: "comgr" or "kiln"; *why (may be NULL) why not comgr, "" when it did */
+const char *kn_hip_module_meta_reader(const kn_hip_module *m, const char **why);
 
 /* One explicit kernel argument: `size` bytes at `value` (little-endian, as the GPU reads it). */
 typedef struct kn_hip_arg {

@@ -96,10 +96,14 @@ static int parse_variant(const mcur *c, const char *v, const char *ve, kn_attn_d
     else if (word(w, we, "bias")) d->bias = true;
     else if (word(w, we, "document")) d->document = true;
     else if (word(w, we, "prefix")) d->prefix = true;
-    else if (word(w, we, "varlen")) d->layout = KN_ATTN_VARLEN;
-    else
+    else if (word(w, we, "varlen") || word(w, we, "paged")) {
+      int layout = word(w, we, "varlen") ? KN_ATTN_VARLEN : KN_ATTN_PAGED;
+      if (d->layout && d->layout != layout)
+        return merr(c, w, "varlen and paged are two call shapes; a kernel has one");
+      d->layout = layout;
+    } else
       return merr(c, w, "unknown variant '%.*s' (none, causal, causal_top_left, lse, window, "
-                  "softcap, alibi, bias, document, prefix, varlen)", (int)(we - w), w);
+                  "softcap, alibi, bias, document, prefix, varlen, paged)", (int)(we - w), w);
     w = we + 1;
   }
   return 0;

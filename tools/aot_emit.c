@@ -15,8 +15,9 @@
  * does and passes it through hipModuleLaunchKernel's `extra`.  The parameters' values are
  * computed in the kernel signature's order from NAME_args (the template's 24, then the
  * variants' — window, softcap, ALiBi, bias, documents, prefix — each checked before a launch;
- * another parameter, varlen's cu_seqlens or a caller's modifier's, is refused here with its
- * name).
+ * for a varlen kernel the packed buffers' strides and rows, cu_seqlens and the longest lengths,
+ * for a paged one the pools' strides, the block table, the lengths and the table's capacity;
+ * another parameter, a caller's modifier's, is refused here with its name).
  *
  * Per variant (manifest name) one function NAME_<variant>(args, stream) picks, for the device's
  * arch, the entry whose seqlen_q range holds the call's (else the arch's first), loads its module
@@ -58,7 +59,9 @@ static void emit_bytes(FILE *f, const unsigned char *p, size_t n) {
 }
 
 /* the C expression of parameter i of sig for the generated argument struct `a` */
-static int param_expr(const kn_attn_sig *sig, int i, int head_dim, char *out, size_t n) {
+static int param_expr(const kn_attn_sig *sig, int i, int head_dim, int layout, char *out,
+                      size_t n) {
+  const bool varlen = layout == KN_ATTN_VARLEN;
   static const char *const base[KN_ATTN_NPARAMS] = {
       "(uint64_t)(uintptr_t)a->q", "(uint64_t)(uintptr_t)a->k", "(uint64_t)(uintptr_t)a->v",
       "(uint64_t)(uintptr_t)a->o", "(uint64_t)(uintptr_t)a->lse", NULL /* sm_scale */,
@@ -71,6 +74,12 @@ static int param_expr(const kn_attn_sig *sig, int i, int head_dim, char *out, si
       "(uint64_t)ls[0]", "(uint64_t)ls[1]"};
   if (i == 5) return snprintf(out, n, "f32(a->sm_scale != 0 ? a->sm_scale : %.9gf)",
                               1.0 / __builtin_sqrt((double)head_dim)), 0;
+  /* varlen: the kernel's seqlen_q / seqlen_k are the packed buffers' rows (attention.h) */
+  if (varlen && (i == 6 || i == 7))
+    return snprintf(out, n, "(uint32_t)a->total_%c", i == 6 ? 'q' : 'k'), 0;
+  /* paged: the kernel's seqlen_k is the table's capacity (attention.h) */
+  if (layout == KN_ATTN_PAGED && i == 7)
+    return snprintf(out, n, "(uint32_t)((int64_t)a->max_pages * a->page_size)"), 0;
   if (i < KN_ATTN_NPARAMS) return snprintf(out, n, "%s", base[i]), 0;
   const char *name = sig->name[i];
   if (!strcmp(name, "window_left")) return snprintf(out, n, "(uint32_t)a->window_left"), 0;
@@ -89,7 +98,18 @@ static int param_expr(const kn_attn_sig *sig, int i, int head_dim, char *out, si
       {"k_seg", "(uint64_t)(uintptr_t)a->k_seg"},
       {"q_seg_sb", "(uint64_t)(a->q_seg_stride ? a->q_seg_stride : (int64_t)a->seqlen_q)"},
       {"k_seg_sb", "(uint64_t)(a->k_seg_stride ? a->k_seg_stride : (int64_t)a->seqlen_k)"},
-      {"prefix_len", "(uint32_t)a->prefix_len"}};
+      {"prefix_len", "(uint32_t)a->prefix_len"},
+      {"cu_seqlens_q", "(uint64_t)(uintptr_t)a->cu_seqlens_q"},
+      {"cu_seqlens_k", "(uint64_t)(uintptr_t)a->cu_seqlens_k"},
+      {"max_seqlen_q", "(uint32_t)a->seqlen_q"},
+      {"max_seqlen_k", "(uint32_t)a->seqlen_k"},
+      {"block_table", "(uint64_t)(uintptr_t)a->block_table"},
+      {"cache_seqlens", "(uint64_t)(uintptr_t)a->cache_seqlens"},
+      {"page_size", "(uint32_t)a->page_size"},
+      {"num_pages", "(uint32_t)a->num_pages"},
+      {"seqlen_new", "(uint32_t)a->seqlen_new"},
+      {"block_table_sb",
+       "(uint64_t)(a->block_table_stride ? a->block_table_stride : (int64_t)a->max_pages)"}};
   for (size_t j = 0; j < sizeof vars / sizeof vars[0]; j++)
     if (!strcmp(name, vars[j][0])) return snprintf(out, n, "%s", vars[j][1]), 0;
   return -1;
@@ -180,7 +200,21 @@ int aot_emit_c(const aot_build *b, const char *out_dir, const char *name, char *
           "   * keys [0, prefix_len) visible to every query.  Device pointers. */\n"
           "  const float *alibi_slopes;\n  int64_t alibi_stride;\n  const void *bias;\n"
           "  int64_t bias_stride[3];\n  const int32_t *q_seg, *k_seg;\n"
-          "  int64_t q_seg_stride, k_seg_stride;\n  int prefix_len;\n} %s_args;\n\n"
+          "  int64_t q_seg_stride, k_seg_stride;\n  int prefix_len;\n"
+          "  /* varlen kernels: q, o packed (total_q, heads, head_dim), k, v (total_k, kv_heads,\n"
+          "   * head_dim), lse (heads, total_q); sequence b owns tokens [cu_seqlens_q[b],\n"
+          "   * cu_seqlens_q[b + 1]) of q and o, [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v\n"
+          "   * (int32, batch + 1 prefix sums each, device memory); seqlen_q / seqlen_k the longest\n"
+          "   * sequence's lengths; strides {0, head, token}, lse {0, head} (zeros: packed). */\n"
+          "  const int32_t *cu_seqlens_q, *cu_seqlens_k;\n  int total_q, total_k;\n"
+          "  /* paged kernels (a KV cache): k, v page pools (num_pages, page_size, kv_heads,\n"
+          "   * head_dim), strides {page, head, row} (zeros: contiguous); sequence b's key j is\n"
+          "   * row j %% page_size of page block_table[b * block_table_stride + j / page_size]\n"
+          "   * (int32, device memory; stride 0: max_pages); cache_seqlens (batch) int32 its keys,\n"
+          "   * plus seqlen_new rows the caller already wrote; seqlen_k is ignored (the table's\n"
+          "   * capacity max_pages * page_size); q, o, lse dense as above. */\n"
+          "  const int32_t *block_table, *cache_seqlens;\n  int64_t block_table_stride;\n"
+          "  int page_size, num_pages, max_pages, seqlen_new;\n} %s_args;\n\n"
           "/* Loads the runtime: \"hip\", \"cuda\", or NULL/\"auto\" (HIP when it has a device of "
           "an arch in\n * the bundle, else CUDA); device 0.  0, or -1 (%s_error() says why). */\n"
           "int %s_init(const char *runtime);\n"
@@ -214,14 +248,16 @@ int aot_emit_c(const aot_build *b, const char *out_dir, const char *name, char *
     /* the parameter values of this kernel */
     fprintf(c, "\nstatic int %s_v%d(const %s_args *a, uint64_t *v) {\n", name, i, name);
     emitf(c, "  int64_t qs[3] = {0}, ks[3] = {0}, vs[3] = {0}, os[3] = {0}, ls[2] = {0};\n"
-          "  if (@_strides(a, %d, qs, ks, vs, os, ls)) return -1;\n", k->desc.head_dim);
+          "  if (@_strides%s(a, %d, qs, ks, vs, os, ls)) return -1;\n",
+          k->desc.layout == KN_ATTN_VARLEN ? "_varlen" : k->desc.layout == KN_ATTN_PAGED ?
+          "_paged" : "", k->desc.head_dim);
     if (k->desc.bias)
       fprintf(c, "  const int bias_dense = !a->bias_stride[0] && !a->bias_stride[1] && "
               "!a->bias_stride[2];\n");
     for (int p = KN_ATTN_NPARAMS; p < sig.n; p++) emitf(c, "%s", param_check(sig.name[p]));
     for (int p = 0; p < sig.n && !rc; p++) {
       char e[160];
-      if (param_expr(&sig, p, k->desc.head_dim, e, sizeof e)) {
+      if (param_expr(&sig, p, k->desc.head_dim, k->desc.layout, e, sizeof e)) {
         rc = -1;
         snprintf(err, n, "kernel %s: the launcher does not pass the variant parameter %%%s yet "
                  "(the API does: kiln_context_options.bundle)", k->name, sig.name[p]);

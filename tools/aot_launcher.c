@@ -364,6 +364,63 @@ static int kn_aotl_strides(const kn_aotl_args *a, int d, int64_t *qs, int64_t *k
   return 0;
 }
 
+/* a varlen kernel's strides: packed q, o (total_q, heads, D), k, v (total_k, kv_heads, D), lse
+ * (heads, total_q); the caller's {0, head, token} (zeros: contiguous) become the kernel's
+ * {token, head, token} (the batch slot of a packed buffer is its token stride), lse {1, head}.
+ * (inline: a bundle without varlen kernels does not call it, and must compile without a warning) */
+static inline int kn_aotl_strides_varlen(const kn_aotl_args *a, int d, int64_t *qs, int64_t *ks,
+                                  int64_t *vs, int64_t *os, int64_t *ls) {
+  if (a->batch < 1 || a->heads < 1 || a->kv_heads < 1 || a->heads % a->kv_heads ||
+      a->seqlen_q < 1 || a->seqlen_k < 1 || a->total_q < 0 || a->total_k < 0 || !a->q || !a->k ||
+      !a->v || !a->o)
+    return kn_aotl_fail("bad shape or NULL buffer (batch %d, heads %d, kv_heads %d, seqlen %d x "
+                        "%d, total %d x %d)", a->batch, a->heads, a->kv_heads, a->seqlen_q,
+                        a->seqlen_k, a->total_q, a->total_k);
+  if (!a->cu_seqlens_q || !a->cu_seqlens_k)
+    return kn_aotl_fail("varlen: NULL cu_seqlens_q or cu_seqlens_k (batch + 1 prefix sums each)");
+  const int64_t H = a->heads, HK = a->kv_heads, D = d;
+  const int64_t *in[4] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride};
+  int64_t *out[4] = {qs, ks, vs, os};
+  for (int t = 0; t < 4; t++) {
+    int kv = t == 1 || t == 2, zero = !in[t][1] && !in[t][2];
+    if (in[t][0] || in[t][1] < 0 || in[t][2] < 0)
+      return kn_aotl_fail("varlen buffers have no batch axis: strides {0, head, token}, none "
+                          "negative");
+    out[t][1] = zero ? D : in[t][1];
+    out[t][0] = out[t][2] = zero ? (kv ? HK : H) * D : in[t][2];
+  }
+  if (a->lse_stride[0] || a->lse_stride[1] < 0)
+    return kn_aotl_fail("varlen lse has no batch axis: strides {0, head}");
+  ls[0] = 1;
+  ls[1] = a->lse_stride[1] ? a->lse_stride[1] : a->total_q;
+  return 0;
+}
+
+/* a paged kernel's strides: q, o, lse dense (kn_aotl_strides), k and v page pools (num_pages,
+ * page_size, kv_heads, D) with {page, head, row} strides (zeros: contiguous).  (inline: as
+ * above) */
+static inline int kn_aotl_strides_paged(const kn_aotl_args *a, int d, int64_t *qs, int64_t *ks,
+                                        int64_t *vs, int64_t *os, int64_t *ls) {
+  if (!a->block_table || !a->cache_seqlens)
+    return kn_aotl_fail("paged: NULL block_table or cache_seqlens");
+  if (a->page_size < 1 || a->page_size > 256 || a->num_pages < 1 || a->max_pages < 1 ||
+      (int64_t)a->max_pages * a->page_size > 0x7fffffff || a->seqlen_new < 0 ||
+      a->block_table_stride < 0)
+    return kn_aotl_fail("paged: page_size %d (1..256), num_pages %d, max_pages %d, seqlen_new "
+                        "%d, block_table_stride %lld", a->page_size, a->num_pages, a->max_pages,
+                        a->seqlen_new, (long long)a->block_table_stride);
+  kn_aotl_args dense = *a;
+  dense.seqlen_k = a->max_pages * a->page_size;
+  if (kn_aotl_strides(&dense, d, qs, ks, vs, os, ls)) return -1;
+  const int64_t pool[3] = {(int64_t)a->page_size * a->kv_heads * d, d, (int64_t)a->kv_heads * d};
+  const int64_t *in[2] = {a->k_stride, a->v_stride};
+  int64_t *out[2] = {ks, vs};
+  for (int t = 0; t < 2; t++)
+    if (!in[t][0] && !in[t][1] && !in[t][2])
+      for (int i = 0; i < 3; i++) out[t][i] = pool[i];
+  return 0;
+}
+
 static uint64_t f32(float f) {
   uint32_t b;
   memcpy(&b, &f, 4);

@@ -6,6 +6,7 @@ pkgs=(cmake make gcc g++ pkg-config
       llvm-22-dev lld-22 liblld-22-dev libclang-rt-22-dev
       libcmocka-dev libxxhash-dev libsqlite3-dev zlib1g-dev libzstd-dev
       libamdhip64-dev   # HIP headers and runtime: discovery reports "no AMD device" cleanly
+      libamd-comgr2     # ROCm's comgr: the HIP runtime reads code objects' metadata with it
       clang-22)         # libFuzzer for fuzz/ (the `fuzz` test; bench/fuzz_long.sh)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -137,98 +137,133 @@ static bool mp_int(kn_mp *r, int32_t *v) {
   return kn_mp_read(r, &o) && kn_mp_as_int(&o, v);
 }
 
-static bool mp_uint(kn_mp *r, uint32_t *v) {
-  int32_t x;
-  if (!mp_int(r, &x)) return false;
-  *v = (uint32_t)x;
-  return true;
+/* ---- the fields (one table for kiln's reader and comgr's) ---- */
+
+/* {in an argument?, metadata key, kind, the field's offset and size}: a kernel's fields (K,
+ * kn_codeobj_kernel), then an argument's (A, kn_codeobj_arg) */
+#define K(key, kind, f) {false, {key, kind, offsetof(kn_codeobj_kernel, f), \
+                                 sizeof(((kn_codeobj_kernel *)0)->f)}}
+#define A(key, kind, f) {true, {key, kind, offsetof(kn_codeobj_arg, f), \
+                                sizeof(((kn_codeobj_arg *)0)->f)}}
+static const struct {
+  bool arg;
+  kn_codeobj_field f;
+} fields[] = {
+    K(".name", 's', name),
+    K(".symbol", 's', symbol),
+    K(".vgpr_count", 'i', vgpr_count),
+    K(".agpr_count", 'i', agpr_count),
+    K(".sgpr_count", 'i', sgpr_count),
+    K(".vgpr_spill_count", 'i', vgpr_spill_count),
+    K(".sgpr_spill_count", 'i', sgpr_spill_count),
+    K(".wavefront_size", 'i', wavefront_size),
+    K(".max_flat_workgroup_size", 'i', max_flat_workgroup_size),
+    K(".uniform_work_group_size", 'i', uniform_work_group_size),
+    K(".group_segment_fixed_size", 'u', lds_bytes),
+    K(".private_segment_fixed_size", 'u', scratch_bytes),
+    K(".kernarg_segment_size", 'u', kernarg_size),
+    K(".kernarg_segment_align", 'u', kernarg_align),
+    K(".uses_dynamic_stack", 'b', uses_dynamic_stack),
+    A(".name", 's', name),
+    A(".value_kind", 's', value_kind),
+    A(".address_space", 's', address_space),
+    A(".offset", 'u', offset),
+    A(".size", 'u', size),
+};
+#undef K
+#undef A
+
+const kn_codeobj_field *kn_codeobj_field_find(bool args, const char *key, size_t key_n) {
+  for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+    if (fields[i].arg == args && strlen(fields[i].f.key) == key_n &&
+        !memcmp(fields[i].f.key, key, key_n))
+      return &fields[i].f;
+  return NULL;
 }
 
-static bool parse_arg(kn_mp *r, kn_codeobj_arg *a) {
-  kn_mp_obj m, k, v;
-  if (!kn_mp_read(r, &m) || m.type != KN_MP_MAP) return false;
-  for (uint32_t i = 0; i < m.len; i++) {
-    if (!kn_mp_read(r, &k)) return false;
-    if (kn_mp_str_is(&k, ".name")) {
-      if (!kn_mp_read(r, &v) || v.type != KN_MP_STR) return false;
-      copy_str(a->name, sizeof a->name, &v);
-    } else if (kn_mp_str_is(&k, ".value_kind")) {
-      if (!kn_mp_read(r, &v) || v.type != KN_MP_STR) return false;
-      copy_str(a->value_kind, sizeof a->value_kind, &v);
-      a->hidden = !strncmp(a->value_kind, "hidden_", 7);
-    } else if (kn_mp_str_is(&k, ".offset")) {
-      if (!mp_uint(r, &a->offset)) return false;
-    } else if (kn_mp_str_is(&k, ".size")) {
-      if (!mp_uint(r, &a->size)) return false;
-    } else if (!kn_mp_skip(r)) {
-      return false;
+bool kn_codeobj_field_set(const kn_codeobj_field *f, void *obj, uint64_t num, const char *str,
+                          size_t len) {
+  char *dst = (char *)obj + f->offset;
+  if (f->kind == 's') {
+    if (!str) return false;
+    size_t m = len < f->size ? len : f->size - 1;  /* (a longer name is cut, as before) */
+    memcpy(dst, str, m);
+    dst[m] = 0;
+    return true;
+  }
+  if (str) { /* a number or boolean written as text */
+    if (f->kind == 'b' && len == 4 && !memcmp(str, "true", 4)) num = 1;
+    else if (f->kind == 'b' && len == 5 && !memcmp(str, "false", 5)) num = 0;
+    else {
+      if (len == 0 || len > 10) return false;
+      num = 0;
+      for (size_t i = 0; i < len; i++) {
+        if (str[i] < '0' || str[i] > '9') return false;
+        num = num * 10 + (uint64_t)(str[i] - '0');
+      }
     }
+  }
+  if (f->kind == 'b') {
+    if (num > 1) return false;
+    *(bool *)(void *)dst = num != 0;
+  } else {
+    if (num > INT32_MAX) return false;
+    if (f->kind == 'i') *(int32_t *)(void *)dst = (int32_t)num;
+    else *(uint32_t *)(void *)dst = (uint32_t)num;
   }
   return true;
 }
 
-static bool parse_kernel(kn_mp *r, kn_codeobj_kernel *kn) {
+bool kn_codeobj_kernel_done(kn_codeobj_kernel *kn) {
+  kn->nhidden = 0;
+  kn->explicit_arg_bytes = 0;
+  for (int a = 0; a < kn->nargs; a++) {
+    kn_codeobj_arg *arg = &kn->args[a];
+    arg->hidden = !strncmp(arg->value_kind, "hidden_", 7);
+    if (arg->hidden) kn->nhidden++;
+    else if (arg->offset + (uint64_t)arg->size > kn->explicit_arg_bytes)
+      kn->explicit_arg_bytes = (uint32_t)(arg->offset + (uint64_t)arg->size);
+  }
+  return kn->name[0] != 0;
+}
+
+/* ---- the metadata note, kiln's reader (MessagePack) ---- */
+
+/* one map of fields (a kernel's or an argument's) into obj; a kernel's .args into kn */
+static bool parse_fields(kn_mp *r, bool args, void *obj, kn_codeobj_kernel *kn) {
   kn_mp_obj m, k, v;
   if (!kn_mp_read(r, &m) || m.type != KN_MP_MAP) return false;
   for (uint32_t i = 0; i < m.len; i++) {
     if (!kn_mp_read(r, &k) || k.type != KN_MP_STR) return false;
-    struct { const char *key; int32_t *dst; } ints[] = {
-        {".vgpr_count", &kn->vgpr_count},
-        {".agpr_count", &kn->agpr_count},
-        {".sgpr_count", &kn->sgpr_count},
-        {".vgpr_spill_count", &kn->vgpr_spill_count},
-        {".sgpr_spill_count", &kn->sgpr_spill_count},
-        {".wavefront_size", &kn->wavefront_size},
-        {".max_flat_workgroup_size", &kn->max_flat_workgroup_size},
-    };
-    struct { const char *key; uint32_t *dst; } uints[] = {
-        {".group_segment_fixed_size", &kn->lds_bytes},
-        {".private_segment_fixed_size", &kn->scratch_bytes},
-        {".kernarg_segment_size", &kn->kernarg_size},
-        {".kernarg_segment_align", &kn->kernarg_align},
-    };
-    bool done = false;
-    for (size_t j = 0; !done && j < sizeof ints / sizeof ints[0]; j++)
-      if (kn_mp_str_is(&k, ints[j].key)) {
-        if (!mp_int(r, ints[j].dst)) return false;
-        done = true;
-      }
-    for (size_t j = 0; !done && j < sizeof uints / sizeof uints[0]; j++)
-      if (kn_mp_str_is(&k, uints[j].key)) {
-        if (!mp_uint(r, uints[j].dst)) return false;
-        done = true;
-      }
-    if (done) continue;
-    if (kn_mp_str_is(&k, ".name") || kn_mp_str_is(&k, ".symbol")) {
-      if (!kn_mp_read(r, &v) || v.type != KN_MP_STR) return false;
-      if (kn_mp_str_is(&k, ".name")) copy_str(kn->name, sizeof kn->name, &v);
-      else copy_str(kn->symbol, sizeof kn->symbol, &v);
-    } else if (kn_mp_str_is(&k, ".uses_dynamic_stack")) {
-      if (!kn_mp_read(r, &v) || v.type != KN_MP_BOOL) return false;
-      kn->uses_dynamic_stack = v.u != 0;
-    } else if (kn_mp_str_is(&k, ".args")) {
+    const kn_codeobj_field *f = kn_codeobj_field_find(args, k.str, k.len);
+    if (f) {
+      if (!kn_mp_read(r, &v)) return false;
+      bool num = v.type == KN_MP_UINT || (v.type == KN_MP_BOOL && f->kind == 'b');
+      if ((f->kind == 's') != (v.type == KN_MP_STR) || (f->kind != 's' && !num) ||
+          !kn_codeobj_field_set(f, obj, v.u, f->kind == 's' ? v.str : NULL, v.len))
+        return false;
+    } else if (!args && kn_mp_str_is(&k, ".args")) {
       if (!kn_mp_read(r, &v) || v.type != KN_MP_ARRAY) return false;
       /* each argument takes at least one byte: a larger count is corrupt (and no huge calloc) */
       if (kn->args || v.len > (size_t)(r->end - r->p)) return false;
       kn->args = calloc(v.len ? v.len : 1, sizeof *kn->args);
       if (!kn->args) return false;
       kn->nargs = (int)v.len;
-      for (uint32_t a = 0; a < v.len; a++) {
-        if (!parse_arg(r, &kn->args[a])) return false;
-        if (kn->args[a].hidden) kn->nhidden++;
-        else if (kn->args[a].offset + (uint64_t)kn->args[a].size > kn->explicit_arg_bytes)
-          kn->explicit_arg_bytes = (uint32_t)(kn->args[a].offset + (uint64_t)kn->args[a].size);
-      }
+      for (uint32_t a = 0; a < v.len; a++)
+        if (!parse_fields(r, true, &kn->args[a], NULL)) return false;
     } else if (!kn_mp_skip(r)) {
       return false;
     }
   }
-  return kn->name[0] != 0;
+  return true;
 }
 
-static int parse_metadata(const uint8_t *p, size_t n, kn_codeobj *co, kn_diag *d) {
+static int parse_metadata(void *ctx, const void *data, size_t data_n, const uint8_t *p, size_t n,
+                          kn_codeobj *co, kn_diag *d) {
+  (void)ctx, (void)data, (void)data_n;
   kn_mp r;
   kn_mp_obj m, k, v;
+  co->meta_reader = "kiln";
   kn_mp_init(&r, p, n);
   if (!kn_mp_read(&r, &m) || m.type != KN_MP_MAP)
     return kn_error(d, NULL, co_loc, "the AMDGPU metadata note is not a MessagePack map");
@@ -249,7 +284,9 @@ static int parse_metadata(const uint8_t *p, size_t n, kn_codeobj *co, kn_diag *d
       if (!co->kernels) return kn_error(d, NULL, co_loc, "out of memory");
       for (uint32_t j = 0; j < v.len; j++) {
         co->nkernels = (int)j + 1;  /* so that kn_codeobj_free frees a partial kernel's args */
-        if (!parse_kernel(&r, &co->kernels[j])) goto corrupt;
+        if (!parse_fields(&r, false, &co->kernels[j], &co->kernels[j]) ||
+            !kn_codeobj_kernel_done(&co->kernels[j]))
+          goto corrupt;
       }
     } else if (!kn_mp_skip(&r)) {
       goto corrupt;
@@ -341,6 +378,11 @@ static int find_code(const elf_file *f, kn_codeobj *co, kn_diag *d) {
 }
 
 int kn_codeobj_read(const void *data, size_t n, kn_codeobj *co, kn_diag *d) {
+  return kn_codeobj_read_with(data, n, co, NULL, NULL, d);
+}
+
+int kn_codeobj_read_with(const void *data, size_t n, kn_codeobj *co, kn_codeobj_meta_reader reader,
+                         void *ctx, kn_diag *d) {
   memset(co, 0, sizeof *co);
   elf_file f = {.b = {data, n}};
   const elf_buf *b = &f.b;
@@ -374,7 +416,8 @@ int kn_codeobj_read(const void *data, size_t n, kn_codeobj *co, kn_diag *d) {
 
   const uint8_t *note = NULL;
   size_t note_n = 0;
-  if (find_note(&f, &note, &note_n, d) || parse_metadata(note, note_n, co, d) ||
+  if (find_note(&f, &note, &note_n, d) ||
+      (reader ? reader : parse_metadata)(ctx, data, n, note, note_n, co, d) ||
       find_code(&f, co, d)) {
     kn_codeobj_free(co);
     return -1;

@@ -5,7 +5,9 @@
  * Library kiln_codeobj (codeobj.c, msgpack.c), which needs only the registry (kiln_arch) and the
  * IR's diagnostics: the compiler's inspector (amdgpu.h: kn_codeobj_parse adds the MFMA count from
  * LLVM's disassembler) and the HIP runtime (runtime/hip.c: kernarg packing from the metadata,
- * the target check before a load) both read code objects through it.
+ * the target check before a load) both read code objects through it.  The metadata's fields are
+ * one table (kn_codeobj_field_find) that kiln's MessagePack reader and the runtime's comgr
+ * reader (runtime/comgr.c, through kn_codeobj_read_with) both fill a kn_codeobj from.
  */
 #ifndef KILN_CODEOBJ_H
 #define KILN_CODEOBJ_H
@@ -47,6 +49,7 @@ typedef struct kn_codeobj_arg {
   char value_kind[40];    /* "global_buffer", "by_value", "hidden_block_count_x", ... */
   uint32_t offset, size;
   bool hidden;
+  char address_space[16]; /* "global", ... for pointers; "" when the note names none */
 } kn_codeobj_arg;
 
 typedef struct kn_codeobj_kernel {
@@ -60,6 +63,7 @@ typedef struct kn_codeobj_kernel {
   uint32_t kernarg_size, kernarg_align;
   uint32_t explicit_arg_bytes;      /* end of the last explicit argument */
   int wavefront_size, max_flat_workgroup_size;
+  int uniform_work_group_size;      /* .uniform_work_group_size (1: whole workgroups only) */
   bool uses_dynamic_stack;
   int nargs, nhidden;
   kn_codeobj_arg *args;             /* nargs entries */
@@ -78,6 +82,7 @@ typedef struct kn_codeobj {
   int meta_version[2];              /* amdhsa.version (v5 and v6 both say 1.2) */
   char target_id[96];               /* amdhsa.target, e.g. "amdgcn-amd-amdhsa--gfx942" */
   const kn_arch *target;   /* from e_flags; NULL for a chip kiln does not describe */
+  const char *meta_reader;          /* who read the metadata: "kiln" or "comgr" (static) */
   int nkernels;
   kn_codeobj_kernel *kernels;
 } kn_codeobj;
@@ -89,6 +94,37 @@ typedef struct kn_codeobj {
  * success the caller frees *co with kn_codeobj_free. */
 int kn_codeobj_read(const void *data, size_t n, kn_codeobj *co, kn_diag *d);
 void kn_codeobj_free(kn_codeobj *co);
+
+/* A reader of the metadata note: fills co's meta_version, target_id, nkernels and kernels (their
+ * fields of the note: name through uses_dynamic_stack, args, nargs, nhidden, explicit_arg_bytes;
+ * kn_codeobj_field_set and kn_codeobj_kernel_done do the per-field work) and meta_reader, from the
+ * note's bytes note[0..note_n) or from the whole object data[0..n) (comgr's reader, runtime/comgr.c).
+ * 0, or -1 with *d; what it allocated is freed by kn_codeobj_free either way. */
+typedef int (*kn_codeobj_meta_reader)(void *ctx, const void *data, size_t n, const uint8_t *note,
+                                      size_t note_n, kn_codeobj *co, kn_diag *d);
+/* kn_codeobj_read with the metadata read by `reader` (NULL: kiln's MessagePack reader); the ELF
+ * headers, the kernel symbols and the occupancy are kiln's reading either way */
+int kn_codeobj_read_with(const void *data, size_t n, kn_codeobj *co, kn_codeobj_meta_reader reader,
+                         void *ctx, kn_diag *d);
+
+/* The metadata fields kiln reads, one table for every reader: a kernel's (.vgpr_count, ...,
+ * .kernarg_segment_size, ...) and an argument's (.name, .value_kind, .offset, ...).  A field is a
+ * number ('i': int32 >= 0, 'u': uint32), a boolean ('b') or a string ('s'). */
+typedef struct kn_codeobj_field {
+  const char *key;
+  char kind;
+  size_t offset, size; /* in kn_codeobj_kernel or kn_codeobj_arg */
+} kn_codeobj_field;
+/* the field of the kernel (args false) or argument (args true) table named key; NULL if none */
+const kn_codeobj_field *kn_codeobj_field_find(bool args, const char *key, size_t key_n);
+/* stores a value into obj's field f: a number or boolean as num (str NULL), a string as
+ * str[0..len), or a number written as a decimal string (comgr's way: "176", "0", "true");
+ * false for a value of the wrong type or range */
+bool kn_codeobj_field_set(const kn_codeobj_field *f, void *obj, uint64_t num, const char *str,
+                          size_t len);
+/* after a kernel's fields and arguments were read: the hidden flags, nhidden and
+ * explicit_arg_bytes; false when the kernel has no name */
+bool kn_codeobj_kernel_done(kn_codeobj_kernel *kn);
 const kn_codeobj_kernel *kn_codeobj_find(const kn_codeobj *co, const char *name);
 
 /* A readable table of co into buf (snprintf-like: returns the length it needed). */

@@ -365,9 +365,34 @@ typedef int (*launch_fn)(void *user, const kiln_attn_args *a);
  * in why */
 static int check_launch(const kn_attn_desc *d, launch_fn launch, void *user, char *why, size_t nwhy) {
   int B = 1, H = 2, HK = 1, NQ = 70, NK = 90;
+  /* varlen: three packed sequences of ragged lengths (the longest NQ x NK), fresh each call */
+  const bool varlen = d->layout == KN_ATTN_VARLEN;
+  int32_t cuq[4] = {0}, cuk[4] = {0};
+  if (varlen) {
+    B = 3;
+    int lq[3] = {NQ, 1 + (int)(seed % 37), 23}, lk[3] = {13, NK, 1 + (int)(seed / 7 % 61)};
+    for (int b = 0; b < B; b++) cuq[b + 1] = cuq[b] + lq[b], cuk[b + 1] = cuk[b] + lk[b];
+  }
+  /* paged: B 2 sequences of ragged cached lengths in pools of 16-row pages, the table a
+   * seed-drawn permutation of the pool (every sequence's pages scattered) */
+  const bool paged = d->layout == KN_ATTN_PAGED;
+  enum { PS = 16, MP = 8, NPG = 2 * MP };
+  int32_t table[2 * MP], lens[2] = {0};
+  if (paged) {
+    B = 2;
+    lens[0] = NK, lens[1] = 1 + (int)(seed % (MP * PS));
+    for (int i = 0; i < NPG; i++) table[i] = i;
+    for (int i = NPG - 1; i > 0; i--) {
+      int j = (int)(normal(&seed) * 1e6) % (i + 1);
+      j = j < 0 ? -j : j;
+      int t0 = table[i];
+      table[i] = table[j], table[j] = t0;
+    }
+  }
+  const int TQ = varlen ? cuq[B] : B * NQ, TK = varlen ? cuk[B] : paged ? NPG * PS : B * NK;
   kn_scalar t = d->dtype;
   size_t es = kn_scalar_size(t), D = (size_t)d->head_dim;
-  size_t nq = (size_t)B * H * NQ * D, nk = (size_t)B * HK * NK * D, nl = (size_t)B * H * NQ;
+  size_t nq = (size_t)TQ * H * D, nk = (size_t)TK * HK * D, nl = (size_t)H * TQ;
   char *h[3] = {malloc(nq * es), malloc(nk * es), malloc(nk * es)}, *ho = malloc(nq * es);
   double *x[3] = {malloc(nq * 8), malloc(nk * 8), malloc(nk * 8)}, *ro = malloc(nq * 8);
   double *rl = malloc(nl * 8);
@@ -409,6 +434,16 @@ static int check_launch(const kn_attn_desc *d, launch_fn launch, void *user, cha
     va.q_seg_sb = NQ, va.k_seg_sb = NK;
   }
   if (d->prefix) a.prefix_len = va.prefix_len = 20;
+  void *dcq = NULL, *dck = NULL;
+  if (varlen) {
+    dcq = upload(cuq, sizeof cuq), dck = upload(cuk, sizeof cuk);
+    a.cu_seqlens_q = dcq, a.cu_seqlens_k = dck, a.total_q = TQ, a.total_k = TK;
+  }
+  if (paged) {
+    dcq = upload(table, sizeof table), dck = upload(lens, sizeof lens);
+    a.block_table = dcq, a.cache_seqlens = dck, a.page_size = PS, a.num_pages = NPG;
+    a.max_pages = MP, a.seqlen_k = MP * PS;
+  }
   if (fake_cuda_attn) fake_cuda_attn((int)es, t == KN_BF16, d->head_dim, d->causal);
   if (fake_cuda_variant) fake_cuda_variant(d->window, 0);
   int rc = launch(user, &a);
@@ -419,6 +454,12 @@ static int check_launch(const kn_attn_desc *d, launch_fn launch, void *user, cha
     download(ho, dout, nq * es);
     if (dl) download(hl, dl, nl * 4);
     kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = NQ, .seqlen_k = NK};
+    if (varlen)
+      p.cu_seqlens_q = cuq, p.cu_seqlens_k = cuk, p.total_q = TQ, p.total_k = TK;
+    if (paged) {
+      p.block_table = table, p.cache_seqlens = lens, p.page_size = PS, p.num_pages = NPG;
+      p.max_pages = MP, p.seqlen_k = MP * PS;
+    }
     kn_diag e;
     if (kn_attn_reference_v(d, NULL, &p, &va, x[0], x[1], x[2], ro, rl, &e))
       fail_msg("reference: %s", e.message);
@@ -432,8 +473,8 @@ static int check_launch(const kn_attn_desc *d, launch_fn launch, void *user, cha
     }
     snprintf(why, nwhy, "max|dO| %.2e (tol %.0e), max|dlse| %.2e (tol %.0e)", err, tol, lerr, ltol);
   }
-  void *bufs[] = {dq, dk, dv, dout, dl, dsl, dbias, dqs, dks};
-  for (int i = 0; i < 9; i++) dfree(bufs[i]);
+  void *bufs[] = {dq, dk, dv, dout, dl, dsl, dbias, dqs, dks, dcq, dck};
+  for (int i = 0; i < 11; i++) dfree(bufs[i]);
   for (int i = 0; i < 3; i++) free(h[i]), free(x[i]);
   free(ho), free(ro), free(rl), free(hl), free(hb);
   return !rc && err <= tol && lerr <= ltol ? 0 : -1;
@@ -580,6 +621,11 @@ typedef struct launcher_args {
   const int32_t *q_seg, *k_seg;
   int64_t q_seg_stride, k_seg_stride;
   int prefix_len;
+  const int32_t *cu_seqlens_q, *cu_seqlens_k;
+  int total_q, total_k;
+  const int32_t *block_table, *cache_seqlens;
+  int64_t block_table_stride;
+  int page_size, num_pages, max_pages, seqlen_new;
 } launcher_args;
 typedef int (*variant_fn)(const launcher_args *a, void *stream);
 static const char *(*launcher_error)(void);
@@ -593,16 +639,24 @@ static int launcher_launch(void *user, const kiln_attn_args *a) {
                      .alibi_stride = a->alibi_stride, .bias = a->bias,
                      .bias_stride = {a->bias_stride[0], a->bias_stride[1], a->bias_stride[2]},
                      .q_seg = a->q_seg, .k_seg = a->k_seg, .q_seg_stride = a->q_seg_stride,
-                     .k_seg_stride = a->k_seg_stride, .prefix_len = a->prefix_len};
+                     .k_seg_stride = a->k_seg_stride, .prefix_len = a->prefix_len,
+                     .cu_seqlens_q = a->cu_seqlens_q, .cu_seqlens_k = a->cu_seqlens_k,
+                     .total_q = a->total_q, .total_k = a->total_k,
+                     .block_table = a->block_table, .cache_seqlens = a->cache_seqlens,
+                     .block_table_stride = a->block_table_stride, .page_size = a->page_size,
+                     .num_pages = a->num_pages, .max_pages = a->max_pages,
+                     .seqlen_new = a->seqlen_new};
   int rc = ((variant_fn)user)(&l, NULL);
   if (rc) api_fail(KILN_ERR_RUNTIME, "%s", launcher_error());
   return rc;
 }
 
-/* the 4 kernels of tests/aot/variants.manifest: the variant parameters beyond a window's */
+/* the 6 kernels of tests/aot/variants.manifest: the variant parameters beyond a window's, and
+ * the varlen and paged call shapes */
 static kcase vcase_at(int i) {
   static const char *const names[] = {"f16_d64_causal_alibi", "f16_d64_bias", "bf16_d128_document",
-                                      "f16_d64_prefix_softcap"};
+                                      "f16_d64_prefix_softcap", "f16_d64_varlen_causal",
+                                      "f16_d64_paged_causal"};
   kcase c;
   memset(&c, 0, sizeof c);
   snprintf(c.name, sizeof c.name, "%s", names[i]);
@@ -611,6 +665,8 @@ static kcase vcase_at(int i) {
   c.d.causal = i == 0;
   c.d.has_lse = i == 0;
   c.d.alibi = i == 0, c.d.bias = i == 1, c.d.document = i == 2, c.d.prefix = c.d.softcap = i == 3;
+  if (i >= 4) c.d.causal = 1, c.d.has_lse = true;
+  c.d.layout = i == 4 ? KN_ATTN_VARLEN : i == 5 ? KN_ATTN_PAGED : KN_ATTN_DENSE;
   return c;
 }
 
@@ -687,6 +743,36 @@ static int run_launcher(const char *dir, const char *name, kcase (*at)(int), int
     assert_int_equal(f0(&m, NULL), -1);
     assert_non_null(strstr(launcher_error(), "alibi: NULL slopes"));
   }
+  for (int i = 0; i < n; i++) { /* a varlen kernel without its prefix sums */
+    if (at(i).d.layout != KN_ATTN_VARLEN) continue;
+    snprintf(sym, sizeof sym, "%s_%s", name, at(i).name);
+    char buf[8];
+    launcher_args m = {.q = buf, .k = buf, .v = buf, .o = buf, .lse = (float *)buf, .batch = 1,
+                       .heads = 1, .kv_heads = 1, .seqlen_q = 1, .seqlen_k = 1, .total_q = 1,
+                       .total_k = 1};
+    assert_int_equal(((variant_fn)dlsym(h, sym))(&m, NULL), -1);
+    assert_non_null(strstr(launcher_error(), "NULL cu_seqlens_q"));
+    int32_t cu[2] = {0, 1};
+    m.cu_seqlens_q = m.cu_seqlens_k = cu;
+    m.q_stride[0] = 64;
+    assert_int_equal(((variant_fn)dlsym(h, sym))(&m, NULL), -1);
+    assert_non_null(strstr(launcher_error(), "no batch axis"));
+  }
+  for (int i = 0; i < n; i++) { /* a paged kernel without its table, or with a page too big */
+    if (at(i).d.layout != KN_ATTN_PAGED) continue;
+    snprintf(sym, sizeof sym, "%s_%s", name, at(i).name);
+    char buf[8];
+    int32_t t1[1] = {0};
+    launcher_args m = {.q = buf, .k = buf, .v = buf, .o = buf, .lse = (float *)buf, .batch = 1,
+                       .heads = 1, .kv_heads = 1, .seqlen_q = 1, .page_size = 16,
+                       .num_pages = 1, .max_pages = 1};
+    assert_int_equal(((variant_fn)dlsym(h, sym))(&m, NULL), -1);
+    assert_non_null(strstr(launcher_error(), "NULL block_table"));
+    m.block_table = m.cache_seqlens = t1;
+    m.page_size = 512;
+    assert_int_equal(((variant_fn)dlsym(h, sym))(&m, NULL), -1);
+    assert_non_null(strstr(launcher_error(), "page_size 512"));
+  }
   kiln_context_destroy(ctx);
   rm_dir(tmp);
   return 0;
@@ -713,7 +799,7 @@ static void test_launcher_variants(void **state) {
     skip();
   }
   int bad = 0;
-  if (run_launcher(dir, "kiln_aotv", vcase_at, 4, &bad)) skip();
+  if (run_launcher(dir, "kiln_aotv", vcase_at, 6, &bad)) skip();
   assert_int_equal(bad, 0);
 }
 

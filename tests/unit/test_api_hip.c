@@ -43,6 +43,7 @@
 
 #include "api.h"
 #include "attention.h"
+#include "comgr.h"
 #include "emu.h"
 #include "fake_hip.h"
 #include "hip_device.h"
@@ -518,6 +519,15 @@ static void test_runtime(void **state) {
   /* the kernarg segment: every explicit value at its metadata offset, hidden ones from the
    * launch, and mismatches refused */
   if (kn_hip_module_load(dev, co, n, &m, &e)) fail_msg("load: %s", e.message);
+  /* who read the metadata: comgr where it loads (it reads kiln's v5 objects, docs/amdgpu.md),
+   * kiln's reader with KILN_COMGR_LIBRARY=none; the packing below and every launch of this run
+   * use that reading */
+  const char *why, *reader = kn_hip_module_meta_reader(m, &why);
+  const char *cl = getenv("KILN_COMGR_LIBRARY");
+  bool comgr = kn_comgr_library()[0] != 0;
+  print_message("metadata read by %s%s%s\n", reader, why[0] ? ": " : "", why);
+  assert_string_equal(reader, comgr ? "comgr" : "kiln");
+  if (cl && !strcmp(cl, "none")) assert_false(comgr);
   kn_hip_kernel *k;
   if (kn_hip_module_kernel(m, "attn_fwd", &k, &e)) fail_msg("%s", e.message);
   assert_int_equal(kn_hip_module_kernel(m, "nope", &k, &e), KN_E_INVALID);
@@ -617,12 +627,12 @@ static void test_runtime(void **state) {
 static void test_hidden_args(void **state) {
   (void)state;
   kn_codeobj_arg args[] = {
-      {"p", "global_buffer", 0, 8, false},     {"n", "by_value", 8, 4, false},
-      {"", "hidden_block_count_x", 16, 4, true}, {"", "hidden_block_count_y", 20, 4, true},
-      {"", "hidden_block_count_z", 24, 4, true}, {"", "hidden_group_size_x", 28, 2, true},
-      {"", "hidden_group_size_y", 30, 2, true},  {"", "hidden_group_size_z", 32, 2, true},
-      {"", "hidden_remainder_x", 34, 2, true},   {"", "hidden_grid_dims", 80, 2, true},
-      {"", "hidden_dynamic_lds_size", 136, 4, true}, {"", "hidden_queue_ptr", 144, 8, true},
+      {"p", "global_buffer", 0, 8, false, "global"},     {"n", "by_value", 8, 4, false, ""},
+      {"", "hidden_block_count_x", 16, 4, true, ""}, {"", "hidden_block_count_y", 20, 4, true, ""},
+      {"", "hidden_block_count_z", 24, 4, true, ""}, {"", "hidden_group_size_x", 28, 2, true, ""},
+      {"", "hidden_group_size_y", 30, 2, true, ""},  {"", "hidden_group_size_z", 32, 2, true, ""},
+      {"", "hidden_remainder_x", 34, 2, true, ""},   {"", "hidden_grid_dims", 80, 2, true, ""},
+      {"", "hidden_dynamic_lds_size", 136, 4, true, ""}, {"", "hidden_queue_ptr", 144, 8, true, ""},
   };
   kn_codeobj_kernel k = {.name = "k", .kernarg_size = 272, .kernarg_align = 8,
                          .max_flat_workgroup_size = 128, .nargs = 12, .nhidden = 10,
