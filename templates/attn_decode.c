@@ -288,9 +288,9 @@ static void kv_rows(dgen *g, const kv_view *kv, kv_read how, kn_scalar dt, int B
     kn_value *vb = at(g, kv->v_base, page, kv->v_ps, slot, kv->v_sn, "v_page_blk");
     kn_value *left = op2(g, KN_OP_SUB, kv->seqlen_k, n0, "k_left");  /* > 0: n0 is live */
     kv_block_loads(g, kv, dt, BN, DP, kb, vb, c0, left, c0, c_d, one64, kt, vt);
-  } else {  /* each key's page (`page`: the (BN) pages, read a block early) and slot, gathered */
+  } else {  /* each key's page and slot, gathered */
     kn_paged_rows pr;
-    kn_paged_block(&g->b, kv->paged, n0, BN, page, &pr);
+    kn_paged_block(&g->b, kv->paged, n0, BN, &pr);
     *kt = kn_paged_gather(&g->b, dt, kv->k_base, &pr, kv->k_ps, kv->k_sn, D, DP, true, "k_tile");
     *vt = kn_paged_gather(&g->b, dt, kv->v_base, &pr, kv->v_ps, kv->v_sn, D, DP, false, "v_tile");
   }
@@ -332,15 +332,11 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
    * min(n0 + BLOCK_N, last key): the table entry in use is always one of the sequence's), so
    * the GPUs' copy of the next block waits for no table read (cp.async one iteration ahead,
    * its page what this iteration yields: compiler/gpu/assign_layouts.c remat_ok) */
-  /* gather: the block's (BN) pages likewise, read from the table a block early (the keys past
-   * the sequence read no entry), so the row gathers' addresses wait for no table read */
-  const bool carry = how != KV_DENSE;
+  const bool carry = how == KV_IN_PAGE;
   kn_value *init[4] = {L->neg_inf_r, L->zero_r, L->zero_acc, NULL};
-  if (how == KV_IN_PAGE)
+  if (carry)
     kn_paged_key(&g->b, L->kv->paged, op2(g, KN_OP_MIN, L->lo, L->k_last, "kv_lo_key"), &init[3],
                  NULL);
-  else if (how == KV_GATHER)
-    init[3] = kn_paged_pages(&g->b, L->kv->paged, L->lo, BN);
   kn_op *loop = kn_b_for(&g->b, L->lo, L->hi, L->c_bn, carry ? 4 : 3, init, &body);
   kn_builder outer = g->b;
   g->b = body;
@@ -351,12 +347,9 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
   kn_value *page = NULL, *page_next = NULL;
   if (carry) {
     page = nm(g, loop->region[0]->args[4], "blk_page");
-    kn_value *next = op2(g, KN_OP_ADD, n0, L->c_bn, "n_next0");
-    if (how == KV_IN_PAGE)
-      kn_paged_key(&g->b, L->kv->paged, op2(g, KN_OP_MIN, next, L->k_last, "n_next"), &page_next,
-                   NULL);
-    else
-      page_next = kn_paged_pages(&g->b, L->kv->paged, next, BN);
+    kn_paged_key(&g->b, L->kv->paged,
+                 op2(g, KN_OP_MIN, op2(g, KN_OP_ADD, n0, L->c_bn, "n_next0"), L->k_last, "n_next"),
+                 &page_next, NULL);
   }
   kn_value *kt, *vt;
   kv_rows(g, L->kv, how, L->kvt, BN, L->D, DP, n0, page, L->c0, L->c_d, L->one64, &kt, &vt);

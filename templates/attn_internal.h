@@ -150,12 +150,8 @@ kn_paged_kv kn_paged_open(kn_builder *b, const kn_attn_sig *sig, kn_value *const
                           kn_value *b64, kn_value *cap);
 
 /* the pages and slots of keys n0 .. n0 + n - 1: one gather of the table's live entries, each
- * clamped into [0, num_pages); or, with page_in, those pages as read before by kn_paged_pages
- * for the same keys (the decode kernel's gather loop reads the next block's a block early) */
-void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n, kn_value *page_in,
-                    kn_paged_rows *out);
-/* the pages alone ((n) i64, kn_paged_block's) of keys n0 .. n0 + n - 1 */
-kn_value *kn_paged_pages(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n);
+ * clamped into [0, num_pages) */
+void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n, kn_paged_rows *out);
 
 /* the page and slot (i64 scalars) of key n0 of the sequence, a key below its length: one scalar
  * load of the table's entry, the page clamped into [0, num_pages).  A block of keys n0 .. that

@@ -93,7 +93,7 @@ kn_paged_kv kn_paged_open(kn_builder *b, const kn_attn_sig *sig, kn_value *const
                        .len = kn_paged_len(b, q[1], b64, q[4], cap, q[3])};
 }
 
-void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n, kn_value *page_in,
+void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n,
                     kn_paged_rows *out) {
   kn_type i32 = kn_ty_scalar(KN_I32);
   kn_value *cols = bin(b, KN_OP_ADD, nm(b, kn_b_arange(b, 0, n), "pg_range"),
@@ -102,11 +102,6 @@ void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n, k
   kn_value *ps = splat1(b, pg->page_size, n, "pg_size_v");
   kn_value *idx = bin(b, KN_OP_DIV, cols, ps, "pg_index");      /* < max_pages where live */
   kn_value *slot = bin(b, KN_OP_SUB, cols, bin(b, KN_OP_MUL, idx, ps, "pg_first"), "pg_slot");
-  out->slot = nm(b, kn_b_cast(b, slot, KN_I64), "pg_slot64");
-  if (page_in) {  /* the pages were read before (kn_paged_pages), e.g. a block early */
-    out->page = page_in;
-    return;
-  }
   kn_value *idx64 = nm(b, kn_b_cast(b, idx, KN_I64), "pg_index64");
   /* dead keys read no table entry (their page reads as 0) */
   kn_value *page = nm(b, kn_b_gather(b, kn_ty_tile1(KN_I32, n), pg->table, idx64, out->live, NULL),
@@ -117,12 +112,7 @@ void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n, k
   page = bin(b, KN_OP_MAX, bin(b, KN_OP_MIN, page, splat1(b, last, n, "pg_last_v"), "pg_page_hi"),
              zero, "pg_page");
   out->page = nm(b, kn_b_cast(b, page, KN_I64), "pg_page64");
-}
-
-kn_value *kn_paged_pages(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n) {
-  kn_paged_rows r;
-  kn_paged_block(b, pg, n0, n, NULL, &r);
-  return r.page;
+  out->slot = nm(b, kn_b_cast(b, slot, KN_I64), "pg_slot64");
 }
 
 void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value **page,

@@ -32,7 +32,8 @@
  *     tail entry).  The prefill kernel's column is left out in this mode.
  *     KILN_BENCH_POOL_HEAD_MAJOR=1 (an experiment): the timed pools laid out (kv_heads,
  *     num_pages, page_size, D) by their strides instead of (num_pages, page_size, kv_heads, D),
- *     so a page of one head is contiguous as the dense (B, HK, N, D) buffer's rows are.
+ *     so a page of one head is contiguous as the dense (B, HK, N, D) buffer's rows are;
+ *     KILN_BENCH_PAGES_IN_ORDER=1: the tables name the pages in pool order (no shuffle).
  *
  * (e) --fp8 FMT (f8e4m3 on NVIDIA; any of kiln's fp8 formats): fp8 inputs (docs/serving.md,
  *     "fp8 inputs and KV pages") instead of the tables above.  Checks first, through the API,
@@ -259,7 +260,9 @@ static int32_t *page_table(int B, const int *len, int ps, bool tail, uint64_t *s
   mp += tail;
   int32_t *perm = malloc(sizeof *perm * (size_t)(need + 1)), *t = malloc(sizeof *t * (size_t)(B * mp + 1));
   for (int i = 0; i < need; i++) perm[i] = i;
-  for (int i = need - 1; i > 0; i--) {
+  /* KILN_BENCH_PAGES_IN_ORDER=1 (an experiment): the pages in pool order, not shuffled */
+  const bool in_order = getenv("KILN_BENCH_PAGES_IN_ORDER") != NULL;
+  for (int i = need - 1; i > 0 && !in_order; i--) {
     *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
     int j = (int)(*s % (uint64_t)(i + 1));
     int32_t x = perm[i];
