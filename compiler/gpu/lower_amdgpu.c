@@ -119,4 +119,5 @@ const leaf_ops kn_leaf_amdgpu = {
     .program_id = amd_program_id, .num_programs = amd_num_programs, .barrier = amd_barrier,
     .xor_lanes = amd_xor_lanes,
     .mma = amd_mma, .kernel = amd_kernel, .shared = amd_shared, .f32_math = amd_f32_math,
+    .maxnum_cheaper = true,
 };
