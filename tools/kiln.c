@@ -1622,7 +1622,7 @@ static int inspect_one(const char *file, const char *what /* NULL: the file */, 
 /* kiln inspect [--loop] FILE: the resources of any AMDGPU code object (kiln's or another
  * compiler's) */
 static int cmd_inspect(int argc, char **argv) {
-  bool loop = argc == 4 && !strcmp(argv[2], "--loop");
+  bool loop = argc >= 3 && !strcmp(argv[2], "--loop");
   if (argc != 3 + loop) {
     fprintf(stderr, "usage: kiln inspect [--loop] FILE.hsaco|FILE.hipfb\n");
     return EXIT_USAGE;
