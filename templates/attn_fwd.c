@@ -780,6 +780,13 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   /* uniform scalings may be reassociated (compiler/scale.c): the modifiers' score in natural
    * units times log2(e) becomes one multiply per element */
   kn_func_set_meta(f, "REASSOC", 1);
+  /* the row max may ignore a NaN score (maxnum, one instruction on AMDGPU instead of four): a
+   * NaN score still reaches its row's output, through p = exp2(NaN - m) = NaN in l and acc.
+   * Not with score modifiers, whose own float max / min keep the IR's NaN-propagating meaning
+   * (masks compute booleans, from indices). */
+  bool score_mod = false;
+  for (int i = 0; i < plan->nmods; i++) score_mod |= plan->mod[i].kind == KN_MOD_SCORE;
+  if (!score_mod) kn_func_set_meta(f, "MAXNUM", 1);
   /* only when asked for: the default config's IR (golden files, cache keys) stays as it was */
   if (c->mfma) kn_func_set_meta(f, "MFMA", c->mfma);
   if (c->wgmma) kn_func_set_meta(f, "WGMMA", 1);

@@ -7,7 +7,8 @@
  *   kiln dump  --stage S [options]        print a stage of the compile (ir|layout|lowered|llvm|asm)
  *   kiln compile --target T [options]     ahead-of-time output (-o FILE, --emit KIND, --stats)
  *   kiln check FILE.tile                  parse and verify a text IR file
- *   kiln inspect FILE.hsaco               the resources of an AMDGPU code object
+ *   kiln inspect [--loop] FILE.hsaco      the resources of an AMDGPU code object (--loop: its
+ *                                         KV loop's instructions and llvm-mca cycles)
  *   kiln tune  [--target T] [options]     autotune the tiling through the JIT service (kiln.h)
  *   kiln cache ls|verify|clear            the code cache and tuning records (kiln.h)
  *   kiln --version                        kiln's and LLVM's versions
@@ -1576,16 +1577,60 @@ static int write_out(const char *path, const void *data, size_t n) {
   return ok ? 0 : -1;
 }
 
-/* kiln inspect FILE: the resources of any AMDGPU code object (kiln's or another compiler's) */
-static int cmd_inspect(int argc, char **argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: kiln inspect FILE.hsaco|FILE.hipfb\n");
+/* --loop: each kernel's KV loop (loop.c) to f; 0, or -1 after a message */
+static int print_loops(const kn_codeobj *co, const uint8_t *data, FILE *f) {
+  if (!co->target) {
+    fprintf(stderr, "kiln: error: --loop: target %s is not one kiln describes\n", co->target_id);
+    return -1;
+  }
+  for (int i = 0; i < co->nkernels; i++) {
+    const kn_codeobj_kernel *kn = &co->kernels[i];
+    if (!kn->code_size) continue;
+    kn_amdgpu_loop loop;
+    kn_diag d;
+    if (kn_amdgpu_find_loop(co->target->name, data + kn->code_offset, (size_t)kn->code_size,
+                            &loop, &d)) {
+      fprintf(stderr, "kiln: error: kernel '%s': %s\n", kn->name, d.message);
+      return -1;
+    }
+    kn_amdgpu_loop_mca(co->target->name, &loop);
+    char buf[4096];
+    kn_amdgpu_loop_format(kn->name, co->target->name, &loop, buf, sizeof buf);
+    fputs(buf, f);
+    kn_amdgpu_loop_free(&loop);
+  }
+  return 0;
+}
+
+/* one code object's stats (and loops) on stdout; EXIT_PASS or EXIT_USAGE after a message */
+static int inspect_one(const char *file, const char *what /* NULL: the file */, const void *data, size_t n, bool loop) {
+  kn_codeobj co;
+  kn_diag d;
+  if (kn_codeobj_parse(data, n, &co, &d)) {
+    fprintf(stderr, "kiln: error: %s: %s%snot a code object kiln can read: %s\n", file,
+            what ? what : "", what ? " is " : "", d.message);
     return EXIT_USAGE;
   }
+  char buf[16384];
+  kn_codeobj_format_stats(&co, buf, sizeof buf);
+  fputs(buf, stdout);
+  int rc = loop && print_loops(&co, data, stdout) ? EXIT_USAGE : EXIT_PASS;
+  kn_codeobj_free(&co);
+  return rc;
+}
+
+/* kiln inspect [--loop] FILE: the resources of any AMDGPU code object (kiln's or another
+ * compiler's) */
+static int cmd_inspect(int argc, char **argv) {
+  bool loop = argc >= 3 && !strcmp(argv[2], "--loop");
+  if (argc != 3 + loop) {
+    fprintf(stderr, "usage: kiln inspect [--loop] FILE.hsaco|FILE.hipfb\n");
+    return EXIT_USAGE;
+  }
+  const char *file = argv[2 + loop];
   size_t n;
-  char *data = read_file(argv[2], &n);
+  char *data = read_file(file, &n);
   if (!data) return EXIT_USAGE;
-  kn_codeobj co;
   kn_diag d;
   int rc = EXIT_PASS;
   if (kn_bundle_is(data, n)) {
@@ -1594,31 +1639,18 @@ static int cmd_inspect(int argc, char **argv) {
     size_t idl[64];
     int count;
     if (kn_bundle_entries(data, n, parts, idl, 64, &count, &d) != KN_OK) {
-      fprintf(stderr, "kiln: error: %s: %s\n", argv[2], d.message);
+      fprintf(stderr, "kiln: error: %s: %s\n", file, d.message);
       rc = EXIT_USAGE;
     }
     for (int i = 0; rc == EXIT_PASS && i < count; i++) {
       printf("bundle entry %.*s: %zu bytes\n", (int)idl[i], parts[i].id, parts[i].size);
       if (!parts[i].size) continue;
-      if (kn_codeobj_parse(parts[i].data, parts[i].size, &co, &d)) {
-        fprintf(stderr, "kiln: error: %s: entry %.*s is not a code object kiln can read: %s\n",
-                argv[2], (int)idl[i], parts[i].id, d.message);
-        rc = EXIT_USAGE;
-        break;
-      }
-      char buf[16384];
-      kn_codeobj_format_stats(&co, buf, sizeof buf);
-      fputs(buf, stdout);
-      kn_codeobj_free(&co);
+      char what[160];
+      snprintf(what, sizeof what, "entry %.*s", (int)idl[i], parts[i].id);
+      rc = inspect_one(file, what, parts[i].data, parts[i].size, loop);
     }
-  } else if (kn_codeobj_parse(data, n, &co, &d)) {
-    fprintf(stderr, "kiln: error: %s: not a code object kiln can read: %s\n", argv[2], d.message);
-    rc = EXIT_USAGE;
   } else {
-    char buf[16384];
-    kn_codeobj_format_stats(&co, buf, sizeof buf);
-    fputs(buf, stdout);
-    kn_codeobj_free(&co);
+    rc = inspect_one(file, NULL, data, n, loop);
   }
   free(data);
   return rc;
@@ -1642,6 +1674,10 @@ static int print_stats(const kn_kernel *k, const cli_options *o, FILE *f) {
   const kn_compile_times *tm = kn_kernel_times(k);
   int rc = EXIT_PASS;
   kn_diag d;
+  if (o->loop && a->kind != KN_ARTIFACT_CODE_OBJECT) {
+    fprintf(stderr, "kiln: error: --loop reads AMDGPU code objects; %s makes none\n", t->name);
+    return EXIT_USAGE;
+  }
   if (a->kind == KN_ARTIFACT_CODE_OBJECT) {
     kn_codeobj co;
     char buf[8192];
@@ -1651,7 +1687,9 @@ static int print_stats(const kn_kernel *k, const cli_options *o, FILE *f) {
     }
     kn_codeobj_format_stats(&co, buf, sizeof buf);
     fputs(buf, f);
+    rc = o->loop && print_loops(&co, a->data, f) ? EXIT_USAGE : rc;
     kn_codeobj_free(&co);
+    if (rc) return rc;
   } else if (a->kind == KN_ARTIFACT_PTX) {
     kn_ptxas_options po = {.arch = t->name, .opt_level = 3};
     kn_ptxas_result r;
@@ -1748,7 +1786,7 @@ static int cmd_compile(cli_options *o) {
       }
     }
     /* the stats go to stderr when the output itself went to stdout */
-    if (rc == EXIT_PASS && o->stats) rc = print_stats(kk, o, to_stdout ? stderr : stdout);
+    if (rc == EXIT_PASS && (o->stats || o->loop)) rc = print_stats(kk, o, to_stdout ? stderr : stdout);
   }
   if (text && text != stdout && fclose(text)) rc = EXIT_USAGE;
   kn_kernel_free(kk);

@@ -24,9 +24,11 @@ void cli_usage(FILE *f) {
         "  compile --target T      ahead-of-time output: -o FILE, --emit hsaco|ptx|cubin|obj|asm|\n"
         "                          llvm|layout (default: hsaco, ptx, or asm on the host),\n"
         "                          --stats (registers, spills, LDS, occupancy, MFMA count)\n"
+        "                          --loop (AMDGPU: the KV loop's instruction classes, llvm-mca cycles)\n"
         "  check FILE.tile         parse and verify a text IR file\n"
-        "  inspect FILE.hsaco      registers, spills, LDS, occupancy, MFMA count of a code object\n"
-        "                          (or of each in an offload bundle, FILE.hipfb)\n"
+        "  inspect [--loop] FILE.hsaco  registers, spills, LDS, occupancy, MFMA count of a code\n"
+        "                          object (or of each in an offload bundle, FILE.hipfb); --loop:\n"
+        "                          each kernel's KV loop, instruction classes, llvm-mca cycles\n"
         "  tune  [--target T]      autotune the tiling for the kernel options and record it\n"
         "                          (host, sm_80, sm_90a, auto: the public API's tuner):\n"
         "                          --space \"block_m=32,64;block_n=32\", --cache-dir DIR,\n"
@@ -360,6 +362,8 @@ int cli_parse_options(int argc, char **argv, int first, cli_options *o, FILE *er
       i++;
     } else if (!strcmp(a, "--stats")) {
       o->stats = true;
+    } else if (!strcmp(a, "--loop")) {
+      o->loop = true;
     } else if (!strcmp(a, "--no-cache")) {
       o->no_cache = true;
     } else if (!strcmp(a, "--check-bounds")) {

@@ -27,6 +27,7 @@ typedef struct cli_options {
   const char *output;  /* compile: -o FILE */
   const char *emit;    /* compile: --emit KIND */
   bool stats;          /* compile: --stats */
+  bool loop;           /* compile: --loop (AMDGPU: the KV loop's instructions and llvm-mca cycles) */
   kiln_attn_desc desc; /* what the options ask for, as the public API takes it */
   int block_m, block_n, warps, stages; /* the tiling asked for (0: not given) */
   bool wgmma;                           /* --mma wgmma */

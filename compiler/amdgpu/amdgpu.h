@@ -109,6 +109,66 @@ int kn_amdgpu_count_mfma(const char *cpu, const uint8_t *code, size_t n, int *ni
 int kn_amdgpu_count_mfma_isolated(const char *cpu, const uint8_t *code, size_t n, int *ninstr,
                                   int *sig);
 
+/* Runs fn(ctx, fd) in a child process (a crash or a hang of LLVM's disassembler on bytes nobody
+ * vouches for ends the child, not the caller; KN_DISASM_SECONDS at most) and returns what it
+ * wrote to fd in *out (malloc'd, *out_n bytes; the caller frees it).  0; -2 with *sig the signal
+ * that ended the child; -1 when it could not run or fn returned nonzero. */
+int kn_amdgpu_isolated(int (*fn)(void *ctx, int fd), void *ctx, char **out, size_t *out_n,
+                       int *sig);
+
+/* ---- the KV loop of a kernel (loop.c, `kiln inspect --loop`) -------------------------------- */
+
+/* instruction classes, in the order the report prints them */
+typedef enum kn_icls {
+  KN_ICLS_MFMA,        /* v_mfma* */
+  KN_ICLS_VALU,        /* other v_* (not below) */
+  KN_ICLS_CMP,         /* v_cmp*, v_cndmask* */
+  KN_ICLS_TRANS,       /* v_exp, v_log, v_rcp, v_rsq, v_sqrt, v_sin, v_cos */
+  KN_ICLS_SALU,        /* s_* (not below) */
+  KN_ICLS_SMEM,        /* s_load*, s_buffer_load* */
+  KN_ICLS_LDS_READ,    /* ds_read*, ds_load* */
+  KN_ICLS_LDS_WRITE,   /* ds_write*, ds_store* */
+  KN_ICLS_LDS_OTHER,   /* other ds_* (ds_bpermute, ds_swizzle...) */
+  KN_ICLS_VMEM_LOAD,   /* global_load*, buffer_load*, flat_load* */
+  KN_ICLS_VMEM_STORE,  /* global_store*, buffer_store*, flat_store* */
+  KN_ICLS_WAITCNT,     /* s_waitcnt* */
+  KN_ICLS_BRANCH,      /* s_branch, s_cbranch_* */
+  KN_ICLS_NOP,         /* s_nop */
+  KN_ICLS_BARRIER,     /* s_barrier */
+  KN_ICLS_OTHER,
+  KN_ICLS_COUNT
+} kn_icls;
+
+typedef struct kn_amdgpu_loop {
+  int nloops;                 /* backward branches in the kernel; 0: no loop (nothing below) */
+  uint64_t begin, end;        /* byte offsets in the kernel's code: the loop's first instruction,
+                               * and its backward branch (included) */
+  int ninstr;                 /* instructions in [begin, end] */
+  int count[KN_ICLS_COUNT];
+  char *text;                 /* those instructions, one a line (llvm-mca's input); malloc'd */
+  double mca_cycles;          /* llvm-mca's cycles per iteration; < 0 when it did not run */
+  char mca[640];              /* the llvm-mca that ran, or why none did */
+} kn_amdgpu_loop;
+
+/* The KV loop of the kernel code[0..n) for cpu (gfx90a, gfx942, gfx950): every backward branch
+ * (s_branch / s_cbranch_* to a lower address) closes a loop [target, branch]; the loop chosen is
+ * the one holding the most MFMAs (ties: the shortest), and its instructions are classified.
+ * Disassembles in a child process (kn_amdgpu_isolated).  0 (out->nloops = 0 when the kernel has
+ * no loop); -1 with *d.  Free with kn_amdgpu_loop_free. */
+int kn_amdgpu_find_loop(const char *cpu, const uint8_t *code, size_t n, kn_amdgpu_loop *out,
+                        kn_diag *d);
+
+/* llvm-mca's cycles for one iteration of the loop for cpu: runs llvm-mca as a child process on
+ * the loop's text (100 iterations, cycles / 100).  The program is $KILN_LLVM_MCA when set
+ * ("none": none), else llvm-mca-22 on PATH, else /usr/lib/llvm-22/bin/llvm-mca.  Sets
+ * loop->mca_cycles, or leaves it < 0 and says why in loop->mca. */
+void kn_amdgpu_loop_mca(const char *cpu, kn_amdgpu_loop *loop);
+
+/* "kernel NAME: KV loop ..." lines for the report (kiln inspect --loop, kiln compile --loop) */
+void kn_amdgpu_loop_format(const char *kernel, const char *cpu, const kn_amdgpu_loop *loop,
+                           char *buf, size_t cap);
+void kn_amdgpu_loop_free(kn_amdgpu_loop *loop);
+
 #ifdef __cplusplus
 }
 #endif

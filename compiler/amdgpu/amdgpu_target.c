@@ -387,10 +387,26 @@ int kn_amdgpu_count_mfma(const char *cpu, const uint8_t *code, size_t n, int *ni
   return count_mfma(cpu, code, n, ninstr);
 }
 
-int kn_amdgpu_count_mfma_isolated(const char *cpu, const uint8_t *code, size_t n, int *ninstr,
-                                  int *sig) {
+/* the count in the child: two ints on fd */
+typedef struct {
+  const char *cpu;
+  const uint8_t *code;
+  size_t n;
+} count_job;
+
+static int count_child(void *ctx, int fd) {
+  const count_job *j = ctx;
+  int r[2] = {0, 0};
+  r[0] = count_mfma(j->cpu, j->code, j->n, &r[1]);
+  return write(fd, r, sizeof r) == (ssize_t)sizeof r ? 0 : 1;
+}
+
+int kn_amdgpu_isolated(int (*fn)(void *ctx, int fd), void *ctx, char **out, size_t *out_n,
+                       int *sig) {
   kn_amdgpu_init(); /* (before the fork: the child only disassembles) */
   *sig = 0;
+  *out = NULL;
+  *out_n = 0;
   int fds[2];
   if (pipe(fds) != 0) return -1;
   fflush(NULL);
@@ -406,21 +422,60 @@ int kn_amdgpu_count_mfma_isolated(const char *cpu, const uint8_t *code, size_t n
     static const int crashes[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGALRM};
     for (size_t i = 0; i < sizeof crashes / sizeof crashes[0]; i++) signal(crashes[i], SIG_DFL);
     alarm(KN_DISASM_SECONDS); /* a decoder that loops is killed like one that crashes */
-    int r[2] = {0, 0};
-    r[0] = count_mfma(cpu, code, n, &r[1]);
-    _exit(write(fds[1], r, sizeof r) == (ssize_t)sizeof r ? 0 : 1);
+    _exit(fn(ctx, fds[1]));
   }
   close(fds[1]);
-  int r[2] = {-1, -1}, status = 0;
-  ssize_t got;
-  while ((got = read(fds[0], r, sizeof r)) < 0 && errno == EINTR) {}
+  /* read to the end (the child may write more than a pipe holds), at most 64 MiB */
+  size_t cap = 0, len = 0;
+  char *buf = NULL;
+  bool ok = true;
+  for (;;) {
+    if (len == cap) {
+      size_t nc = cap ? 2 * cap : 4096;
+      char *nb = nc <= ((size_t)64 << 20) ? realloc(buf, nc) : NULL;
+      if (!nb) {
+        ok = false;
+        break;
+      }
+      buf = nb, cap = nc;
+    }
+    ssize_t got = read(fds[0], buf + len, cap - len);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      ok = ok && got == 0;
+      break;
+    }
+    len += (size_t)got;
+  }
   close(fds[0]);
+  int status = 0;
+  if (!ok) kill(pid, SIGKILL);
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-  if (WIFSIGNALED(status)) {
+  if (ok && WIFSIGNALED(status)) {
+    free(buf);
     *sig = WTERMSIG(status);
     return -2;
   }
-  if (got != (ssize_t)sizeof r || !WIFEXITED(status) || WEXITSTATUS(status)) return -1;
+  if (!ok || !WIFEXITED(status) || WEXITSTATUS(status)) {
+    free(buf);
+    return -1;
+  }
+  *out = buf;
+  *out_n = len;
+  return 0;
+}
+
+int kn_amdgpu_count_mfma_isolated(const char *cpu, const uint8_t *code, size_t n, int *ninstr,
+                                  int *sig) {
+  count_job j = {cpu, code, n};
+  char *buf;
+  size_t len;
+  int rc = kn_amdgpu_isolated(count_child, &j, &buf, &len, sig);
+  if (rc) return rc;
+  int r[2] = {-1, -1};
+  if (len == sizeof r) memcpy(r, buf, sizeof r);
+  free(buf);
+  if (r[0] < 0) return -1;
   if (ninstr) *ninstr = r[1];
   return r[0];
 }

@@ -310,6 +310,17 @@ static int rewrite_amdgcn(R *r, LLVMValueRef inst, const char *name) {
     args[1] = ci32(r, add_site(r, 12, "ballot", NULL));
     v = rt_call(r, RT(kn_emu_rt_ballot), r->i64, args, 2, true);
     if (rt != r->i64) v = LLVMBuildTrunc(r->B, v, rt, "");
+  } else if (!strcmp(n, "exp2.f32")) {
+    /* v_exp_f32 (CDNA 2/3 ISA guides; LLVM's exp2 lowering, which adds a range reduction
+     * because of this): 2^x, results below 2^-126 (the smallest normal) flushed to +0; -inf ->
+     * +0, NaN -> NaN.  The host's exp2 is within the instruction's 1 ulp. */
+    LLVMValueRef x = LLVMGetOperand(inst, 0);
+    LLVMTypeRef f32 = LLVMFloatTypeInContext(r->C);
+    unsigned id = LLVMLookupIntrinsicID("llvm.exp2", 9);
+    LLVMValueRef fn = LLVMGetIntrinsicDeclaration(r->M, id, &f32, 1);
+    LLVMValueRef e = LLVMBuildCall2(r->B, LLVMIntrinsicGetType(r->C, id, &f32, 1), fn, &x, 1, "");
+    LLVMValueRef tiny = LLVMBuildFCmp(r->B, LLVMRealOLT, e, LLVMConstReal(f32, 0x1p-126), "");
+    v = LLVMBuildSelect(r->B, tiny, LLVMConstReal(f32, 0.0), e, "");
   } else if (!strcmp(n, "mbcnt.lo") || !strcmp(n, "mbcnt.hi")) {
     args[0] = ci32(r, n[7] == 'h');
     args[1] = LLVMGetOperand(inst, 0);

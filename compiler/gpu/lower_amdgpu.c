@@ -1,9 +1,11 @@
 /* lower_amdgpu.c — the AMDGPU leaf operations of the GPU lowering (lower_gpu.c calls them
  * through kn_leaf_amdgpu): wave64 ids, s_barrier, ds_bpermute butterflies, one MFMA of the
  * kernel's instruction (the registry's entry: intrinsic and operand packing), the kernel's
- * calling convention and attributes, and the LDS global.  LLVM intrinsics only (no inline asm),
+ * calling convention and attributes, the LDS global, and exp2 as the bare v_exp_f32.  LLVM intrinsics only (no inline asm),
  * so the emulated targets can replace each leaf by a call into their runtime.
  */
+#include <string.h>
+
 #include "lower_gpu_internal.h"
 
 /* AMDGPU: wave64; the wave index is made uniform with readfirstlane so that everything derived
@@ -100,9 +102,22 @@ static LLVMValueRef amd_shared(G *g, int64_t bytes) {
   return lds;
 }
 
+/* exp2 as the bare v_exp_f32 (llvm.amdgcn.exp2): llvm.exp2.f32 wraps it in a range reduction
+ * for results below 2^-126 (compare, add 64, exp, multiply by 2^-64: about 6 instructions per
+ * element) because the instruction flushes those to +0.  Flushing them is harmless where kiln
+ * takes exp2 (softmax weights: 2^-126 of the row maximum is 0 to any f16/bf16 P; tanh's
+ * e^{2|x|} >= 1), and NVPTX's ex2.approx.ftz does the same.  v_exp_f32: 2^x within 1 ulp,
+ * -inf -> +0, +inf -> +inf, NaN -> NaN, results below 2^-126 -> +0 (the emulator computes
+ * exactly that, compiler/emu/rewrite.c). */
+static LLVMValueRef amd_f32_math(G *g, const char *fname, LLVMValueRef x) {
+  if (!strcmp(fname, "exp2")) return call(g, "llvm.amdgcn.exp2.f32", g->f32, &x, 1);
+  return NULL;
+}
+
 const leaf_ops kn_leaf_amdgpu = {
     .name = "AMDGPU", .ids = amd_ids,
     .program_id = amd_program_id, .num_programs = amd_num_programs, .barrier = amd_barrier,
     .xor_lanes = amd_xor_lanes,
-    .mma = amd_mma, .kernel = amd_kernel, .shared = amd_shared,
+    .mma = amd_mma, .kernel = amd_kernel, .shared = amd_shared, .f32_math = amd_f32_math,
+    .maxnum_cheaper = true,
 };

@@ -621,8 +621,11 @@ static LLVMValueRef float_binary(G *g, kn_opcode o, LLVMValueRef a, LLVMValueRef
   case KN_OP_REM: return fmod_any(g, a, b);
   case KN_OP_MAX:
   case KN_OP_MIN: {
-    /* NaN-propagating, as the IR says */
-    snprintf(name, sizeof name, "llvm.%s.%s", o == KN_OP_MAX ? "maximum" : "minimum", fsuffix(g, t));
+    /* NaN-propagating, as the IR says; or, in a kernel that allows it (MAXNUM = 1) on a target
+     * where it is cheaper, IEEE maxNum / minNum: a NaN operand gives the other one */
+    snprintf(name, sizeof name, "llvm.%s.%s",
+             o == KN_OP_MAX ? (g->maxnum ? "maxnum" : "maximum") : (g->maxnum ? "minnum" : "minimum"),
+             fsuffix(g, t));
     LLVMValueRef args[2] = {a, b};
     return call(g, name, t, args, 2);
   }
@@ -2201,6 +2204,8 @@ int kn_lower_gpu(const kn_layout_plan *p, LLVMContextRef ctx, LLVMModuleRef *out
   kn_func *k = p->k;
   G g = {.p = p, .d = d, .C = ctx};
   g.ops = p->arch->isa == KN_ISA_NVPTX ? &kn_leaf_nvptx : &kn_leaf_amdgpu;
+  int64_t maxnum = 0;
+  g.maxnum = g.ops->maxnum_cheaper && kn_func_get_meta(p->k, "MAXNUM", &maxnum) && maxnum;
   g.M = LLVMModuleCreateWithNameInContext(k->name, ctx);
   g.i1 = LLVMInt1TypeInContext(ctx);
   g.i8 = LLVMInt8TypeInContext(ctx);

@@ -53,6 +53,7 @@ typedef struct G {
   int nldsm, capldsm;
   kn_block *loop_body;
   bool remat_init;  /* remat for the loop's prologue: carried values are their inits */
+  bool maxnum;      /* float max/min (and their reductions) as maxnum/minnum: MAXNUM = 1 */
   LLVMValueRef loop_iv, loop_step, loop_hi;
   LLVMTypeRef i1, i8, i16, i32, i64, f16, bf16, f32, vd, p1, p3;
 } G;
@@ -79,6 +80,10 @@ struct leaf_ops {
    * lower_gpu.c's integer decode, fp8_to_f32); the entry may be NULL */
   LLVMValueRef (*fp8_to_f16)(G *g, kn_scalar s, LLVMValueRef x);
   bool nowrap_offsets;     /* mark coordinate and shared-offset arithmetic nuw nsw */
+  /* llvm.maximum/minimum (NaN-propagating) cost more than maxnum/minnum (AMDGPU: v_max_f32 +
+   * v_cmp_o + v_cndmask, and an s_nop, per element; one v_max_f32): kernels with MAXNUM = 1
+   * get maxnum/minnum (docs/ir.md) */
+  bool maxnum_cheaper;
 };
 
 /* ---- types and intrinsics ---- */

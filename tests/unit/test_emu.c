@@ -263,7 +263,8 @@ static const char *decls =
     "declare void @llvm.amdgcn.s.barrier()\n"
     "declare i32 @llvm.amdgcn.ds.bpermute(i32, i32)\n"
     "declare i32 @llvm.amdgcn.update.dpp.i32(i32, i32, i32, i32, i32, i1)\n"
-    "declare <16 x float> @llvm.amdgcn.mfma.f32.32x32x8f16(<4 x half>, <4 x half>, <16 x float>, i32, i32, i32)\n";
+    "declare <16 x float> @llvm.amdgcn.mfma.f32.32x32x8f16(<4 x half>, <4 x half>, <16 x float>, i32, i32, i32)\n"
+    "declare float @llvm.amdgcn.exp2.f32(float)\n";
 
 /* compiles `body` (after the declarations) for gfx942-emu and runs it on one workgroup */
 static int run_ir(const char *body, const kn_argval *args, const kn_region *regions, int nregions,
@@ -378,6 +379,46 @@ static void test_kernel_reductions(void **st) {
     assert_int_equal(out[l], total);
     assert_int_equal(out[64 + l], rows[l / 16]);
   }
+}
+
+/* v_exp_f32 (llvm.amdgcn.exp2, kiln's AMDGPU exp2): 2^x within 1 ulp, results below 2^-126
+ * flushed to +0, -inf -> +0, +inf -> +inf, NaN -> NaN */
+static const char *exp2_kernel =
+    "define amdgpu_kernel void @e(ptr addrspace(1) %x, ptr addrspace(1) %y) #0 {\n"
+    "  %l = call i32 @llvm.amdgcn.workitem.id.x()\n"
+    "  %xp = getelementptr float, ptr addrspace(1) %x, i32 %l\n"
+    "  %xv = load float, ptr addrspace(1) %xp, align 4\n"
+    "  %e = call float @llvm.amdgcn.exp2.f32(float %xv)\n"
+    "  %yp = getelementptr float, ptr addrspace(1) %y, i32 %l\n"
+    "  store float %e, ptr addrspace(1) %yp, align 4\n"
+    "  ret void\n"
+    "}\n"
+    "attributes #0 = { \"amdgpu-flat-work-group-size\"=\"1,64\" }\n";
+
+static void test_exp2(void **st) {
+  (void)st;
+  float x[64], y[64];
+  const float special[] = {-INFINITY, INFINITY, NAN, -126.0f, -126.5f, -127.0f, -149.0f, -200.0f,
+                           0.0f, -0.0f, 1.0f, 127.0f, 128.0f, 0x1p-140f};
+  const int ns = (int)(sizeof special / sizeof special[0]);
+  for (int l = 0; l < 64; l++) x[l] = l < ns ? special[l] : -125.0f + 3.97f * (float)(l - ns);
+  kn_argval args[2] = {{.p = x}, {.p = y}};
+  kn_region regions[2] = {{x, sizeof x}, {y, sizeof y}};
+  kn_diag d;
+  if (run_ir(exp2_kernel, args, regions, 2, &d)) fail_msg("run: %s", d.message);
+  for (int l = 0; l < 64; l++) {
+    double want = exp2((double)x[l]);
+    if (isnan(x[l])) {
+      assert_true(isnan(y[l]));
+    } else if (want < 0x1p-126) {
+      if (y[l] != 0.0f || signbit(y[l])) fail_msg("exp2(%a) = %a, want +0 (flushed)", x[l], y[l]);
+    } else if (want >= 0x1p128) {
+      assert_true(isinf(y[l]) && y[l] > 0);
+    } else if (fabs(y[l] - want) > 0x1p-23 * want) {
+      fail_msg("exp2(%a) = %a, want %a within 1 ulp", x[l], y[l], want);
+    }
+  }
+  assert_true(y[3] == 0x1p-126f);  /* the smallest normal result is kept */
 }
 
 static void test_deadlock(void **st) {
@@ -550,7 +591,8 @@ int main(void) {
       cmocka_unit_test(test_mfma_table_entries), cmocka_unit_test(test_mfma_tables_bijective),
       cmocka_unit_test(test_mfma_exec),          cmocka_unit_test(test_dpp),
       cmocka_unit_test(test_swizzle_permute),    cmocka_unit_test(test_kernel_mfma_product),
-      cmocka_unit_test(test_kernel_reductions),  cmocka_unit_test(test_deadlock),
+      cmocka_unit_test(test_kernel_reductions),  cmocka_unit_test(test_exp2),
+      cmocka_unit_test(test_deadlock),
       cmocka_unit_test(test_lds_bounds),         cmocka_unit_test(test_lds_race),
       cmocka_unit_test(test_global_bounds),      cmocka_unit_test(test_targets),
   };
