@@ -71,7 +71,7 @@ static void add_decode(const char *target, kn_attn_desc d) {
   kn_attn_config c = kn_attn_decode_default_config(kn_arch_get(target), &d);
   kn_diag e;
   kn_module *m = kn_module_new("<decode>");
-  if (!kn_attn_decode_build(m, &d, &c, &e) || !kn_attn_decode_combine_build(m, &d, &e))
+  if (!kn_attn_decode_build(m, &d, &c, KN_DECODE_READ_ANY, &e) || !kn_attn_decode_combine_build(m, &d, &e))
     fail_msg("%s decode: %s", target, e.message);
   static const char *const names[] = {"attn_decode", "attn_decode_combine"};
   add_kernels(m, "decode", target, 2, names);
