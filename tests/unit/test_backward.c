@@ -27,6 +27,8 @@
  *
  * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_VERBOSE=1 prints each case;
  * KILN_TEST_BWD_TILING=BM,BN,W compiles (4.) that tiling instead of the defaults;
+ * KILN_TEST_BWD_ARCH=sm_90a compiles (4.) for that target only (with KILN_TEST_VERBOSE=1:
+ * ptxas's registers and spills of each kernel);
  * KILN_TEST_FILTER=test_codegen runs the tests whose names match.
  */
 #include <math.h>
@@ -596,9 +598,11 @@ static void test_codegen(void **state) {
   (void)state;
   const char *archs[] = {"gfx90a", "gfx942", "sm_80", "sm_90a"};
   const int dims[] = {64, 128};
+  const char *only = getenv("KILN_TEST_BWD_ARCH");  /* one target's code only */
   for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
     const kn_arch *arch;
     const kn_target *t;
+    if (only && strcmp(only, archs[a])) continue;
     if (!code_target(archs[a], &arch, &t)) continue;
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
       for (int vi = 0; vi < 5; vi++) {  /* plain, causal, causal with dropout; the last two varlen */
