@@ -742,11 +742,19 @@ kiln_status api_backward_args(const api_launch_view *k, const kn_attn_sig *bsig,
       {"dk", a->dk_stride, a->dk_numel, BARG_DK_SB, false},
       {"dv", a->dv_stride, a->dv_numel, BARG_DV_SB, false}};
   const int64_t D = k->desc->head_dim;
+  const bool varlen = k->desc->layout == KN_ATTN_VARLEN;
   for (int i = 0; i < 4; i++) {
+    if (varlen && g[i].s[0])
+      return api_fail(KILN_ERR_INVALID, "%s: varlen buffers have no batch axis: %s_stride is "
+                      "{0, head, token}", who, g[i].name);
     if (!all_zero(g[i].s, 3))
       for (int j = 0; j < 3; j++) args[g[i].at + j].i = g[i].s[j];
-    int64_t size[3] = {f->batch, g[i].qo ? f->heads : f->kv_heads,
-                       g[i].qo ? f->seqlen_q : f->seqlen_k};
+    /* varlen: (total, heads, D) with {token, head} strides, the batch slot the token stride
+     * (as the forward's, api_forward_args) */
+    if (varlen) args[g[i].at].i = args[g[i].at + 2].i;
+    const int64_t tokens = g[i].qo ? f->total_q : f->total_k;
+    int64_t size[3] = {varlen ? 1 : f->batch, g[i].qo ? f->heads : f->kv_heads,
+                       varlen ? tokens : g[i].qo ? f->seqlen_q : f->seqlen_k};
     int64_t st[3] = {args[g[i].at].i, args[g[i].at + 1].i, args[g[i].at + 2].i};
     if ((s = check_span(who, g[i].name, g[i].numel, size, st, 3, D))) return s;
     /* the vector accesses of a GPU kernel (check_alignment's rule) */
@@ -762,8 +770,10 @@ kiln_status api_backward_args(const api_launch_view *k, const kn_attn_sig *bsig,
                         (long long)(v * es), (long long)v, k->desc->head_dim);
     }
   }
-  int64_t size[2] = {f->batch, f->heads}, st[2] = {(int64_t)f->heads * f->seqlen_q, f->seqlen_q};
-  return check_span(who, "delta", a->delta_numel, size, st, 2, f->seqlen_q);
+  /* delta: (batch, heads, seqlen_q) contiguous, varlen (heads, total_q) as lse */
+  const int64_t rows = varlen ? f->total_q : f->seqlen_q;
+  int64_t size[2] = {varlen ? 1 : f->batch, f->heads}, st[2] = {(int64_t)f->heads * rows, rows};
+  return check_span(who, "delta", a->delta_numel, size, st, 2, rows);
 }
 
 /* ---- decode ---- */

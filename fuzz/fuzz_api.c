@@ -13,9 +13,9 @@
  * allocated with exactly its described capacity (at most 2^16 elements), so ASan sees any read
  * of kiln's C code past it.
  *
- * One bit of the input makes a dense call a backward (kiln_backward): then dO, dQ, dK, dV and
- * the delta workspace are decoded too (strides, capacities) and api_backward_args checks them
- * with the forward's arguments, against the backward's tiling and signature.
+ * One bit of the input makes a dense or varlen call a backward (kiln_backward): then dO, dQ,
+ * dK, dV and the delta workspace are decoded too (strides, capacities) and api_backward_args
+ * checks them with the forward's arguments, against the backward's tiling and signature.
  *
  * What must hold: api_desc_from_public and api_signature accept or refuse with a message; for an
  * accepted descriptor api_forward_args (everything kiln_forward checks, on the host, CUDA or HIP
@@ -247,11 +247,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   c.block_m = c.block_n = 16;
   kn_diag diag;
   if (kn_attn_check_on(NULL, &d, &c, &diag)) c = kn_attn_default_config(NULL, &d);
-  /* a backward (kiln_prepare_backward: its own tiling, dense only) */
+  /* a backward (kiln_prepare_backward: its own tiling, dense or varlen) */
   const bool bwd = (flags >> 24) & 1;
   kn_attn_sig bsig;
   if (bwd) {
-    if (d.layout != KN_ATTN_DENSE) return 0;  /* (prepare refuses it) */
+    if (d.layout == KN_ATTN_PAGED) return 0;  /* (prepare refuses it) */
     c = kn_attn_bwd_default_config(NULL, &d);
     c.block_m = c.block_n = 16;
     if (kn_attn_bwd_check_on(NULL, &d, &c, &diag)) c = kn_attn_bwd_default_config(NULL, &d);
@@ -400,7 +400,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       gp[i] = buffer(&bufs, *gn[i], es);
     }
     ba.dout = gp[0], ba.dq = gp[1], ba.dk = gp[2], ba.dv = gp[3];
-    ba.delta_numel = capacity(&r, dense(B, H, Nq, 1));
+    ba.delta_numel = capacity(&r, varlen ? dense(H, a.total_q, 1, 1) : dense(B, H, Nq, 1));
     ba.delta = buffer(&bufs, ba.delta_numel, sizeof(float));
   }
   const int cus = 1 + (int)(u8(&r) % 132);  /* decode's split heuristic: the device's units */

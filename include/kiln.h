@@ -486,8 +486,9 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *args, void *strea
  * three kernels (delta = rowsum(dO * O); dK and dV per key block, summed over the query heads of
  * a group; dQ per query block), deterministic (no atomics: the same inputs give the same bits).
  * Options: block_m / block_n / warps force the tiling (block_m query rows and block_n keys per
- * step of both kernels); tuning and wgmma are not offered yet.  Varlen, paged and head dims
- * above 256 are KILN_ERR_UNSUPPORTED, and so is a score modifier (the caller's @score_mod) whose
+ * step of both kernels); tuning and wgmma are not offered yet.  Dense and varlen layouts (varlen:
+ * the forward's packed call, docs/serving.md); paged and head dims above 256 are
+ * KILN_ERR_UNSUPPORTED, and so is a score modifier (the caller's @score_mod) whose
  * derivative kiln does not take from its IR (docs/backward.md lists the ops it differentiates);
  * so is any backward in a bundle_only context (AOT bundles hold forward kernels only).
  * The kernel it returns is launched with kiln_backward only. */
@@ -498,7 +499,12 @@ kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
  * required here -- shapes, strides, the variant's values, capacities).  dout (batch, heads,
  * seqlen_q, head_dim): dL/dO; dq like q, dk and dv like k, written; strides as q's ({batch,
  * head, row}, zeros: contiguous) and capacities as kiln_attn_args's.  delta: a workspace of
- * batch * heads * seqlen_q f32, contiguous, that the launch overwrites (device memory on a GPU). */
+ * batch * heads * seqlen_q f32, contiguous, that the launch overwrites (device memory on a GPU).
+ * Varlen (a backward prepared with KILN_LAYOUT_VARLEN): fwd is the forward's varlen call
+ * (cu_seqlens_q/k, total_q/k, packed q, k, v, o, lse (heads, total_q)); dout and dq are
+ * (total_q, heads, head_dim), dk and dv (total_k, kv_heads, head_dim), their strides {0, head,
+ * token} (zeros: packed); delta holds heads * total_q f32 (lse's layout).  Tokens that no
+ * sequence owns are not written. */
 typedef struct kiln_backward_args {
   kiln_attn_args fwd;
   const void *dout;

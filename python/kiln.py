@@ -30,11 +30,13 @@ Two levels:
   HK, D) read through a block table, the new rows k / v appended first (docs/serving.md).
   All three pass each buffer's size from its storage, so a buffer too small for the shape and
   strides is an error before launch.
-* Training (docs/backward.md): attention() is differentiable when torch is present -- called on
-  tensors that require grad with grad mode on, it runs as a torch.autograd.Function whose
-  backward is kiln's (kiln_backward: dQ, dK, dV from the forward's lse, deterministic).
-  attention_backward(q, k, v, out, lse, dout, ...) is that backward on tensors (duck-typed as
-  above), and Context.prepare_backward / BackwardKernel.backward its raw-address level.
+* Training (docs/backward.md): attention() and attention_varlen() are differentiable when torch
+  is present -- called on tensors that require grad with grad mode on, each runs as a
+  torch.autograd.Function whose backward is kiln's (kiln_backward: dQ, dK, dV from the
+  forward's lse, deterministic).  attention_backward(q, k, v, out, lse, dout, ...) and
+  attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, ...) are those
+  backwards on tensors (duck-typed as above), and Context.prepare_backward /
+  BackwardKernel.backward their raw-address level.
 
 Contexts are created once per device and kept for the life of the process (a context owns its
 compiled kernels; kiln_prepare is a memo lookup after the first call, so calling attention() in
@@ -44,12 +46,13 @@ a loop compiles once).  The C library is thread-safe; so is this module.
 import ctypes
 import ctypes.util
 import glob
+import math
 import os
 import random
 import threading
 
 __all__ = ["KilnError", "Context", "Kernel", "BackwardKernel", "attention", "attention_backward",
-           "attention_varlen", "attention_with_kvcache", "library", "F16", "BF16", "F32"]
+           "attention_varlen", "attention_varlen_backward", "attention_with_kvcache", "library", "F16", "BF16", "F32"]
 
 # ---- the C API's constants (include/kiln.h) ----
 
@@ -413,12 +416,13 @@ class Context:
 
     def prepare_backward(self, dtype, head_dim, causal=False, block_m=0, block_n=0, warps=0,
                          window=False, softcap=False, alibi=False, bias=False, document=False,
-                         prefix=False, mods=None, mods_name=None, dropout_p=0.0):
+                         prefix=False, mods=None, mods_name=None, dropout_p=0.0,
+                         layout=LAYOUT_DENSE):
         """kiln_prepare_backward: the backward of the forward these arguments describe (as
-        prepare's, dropout_p included); block_m/block_n (together) and warps force its
-        tiling."""
+        prepare's, dropout_p and layout (LAYOUT_DENSE or LAYOUT_VARLEN) included);
+        block_m/block_n (together) and warps force its tiling."""
         desc = _desc(dtype, head_dim, causal, True, window, softcap, alibi, bias, document,
-                     prefix, mods, mods_name, LAYOUT_DENSE, dropout_p)
+                     prefix, mods, mods_name, layout, dropout_p)
         po = _PrepareOptions(block_m=block_m, block_n=block_n, warps=warps)
         k = ctypes.c_void_p()
         _check(library().kiln_prepare_backward(self._handle(), ctypes.byref(desc),
@@ -522,17 +526,20 @@ class BackwardKernel:
                  dv_stride=(0, 0, 0), stream=None, window=(0, 0), softcap=0.0,
                  alibi_slopes=None, alibi_stride=0, bias=None, bias_stride=(0, 0, 0),
                  q_seg=None, k_seg=None, q_seg_stride=0, k_seg_stride=0, prefix_len=0,
-                 mod_args=None, numel=None, dropout_seed=0, dropout_offset=0):
+                 mod_args=None, numel=None, dropout_seed=0, dropout_offset=0,
+                 cu_seqlens_q=None, cu_seqlens_k=None, total_q=0, total_k=0):
         """kiln_backward on raw addresses: the forward's arguments (q, k, v, its output o and lse;
-        a dropout kernel's dropout_seed and dropout_offset: the forward's) and dout, the
-        gradients dq, dk, dv it writes, and delta, a workspace of batch * heads * seqlen_q
-        float32.  numel: as Kernel.forward's, plus dout, dq, dk, dv, delta."""
+        a dropout kernel's dropout_seed and dropout_offset, a varlen kernel's cu_seqlens_q/k and
+        total_q/k: the forward's) and dout, the gradients dq, dk, dv it writes, and delta, a
+        workspace of batch * heads * seqlen_q float32 (varlen: heads * total_q).  numel: as
+        Kernel.forward's, plus dout, dq, dk, dv, delta."""
         numel = dict(numel or {})
         extra = {n: numel.pop(n, 0) for n in ("dout", "dq", "dk", "dv", "delta")}
         f = _attn_args(q, k, v, o, batch, heads, kv_heads, seqlen_q, seqlen_k, lse, sm_scale,
                        q_stride, k_stride, v_stride, o_stride, lse_stride, window, softcap,
                        alibi_slopes, alibi_stride, bias, bias_stride, q_seg, k_seg, q_seg_stride,
-                       k_seg_stride, prefix_len, mod_args, None, None, 0, 0, numel)
+                       k_seg_stride, prefix_len, mod_args, cu_seqlens_q, cu_seqlens_k, total_q,
+                       total_k, numel)
         f.dropout_seed, f.dropout_offset = _u64(dropout_seed), _u64(dropout_offset)
         a = _BwdArgs(fwd=f, dout=dout, dq=dq, dk=dk, dv=dv, delta=delta,
                      dout_stride=_I64x3(*dout_stride), dq_stride=_I64x3(*dq_stride),
@@ -886,6 +893,51 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_s
     return out
 
 
+def _plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, window_size, softcap, alibi_slopes,
+                 fp8=False, dropout=(0.0, 0, 0)):
+    """attention_varlen()'s checks of its tensors and variant, for the forward and the backward
+    alike: the packed shapes and strides, the batch, the descriptor flags (var) and launch values
+    (val); fp8: q, k, v may be torch float8 tensors (the forward); dropout: (p, seed, offset)"""
+    if fp8:
+        name, qt, kt = _types(q, k, out)
+    else:
+        name, qt, kt = _dtype_name(q), 0, 0
+        if name not in _DTYPES:
+            raise KilnError(ERR_UNSUPPORTED, "dtype %s: kiln trains float16, bfloat16 and "
+                            "float32" % name)
+    dev = _device_key(q)
+    qs, ks, vs = _strides(q, "q", 3), _strides(k, "k", 3), _strides(v, "v", 3)
+    Tq, H, D = (int(x) for x in q.shape)
+    Tk, HK = int(k.shape[0]), int(k.shape[1])
+    if tuple(int(x) for x in k.shape) != (Tk, HK, D) or tuple(int(x) for x in v.shape) != (Tk, HK, D):
+        raise KilnError(ERR_INVALID, "shapes q %s, k %s, v %s: expected (total_q, H, D), "
+                        "(total_k, HK, D), (total_k, HK, D)"
+                        % (tuple(q.shape), tuple(k.shape), tuple(v.shape)))
+    for n, t in (("k", k), ("v", v)):
+        if _dtype_name(t) != (_dtype_name(k) if kt else name):
+            raise KilnError(ERR_INVALID, "%s has dtype %s, expected %s"
+                            % (n, _dtype_name(t), _dtype_name(k) if kt else name))
+    for n, t in (("k", k), ("v", v)):
+        if _device_key(t) != dev:
+            raise KilnError(ERR_INVALID, "%s is on %s, q on %s" % (n, _device_key(t), dev))
+    for n, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if len(t.shape) != 1 or int(t.shape[0]) < 1:
+            raise KilnError(ERR_INVALID, "%s must be (batch + 1), got shape %s"
+                            % (n, tuple(t.shape)))
+        _variant_tensor(t, n, dev, 1, ("int32",), (int(t.shape[0]),))
+    B = int(cu_seqlens_q.shape[0]) - 1
+    if int(cu_seqlens_k.shape[0]) != B + 1:
+        raise KilnError(ERR_INVALID, "cu_seqlens_q has %d entries, cu_seqlens_k %d"
+                        % (B + 1, int(cu_seqlens_k.shape[0])))
+    var, val = {}, {}
+    _scalar_variants(var, val, window_size, softcap, alibi_slopes, dev, B, H)
+    if dropout[0]:
+        var["dropout_p"] = float(dropout[0])
+        val["dropout_seed"], val["dropout_offset"] = _u64(dropout[1]), _u64(dropout[2])
+    return dict(name=name, qt=qt, kt=kt, dev=dev, qs=qs, ks=ks, vs=vs, Tq=Tq, Tk=Tk, H=H, HK=HK,
+                D=D, B=B, var=var, val=val)
+
+
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                      softcap=0.0, alibi_slopes=None, out=None, lse=None, return_lse=False,
@@ -899,37 +951,23 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     and alibi_slopes ((H) or (B, H) float32) as attention().  Returns out (total_q, H, D), or
     (out, lse) with return_lse (lse (H, total_q) float32, FlashAttention's softmax_lse);
     dropout_p with seed and offset as attention()'s (each sequence's rows and keys counted from
-    its first token; forward only: varlen has no backward yet).  fp8 inputs and q_descale /
-    k_descale / v_descale ((batch, HK) float32) as attention().  Every failure is a KilnError."""
+    its first token).  fp8 inputs and q_descale / k_descale / v_descale ((batch, HK) float32)
+    as attention().  Differentiable as attention() (docs/backward.md): with torch present, grad
+    mode on and q, k or v requiring grad (out, lse and return_lse not given), a
+    torch.autograd.Function whose backward is attention_varlen_backward.  Every failure is a
+    KilnError."""
     seed = _dropout_seed(dropout_p, seed)
-    name, qt, kt = _types(q, k, out)
-    dev = _device_key(q)
-    qs, ks, vs = _strides(q, "q", 3), _strides(k, "k", 3), _strides(v, "v", 3)
-    Tq, H, D = (int(x) for x in q.shape)
-    Tk, HK = int(k.shape[0]), int(k.shape[1])
-    if tuple(int(x) for x in k.shape) != (Tk, HK, D) or tuple(int(x) for x in v.shape) != (Tk, HK, D):
-        raise KilnError(ERR_INVALID, "shapes q %s, k %s, v %s: expected (total_q, H, D), "
-                        "(total_k, HK, D), (total_k, HK, D)"
-                        % (tuple(q.shape), tuple(k.shape), tuple(v.shape)))
-    for n, t in (("k", k), ("v", v)):
-        if _dtype_name(t) != (_dtype_name(k) if kt else name):
-            raise KilnError(ERR_INVALID, "%s has dtype %s, expected %s"
-                            % (n, _dtype_name(t), _dtype_name(k) if kt else name))
-    for n, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        if len(t.shape) != 1 or int(t.shape[0]) < 1:
-            raise KilnError(ERR_INVALID, "%s must be (batch + 1), got shape %s"
-                            % (n, tuple(t.shape)))
-        _variant_tensor(t, n, dev, 1, ("int32",), (int(t.shape[0]),))
-    B = int(cu_seqlens_q.shape[0]) - 1
-    if int(cu_seqlens_k.shape[0]) != B + 1:
-        raise KilnError(ERR_INVALID, "cu_seqlens_q has %d entries, cu_seqlens_k %d"
-                        % (B + 1, int(cu_seqlens_k.shape[0])))
-    var, val = {}, {}
-    _scalar_variants(var, val, window_size, softcap, alibi_slopes, dev, B, H)
+    if out is None and lse is None and not return_lse and _wants_grad(q, k, v):
+        return _autograd_varlen().apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                        max_seqlen_k, dropout_p, softmax_scale, causal,
+                                        window_size, softcap, alibi_slopes, seed, offset)
+    pl = _plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, window_size, softcap,
+                      alibi_slopes, fp8=True, dropout=(dropout_p, seed, offset))
+    name, qt, kt, dev = pl["name"], pl["qt"], pl["kt"], pl["dev"]
+    qs, ks, vs, Tq, Tk, H, HK, D, B = (pl[n] for n in ("qs", "ks", "vs", "Tq", "Tk", "H", "HK",
+                                                       "D", "B"))
+    var, val = pl["var"], pl["val"]
     val.update(_descales(q_descale, k_descale, v_descale, qt or kt, dev, B, HK))
-    if dropout_p:
-        var["dropout_p"] = float(dropout_p)
-        val["dropout_seed"], val["dropout_offset"] = seed, _u64(offset)
     if out is None:
         import torch  # lazily: the caller's tensors are torch's, so it is installed
         out = torch.empty((Tq, H, D), dtype=getattr(torch, name), device=q.device)
@@ -1019,6 +1057,37 @@ def _autograd():
     return _autograd_fn
 
 
+def _grad_buffers(q, name, dev, given, shapes, lse, delta, rows, zero=False):
+    """the backward's tensors: given (out, dout, dq, dk, dv; the gradients allocated with torch
+    where None, zeroed with `zero`) of the shapes and q's dtype and device, lse and delta
+    (allocated where None) float32 of shape rows, delta contiguous; returns (given, delta,
+    {name: strides})"""
+    for n in ("dq", "dk", "dv"):
+        if given[n] is None:
+            import torch  # lazily, as attention() does
+            given[n] = (torch.zeros if zero else torch.empty)(shapes[n], dtype=q.dtype,
+                                                               device=q.device)
+    if delta is None:
+        import torch
+        delta = torch.empty(rows, dtype=torch.float32, device=q.device)
+    st = {}
+    for n, t in given.items():
+        if tuple(int(x) for x in t.shape) != shapes[n] or _dtype_name(t) != name:
+            raise KilnError(ERR_INVALID, "%s must be %s of shape %s" % (n, name, shapes[n]))
+        if _device_key(t) != dev:
+            raise KilnError(ERR_INVALID, "%s is on %s, q on %s" % (n, _device_key(t), dev))
+        st[n] = _strides(t, n, len(shapes[n]))
+    for n, t in (("lse", lse), ("delta", delta)):
+        if _dtype_name(t) != "float32" or tuple(int(x) for x in t.shape) != rows:
+            raise KilnError(ERR_INVALID, "%s must be float32 of shape %s" % (n, rows))
+        if _device_key(t) != dev:
+            raise KilnError(ERR_INVALID, "%s is on %s, q on %s" % (n, _device_key(t), dev))
+    want = tuple(math.prod(rows[i + 1:]) for i in range(len(rows)))
+    if _strides(delta, "delta", len(rows)) != want:
+        raise KilnError(ERR_INVALID, "delta must be contiguous")
+    return given, delta, st
+
+
 def attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None, dq=None, dk=None,
                        dv=None, delta=None, window_size=None, softcap=None, alibi_slopes=None,
                        bias=None, document_ids=None, prefix_len=None, score_mod=None,
@@ -1039,28 +1108,9 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None, dq=
     B, H, Nq, D, HK, Nk = pl["B"], pl["H"], pl["Nq"], pl["D"], pl["HK"], pl["Nk"]
     shapes = {"out": (B, H, Nq, D), "dout": (B, H, Nq, D), "dq": (B, H, Nq, D),
               "dk": (B, HK, Nk, D), "dv": (B, HK, Nk, D)}
-    given = {"out": out, "dout": dout, "dq": dq, "dk": dk, "dv": dv}
-    for n in ("dq", "dk", "dv"):
-        if given[n] is None:
-            import torch  # lazily, as attention() does
-            given[n] = torch.empty(shapes[n], dtype=q.dtype, device=q.device)
-    if delta is None:
-        import torch
-        delta = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
-    st = {}
-    for n, t in given.items():
-        if tuple(int(x) for x in t.shape) != shapes[n] or _dtype_name(t) != name:
-            raise KilnError(ERR_INVALID, "%s must be %s of shape %s" % (n, name, shapes[n]))
-        if _device_key(t) != dev:
-            raise KilnError(ERR_INVALID, "%s is on %s, q on %s" % (n, _device_key(t), dev))
-        st[n] = _strides(t, n, 4)[:3]
-    for n, t in (("lse", lse), ("delta", delta)):
-        if _dtype_name(t) != "float32" or tuple(int(x) for x in t.shape) != (B, H, Nq):
-            raise KilnError(ERR_INVALID, "%s must be float32 of shape %s" % (n, (B, H, Nq)))
-        if _device_key(t) != dev:
-            raise KilnError(ERR_INVALID, "%s is on %s, q on %s" % (n, _device_key(t), dev))
-    if _strides(delta, "delta", 3) != (H * Nq, Nq, 1):
-        raise KilnError(ERR_INVALID, "delta must be contiguous")
+    given, delta, st = _grad_buffers(q, name, dev, {"out": out, "dout": dout, "dq": dq, "dk": dk,
+                                                     "dv": dv}, shapes, lse, delta, (B, H, Nq))
+    st = {n: x[:3] for n, x in st.items()}
     ctx = _context_for(dev)
     kern = ctx.prepare_backward(_DTYPES[name], D, causal=causal, mods=pl["mods"], **pl["var"])
     stream = None
@@ -1075,6 +1125,97 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None, dq=
                   o_stride=st["out"], lse_stride=_strides(lse, "lse", 3)[:2],
                   dout_stride=st["dout"], dq_stride=st["dq"], dk_stride=st["dk"],
                   dv_stride=st["dv"], stream=stream, mod_args=pl["margs"],
+                  numel={"q": _numel(q), "k": _numel(k), "v": _numel(v), "o": _numel(out),
+                         "lse": _numel(lse), "dout": _numel(dout), "dq": _numel(given["dq"]),
+                         "dk": _numel(given["dk"]), "dv": _numel(given["dv"]),
+                         "delta": _numel(delta)}, **pl["val"])
+    return given["dq"], given["dk"], given["dv"]
+
+
+_autograd_varlen_fn = None
+
+
+def _autograd_varlen():
+    """the torch.autograd.Function of attention_varlen(), defined on first use"""
+    global _autograd_varlen_fn
+    if _autograd_varlen_fn is not None:
+        return _autograd_varlen_fn
+    import torch
+
+    class _AttentionVarlen(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, seed,
+                    offset):
+            Tq, H, D = (int(x) for x in q.shape)
+            lse = torch.empty((H, Tq), dtype=torch.float32, device=q.device)
+            out = torch.empty((Tq, H, D), dtype=q.dtype, device=q.device)
+            kw = dict(dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                      seed=seed, offset=offset)
+            attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                             out=out, lse=lse, **kw)
+            ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
+            ctx.lens = (max_seqlen_q, max_seqlen_k)
+            ctx.kw = kw  # the same seed and offset: the backward regenerates the forward's mask
+            return out
+
+        @staticmethod
+        def backward(ctx, dout):
+            q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+            dq, dk, dv = attention_varlen_backward(q, k, v, out, lse, dout.contiguous(), cu_q,
+                                                   cu_k, ctx.lens[0], ctx.lens[1], **ctx.kw)
+            return (dq, dk, dv) + (None,) * 12
+
+    _autograd_varlen_fn = _AttentionVarlen
+    return _autograd_varlen_fn
+
+
+def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                              max_seqlen_k, dropout_p=0.0, softmax_scale=None, causal=False,
+                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dq=None,
+                              dk=None, dv=None, delta=None, seed=None, offset=0):
+    """The backward of attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, ...) with the same
+    arguments: out (total_q, H, D) and lse (float32 (H, total_q)) are what that forward returned
+    and wrote, dout (total_q, H, D) the gradient of the loss with respect to out.  Returns (dq,
+    dk, dv), allocated with torch when not given (dk, dv: (total_k, HK, D), summed over the query
+    heads of each kv head; tokens of no sequence are not written); delta, a float32 workspace
+    (H, total_q), likewise.  Deterministic: no atomics.  Dropout: the forward's dropout_p, seed
+    (an int) and offset."""
+    if dropout_p and not isinstance(seed, int):
+        raise KilnError(ERR_INVALID, "attention_varlen_backward with dropout_p needs the "
+                        "forward's seed (an int)")
+    seed = _dropout_seed(dropout_p, seed)
+    pl = _plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, window_size, softcap,
+                      alibi_slopes, dropout=(dropout_p, seed, offset))
+    name, dev = pl["name"], pl["dev"]
+    Tq, Tk, H, HK, D, B = (pl[n] for n in ("Tq", "Tk", "H", "HK", "D", "B"))
+    shapes = {"out": (Tq, H, D), "dout": (Tq, H, D), "dq": (Tq, H, D), "dk": (Tk, HK, D),
+              "dv": (Tk, HK, D)}
+    # (zeros: the tokens of no sequence are not written)
+    given, delta, st = _grad_buffers(q, name, dev, {"out": out, "dout": dout, "dq": dq, "dk": dk,
+                                                     "dv": dv}, shapes, lse, delta, (H, Tq),
+                                     zero=True)
+    st = {n: (0, x[1], x[0]) for n, x in st.items()}  # {batch: none, head, token}
+    qs, ks, vs = pl["qs"], pl["ks"], pl["vs"]
+    ctx = _context_for(dev)
+    kern = ctx.prepare_backward(_DTYPES[name], D, causal=causal, layout=LAYOUT_VARLEN,
+                                **pl["var"])
+    stream = None
+    if dev != "host":
+        import torch
+        stream = torch.cuda.current_stream(q.device).cuda_stream or None
+    kern.backward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                  dout.data_ptr(), given["dq"].data_ptr(), given["dk"].data_ptr(),
+                  given["dv"].data_ptr(), delta.data_ptr(), B, H, HK, int(max_seqlen_q),
+                  int(max_seqlen_k),
+                  sm_scale=0.0 if softmax_scale is None else float(softmax_scale),
+                  q_stride=(0, qs[1], qs[0]), k_stride=(0, ks[1], ks[0]),
+                  v_stride=(0, vs[1], vs[0]), o_stride=st["out"],
+                  lse_stride=(0, _strides(lse, "lse", 2)[0]), dout_stride=st["dout"],
+                  dq_stride=st["dq"], dk_stride=st["dk"], dv_stride=st["dv"], stream=stream,
+                  cu_seqlens_q=cu_seqlens_q.data_ptr(), cu_seqlens_k=cu_seqlens_k.data_ptr(),
+                  total_q=Tq, total_k=Tk,
                   numel={"q": _numel(q), "k": _numel(k), "v": _numel(v), "o": _numel(out),
                          "lse": _numel(lse), "dout": _numel(dout), "dq": _numel(given["dq"]),
                          "dk": _numel(given["dk"]), "dv": _numel(given["dv"]),

@@ -24,6 +24,9 @@
  * dS are rounded to the input dtype before their dots (as FlashAttention 2 does), every
  * accumulator is f32, and each output is written once, in one order: deterministic.
  *
+ * Varlen (attention.h, docs/backward.md): every kernel opens its sequence with the forward's setup
+ * (open_seq, kn_attn_varlen_open) and from there sees the sequence's own lengths and indices.
+ *
  * Masking: the key bound (c < seqlen_k) and the query bound (r < seqlen_q) are explicit, and every
  * mask modifier of the plan (causal included) is applied on every visited block through the same
  * elemental calls as the forward.  Causal, prefix and window also bound the loops: the dQ kernel
@@ -102,10 +105,9 @@ static int bwd_sig_of(const kn_attn_sig *fs, kn_attn_sig *sig, const kn_attn_des
 }
 
 static int bwd_check(const kn_attn_desc *d, kn_diag *diag) {
-  if (d->layout != KN_ATTN_DENSE)
-    return kn_error(diag, NULL, (kn_loc){0}, "attention backward: %s is not supported yet "
-                    "(dense (B, H, N, D) buffers only)",
-                    d->layout == KN_ATTN_PAGED ? "paged" : "varlen");
+  if (d->layout == KN_ATTN_PAGED)
+    return kn_error(diag, NULL, (kn_loc){0}, "attention backward: paged is not supported yet "
+                    "(dense (B, H, N, D) or varlen buffers: training does not page)");
   return 0;
 }
 
@@ -357,6 +359,29 @@ static kn_value *round_down(bctx *x, kn_value *v, int blk, const char *nm) {
   return bin(g, KN_OP_MUL, bin(g, KN_OP_DIV, v, c, "n_blk"), c, nm);
 }
 
+/* Varlen (attention.h): the program's sequence b64 (kn_attn_varlen_open, the forward's setup):
+ * *qb / *kb become its first query / key token (what the batch strides multiply), and the
+ * kernel sees the sequence's own lengths (masks, loop bounds, modifiers).  A program with
+ * nothing to do sees an empty other side: `live` (its rows, or its keys, start inside the
+ * sequence) false gives a dQ program no keys (*no_keys) or a dK/dV program no query rows.
+ * Dense: *qb = *kb = b64 and nothing changes. */
+static void open_seq(bctx *x, kn_value *b64, kn_value *first, bool no_keys, kn_value **qb,
+                     kn_value **kb) {
+  *qb = *kb = b64;
+  if (x->d->layout != KN_ATTN_VARLEN) return;
+  gen *g = &x->G;
+  kn_value *len_q, *len_k;
+  kn_attn_varlen_open(&g->b, &x->plan->sig, x->F, b64, qb, kb, &len_q, &len_k);
+  if (first) {
+    kn_value *live = named(g, kn_b_cmp(&g->b, KN_PRED_LT, first, no_keys ? len_q : len_k),
+                           "seq_live");
+    if (no_keys) len_k = named(g, kn_b_select(&g->b, live, len_k, x->c0), "seq_k_live");
+    else len_q = named(g, kn_b_select(&g->b, live, len_q, x->c0), "seq_q_live");
+  }
+  x->seqlen_q = x->P[B_SEQLEN_Q] = x->F[KN_ATTN_P_SEQLEN_Q] = len_q;
+  x->seqlen_k = x->P[B_SEQLEN_K] = x->F[KN_ATTN_P_SEQLEN_K] = len_k;
+}
+
 static void build_pre(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   new_kernel(m, x, sig, KN_BWD_PRE);
   gen *g = &x->G;
@@ -368,9 +393,11 @@ static void build_pre(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   kn_value *h64 = named(g, kn_b_cast(&g->b, bin(g, KN_OP_REM, pid_bh, P[B_HEADS], "h"), KN_I64), "h64");
   kn_value *row0 = named(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF,
                                       bin(g, KN_OP_MUL, pid_m, ci(g, kn_ty_scalar(KN_I32), BM, "c_bm"), "row0_raw"), BM), "row0");
-  kn_value *o_base = head_base(g, P[B_O], b64, P[B_O_SB], h64, P[B_O_SH], "o");
-  kn_value *do_base = head_base(g, P[B_DO], b64, P[B_DO_SB], h64, P[B_DO_SH], "do");
-  kn_value *dl_base = head_base(g, P[B_DELTA], b64, P[B_DELTA_SB], h64, P[B_DELTA_SH], "delta");
+  kn_value *qb64, *kb64;
+  open_seq(x, b64, NULL, false, &qb64, &kb64);
+  kn_value *o_base = head_base(g, P[B_O], qb64, P[B_O_SB], h64, P[B_O_SH], "o");
+  kn_value *do_base = head_base(g, P[B_DO], qb64, P[B_DO_SB], h64, P[B_DO_SH], "do");
+  kn_value *dl_base = head_base(g, P[B_DELTA], qb64, P[B_DELTA_SB], h64, P[B_DELTA_SH], "delta");
   kn_value *o = load_rows(x, o_base, row0, P[B_O_SM], x->seqlen_q, BM, false, "o_tile");
   kn_value *dout = load_rows(x, do_base, row0, P[B_DO_SM], x->seqlen_q, BM, false, "do_tile");
   if (x->dt != KN_F32) {
@@ -402,13 +429,15 @@ static void build_dq(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   kn_value *c_bm = ci(g, i32, BM, "c_block_m");
   kn_value *row0 = named(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF,
                                       bin(g, KN_OP_MUL, pid_m, c_bm, "row0_raw"), BM), "row0");
-  kn_value *q_base = head_base(g, P[B_Q], b64, P[B_Q_SB], h64, P[B_Q_SH], "q");
-  kn_value *k_base = head_base(g, P[B_K], b64, P[B_K_SB], hk64, P[B_K_SH], "k");
-  kn_value *v_base = head_base(g, P[B_V], b64, P[B_V_SB], hk64, P[B_V_SH], "v");
-  kn_value *do_base = head_base(g, P[B_DO], b64, P[B_DO_SB], h64, P[B_DO_SH], "do");
-  kn_value *dq_base = head_base(g, P[B_DQ], b64, P[B_DQ_SB], h64, P[B_DQ_SH], "dq");
-  kn_value *lse_base = head_base(g, P[B_LSE], b64, P[B_LSE_SB], h64, P[B_LSE_SH], "lse");
-  kn_value *dl_base = head_base(g, P[B_DELTA], b64, P[B_DELTA_SB], h64, P[B_DELTA_SH], "delta");
+  kn_value *qb64, *kb64;
+  open_seq(x, b64, row0, true, &qb64, &kb64);
+  kn_value *q_base = head_base(g, P[B_Q], qb64, P[B_Q_SB], h64, P[B_Q_SH], "q");
+  kn_value *k_base = head_base(g, P[B_K], kb64, P[B_K_SB], hk64, P[B_K_SH], "k");
+  kn_value *v_base = head_base(g, P[B_V], kb64, P[B_V_SB], hk64, P[B_V_SH], "v");
+  kn_value *do_base = head_base(g, P[B_DO], qb64, P[B_DO_SB], h64, P[B_DO_SH], "do");
+  kn_value *dq_base = head_base(g, P[B_DQ], qb64, P[B_DQ_SB], h64, P[B_DQ_SH], "dq");
+  kn_value *lse_base = head_base(g, P[B_LSE], qb64, P[B_LSE_SB], h64, P[B_LSE_SH], "lse");
+  kn_value *dl_base = head_base(g, P[B_DELTA], qb64, P[B_DELTA_SB], h64, P[B_DELTA_SH], "delta");
   kn_value *q_tile = load_rows(x, q_base, row0, P[B_Q_SM], x->seqlen_q, BM, false, "q_tile");
   kn_value *do_tile = load_rows(x, do_base, row0, P[B_DO_SM], x->seqlen_q, BM, false, "do_tile");
   kn_value *lse2 = cols_of(g, lse2_rows(x, lse_base, row0, BM), BN, "lse2_s");
@@ -494,10 +523,12 @@ static void build_dkdv(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   kn_value *c_bn = ci(g, i32, BN, "c_block_n");
   kn_value *n0 = named(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF,
                                     bin(g, KN_OP_MUL, pid_n, c_bn, "n0_raw"), BN), "n0");
-  kn_value *k_base = head_base(g, P[B_K], b64, P[B_K_SB], hk64, P[B_K_SH], "k");
-  kn_value *v_base = head_base(g, P[B_V], b64, P[B_V_SB], hk64, P[B_V_SH], "v");
-  kn_value *dk_base = head_base(g, P[B_DK], b64, P[B_DK_SB], hk64, P[B_DK_SH], "dk");
-  kn_value *dv_base = head_base(g, P[B_DV], b64, P[B_DV_SB], hk64, P[B_DV_SH], "dv");
+  kn_value *qb64, *kb64;
+  open_seq(x, b64, n0, false, &qb64, &kb64);
+  kn_value *k_base = head_base(g, P[B_K], kb64, P[B_K_SB], hk64, P[B_K_SH], "k");
+  kn_value *v_base = head_base(g, P[B_V], kb64, P[B_V_SB], hk64, P[B_V_SH], "v");
+  kn_value *dk_base = head_base(g, P[B_DK], kb64, P[B_DK_SB], hk64, P[B_DK_SH], "dk");
+  kn_value *dv_base = head_base(g, P[B_DV], kb64, P[B_DV_SB], hk64, P[B_DV_SH], "dv");
   kn_value *k_tile = load_rows(x, k_base, n0, P[B_K_SN], x->seqlen_k, BN, false, "k_tile");
   kn_value *v_tile = load_rows(x, v_base, n0, P[B_V_SN], x->seqlen_k, BN, false, "v_tile");
   kn_value *keys = bin(g, KN_OP_ADD, named(g, kn_b_arange(&g->b, 0, BN), "n_range"),
@@ -544,10 +575,10 @@ static void build_dkdv(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   kn_value *gi = named(g, gloop->region[0]->args[0], "g");
   kn_value *hidx = bin(g, KN_OP_ADD, bin(g, KN_OP_MUL, hk, P[B_KV_GROUP], "h_first"), gi, "h");
   kn_value *h64 = named(g, kn_b_cast(&g->b, hidx, KN_I64), "h64");
-  kn_value *q_base = head_base(g, P[B_Q], b64, P[B_Q_SB], h64, P[B_Q_SH], "q");
-  kn_value *do_base = head_base(g, P[B_DO], b64, P[B_DO_SB], h64, P[B_DO_SH], "do");
-  kn_value *lse_base = head_base(g, P[B_LSE], b64, P[B_LSE_SB], h64, P[B_LSE_SH], "lse");
-  kn_value *dl_base = head_base(g, P[B_DELTA], b64, P[B_DELTA_SB], h64, P[B_DELTA_SH], "delta");
+  kn_value *q_base = head_base(g, P[B_Q], qb64, P[B_Q_SB], h64, P[B_Q_SH], "q");
+  kn_value *do_base = head_base(g, P[B_DO], qb64, P[B_DO_SB], h64, P[B_DO_SH], "do");
+  kn_value *lse_base = head_base(g, P[B_LSE], qb64, P[B_LSE_SB], h64, P[B_LSE_SH], "lse");
+  kn_value *dl_base = head_base(g, P[B_DELTA], qb64, P[B_DELTA_SB], h64, P[B_DELTA_SH], "delta");
   kn_builder qbody;
   kn_value *gcarry[2] = {gloop->region[0]->args[1], gloop->region[0]->args[2]};
   kn_op *qloop = kn_b_for(&g->b, lo, hi, ci(g, i32, BM, "c_block_m"), 2, gcarry, &qbody);
@@ -651,6 +682,13 @@ int kn_attn_bwd_fill_args(const kn_attn_desc *d, const kn_attn_sig *sig, const k
   out[B_DK_SH].i = out[B_DV_SH].i = Nk * D;
   out[B_DK_SN].i = out[B_DV_SN].i = D;
   out[B_DELTA_SB].i = H * Nq, out[B_DELTA_SH].i = Nq;
+  if (d->layout == KN_ATTN_VARLEN) {  /* packed (total, heads, D), delta (H, total_q) as lse */
+    out[B_DO_SB].i = out[B_DO_SM].i = out[B_DQ_SB].i = out[B_DQ_SM].i = H * D;
+    out[B_DO_SH].i = out[B_DQ_SH].i = D;
+    out[B_DK_SB].i = out[B_DK_SN].i = out[B_DV_SB].i = out[B_DV_SN].i = HK * D;
+    out[B_DK_SH].i = out[B_DV_SH].i = D;
+    out[B_DELTA_SB].i = 1, out[B_DELTA_SH].i = p->total_q;
+  }
   const int gq = (int)((Nq + c->block_m - 1) / c->block_m), gk = (int)((Nk + c->block_n - 1) / c->block_n);
   const int g[KN_BWD_NKERNELS][3] = {{gq, p->batch * p->heads, 1}, {gk, p->batch * p->kv_heads, 1},
                                      {gq, p->batch * p->heads, 1}};

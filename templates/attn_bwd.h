@@ -29,8 +29,11 @@
  * differentiated from their IR (kn_attn_mod_grad): the kernels apply dS * d(score_mod)/d(score).
  * Block predicates (@block_mask) only skip work in the forward; the backward applies the masks
  * without them.  Dropout (the descriptor's dropout, attention.h): the kernels regenerate the
- * forward's mask from the same dropout_seed / dropout_offset arguments.  Varlen is not supported
- * yet (an error says so).
+ * forward's mask from the same dropout_seed / dropout_offset arguments.  Varlen (the
+ * descriptor's layout KN_ATTN_VARLEN): the forward's packed buffers and its four parameters
+ * first after the backward's own (cu_seqlens_q/k, max_seqlen_q/k; seqlen_q / seqlen_k the totals),
+ * do/dq (total_q, H, D), dk/dv (total_k, HK, D), delta (H, total_q) as lse; the grids are the
+ * max lengths', and a program past its sequence's end writes nothing.  Paged is refused.
  */
 #ifndef KILN_ATTN_BWD_H
 #define KILN_ATTN_BWD_H

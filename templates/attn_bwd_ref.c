@@ -15,8 +15,9 @@
  *
  * lowp: the same math, rounding to the kernel's dtype what the kernels round (O as the forward
  * stores it, P before dV's product, dS before dQ's and dK's, the three outputs), so a test can
- * tell the error low precision makes from an error of the kernel.  Contiguous layouts only; the
- * cost is O(B H Nq Nk (D + modifiers)).
+ * tell the error low precision makes from an error of the kernel.  Contiguous layouts, dense or
+ * varlen (packed (total, heads, D) buffers, each sequence a problem of its own lengths, as
+ * attn_ref.c); the cost is O(B H Nq Nk (D + modifiers)).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -67,26 +68,42 @@ int kn_attn_bwd_reference(const kn_attn_desc *desc, kn_module *mods, const kn_at
   double *o = malloc(sizeof *o * (size_t)(D > 0 ? D : 1));
   bool *live = malloc(sizeof *live * nk1);
   KN_ASSERT(r && z && fp && zd && o && live);
-  if (desc->layout != KN_ATTN_DENSE) {
-    kn_error(diag, NULL, (kn_loc){0}, "attention backward reference: varlen is not supported");
+  const bool varlen = desc->layout == KN_ATTN_VARLEN;
+  if (desc->layout == KN_ATTN_PAGED) {
+    kn_error(diag, NULL, (kn_loc){0}, "attention backward reference: paged is not supported");
     goto out;
   }
+  if (varlen && kn_attn_seqlens_check(p, diag)) goto out;
   if (kn_attn_ref_mods_open(r, desc, mods, p, va, diag)) goto out;
-  memset(dq, 0, sizeof *dq * (size_t)B * H * Nq * D);
-  memset(dk, 0, sizeof *dk * (size_t)B * HK * Nk * D);
-  memset(dv, 0, sizeof *dv * (size_t)B * HK * Nk * D);
+  /* the buffers' sizes, and the row strides of q/dq/dO and k/v/dk/dv: packed tokens of every
+   * head (varlen), or the rows of one head */
+  const size_t nq_all = varlen ? (size_t)p->total_q * H * D : (size_t)B * H * Nq * D;
+  const size_t nk_all = varlen ? (size_t)p->total_k * HK * D : (size_t)B * HK * Nk * D;
+  const size_t rq = varlen ? (size_t)H * D : (size_t)D, rk = varlen ? (size_t)HK * D : (size_t)D;
+  memset(dq, 0, sizeof *dq * nq_all);
+  memset(dk, 0, sizeof *dk * nk_all);
+  memset(dv, 0, sizeof *dv * nk_all);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++) {
       const int hk = h / group;
-      const size_t qoff = ((size_t)b * H + h) * (size_t)Nq * D;
-      const size_t koff = ((size_t)b * HK + hk) * (size_t)Nk * D;
+      int nq = Nq, nk = Nk;
+      size_t qoff = ((size_t)b * H + h) * (size_t)Nq * D;
+      size_t koff = ((size_t)b * HK + hk) * (size_t)Nk * D;
+      if (varlen) {  /* sequence b: its own lengths, seen by the modifiers as seqlen_q/k */
+        nq = p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b];
+        nk = p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b];
+        qoff = (size_t)p->cu_seqlens_q[b] * rq + (size_t)h * D;
+        koff = (size_t)p->cu_seqlens_k[b] * rk + (size_t)hk * D;
+        r->args[KN_ATTN_P_SEQLEN_Q].i = nq;
+        r->args[KN_ATTN_P_SEQLEN_K].i = nk;
+      }
       const double *qh = q + qoff, *kh = k + koff, *vh = v + koff, *doh = dout + qoff;
       double *dqh = dq + qoff, *dkh = dk + koff, *dvh = dv + koff;
-      for (int i = 0; i < Nq; i++) {
+      for (int i = 0; i < nq; i++) {
         double mx = -INFINITY;
-        for (int j = 0; j < Nk; j++) {
+        for (int j = 0; j < nk; j++) {
           double dot = 0;
-          for (int d = 0; d < D; d++) dot += qh[(size_t)i * D + d] * kh[(size_t)j * D + d];
+          for (int d = 0; d < D; d++) dot += qh[(size_t)i * rq + d] * kh[(size_t)j * rk + d];
           const double x = dot * scale;
           if (visible(r, b, h, i, j, &live[j], diag) || score_chain(r, x, b, h, i, j, &z[j], diag))
             goto out;
@@ -103,42 +120,42 @@ int kn_attn_bwd_reference(const kn_attn_desc *desc, kn_module *mods, const kn_at
         }
         if (mx == -INFINITY) continue;  /* no live key: O = 0, no gradient */
         double sum = 0;
-        for (int j = 0; j < Nk; j++) sum += live[j] ? exp(z[j] - mx) : 0;
+        for (int j = 0; j < nk; j++) sum += live[j] ? exp(z[j] - mx) : 0;
         const double lse = mx + log(sum);
         /* dropout: Z_j = keep_j / (1 - p), the forward's mask (kn_dropout_keep) */
-        for (int j = 0; j < Nk; j++)
+        for (int j = 0; j < nk; j++)
           zd[j] = desc->dropout == 0 ? 1
                   : kn_dropout_keep(p->dropout_seed, p->dropout_offset, (int64_t)b * H + h, i, j,
                                     thr) ? dscale : 0;
         for (int d = 0; d < D; d++) o[d] = 0;
-        for (int j = 0; j < Nk; j++)
+        for (int j = 0; j < nk; j++)
           if (live[j]) {
             const double pj = exp(z[j] - lse) * zd[j];
-            for (int d = 0; d < D; d++) o[d] += pj * vh[(size_t)j * D + d];
+            for (int d = 0; d < D; d++) o[d] += pj * vh[(size_t)j * rk + d];
           }
         double delta = 0;
         for (int d = 0; d < D; d++)
-          delta += (lowp ? kn_round(dt, o[d]) : o[d]) * doh[(size_t)i * D + d];
-        for (int j = 0; j < Nk; j++) {
+          delta += (lowp ? kn_round(dt, o[d]) : o[d]) * doh[(size_t)i * rq + d];
+        for (int j = 0; j < nk; j++) {
           if (!live[j]) continue;
           const double pj = exp(z[j] - lse), pr = (lowp ? kn_round(dt, pj) : pj) * zd[j];
           double dp = 0;
-          for (int d = 0; d < D; d++) dp += doh[(size_t)i * D + d] * vh[(size_t)j * D + d];
+          for (int d = 0; d < D; d++) dp += doh[(size_t)i * rq + d] * vh[(size_t)j * rk + d];
           dp *= zd[j];
           double ds = pj * (dp - delta) * fp[j];
           if (lowp) ds = kn_round(dt, ds);
           for (int d = 0; d < D; d++) {
-            dqh[(size_t)i * D + d] += scale * ds * kh[(size_t)j * D + d];
-            dkh[(size_t)j * D + d] += scale * ds * qh[(size_t)i * D + d];
-            dvh[(size_t)j * D + d] += pr * doh[(size_t)i * D + d];
+            dqh[(size_t)i * rq + d] += scale * ds * kh[(size_t)j * rk + d];
+            dkh[(size_t)j * rk + d] += scale * ds * qh[(size_t)i * rq + d];
+            dvh[(size_t)j * rk + d] += pr * doh[(size_t)i * rq + d];
           }
         }
       }
     }
   if (lowp) {
-    kn_round_array(dt, dq, (size_t)B * H * Nq * D);
-    kn_round_array(dt, dk, (size_t)B * HK * Nk * D);
-    kn_round_array(dt, dv, (size_t)B * HK * Nk * D);
+    kn_round_array(dt, dq, nq_all);
+    kn_round_array(dt, dk, nk_all);
+    kn_round_array(dt, dv, nk_all);
   }
   rc = 0;
 out:

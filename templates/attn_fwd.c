@@ -745,6 +745,26 @@ static kn_value *seq_range(gen *g, kn_value *cu, kn_value *b64, kn_value *total,
   return named(g, kn_b_cast(&g->b, start, KN_I64), name);
 }
 
+void kn_attn_varlen_open(kn_builder *b, const kn_attn_sig *sig, kn_value *const *P,
+                         kn_value *b64, kn_value **q_start, kn_value **k_start,
+                         kn_value **len_q, kn_value **len_k) {
+  gen G = {.b = *b}, *g = &G;
+  kn_value *z = ci(g, kn_ty_scalar(KN_I32), 0, "c0_cu");
+  *q_start = seq_range(g, P[sig_index(sig, "cu_seqlens_q")], b64, P[KN_ATTN_P_SEQLEN_Q], z,
+                       "seq_q", len_q);
+  *k_start = seq_range(g, P[sig_index(sig, "cu_seqlens_k")], b64, P[KN_ATTN_P_SEQLEN_K], z,
+                       "seq_k", len_k);
+  /* and each length into the max lengths: the rows of bias and document tensors (and the
+   * grid) are max_seqlen_q x max_seqlen_k, so a sequence longer than them (cu_seqlens in
+   * device memory, unchecked) attends over its first max_seqlen tokens only and reads
+   * nothing past those tensors' rows */
+  *len_q = bin(g, KN_OP_MIN, *len_q, bin(g, KN_OP_MAX, P[sig_index(sig, "max_seqlen_q")], z,
+                                         "max_q0"), "seq_q_len_c");
+  *len_k = bin(g, KN_OP_MIN, *len_k, bin(g, KN_OP_MAX, P[sig_index(sig, "max_seqlen_k")], z,
+                                         "max_k0"), "seq_k_len_c");
+  *b = g->b;
+}
+
 kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
                            kn_diag *diag) {
   if (kn_attn_check(d, c, diag) != 0) return NULL;
@@ -826,16 +846,7 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
   kn_value *qb64 = b64, *kb64 = b64;
   if (d->layout == KN_ATTN_VARLEN) {
     kn_value *len_q, *len_k, *z = ci(g, i32, 0, "c0_cu");
-    qb64 = seq_range(g, P[sig_index(sig, "cu_seqlens_q")], b64, seqlen_q, z, "seq_q", &len_q);
-    kb64 = seq_range(g, P[sig_index(sig, "cu_seqlens_k")], b64, seqlen_k, z, "seq_k", &len_k);
-    /* and each length into the max lengths: the rows of bias and document tensors (and the
-     * grid) are max_seqlen_q x max_seqlen_k, so a sequence longer than them (cu_seqlens in
-     * device memory, unchecked) attends over its first max_seqlen tokens only and reads
-     * nothing past those tensors' rows */
-    len_q = bin(g, KN_OP_MIN, len_q, bin(g, KN_OP_MAX, P[sig_index(sig, "max_seqlen_q")], z,
-                                         "max_q0"), "seq_q_len_c");
-    len_k = bin(g, KN_OP_MIN, len_k, bin(g, KN_OP_MAX, P[sig_index(sig, "max_seqlen_k")], z,
-                                         "max_k0"), "seq_k_len_c");
+    kn_attn_varlen_open(&g->b, sig, P, b64, &qb64, &kb64, &len_q, &len_k);
     kn_value *has_rows = named(g, kn_b_cmp(&g->b, KN_PRED_LT, row0, len_q), "has_rows");
     P[P_SEQLEN_Q] = seqlen_q = len_q;
     P[P_SEQLEN_K] = seqlen_k = named(g, kn_b_select(&g->b, has_rows, len_k, z), "seq_k_live");

@@ -76,6 +76,9 @@ int kn_attn_ref_mods_open(kn_attn_ref_mods *r, const kn_attn_desc *d, kn_module 
                           const kn_attn_problem *p, const kn_attn_vargs *va, kn_diag *diag);
 void kn_attn_ref_mods_close(kn_attn_ref_mods *r);
 /* modifier i of the plan: its fixed arguments, then the bound kernel arguments */
+/* a varlen problem's cu_seqlens for the references: non-decreasing from 0 or more, within
+ * total_q / total_k, no sequence longer than the max lengths; 0 or -1 with *diag */
+int kn_attn_seqlens_check(const kn_attn_problem *p, kn_diag *diag);
 int kn_attn_ref_mod_call(kn_attn_ref_mods *r, int i, const kn_argval *fixed, int nfixed,
                          kn_argval *res, kn_diag *diag);
 
@@ -88,6 +91,15 @@ enum { KN_ATTN_P_SEQLEN_Q = 6, KN_ATTN_P_SEQLEN_K = 7 };
  * and the two max lengths */
 enum { KN_ATTN_CU_NPARAMS = 4 };
 extern const char *const kn_attn_cu_names[KN_ATTN_CU_NPARAMS];
+/* A varlen program's sequence b64 (i64) from the parameters P (indexed as the forward's
+ * signature sig): the first token of its queries and of its keys (*q_start, *k_start, i64: what
+ * the batch strides multiply), and its lengths (*len_q, *len_k, i32), every value clamped into
+ * the packed buffers (seqlen_q / seqlen_k are total_q / total_k) and the max lengths, so no
+ * cu_seqlens value makes a program leave them.  The one varlen setup of every template (the
+ * forward, the three backward kernels). */
+void kn_attn_varlen_open(kn_builder *b, const kn_attn_sig *sig, kn_value *const *P,
+                         kn_value *b64, kn_value **q_start, kn_value **k_start,
+                         kn_value **len_q, kn_value **len_k);
 
 /* the names of an fp8 kernel's parameters after the layout's (attention.h) */
 enum { KN_ATTN_FP8_NPARAMS = 7 };

@@ -66,7 +66,7 @@ void kn_attn_ref_mods_close(kn_attn_ref_mods *r) {
 
 /* a varlen problem's cu_seqlens: non-decreasing from 0 or more, within total_q / total_k, no
  * sequence longer than the max lengths (seqlen_q / seqlen_k) */
-static int seqlens_check(const kn_attn_problem *p, kn_diag *diag) {
+int kn_attn_seqlens_check(const kn_attn_problem *p, kn_diag *diag) {
   kn_loc nowhere = {0};
   const int32_t *cu[2] = {p->cu_seqlens_q, p->cu_seqlens_k};
   const int total[2] = {p->total_q, p->total_k}, most[2] = {p->seqlen_q, p->seqlen_k};
@@ -127,7 +127,7 @@ int kn_attn_reference_v(const kn_attn_desc *desc, kn_module *mods, const kn_attn
   if (kn_attn_ref_mods_open(r, desc, mods, p, va, diag)) goto out;
 
   const bool varlen = desc->layout == KN_ATTN_VARLEN, paged = desc->layout == KN_ATTN_PAGED;
-  if (varlen && seqlens_check(p, diag)) goto out;
+  if (varlen && kn_attn_seqlens_check(p, diag)) goto out;
   if (paged && paged_check(p, diag)) goto out;
   /* the row strides of q/o and k/v: packed tokens of every head, or the rows of one head */
   const size_t rq = varlen ? (size_t)H * D : (size_t)D,

@@ -285,8 +285,10 @@ expect run-backward-dropout-host 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ P
 expect run-dropout-bad 2 '--dropout wants a probability in \[0, 1\)' -- "$kiln" run --dropout 1.5
 expect run-dropout-paged 2 'dropout is not supported with a paged KV cache' -- \
   "$kiln" run --target host --dropout 0.1 --paged 16
-expect run-backward-varlen 2 '--backward runs the backward template: not with' -- \
-  "$kiln" run --backward --target host --varlen 3,5
+expect run-backward-varlen-host 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PASS$' -- \
+  "$kiln" run --backward --target host --no-cache --head-dim 59 --varlen 1,17,0,90/40,3,9,70 --heads 4 --kv-heads 2 --causal --dropout 0.17
+expect run-backward-varlen-interp 0 'varlen total_q=21 total_k=17 .* PASS' -- \
+  sh -c "\"$kiln\" run --backward --target interp --head-dim 16 --varlen 5,0,16/9,7,1 --heads 2 --kv-heads 1 --window 4,2 | tr '\n' ' '"
 expect run-backward-paged 2 '--backward runs the backward template: not with' -- \
   "$kiln" run --backward --target host --paged 4
 echo "cli: $fails failed"

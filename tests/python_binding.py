@@ -19,7 +19,10 @@ than its shape, decreasing cu_seqlens, a dropout_p of 1.5).  The backward (docs/
 through kiln.attention_backward after kiln.attention: dq, dk, dv against a plain-Python float64
 backward (GQA, causal, ragged lengths, a softcap, dropout 0.17 with the mask from a Python
 Philox 4x32-10 written here, the forward's O checked too), and its errors (a wrong gradient
-shape, a missing lse, dropout without the forward's seed).
+shape, a missing lse, dropout without the forward's seed); the varlen backward through
+kiln.attention_varlen_backward after kiln.attention_varlen (ragged lengths with an empty
+sequence and length 1, GQA, causal, softcap, dropout) against the same float64 backward run on
+each sequence, the tokens of no sequence left unwritten, and its errors.
 A paged KV cache through kiln.attention_with_kvcache (its decode-shaped calls through the split-KV
 decode kernels; pools of page sizes 1, 5 and 16 with pages
 in shuffled order, a block table with unused tail entries, new rows k / v appended first, an
@@ -524,6 +527,94 @@ def backward(rng):
                                                  dv=good, delta=lse), "lse must be float32")
 
 
+class SeqView:
+    """sequence b of a packed (total, H, D) tensor as a (1, H, n, D) one (reference_backward's
+    view of it)"""
+
+    def __init__(self, t, start, n):
+        self.t, self.start = t, start
+        self.shape = (1, int(t.shape[1]), n, int(t.shape[2]))
+
+    def get(self, idx):
+        return self.t.get((self.start + idx[2], idx[1], idx[3]))
+
+
+def varlen_backward(rng):
+    """attention_varlen then attention_varlen_backward: dq, dk, dv (and O) against the float64
+    backward of each sequence on its own (ragged lengths with an empty sequence and length 1,
+    GQA, causal, softcap, dropout with the mask counted from each sequence's first token and
+    query head b * H + h); tokens of no sequence stay unwritten; then its errors"""
+    for dtype, lq, lk, causal, cap, p in (
+            ("float32", [1, 5, 0, 9], [1, 7, 3, 9], True, None, 0.0),
+            ("float16", [4, 0, 11], [6, 2, 13], False, 2.0, 0.0),
+            ("float32", [7, 1, 10], [9, 4, 6], True, None, 0.17)):
+        B, H, HK, D = len(lq), 4, 2, 16
+        cq, ck = [0], [0]
+        for a, b in zip(lq, lk):
+            cq.append(cq[-1] + a)
+            ck.append(ck[-1] + b)
+        Tq, Tk = cq[-1] + 2, ck[-1] + 1  # a few tokens of no sequence at the end
+        q, k, v = (randn(rng, dtype, (Tq, H, D)), randn(rng, dtype, (Tk, HK, D)),
+                   randn(rng, dtype, (Tk, HK, D)))
+        dout = randn(rng, dtype, (Tq, H, D))
+        cu_q, cu_k = Tensor("int32", (B + 1,)), Tensor("int32", (B + 1,))
+        for i in range(B + 1):
+            cu_q.set((i,), cq[i])
+            cu_k.set((i,), ck[i])
+        drop = dict(dropout_p=p, seed=rng.getrandbits(64), offset=rng.getrandbits(64)) if p else {}
+        out, lse = Tensor(dtype, (Tq, H, D)), Tensor("float32", (H, Tq))
+        kiln.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal,
+                              softcap=cap or 0.0, out=out, lse=lse, **drop)
+        dq, dk, dv = Tensor(dtype, q.shape), Tensor(dtype, k.shape), Tensor(dtype, k.shape)
+        for t in (dq, dk, dv):
+            for idx in indices(t.shape):
+                t.set(idx, 1e4)  # tokens of no sequence keep it
+        r = kiln.attention_varlen_backward(q, k, v, out, lse, dout, cu_q, cu_k, max(lq), max(lk),
+                                           causal=causal, softcap=cap or 0.0, dq=dq, dk=dk,
+                                           dv=dv, delta=Tensor("float32", (H, Tq)), **drop)
+        tol = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 6e-2}[dtype]
+        errs, big = [0.0] * 4, [1.0] * 4
+        for b in range(B):
+            views = [SeqView(q, cq[b], lq[b]), SeqView(k, ck[b], lk[b]), SeqView(v, ck[b], lk[b]),
+                     SeqView(dout, cq[b], lq[b])]
+            # the counter's query head is b * H + h: the offset of sequence b's view
+            dr = (p, drop["seed"], drop["offset"] + b * H) if p else None
+            ref = reference_backward(*views, causal, 1 / math.sqrt(D), cap or 0.0, dr)
+            for w, (got, start) in enumerate(((dq, cq[b]), (dk, ck[b]), (dv, ck[b]),
+                                              (out, cq[b]))):
+                for (_, h, i, d), want in ref[w].items():
+                    big[w] = max(big[w], abs(want))
+                    errs[w] = max(errs[w], abs(got.get((start + i, h, d)) - want))
+        untouched = all(t.get((i, h, d)) == 1e4 for t, first, n in
+                        ((dq, cq[-1], Tq), (dk, ck[-1], Tk), (dv, ck[-1], Tk))
+                        for i in range(first, n) for h in range(int(t.shape[1]))
+                        for d in range(D))
+        rel = [e / m for e, m in zip(errs, big)]
+        check("varlen backward %s lens %s/%s causal %s softcap %s dropout %g"
+              % (dtype, lq, lk, causal, cap, p),
+              r[0] is dq and untouched and all(e <= tol for e in rel),
+              "rel errs dq %.2e dk %.2e dv %.2e out %.2e (tol %.0e) padding untouched %s"
+              % (rel[0], rel[1], rel[2], rel[3], tol, untouched))
+    q = randn(rng, "float32", (5, 2, 16))
+    kv = randn(rng, "float32", (5, 1, 16))
+    cu = Tensor("int32", (3,))
+    for i, x in enumerate((0, 2, 5)):
+        cu.set((i,), x)
+    o, l = Tensor("float32", (5, 2, 16)), Tensor("float32", (2, 5))
+    expect_error("varlen backward dk shape", kiln.ERR_INVALID,
+                 lambda: kiln.attention_varlen_backward(q, kv, kv, o, l, o, cu, cu, 3, 3,
+                                                        dq=o, dk=o, dv=kv, delta=l),
+                 "dk must be")
+    expect_error("varlen backward lse shape", kiln.ERR_INVALID,
+                 lambda: kiln.attention_varlen_backward(q, kv, kv, o, Tensor("float32", (1, 2, 5)),
+                                                        o, cu, cu, 3, 3, dq=o, dk=kv, dv=kv,
+                                                        delta=l), "lse must be float32")
+    expect_error("varlen backward dropout without the seed", kiln.ERR_INVALID,
+                 lambda: kiln.attention_varlen_backward(q, kv, kv, o, l, o, cu, cu, 3, 3,
+                                                        dropout_p=0.1, dq=o, dk=kv, dv=kv,
+                                                        delta=l), "needs the forward's seed")
+
+
 def page_table(rng, lens, ps, spare):
     """a block table over shuffled pages for sequences of lens keys (pages of ps rows), one
     unused tail entry per sequence naming no page, `spare` pages no sequence uses: (bt, cs, MP,
@@ -716,6 +807,7 @@ def main():
     variants(rng)
     varlen(rng)
     backward(rng)
+    varlen_backward(rng)
     paged(rng)
     fp8(rng)
 

@@ -617,10 +617,11 @@ static int inputs_make(const cli_options *o, run_inputs *in) {
 }
 
 /* the first line of every run: where, what (the descriptor's and tiling's keys), the problem */
-static void print_header(const cli_options *o, const char *target, const char *device) {
+static void print_header(const cli_options *o, const char *kname, const char *target,
+                         const char *device) {
   const kn_attn_problem *p = &o->prob;
   char what[2 * KN_ATTN_KEY_MAX + 16];
-  api_describe("attn_fwd", &o->attn, &o->cfg, what, sizeof what);
+  api_describe(kname, &o->attn, &o->cfg, what, sizeof what);
   printf("kiln run: target=%s device=%s kernel=%s B=%d H=%d HK=%d Nq=%d Nk=%d seed=%llu", target,
          device, what, p->batch, p->heads, p->kv_heads, p->seqlen_q, p->seqlen_k, o->seed);
   if (o->attn.layout == KN_ATTN_VARLEN)  /* Nq, Nk: the longest sequence's */
@@ -631,8 +632,10 @@ static void print_header(const cli_options *o, const char *target, const char *d
   printf("\n");
 }
 
-/* "<how the kernel was had>  run: <best> ms (best of R<, clock>)  <rate> GFLOP/s" */
-static void print_timing(const cli_options *o, const char *had, double best_ms, const char *clock) {
+/* "<how the kernel was had>  run: <best> ms (best of R<, clock>)  <rate> GFLOP/s<what>", the
+ * forward's FLOPs times `times` (the backward counts 2.5x, as FlashAttention's benchmarks) */
+static void print_timing(const cli_options *o, const char *had, double best_ms, const char *clock,
+                         double times, const char *what) {
   const kn_attn_problem *p = &o->prob;
   double pairs = (double)p->batch * p->seqlen_q * p->seqlen_k;  /* query-key pairs per head */
   if (o->attn.layout == KN_ATTN_VARLEN) {
@@ -645,10 +648,10 @@ static void print_timing(const cli_options *o, const char *had, double best_ms, 
     pairs = 0;
     for (int b = 0; b < p->batch; b++) pairs += (double)p->seqlen_q * p->cache_seqlens[b];
   }
-  double flops = 4.0 * p->heads * pairs * o->attn.head_dim;
+  double flops = times * 4.0 * p->heads * pairs * o->attn.head_dim;
   if (o->attn.causal) flops *= 0.5;
-  printf("%s  run: %.3f ms (best of %d%s)  %.3f GFLOP/s\n", had, best_ms, o->repeats, clock,
-         flops / (best_ms * 1e-3) * 1e-9);
+  printf("%s  run: %.3f ms (best of %d%s)  %.3f GFLOP/s%s\n", had, best_ms, o->repeats, clock,
+         flops / (best_ms * 1e-3) * 1e-9, what);
 }
 
 /* ---- the variant's values (docs/variants.md) ---------------------------------------------------- */
@@ -905,7 +908,7 @@ static int run_direct(cli_options *o, const kn_target *t) {
   if (!t) snprintf(device, sizeof device, "interpreter");
   else if (emu) snprintf(device, sizeof device, "emulator");
   else kn_host_cpu_name(device, sizeof device);
-  print_header(o, t ? t->name : "interp", device);
+  print_header(o, "attn_fwd", t ? t->name : "interp", device);
 
   int rc = EXIT_PASS;
   double best = INFINITY;
@@ -932,7 +935,7 @@ static int run_direct(cli_options *o, const kn_target *t) {
   }
   char had[96];
   snprintf(had, sizeof had, "build: %.3f ms  compile: %.1f ms", t_build * 1e3, t_compile * 1e3);
-  print_timing(o, had, best * 1e3, "");
+  print_timing(o, had, best * 1e3, "", 1, "");
   rc = check_and_report(o, ref_mods, &vv, &in);
 done:
   variant_free(&vv);
@@ -1036,6 +1039,18 @@ static int upload_variants(kn_cuda_device *dev, const variant_values *vv, kn_cud
   return 0;
 }
 
+/* varlen: the prefix sums on the device (the kernels read them), in dv[0..1], mapped in pm */
+static int upload_cu_seqlens(kn_cuda_device *dev, const cli_options *o, kn_cuda_ptr dv[2],
+                             ptr_map *pm, kn_diag *e) {
+  for (int w = 0; o->attn.layout == KN_ATTN_VARLEN && w < 2; w++) {
+    size_t bytes = sizeof(int32_t) * (size_t)(o->prob.batch + 1);
+    if (kn_cuda_alloc(dev, bytes, &dv[w], e) || kn_cuda_copy_htod(dev, dv[w], o->cu[w], bytes, e))
+      return -1;
+    pm->host[pm->n] = o->cu[w], pm->dev[pm->n++] = (const void *)(uintptr_t)dv[w];
+  }
+  return 0;
+}
+
 /* kiln_forward on a CUDA device: device buffers (the output and lse filled with NaN bytes first,
  * so an unwritten element fails), one checked launch, then --repeats launches timed with CUDA
  * events; driver failures are FAIL (1) */
@@ -1064,14 +1079,7 @@ static int forward_cuda(const cli_options *o, const variant_values *vv, kiln_ker
     goto driver_error;
   /* the variant's tensors on the device */
   if (upload_variants(dev, vv, dvar, &pm, &e)) goto driver_error;
-  /* varlen: the prefix sums too (the kernel reads them) */
-  for (int w = 0; o->attn.layout == KN_ATTN_VARLEN && w < 2; w++) {
-    size_t bytes = sizeof(int32_t) * (size_t)(o->prob.batch + 1);
-    if (kn_cuda_alloc(dev, bytes, &dvar[24 + w], &e) ||
-        kn_cuda_copy_htod(dev, dvar[24 + w], o->cu[w], bytes, &e))
-      goto driver_error;
-    pm.host[pm.n] = o->cu[w], pm.dev[pm.n++] = (const void *)(uintptr_t)dvar[24 + w];
-  }
+  if (upload_cu_seqlens(dev, o, dvar + 24, &pm, &e)) goto driver_error;
   /* paged: the block table and the cache lengths (the same two slots: one call shape) */
   for (int w = 0; o->attn.layout == KN_ATTN_PAGED && w < 2; w++) {
     const int32_t *h = w ? o->cache_lens : o->table;
@@ -1170,7 +1178,7 @@ static int run_api(cli_options *o, const char *target) {
   o->cfg.warps = info.warps, o->cfg.stages = info.stages, o->cfg.wgmma = info.wgmma;
   if (inputs_make(o, &in)) goto done;
   if (variant_make(o, &o->var.sig, &vv)) goto done;
-  print_header(o, kiln_context_target(ctx), kiln_context_device_name(ctx));
+  print_header(o, "attn_fwd", kiln_context_target(ctx), kiln_context_device_name(ctx));
   int ordinal = kiln_context_device_ordinal(ctx);
   double best;
   rc = ordinal < 0 ? forward_host(o, &vv, k, &in, &best)
@@ -1180,7 +1188,7 @@ static int run_api(cli_options *o, const char *target) {
     snprintf(had, sizeof had, "prepare: %s %.1f ms (%s tiling)",
              info.source == KILN_SOURCE_CACHE ? "cache hit" : "compiled", info.prepare_ms,
              info.tuned ? "tuned" : blocks || o->warps ? "forced" : "default");
-    print_timing(o, had, best, ordinal < 0 ? "" : ", CUDA events");
+    print_timing(o, had, best, ordinal < 0 ? "" : ", CUDA events", 1, "");
     rc = check_and_report(o, NULL, &vv, &in);
   }
 done:
@@ -1309,6 +1317,8 @@ static int bwd_direct(const cli_options *o, const kn_target *t, const variant_va
       {in->lse, in->nl * 4}, {b->delta, in->nl * 4}};
   int nreg = 10;
   for (int i = 0; i < vv->nbuf; i++) regions[nreg++] = (kn_region){vv->buf[i], vv->bytes[i]};
+  for (int w = 0; o->attn.layout == KN_ATTN_VARLEN && w < 2; w++)
+    regions[nreg++] = (kn_region){(void *)o->cu[w], sizeof(int32_t) * (size_t)(o->prob.batch + 1)};
   *best_ms = INFINITY;
   for (int r = 0; r < o->repeats; r++) {
     double t1 = now_s();
@@ -1369,7 +1379,7 @@ static int bwd_api(const cli_options *o, const variant_values *vv, kiln_kernel *
   void *host[10] = {in->q, in->k, in->v, b->o, b->dout, b->dq, b->dk, b->dv, in->lse, b->delta};
   kn_cuda_device *dev = NULL;
   kn_cuda_event ev[2] = {NULL, NULL};
-  kn_cuda_ptr dp[10] = {0}, dvar[24] = {0};
+  kn_cuda_ptr dp[10] = {0}, dvar[26] = {0};
   void *p[10];
   ptr_map pm = {.n = 0};
   kn_diag e = {0};
@@ -1385,7 +1395,8 @@ static int bwd_api(const cli_options *o, const variant_values *vv, kiln_kernel *
       goto driver_error;
     p[i] = (void *)(uintptr_t)dp[i];
   }
-  if (upload_variants(dev, vv, dvar, &pm, &e)) goto driver_error;
+  if (upload_variants(dev, vv, dvar, &pm, &e) || upload_cu_seqlens(dev, o, dvar + 24, &pm, &e))
+    goto driver_error;
   kiln_backward_args a = bwd_args(o, vv, &pm, margs, p, in);
   if ((s = kiln_backward(k, &a, NULL))) goto api_error;
   if (kn_cuda_device_sync(dev, &e)) goto driver_error;
@@ -1411,7 +1422,7 @@ done:
   if (dev) {
     for (int i = 0; i < 10; i++)
       if (dp[i]) kn_cuda_free(dev, dp[i], NULL);
-    for (int i = 0; i < 24; i++)
+    for (int i = 0; i < 26; i++)
       if (dvar[i]) kn_cuda_free(dev, dvar[i], NULL);
     for (int i = 0; i < 2; i++)
       if (ev[i]) kn_cuda_event_destroy(dev, ev[i]);
@@ -1427,10 +1438,10 @@ static int run_backward(cli_options *o) {
   const kn_target *named = kn_target_get(tg);
   bool api = !strcmp(tg, "host") || !strcmp(tg, "auto") || (named && named->arch->isa == KN_ISA_NVPTX);
   if (o->ir_file || o->check_bounds || o->stages || o->wgmma ||
-      o->attn.layout != KN_ATTN_DENSE || o->desc.layout || o->desc.q_dtype || o->desc.kv_dtype) {
+      o->attn.layout == KN_ATTN_PAGED || o->desc.layout == KILN_LAYOUT_PAGED || o->desc.q_dtype ||
+      o->desc.kv_dtype) {
     fprintf(stderr, "kiln: error: --backward runs the backward template: not with --ir, "
-            "--check-bounds, --stages, --mma wgmma, --varlen, --paged, --q-dtype or "
-            "--kv-dtype\n");
+            "--check-bounds, --stages, --mma wgmma, --paged, --q-dtype or --kv-dtype\n");
     return EXIT_USAGE;
   }
   if (!api && (o->cache_dir || o->no_cache || o->tune)) {
@@ -1483,23 +1494,14 @@ static int run_backward(cli_options *o) {
   double best = INFINITY;
   if (inputs_make(o, &in) || variant_make(o, &o->var.sig, &vv) || bwd_bufs_make(o, &vv, &in, &b))
     goto done;
-  {
-    const kn_attn_problem *p = &o->prob;
-    char what[2 * KN_ATTN_KEY_MAX + 16];
-    api_describe("attn_bwd", &o->attn, &o->cfg, what, sizeof what);
-    printf("kiln run: target=%s device=%s kernel=%s B=%d H=%d HK=%d Nq=%d Nk=%d seed=%llu\n", tg,
-           device, what, p->batch, p->heads, p->kv_heads, p->seqlen_q, p->seqlen_k, o->seed);
-  }
+  print_header(o, "attn_bwd", tg, device);
   rc = api ? bwd_api(o, &vv, k, ordinal, &in, &b, &best) : bwd_direct(o, t, &vv, &in, &b, &best);
   if (rc == EXIT_PASS) {
-    const kn_attn_problem *p = &o->prob;
     /* FLOPs counted as 2.5x the forward's (the convention of FlashAttention's benchmarks) */
-    double flops = 2.5 * 4.0 * p->heads * (double)p->batch * p->seqlen_q * p->seqlen_k *
-                   o->attn.head_dim * (o->attn.causal ? 0.5 : 1);
-    printf("%s  run: %.3f ms (best of %d%s)  %.3f GFLOP/s (2.5x forward FLOPs)\n",
-           api ? (info.source == KILN_SOURCE_CACHE ? "prepare: cache hit" : "prepare: compiled")
-               : "direct", best, o->repeats, ordinal >= 0 ? ", CUDA events" : "",
-           flops / (best * 1e-3) * 1e-9);
+    print_timing(o, api ? (info.source == KILN_SOURCE_CACHE ? "prepare: cache hit"
+                                                            : "prepare: compiled")
+                        : "direct",
+                 best, ordinal >= 0 ? ", CUDA events" : "", 2.5, " (2.5x forward FLOPs)");
     rc = bwd_check(o, &vv, &in, &b);
   }
 done:

@@ -129,12 +129,13 @@ fi
 # ---- the tests ----
 if want tests; then
   # (test_api_cuda only when packed: KILN_STATIC_TARGETS="... test_api_cuda"; its varlen,
-  # paged and decode launches, varlen with a bias and documents among them, against float64)
+  # paged and decode launches, varlen with a bias and documents among them, and the dense and
+  # varlen backward through kiln_backward, against float64)
   for t in test_cuda test_ptxas test_api_cuda; do
     if [ -x "$bin/$t" ]; then
       step "$t" "$out/$t.log" 300 "$bin/$t"
       # the lines a reader wants without opening the log
-      grep -E "^(device 0|vadd n=|kn_vadd:|cubin for|block reverse|bad PTX|sm_(80|90a) kn_vadd|kn_spill|  (PASS|FAIL) varlen)" \
+      grep -E "^(device 0|vadd n=|kn_vadd:|cubin for|block reverse|bad PTX|sm_(80|90a) kn_vadd|kn_spill|  (PASS|FAIL) (varlen|backward))" \
         "$out/$t.log" | sed 's/^/      /' | tee -a "$summary"
     elif [ "$t" = test_api_cuda ]; then
       continue
@@ -245,7 +246,9 @@ if want backward; then
   if [ -x "$bin/kiln" ]; then
     for a in "--head-dim 64 --causal --seqlen-q 1000 --seqlen-k 1000" \
              "--head-dim 128 --dtype bf16 --seqlen-q 301 --seqlen-k 517 --heads 4 --kv-heads 2" \
-             "--head-dim 59 --causal --seqlen-q 517 --seqlen-k 301 --softcap 20"; do
+             "--head-dim 59 --causal --seqlen-q 517 --seqlen-k 301 --softcap 20" \
+             "--head-dim 64 --causal --varlen 1,1000,0,377,64/1,900,5,377,200 --heads 4 --kv-heads 2" \
+             "--head-dim 128 --varlen 517,1,301/301,40,600 --dropout 0.17"; do
       # shellcheck disable=SC2086
       step "kiln run --backward $a" "$out/backward.log" 240 "$bin/kiln" run --backward \
         --target sm_90a --no-cache $a

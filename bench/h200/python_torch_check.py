@@ -6,7 +6,9 @@ ragged lengths and GQA; then the backward (docs/backward.md): kiln.attention in 
 graph (q, k, v requiring grad), its dq/dk/dv against torch's float64 autograd of the reference,
 GQA, causal, ragged lengths, D 64/128/59, and a softcap on the CPU as well; and dropout 0.17 in
 the autograd graph (the seed and offset the forward took regenerate its mask in the backward),
-against the reference with the mask of a Philox 4x32-10 written here in torch integer ops.  Prints
+against the reference with the mask of a Philox 4x32-10 written here in torch integer ops; and
+kiln.attention_varlen in the autograd graph (ragged packed sequences, GQA, causal, dropout)
+against the reference run on each sequence.  Prints
 one PASS/FAIL line per case and a summary; exit 1 on a failure.
 Usage: KILN_LIBRARY=.../libkiln.so.0 python3 bench/h200/python_torch_check.py
 """
@@ -143,6 +145,55 @@ def main():
         print(f"{'PASS' if ok else 'FAIL'} dropout {pd} {dev} {str(dt)[6:]} D{D} "
               f"causal={int(causal)} Nq={Nq} Nk={Nk} H={H}/{HK}: rel err o {errs[0]:.2e} "
               f"dq {errs[1]:.2e} dk {errs[2]:.2e} dv {errs[3]:.2e} tol={tol}")
+    # varlen (docs/backward.md, "Varlen"): kiln.attention_varlen in the autograd graph, packed
+    # sequences of ragged lengths (an empty one, length 1, no keys, tokens of no sequence at the
+    # end) against the reference run on each sequence (dropout: the mask of query head b * H + h)
+    def seq(t, c, n):  # tokens c .. c + n - 1 of a packed (T, H, D) tensor as (1, H, n, D)
+        return t[c:c + n].transpose(0, 1).unsqueeze(0)
+    for dev, dt, D, causal, lq, lk, H, HK, pd in (
+            ("cuda", torch.float16, 64, True, [1, 300, 0, 77], [1, 280, 5, 77], 4, 2, 0.0),
+            ("cuda", torch.bfloat16, 128, False, [130, 9, 200], [64, 40, 0], 4, 4, 0.0),
+            ("cuda", torch.float16, 64, True, [97, 1, 64], [130, 1, 64], 4, 2, 0.17),
+            ("cpu", torch.float16, 32, True, [20, 0, 33], [25, 4, 40], 2, 1, 0.17)):
+        seed, offset = 0x0123456789abcdef, 777
+        cq, ck = [0], [0]
+        for a, b in zip(lq, lk):
+            cq.append(cq[-1] + a)
+            ck.append(ck[-1] + b)
+        Tq, Tk = cq[-1] + 3, ck[-1] + 2
+        cu_q = torch.tensor(cq, dtype=torch.int32, device=dev)
+        cu_k = torch.tensor(ck, dtype=torch.int32, device=dev)
+        q = torch.randn(Tq, H, D, device=dev, dtype=dt, requires_grad=True)
+        k = torch.randn(Tk, HK, D, device=dev, dtype=dt, requires_grad=True)
+        v = torch.randn(Tk, HK, D, device=dev, dtype=dt, requires_grad=True)
+        do = torch.randn(Tq, H, D, device=dev, dtype=dt)
+        drop = dict(dropout_p=pd, seed=seed, offset=offset) if pd else {}
+        o = kiln.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal, **drop)
+        got = (o,) + torch.autograd.grad(o, (q, k, v), do)
+        qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+        od = torch.zeros(Tq, H, D, dtype=torch.float64, device=dev)
+        loss = torch.zeros((), dtype=torch.float64, device=dev)
+        for b in range(len(lq)):
+            if not lq[b]:
+                continue
+            z = dropout_z(pd, seed, offset + b * H, 1, H, lq[b], lk[b], dev) if pd else None
+            ob = reference(seq(qd, cq[b], lq[b]), seq(kd, ck[b], lk[b]), seq(vd, ck[b], lk[b]),
+                           causal, 1.0 / math.sqrt(D), 0.0, z)[0].transpose(0, 1)
+            od[cq[b]:cq[b] + lq[b]] = ob.detach()
+            loss = loss + (ob * do[cq[b]:cq[b] + lq[b]].double()).sum()
+        grads = torch.autograd.grad(loss, (qd, kd, vd), allow_unused=True)
+        ref = (od,) + tuple(g if g is not None else torch.zeros_like(x)
+                            for g, x in zip(grads, (qd, kd, vd)))
+        n = cq[-1]  # o's rows of no sequence are not written (dq/dk/dv's are zeros)
+        errs = [((g[:n] if i == 0 else g).double() - (r[:n] if i == 0 else r)).abs().max().item()
+                / max(r.abs().max().item(), 1.0) for i, (g, r) in enumerate(zip(got, ref))]
+        tol = 1e-2 if dt == torch.float16 else 6e-2
+        ok = all(e <= tol for e in errs)
+        cases += 1
+        fails += not ok
+        print(f"{'PASS' if ok else 'FAIL'} varlen backward {dev} {str(dt)[6:]} D{D} "
+              f"causal={int(causal)} dropout={pd} lens {lq}/{lk} H={H}/{HK}: rel err o "
+              f"{errs[0]:.2e} dq {errs[1]:.2e} dk {errs[2]:.2e} dv {errs[3]:.2e} tol={tol}")
     print(f"python binding on CUDA tensors: {cases - fails} of {cases} cases passed")
     sys.exit(1 if fails else 0)
 

@@ -208,7 +208,8 @@ static inline int run_decode_on_target(const char *target, const kn_attn_desc *d
 
 /* the spill units of kernel `name` in artefact a, compiled for arch (cmocka failure if the
  * artefact cannot be read); with KILN_TEST_VERBOSE an AMDGPU code object's static report (the
- * inspector's table: registers, spills, LDS, occupancy) is printed */
+ * inspector's table: registers, spills, LDS, occupancy), or ptxas's registers and spills, is
+ * printed */
 static inline int artifact_spills(const kn_artifact *a, const kn_arch *arch, const char *name) {
   kn_diag d;
   int spills = 0;
@@ -231,6 +232,9 @@ static inline int artifact_spills(const kn_artifact *a, const kn_arch *arch, con
     const kn_ptxas_kernel *k = kn_ptxas_find_kernel(&r, name);
     assert_non_null(k);
     spills = k->spill_stores + k->spill_loads;
+    if (verbose())
+      printf("    ptxas %s %s: %d registers, spill stores %d bytes, loads %d bytes\n", arch->name,
+             name, k->registers, k->spill_stores, k->spill_loads);
     kn_ptxas_result_free(&r);
   }
   return spills;

@@ -16,9 +16,10 @@
  *     on the host), and varlen launches (the prefix sums as device memory after the template's
  *     parameters; the fake computes packed sequences too), paged KV launches (the block
  *     table and cache lengths as device memory, pools read through the table; the fake
- *     computes them and the device append of k_new / v_new too), and decode (forwards of up to
+ *     computes them and the device append of k_new / v_new too), decode (forwards of up to
  *     16 query rows: the split and combine kernels through the workspace, which the fake
- *     computes by their contracts).
+ *     computes by their contracts), and the backward's three kernels, dense and varlen (the
+ *     fake computes them from their 43 parameters and varlen's four).
  *   - On a machine with an NVIDIA sm_80+ GPU (the H200): the same GPU tests on the real driver,
  *     where the numbers come from kiln's PTX on the GPU, checked against the float64 reference.
  * Without either (a plain `test_api_cuda` here) the GPU tests are cmocka skips.
@@ -49,6 +50,7 @@
 
 #include "api.h"
 #include "attention.h"
+#include "attn_bwd.h"
 #include "cuda_device.h"
 #include "kiln.h"
 #include "numeric.h"
@@ -719,6 +721,155 @@ static void test_varlen_cuda(void **state) {
   assert_int_equal(failures, 0);
 }
 
+/* The backward (docs/backward.md) through kiln_backward's CUDA path, dense and varlen
+ * (ragged, an empty sequence, length 1), GQA and causal: kiln_forward then kiln_backward on
+ * device buffers, dq / dk / dv against kn_attn_bwd_reference.  The fake driver computes the
+ * three kernels from their arguments (plain or causal, f32 at D 64 there, varlen's prefix sums:
+ * kn_fake_cuda_attn_varlen), so a wrong stride, base or grid fails there too; on a real GPU
+ * the cases with dropout run as well.  Varlen gradients start as NaN bytes: the tokens past the
+ * last sequence must stay so (nothing writes them), the others must be written. */
+static void test_backward_cuda(void **state) {
+  (void)state;
+  if (!have_gpu()) {
+    skip();
+    return;
+  }
+  char *dir = fresh_dir();
+  kiln_context *ctx = cuda_ctx(dir, NULL, "cuda");
+  static const struct { kiln_attn_desc d; int n, lq[5], lk[5]; } cases[] = {
+      {{.dtype = KILN_F16, .head_dim = 64, .causal = 1}, 2, {130, 77}, {130, 77}},
+      {{.dtype = KILN_F16, .head_dim = 64, .causal = 1, .layout = KILN_LAYOUT_VARLEN}, 5,
+       {1, 130, 0, 77, 200}, {1, 150, 5, 60, 190}},
+      {{.dtype = KILN_F16, .head_dim = 64, .layout = KILN_LAYOUT_VARLEN}, 3, {64, 9, 100},
+       {64, 40, 0}},
+      {{.dtype = KILN_F16, .head_dim = 64, .causal = 1, .layout = KILN_LAYOUT_VARLEN,
+        .dropout_p = 0.17f}, 3, {97, 1, 64}, {130, 1, 64}},
+  };
+  int failures = 0;
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    /* the fake accumulates dK and dV in the buffers' dtype, one rounding per update: f32
+     * there keeps its own error far below the tolerance */
+    kiln_attn_desc dd = cases[ci].d;
+    if (fake_attn) dd.dtype = KILN_F32;
+    const kiln_attn_desc *d = &dd;
+    if (fake_attn && d->dropout_p != 0) continue;  /* the fake computes no dropout */
+    const bool varlen = d->layout == KILN_LAYOUT_VARLEN;
+    kiln_kernel *fk, *bk;
+    kiln_attn_desc fd = *d;
+    fd.has_lse = 1;
+    if (kiln_prepare(ctx, &fd, NULL, &fk) || kiln_prepare_backward(ctx, d, NULL, &bk))
+      fail_msg("prepare: %s", kiln_last_error());
+    const kn_attn_desc id = internal_desc(d);
+    const int B = cases[ci].n, H = 4, HK = 2, D = d->head_dim;
+    int32_t cq[6] = {0}, ck[6] = {0};
+    int mq = 0, mk = 0;
+    for (int b = 0; b < B; b++) {
+      cq[b + 1] = cq[b] + cases[ci].lq[b], ck[b + 1] = ck[b] + cases[ci].lk[b];
+      if (cases[ci].lq[b] > mq) mq = cases[ci].lq[b];
+      if (cases[ci].lk[b] > mk) mk = cases[ci].lk[b];
+    }
+    if (!varlen) mq = cases[ci].lq[0], mk = cases[ci].lk[0];
+    /* token rows: packed (with 3 / 2 rows of no sequence after the last), or B x length */
+    const int Tq = varlen ? cq[B] + 3 : B * mq, Tk = varlen ? ck[B] + 2 : B * mk;
+    kn_scalar t = id.dtype;
+    size_t es = kn_scalar_size(t), nq = (size_t)Tq * H * D, nk = (size_t)Tk * HK * D;
+    size_t nl = (size_t)H * Tq;
+    char *h[3] = {malloc(nq * es), malloc(nk * es), malloc(nk * es)}, *hdo = malloc(nq * es);
+    char *g[3] = {malloc(nq * es), malloc(nk * es), malloc(nk * es)};
+    double *x[3] = {malloc(nq * 8), malloc(nk * 8), malloc(nk * 8)}, *xdo = malloc(nq * 8);
+    double *ref[3] = {malloc(nq * 8), malloc(nk * 8), malloc(nk * 8)};
+    size_t n[3] = {nq, nk, nk};
+    uint64_t sd = seed + 11 * ci;
+    rand_inputs(t, h, x, n, &sd);
+    for (size_t i = 0; i < nq; i++) {
+      kn_store_elem(t, hdo + i * es, normal(&sd));
+      xdo[i] = kn_load_elem(t, hdo + i * es);
+    }
+    devbufs bufs = {0}, outs = {0};
+    kn_diag e;
+    kn_cuda_ptr dp[6];  /* o, lse, dq, dk, dv, delta */
+    const size_t bytes[6] = {nq * es, nl * 4, nq * es, nk * es, nk * es, nl * 4};
+    for (int i = 0; i < 6; i++) {
+      if (kn_cuda_alloc(dev, bytes[i], &dp[i], &e) || kn_cuda_memset8(dev, dp[i], 0xff, bytes[i], &e))
+        fail_msg("%s", e.message);
+      outs.p[outs.n++] = dp[i];
+    }
+    const uint64_t dseed = sd, doff = sd >> 7;
+    kiln_backward_args a = {
+        .fwd = {.q = upload(&bufs, h[0], nq * es), .k = upload(&bufs, h[1], nk * es),
+                .v = upload(&bufs, h[2], nk * es), .o = (void *)(uintptr_t)dp[0],
+                .lse = (float *)(uintptr_t)dp[1], .batch = B, .heads = H, .kv_heads = HK,
+                .seqlen_q = mq, .seqlen_k = mk, .q_numel = (int64_t)nq, .k_numel = (int64_t)nk,
+                .v_numel = (int64_t)nk, .o_numel = (int64_t)nq, .lse_numel = (int64_t)nl},
+        .dout = upload(&bufs, hdo, nq * es), .dq = (void *)(uintptr_t)dp[2],
+        .dk = (void *)(uintptr_t)dp[3], .dv = (void *)(uintptr_t)dp[4],
+        .delta = (float *)(uintptr_t)dp[5], .dout_numel = (int64_t)nq, .dq_numel = (int64_t)nq,
+        .dk_numel = (int64_t)nk, .dv_numel = (int64_t)nk, .delta_numel = (int64_t)nl};
+    if (varlen) {
+      a.fwd.cu_seqlens_q = upload(&bufs, cq, sizeof cq);
+      a.fwd.cu_seqlens_k = upload(&bufs, ck, sizeof ck);
+      a.fwd.total_q = Tq, a.fwd.total_k = Tk;
+    }
+    if (d->dropout_p != 0) a.fwd.dropout_seed = dseed, a.fwd.dropout_offset = doff;
+    forward_synced(fk, &a.fwd, &fd);
+    if (fake_attn) {
+      pthread_mutex_lock(&fake_mu);
+      fake_attn((int)es, 0, D, d->causal);
+      fake_varlen(varlen);
+    }
+    kiln_status st = kiln_backward(bk, &a, NULL);
+    int sync = st == KILN_OK ? kn_cuda_device_sync(dev, &e) : 0;
+    if (fake_attn) {
+      fake_varlen(0);
+      pthread_mutex_unlock(&fake_mu);
+    }
+    if (sync) fail_msg("sync: %s", e.message);
+    if (st) fail_msg("backward: %s", kiln_last_error());
+    for (int i = 0; i < 3; i++)
+      if (kn_cuda_copy_dtoh(dev, g[i], dp[2 + i], n[i] * es, &e)) fail_msg("%s", e.message);
+    kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = mq, .seqlen_k = mk,
+                         .dropout_seed = dseed, .dropout_offset = doff};
+    if (varlen)
+      p.cu_seqlens_q = cq, p.cu_seqlens_k = ck, p.total_q = Tq, p.total_k = Tk;
+    if (kn_attn_bwd_reference(&id, NULL, &p, NULL, x[0], x[1], x[2], xdo, false, ref[0], ref[1],
+                              ref[2], &e))
+      fail_msg("reference: %s", e.message);
+    const char *nm[3] = {"dq", "dk", "dv"};
+    char why[256] = "";
+    int bad = 0;
+    for (int i = 0; i < 3; i++) {
+      /* rows of no sequence (varlen): at or past the last sequence's end */
+      const size_t first = varlen ? (size_t)(i ? ck[B] * HK : cq[B] * H) * D : n[i];
+      double err = 0, big = 0;
+      for (size_t j = 0; j < n[i]; j++) {
+        double v = kn_load_elem(t, g[i] + j * es);
+        if (j >= first) {
+          bad |= !isnan(v);
+          continue;
+        }
+        double dx = fabs(v - ref[i][j]);
+        if (!(dx <= err)) err = dx;
+        if (fabs(ref[i][j]) > big) big = fabs(ref[i][j]);
+      }
+      const double tol = kn_attn_bwd_tolerance(t) * (1 + big);
+      bad |= !(err <= tol);
+      size_t l = strlen(why);
+      snprintf(why + l, sizeof why - l, " %s %.2e (tol %.1e)", nm[i], err, tol);
+    }
+    printf("  %s backward case %zu (%s, %d sequences, causal %d, dropout %g):%s\n",
+           bad ? "FAIL" : "PASS", ci, varlen ? "varlen" : "dense", B, d->causal,
+           (double)d->dropout_p, why);
+    failures += bad != 0;
+    for (int i = 0; i < bufs.n; i++) kn_cuda_free(dev, bufs.p[i], NULL);
+    for (int i = 0; i < outs.n; i++) kn_cuda_free(dev, outs.p[i], NULL);
+    for (int i = 0; i < 3; i++) free(h[i]), free(x[i]), free(g[i]), free(ref[i]);
+    free(hdo), free(xdo);
+  }
+  kiln_context_destroy(ctx);
+  rm_dir(dir);
+  assert_int_equal(failures, 0);
+}
+
 /* A paged KV cache (docs/serving.md) through the CUDA path: pools in FlashAttention's (num_pages,
  * page_size, kv_heads, D) with pages in shuffled order, the block table and cache lengths as
  * device memory (packed after the template's parameters), page sizes off the blocks, an empty
@@ -1362,6 +1513,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_variants),
       cmocka_unit_test(test_wgmma),
       cmocka_unit_test(test_varlen_cuda),
+      cmocka_unit_test(test_backward_cuda),
       cmocka_unit_test(test_decode_cuda),
       cmocka_unit_test(test_paged_cuda),
       cmocka_unit_test(test_tune_cuda),

@@ -17,12 +17,18 @@
  *    as the kernels round (the lowp reference); deterministic (two runs bit-identical).
  * 4. Code: the backward kernels at their default tilings compile for gfx90a / gfx942 (VGPR
  *    spills reported) and sm_80 / sm_90a (ptxas; skipped without it).
- * 5. Bad input: varlen, head dim above 256, wgmma, a non-differentiable score_mod: clear errors.
+ * 5. Bad input: paged, head dim above 256, wgmma, a non-differentiable score_mod: clear errors.
  * 6. The API on the host: kiln_forward then kiln_backward (GQA and causal, softcap, a user
- *    score_mod with its tensor) against the float64 reference, and the errors of bad calls.
+ *    score_mod with its tensor, varlen with dropout) against the float64 reference, and the
+ *    errors of bad calls.
+ * Varlen (docs/backward.md, "Varlen") runs through 1, 3, 4 and 6: packed sequences of ragged
+ * lengths (empty ones on either side, length 1) with padding tokens after the last, which no
+ * kernel may write.
  *
  * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_VERBOSE=1 prints each case;
  * KILN_TEST_BWD_TILING=BM,BN,W compiles (4.) that tiling instead of the defaults;
+ * KILN_TEST_BWD_ARCH=sm_90a compiles (4.) for that target only (with KILN_TEST_VERBOSE=1:
+ * ptxas's registers and spills of each kernel);
  * KILN_TEST_FILTER=test_codegen runs the tests whose names match.
  */
 #include <math.h>
@@ -49,6 +55,11 @@ typedef struct bcase {
   const char *name;
   kn_attn_desc desc;
   int batch, heads, kv_heads, nq, nk;
+  /* varlen (desc.layout KN_ATTN_VARLEN): the sequences' lengths (batch of each); nq / nk, the
+   * max lengths, and the packed layout below are derived */
+  const int *lq, *lk;
+  int32_t cu_q[9], cu_k[9];
+  int total_q, total_k;
   /* derived */
   uint64_t seed, offset;  /* dropout's generator (fresh per case) */
   kn_attn_vargs va;
@@ -75,11 +86,39 @@ typedef struct bcase {
 /* a case: its name, shape (B, H, HK, Nq, Nk) and descriptor fields (the rest is derived) */
 #define C(nm, b, h, hk, q, k, ...) \
   {.name = nm, .desc = {__VA_ARGS__}, .batch = b, .heads = h, .kv_heads = hk, .nq = q, .nk = k}
+/* a varlen case: the lengths of its b sequences (int arrays), packed with a few tokens of
+ * padding after the last sequence that no kernel may write */
+#define V(nm, b, h, hk, LQ, LK, ...)                                                              \
+  {.name = nm, .desc = {.layout = KN_ATTN_VARLEN, __VA_ARGS__}, .batch = b, .heads = h,        \
+   .kv_heads = hk, .lq = (const int[])LQ, .lk = (const int[])LK}
+#define L(...) {__VA_ARGS__}
+
+static bool is_varlen(const bcase *c) { return c->desc.layout == KN_ATTN_VARLEN; }
+
+/* varlen: the prefix sums, the totals (with padding) and the max lengths of the lengths */
+static void varlen_shape(bcase *c) {
+  if (!is_varlen(c)) return;
+  KN_ASSERT(c->batch <= 8);
+  c->cu_q[0] = c->cu_k[0] = 0;
+  c->nq = c->nk = 0;
+  for (int b = 0; b < c->batch; b++) {
+    c->cu_q[b + 1] = c->cu_q[b] + c->lq[b];
+    c->cu_k[b + 1] = c->cu_k[b] + c->lk[b];
+    if (c->lq[b] > c->nq) c->nq = c->lq[b];
+    if (c->lk[b] > c->nk) c->nk = c->lk[b];
+  }
+  c->total_q = c->cu_q[c->batch] + 3, c->total_k = c->cu_k[c->batch] + 2;
+}
+
+/* the token rows of q (and o, dO, dQ) and of k (v, dK, dV): packed, or batch x rows */
+static size_t rows_q(const bcase *c) { return is_varlen(c) ? (size_t)c->total_q : (size_t)c->batch * c->nq; }
+static size_t rows_k(const bcase *c) { return is_varlen(c) ? (size_t)c->total_k : (size_t)c->batch * c->nk; }
 
 static void make_values(bcase *c) {
   const kn_attn_desc *d = &c->desc;
   kn_attn_vargs *va = &c->va;
   memset(va, 0, sizeof *va);
+  varlen_shape(c);
   c->nbuf = 0;
   c->seed = next(), c->offset = next();  /* offset's carry into the counter's high word too */
   const int B = c->batch, H = c->heads;
@@ -139,7 +178,11 @@ static void free_values(bcase *c) {
 static kn_attn_problem problem_of(const bcase *c) {
   return (kn_attn_problem){.batch = c->batch, .heads = c->heads, .kv_heads = c->kv_heads,
                            .seqlen_q = c->nq, .seqlen_k = c->nk, .dropout_seed = c->seed,
-                           .dropout_offset = c->offset};
+                           .dropout_offset = c->offset,
+                           .cu_seqlens_q = is_varlen(c) ? c->cu_q : NULL,
+                           .cu_seqlens_k = is_varlen(c) ? c->cu_k : NULL,
+                           .total_q = is_varlen(c) ? c->total_q : 0,
+                           .total_k = is_varlen(c) ? c->total_k : 0};
 }
 
 static double *rand_vec(size_t n, kn_scalar dt, double lo, double hi) {
@@ -152,8 +195,8 @@ static double *rand_vec(size_t n, kn_scalar dt, double lo, double hi) {
 static double loss_of(bcase *c, const double *q, const double *k, const double *v,
                       const double *dout) {
   kn_attn_problem p = problem_of(c);
-  size_t no = (size_t)c->batch * c->heads * c->nq * c->desc.head_dim;
-  double *o = malloc(sizeof *o * (no ? no : 1));
+  size_t no = rows_q(c) * c->heads * c->desc.head_dim;
+  double *o = calloc(no ? no : 1, sizeof *o);
   kn_diag diag;
   if (kn_attn_reference_v(&c->desc, NULL, &p, &c->va, q, k, v, o, NULL, &diag))
     fail_msg("reference: %s", diag.rendered);
@@ -167,7 +210,7 @@ static double loss_of(bcase *c, const double *q, const double *k, const double *
 static void fd_case(bcase *c) {
   make_values(c);
   const int D = c->desc.head_dim;
-  const size_t nq = (size_t)c->batch * c->heads * c->nq * D, nk = (size_t)c->batch * c->kv_heads * c->nk * D;
+  const size_t nq = rows_q(c) * c->heads * D, nk = rows_k(c) * c->kv_heads * D;
   double *q = rand_vec(nq, KN_F32, -1.5, 1.5), *k = rand_vec(nk, KN_F32, -1.5, 1.5);
   double *v = rand_vec(nk, KN_F32, -1, 1), *dout = rand_vec(nq, KN_F32, -1, 1);
   double *g[3] = {malloc(sizeof(double) * nq), malloc(sizeof(double) * nk), malloc(sizeof(double) * nk)};
@@ -208,6 +251,10 @@ static void test_reference_fd(void **state) {
       C("alibi causal", 2, 1, 1, 3, 3, .dtype = KN_F32, .head_dim = 2, .alibi = true, .causal = 1),
       C("bias", 1, 2, 1, 2, 3, .dtype = KN_F32, .head_dim = 2, .bias = true),
       C("user score_mod", 1, 2, 2, 3, 3, .dtype = KN_F32, .head_dim = 2, .mods = TEMP_SCORE_MOD),
+      V("varlen causal gqa", 3, 2, 1, L(3, 0, 2), L(2, 3, 1), .dtype = KN_F32, .head_dim = 2,
+        .causal = 1),
+      V("varlen dropout", 2, 1, 1, L(1, 4), L(4, 3), .dtype = KN_F32, .head_dim = 2,
+        .dropout = 0.4f),
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) fd_case(&cases[i]);
 }
@@ -306,7 +353,7 @@ static int run_backward(const char *target, bcase *c, const kn_attn_config *cfg,
   if (kn_attn_bwd_fill_args(&c->desc, &sig, cfg, &p, &bb, &c->va, args, grid, diag))
     fail_msg("%s: args: %s", c->name, diag->rendered);
   const size_t es = kn_scalar_size(c->desc.dtype), D = (size_t)c->desc.head_dim;
-  const size_t nq = (size_t)c->batch * c->heads * c->nq, nk = (size_t)c->batch * c->kv_heads * c->nk;
+  const size_t nq = rows_q(c) * c->heads, nk = rows_k(c) * c->kv_heads;
   kn_region regions[KN_ATTN_MAX_PARAMS] = {
       {rb->q, nq * D * es}, {rb->k, nk * D * es}, {rb->v, nk * D * es}, {rb->o, nq * D * es},
       {rb->dout, nq * D * es}, {rb->dq, nq * D * es}, {rb->dk, nk * D * es}, {rb->dv, nk * D * es},
@@ -322,6 +369,7 @@ static int run_backward(const char *target, bcase *c, const kn_attn_config *cfg,
       if (!strcmp(sig.name[i], "alibi_slopes")) bytes = (size_t)c->batch * c->heads * 4;
       if (!strcmp(sig.name[i], "q_seg")) bytes = (size_t)c->batch * c->nq * 4;
       if (!strcmp(sig.name[i], "k_seg")) bytes = (size_t)c->batch * c->nk * 4;
+      if (!strncmp(sig.name[i], "cu_seqlens", 10)) bytes = (size_t)(c->batch + 1) * 4;
       regions[nreg++] = (kn_region){args[i].p, bytes};
     }
   int rc = 0;
@@ -354,15 +402,31 @@ static double max_diff(const double *a, const double *b, size_t n) {
 }
 
 /* one case on one target: fresh inputs, the kernels, the checks */
+/* varlen: the padding tokens after the last sequence are still the NaN they were filled with
+ * (no kernel writes outside the sequences), then 0 as the reference has them there */
+static void check_padding(const bcase *c, void *got, int heads, bool q_side) {
+  if (!is_varlen(c)) return;
+  const kn_scalar dt = c->desc.dtype;
+  const size_t es = kn_scalar_size(dt), row = (size_t)heads * c->desc.head_dim;
+  const size_t from = (size_t)(q_side ? c->cu_q : c->cu_k)[c->batch];
+  const size_t to = q_side ? (size_t)c->total_q : (size_t)c->total_k;
+  for (size_t i = from * row; i < to * row; i++) {
+    char *e = (char *)got + i * es;
+    if (!isnan(kn_load_elem(dt, e)))
+      fail_msg("%s: a kernel wrote %s padding token %zu", c->name, q_side ? "dq" : "dk/dv", i / row);
+    kn_store_elem(dt, e, 0);
+  }
+}
+
 static void kernel_case(const char *target, bcase *c, const kn_attn_config *cfg_in) {
   make_values(c);
   const kn_scalar dt = c->desc.dtype;
   const int D = c->desc.head_dim;
-  const size_t nq = (size_t)c->batch * c->heads * c->nq * D, nk = (size_t)c->batch * c->kv_heads * c->nk * D;
-  const size_t nrow = (size_t)c->batch * c->heads * c->nq;
+  const size_t nq = rows_q(c) * c->heads * D, nk = rows_k(c) * c->kv_heads * D;
+  const size_t nrow = rows_q(c) * c->heads;
   double *q = rand_vec(nq, dt, -2, 2), *k = rand_vec(nk, dt, -2, 2), *v = rand_vec(nk, dt, -2, 2);
   double *dout = rand_vec(nq, dt, -1, 1);
-  double *o = malloc(sizeof *o * (nq ? nq : 1)), *lse = malloc(sizeof *lse * (nrow ? nrow : 1));
+  double *o = calloc(nq ? nq : 1, sizeof *o), *lse = calloc(nrow ? nrow : 1, sizeof *lse);
   kn_attn_problem p = problem_of(c);
   kn_diag diag;
   if (kn_attn_reference_v(&c->desc, NULL, &p, &c->va, q, k, v, o, lse, &diag))
@@ -387,6 +451,7 @@ static void kernel_case(const char *target, bcase *c, const kn_attn_config *cfg_
   void *got[3] = {rb.dq, rb.dk, rb.dv};
   const char *nm[3] = {"dq", "dk", "dv"};
   const double tol = kn_attn_bwd_tolerance(dt);
+  for (int t = 0; t < 3; t++) check_padding(c, got[t], t ? c->kv_heads : c->heads, t == 0);
   for (int t = 0; t < 3; t++) {
     double big = 0, e = max_err(dt, got[t], ref[t], n[t], &big);
     double lowp = max_diff(low[t], ref[t], n[t]);
@@ -408,6 +473,9 @@ static void kernel_case(const char *target, bcase *c, const kn_attn_config *cfg_
     run_bufs r2 = rb;
     r2.dq = dt_buf(dt, NULL, nq), r2.dk = dt_buf(dt, NULL, nk), r2.dv = dt_buf(dt, NULL, nk);
     if (run_backward(target, c, &cfg, &r2, &diag)) fail_msg("second run: %s", diag.rendered);
+    check_padding(c, r2.dq, c->heads, true);
+    check_padding(c, r2.dk, c->kv_heads, false);
+    check_padding(c, r2.dv, c->kv_heads, false);
     size_t es = kn_scalar_size(dt);
     assert_memory_equal(r2.dq, rb.dq, nq * es);
     assert_memory_equal(r2.dk, rb.dk, nk * es);
@@ -434,6 +502,10 @@ static void test_interp(void **state) {
       C("dropout causal gqa f16", 1, 4, 2, 35, 43, .dtype = KN_F16, .head_dim = 16, .causal = 1,
         .dropout = 0.17f),
       C("dropout f32", 1, 2, 1, 29, 38, .dtype = KN_F32, .head_dim = 9, .dropout = 0.17f),
+      V("varlen causal gqa f16", 4, 4, 2, L(17, 0, 33, 1), L(20, 5, 1, 0), .dtype = KN_F16,
+        .head_dim = 16, .causal = 1),
+      V("varlen dropout window f32 d7", 3, 2, 1, L(21, 1, 30), L(35, 1, 18), .dtype = KN_F32,
+        .head_dim = 7, .window = true, .dropout = 0.17f),
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) kernel_case(NULL, &cases[i], &small_cfg);
 }
@@ -463,6 +535,28 @@ static void test_host(void **state) {
       C("dropout window softcap f16", 1, 2, 1, 80, 96, .dtype = KN_F16, .head_dim = 32,
         .window = true, .softcap = true, .dropout = 0.17f),
       C("dropout 0.6 f16", 1, 2, 2, 64, 77, .dtype = KN_F16, .head_dim = 16, .dropout = 0.6f),
+      /* varlen: ragged lengths, empty sequences (either side) and length 1 */
+      V("varlen f16 d64", 4, 2, 2, L(150, 1, 0, 77), L(133, 40, 9, 1), .dtype = KN_F16,
+        .head_dim = 64),
+      V("varlen causal gqa f16 d59", 3, 4, 2, L(97, 64, 1), L(130, 30, 1), .dtype = KN_F16,
+        .head_dim = 59, .causal = 1),
+      V("varlen causal top-left mqa bf16", 3, 3, 1, L(70, 0, 81), L(55, 12, 0), .dtype = KN_BF16,
+        .head_dim = 32, .causal = 2),
+      V("varlen f32 d5", 2, 2, 1, L(1, 70), L(91, 1), .dtype = KN_F32, .head_dim = 5),
+      V("varlen window causal f16", 2, 2, 1, L(90, 33), L(90, 47), .dtype = KN_F16,
+        .head_dim = 16, .window = true, .causal = 1),
+      V("varlen softcap alibi bf16", 2, 2, 2, L(40, 65), L(70, 20), .dtype = KN_BF16,
+        .head_dim = 40, .softcap = true, .alibi = true),
+      V("varlen bias f16", 3, 2, 1, L(30, 1, 50), L(61, 7, 33), .dtype = KN_F16, .head_dim = 16,
+        .bias = true),
+      V("varlen document f16", 2, 1, 1, L(64, 20), L(70, 35), .dtype = KN_F16,
+        .head_dim = 16, .document = true),
+      V("varlen user score_mod f16", 2, 2, 2, L(45, 3), L(66, 17), .dtype = KN_F16,
+        .head_dim = 32, .mods = TEMP_SCORE_MOD),
+      V("varlen dropout causal gqa f16", 4, 4, 2, L(97, 0, 1, 64), L(130, 7, 1, 64),
+        .dtype = KN_F16, .head_dim = 48, .causal = 1, .dropout = 0.17f),
+      V("varlen dropout 0.6 bf16 d59", 2, 2, 1, L(64, 31), L(77, 50), .dtype = KN_BF16,
+        .head_dim = 59, .dropout = 0.6f),
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) kernel_case("host", &cases[i], NULL);
   /* other tilings */
@@ -483,6 +577,10 @@ static void test_emu(void **state) {
         C("softcap f16", 1, 1, 1, 30, 30, .dtype = KN_F16, .head_dim = 16, .softcap = true),
         C("dropout causal gqa f16", 1, 2, 1, 41, 39, .dtype = KN_F16, .head_dim = 32, .causal = 1,
           .dropout = 0.17f),
+        V("varlen causal gqa f16", 3, 2, 1, L(45, 0, 33), L(37, 5, 1), .dtype = KN_F16,
+          .head_dim = 32, .causal = 1),
+        V("varlen dropout bf16 d20", 3, 2, 2, L(1, 40, 29), L(33, 0, 45), .dtype = KN_BF16,
+          .head_dim = 20, .dropout = 0.17f),
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
       kn_attn_config cfg = {.block_m = 32, .block_n = 32, .warps = 2, .stages = 1};
@@ -500,15 +598,18 @@ static void test_codegen(void **state) {
   (void)state;
   const char *archs[] = {"gfx90a", "gfx942", "sm_80", "sm_90a"};
   const int dims[] = {64, 128};
+  const char *only = getenv("KILN_TEST_BWD_ARCH");  /* one target's code only */
   for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
     const kn_arch *arch;
     const kn_target *t;
+    if (only && strcmp(only, archs[a])) continue;
     if (!code_target(archs[a], &arch, &t)) continue;
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
-      for (int vi = 0; vi < 3; vi++) {  /* plain, causal, causal with dropout */
+      for (int vi = 0; vi < 5; vi++) {  /* plain, causal, causal with dropout; the last two varlen */
         const int causal = vi > 0;
         kn_attn_desc d = {.dtype = KN_F16, .head_dim = dims[di], .causal = causal,
-                          .dropout = vi == 2 ? 0.17f : 0};
+                          .dropout = vi == 2 || vi == 4 ? 0.17f : 0,
+                          .layout = vi >= 3 ? KN_ATTN_VARLEN : KN_ATTN_DENSE};
         kn_attn_config cfg = kn_attn_bwd_default_config(arch, &d);
         const char *tl = getenv("KILN_TEST_BWD_TILING");  /* "BM,BN,W": measure another tiling */
         if (tl) sscanf(tl, "%d,%d,%d", &cfg.block_m, &cfg.block_n, &cfg.warps);
@@ -525,8 +626,9 @@ static void test_codegen(void **state) {
           if (kn_compile_artifact(m, kn_attn_bwd_kernels[w], t, NULL, &art, &diag))
             fail_msg("%s D%d %s: %s", archs[a], dims[di], kn_attn_bwd_kernels[w], diag.rendered);
           int spills = artifact_spills(&art, arch, kn_attn_bwd_kernels[w]);
-          printf("  %-6s D%-3d causal=%d%s %dx%d w%d %-14s spills %d\n", archs[a], dims[di],
-                 causal, vi == 2 ? " dropout" : "", cfg.block_m, cfg.block_n, cfg.warps,
+          printf("  %-6s D%-3d causal=%d%s%s %dx%d w%d %-14s spills %d\n", archs[a], dims[di],
+                 causal, vi >= 3 ? " varlen" : "", d.dropout != 0 ? " dropout" : "", cfg.block_m,
+                 cfg.block_n, cfg.warps,
                  kn_attn_bwd_kernels[w], spills);
           kn_artifact_free(&art);
         }
@@ -548,8 +650,6 @@ static void expect_error(const kn_attn_desc *d, const kn_attn_config *c, const c
 static void test_errors(void **state) {
   (void)state;
   kn_attn_config c = small_cfg;
-  expect_error(&(kn_attn_desc){.dtype = KN_F16, .head_dim = 64, .layout = KN_ATTN_VARLEN}, &c,
-               "varlen is not supported yet");
   expect_error(&(kn_attn_desc){.dtype = KN_F16, .head_dim = 64, .layout = KN_ATTN_PAGED}, &c,
                "paged is not supported yet");
   expect_error(&(kn_attn_desc){.dtype = KN_F16, .head_dim = 300}, &c, "head dim 300 is not supported");
@@ -573,13 +673,13 @@ static void api_case(kiln_context *ctx, bcase *c, const kiln_attn_desc *pd) {
   make_values(c);
   const kn_scalar dt = c->desc.dtype;
   const int D = c->desc.head_dim;
-  const size_t nq = (size_t)c->batch * c->heads * c->nq * D, nk = (size_t)c->batch * c->kv_heads * c->nk * D;
-  const size_t nrow = (size_t)c->batch * c->heads * c->nq;
+  const size_t nq = rows_q(c) * c->heads * D, nk = rows_k(c) * c->kv_heads * D;
+  const size_t nrow = rows_q(c) * c->heads;
   double *q = rand_vec(nq, dt, -2, 2), *k = rand_vec(nk, dt, -2, 2), *v = rand_vec(nk, dt, -2, 2);
   double *dout = rand_vec(nq, dt, -1, 1);
   void *bq = dt_buf(dt, q, nq), *bk = dt_buf(dt, k, nk), *bv = dt_buf(dt, v, nk), *bo = dt_buf(dt, NULL, nq);
   void *bdo = dt_buf(dt, dout, nq), *bdq = dt_buf(dt, NULL, nq), *bdk = dt_buf(dt, NULL, nk), *bdv = dt_buf(dt, NULL, nk);
-  float *lse = malloc(4 * nrow), *delta = malloc(4 * nrow);
+  float *lse = calloc(nrow, 4), *delta = malloc(4 * nrow);
   kiln_kernel *fwd, *bwd;
   kiln_attn_desc fd = *pd;
   fd.has_lse = 1;
@@ -594,6 +694,12 @@ static void api_case(kiln_context *ctx, bcase *c, const kiln_attn_desc *pd) {
                           .dout = bdo, .dq = bdq, .dk = bdk, .dv = bdv, .delta = delta,
                           .dq_numel = (int64_t)nq, .dk_numel = (int64_t)nk, .delta_numel = (int64_t)nrow};
   if (pd->dropout_p != 0) a.fwd.dropout_seed = c->seed, a.fwd.dropout_offset = c->offset;
+  if (is_varlen(c)) {
+    a.fwd.cu_seqlens_q = c->cu_q, a.fwd.cu_seqlens_k = c->cu_k;
+    a.fwd.total_q = c->total_q, a.fwd.total_k = c->total_k;
+    a.fwd.lse_numel = (int64_t)nrow, a.fwd.o_numel = (int64_t)nq, a.fwd.v_numel = (int64_t)nk;
+    a.dout_numel = (int64_t)nq, a.dv_numel = (int64_t)nk;
+  }
   if (pd->mods) {
     ma = (kiln_mod_arg){.name = "temp", .kind = KILN_MOD_ARG_PTR, .p = c->named[0].value.p,
                         .bytes = c->named[0].bytes};
@@ -609,6 +715,7 @@ static void api_case(kiln_context *ctx, bcase *c, const kiln_attn_desc *pd) {
   if (kn_attn_bwd_reference(&c->desc, NULL, &p, &c->va, q, k, v, dout, false, ref[0], ref[1], ref[2], &diag))
     fail_msg("reference: %s", diag.rendered);
   void *got[3] = {bdq, bdk, bdv};
+  for (int t = 0; t < 3; t++) check_padding(c, got[t], t ? c->kv_heads : c->heads, t == 0);
   for (int t = 0; t < 3; t++) {
     double big = 0, e = max_err(dt, got[t], ref[t], n[t], &big);
     if (verbose()) printf("  api %-24s grad %d: err %.2e (max %.2f)\n", c->name, t, e, big);
@@ -622,8 +729,15 @@ static void api_case(kiln_context *ctx, bcase *c, const kiln_attn_desc *pd) {
   bad[0].a.dout = NULL;
   bad[1].a.fwd.lse = NULL;
   bad[2].a.dq_numel = 1;
+  if (is_varlen(c)) {  /* a batch stride for a packed gradient, a delta too small for (H, total_q) */
+    bad[3].want = "dk_stride is {0, head, token}";
+    bad[3].a.dk_stride[0] = 1, bad[3].a.dk_stride[1] = D, bad[3].a.dk_stride[2] = (int64_t)c->kv_heads * D;
+    bad[4].want = "delta holds";
+    bad[4].a.delta_numel = (int64_t)nrow - 1, bad[4].k = bwd;
+  }
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    kiln_status st = i == 3 ? kiln_forward(bwd, &a.fwd, NULL) : kiln_backward(bad[i].k, &bad[i].a, NULL);
+    kiln_status st = i == 3 && !is_varlen(c) ? kiln_forward(bwd, &a.fwd, NULL)
+                                             : kiln_backward(bad[i].k, &bad[i].a, NULL);
     assert_int_equal(st, KILN_ERR_INVALID);
     if (!strstr(kiln_last_error(), bad[i].want))
       fail_msg("error '%s' does not say '%s'", kiln_last_error(), bad[i].want);
@@ -645,18 +759,18 @@ static void test_api(void **state) {
       C("api user score_mod f16", 1, 2, 2, 30, 45, .dtype = KN_F16, .head_dim = 32, .mods = TEMP_SCORE_MOD),
       C("api dropout causal gqa f16", 2, 4, 2, 67, 81, .dtype = KN_F16, .head_dim = 64, .causal = 1,
         .dropout = 0.17f),
+      V("api varlen dropout causal gqa f16", 4, 4, 2, L(67, 0, 1, 40), L(81, 3, 1, 0),
+        .dtype = KN_F16, .head_dim = 56, .causal = 1, .dropout = 0.17f),
   };
   const kiln_attn_desc pub[] = {{.dtype = KILN_F16, .head_dim = 64, .causal = 1},
                                 {.dtype = KILN_BF16, .head_dim = 40, .softcap = 1},
                                 {.dtype = KILN_F16, .head_dim = 32, .mods = TEMP_SCORE_MOD},
-                                {.dtype = KILN_F16, .head_dim = 64, .causal = 1, .dropout_p = 0.17f}};
+                                {.dtype = KILN_F16, .head_dim = 64, .causal = 1, .dropout_p = 0.17f},
+                                {.dtype = KILN_F16, .head_dim = 56, .causal = 1, .dropout_p = 0.17f,
+                                 .layout = KILN_LAYOUT_VARLEN}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) api_case(ctx, &cases[i], &pub[i]);
   /* refusals at prepare */
   kiln_kernel *k;
-  assert_int_equal(kiln_prepare_backward(ctx, &(kiln_attn_desc){.dtype = KILN_F16, .head_dim = 64,
-                                                                 .layout = KILN_LAYOUT_VARLEN}, NULL, &k),
-                   KILN_ERR_UNSUPPORTED);
-  if (!strstr(kiln_last_error(), "varlen is not supported yet")) fail_msg("%s", kiln_last_error());
   assert_int_equal(kiln_prepare_backward(ctx, &(kiln_attn_desc){.dtype = KILN_F16, .head_dim = 64,
                                                                  .layout = KILN_LAYOUT_PAGED}, NULL, &k),
                    KILN_ERR_UNSUPPORTED);

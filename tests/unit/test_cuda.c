@@ -266,9 +266,11 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
   return 0;
 }
 /* The backward's three kernels (templates/attn_bwd.h: 43 parameters, plain or causal as
- * kn_fake_cuda_attn said; no variant parameters): 4 attn_bwd_pre writes delta, 5 attn_bwd_dkdv dK
- * and dV (grid y = B * HK), 6 attn_bwd_dq dQ (grid y = B * H), each in float64 from the launch's
- * q, k, v, o, dO, lse and delta and its strides, whatever the grid's x. */
+ * kn_fake_cuda_attn said; no variant parameters but varlen's, as kn_fake_cuda_attn_varlen said:
+ * the prefix sums and max lengths after the 43, seqlen_q / seqlen_k the totals, the batch
+ * strides multiplying each sequence's first token): 4 attn_bwd_pre writes delta, 5
+ * attn_bwd_dkdv dK and dV (grid y = B * HK), 6 attn_bwd_dq dQ (grid y = B * H), each in float64
+ * from the launch's q, k, v, o, dO, lse and delta and its strides, whatever the grid's x. */
 static int fake_attention_bwd(int which, unsigned gy, void **params) {
   void *ptr[10];
   for (int i = 0; i < 10; i++) ptr[i] = (void *)(uintptr_t)*(dptr *)params[i];
@@ -281,26 +283,47 @@ static int fake_attention_bwd(int which, unsigned gy, void **params) {
     if (!ptr[i]) return 1;
   if (H <= 0 || group <= 0 || H % group || nq < 0 || nk < 0 || !(scale > 0)) return 1;
   const int HK = H / group, B = (int)gy / (which == 5 ? HK : H), D = attn_d;
+  const int32_t *cuq = NULL, *cuk = NULL, tq = nq, tk = nk;
+  int32_t mq = nq, mk = nk;
+  if (attn_varlen) {
+    cuq = (const int32_t *)(uintptr_t)*(dptr *)params[43];
+    cuk = (const int32_t *)(uintptr_t)*(dptr *)params[44];
+    mq = *(int32_t *)params[45], mk = *(int32_t *)params[46];
+    if (!cuq || !cuk) return 1;
+    for (int b = 0; b < B; b++)
+      if (cuq[b + 1] < cuq[b] || cuk[b + 1] < cuk[b] || cuq[b + 1] > tq || cuk[b + 1] > tk)
+        return 1;
+  }
+  /* sequence b: what the batch strides multiply (qb, kb) and its lengths */
+#define SEQ(b)                                                                           \
+  int64_t qb = attn_varlen ? cuq[b] : (b), kb = attn_varlen ? cuk[b] : (b);              \
+  nq = attn_varlen ? cuq[(b) + 1] - cuq[b] : tq, nk = attn_varlen ? cuk[(b) + 1] - cuk[b] : tk; \
+  if (nq > mq) nq = mq;                                                                  \
+  if (nk > mk) nk = mk
 #define AT(t, b, h, r) ((b) * st[3 * (t)] + (h) * st[3 * (t) + 1] + (r) * st[3 * (t) + 2])
   if (which == 5)
-    for (int b = 0; b < B; b++)
+    for (int b = 0; b < B; b++) {
+      SEQ(b);
+      (void)qb;
       for (int hk = 0; hk < HK; hk++)
         for (int j = 0; j < nk; j++)
           for (int d = 0; d < D; d++) {
-            st_elem(ptr[6], AT(6, b, hk, j) + d, 0);
-            st_elem(ptr[7], AT(7, b, hk, j) + d, 0);
+            st_elem(ptr[6], AT(6, kb, hk, j) + d, 0);
+            st_elem(ptr[7], AT(7, kb, hk, j) + d, 0);
           }
+    }
   double *acc = calloc((size_t)(D > 0 ? D : 1) * 2, sizeof(double));
   if (!acc) return 2;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++) {
       const int hk = h / group;
+      SEQ(b);
       for (int i = 0; i < nq; i++) {
-        const int64_t lrow = b * st[24] + h * st[25] + i, drow = b * st[26] + h * st[27] + i;
+        const int64_t lrow = qb * st[24] + h * st[25] + i, drow = qb * st[26] + h * st[27] + i;
         if (which == 4) {
           double s = 0;
           for (int d = 0; d < D; d++)
-            s += ld_elem(ptr[4], AT(4, b, h, i) + d) * ld_elem(ptr[3], AT(3, b, h, i) + d);
+            s += ld_elem(ptr[4], AT(4, qb, h, i) + d) * ld_elem(ptr[3], AT(3, qb, h, i) + d);
           delta[drow] = (float)s;
           continue;
         }
@@ -309,25 +332,26 @@ static int fake_attention_bwd(int which, unsigned gy, void **params) {
           if (attn_causal && j > i + nk - nq) continue;
           double s = 0, dp = 0;
           for (int d = 0; d < D; d++) {
-            s += ld_elem(ptr[0], AT(0, b, h, i) + d) * ld_elem(ptr[1], AT(1, b, hk, j) + d);
-            dp += ld_elem(ptr[4], AT(4, b, h, i) + d) * ld_elem(ptr[2], AT(2, b, hk, j) + d);
+            s += ld_elem(ptr[0], AT(0, qb, h, i) + d) * ld_elem(ptr[1], AT(1, kb, hk, j) + d);
+            dp += ld_elem(ptr[4], AT(4, qb, h, i) + d) * ld_elem(ptr[2], AT(2, kb, hk, j) + d);
           }
           double p = exp(s * scale - lse[lrow]), ds = p * (dp - delta[drow]);
           for (int d = 0; d < D; d++) {
             if (which == 6) {
-              acc[d] += scale * ds * ld_elem(ptr[1], AT(1, b, hk, j) + d);
+              acc[d] += scale * ds * ld_elem(ptr[1], AT(1, kb, hk, j) + d);
               continue;
             }
-            int64_t ko = AT(6, b, hk, j) + d, vo = AT(7, b, hk, j) + d;
-            st_elem(ptr[6], ko, ld_elem(ptr[6], ko) + scale * ds * ld_elem(ptr[0], AT(0, b, h, i) + d));
-            st_elem(ptr[7], vo, ld_elem(ptr[7], vo) + p * ld_elem(ptr[4], AT(4, b, h, i) + d));
+            int64_t ko = AT(6, kb, hk, j) + d, vo = AT(7, kb, hk, j) + d;
+            st_elem(ptr[6], ko, ld_elem(ptr[6], ko) + scale * ds * ld_elem(ptr[0], AT(0, qb, h, i) + d));
+            st_elem(ptr[7], vo, ld_elem(ptr[7], vo) + p * ld_elem(ptr[4], AT(4, qb, h, i) + d));
           }
         }
         if (which == 6)
-          for (int d = 0; d < D; d++) st_elem(ptr[5], AT(5, b, h, i) + d, acc[d]);
+          for (int d = 0; d < D; d++) st_elem(ptr[5], AT(5, qb, h, i) + d, acc[d]);
       }
     }
 #undef AT
+#undef SEQ
   free(acc);
   attn_launches++;
   return 0;
