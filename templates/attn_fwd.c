@@ -340,6 +340,16 @@ kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d
     kn_attn_config w = {.block_m = 64, .block_n = 64, .warps = 4, .stages = 2, .wgmma = true};
     if (kn_attn_check_on(arch, d, &w, &diag) == 0) return w;
   }
+  /* At head dim 64 (padded) the plain kernel takes wgmma 64x128 with 4 warps: the CUDA tuner's
+   * choice on the H200 (bench/RESULTS.md, session 25: B 4 x H 32 x N 4096 f16, 39 candidates
+   * checked against float64; 397 against 290 TFLOP/s without a mask, 288 against 257 causal;
+   * `kiln run` at that tiling PASS on ragged D 64 / 59 shapes).  The variants keep their
+   * tilings until measured (64x64 is refused with wgmma at D 64: docs/gpu.md). */
+  if (plain && d->dropout == 0 && !kn_attn_has_modifiers(d) && arch &&
+      arch->isa == KN_ISA_NVPTX && kn_attn_head_pad(d->head_dim) == 64) {
+    kn_attn_config w = {.block_m = 64, .block_n = 128, .warps = 4, .stages = 2, .wgmma = true};
+    if (kn_attn_check_on(arch, d, &w, &diag) == 0) return w;
+  }
   if (kn_attn_check_on(arch, d, &c, &diag) == 0) return c;
   for (int bm = c.block_m; bm >= 16; bm /= 2)
     for (int bn = c.block_n; bn >= 16; bn /= 2)

@@ -224,7 +224,8 @@ if [ -n "$fake" ] && [ -f "$fake" ]; then
 else
   echo "SKIP run-sm90a-fake (no fake libcuda given)"
 fi
-expect compile-sm90a-ptx 0 'mma.sync.aligned.m16n8k16' -- "$kiln" compile --target sm_90a --head-dim 64
+expect compile-sm90a-ptx 0 'wgmma.mma_async.sync.aligned.m64n128k16' -- "$kiln" compile --target sm_90a --head-dim 64
+expect compile-sm90a-ptx-d32 0 'mma.sync.aligned.m16n8k16' -- "$kiln" compile --target sm_90a --head-dim 32
 expect compile-emu-refused 2 'runs under `kiln run`' -- "$kiln" compile --target gfx942-emu
 if command -v ptxas >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/ptxas ]; then
   expect compile-sm80-stats 0 'spill stores 0 B' -- \
