@@ -100,6 +100,12 @@ static inline int test_variant_list(kn_attn_desc base, const char *const *extra,
   return n;
 }
 
+/* the registry's target of a test's target name: the emulated "-emu" ones or the compile
+ * targets; NULL for NULL (the interpreter) */
+static inline const kn_target *target_named(const char *target) {
+  return !target ? NULL : strstr(target, "-emu") ? kn_emu_target(target) : kn_target_get(target);
+}
+
 /* kernel `name` of module m on target (NULL: the interpreter, whose op counts go to *st when st
  * is not NULL); compile failures are cmocka failures naming `what`; 0 or -1 with *diag */
 static inline int run_named_on_target(const char *target, kn_module *m, const char *name,
@@ -107,7 +113,7 @@ static inline int run_named_on_target(const char *target, kn_module *m, const ch
                                       const kn_region *regions, int nreg, kn_interp_stats *st,
                                       const char *what, kn_diag *diag) {
   if (!target) return kn_interp_run(kn_module_find(m, name), args, grid, regions, nreg, st, diag);
-  const kn_target *t = strstr(target, "-emu") ? kn_emu_target(target) : kn_target_get(target);
+  const kn_target *t = target_named(target);
   assert_non_null(t);
   kn_kernel *kern = NULL;
   if (kn_compile(m, name, t, NULL, &kern, diag))

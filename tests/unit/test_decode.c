@@ -199,9 +199,7 @@ static void sweep_layout(const char *target, kn_scalar dt, int D, int nshapes, b
   dc_case cs[16];
   int n = case_list(cs, dt, D);
   clock_t t0 = clock();
-  const kn_target *t = target ? (strstr(target, "-emu") ? kn_emu_target(target)
-                                                         : kn_target_get(target))
-                              : NULL;
+  const kn_target *t = target_named(target);
   for (int i = 0; i < n; i++)
     for (int s = 0; s < nshapes; s++) {
       dc_case c = cs[i];

@@ -272,13 +272,22 @@ static void reference(f8_case *c) {
     fail_msg("%s: reference: %s", c->name, diag.message);
 }
 
+/* the case's q, k, v, o and lse as the kernels may touch them (in their memory formats) */
+static void io_regions(const f8_case *c, kn_region io[5]) {
+  const kn_attn_desc *d = &c->desc;
+  const size_t qs = kn_scalar_size(kn_attn_q_type(d)), ks = kn_scalar_size(kn_attn_kv_type(d));
+  io[0] = (kn_region){c->q, c->nq * qs};
+  io[1] = (kn_region){c->k, c->nk * ks};
+  io[2] = (kn_region){c->v, c->nk * ks};
+  io[3] = (kn_region){c->o, c->nq * kn_scalar_size(d->dtype)};
+  io[4] = (kn_region){c->lse, c->nq / (size_t)c->head_dim * 4};
+}
+
 /* builds the kernel, runs it on target (NULL: the interpreter) and checks it */
 static void run_case(const char *target, f8_case *c, bool dflt) {
   prepare(c);
   const kn_attn_desc *d = &c->desc;
-  const kn_target *t = target ? (strstr(target, "-emu") ? kn_emu_target(target)
-                                                         : kn_target_get(target))
-                              : NULL;
+  const kn_target *t = target_named(target);
   kn_attn_config cfg = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 2};
   if (dflt) cfg = kn_attn_default_config(t ? t->arch : NULL, d);
   kn_diag diag;
@@ -293,10 +302,8 @@ static void run_case(const char *target, f8_case *c, bool dflt) {
   int grid[3];
   if (kn_attn_fill_args(d, &sig, &cfg, &p, c->q, c->k, c->v, c->o, c->lse, &va, args, grid, &diag))
     fail_msg("%s: args: %s", c->name, diag.message);
-  const size_t qs = kn_scalar_size(kn_attn_q_type(d)), ks = kn_scalar_size(kn_attn_kv_type(d));
-  kn_region regions[KN_ATTN_MAX_PARAMS] = {
-      {c->q, c->nq * qs}, {c->k, c->nk * ks}, {c->v, c->nk * ks},
-      {c->o, c->nq * kn_scalar_size(d->dtype)}, {c->lse, c->nq / (size_t)c->head_dim * 4}};
+  kn_region regions[KN_ATTN_MAX_PARAMS];
+  io_regions(c, regions);
   int nreg = 5;
   kn_argval scratch[KN_ATTN_MAX_PARAMS];
   memcpy(scratch, args, sizeof scratch);
@@ -320,17 +327,13 @@ static void run_case(const char *target, f8_case *c, bool dflt) {
 static void run_decode_case(const char *target, f8_case *c, bool dflt, int splits) {
   prepare(c);
   const kn_attn_desc *d = &c->desc;
-  const kn_target *t = target ? (strstr(target, "-emu") ? kn_emu_target(target)
-                                                         : kn_target_get(target))
-                              : NULL;
+  const kn_target *t = target_named(target);
   kn_attn_config cfg = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 2};
   if (dflt) cfg = kn_attn_decode_default_config(t ? t->arch : NULL, d);
   kn_attn_problem p = problem(c);
   kn_attn_vargs va = vargs(c);
-  const size_t qs = kn_scalar_size(kn_attn_q_type(d)), ks = kn_scalar_size(kn_attn_kv_type(d));
-  const kn_region io[5] = {{c->q, c->nq * qs}, {c->k, c->nk * ks}, {c->v, c->nk * ks},
-                           {c->o, c->nq * kn_scalar_size(d->dtype)},
-                           {c->lse, c->nq / (size_t)c->head_dim * 4}};
+  kn_region io[5];
+  io_regions(c, io);
   run_decode_on_target(target, d, &cfg, &p, &va, splits, io, c->name);
   reference(c);
   char tn[64];

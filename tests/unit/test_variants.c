@@ -330,9 +330,7 @@ static void sweep(const char *target, kn_scalar dt, int D, int nshapes) {
       /* small blocks (ragged against every shape) and the default of the target */
       kn_attn_config cfg = {.block_m = 32, .block_n = 16, .warps = 2, .stages = 2};
       if (s % 2) {
-        const kn_target *t = target ? (strstr(target, "-emu") ? kn_emu_target(target)
-                                                               : kn_target_get(target))
-                                    : NULL;
+        const kn_target *t = target_named(target);
         cfg = kn_attn_default_config(t ? t->arch : NULL, &c.desc);
       }
       check_on(target, &c, &cfg);
