@@ -285,13 +285,19 @@ static kiln_status variant_args(const api_launch_view *k, const kiln_attn_args *
 /* ---- capacities (kiln.h, docs/api.md: "Capacities") ---- */
 
 /* the elements a view of n dims (sizes, strides) plus `inner` contiguous ones reaches from its
- * pointer: 0 when it is empty, -1 when a stride is negative */
+ * pointer: 0 when it is empty, -1 when a stride is negative, INT64_MAX when the span does not
+ * fit in int64 (more than any described capacity: the caller's check then refuses it) */
 static int64_t view_span(const int64_t *size, const int64_t *stride, int n, int64_t inner) {
   int64_t end = inner;
   for (int i = 0; i < n; i++) {
     if (size[i] == 0) return 0;
     if (stride[i] < 0) return -1;
-    end += (size[i] - 1) * stride[i];
+  }
+  for (int i = 0; i < n; i++) {
+    int64_t step;
+    if (size[i] < 1 || __builtin_mul_overflow(size[i] - 1, stride[i], &step) ||
+        __builtin_add_overflow(end, step, &end))
+      return INT64_MAX;
   }
   return end;
 }
@@ -307,6 +313,10 @@ static kiln_status check_span(const char *who, const char *name, int64_t numel,
   if (span < 0)
     return api_fail(KILN_ERR_INVALID, "%s: %s has a negative stride; a described "
                     "capacity (%s_numel) needs strides >= 0", who, name, name);
+  if (span == INT64_MAX)
+    return api_fail(KILN_ERR_INVALID, "%s: %s's shape and strides reach past 2^63 elements, "
+                    "more than any buffer holds (%s_numel %lld)", who, name, name,
+                    (long long)numel);
   if (span > numel)
     return api_fail(KILN_ERR_INVALID, "%s: %s holds %lld elements (%s_numel), but the "
                     "shape and strides described reach %lld", who, name, (long long)numel, name,

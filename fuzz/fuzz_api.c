@@ -288,7 +288,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       cu[w] = buffer(&bufs, nb + 1, sizeof(int32_t));
       for (int b = 0; b < nb; b++) {
         uint32_t x = u8(&r);
-        cu[w][b + 1] = (x & 7) == 7 ? (int32_t)u32(&r) : cu[w][b] + (int32_t)(x >> 3) % 25;
+        cu[w][b + 1] = (x & 7) == 7 ? (int32_t)u32(&r)
+                                     : (int32_t)((int64_t)cu[w][b] + (x >> 3) % 25 > INT32_MAX
+                                                     ? INT32_MAX : cu[w][b] + (x >> 3) % 25);
       }
     }
     a.cu_seqlens_q = cu[0], a.cu_seqlens_k = cu[1];

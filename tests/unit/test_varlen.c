@@ -598,6 +598,11 @@ static void shrink_q(kiln_attn_args *a) { a->q_numel -= 1; }
 static void shrink_lse(kiln_attn_args *a) { a->lse_numel -= 1; }
 static void bad_cu(kiln_attn_args *a) { ((int32_t *)a->cu_seqlens_k)[2] = a->cu_seqlens_k[1] - 1; }
 static void batch_stride(kiln_attn_args *a) { a->k_stride[0] = 8; }
+/* a token stride whose span overflows int64 (the long fuzz campaign's find: a signed overflow
+ * in the capacity check, which packed layouts reach first) */
+static void huge_stride(kiln_attn_args *a) {
+  a->k_stride[1] = 64, a->k_stride[2] = INT64_MAX / 3;  /* {0, head, token} */
+}
 
 static void expect_invalid(kiln_context *ctx, vl_case c, void (*edit)(kiln_attn_args *),
                            const char *words) {
@@ -623,6 +628,7 @@ static void test_api_varlen(void **state) {
   expect_invalid(ctx, c, shrink_lse, "lse holds");
   expect_invalid(ctx, c, bad_cu, "cu_seqlens_k[1..2]");
   expect_invalid(ctx, c, batch_stride, "no batch axis");
+  expect_invalid(ctx, c, huge_stride, "past 2^63 elements");
   /* a varlen kernel is not tuned */
   kiln_attn_desc pd = {.dtype = KILN_F16, .head_dim = 64, .layout = KILN_LAYOUT_VARLEN};
   assert_int_equal(kiln_tune(ctx, &pd, NULL, NULL), KILN_ERR_UNSUPPORTED);
@@ -676,6 +682,9 @@ static void test_api_capacity(void **state) {
   a.k_stride[0] = 2 * (int64_t)HK * cap * D;  /* batch 1 starts past the buffer */
   assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
   assert_non_null(strstr(kiln_last_error(), "k holds"));
+  a.k_stride[0] = INT64_MAX / 2;  /* (their bytes overflow: refused before the capacities) */
+  assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "more than 2^63 bytes"));
   /* varlen arguments to a dense kernel */
   memcpy(a.k_stride, ks, sizeof ks);
   a.total_q = 3;
