@@ -27,6 +27,9 @@
 #   step "api"          (issue 15) sdpa_anchor.py --kiln: kiln.attention through the Python binding
 #                       at the API default beside SDPA flash and cuDNN, one table
 #                       (KILN_API_ARGS, e.g. "--dtypes f16 --quick"); needs pack/pylib.tar.xz
+#   step "overhead"     api_overhead.py: the host cost of one call (kiln.attention, the prepared
+#                       Kernel.forward, prepare alone, the Python planning alone, SDPA), wall
+#                       time and events, and a cProfile of the binding; needs pack/pylib.tar.xz
 #   step "serve"        kiln_serve_bench (varlen prefill mix, paged vs dense prefill; KILN_SERVE_ARGS)
 #                       and `sdpa_anchor.py --varlen` on the lengths it wrote
 #   KILN_DECODE_ARGS    extra arguments for kiln_decode_bench (step decode; e.g. "--sweep", or
@@ -380,6 +383,12 @@ pyenv=(env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="$work/pylib/lib${LD_LIBRARY_PATH:
 if want python && pylib python; then
   step "python torch check" "$out/python.log" 420 "${pyenv[@]}" python3 "$here/python_torch_check.py"
   grep -E "^(PASS|FAIL|# )" "$out/python.log" >>"$summary"
+fi
+
+# ---- the host cost of one call: kiln's binding, its prepared kernel, SDPA (api_overhead.py) ----
+if want overhead && pylib overhead; then
+  step "api overhead" "$out/overhead.log" 300 "${pyenv[@]}" python3 "$here/api_overhead.py"
+  grep -E "^(\||#)" "$out/overhead.log" >>"$summary"
 fi
 
 # ---- issue 15's table: kiln.attention at the API default next to SDPA flash and cuDNN ----
