@@ -66,6 +66,21 @@ def reference(q, k, v, causal, scale, softcap=0.0, z=None):
     return torch.matmul(p * z if z is not None else p, vv)
 
 
+def rel_errs(got, ref):
+    """max |got - ref| over max(|ref|, 1), per tensor pair"""
+    return [((g.double() - r).abs().max() / r.abs().max().clamp(min=1)).item()
+            for g, r in zip(got, ref)]
+
+
+def verdict(what, dt, names, errs):
+    """one case's PASS/FAIL line (names label errs); True when it passed"""
+    tol = 1e-2 if dt == torch.float16 else 6e-2
+    ok = all(e <= tol for e in errs)
+    print(f"{'PASS' if ok else 'FAIL'} {what}: rel err "
+          + " ".join(f"{n} {e:.2e}" for n, e in zip(names, errs)) + f" tol={tol}")
+    return ok
+
+
 def main():
     torch.manual_seed(0)
     cases, fails = 0, 0
@@ -111,15 +126,10 @@ def main():
         qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
         ref = torch.autograd.grad(reference(qd, kd, vd, causal, 1.0 / math.sqrt(D), cap),
                                   (qd, kd, vd), do.double())
-        errs = [((g.double() - r).abs().max() / r.abs().max().clamp(min=1)).item()
-                for g, r in zip(got, ref)]
-        tol = 1e-2 if dt == torch.float16 else 6e-2
-        ok = all(e <= tol for e in errs)
         cases += 1
-        fails += not ok
-        print(f"{'PASS' if ok else 'FAIL'} backward {dev} {str(dt)[6:]} D{D} causal={int(causal)} "
-              f"softcap={cap} Nq={Nq} Nk={Nk} H={H}/{HK}: rel err dq {errs[0]:.2e} dk {errs[1]:.2e} "
-              f"dv {errs[2]:.2e} tol={tol}")
+        fails += not verdict(f"backward {dev} {str(dt)[6:]} D{D} causal={int(causal)} "
+                             f"softcap={cap} Nq={Nq} Nk={Nk} H={H}/{HK}", dt, ("dq", "dk", "dv"),
+                             rel_errs(got, ref))
     # dropout in the autograd graph: one mask from (seed, offset) in the forward and the backward
     for dev, dt, D, causal, (Nq, Nk, H, HK) in (
             ("cuda", torch.float16, 64, True, (1000, 1000, 4, 2)),
@@ -136,15 +146,10 @@ def main():
         qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
         od = reference(qd, kd, vd, causal, 1.0 / math.sqrt(D), 0.0, z)
         ref = (od.detach(),) + torch.autograd.grad(od, (qd, kd, vd), do.double())
-        errs = [((g.double() - r).abs().max() / r.abs().max().clamp(min=1)).item()
-                for g, r in zip(got, ref)]
-        tol = 1e-2 if dt == torch.float16 else 6e-2
-        ok = all(e <= tol for e in errs)
         cases += 1
-        fails += not ok
-        print(f"{'PASS' if ok else 'FAIL'} dropout {pd} {dev} {str(dt)[6:]} D{D} "
-              f"causal={int(causal)} Nq={Nq} Nk={Nk} H={H}/{HK}: rel err o {errs[0]:.2e} "
-              f"dq {errs[1]:.2e} dk {errs[2]:.2e} dv {errs[3]:.2e} tol={tol}")
+        fails += not verdict(f"dropout {pd} {dev} {str(dt)[6:]} D{D} causal={int(causal)} "
+                             f"Nq={Nq} Nk={Nk} H={H}/{HK}", dt, ("o", "dq", "dk", "dv"),
+                             rel_errs(got, ref))
     # varlen (docs/backward.md, "Varlen"): kiln.attention_varlen in the autograd graph, packed
     # sequences of ragged lengths (an empty one, length 1, no keys, tokens of no sequence at the
     # end) against the reference run on each sequence (dropout: the mask of query head b * H + h)
@@ -185,15 +190,11 @@ def main():
         ref = (od,) + tuple(g if g is not None else torch.zeros_like(x)
                             for g, x in zip(grads, (qd, kd, vd)))
         n = cq[-1]  # o's rows of no sequence are not written (dq/dk/dv's are zeros)
-        errs = [((g[:n] if i == 0 else g).double() - (r[:n] if i == 0 else r)).abs().max().item()
-                / max(r.abs().max().item(), 1.0) for i, (g, r) in enumerate(zip(got, ref))]
-        tol = 1e-2 if dt == torch.float16 else 6e-2
-        ok = all(e <= tol for e in errs)
         cases += 1
-        fails += not ok
-        print(f"{'PASS' if ok else 'FAIL'} varlen backward {dev} {str(dt)[6:]} D{D} "
-              f"causal={int(causal)} dropout={pd} lens {lq}/{lk} H={H}/{HK}: rel err o "
-              f"{errs[0]:.2e} dq {errs[1]:.2e} dk {errs[2]:.2e} dv {errs[3]:.2e} tol={tol}")
+        fails += not verdict(f"varlen backward {dev} {str(dt)[6:]} D{D} causal={int(causal)} "
+                             f"dropout={pd} lens {lq}/{lk} H={H}/{HK}", dt,
+                             ("o", "dq", "dk", "dv"),
+                             rel_errs((got[0][:n],) + got[1:], (ref[0][:n],) + ref[1:]))
     print(f"python binding on CUDA tensors: {cases - fails} of {cases} cases passed")
     sys.exit(1 if fails else 0)
 
