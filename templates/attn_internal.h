@@ -165,14 +165,16 @@ kn_paged_kv kn_paged_open(kn_builder *b, const kn_attn_sig *sig, kn_value *const
  * clamped into [0, num_pages) */
 void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n, kn_paged_rows *out);
 
-/* the page and slot (i64 scalars) of key n0 of the sequence, a key below its length: one scalar
- * load of the table's entry, the page clamped into [0, num_pages).  A block of keys n0 .. that
- * lies in one page (n0 a multiple of the block, page_size of it) starts at page * page_stride +
- * slot * row_stride and is a plain block load (the decode kernel's fast path).  Either output
- * may be NULL: no slot, or no table read (the decode kernel reads a block's page a block early
- * and its slot in the block's own iteration). */
-void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value **page,
+/* the table index and slot (i32 scalars) of key n0 >= 0 of the sequence: one division by the
+ * page size (either output may be NULL).  A block of keys n0 .. that lies in one page (n0 a
+ * multiple of the block, page_size of it) starts at page * page_stride + slot * row_stride and
+ * is a plain block load (the decode kernel's fast path, which calls this once per program and
+ * then steps index and slot by the block: no division in its loop). */
+void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value **index,
                   kn_value **slot);
+/* the page (an i64 scalar) of table entry `index` (i32, one of the sequence's entries): one
+ * scalar load of the table, the page clamped into [0, num_pages) */
+kn_value *kn_paged_page(kn_builder *b, const kn_paged_kv *pg, kn_value *index);
 
 /* the block's tile of a pool at base (the kv head's start): (n, dp) rows, or (dp, n) when
  * transposed (K^T), element (j, c) at page[j] * page_stride + slot[j] * row_stride + c (i64

@@ -115,17 +115,17 @@ void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n,
   out->slot = nm(b, kn_b_cast(b, slot, KN_I64), "pg_slot64");
 }
 
-void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value **page,
+void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value **index,
                   kn_value **slot) {
-  kn_type i32 = kn_ty_scalar(KN_I32);
   kn_value *idx = bin(b, KN_OP_DIV, n0, pg->page_size, "pk_index");
-  if (slot) {
-    kn_value *sl = bin(b, KN_OP_SUB, n0, bin(b, KN_OP_MUL, idx, pg->page_size, "pk_first"),
-                       "pk_slot");
-    *slot = nm(b, kn_b_cast(b, sl, KN_I64), "pk_slot64");
-  }
-  if (!page) return;
-  kn_value *idx64 = nm(b, kn_b_cast(b, idx, KN_I64), "pk_index64");
+  if (slot)
+    *slot = bin(b, KN_OP_SUB, n0, bin(b, KN_OP_MUL, idx, pg->page_size, "pk_first"), "pk_slot");
+  if (index) *index = idx;
+}
+
+kn_value *kn_paged_page(kn_builder *b, const kn_paged_kv *pg, kn_value *index) {
+  kn_type i32 = kn_ty_scalar(KN_I32);
+  kn_value *idx64 = nm(b, kn_b_cast(b, index, KN_I64), "pk_index64");
   kn_value *one = nm(b, kn_b_const_i(b, kn_ty_scalar(KN_I64), 1), "c1_pk");
   kn_value *pgv = nm(b, kn_b_load(b, i32, pg->table, &idx64, &one, NULL, NULL, NULL),
                      "pk_page_raw");
@@ -133,7 +133,7 @@ void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value *
                        "pk_last");
   pgv = bin(b, KN_OP_MAX, bin(b, KN_OP_MIN, pgv, last, "pk_page_hi"),
             nm(b, kn_b_const_i(b, i32, 0), "c0_pk"), "pk_page");
-  *page = nm(b, kn_b_cast(b, pgv, KN_I64), "pk_page64");
+  return nm(b, kn_b_cast(b, pgv, KN_I64), "pk_page64");
 }
 
 kn_value *kn_paged_gather(kn_builder *b, kn_scalar dt, kn_value *base, const kn_paged_rows *r,
