@@ -290,7 +290,7 @@ static void kv_rows(dgen *g, const kv_view *kv, kv_read how, kn_scalar dt, int B
     kv_block_loads(g, kv, dt, BN, DP, kb, vb, c0, left, c0, c_d, one64, kt, vt);
   } else {  /* each key's page and slot, gathered */
     kn_paged_rows pr;
-    kn_paged_block(&g->b, kv->paged, n0, BN, &pr);
+    kn_paged_block(&g->b, kv->paged, n0, BN, true, &pr);
     *kt = kn_paged_gather(&g->b, dt, kv->k_base, &pr, kv->k_ps, kv->k_sn, D, DP, true, "k_tile");
     *vt = kn_paged_gather(&g->b, dt, kv->v_base, &pr, kv->v_ps, kv->v_sn, D, DP, false, "v_tile");
   }
