@@ -274,23 +274,23 @@ static void kv_block_loads(dgen *g, const kv_view *kv, kn_scalar dt, int BN, int
 typedef enum kv_read { KV_DENSE, KV_IN_PAGE, KV_GATHER } kv_read;
 
 static void kv_rows(dgen *g, const kv_view *kv, kv_read how, kn_scalar dt, int BN, int D, int DP,
-                    kn_value *n0, kn_value *page, kn_value *c0, kn_value *c_d, kn_value *one64,
-                    kn_value **kt, kn_value **vt) {
+                    kn_value *n0, kn_value *page, kn_value *slot, kn_value *c0, kn_value *c_d,
+                    kn_value *one64, kn_value **kt, kn_value **vt) {
   if (how == KV_DENSE) {  /* rows n0.. of the (batch, kv head) base */
     kv_block_loads(g, kv, dt, BN, DP, kv->k_base, kv->v_base, n0, kv->seqlen_k, c0, c_d, one64,
                    kt, vt);
   } else if (how == KV_IN_PAGE) {
-    /* the block lies in one page (`page`, read from the table a block early by kv_loop):
-     * block loads from its rows, bounded by the keys left */
-    kn_value *slot;
-    kn_paged_key(&g->b, kv->paged, n0, NULL, &slot);
+    /* the block lies in one page (`page`, read from the table a block early by kv_loop, and
+     * the block's `slot` in it, stepped by kv_loop): block loads from its rows, bounded by
+     * the keys left */
+    slot = to64(g, slot, "blk_slot64");
     kn_value *kb = at(g, kv->k_base, page, kv->k_ps, slot, kv->k_sn, "k_page_blk");
     kn_value *vb = at(g, kv->v_base, page, kv->v_ps, slot, kv->v_sn, "v_page_blk");
     kn_value *left = op2(g, KN_OP_SUB, kv->seqlen_k, n0, "k_left");  /* > 0: n0 is live */
     kv_block_loads(g, kv, dt, BN, DP, kb, vb, c0, left, c0, c_d, one64, kt, vt);
   } else {  /* each key's page and slot, gathered */
     kn_paged_rows pr;
-    kn_paged_block(&g->b, kv->paged, n0, BN, &pr);
+    kn_paged_block(&g->b, kv->paged, n0, BN, true, &pr);
     *kt = kn_paged_gather(&g->b, dt, kv->k_base, &pr, kv->k_ps, kv->k_sn, D, DP, true, "k_tile");
     *vt = kn_paged_gather(&g->b, dt, kv->v_base, &pr, kv->v_ps, kv->v_sn, D, DP, false, "v_tile");
   }
@@ -328,31 +328,49 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
   const int BM = L->BM, BN = L->BN, DP = L->DP;
   const kn_type s_f32 = L->s_f32;
   kn_builder body;
-  /* in-page: the block's page is carried, read from the table one block early (the block at
-   * min(n0 + BLOCK_N, last key): the table entry in use is always one of the sequence's), so
-   * the GPUs' copy of the next block waits for no table read (cp.async one iteration ahead,
-   * its page what this iteration yields: compiler/gpu/assign_layouts.c remat_ok) */
+  /* in-page: the block's page is carried, read from the table one block early (the entry of
+   * the next block, or of the last key where there is none: the table entry in use is always
+   * one of the sequence's), so the GPUs' copy of the next block waits for no table read
+   * (cp.async one iteration ahead, its page what this iteration yields:
+   * compiler/gpu/assign_layouts.c remat_ok); and so are the block's table index and slot,
+   * stepped by BLOCK_N (a page holds whole blocks: page_size % BLOCK_N == 0, and lo is a
+   * multiple of BLOCK_N), so the loop divides by the page size nowhere: the one division of
+   * key lo and of the last key are the program's */
   const bool carry = how == KV_IN_PAGE;
-  kn_value *init[4] = {L->neg_inf_r, L->zero_r, L->zero_acc, NULL};
-  if (carry)
-    kn_paged_key(&g->b, L->kv->paged, op2(g, KN_OP_MIN, L->lo, L->k_last, "kv_lo_key"), &init[3],
-                 NULL);
-  kn_op *loop = kn_b_for(&g->b, L->lo, L->hi, L->c_bn, carry ? 4 : 3, init, &body);
+  kn_value *init[6] = {L->neg_inf_r, L->zero_r, L->zero_acc, NULL, NULL, NULL};
+  kn_value *last_idx = NULL;
+  if (carry) {
+    const kn_paged_kv *pg = L->kv->paged;
+    kn_paged_key(&g->b, pg, L->k_last, &last_idx, NULL);
+    kn_paged_key(&g->b, pg, L->lo, &init[5], &init[4]);
+    init[3] = kn_paged_page(&g->b, pg, op2(g, KN_OP_MIN, init[5], last_idx, "kv_lo_index"));
+  }
+  kn_op *loop = kn_b_for(&g->b, L->lo, L->hi, L->c_bn, carry ? 6 : 3, init, &body);
   kn_builder outer = g->b;
   g->b = body;
   kn_value *n0 = nm(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF, loop->region[0]->args[0], BN), "n0");
   kn_value *m_i = nm(g, loop->region[0]->args[1], "m_i");  /* (BM) running max, exp2 units */
   kn_value *l_i = nm(g, loop->region[0]->args[2], "l_i");  /* (BM) running sum of p */
   kn_value *acc = nm(g, loop->region[0]->args[3], "acc");  /* (BM, DP) unnormalised O */
-  kn_value *page = NULL, *page_next = NULL;
+  kn_value *page = NULL, *slot = NULL, *next[3] = {NULL, NULL, NULL};
   if (carry) {
     page = nm(g, loop->region[0]->args[4], "blk_page");
-    kn_paged_key(&g->b, L->kv->paged,
-                 op2(g, KN_OP_MIN, op2(g, KN_OP_ADD, n0, L->c_bn, "n_next0"), L->k_last, "n_next"),
-                 &page_next, NULL);
+    slot = nm(g, loop->region[0]->args[5], "blk_slot");
+    kn_value *idx = nm(g, loop->region[0]->args[6], "blk_index");
+    /* the next block: slot + BLOCK_N, or slot 0 of the next entry where that ends the page */
+    kn_value *step = op2(g, KN_OP_ADD, slot, L->c_bn, "slot_step");
+    kn_value *wrap = nm(g, kn_b_cmp(&g->b, KN_PRED_GE, step, L->kv->paged->page_size),
+                        "page_end");
+    next[2] = op2(g, KN_OP_ADD, idx,
+                  nm(g, kn_b_select(&g->b, wrap, i32c(g, 1, "c1_w"), L->c0), "index_step"),
+                  "next_index");
+    next[1] = nm(g, kn_b_select(&g->b, wrap, L->c0, step), "next_slot");
+    next[0] = kn_paged_page(&g->b, L->kv->paged,
+                            op2(g, KN_OP_MIN, next[2], last_idx, "next_entry"));
   }
   kn_value *kt, *vt;
-  kv_rows(g, L->kv, how, L->kvt, BN, L->D, DP, n0, page, L->c0, L->c_d, L->one64, &kt, &vt);
+  kv_rows(g, L->kv, how, L->kvt, BN, L->D, DP, n0, page, slot, L->c0, L->c_d, L->one64, &kt,
+          &vt);
   if (L->kvt != dt) {  /* fp8 K and V: converted exactly (every fp8 value is an f16 and a bf16) */
     kt = nm(g, kn_b_cast(&g->b, kt, dt), "k_conv");
     vt = nm(g, kn_b_cast(&g->b, vt, dt), "v_conv");
@@ -399,7 +417,8 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
   kn_value *acc_s = op2(g, KN_OP_MUL, acc, spread(g, alpha, 1, BM, DP, "alpha_s"), "acc_scaled");
   kn_value *p_in = dt == KN_F32 ? p : nm(g, kn_b_cast(&g->b, p, dt), "p_cast");
   kn_value *acc_new = nm(g, kn_b_dot(&g->b, p_in, vt, acc_s), "acc_new");
-  kn_b_yield(&g->b, carry ? 4 : 3, (kn_value *[]){m_new, l_new, acc_new, page_next});
+  kn_b_yield(&g->b, carry ? 6 : 3,
+             (kn_value *[]){m_new, l_new, acc_new, next[0], next[1], next[2]});
   g->b = outer;
   for (int i = 0; i < 3; i++) res[i] = loop->res[i];
 }

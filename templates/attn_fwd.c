@@ -606,7 +606,7 @@ static void kv_blocks(gen *g, const kv_loop *L, kn_value *lo, kn_value *hi, kn_v
   /* K^T: (DP, BN), element (d, j) = K[n0 + j, d]; keys past seqlen_k, d past D read as 0.  A
    * paged kernel gathers the block's rows through the block table (attn_paged.c) */
   kn_paged_rows pr;
-  if (L->paged) kn_paged_block(&g->b, L->paged, n0, BN, &pr);
+  if (L->paged) kn_paged_block(&g->b, L->paged, n0, BN, false, &pr);
   kn_value *kt = L->paged
       ? kn_paged_gather(&g->b, L->kvt, L->k_base, &pr, P[P_K_SB], P[P_K_SN], L->D, DP, true,
                         "k_tile")

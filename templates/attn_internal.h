@@ -161,18 +161,26 @@ kn_value *kn_paged_len(kn_builder *b, kn_value *cache_seqlens, kn_value *b64, kn
 kn_paged_kv kn_paged_open(kn_builder *b, const kn_attn_sig *sig, kn_value *const *P,
                           kn_value *b64, kn_value *cap);
 
-/* the pages and slots of keys n0 .. n0 + n - 1: one gather of the table's live entries, each
- * clamped into [0, num_pages) */
-void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n, kn_paged_rows *out);
+/* the pages and slots of keys n0 .. n0 + n - 1 (n0 >= 0, n <= 1024): one gather of the table's
+ * live entries, each clamped into [0, num_pages).  Each key's entry and slot come from a division
+ * by the page size per key, or with `recip` from one division per block and a multiply and
+ * shift per key by the page size's reciprocal (exact for pages of 1..KN_ATTN_MAX_PAGE): fewer
+ * instructions (the decode gather loop on sm_90a: 1246 -> 1037 per block of 32 keys), but more
+ * values live, which made ptxas spill the paged forward at sm_90a D 64 softcap + causal 128x64
+ * with 8 warps (20 bytes), so the forward keeps the division */
+void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n, bool recip,
+                    kn_paged_rows *out);
 
-/* the page and slot (i64 scalars) of key n0 of the sequence, a key below its length: one scalar
- * load of the table's entry, the page clamped into [0, num_pages).  A block of keys n0 .. that
- * lies in one page (n0 a multiple of the block, page_size of it) starts at page * page_stride +
- * slot * row_stride and is a plain block load (the decode kernel's fast path).  Either output
- * may be NULL: no slot, or no table read (the decode kernel reads a block's page a block early
- * and its slot in the block's own iteration). */
-void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value **page,
+/* the table index and slot (i32 scalars) of key n0 >= 0 of the sequence: one division by the
+ * page size (either output may be NULL).  A block of keys n0 .. that lies in one page (n0 a
+ * multiple of the block, page_size of it) starts at page * page_stride + slot * row_stride and
+ * is a plain block load (the decode kernel's fast path, which calls this once per program and
+ * then steps index and slot by the block: no division in its loop). */
+void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value **index,
                   kn_value **slot);
+/* the page (an i64 scalar) of table entry `index` (i32, one of the sequence's entries): one
+ * scalar load of the table, the page clamped into [0, num_pages) */
+kn_value *kn_paged_page(kn_builder *b, const kn_paged_kv *pg, kn_value *index);
 
 /* the block's tile of a pool at base (the kv head's start): (n, dp) rows, or (dp, n) when
  * transposed (K^T), element (j, c) at page[j] * page_stride + slot[j] * row_stride + c (i64

@@ -14,8 +14,10 @@
  * call them (the attention forward and the split-KV decode kernel do): kn_paged_open sets a
  * program up from its kernel's paged parameters (its sequence's table row, the page size and
  * pool, the clamped length), kn_paged_len clamps a sequence's cache length into what its table
- * can address, kn_paged_block finds the page and slot of each key of a block, and
- * kn_paged_gather reads the block's (keys, D) or (D, keys) tile.
+ * can address, kn_paged_block finds the page and slot of each key of a block (a division per
+ * key, or one per block and a reciprocal), kn_paged_gather reads the block's (keys, D) or (D, keys) tile, and
+ * kn_paged_key / kn_paged_page give one key's table index and slot and one entry's page (the
+ * decode kernel's in-page loop, which steps index and slot itself).
  * Safety does not depend on the caller's table: the kernel clamps every page number into
  * [0, num_pages) and every length into [0, max_pages * page_size] (the table's row is never read
  * past max_pages), and a pool of no pages gives every sequence length 0, so no table or length
@@ -93,15 +95,45 @@ kn_paged_kv kn_paged_open(kn_builder *b, const kn_attn_sig *sig, kn_value *const
                        .len = kn_paged_len(b, q[1], b64, q[4], cap, q[3])};
 }
 
-void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n,
+void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n, bool recip,
                     kn_paged_rows *out) {
   kn_type i32 = kn_ty_scalar(KN_I32);
-  kn_value *cols = bin(b, KN_OP_ADD, nm(b, kn_b_arange(b, 0, n), "pg_range"),
-                       splat1(b, n0, n, "pg_n0"), "pg_cols");
+  kn_value *n0_v = splat1(b, n0, n, "pg_n0");
+  kn_value *range = nm(b, kn_b_arange(b, 0, n), "pg_range");
+  kn_value *cols = bin(b, KN_OP_ADD, range, n0_v, "pg_cols");
   out->live = nm(b, kn_b_cmp(b, KN_PRED_LT, cols, splat1(b, pg->len, n, "pg_len_v")), "pg_live");
   kn_value *ps = splat1(b, pg->page_size, n, "pg_size_v");
-  kn_value *idx = bin(b, KN_OP_DIV, cols, ps, "pg_index");      /* < max_pages where live */
-  kn_value *slot = bin(b, KN_OP_SUB, cols, bin(b, KN_OP_MUL, idx, ps, "pg_first"), "pg_slot");
+  kn_value *idx, *slot;  /* idx < max_pages where live */
+  if (!recip) {
+    idx = bin(b, KN_OP_DIV, cols, ps, "pg_index");
+    slot = bin(b, KN_OP_SUB, cols, bin(b, KN_OP_MUL, idx, ps, "pg_first"), "pg_slot");
+  } else {
+    /* No division per key: key n0's index i0 and slot s0 (one scalar division), then key n0 +
+     * j is t = s0 + j keys past the start of entry i0, and t / page_size = (t * m) >> 20 with
+     * m = 2^20 / page_size + 1: writing 2^20 = a * page_size + r, t * m / 2^20 = t / page_size
+     * + t * (page_size - r) / (page_size * 2^20), so the floor is exact while t * (page_size -
+     * r) < 2^20, which holds for t < 2^12 and page sizes 1..KN_ATTN_MAX_PAGE = 2^8 (the API
+     * refuses others); here t < page_size + n <= 2^8 + 2^10, and t * m < 2^31 */
+    KN_ASSERT(n <= 1024 && "kn_paged_block: a block of at most 1024 keys");
+    _Static_assert(KN_ATTN_MAX_PAGE <= 256, "kn_paged_block's reciprocal needs pages of <= 2^8");
+    kn_value *i0, *s0;
+    kn_paged_key(b, pg, n0, &i0, &s0);
+    kn_value *mag = bin(b, KN_OP_ADD,
+                        bin(b, KN_OP_DIV, nm(b, kn_b_const_i(b, i32, 1 << 20), "c_2p20"),
+                            pg->page_size, "pg_recip0"),
+                        nm(b, kn_b_const_i(b, i32, 1), "c1_pgm"), "pg_recip");
+    kn_value *t = bin(b, KN_OP_ADD, range, splat1(b, s0, n, "pg_s0"), "pg_from_entry");
+    kn_value *q = bin(b, KN_OP_SHR,
+                      bin(b, KN_OP_MUL, t, splat1(b, mag, n, "pg_recip_v"), "pg_tm"),
+                      splat1(b, nm(b, kn_b_const_i(b, i32, 20), "c20"), n, "c20_v"),
+                      "pg_entries");
+    idx = bin(b, KN_OP_ADD, splat1(b, i0, n, "pg_i0"), q, "pg_index");
+    slot = bin(b, KN_OP_SUB, t, bin(b, KN_OP_MUL, q, ps, "pg_first"), "pg_slot");
+    /* slot is in [0, page_size): saying so (a max with 0) lets the code generators widen it to
+     * i64 without its sign */
+    slot = bin(b, KN_OP_MAX, slot, nm(b, kn_b_const_i(b, kn_ty_tile1(KN_I32, n), 0), "pg_zero_s"),
+               "pg_slot_nn");
+  }
   kn_value *idx64 = nm(b, kn_b_cast(b, idx, KN_I64), "pg_index64");
   /* dead keys read no table entry (their page reads as 0) */
   kn_value *page = nm(b, kn_b_gather(b, kn_ty_tile1(KN_I32, n), pg->table, idx64, out->live, NULL),
@@ -115,17 +147,17 @@ void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n,
   out->slot = nm(b, kn_b_cast(b, slot, KN_I64), "pg_slot64");
 }
 
-void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value **page,
+void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value **index,
                   kn_value **slot) {
-  kn_type i32 = kn_ty_scalar(KN_I32);
   kn_value *idx = bin(b, KN_OP_DIV, n0, pg->page_size, "pk_index");
-  if (slot) {
-    kn_value *sl = bin(b, KN_OP_SUB, n0, bin(b, KN_OP_MUL, idx, pg->page_size, "pk_first"),
-                       "pk_slot");
-    *slot = nm(b, kn_b_cast(b, sl, KN_I64), "pk_slot64");
-  }
-  if (!page) return;
-  kn_value *idx64 = nm(b, kn_b_cast(b, idx, KN_I64), "pk_index64");
+  if (slot)
+    *slot = bin(b, KN_OP_SUB, n0, bin(b, KN_OP_MUL, idx, pg->page_size, "pk_first"), "pk_slot");
+  if (index) *index = idx;
+}
+
+kn_value *kn_paged_page(kn_builder *b, const kn_paged_kv *pg, kn_value *index) {
+  kn_type i32 = kn_ty_scalar(KN_I32);
+  kn_value *idx64 = nm(b, kn_b_cast(b, index, KN_I64), "pk_index64");
   kn_value *one = nm(b, kn_b_const_i(b, kn_ty_scalar(KN_I64), 1), "c1_pk");
   kn_value *pgv = nm(b, kn_b_load(b, i32, pg->table, &idx64, &one, NULL, NULL, NULL),
                      "pk_page_raw");
@@ -133,7 +165,7 @@ void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value *
                        "pk_last");
   pgv = bin(b, KN_OP_MAX, bin(b, KN_OP_MIN, pgv, last, "pk_page_hi"),
             nm(b, kn_b_const_i(b, i32, 0), "c0_pk"), "pk_page");
-  *page = nm(b, kn_b_cast(b, pgv, KN_I64), "pk_page64");
+  return nm(b, kn_b_cast(b, pgv, KN_I64), "pk_page64");
 }
 
 kn_value *kn_paged_gather(kn_builder *b, kn_scalar dt, kn_value *base, const kn_paged_rows *r,

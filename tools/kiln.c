@@ -279,10 +279,11 @@ static kn_func *get_kernel(cli_options *o, kn_module **mout) {
               "--mma wgmma or --stages\n");
       return NULL;
     }
-    given_tiling(o, kn_attn_decode_default_config(tt ? tt->arch : NULL, &o->attn));
+    /* a read mode's kernel at the tiling the API gives it (kn_attn_decode_read_config) */
+    given_tiling(o, kn_attn_decode_read_config(tt ? tt->arch : NULL, &o->attn, o->decode_read));
     m = kn_module_new("<attn_decode>");
     if (kn_attn_decode_check(tt ? tt->arch : NULL, &o->attn, &o->cfg, &d) ||
-        !(k = kn_attn_decode_build(m, &o->attn, &o->cfg, KN_DECODE_READ_ANY, &d)) || kn_verify(m, &d)) {
+        !(k = kn_attn_decode_build(m, &o->attn, &o->cfg, o->decode_read, &d)) || kn_verify(m, &d)) {
       fprintf(stderr, "kiln: error: unsupported decode request: %s\n", d.message);
       kn_module_free(m);
       return NULL;

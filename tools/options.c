@@ -50,6 +50,9 @@ void cli_usage(FILE *f) {
         "  float64; interp, host, the -emu targets, sm_80, sm_90a, auto; docs/backward.md)\n"
         "  --decode (dump, compile: the split-KV decode kernel, attn_decode, at its decode\n"
         "  tiling; run and the API send calls of 1..16 query rows to it; docs/serving.md)\n"
+        "  --decode-read any|in_page|gather (--decode --paged: the split kernel of one read mode,\n"
+        "  attn_decode_in_page or attn_decode_gather at its own tiling, as the API builds them;\n"
+        "  default any: attn_decode, both loops)\n"
         "  --dropout P (attention dropout, 0 <= P < 1: Philox 4x32-10 keyed by --seed)\n"
         "  --dropout-offset N (the generator's counter offset, default 0)\n"
         "  --check-bounds (run, host: check every load and store against the buffers;\n"
@@ -333,6 +336,16 @@ int cli_parse_options(int argc, char **argv, int first, cli_options *o, FILE *er
       o->backward = true;
     } else if (!strcmp(a, "--decode")) {
       o->decode = true;
+    } else if (!strcmp(a, "--decode-read") && v) {
+      static const char *const reads[] = {"any", "in_page", "gather"};
+      int r = 0;
+      while (r < 3 && strcmp(v, reads[r])) r++;
+      if (r == 3) {
+        fprintf(err, "kiln: error: --decode-read expects any, in_page or gather, got '%s'\n", v);
+        return -1;
+      }
+      o->decode_read = (kn_decode_read)r, o->decode_read_given = true;
+      i++;
     } else if (!strcmp(a, "--varlen") && v) {
       varlen = v;
       i++;
@@ -414,6 +427,11 @@ int cli_parse_options(int argc, char **argv, int first, cli_options *o, FILE *er
   }
   if (varlen && parse_varlen(err, varlen, o)) return -1;
   if (paged && parse_paged(err, paged, o)) return -1;
+  if (o->decode_read_given && (!o->decode || !paged)) {
+    fprintf(err, "kiln: error: --decode-read picks a paged split kernel: it needs --decode and "
+            "--paged\n");
+    return -1;
+  }
   return 0;
 }
 

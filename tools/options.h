@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "attn_decode.h"
 #include "attention.h"
 #include "kiln.h"
 
@@ -34,6 +35,9 @@ typedef struct cli_options {
   bool backward;                        /* run: --backward (dQ, dK, dV; docs/backward.md) */
   bool decode;                          /* dump, compile: --decode (the split-KV decode kernel;
                                            run and the API choose it themselves) */
+  kn_decode_read decode_read;           /* --decode-read any|in_page|gather (--paged): which
+                                           split kernel; KN_DECODE_READ_ANY, the versioned one */
+  bool decode_read_given;
   struct {
     bool dtype, head_dim, causal, max_steps;
   } given;             /* options given on the command line (--ir checks the descriptor's) */

@@ -426,19 +426,23 @@ static double tbs(int B, int nk, double ms) {
   return 2.0 * B * HK * (double)nk * D * 2 / (ms * 1e-3) / 1e12;
 }
 
-/* the number of pieces the API picks for (B, Nk) with the decode tiling of the dense (or paged)
- * kernel (block_n: KILN_DECODE_BLOCK_N's, 0 for the default) */
-static int plan_splits_of(kiln_context *ctx, int B, int nk, int block_n, bool paged) {
+/* the number of pieces the API picks for (B, Nk) with the decode tiling of the dense kernel
+ * (page 0) or of the paged split kernel that pages of `page` rows run (the in-page kernel where
+ * page is a multiple of its BLOCK_N, else the gather kernel: each has its own tiling,
+ * kn_attn_decode_read_config); block_n: KILN_DECODE_BLOCK_N's, 0 for the default */
+static int plan_splits_of(kiln_context *ctx, int B, int nk, int block_n, int page) {
   kn_attn_desc d;
-  kiln_attn_desc pd = paged ? paged_desc(0) : desc_of(0);
+  kiln_attn_desc pd = page ? paged_desc(0) : desc_of(0);
   api_desc_from_public(&pd, &d);
-  kn_attn_config c = kn_attn_decode_default_config(ctx->target_arch, &d);
+  kn_attn_config c = kn_attn_decode_read_config(ctx->target_arch, &d, KN_DECODE_READ_IN_PAGE);
+  if (page && page % c.block_n)
+    c = kn_attn_decode_read_config(ctx->target_arch, &d, KN_DECODE_READ_GATHER);
   if (block_n) c.block_n = block_n;
   kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = 1, .seqlen_k = nk};
   return kn_attn_decode_plan(&d, &c, &p, ctx->compute_units, 0).splits;
 }
 static int plan_splits(kiln_context *ctx, int B, int nk, int block_n) {
-  return plan_splits_of(ctx, B, nk, block_n, false);
+  return plan_splits_of(ctx, B, nk, block_n, 0);
 }
 
 static kiln_context *context(int block_n) {
@@ -781,7 +785,7 @@ int main(int argc, char **argv) {
     for (int b = 0; b < nB; b++)
       for (int n = 0; n < nN; n++)
         row_ok[b][n] &= check_paged(kp, 1, H, HK, 1, &Ns[n], page, 0,
-                                    plan_splits_of(ctx, Bs[b], Ns[n], 0, true), 2000 + 10 * b + n);
+                                    plan_splits_of(ctx, Bs[b], Ns[n], 0, page), 2000 + 10 * b + n);
     printf("\n| B | Nk | page | dense pieces | dense ms | dense TB/s | paged pieces | paged ms | "
            "paged TB/s | paged / dense |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for (int b = 0; b < nB; b++)
@@ -794,7 +798,7 @@ int main(int argc, char **argv) {
         double pms = timed_paged(kp, Bs[b], Ns[n], page, repeats);
         printf("| %d | %d | %d | %d | %.4f | %.2f | %d | %.4f | %.2f | %.3f |\n", Bs[b], Ns[n],
                page, plan_splits(ctx, Bs[b], Ns[n], 0), ms, tbs(Bs[b], Ns[n], ms),
-               plan_splits_of(ctx, Bs[b], Ns[n], 0, true), pms, tbs(Bs[b], Ns[n], pms), pms / ms);
+               plan_splits_of(ctx, Bs[b], Ns[n], 0, page), pms, tbs(Bs[b], Ns[n], pms), pms / ms);
         fflush(stdout);
       }
   }

@@ -308,6 +308,36 @@ static void test_paged_gqa_32_8(void **state) {
   }
 }
 
+/* page sizes off the tested ones (primes, and next to powers of two up to the largest, 256):
+ * kn_paged_block finds each key's table entry by a multiply and shift with the page size's
+ * reciprocal, exact for pages of 1..256 only by arithmetic; and the in-page loop steps its slot
+ * through pages of several blocks.  On the host: the gather kernel at 16x32 (every size), the
+ * in-page one at 16x16 where the page size is a multiple of 16 (run_decode_on_target picks it
+ * every other call), lengths around page boundaries, shuffled pages; every fifth size also on
+ * the interpreter */
+static void test_paged_page_sizes(void **state) {
+  (void)state;
+  static const int pss[] = {2, 3, 7, 13, 17, 31, 33, 48, 63, 97, 127, 129, 160, 191, 251, 255};
+  clock_t t0 = clock();
+  for (int i = 0; i < (int)(sizeof pss / sizeof pss[0]); i++) {
+    const int ps = pss[i];
+    dc_case c = {.name = "paged-sizes", .desc = {.dtype = KN_F16, .head_dim = 32,
+                 .has_lse = true, .causal = i % 2, .layout = KN_ATTN_PAGED}};
+    c.batch = 3, c.heads = 8, c.kv_heads = 2, c.nq = 1 + 3 * (i % 2), c.page_size = ps;
+    c.len[0] = ps - 1, c.len[1] = 2 * ps + 1 + irand(0, ps), c.len[2] = irand(0, 700);
+    c.tail = 1, c.spare = 1, c.splits = i % 3 ? 0 : 3;
+    kn_attn_config cfg = {.block_m = 16, .block_n = ps % 16 ? 32 : 16, .warps = 1, .stages = 2};
+    run_case("host", &c, &cfg);
+    run_case("host", &c, &cfg);
+    if (i % 5 == 0) {  /* the interpreter checks every access against the buffers */
+      c.len[2] = irand(0, 100);
+      run_case(NULL, &c, &cfg);
+    }
+  }
+  printf("[ decode ] host paged page sizes: %d sizes, %.1f s\n", (int)(sizeof pss / sizeof pss[0]),
+         (double)(clock() - t0) / CLOCKS_PER_SEC);
+}
+
 static void test_plan(void **state) {
   (void)state;
   kn_attn_desc d = {.dtype = KN_F16, .head_dim = 128};
@@ -720,6 +750,7 @@ int main(void) {
       cmocka_unit_test(test_host_gqa_32_8), cmocka_unit_test(test_emu),
       cmocka_unit_test(test_paged_interp), cmocka_unit_test(test_paged_host),
       cmocka_unit_test(test_paged_gqa_32_8), cmocka_unit_test(test_paged_emu),
+      cmocka_unit_test(test_paged_page_sizes),
       cmocka_unit_test(test_api_host), cmocka_unit_test(test_api_threads),
       cmocka_unit_test(test_api_tune), cmocka_unit_test(test_api_tune_paged),
       cmocka_unit_test(test_code),
