@@ -39,6 +39,10 @@
 #   step "pdecode"      kiln_decode_bench --paged --quick for each page size of
 #                       KILN_PDECODE_PAGES (default "16 256") and paged tiling of
 #                       KILN_PDECODE_TILINGS ("default 64x16:4 ...": KILN_DECODE_PAGED_TILING)
+#   step "splits"       kiln_decode_bench --paged --quick per piece count of KILN_SPLITS_LIST
+#                       (KILN_BENCH_SPLITS; rows KILN_BENCH_ROWS) and page size of KILN_PDECODE_PAGES
+#   step "ncu"          Nsight Compute counters of the decode kernels (dense and paged, rows
+#                       KILN_BENCH_ROWS, default 16x32768) through kiln_decode_bench
 #   step "fp8"          kiln_decode_bench --fp8 $KILN_FP8_FORMAT (default f8e4m3) $KILN_FP8_ARGS
 #                       (e.g. "--quick"): fp8 inputs checked against float64 (each decode
 #                       call's route named: the split-KV decode kernels), then prefill and
@@ -323,6 +327,43 @@ if want pdecode; then
     done
   else
     note "FAIL  kiln_decode_bench: not in the pack"
+    failed=$((failed + 1))
+  fi
+fi
+# ---- paged decode's piece count (issue 12): the --paged --quick rows of KILN_BENCH_ROWS with
+# every call in N pieces for each N of KILN_SPLITS_LIST (KILN_BENCH_SPLITS), pages of
+# KILN_PDECODE_PAGES; "0" is the heuristic's count ----
+if want splits; then
+  for ps in ${KILN_PDECODE_PAGES:-16 256}; do
+    for n in ${KILN_SPLITS_LIST:-0 8 10 16}; do
+      step "kiln paged decode page $ps pieces $n" "$out/splits.log" 240 \
+        env KILN_BENCH_SPLITS="$n" KILN_BENCH_ROWS="${KILN_BENCH_ROWS:-16x4096 16x32768}" \
+        "$bin/kiln_decode_bench" --paged --quick --page-size "$ps"
+      echo "# page $ps pieces $n" >>"$summary"
+      grep -E "^\| (1|16|64) \|" "$out/splits.log" | tail -n 2 >>"$summary"
+    done
+  done
+fi
+# ---- Nsight Compute on the decode kernels (issue 12): a few counters of every split-KV decode
+# launch of `kiln_decode_bench --paged --quick --repeats 2` on the rows of KILN_BENCH_ROWS
+# (default 16x32768), dense and paged side by side (pages of KILN_PDECODE_PAGES' first size);
+# clocks left alone (--clock-control none), as the device's METHOD.md asks ----
+if want ncu; then
+  ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  ps=$(echo "${KILN_PDECODE_PAGES:-256}" | awk '{print $1}')
+  metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
+  metrics=$metrics,launch__grid_size,launch__registers_per_thread,launch__occupancy_limit_registers
+  metrics=$metrics,sm__warps_active.avg.per_cycle_active,sm__cycles_elapsed.avg
+  metrics=$metrics,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio
+  metrics=$metrics,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio
+  metrics=$metrics,smsp__inst_executed.sum,lts__t_sector_hit_rate.pct,l1tex__t_bytes.sum
+  metrics=$metrics,lts__t_bytes.sum,smsp__average_warp_latency_per_inst_issued.ratio
+  if [ -n "$ncu_bin" ] && [ -x "$bin/kiln_decode_bench" ]; then
+    step "ncu decode page $ps" "$out/ncu.log" 420 env KILN_BENCH_ROWS="${KILN_BENCH_ROWS:-16x32768}" \
+      "$ncu_bin" --clock-control none --kernel-name regex:attn_decode --metrics "$metrics" \
+      --csv --print-units base "$bin/kiln_decode_bench" --paged --quick --repeats 2 --page-size "$ps"
+  else
+    note "FAIL  ncu: ${ncu_bin:-no ncu} / kiln_decode_bench not in the pack"
     failed=$((failed + 1))
   fi
 fi

@@ -34,6 +34,8 @@
  *     num_pages, page_size, D) by their strides instead of (num_pages, page_size, kv_heads, D),
  *     so a page of one head is contiguous as the dense (B, HK, N, D) buffer's rows are;
  *     KILN_BENCH_PAGES_IN_ORDER=1: the tables name the pages in pool order (no shuffle).
+ *     KILN_BENCH_SPLITS=N: every call of the table (dense and paged, checks included) in N
+ *     pieces; KILN_BENCH_ROWS="16x32768 ...": only those rows (for a profiler).
  *
  * (e) --fp8 FMT (f8e4m3 on NVIDIA; any of kiln's fp8 formats): fp8 inputs (docs/serving.md,
  *     "fp8 inputs and KV pages") instead of the tables above.  Checks first, through the API,
@@ -108,6 +110,25 @@ static kiln_attn_desc paged_desc(int causal) {
   kiln_attn_desc d = desc_of(causal);
   d.layout = KILN_LAYOUT_PAGED;
   return d;
+}
+
+/* KILN_BENCH_SPLITS=N (an experiment): every dense and paged decode call of the table, its
+ * check included, splits the KV range into N pieces instead of the heuristic's count */
+static int bench_splits(void) {
+  const char *e = getenv("KILN_BENCH_SPLITS");
+  return e && atoi(e) > 0 ? atoi(e) : 0;
+}
+
+/* KILN_BENCH_ROWS="BxNK ..." (for a profiler): only those rows of the table are checked and
+ * timed; unset: every row */
+static bool row_wanted(int B, int nk) {
+  const char *e = getenv("KILN_BENCH_ROWS");
+  char want[32];
+  if (!e || !*e) return true;
+  snprintf(want, sizeof want, "%dx%d", B, nk);
+  for (const char *p = strstr(e, want); p; p = strstr(p + 1, want))
+    if ((p == e || p[-1] == ' ') && (p[strlen(want)] == ' ' || !p[strlen(want)])) return true;
+  return false;
 }
 
 static void set_splits(int s) {
@@ -224,7 +245,7 @@ static double timed(kiln_kernel *kern, int B, int nk, int splits, int repeats, b
     failures++;
     goto out;
   }
-  set_splits(splits);
+  set_splits(splits ? splits : bench_splits());
   fake_causal(0);
   if (prefill) setenv("KILN_DECODE", "0", 1);
   rotating call = {kern,
@@ -390,6 +411,7 @@ static double timed_paged(kiln_kernel *kern, int B, int nk, int ps, int repeats)
     failures++;
     goto out;
   }
+  set_splits(bench_splits());
   fake_causal(0);
   fake_layout(true);
   rotating call = {kern,
@@ -410,6 +432,7 @@ static double timed_paged(kiln_kernel *kern, int B, int nk, int ps, int repeats)
   med = bench_median_ms(dev, 3, repeats, rotate_forward, &call);
   failures += isnan(med);
 out:
+  set_splits(0);
   fake_layout(false);
   for (int i = 0; i < 4; i++) {
     if (k[i]) kn_cuda_free(dev, k[i], NULL);
@@ -429,8 +452,10 @@ static double tbs(int B, int nk, double ms) {
 /* the number of pieces the API picks for (B, Nk) with the decode tiling of the dense kernel
  * (page 0) or of the paged split kernel that pages of `page` rows run (the in-page kernel where
  * page is a multiple of its BLOCK_N, else the gather kernel: each has its own tiling,
- * kn_attn_decode_read_config); block_n: KILN_DECODE_BLOCK_N's, 0 for the default */
+ * kn_attn_decode_read_config); block_n: KILN_DECODE_BLOCK_N's, 0 for the default;
+ * KILN_BENCH_SPLITS's count where it is set */
 static int plan_splits_of(kiln_context *ctx, int B, int nk, int block_n, int page) {
+  if (bench_splits()) return bench_splits();
   kn_attn_desc d;
   kiln_attn_desc pd = page ? paged_desc(0) : desc_of(0);
   api_desc_from_public(&pd, &d);
@@ -774,7 +799,7 @@ int main(int argc, char **argv) {
   bool row_ok[3][3];
   for (int b = 0; b < nB; b++)
     for (int n = 0; n < nN; n++)
-      row_ok[b][n] = check(kern, 1, H, HK, 1, Ns[n], 0, plan_splits(ctx, Bs[b], Ns[n], 0),
+      row_ok[b][n] = row_wanted(Bs[b], Ns[n]) && check(kern, 1, H, HK, 1, Ns[n], 0, plan_splits(ctx, Bs[b], Ns[n], 0),
                            1000 + 10 * b + n);
   if (paged) {
     /* ragged paged shapes, then each row's paged call (batch 1 at its Nk, its pieces) */
@@ -784,12 +809,13 @@ int main(int argc, char **argv) {
     check_paged(kp, 2, 8, 1, 16, pl[1], page, 0, 5, 93);
     for (int b = 0; b < nB; b++)
       for (int n = 0; n < nN; n++)
-        row_ok[b][n] &= check_paged(kp, 1, H, HK, 1, &Ns[n], page, 0,
+        row_ok[b][n] = row_ok[b][n] && check_paged(kp, 1, H, HK, 1, &Ns[n], page, 0,
                                     plan_splits_of(ctx, Bs[b], Ns[n], 0, page), 2000 + 10 * b + n);
     printf("\n| B | Nk | page | dense pieces | dense ms | dense TB/s | paged pieces | paged ms | "
            "paged TB/s | paged / dense |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for (int b = 0; b < nB; b++)
       for (int n = 0; n < nN; n++) {
+        if (!row_wanted(Bs[b], Ns[n])) continue;
         if (!row_ok[b][n]) {
           printf("| %d | %d | %d | - | FAIL (not timed) | | | | | |\n", Bs[b], Ns[n], page);
           continue;
@@ -807,6 +833,7 @@ int main(int argc, char **argv) {
            "|---|---|---|---|---|---|---|\n");
   for (int b = 0; b < nB && !paged; b++)
     for (int n = 0; n < nN; n++) {
+      if (!row_wanted(Bs[b], Ns[n])) continue;
       if (!row_ok[b][n]) {
         printf("| %d | %d | - | FAIL (not timed) | | | |\n", Bs[b], Ns[n]);
         continue;
