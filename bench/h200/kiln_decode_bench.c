@@ -35,7 +35,10 @@
  *     so a page of one head is contiguous as the dense (B, HK, N, D) buffer's rows are;
  *     KILN_BENCH_PAGES_IN_ORDER=1: the tables name the pages in pool order (no shuffle).
  *     KILN_BENCH_SPLITS=N: every call of the table (dense and paged, checks included) in N
- *     pieces; KILN_BENCH_ROWS="16x32768 ...": only those rows (for a profiler).
+ *     pieces; KILN_BENCH_ROWS="16x32768 ...": only those rows (for a profiler);
+ *     KILN_BENCH_PAGED_FIRST=1: each row's paged call timed before its dense one.  The last two
+ *     columns: the median host time of one kiln_forward call (bench_cuda.h; KILN_BENCH_BATCH=N
+ *     times N calls back to back between the events).
  *
  * (e) --fp8 FMT (f8e4m3 on NVIDIA; any of kiln's fp8 formats): fp8 inputs (docs/serving.md,
  *     "fp8 inputs and KV pages") instead of the tables above.  Checks first, through the API,
@@ -812,19 +815,24 @@ int main(int argc, char **argv) {
         row_ok[b][n] = row_ok[b][n] && check_paged(kp, 1, H, HK, 1, &Ns[n], page, 0,
                                     plan_splits_of(ctx, Bs[b], Ns[n], 0, page), 2000 + 10 * b + n);
     printf("\n| B | Nk | page | dense pieces | dense ms | dense TB/s | paged pieces | paged ms | "
-           "paged TB/s | paged / dense |\n|---|---|---|---|---|---|---|---|---|---|\n");
+           "paged TB/s | paged / dense | dense host µs | paged host µs |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int b = 0; b < nB; b++)
       for (int n = 0; n < nN; n++) {
         if (!row_wanted(Bs[b], Ns[n])) continue;
         if (!row_ok[b][n]) {
-          printf("| %d | %d | %d | - | FAIL (not timed) | | | | | |\n", Bs[b], Ns[n], page);
+          printf("| %d | %d | %d | - | FAIL (not timed) | | | | | | | |\n", Bs[b], Ns[n], page);
           continue;
         }
-        double ms = timed(kern, Bs[b], Ns[n], 0, repeats, false);
-        double pms = timed_paged(kp, Bs[b], Ns[n], page, repeats);
-        printf("| %d | %d | %d | %d | %.4f | %.2f | %d | %.4f | %.2f | %.3f |\n", Bs[b], Ns[n],
-               page, plan_splits(ctx, Bs[b], Ns[n], 0), ms, tbs(Bs[b], Ns[n], ms),
-               plan_splits_of(ctx, Bs[b], Ns[n], 0, page), pms, tbs(Bs[b], Ns[n], pms), pms / ms);
+        /* KILN_BENCH_PAGED_FIRST=1 (an experiment): the paged call timed before the dense */
+        const bool pf = getenv("KILN_BENCH_PAGED_FIRST") != NULL;
+        double pms = pf ? timed_paged(kp, Bs[b], Ns[n], page, repeats) : 0, ph = bench_last_host_us;
+        double ms = timed(kern, Bs[b], Ns[n], 0, repeats, false), dh = bench_last_host_us;
+        if (!pf) pms = timed_paged(kp, Bs[b], Ns[n], page, repeats), ph = bench_last_host_us;
+        printf("| %d | %d | %d | %d | %.4f | %.2f | %d | %.4f | %.2f | %.3f | %.1f | %.1f |\n",
+               Bs[b], Ns[n], page, plan_splits(ctx, Bs[b], Ns[n], 0), ms, tbs(Bs[b], Ns[n], ms),
+               plan_splits_of(ctx, Bs[b], Ns[n], 0, page), pms, tbs(Bs[b], Ns[n], pms), pms / ms,
+               dh, ph);
         fflush(stdout);
       }
   }
