@@ -827,12 +827,33 @@ def cache_delta(fn):
     return b["hits"] - a["hits"], b["misses"] - a["misses"], b["size"] - a["size"]
 
 
+NUMEL_FIELDS = ("q", "k", "v", "o", "lse", "block_table", "k_new", "v_new", "q_descale",
+                "k_descale", "v_descale")
+
+
+def fields_ok(rec, fields):
+    """the struct rec (a Recorder's call) holds fields ({kiln_attn_args field: tensor or int}):
+    a tensor's address, and its storage's elements as the field's _numel where the binding
+    passes one; an int as it is -- the binding's mapping written out independently"""
+    a = kiln._AttnArgs.from_buffer_copy(rec[1])
+    for n, x in fields.items():
+        if isinstance(x, int):
+            if getattr(a, n) != x:
+                return "%s %d, not %d" % (n, getattr(a, n), x)
+        elif getattr(a, n) != x.data_ptr():
+            return "%s is not the tensor's address" % n
+        elif n in NUMEL_FIELDS and getattr(a, n + "_numel") != len(x.buf):
+            return "%s_numel %d, not %d" % (n, getattr(a, n + "_numel"), len(x.buf))
+    return None
+
+
 def same_as_uncached(name, make):
-    """make(i) -> (call, outputs) on tensors of its own (i = 1: other data, larger storages); the
-    call with the cache off, then set 1's call (a miss: kept), then set 0's again (a hit) must
-    hand C the same struct, byte for byte, and write the same outputs"""
-    call, outs = make(0)
-    other, _ = make(1)
+    """make(i) -> (call, outputs, fields) on tensors of its own (i = 1: other data, larger
+    storages); the call with the cache off, then set 1's call (a miss: kept), then set 0's again
+    (a hit) must hand C the same struct, byte for byte, holding fields (fields_ok), and write the
+    same outputs"""
+    call, outs, fields = make(0)
+    other, _, other_fields = make(1)
     kiln.plan_cache_clear()
     kiln.set_plan_cache_size(0)
     with Recorder() as slow:
@@ -845,24 +866,33 @@ def same_as_uncached(name, make):
         miss = cache_delta(other)
         hit = cache_delta(call)
     got = [bytes(t.buf) for t in outs]
+    same = fast.calls[-1] == slow.calls[-1]
+    bad = fields_ok(fast.calls[-1], fields) or fields_ok(fast.calls[0], other_fields)
     check("plan cache %s: a hit hands C what the uncached call does" % name,
-          miss == (0, 1, 1) and hit == (1, 0, 0) and fast.calls[-1] == slow.calls[-1] and
+          miss == (0, 1, 1) and hit == (1, 0, 0) and same and not bad and
           len(slow.calls) == 1 and got == want,
-          "miss %s hit %s, struct %s, outputs %s" % (miss, hit,
-                                                     "same" if fast.calls[-1] == slow.calls[-1]
-                                                     else "differs", got == want))
+          "miss %s hit %s, struct %s, %s, outputs %s"
+          % (miss, hit, "same" if same else "differs", bad or "fields right", got == want))
 
 
 def dense_call(rng, dtype, B, H, HK, Nq, Nk, D, pad=0, bnhd=False, **kw):
-    """(call, outputs) of kiln.attention on fresh tensors; kw: its options, where a callable
-    value is called with (rng, pad) for a tensor of its own"""
+    """(call, outputs, fields) of kiln.attention on fresh tensors; kw: its options, where a
+    callable value is called with (rng, pad) for a tensor of its own"""
     q = padded(randn(rng, dtype, (B, H, Nq, D), bnhd), pad)
     k = padded(randn(rng, dtype, (B, HK, Nk, D), bnhd), pad)
     v = padded(randn(rng, dtype, (B, HK, Nk, D), bnhd), pad)
     out = padded(Tensor(dtype, (B, H, Nq, D)), pad)
     lse = padded(Tensor("float32", (B, H, Nq)), pad)
     kw = {n: x(rng, pad) if callable(x) else x for n, x in kw.items()}
-    return (lambda: kiln.attention(q, k, v, out=out, lse=lse, **kw)), [out, lse]
+    fields = dict(q=q, k=k, v=v, o=out, lse=lse)
+    for n in ("alibi_slopes", "bias", "q_descale", "k_descale", "v_descale"):
+        if n in kw:
+            fields[n] = kw[n]
+    if "document_ids" in kw:
+        fields["q_seg"], fields["k_seg"] = kw["document_ids"]
+    if "dropout_p" in kw:
+        fields["dropout_seed"], fields["dropout_offset"] = kw["seed"], kw["offset"]
+    return (lambda: kiln.attention(q, k, v, out=out, lse=lse, **kw)), [out, lse], fields
 
 
 def plan_cache(rng):
@@ -914,7 +944,9 @@ def plan_cache(rng):
                 t.buf[t._off(idx)] = rng.randrange(0x78)  # finite e4m3 bytes
         out, lse = Tensor("float16", (2, 4, 5, 16)), Tensor("float32", (2, 4, 5))
         return (lambda: kiln.attention(q, k, v, causal=True, out=out, lse=lse, q_descale=ds[0],
-                                       k_descale=ds[1], v_descale=ds[2])), [out, lse]
+                                       k_descale=ds[1], v_descale=ds[2])), [out, lse], \
+            dict(q=q, k=k, v=v, o=out, lse=lse, q_descale=ds[0], k_descale=ds[1],
+                 v_descale=ds[2])
     same_as_uncached("fp8 with descales", fp8_call)
 
     def varlen_call(i, cq=(0, 1, 6, 6, 15), ck=(0, 1, 8, 11, 20)):
@@ -928,7 +960,8 @@ def plan_cache(rng):
         k, v = (padded(randn(rng, "float32", (sum(lk), HK, D)), i) for _ in range(2))
         out, lse = padded(Tensor("float32", (sum(lq), H, D)), i), Tensor("float32", (H, sum(lq)))
         return (lambda: kiln.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True,
-                                              out=out, lse=lse)), [out, lse]
+                                              out=out, lse=lse)), [out, lse], \
+            dict(q=q, k=k, v=v, o=out, lse=lse, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
     same_as_uncached("varlen", varlen_call)
 
     def paged_call(i):
@@ -942,7 +975,9 @@ def plan_cache(rng):
         bt = padded(bt, i)
         return (lambda: kiln.attention_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=cs,
                                                     block_table=bt, causal=True, out=out,
-                                                    lse=lse)), [out, lse]
+                                                    lse=lse)), [out, lse], \
+            dict(q=q, k=kc, v=vc, o=out, lse=lse, block_table=bt, cache_seqlens=cs, k_new=kn,
+                 v_new=vn)
     same_as_uncached("paged, new rows appended", paged_call)
 
     # 2. each key field misses, and the call it plans is right (against float64)
