@@ -41,6 +41,11 @@ Two levels:
 Contexts are created once per device and kept for the life of the process (a context owns its
 compiled kernels; kiln_prepare is a memo lookup after the first call, so calling attention() in
 a loop compiles once).  The C library is thread-safe; so is this module.
+
+The plan cache (docs/api.md "The plan cache"): attention(), attention_varlen() and
+attention_with_kvcache() keep each call's checks, kernel and launch struct under a key of its
+tensors' shapes, strides, dtypes and devices and its options, so a repeated call only fills in
+its addresses and launches (set_plan_cache_size, plan_cache_info, plan_cache_clear).
 """
 
 import collections

@@ -33,6 +33,13 @@ float8_e4m3fn q, k, v with q_descale / k_descale / v_descale (GQA, causal, ragge
 kiln.attention_with_kvcache over
 float8_e4m3fn pages with an f16 q, against the float64 reference on the dequantised inputs, and
 a descale given to a kernel without fp8 inputs and one smaller than its (B, HK) shape (errors).
+The plan cache (docs/api.md "The plan cache"): a hit hands C the struct the uncached call does,
+byte for byte, and the fields the binding's mapping says (addresses, storage sizes, dropout seed
+and offset), for dense, variant, modifier, dropout, fp8, varlen and paged calls, on another set
+of tensors with larger storages than the call that made the plan; each key field (strides,
+shape, dtype, lse, sm_scale, the window, softcap, causal, an option's type, the context) misses
+and its call is right against float64; errors (Python checks and kiln_forward's) are never kept
+and a hit's data errors are the uncached call's; the LRU bound; six threads on three shapes.
 """
 import ctypes
 import math
