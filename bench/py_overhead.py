@@ -3,8 +3,10 @@
 
 The local counterpart of bench/h200/api_overhead.py: tensors are tests/python_binding.py's
 duck-typed host Tensor (ctypes buffers), so the Python binding runs as on torch CPU tensors.
-Per-call wall time (the best of 7 runs of `--calls` calls each, after a warm-up: the machine is
-shared, the best run is the least disturbed) of:
+Per call, the wall time and the CPU time of the calling thread (each the best of 21 runs of
+`--calls` calls, after a warm-up: on a shared machine the best run is the least disturbed; the
+thread's CPU time leaves out the host kernel's worker threads, so for the real forward read the
+wall time) of:
 
   - kiln.attention(q, k, v, out=o) with the C kiln_forward replaced by a no-op: the Python side
     alone, through the plan cache (docs/api.md "The plan cache") and with it off
@@ -45,16 +47,18 @@ class Tensor(TestTensor):
         return self._storage
 
 
-def per_call_us(fn, calls):
+def per_call_us(fn, calls, runs=21):
+    """(wall, CPU time of this thread) per call in us, each the best of `runs` runs"""
     for _ in range(min(200, calls)):
         fn()
-    runs = []
-    for _ in range(7):
-        t0 = time.perf_counter()
+    wall, cpu = [], []
+    for _ in range(runs):
+        t0, c0 = time.perf_counter(), time.thread_time()
         for _ in range(calls):
             fn()
-        runs.append((time.perf_counter() - t0) / calls * 1e6)
-    return min(runs)
+        wall.append((time.perf_counter() - t0) / calls * 1e6)
+        cpu.append((time.thread_time() - c0) / calls * 1e6)
+    return min(wall), min(cpu)
 
 
 class NoForward:
@@ -81,7 +85,7 @@ def cache_off():
 
 
 def main():
-    calls = int(sys.argv[sys.argv.index("--calls") + 1]) if "--calls" in sys.argv else 5000
+    calls = int(sys.argv[sys.argv.index("--calls") + 1]) if "--calls" in sys.argv else 1000
     B, H, N, D = 1, 1, 64, 64
     q, k, v, o = (Tensor("float16", (B, H, N, D)) for _ in range(4))
     lse = Tensor("float32", (B, H, N))
@@ -122,12 +126,12 @@ def main():
                  per_call_us(lambda: kern.forward(*ptrs, B, H, H, N, N), calls // 5)))
     rows.append(("Context.prepare (memo hit)",
                  per_call_us(lambda: ctx.prepare("float16", D, seqlen=N), calls)))
-    print("# python %s; kiln %s; B %d H %d N %d D %d f16 on the host; best of 7 x %d calls"
+    print("# python %s; kiln %s; B %d H %d N %d D %d f16 on the host; best of 21 x %d calls"
           % (sys.version.split()[0], "with plan cache" if off else "without plan cache",
              B, H, N, D, calls))
-    print("| call | us / call |\n|---|---|")
-    for name, us in rows:
-        print("| %s | %.1f |" % (name, us))
+    print("| call | wall us / call | CPU us / call (this thread) |\n|---|---|---|")
+    for name, (wall, cpu) in rows:
+        print("| %s | %.1f | %.1f |" % (name, wall, cpu))
     if "--profile" in sys.argv:
         pr = cProfile.Profile()
         with NoForward():

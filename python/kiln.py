@@ -679,11 +679,11 @@ def _numel(t, size=None):
 # of everything the plan was decided from: each tensor's type, shape, strides, dtype and device
 # (is_cuda, device.type, device.index: what _device_key reads), whether it was given, and every
 # flag and option by type and value; the context is the device's (_contexts), checked on each
-# hit.  Only plain values (None, bool, int, float, str, bytes, and tuples or lists of them) make
-# a key: a call with any other option (a tensor as sm_scale, an unhashable dict) is planned every
-# time.  What a call's data decide (cu_seqlens, block tables, cache lengths, the storage sizes)
-# is checked by kiln_forward on every launch, cached or not; a plan whose launch failed is never
-# kept.  The keys are an LRU of _plans_max entries (set_plan_cache_size).
+# hit.  Only plain values (None, bool, int, float, str, bytes; window_size a tuple or list of
+# them) make a key: a call with any other option (a tensor as sm_scale, a numpy scalar) is
+# planned every time.  What a call's data decide (cu_seqlens, block tables, cache lengths, the
+# storage sizes) is checked by kiln_forward on every launch, cached or not; a plan whose launch
+# failed is never kept.  The keys are an LRU of _plans_max entries (set_plan_cache_size).
 
 _PLANNING = object()  # Kernel.forward's stream while a plan is made: return the struct, no launch
 _PLAIN = frozenset((type(None), bool, int, float, str, bytes))
@@ -725,31 +725,29 @@ def _sig(t):
             getattr(d, "type", "cpu"), getattr(d, "index", None))
 
 
-def _plan_find(tag, scalars, ts, params=None):
+def _plan_find(tag, scalars, window, ts, params=None):
     """(key, plan) of a call: its plan key (tag: which function; its options, scalars: plain
-    values, or tuples / lists of them, by type and value; its tensors ts; params {name: value}:
-    the names and types, a tensor's _sig, their values being the launch's) and the plan kept
-    under it (an LRU hit), else None; key None: the cache is off or the call cannot be keyed (an
-    option not a plain value, a tensor without the attributes), and is planned every time"""
+    values, by type and value; window: None or a tuple / list of plain values, likewise; its
+    tensors ts; params {name: value}: the names and types, a tensor's _sig, their values being
+    the launch's) and the plan kept under it (an LRU hit), else None; key None: the cache is off
+    or the call cannot be keyed (an option not a plain value, a tensor without the attributes),
+    and is planned every time"""
     if not _plans_max:
         return None, None
     try:
-        vals, opts = scalars, tuple(map(type, scalars))
-        if not _PLAIN.issuperset(opts):  # a tuple or list of plain values (a window), else none
-            vals, opts = [], []
-            for x in scalars:
-                t = type(x)
-                if t is tuple or t is list:
-                    x = tuple(x)
-                    if not _PLAIN.issuperset(map(type, x)):
-                        return None, None
-                    t = (t,) + tuple(map(type, x))
-                elif t not in _PLAIN:
-                    return None, None
-                vals.append(x)
-                opts.append(t)
-            vals, opts = tuple(vals), tuple(opts)
-        key = [tag, vals, opts]
+        opts = tuple(map(type, scalars))
+        if not _PLAIN.issuperset(opts):
+            return None, None
+        if window is not None:
+            t = type(window)
+            if t is not tuple and t is not list:
+                return None, None
+            window = tuple(window)
+            wt = tuple(map(type, window))
+            if not _PLAIN.issuperset(wt):
+                return None, None
+            window = (t, window, wt)
+        key = [tag, scalars, opts, window]
         for t in ts:  # a tensor's seven fields, a None, or (another shape of tensor) its _sig
             if t is None:
                 key.append(None)
@@ -1060,8 +1058,9 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_s
             len(document_ids)
     ts = [q, k, v, out, lse, alibi_slopes, bias, segs[0], segs[1], q_descale, k_descale,
           v_descale]
-    key, plan = _plan_find("attention", (causal, sm_scale, window_size, softcap, prefix_len,
-                                         score_mod, mask_mod, dropout_p, segs_given), ts, params)
+    key, plan = _plan_find("attention", (causal, sm_scale, softcap, prefix_len, score_mod,
+                                         mask_mod, dropout_p, segs_given), window_size, ts,
+                           params)
     if plan is not None:
         return _plan_launch(plan, ts, params, seed, offset)
     plan = _attention_plan(ts, causal, sm_scale, window_size, softcap, document_ids, prefix_len,
@@ -1184,7 +1183,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     ts = [q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, q_descale, k_descale,
           v_descale]
     key, plan = _plan_find("varlen", (max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
-                                      causal, window_size, softcap, return_lse), ts)
+                                      causal, softcap, return_lse), window_size, ts)
     if plan is not None:
         return _plan_launch(plan, ts, None, seed, offset)
     plan = _varlen_plan(ts, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
@@ -1492,9 +1491,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
         else None  # a tensor; an int (or None) is an option, its tensor made per call
     ts = [q, k_cache, v_cache, out, lse, block_table, cs, k, v, alibi_slopes, q_descale, k_descale,
           v_descale]
-    key, plan = _plan_find("kvcache", (softmax_scale, causal, window_size, softcap,
-                                       return_softmax_lse, None if cs is not None else
-                                       cache_seqlens), ts)
+    key, plan = _plan_find("kvcache", (softmax_scale, causal, softcap, return_softmax_lse,
+                                       None if cs is not None else cache_seqlens), window_size,
+                           ts)
     if plan is not None:
         return _plan_launch(plan, ts, None, 0, 0)
     plan = _kvcache_plan(ts, cache_seqlens, softmax_scale, causal, window_size, softcap,
