@@ -687,8 +687,21 @@ def _numel(t, size=None):
 
 _PLANNING = object()  # Kernel.forward's stream while a plan is made: return the struct, no launch
 _PLAIN = frozenset((type(None), bool, int, float, str, bytes))
-_PER_CALL = tuple(n for n, t in _AttnArgs._fields_ if t is ctypes.c_void_p or
-                  n.endswith("_numel")) + ("dropout_seed", "dropout_offset")
+
+
+def _per_call_mask():
+    """kiln_attn_args as an int of its bytes with those of every per-call field cleared (each
+    address, each _numel, the dropout seed and offset, mod_args and n_mod_args), all else set"""
+    m = bytearray(b"\xff" * ctypes.sizeof(_AttnArgs))
+    for n, t in _AttnArgs._fields_:
+        if t is ctypes.c_void_p or n.endswith("_numel") or n in (
+                "dropout_seed", "dropout_offset", "mod_args", "n_mod_args"):
+            f = getattr(_AttnArgs, n)
+            m[f.offset:f.offset + f.size] = bytes(f.size)
+    return int.from_bytes(m, "little")
+
+
+_PER_CALL_MASK = _per_call_mask()
 _plans = collections.OrderedDict()
 _plans_lock = threading.Lock()
 _plans_max = 256
@@ -706,10 +719,10 @@ class _Plan:
     __slots__ = ("dev", "ctx", "kern", "tmpl", "slots", "allocs", "cuda", "dropout", "ret")
 
     def __init__(self, dev, ctx, kern, args, ts, spec, allocs, dropout, ret):
-        for n in _PER_CALL:
-            setattr(args, n, 0)
-        args.mod_args, args.n_mod_args = None, 0
-        self.dev, self.ctx, self.kern, self.tmpl = dev, ctx, kern._h, args
+        n = ctypes.sizeof(_AttnArgs)  # the per-call fields zeroed: a field left out is a NULL
+        self.tmpl = _AttnArgs.from_buffer_copy(
+            (int.from_bytes(bytes(args), "little") & _PER_CALL_MASK).to_bytes(n, "little"))
+        self.dev, self.ctx, self.kern = dev, ctx, kern._h
         self.slots = tuple((i, f, nf, _ITEMSIZE.get(_dtype_name(ts[i]))) for i, f, nf in spec
                            if ts[i] is not None)
         self.allocs, self.dropout, self.ret = tuple(allocs), bool(dropout), ret
