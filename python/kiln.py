@@ -41,8 +41,14 @@ Two levels:
 Contexts are created once per device and kept for the life of the process (a context owns its
 compiled kernels; kiln_prepare is a memo lookup after the first call, so calling attention() in
 a loop compiles once).  The C library is thread-safe; so is this module.
+
+The plan cache (docs/api.md "The plan cache"): attention(), attention_varlen() and
+attention_with_kvcache() keep each call's checks, kernel and launch struct under a key of its
+tensors' shapes, strides, dtypes and devices and its options, so a repeated call only fills in
+its addresses and launches (set_plan_cache_size, plan_cache_info, plan_cache_clear).
 """
 
+import collections
 import ctypes
 import ctypes.util
 import glob
@@ -52,7 +58,8 @@ import random
 import threading
 
 __all__ = ["KilnError", "Context", "Kernel", "BackwardKernel", "attention", "attention_backward",
-           "attention_varlen", "attention_varlen_backward", "attention_with_kvcache", "library", "F16", "BF16", "F32"]
+           "attention_varlen", "attention_varlen_backward", "attention_with_kvcache", "library",
+           "set_plan_cache_size", "plan_cache_info", "plan_cache_clear", "F16", "BF16", "F32"]
 
 # ---- the C API's constants (include/kiln.h) ----
 
@@ -508,6 +515,8 @@ class Kernel:
         a.q_descale, a.k_descale, a.v_descale = q_descale, k_descale, v_descale
         a.descale_stride = descale_stride
         a.dropout_seed, a.dropout_offset = _u64(dropout_seed), _u64(dropout_offset)
+        if stream is _PLANNING:  # a plan's template (_plan_launch fills in the rest per call)
+            return a
         self.context._handle()
         _check(library().kiln_forward(self._h, ctypes.byref(a), stream))
 
@@ -650,14 +659,214 @@ def _strides(t, name, rank):
     return s
 
 
-def _numel(t):
+def _numel(t, size=None):
     """the elements t's memory holds from t.data_ptr() (its storage past its offset; 0 when the
-    tensor does not say: not checked)"""
+    tensor does not say: not checked); size: its element size when known already"""
     try:
         st = t.untyped_storage()
-        return st.nbytes() // _ITEMSIZE[_dtype_name(t)] - int(t.storage_offset())
+        return st.nbytes() // (size or _ITEMSIZE[_dtype_name(t)]) - int(t.storage_offset())
     except (AttributeError, KeyError, TypeError):
         return 0
+
+
+# ---- the plan cache: a repeated call skips the checks and kiln_prepare ----
+#
+# attention(), attention_varlen() and attention_with_kvcache() each split into a plan (every
+# check of the arguments, the kernel from kiln_prepare, and the kiln_attn_args of the launch with
+# every per-call field zeroed) and its launch (_plan_launch: a copy of that struct per call, the
+# addresses, storage sizes, dropout seed / offset and modifier parameters of this call's tensors
+# filled in, then kiln_forward).  A plan is kept, after its first launch succeeded, under a key
+# of everything the plan was decided from: each tensor's type, shape, strides, dtype and device
+# (is_cuda, device.type, device.index: what _device_key reads), whether it was given, and every
+# flag and option by type and value; the context is the device's (_contexts), checked on each
+# hit.  Only plain values (None, bool, int, float, str, bytes; window_size a tuple or list of
+# them) make a key: a call with any other option (a tensor as sm_scale, a numpy scalar) is
+# planned every time.  What a call's data decide (cu_seqlens, block tables, cache lengths, the
+# storage sizes) is checked by kiln_forward on every launch, cached or not; a plan whose launch
+# failed is never kept.  The keys are an LRU of _plans_max entries (set_plan_cache_size).
+
+_PLANNING = object()  # Kernel.forward's stream while a plan is made: return the struct, no launch
+_PLAIN = frozenset((type(None), bool, int, float, str, bytes))
+
+
+def _per_call_mask():
+    """kiln_attn_args as an int of its bytes with those of every per-call field cleared (each
+    address, each _numel, the dropout seed and offset, mod_args and n_mod_args), all else set"""
+    m = bytearray(b"\xff" * ctypes.sizeof(_AttnArgs))
+    for n, t in _AttnArgs._fields_:
+        if t is ctypes.c_void_p or n.endswith("_numel") or n in (
+                "dropout_seed", "dropout_offset", "mod_args", "n_mod_args"):
+            f = getattr(_AttnArgs, n)
+            m[f.offset:f.offset + f.size] = bytes(f.size)
+    return int.from_bytes(m, "little")
+
+
+_PER_CALL_MASK = _per_call_mask()
+_plans = collections.OrderedDict()
+_plans_lock = threading.Lock()
+_plans_max = 256
+_plans_count = {"hits": 0, "misses": 0}
+
+
+class _Plan:
+    """what a call's checks and kiln_prepare decided, for every later call of its key: the device
+    key and context, the kernel's handle, the launch's kiln_attn_args with the per-call fields
+    zeroed (tmpl), slots ((index into the call's tensors, address field, numel field or None,
+    element size) of each tensor given), allocs ((index, make()) of the tensors made per call
+    when the caller gave none: out, an lse, a dense cache's block table), the CUDA device index
+    (None on the host), whether the kernel has dropout, and ret (the index of the tensor
+    returned, or a tuple of them)"""
+    __slots__ = ("dev", "ctx", "kern", "tmpl", "slots", "allocs", "cuda", "dropout", "ret")
+
+    def __init__(self, dev, ctx, kern, args, ts, spec, allocs, dropout, ret):
+        n = ctypes.sizeof(_AttnArgs)  # the per-call fields zeroed: a field left out is a NULL
+        self.tmpl = _AttnArgs.from_buffer_copy(
+            (int.from_bytes(bytes(args), "little") & _PER_CALL_MASK).to_bytes(n, "little"))
+        self.dev, self.ctx, self.kern = dev, ctx, kern._h
+        self.slots = tuple((i, f, nf, _ITEMSIZE.get(_dtype_name(ts[i]))) for i, f, nf in spec
+                           if ts[i] is not None)
+        self.allocs, self.dropout, self.ret = tuple(allocs), bool(dropout), ret
+        self.cuda = None if dev == "host" else int(dev.split(":")[1])
+
+
+def _sig(t):
+    """a tensor's part of a plan key, read as _device_key reads it (None: not given)"""
+    if t is None:
+        return None
+    d = getattr(t, "device", None)
+    return (type(t), t.shape, t.stride(), t.dtype, getattr(t, "is_cuda", False),
+            getattr(d, "type", "cpu"), getattr(d, "index", None))
+
+
+def _plan_find(tag, scalars, window, ts, params=None):
+    """(key, plan) of a call: its plan key (tag: which function; its options, scalars: plain
+    values, by type and value; window: None or a tuple / list of plain values, likewise; its
+    tensors ts; params {name: value}: the names and types, a tensor's _sig, their values being
+    the launch's) and the plan kept under it (an LRU hit), else None; key None: the cache is off
+    or the call cannot be keyed (an option not a plain value, a tensor without the attributes),
+    and is planned every time"""
+    if not _plans_max:
+        return None, None
+    try:
+        opts = tuple(map(type, scalars))
+        if not _PLAIN.issuperset(opts):
+            return None, None
+        if window is not None:
+            t = type(window)
+            if t is not tuple and t is not list:
+                return None, None
+            window = tuple(window)
+            wt = tuple(map(type, window))
+            if not _PLAIN.issuperset(wt):
+                return None, None
+            window = (t, window, wt)
+        key = [tag, scalars, opts, window]
+        for t in ts:  # a tensor's seven fields, a None, or (another shape of tensor) its _sig
+            if t is None:
+                key.append(None)
+                continue
+            try:
+                d = t.device
+                key += (type(t), t.shape, t.stride(), t.dtype, t.is_cuda, d.type, d.index)
+            except AttributeError:
+                key.append(_sig(t))
+        if params:
+            if not _PLAIN.issuperset(map(type, params)):
+                return None, None
+            key += [(n, type(x), _sig(x) if hasattr(x, "data_ptr") else None)
+                    for n, x in params.items()]
+        key = tuple(key)
+        with _plans_lock:
+            plan = _plans.get(key)
+            if plan is None or _contexts.get(plan.dev) is not plan.ctx:
+                _plans_count["misses"] += 1
+                return key, None
+            _plans.move_to_end(key)
+            _plans_count["hits"] += 1
+        return key, plan
+    except Exception:  # an unhashable shape or option, a stride() that raises: not cached
+        return None, None
+
+
+def _plan_launch(plan, ts, params, seed, offset, keep=None):
+    """one launch of plan on this call's tensors ts (params: the modifiers' values; seed, offset:
+    dropout's); keep: the key to keep the plan under once the launch succeeded"""
+    for i, make in plan.allocs:
+        if ts[i] is None:
+            ts[i] = make()
+    a = _AttnArgs.from_buffer_copy(plan.tmpl)  # this call's own struct: nothing shared with C
+    for i, field, nfield, size in plan.slots:
+        t = ts[i]
+        setattr(a, field, t.data_ptr())
+        if nfield is not None:
+            setattr(a, nfield, _numel(t, size))
+    if plan.dropout:
+        a.dropout_seed, a.dropout_offset = _u64(seed), _u64(offset)
+    margs = None
+    if params:
+        margs, a.n_mod_args = _mod_args(params)
+        a.mod_args = margs
+    stream = _cuda_stream(plan.cuda) if plan.cuda is not None else None
+    plan.ctx._handle()
+    _check(_lib.kiln_forward(plan.kern, ctypes.byref(a), stream))
+    if keep is not None:
+        with _plans_lock:
+            _plans[keep] = plan
+            while len(_plans) > _plans_max:
+                _plans.popitem(last=False)
+    r = plan.ret
+    return ts[r] if type(r) is int else tuple(ts[i] for i in r)
+
+
+def _empty(allocs, i, shape, name, device):
+    """a new torch tensor of shape and dtype name on device (an out or lse the caller did not
+    give), its make() for the plan's later launches appended to allocs as ts[i]'s"""
+    import torch  # lazily: the caller's tensors are torch's, so it is installed
+    dt = getattr(torch, name)
+    allocs.append((i, lambda: torch.empty(shape, dtype=dt, device=device)))
+    return torch.empty(shape, dtype=dt, device=device)
+
+
+_raw_stream = None
+
+
+def _cuda_stream(index):
+    """torch's current stream on CUDA device index (a CUstream address; None: the default
+    stream), so that the launch orders like a torch op"""
+    global _raw_stream
+    if _raw_stream is None:
+        import torch  # the caller's tensors are torch's, so it is installed
+        # the raw address torch's compiled code reads (torch.cuda.current_stream(i).cuda_stream
+        # without making a Stream object per call), else that public call
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _raw_stream = raw or (lambda i: torch.cuda.current_stream(i).cuda_stream)
+    return _raw_stream(index) or None
+
+
+def set_plan_cache_size(n):
+    """keep at most n plans (docs/api.md "The plan cache"; 0: none, every call is planned)"""
+    global _plans_max
+    n = int(n)
+    if n < 0:
+        raise KilnError(ERR_INVALID, "plan cache size %d is negative" % n)
+    with _plans_lock:
+        _plans_max = n
+        while len(_plans) > n:
+            _plans.popitem(last=False)
+
+
+def plan_cache_info():
+    """{"hits", "misses", "size", "maxsize"} of the plan cache (hits and misses since the last
+    plan_cache_clear(); a call the cache cannot key counts as neither)"""
+    with _plans_lock:
+        return dict(_plans_count, size=len(_plans), maxsize=_plans_max)
+
+
+def plan_cache_clear():
+    """forgets every plan and zeroes the counts"""
+    with _plans_lock:
+        _plans.clear()
+        _plans_count.update(hits=0, misses=0)
 
 
 def _variant_tensor(t, name, dev, rank, dtypes, shape, broadcast=False):
@@ -856,17 +1065,46 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_s
         return _autograd().apply(q, k, v, causal, sm_scale, window_size, softcap, alibi_slopes,
                                  bias, document_ids, prefix_len, score_mod, mask_mod, params,
                                  dropout_p, seed, offset)
+    segs, segs_given = (document_ids, document_ids), document_ids is not None
+    if isinstance(document_ids, (tuple, list)):  # (q_seg, k_seg); another length: _plan says
+        segs, segs_given = tuple(document_ids) if len(document_ids) == 2 else (None, None), \
+            len(document_ids)
+    ts = [q, k, v, out, lse, alibi_slopes, bias, segs[0], segs[1], q_descale, k_descale,
+          v_descale]
+    key, plan = _plan_find("attention", (causal, sm_scale, softcap, prefix_len, score_mod,
+                                         mask_mod, dropout_p, segs_given), window_size, ts,
+                           params)
+    if plan is not None:
+        return _plan_launch(plan, ts, params, seed, offset)
+    plan = _attention_plan(ts, causal, sm_scale, window_size, softcap, document_ids, prefix_len,
+                           score_mod, mask_mod, params, dropout_p, seed, offset)
+    return _plan_launch(plan, ts, params, seed, offset, keep=key)
+
+
+_DENSE_SLOTS = ((0, "q", "q_numel"), (1, "k", "k_numel"), (2, "v", "v_numel"), (3, "o", "o_numel"),
+                (4, "lse", "lse_numel"), (5, "alibi_slopes", None), (6, "bias", None),
+                (7, "q_seg", None), (8, "k_seg", None), (9, "q_descale", "q_descale_numel"),
+                (10, "k_descale", "k_descale_numel"), (11, "v_descale", "v_descale_numel"))
+
+
+def _attention_plan(ts, causal, sm_scale, window_size, softcap, document_ids, prefix_len,
+                    score_mod, mask_mod, params, dropout_p, seed, offset):
+    """attention()'s plan (_Plan) of its tensors ts (q, k, v, out, lse, alibi_slopes, bias,
+    q_seg, k_seg, q_descale, k_descale, v_descale): every check, kiln_prepare, the launch's
+    struct; out is made here (into ts) when not given"""
+    q, k, v, out, lse, alibi_slopes, bias = ts[:7]
+    q_descale, k_descale, v_descale = ts[9:]
     pl = _plan(q, k, v, out, window_size, softcap, alibi_slopes, bias, document_ids, prefix_len,
                score_mod, mask_mod, params, fp8=True, dropout=(dropout_p, seed, offset))
     name, dev, qs, ks, vs = pl["name"], pl["dev"], pl["qs"], pl["ks"], pl["vs"]
     B, H, Nq, D, HK, Nk = pl["B"], pl["H"], pl["Nq"], pl["D"], pl["HK"], pl["Nk"]
-    var, val, mods, margs = pl["var"], pl["val"], pl["mods"], pl["margs"]
+    var, val, mods = pl["var"], pl["val"], pl["mods"]
     val.update(_descales(q_descale, k_descale, v_descale, pl["qt"] or pl["kt"], dev, B, HK))
     if lse is not None and _device_key(lse) != dev:
         raise KilnError(ERR_INVALID, "lse is on %s, q on %s" % (_device_key(lse), dev))
+    allocs = []
     if out is None:
-        import torch  # lazily: the caller's tensors are torch's, so it is installed
-        out = torch.empty((B, H, Nq, D), dtype=getattr(torch, name), device=q.device)
+        out = ts[3] = _empty(allocs, 3, (B, H, Nq, D), name, q.device)
     elif tuple(int(x) for x in out.shape) != (B, H, Nq, D):
         raise KilnError(ERR_INVALID, "out has shape %s, expected %s"
                         % (tuple(out.shape), (B, H, Nq, D)))
@@ -879,18 +1117,12 @@ def attention(q, k, v, causal=False, sm_scale=None, out=None, lse=None, window_s
     ctx = _context_for(dev)
     kern = ctx.prepare(_DTYPES[name], D, causal=causal, has_lse=lse is not None,
                        seqlen=max(Nq, Nk), mods=mods, q_dtype=pl["qt"], kv_dtype=pl["kt"], **var)
-    stream = None
-    if dev != "host":
-        import torch  # the caller's current stream, so the launch orders like a torch op
-        stream = torch.cuda.current_stream(q.device).cuda_stream or None
-    kern.forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), B, H, HK, Nq, Nk,
-                 lse=lse.data_ptr() if lse is not None else None,
-                 sm_scale=0.0 if sm_scale is None else float(sm_scale),
-                 q_stride=qs[:3], k_stride=ks[:3], v_stride=vs[:3], o_stride=os_[:3],
-                 lse_stride=ls, stream=stream, mod_args=margs,
-                 numel={"q": _numel(q), "k": _numel(k), "v": _numel(v), "o": _numel(out),
-                        "lse": _numel(lse) if lse is not None else 0}, **val)
-    return out
+    a = kern.forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), B, H, HK, Nq, Nk,
+                     lse=lse.data_ptr() if lse is not None else None,
+                     sm_scale=0.0 if sm_scale is None else float(sm_scale),
+                     q_stride=qs[:3], k_stride=ks[:3], v_stride=vs[:3], o_stride=os_[:3],
+                     lse_stride=ls, stream=_PLANNING, **val)
+    return _Plan(dev, ctx, kern, a, ts, _DENSE_SLOTS, allocs, dropout_p, 3)
 
 
 def _plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, window_size, softcap, alibi_slopes,
@@ -961,6 +1193,31 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         return _autograd_varlen().apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                         max_seqlen_k, dropout_p, softmax_scale, causal,
                                         window_size, softcap, alibi_slopes, seed, offset)
+    ts = [q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, q_descale, k_descale,
+          v_descale]
+    key, plan = _plan_find("varlen", (max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                                      causal, softcap, return_lse), window_size, ts)
+    if plan is not None:
+        return _plan_launch(plan, ts, None, seed, offset)
+    plan = _varlen_plan(ts, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                        window_size, softcap, return_lse, seed, offset)
+    return _plan_launch(plan, ts, None, seed, offset, keep=key)
+
+
+_VARLEN_SLOTS = ((0, "q", "q_numel"), (1, "k", "k_numel"), (2, "v", "v_numel"),
+                 (3, "o", "o_numel"), (4, "lse", "lse_numel"), (5, "cu_seqlens_q", None),
+                 (6, "cu_seqlens_k", None), (7, "alibi_slopes", None),
+                 (8, "q_descale", "q_descale_numel"), (9, "k_descale", "k_descale_numel"),
+                 (10, "v_descale", "v_descale_numel"))
+
+
+def _varlen_plan(ts, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
+                 softcap, return_lse, seed, offset):
+    """attention_varlen()'s plan (_Plan) of its tensors ts (q, k, v, out, lse, cu_seqlens_q,
+    cu_seqlens_k, alibi_slopes, q_descale, k_descale, v_descale); out (and lse, with return_lse)
+    made here (into ts) when not given"""
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes = ts[:8]
+    q_descale, k_descale, v_descale = ts[8:]
     pl = _plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, window_size, softcap,
                       alibi_slopes, fp8=True, dropout=(dropout_p, seed, offset))
     name, qt, kt, dev = pl["name"], pl["qt"], pl["kt"], pl["dev"]
@@ -968,15 +1225,14 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                                                        "D", "B"))
     var, val = pl["var"], pl["val"]
     val.update(_descales(q_descale, k_descale, v_descale, qt or kt, dev, B, HK))
+    allocs = []
     if out is None:
-        import torch  # lazily: the caller's tensors are torch's, so it is installed
-        out = torch.empty((Tq, H, D), dtype=getattr(torch, name), device=q.device)
+        out = ts[3] = _empty(allocs, 3, (Tq, H, D), name, q.device)
     elif tuple(int(x) for x in out.shape) != (Tq, H, D) or _dtype_name(out) != name:
         raise KilnError(ERR_INVALID, "out must be %s of shape %s" % (name, (Tq, H, D)))
     os_ = _strides(out, "out", 3)
     if return_lse and lse is None:
-        import torch
-        lse = torch.empty((H, Tq), dtype=torch.float32, device=q.device)
+        lse = ts[4] = _empty(allocs, 4, (H, Tq), "float32", q.device)
     ls = (0, 0)
     if lse is not None:
         if _dtype_name(lse) != "float32" or tuple(int(x) for x in lse.shape) != (H, Tq):
@@ -989,21 +1245,15 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     kern = ctx.prepare(_DTYPES[name], D, causal=causal, has_lse=lse is not None,
                        seqlen=max(max_seqlen_q, max_seqlen_k), layout=LAYOUT_VARLEN,
                        q_dtype=qt, kv_dtype=kt, **var)
-    stream = None
-    if dev != "host":
-        import torch
-        stream = torch.cuda.current_stream(q.device).cuda_stream or None
-    kern.forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), B, H, HK,
-                 int(max_seqlen_q), int(max_seqlen_k),
-                 lse=lse.data_ptr() if lse is not None else None,
-                 sm_scale=0.0 if softmax_scale is None else float(softmax_scale),
-                 q_stride=(0, qs[1], qs[0]), k_stride=(0, ks[1], ks[0]),
-                 v_stride=(0, vs[1], vs[0]), o_stride=(0, os_[1], os_[0]), lse_stride=ls,
-                 stream=stream, cu_seqlens_q=cu_seqlens_q.data_ptr(),
-                 cu_seqlens_k=cu_seqlens_k.data_ptr(), total_q=Tq, total_k=Tk,
-                 numel={"q": _numel(q), "k": _numel(k), "v": _numel(v), "o": _numel(out),
-                        "lse": _numel(lse) if lse is not None else 0}, **val)
-    return (out, lse) if return_lse else out
+    a = kern.forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), B, H, HK,
+                     int(max_seqlen_q), int(max_seqlen_k),
+                     lse=lse.data_ptr() if lse is not None else None,
+                     sm_scale=0.0 if softmax_scale is None else float(softmax_scale),
+                     q_stride=(0, qs[1], qs[0]), k_stride=(0, ks[1], ks[0]),
+                     v_stride=(0, vs[1], vs[0]), o_stride=(0, os_[1], os_[0]), lse_stride=ls,
+                     stream=_PLANNING, total_q=Tq, total_k=Tk, **val)
+    return _Plan(dev, ctx, kern, a, ts, _VARLEN_SLOTS, allocs, dropout_p,
+                 (3, 4) if return_lse else 3)
 
 
 # ---- training: the backward ----
@@ -1250,6 +1500,37 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
     if num_splits not in (0, 1):
         raise KilnError(ERR_UNSUPPORTED, "num_splits %r: kiln's paged kernel does not split "
                         "the keys yet" % (num_splits,))
+    cs = cache_seqlens if cache_seqlens is not None and not isinstance(cache_seqlens, int) \
+        else None  # a tensor; an int (or None) is an option, its tensor made per call
+    ts = [q, k_cache, v_cache, out, lse, block_table, cs, k, v, alibi_slopes, q_descale, k_descale,
+          v_descale]
+    key, plan = _plan_find("kvcache", (softmax_scale, causal, softcap, return_softmax_lse,
+                                       None if cs is not None else cache_seqlens), window_size,
+                           ts)
+    if plan is not None:
+        return _plan_launch(plan, ts, None, 0, 0)
+    plan = _kvcache_plan(ts, cache_seqlens, softmax_scale, causal, window_size, softcap,
+                         return_softmax_lse)
+    return _plan_launch(plan, ts, None, 0, 0, keep=key)
+
+
+_PAGED_SLOTS = ((0, "q", "q_numel"), (1, "k", "k_numel"), (2, "v", "v_numel"), (3, "o", "o_numel"),
+                (4, "lse", "lse_numel"), (5, "block_table", "block_table_numel"),
+                (6, "cache_seqlens", None), (7, "k_new", "k_new_numel"),
+                (8, "v_new", "v_new_numel"), (9, "alibi_slopes", None),
+                (10, "q_descale", "q_descale_numel"), (11, "k_descale", "k_descale_numel"),
+                (12, "v_descale", "v_descale_numel"))
+
+
+def _kvcache_plan(ts, cache_seqlens, softmax_scale, causal, window_size, softcap,
+                  return_softmax_lse):
+    """attention_with_kvcache()'s plan (_Plan) of its tensors ts (q, k_cache, v_cache, out, lse,
+    block_table, cache_seqlens (a tensor, else None), k, v, alibi_slopes, q_descale, k_descale,
+    v_descale); what it makes (out, lse, a dense cache's block table, the cache_seqlens tensor of
+    an int) goes into ts"""
+    q, k_cache, v_cache, out, lse, block_table, _, k, v, alibi_slopes = ts[:10]
+    q_descale, k_descale, v_descale = ts[10:]
+    allocs = []
     name, qt, kt = _types(q, k_cache, out)
     dev = _device_key(q)
     qs = _strides(q, "q", 4)
@@ -1277,8 +1558,12 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
         S = PS
         PS = max(p for p in range(1, min(S, 256) + 1) if S % p == 0) if S else 1
         import torch  # lazily: the caller's tensors are torch's, so it is installed
-        npb = S // PS
-        block_table = torch.arange(B * npb, dtype=torch.int32, device=q.device).reshape(B, npb)
+        npb, qd = S // PS, q.device
+
+        def table():
+            return torch.arange(B * npb, dtype=torch.int32, device=qd).reshape(B, npb)
+        block_table = ts[5] = table()
+        allocs.append((5, table))
         kcs = (PS * kcs[1], kcs[1], kcs[2], 1)
         vcs = (PS * vcs[1], vcs[1], vcs[2], 1)
         P = B * npb
@@ -1288,7 +1573,12 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
         raise KilnError(ERR_INVALID, "cache_seqlens is required with a block table")
     if isinstance(cache_seqlens, int):
         import torch
-        cache_seqlens = torch.full((B,), cache_seqlens, dtype=torch.int32, device=q.device)
+        n, qd = cache_seqlens, q.device
+
+        def lens():
+            return torch.full((B,), n, dtype=torch.int32, device=qd)
+        cache_seqlens = ts[6] = lens()
+        allocs.append((6, lens))
     _variant_tensor(cache_seqlens, "cache_seqlens", dev, 1, ("int32",), (B,))
     if len(block_table.shape) != 2 or int(block_table.shape[0]) != B:
         raise KilnError(ERR_INVALID, "block_table must be (B, max_pages), got shape %s"
@@ -1310,15 +1600,13 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
     _scalar_variants(var, val, window_size, softcap, alibi_slopes, dev, B, H)
     val.update(_descales(q_descale, k_descale, v_descale, qt or kt, dev, B, HK))
     if out is None:
-        import torch
-        out = torch.empty((B, Nq, H, D), dtype=getattr(torch, name), device=q.device)
+        out = ts[3] = _empty(allocs, 3, (B, Nq, H, D), name, q.device)
     elif tuple(int(x) for x in out.shape) != (B, Nq, H, D):
         raise KilnError(ERR_INVALID, "out has shape %s, expected %s"
                         % (tuple(out.shape), (B, Nq, H, D)))
     os_ = _strides(out, "out", 4)
     if return_softmax_lse and lse is None:
-        import torch
-        lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+        lse = ts[4] = _empty(allocs, 4, (B, H, Nq), "float32", q.device)
     ls = (0, 0)
     if lse is not None:
         if _dtype_name(lse) != "float32" or tuple(int(x) for x in lse.shape) != (B, H, Nq):
@@ -1327,27 +1615,16 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
     ctx = _context_for(dev)
     kern = ctx.prepare(_DTYPES[name], D, causal=causal, has_lse=lse is not None,
                        seqlen=MP * PS, layout=LAYOUT_PAGED, q_dtype=qt, kv_dtype=kt, **var)
-    stream = None
-    if dev != "host":
-        import torch
-        stream = torch.cuda.current_stream(q.device).cuda_stream or None
-    kern.forward(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), B, H, HK,
-                 Nq, 0, lse=lse.data_ptr() if lse is not None else None,
-                 sm_scale=0.0 if softmax_scale is None else float(softmax_scale),
-                 q_stride=(qs[0], qs[2], qs[1]), k_stride=(kcs[0], kcs[2], kcs[1]),
-                 v_stride=(vcs[0], vcs[2], vcs[1]), o_stride=(os_[0], os_[2], os_[1]),
-                 lse_stride=ls, stream=stream, block_table=block_table.data_ptr(),
-                 cache_seqlens=cache_seqlens.data_ptr(), block_table_stride=bts[0] or MP,
-                 page_size=PS, num_pages=P, max_pages=MP,
-                 k_new=k.data_ptr() if k is not None else None,
-                 v_new=v.data_ptr() if v is not None else None, seqlen_new=Nn,
-                 k_new_stride=ns[0], v_new_stride=ns[1],
-                 numel={"q": _numel(q), "k": _numel(k_cache), "v": _numel(v_cache),
-                        "o": _numel(out), "lse": _numel(lse) if lse is not None else 0,
-                        "block_table": _numel(block_table),
-                        "k_new": _numel(k) if k is not None else 0,
-                        "v_new": _numel(v) if v is not None else 0}, **val)
-    return (out, lse) if return_softmax_lse else out
+    a = kern.forward(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), B, H,
+                     HK, Nq, 0, lse=lse.data_ptr() if lse is not None else None,
+                     sm_scale=0.0 if softmax_scale is None else float(softmax_scale),
+                     q_stride=(qs[0], qs[2], qs[1]), k_stride=(kcs[0], kcs[2], kcs[1]),
+                     v_stride=(vcs[0], vcs[2], vcs[1]), o_stride=(os_[0], os_[2], os_[1]),
+                     lse_stride=ls, stream=_PLANNING, block_table_stride=bts[0] or MP,
+                     page_size=PS, num_pages=P, max_pages=MP, seqlen_new=Nn,
+                     k_new_stride=ns[0], v_new_stride=ns[1], **val)
+    return _Plan(dev, ctx, kern, a, ts, _PAGED_SLOTS, allocs, 0,
+                 (3, 4) if return_softmax_lse else 3)
 
 
 if __name__ == "__main__":

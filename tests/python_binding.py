@@ -33,6 +33,13 @@ float8_e4m3fn q, k, v with q_descale / k_descale / v_descale (GQA, causal, ragge
 kiln.attention_with_kvcache over
 float8_e4m3fn pages with an f16 q, against the float64 reference on the dequantised inputs, and
 a descale given to a kernel without fp8 inputs and one smaller than its (B, HK) shape (errors).
+The plan cache (docs/api.md "The plan cache"): a hit hands C the struct the uncached call does,
+byte for byte, and the fields the binding's mapping says (addresses, storage sizes, dropout seed
+and offset), for dense, variant, modifier, dropout, fp8, varlen and paged calls, on another set
+of tensors with larger storages than the call that made the plan; each key field (strides,
+shape, dtype, lse, sm_scale, the window, softcap, causal, an option's type, the context) misses
+and its call is right against float64; errors (Python checks and kiln_forward's) are never kept
+and a hit's data errors are the uncached call's; the LRU bound; six threads on three shapes.
 """
 import ctypes
 import math
@@ -41,6 +48,8 @@ import random
 import struct
 import sys
 import tempfile
+import threading
+from fractions import Fraction
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import kiln  # noqa: E402
@@ -783,6 +792,357 @@ def fp8(rng):
                  "v_descale holds 5 scales")
 
 
+# ---- the plan cache (docs/api.md "The plan cache") ----
+
+def padded(t, extra):
+    """t with `extra` more elements of storage past its shape (its data kept): another storage
+    size, so a plan that kept the first call's sizes would show"""
+    buf = (type(t.buf)._type_ * (len(t.buf) + extra))()
+    ctypes.memmove(buf, t.buf, ctypes.sizeof(t.buf))
+    t.buf = buf
+    return t
+
+
+class Recorder:
+    """kiln_forward replaced, while inside, by one that records what each call hands C (the
+    kiln_attn_args bytes with mod_args zeroed, and the modifier arguments decoded: their arrays
+    and names are made per call) and then runs the real one"""
+
+    def __enter__(self):
+        self.lib = kiln.library()
+        self.real, self.calls = self.lib.kiln_forward, []
+
+        def record(kern, pa, stream):
+            a = kiln._AttnArgs.from_buffer_copy(pa._obj)
+            margs = [(m.name, m.kind, m.i, m.f, m.p, m.bytes)
+                     for m in (a.mod_args[i] for i in range(a.n_mod_args))]
+            a.mod_args = None
+            self.calls.append((kern.value, bytes(a), margs, stream))
+            return self.real(kern, pa, stream)
+        self.lib.kiln_forward = record
+        return self
+
+    def __exit__(self, *exc):
+        self.lib.kiln_forward = self.real
+
+
+def cache_delta(fn):
+    """(hits, misses, size) the plan cache gained over fn()"""
+    a = kiln.plan_cache_info()
+    fn()
+    b = kiln.plan_cache_info()
+    return b["hits"] - a["hits"], b["misses"] - a["misses"], b["size"] - a["size"]
+
+
+NUMEL_FIELDS = ("q", "k", "v", "o", "lse", "block_table", "k_new", "v_new", "q_descale",
+                "k_descale", "v_descale")
+
+
+def fields_ok(rec, fields):
+    """the struct rec (a Recorder's call) holds fields ({kiln_attn_args field: tensor or int}):
+    a tensor's address, and its storage's elements as the field's _numel where the binding
+    passes one; an int as it is -- the binding's mapping written out independently"""
+    a = kiln._AttnArgs.from_buffer_copy(rec[1])
+    for n, x in fields.items():
+        if isinstance(x, int):
+            if getattr(a, n) != x:
+                return "%s %d, not %d" % (n, getattr(a, n), x)
+        elif getattr(a, n) != x.data_ptr():
+            return "%s is not the tensor's address" % n
+        elif n in NUMEL_FIELDS and getattr(a, n + "_numel") != len(x.buf):
+            return "%s_numel %d, not %d" % (n, getattr(a, n + "_numel"), len(x.buf))
+    return None
+
+
+def same_as_uncached(name, make):
+    """make(i) -> (call, outputs, fields) on tensors of its own (i = 1: other data, larger
+    storages); the call with the cache off, then set 1's call (a miss: kept), then set 0's again
+    (a hit) must hand C the same struct, byte for byte, holding fields (fields_ok), and write the
+    same outputs"""
+    call, outs, fields = make(0)
+    other, _, other_fields = make(1)
+    kiln.plan_cache_clear()
+    kiln.set_plan_cache_size(0)
+    with Recorder() as slow:
+        call()
+    want = [bytes(t.buf) for t in outs]
+    kiln.set_plan_cache_size(256)
+    for t in outs:
+        ctypes.memset(t.buf, 0, ctypes.sizeof(t.buf))
+    with Recorder() as fast:
+        miss = cache_delta(other)
+        hit = cache_delta(call)
+    got = [bytes(t.buf) for t in outs]
+    same = fast.calls[-1] == slow.calls[-1]
+    bad = fields_ok(fast.calls[-1], fields) or fields_ok(fast.calls[0], other_fields)
+    check("plan cache %s: a hit hands C what the uncached call does" % name,
+          miss == (0, 1, 1) and hit == (1, 0, 0) and same and not bad and
+          len(slow.calls) == 1 and got == want,
+          "miss %s hit %s, struct %s, %s, outputs %s"
+          % (miss, hit, "same" if same else "differs", bad or "fields right", got == want))
+
+
+def dense_call(rng, dtype, B, H, HK, Nq, Nk, D, pad=0, bnhd=False, **kw):
+    """(call, outputs, fields) of kiln.attention on fresh tensors; kw: its options, where a
+    callable value is called with (rng, pad) for a tensor of its own"""
+    q = padded(randn(rng, dtype, (B, H, Nq, D), bnhd), pad)
+    k = padded(randn(rng, dtype, (B, HK, Nk, D), bnhd), pad)
+    v = padded(randn(rng, dtype, (B, HK, Nk, D), bnhd), pad)
+    out = padded(Tensor(dtype, (B, H, Nq, D)), pad)
+    lse = padded(Tensor("float32", (B, H, Nq)), pad)
+    kw = {n: x(rng, pad) if callable(x) else x for n, x in kw.items()}
+    fields = dict(q=q, k=k, v=v, o=out, lse=lse)
+    for n in ("alibi_slopes", "bias", "q_descale", "k_descale", "v_descale"):
+        if n in kw:
+            fields[n] = kw[n]
+    if "document_ids" in kw:
+        fields["q_seg"], fields["k_seg"] = kw["document_ids"]
+    if "dropout_p" in kw:
+        fields["dropout_seed"], fields["dropout_offset"] = kw["seed"], kw["offset"]
+    return (lambda: kiln.attention(q, k, v, out=out, lse=lse, **kw)), [out, lse], fields
+
+
+def plan_cache(rng):
+    """the plan cache: hits hand C what the uncached path does (every slot refilled), each key
+    field misses, errors are never kept, bounded, concurrent calls of several shapes"""
+    # 1. hits against the uncached path, for every kind of call (kernels of the tests above)
+    def slopes(r, pad):
+        t = padded(Tensor("float32", (2,)), pad)
+        for h in range(2):
+            t.set((h,), 0.1 + 0.3 * r.random())
+        return t
+    same_as_uncached("f32 causal", lambda i: dense_call(rng, "float32", 1, 2, 1, 5, 7, 32, 3 * i,
+                                                        causal=True))
+    same_as_uncached("bf16 BNHD", lambda i: dense_call(rng, "bfloat16", 2, 2, 1, 3, 11, 32, i,
+                                                       bnhd=True))
+    same_as_uncached("window+softcap", lambda i: dense_call(
+        rng, "float32", 1, 2, 1, 9, 13, 32, i, window_size=(3, 1), softcap=5.0))
+    same_as_uncached("alibi+top_left", lambda i: dense_call(
+        rng, "float16", 1, 2, 2, 11, 7, 32, i, causal="top_left", alibi_slopes=slopes))
+    same_as_uncached("bias+document", lambda i: dense_call(
+        rng, "bfloat16", 2, 2, 1, 5, 8, 32, i,
+        bias=lambda r, pad: padded(randn(r, "bfloat16", (2, 1, 5, 8)), pad),
+        document_ids=lambda r, pad: (padded(segments(r, 2, 5, 3), pad),
+                                     padded(segments(r, 2, 8, 3), pad))))
+    same_as_uncached("prefix", lambda i: dense_call(rng, "float32", 1, 1, 1, 10, 12, 32, i,
+                                                    prefix_len=4))
+
+    def temp(r, pad):
+        t = padded(Tensor("float32", (3,)), pad)
+        for h in range(3):
+            t.set((h,), 0.5 + r.random())
+        return t
+    same_as_uncached("score_mod+mask_mod", lambda i: dense_call(
+        rng, "float16", 1, 3, 1, 12, 12, 32, i, score_mod=SCORE_MOD, mask_mod=MASK_MOD,
+        params=lambda r, pad: {"temp": temp(r, pad), "chunk": 4 + pad}))
+    same_as_uncached("dropout", lambda i: dense_call(
+        rng, "float32", 2, 4, 2, 9, 13, 16, i, causal=True, dropout_p=0.17,
+        seed=rng.getrandbits(64), offset=rng.getrandbits(64)))
+
+    def fp8_call(i):
+        ds = [padded(Tensor("float32", (2, 2)), i) for _ in range(3)]
+        for t in ds:
+            for idx in indices((2, 2)):
+                t.set(idx, rng.uniform(0.5, 1.5) * 4 / 448)
+        q = F8Tensor((2, 4, 5, 16), ds[0], 1, 2)
+        k, v = F8Tensor((2, 2, 9, 16), ds[1], 1), F8Tensor((2, 2, 9, 16), ds[2], 1)
+        for t in (q, k, v):
+            for idx in indices(t.shape):
+                t.buf[t._off(idx)] = rng.randrange(0x78)  # finite e4m3 bytes
+        out, lse = Tensor("float16", (2, 4, 5, 16)), Tensor("float32", (2, 4, 5))
+        return (lambda: kiln.attention(q, k, v, causal=True, out=out, lse=lse, q_descale=ds[0],
+                                       k_descale=ds[1], v_descale=ds[2])), [out, lse], \
+            dict(q=q, k=k, v=v, o=out, lse=lse, q_descale=ds[0], k_descale=ds[1],
+                 v_descale=ds[2])
+    same_as_uncached("fp8 with descales", fp8_call)
+
+    def varlen_call(i, cq=(0, 1, 6, 6, 15), ck=(0, 1, 8, 11, 20)):
+        B, H, HK, D = len(cq) - 1, 2, 1, 16
+        lq, lk = [b - a for a, b in zip(cq, cq[1:])], [b - a for a, b in zip(ck, ck[1:])]
+        cu_q, cu_k = padded(Tensor("int32", (B + 1,)), i), padded(Tensor("int32", (B + 1,)), i)
+        for b in range(B + 1):
+            cu_q.set((b,), cq[b])
+            cu_k.set((b,), ck[b])
+        q = padded(randn(rng, "float32", (sum(lq), H, D)), i)
+        k, v = (padded(randn(rng, "float32", (sum(lk), HK, D)), i) for _ in range(2))
+        out, lse = padded(Tensor("float32", (sum(lq), H, D)), i), Tensor("float32", (H, sum(lq)))
+        return (lambda: kiln.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True,
+                                              out=out, lse=lse)), [out, lse], \
+            dict(q=q, k=k, v=v, o=out, lse=lse, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    same_as_uncached("varlen", varlen_call)
+
+    def paged_call(i):
+        bt, cs, MP, P = page_table(rng, [9, 2, 14], 5, 2)  # the keys with the 2 new rows
+        for b, n in enumerate((7, 0, 12)):
+            cs.set((b,), n)
+        kc, vc = (padded(randn(rng, "float32", (P, 5, 2, 16)), i) for _ in range(2))
+        q = randn(rng, "float32", (3, 3, 4, 16))
+        kn, vn = (padded(randn(rng, "float32", (3, 2, 2, 16)), i) for _ in range(2))
+        out, lse = Tensor("float32", (3, 3, 4, 16)), Tensor("float32", (3, 4, 3))
+        bt = padded(bt, i)
+        return (lambda: kiln.attention_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=cs,
+                                                    block_table=bt, causal=True, out=out,
+                                                    lse=lse)), [out, lse], \
+            dict(q=q, k=kc, v=vc, o=out, lse=lse, block_table=bt, cache_seqlens=cs, k_new=kn,
+                 v_new=vn)
+    same_as_uncached("paged, new rows appended", paged_call)
+
+    # 2. each key field misses, and the call it plans is right (against float64)
+    wl, wr, cap = 3, 1, 5.0
+    base = dict(window_size=(wl, wr), softcap=cap)
+    q, k, v = (randn(rng, "float32", s) for s in ((1, 2, 9, 32), (1, 1, 13, 32), (1, 1, 13, 32)))
+    out, lse = Tensor("float32", (1, 2, 9, 32)), Tensor("float32", (1, 2, 9))
+
+    def right(q, k, v, out, causal=False, scale=None, w=(wl, wr), c=cap):
+        Nq, Nk = q.shape[2], k.shape[2]
+        ro, _ = reference(q, k, v, causal, scale or 1 / math.sqrt(32),
+                          score=lambda s, b, h, i, j: c * math.tanh(s / c) if c else s,
+                          mask=lambda b, h, i, j: -w[0] <= j - (i + Nk - Nq) <= w[1])
+        return max(abs(out.get(i) - ro[i]) for i in ro) <= TOL[q.dtype]
+
+    kiln.plan_cache_clear()
+    first = cache_delta(lambda: kiln.attention(q, k, v, out=out, lse=lse, **base))
+    again = cache_delta(lambda: kiln.attention(q, k, v, out=out, lse=lse, **base))
+    check("plan cache: a repeated call hits", first == (0, 1, 1) and again == (1, 0, 0) and
+          right(q, k, v, out), "first %s again %s" % (first, again))
+    qb = randn(rng, "float32", (1, 2, 9, 32), bnhd=True)
+    ob = Tensor("float32", (1, 9, 2, 32))
+    ob.shape, ob._strides = (1, 2, 9, 32), (9 * 2 * 32, 32, 64, 1)  # (B, N, H, D) memory
+    qs = randn(rng, "float32", (1, 2, 8, 32))
+    q16, k16, v16 = (randn(rng, "float16", t.shape) for t in (q, k, v))
+    o16 = Tensor("float16", out.shape)
+    o8, l8 = Tensor("float32", (1, 2, 8, 32)), Tensor("float32", (1, 2, 8))
+    for name, (tq, tk, tv, to, tl), kw, ok in (
+            ("q's strides", (qb, k, v, out, lse), {}, None),
+            ("out's strides", (q, k, v, ob, lse), {}, None),
+            ("q's shape", (qs, k, v, o8, l8), {}, None),
+            ("the dtype", (q16, k16, v16, o16, lse), {}, None),
+            ("no lse", (q, k, v, out, None), {}, None),
+            ("sm_scale", (q, k, v, out, lse), {"sm_scale": 0.3}, {"scale": 0.3}),
+            ("sm_scale 0.3 -> 0.31", (q, k, v, out, lse), {"sm_scale": 0.31}, {"scale": 0.31}),
+            ("the window", (q, k, v, out, lse), {"window_size": (3, 2)}, {"w": (3, 2)}),
+            ("the window as a list", (q, k, v, out, lse), {"window_size": [3, 2]}, {"w": (3, 2)}),
+            ("softcap", (q, k, v, out, lse), {"softcap": 4.0}, {"c": 4.0}),
+            ("softcap 4 (an int)", (q, k, v, out, lse), {"softcap": 4}, {"c": 4.0}),
+            ("causal", (q, k, v, out, lse), {"causal": True}, {"causal": True})):
+        kw = dict(base, **kw)
+        d = cache_delta(lambda: kiln.attention(tq, tk, tv, out=to, lse=tl, **kw))
+        check("plan cache: %s misses" % name,
+              d == (0, 1, 1) and right(tq, tk, tv, to, **(ok or {})), "delta %s" % (d,))
+    # the context: a plan of another context is not used
+    saved = kiln._contexts["host"]
+    kiln._contexts["host"] = kiln.Context(device="host")
+    try:
+        d = cache_delta(lambda: kiln.attention(q, k, v, out=out, lse=lse, **base))
+        check("plan cache: another context replans", d[0] == 0 and right(q, k, v, out),
+              "delta %s" % (d,))
+    finally:
+        kiln._contexts["host"].close()
+        kiln._contexts["host"] = saved
+    # an option that is no plain value is not cached, and still right
+    d = cache_delta(lambda: kiln.attention(q, k, v, out=out, lse=lse, sm_scale=Fraction(1, 3),
+                                           **base))
+    check("plan cache: a Fraction sm_scale is not kept", d == (0, 0, 0) and
+          right(q, k, v, out, scale=1 / 3), "delta %s" % (d,))
+
+    # 3. errors are never kept; a hit's data errors are the uncached call's
+    def twice(name, status, fn, needle):
+        d = cache_delta(lambda: (expect_error(name, status, fn, needle),
+                                 expect_error(name + " (again)", status, fn, needle)))
+        check("plan cache: %s is not kept" % name, d[0] == 0 and d[2] == 0, "delta %s" % (d,))
+    kiln.attention(q, k, v, out=out, lse=lse, **base)
+    xla = randn(rng, "float32", (1, 2, 9, 32))
+    xla.device = type("Xla", (), {"type": "xla", "index": None})()
+    twice("a device kiln does not run", kiln.ERR_UNSUPPORTED,
+          lambda: kiln.attention(xla, k, v, out=out, lse=lse, **base), "device 'xla'")
+    twice("k of another dtype", kiln.ERR_INVALID,
+          lambda: kiln.attention(q, k16, v, out=out, lse=lse, **base), "k has dtype float16")
+    g, h = Tensor("float32", (1, 3, 9, 32)), Tensor("float32", (1, 2, 13, 32))
+    twice("heads not a multiple (kiln_forward's check)", kiln.ERR_INVALID,
+          lambda: kiln.attention(g, h, h, out=Tensor("float32", (1, 3, 9, 32)), **base),
+          "multiple of kv_heads")
+    raised = []
+    for _ in range(2):  # not the plan of the same call without document_ids
+        try:
+            kiln.attention(q, k, v, out=out, lse=lse, document_ids=[q, q, q], **base)
+            raised.append("no error")
+        except Exception as e:
+            raised.append(type(e).__name__)
+    check("plan cache: document_ids of three entries", raised == ["ValueError"] * 2,
+          "%s" % raised)
+    small = Tensor("float32", (1, 2, 9, 32))
+    small.buf = (ctypes.c_float * 100)()
+    kiln.set_plan_cache_size(0)  # (which forgets every plan)
+    try:
+        kiln.attention(q, k, v, out=small, lse=lse, **base)
+    except kiln.KilnError as e:
+        want = e.message
+    kiln.set_plan_cache_size(256)
+    kiln.attention(q, k, v, out=out, lse=lse, **base)
+    d = cache_delta(lambda: expect_error("plan cache: a hit on a too small out", kiln.ERR_INVALID,
+                                         lambda: kiln.attention(q, k, v, out=small, lse=lse,
+                                                                **base), want))
+    check("plan cache: that was a hit", d == (1, 0, 0), "delta %s" % (d,))
+    bad = varlen_call(0, cq=(0, 6, 1, 6, 15))[0]  # cu_seqlens_q decreasing at [1..2]
+    kiln.set_plan_cache_size(0)
+    try:
+        bad()
+        want = "no error"
+    except kiln.KilnError as e:
+        want = e.message
+    kiln.set_plan_cache_size(256)
+    varlen_call(0)[0]()  # kept: the same shapes, good lengths
+    d = cache_delta(lambda: expect_error("plan cache: a hit on decreasing cu_seqlens",
+                                         kiln.ERR_INVALID, bad, want))
+    check("plan cache: decreasing cu_seqlens was a hit", d == (1, 0, 0) and
+          "cu_seqlens_q[1..2]" in want, "delta %s, %s" % (d, want))
+
+    # 4. bounded: the least recently used plan goes first
+    kiln.plan_cache_clear()
+    kiln.set_plan_cache_size(2)
+    for sc in (0.1, 0.2, 0.1, 0.3):  # 0.2 is the least recent when 0.3 comes
+        kiln.attention(q, k, v, out=out, lse=lse, sm_scale=sc, **base)
+    d1 = cache_delta(lambda: kiln.attention(q, k, v, out=out, lse=lse, sm_scale=0.1, **base))
+    d2 = cache_delta(lambda: kiln.attention(q, k, v, out=out, lse=lse, sm_scale=0.2, **base))
+    info = kiln.plan_cache_info()
+    check("plan cache: bounded LRU", d1 == (1, 0, 0) and d2 == (0, 1, 0) and info["size"] == 2,
+          "0.1 %s, 0.2 %s, %s" % (d1, d2, info))
+    expect_error("plan cache size -1", kiln.ERR_INVALID, lambda: kiln.set_plan_cache_size(-1),
+                 "negative")
+
+    # 5. threads: concurrent calls of three shapes (two threads each), the cache large and tiny
+    shapes = [(9, 13), (5, 7), (12, 12)]
+    work = []
+    for t in range(6):
+        nq, nk = shapes[t % 3]
+        tq, tk, tv = (randn(rng, "float32", s) for s in ((1, 2, nq, 32), (1, 1, nk, 32),
+                                                          (1, 1, nk, 32)))
+        to, tl = Tensor("float32", (1, 2, nq, 32)), Tensor("float32", (1, 2, nq))
+        kiln.attention(tq, tk, tv, out=to, lse=tl, **base)
+        work.append((tq, tk, tv, to, tl, bytes(to.buf) + bytes(tl.buf)))
+    for size in (256, 1):
+        kiln.plan_cache_clear()
+        kiln.set_plan_cache_size(size)
+        bad = []
+
+        def worker(tq, tk, tv, to, tl, want):
+            for _ in range(40):
+                ctypes.memset(to.buf, 0, ctypes.sizeof(to.buf))
+                kiln.attention(tq, tk, tv, out=to, lse=tl, **base)
+                if bytes(to.buf) + bytes(tl.buf) != want:
+                    bad.append(tq.shape)
+        threads = [threading.Thread(target=worker, args=w) for w in work]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        info = kiln.plan_cache_info()
+        check("plan cache: 6 threads x 40 calls, 3 shapes, cache of %d" % size,
+              not bad and info["hits"] + info["misses"] == 240 and info["size"] <= size,
+              "%d wrong, %s" % (len(bad), info))
+    kiln.set_plan_cache_size(256)
+
+
 def expect_error(name, status, fn, needle=""):
     try:
         fn()
@@ -810,6 +1170,7 @@ def main():
     varlen_backward(rng)
     paged(rng)
     fp8(rng)
+    plan_cache(rng)
 
     # the low-level API: one context, memo, info, stats
     with kiln.Context(device="host", cache_dir=cache) as ctx:

@@ -5,9 +5,11 @@ At N = 1024 the forward table's times are flat across the mask and noisy (spread
 median), as if the host, not the GPU, set the pace.  This measures the host side alone:
 
   - per-call wall time of a call whose GPU work is tiny (B 1, H 1, N 64, D 64), 2000 calls after
-    a warm-up, the GPU queue never waited on: kiln.attention (the public API), the prepared
-    Kernel.forward on raw addresses, Context.prepare alone, kiln.attention with the C
-    kiln_forward replaced by a no-op (the Python planning alone), SDPA flash and cuDNN;
+    a warm-up, the GPU queue never waited on: kiln.attention (the public API, through its plan
+    cache, docs/api.md "The plan cache"), the prepared Kernel.forward on raw addresses,
+    Context.prepare alone, kiln.attention with the plan cache off (every call planned), and
+    with the C kiln_forward replaced by a no-op (the Python side alone; out given or made;
+    cache on and off), SDPA flash and cuDNN;
   - the same at the table's B 4 x H 32 x N 1024 x D 64, by CUDA events over 200 back-to-back
     calls (the GPU's time per call when the host keeps ahead) and by wall time per call;
   - a cProfile of kiln.attention's Python frames (top 12 by own time).
@@ -91,14 +93,27 @@ def main():
                     print(f"| {name} | {w:.1f} | {g:.1f} |")
                 except Exception as ex:  # a backend unavailable for this shape
                     print(f"| {name} | error: {str(ex).splitlines()[0][:80]} | |")
+            kiln.set_plan_cache_size(0)
+            try:
+                w = wall_us(lambda: kiln.attention(q, k, v, causal=causal))
+                g = gpu_us(lambda: kiln.attention(q, k, v, causal=causal))
+            finally:
+                kiln.set_plan_cache_size(256)
+            print(f"| kiln.attention, plan cache off (every call planned) | {w:.1f} | {g:.1f} |")
             lib = kiln.library()
             real = lib.kiln_forward
             lib.kiln_forward = lambda *a: 0
             try:
                 w = wall_us(lambda: kiln.attention(q, k, v, causal=causal))
+                wo = wall_us(lambda: kiln.attention(q, k, v, causal=causal, out=o))
+                kiln.set_plan_cache_size(0)
+                w0 = wall_us(lambda: kiln.attention(q, k, v, causal=causal))
             finally:
                 lib.kiln_forward = real
+                kiln.set_plan_cache_size(256)
             print(f"| kiln.attention, C kiln_forward a no-op (Python alone) | {w:.1f} | |")
+            print(f"| kiln.attention(out=), C kiln_forward a no-op (Python alone) | {wo:.1f} | |")
+            print(f"| kiln.attention, C kiln_forward a no-op, plan cache off | {w0:.1f} | |")
     # where the Python time goes
     q, k, v = (torch.randn(1, 1, 64, 64, device=dev, dtype=torch.float16) for _ in range(3))
     pr = cProfile.Profile()

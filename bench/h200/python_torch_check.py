@@ -8,7 +8,8 @@ GQA, causal, ragged lengths, D 64/128/59, and a softcap on the CPU as well; and 
 the autograd graph (the seed and offset the forward took regenerate its mask in the backward),
 against the reference with the mask of a Philox 4x32-10 written here in torch integer ops; and
 kiln.attention_varlen in the autograd graph (ragged packed sequences, GQA, causal, dropout)
-against the reference run on each sequence.  Prints
+against the reference run on each sequence; and the plan cache on CUDA (the stream it reads is
+torch's current one; hits on a side stream write what uncached calls do).  Prints
 one PASS/FAIL line per case and a summary; exit 1 on a failure.
 Usage: KILN_LIBRARY=.../libkiln.so.0 python3 bench/h200/python_torch_check.py
 """
@@ -195,6 +196,34 @@ def main():
                              f"dropout={pd} lens {lq}/{lk} H={H}/{HK}", dt,
                              ("o", "dq", "dk", "dv"),
                              rel_errs((got[0][:n],) + got[1:], (ref[0][:n],) + ref[1:]))
+    # the plan cache (docs/api.md "The plan cache"): kiln's stream is torch's current one, and
+    # hits on a side stream (out made per call; a dense cache's block table and int lengths
+    # made per call) write what the uncached calls wrote
+    side = torch.cuda.Stream()
+    ok_stream = kiln._cuda_stream(0) == (torch.cuda.current_stream(0).cuda_stream or None)
+    with torch.cuda.stream(side):
+        ok_stream = ok_stream and kiln._cuda_stream(0) == side.cuda_stream
+    q, k, v = (torch.randn(2, 4, 333, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    qd = torch.randn(2, 1, 4, 64, device="cuda", dtype=torch.float16)
+    kc, vc = (torch.randn(2, 256, 2, 64, device="cuda", dtype=torch.float16) for _ in range(2))
+    kiln.set_plan_cache_size(0)
+    want = kiln.attention(q, k, v, causal=True)
+    want_kv = kiln.attention_with_kvcache(qd, kc, vc, cache_seqlens=200, causal=True)
+    kiln.set_plan_cache_size(256)
+    hits = kiln.plan_cache_info()["hits"]
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        outs = [kiln.attention(q, k, v, causal=True) for _ in range(3)]
+        kvs = [kiln.attention_with_kvcache(qd, kc, vc, cache_seqlens=200, causal=True)
+               for _ in range(3)]
+    side.synchronize()
+    hits = kiln.plan_cache_info()["hits"] - hits
+    same = all(torch.equal(o, want) for o in outs) and all(torch.equal(o, want_kv) for o in kvs)
+    cases += 1
+    fails += not (ok_stream and hits == 4 and same)
+    print(f"{'PASS' if ok_stream and hits == 4 and same else 'FAIL'} plan cache on CUDA: the "
+          f"current stream {'read' if ok_stream else 'WRONG'}, {hits} hits of 4 on a side "
+          f"stream, outputs {'the uncached ones' if same else 'DIFFER'}")
     print(f"python binding on CUDA tensors: {cases - fails} of {cases} cases passed")
     sys.exit(1 if fails else 0)
 
