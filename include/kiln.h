@@ -485,8 +485,12 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *args, void *strea
  * descriptor: variant, dtype, head dim; has_lse is not needed, the backward always reads lse):
  * three kernels (delta = rowsum(dO * O); dK and dV per key block, summed over the query heads of
  * a group; dQ per query block), deterministic (no atomics: the same inputs give the same bits).
- * Options: block_m / block_n / warps force the tiling (block_m query rows and block_n keys per
- * step of both kernels); tuning and wgmma are not offered yet.  Dense and varlen layouts (varlen:
+ * Options: block_m / block_n / warps force the tiling (each dK/dV program owns block_n keys and
+ * walks the query rows in steps of block_m; each dQ program owns block_n query rows and walks
+ * the keys in steps of block_m); wgmma (sm_90a, f16 / bf16, head dims up to 128) runs the dots
+ * as wgmma.mma_async with the backward's wgmma tiling (kn_attn_bwd_wgmma_config: block_n 64
+ * with 4 warps, block_m 64 or 32), or block_m / block_n with block_n / 16 warps when given;
+ * tuning is not offered yet.  Dense and varlen layouts (varlen:
  * the forward's packed call, docs/serving.md); paged and head dims above 256 are
  * KILN_ERR_UNSUPPORTED, and so is a score modifier (the caller's @score_mod) whose
  * derivative kiln does not take from its IR (docs/backward.md lists the ops it differentiates);

@@ -424,13 +424,15 @@ class Context:
     def prepare_backward(self, dtype, head_dim, causal=False, block_m=0, block_n=0, warps=0,
                          window=False, softcap=False, alibi=False, bias=False, document=False,
                          prefix=False, mods=None, mods_name=None, dropout_p=0.0,
-                         layout=LAYOUT_DENSE):
+                         layout=LAYOUT_DENSE, wgmma=False):
         """kiln_prepare_backward: the backward of the forward these arguments describe (as
         prepare's, dropout_p and layout (LAYOUT_DENSE or LAYOUT_VARLEN) included);
-        block_m/block_n (together) and warps force its tiling."""
+        block_m/block_n (together) and warps force its tiling; wgmma (sm_90a) runs its dots
+        as wgmma.mma_async (kiln_prepare_options.wgmma)."""
         desc = _desc(dtype, head_dim, causal, True, window, softcap, alibi, bias, document,
                      prefix, mods, mods_name, layout, dropout_p)
-        po = _PrepareOptions(block_m=block_m, block_n=block_n, warps=warps)
+        po = _PrepareOptions(block_m=block_m, block_n=block_n, warps=warps,
+                             wgmma=1 if wgmma else 0)
         k = ctypes.c_void_p()
         _check(library().kiln_prepare_backward(self._handle(), ctypes.byref(desc),
                                                ctypes.byref(po), ctypes.byref(k)))

@@ -19,8 +19,9 @@
  * f32 accumulators dK, dV, and walks the query heads of its group and, for each, the query
  * blocks whose rows may see its keys; it computes the transposed tiles S^T = K Q^T (BLOCK_N x
  * BLOCK_M) so that dV += P^T dO and dK += dS^T Q are plain dots (Q^T and dO^T are loads with
- * swapped strides, as the forward loads K^T).  attn_bwd_dq owns BLOCK_M query rows, holds Q, dO,
- * lse and delta, and walks the key blocks as the forward does, accumulating dQ += dS K.  P and
+ * swapped strides, as the forward loads K^T).  attn_bwd_dq owns BLOCK_N query rows (the rows a program
+ * owns are BLOCK_N in both kernels, the blocks it walks BLOCK_M), holds Q, dO, lse and delta,
+ * and walks the key blocks as the forward does, accumulating dQ += dS K.  P and
  * dS are rounded to the input dtype before their dots (as FlashAttention 2 does), every
  * accumulator is f32, and each output is written once, in one order: deterministic.
  *
@@ -123,11 +124,12 @@ typedef struct fit4 {
   int bm, bn, dp, w;
 } fit4;
 
-/* the four dots' shapes: S = Q K^T, dQ += dS K (dQ kernel), S^T = K Q^T, dK += dS^T Q (dK/dV) */
+/* the dots' two shapes: S^T = K Q^T and dP^T = V dO^T (BN x BM x DP), dV += P^T dO and
+ * dK += dS^T Q (BN x DP x BM) in the dK/dV kernel, and the same in the dQ kernel, whose
+ * program owns BN query rows and steps BM keys: S = Q K^T, dP = dO V^T, dQ += dS K */
 static bool fits_all_dots(void *p, const kn_mma_instr *in) {
   const fit4 *f = p;
-  return kn_mma_fits(in, f->bm, f->bn, f->dp, f->w) && kn_mma_fits(in, f->bm, f->dp, f->bn, f->w) &&
-         kn_mma_fits(in, f->bn, f->bm, f->dp, f->w) && kn_mma_fits(in, f->bn, f->dp, f->bm, f->w);
+  return kn_mma_fits(in, f->bn, f->bm, f->dp, f->w) && kn_mma_fits(in, f->bn, f->dp, f->bm, f->w);
 }
 
 int kn_attn_bwd_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_config *c,
@@ -138,22 +140,41 @@ int kn_attn_bwd_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_at
   if (dp > 256)
     return kn_error(diag, NULL, nowhere, "attention backward: head dim %d is not supported "
                     "(1..256)", d->head_dim);
-  if (c->wgmma)
-    return kn_error(diag, NULL, nowhere, "attention backward: wgmma is not supported yet "
-                    "(mma.sync on sm_90a)");
-  if (!arch || arch->isa == KN_ISA_HOST) return 0;
   fit4 f = {c->block_m, c->block_n, dp, c->warps};
+  if (c->wgmma && arch) {  /* sm_90a's wgmma: one 64-row slab (block_n) per warpgroup */
+    const kn_mma_instr *wg = kn_arch_pick_mma(arch, d->dtype, 64, NULL, NULL);
+    if (!wg || wg->operands != KN_MMA_WGMMA)
+      return kn_error(diag, NULL, nowhere, "attention backward: wgmma is not available on %s "
+                      "for %s (sm_90a, f16 and bf16)", arch->name, kn_scalar_name(d->dtype));
+    if (!kn_arch_pick_mma(arch, d->dtype, 64, fits_all_dots, &f))
+      return kn_error(diag, NULL, nowhere, "attention backward: block %dx%d with %d warps does "
+                      "not fit wgmma at head dim %d (block_n, the rows a program owns, must be "
+                      "16 x warps with warps a multiple of 4: one 64-row slab per warpgroup; "
+                      "block_m a multiple of 16)", c->block_m, c->block_n, c->warps,
+                      d->head_dim);
+    /* a warpgroup holds 64 rows of two f32 accumulators (dK and dV, or dQ beside Q and dO):
+     * DP registers a thread, more than a thread has beside S and dP above 128 */
+    if (dp > 128)
+      return kn_error(diag, NULL, nowhere, "attention backward: wgmma at head dim %d is not "
+                      "supported (up to 128: a warpgroup's dK and dV accumulators take %d "
+                      "registers a thread)", d->head_dim, dp);
+  }
+  if (!arch || arch->isa == KN_ISA_HOST) return 0;
   const kn_mma_instr *in = kn_arch_pick_mma(arch, d->dtype, 0, NULL, NULL);
   int want = arch->isa == KN_ISA_AMDGPU && in && in->operands != KN_MMA_FMA ? c->mfma : 0;
+  if (c->wgmma) want = 64;
   if (!in || !kn_arch_pick_mma(arch, d->dtype, want, fits_all_dots, &f))
     return kn_error(diag, NULL, nowhere, "attention backward: block %dx%d with %d warps does "
-                    "not fit a matrix instruction of %s for %s at head dim %d (block_m / warps "
-                    "and block_n / warps must be multiples of the instruction's m, both blocks "
-                    "and the head dim of its n and k)", c->block_m, c->block_n, c->warps,
+                    "not fit a matrix instruction of %s for %s at head dim %d (block_n / warps "
+                    "must be a multiple of the instruction's m, block_m and the head dim of "
+                    "its n and k)", c->block_m, c->block_n, c->warps,
                     arch->name, kn_scalar_name(d->dtype), d->head_dim);
   /* dK/dV kernel: K, V, and per query block Q, Q^T, dO, dO^T through shared memory */
   int64_t need = (2 * (int64_t)c->block_n + 4 * (int64_t)c->block_m) * dp *
                  (int64_t)kn_scalar_size(d->dtype);
+  if (c->wgmma)  /* column blocks of 64, each of the six buffers 1024-byte aligned */
+    need = (2 * (int64_t)c->block_n + 4 * (int64_t)c->block_m) * ((dp + 63) / 64 * 64) *
+               (int64_t)kn_scalar_size(d->dtype) + 6 * 1024;
   if (need > arch->shared_bytes)
     return kn_error(diag, NULL, nowhere, "attention backward: block %dx%d at head dim %d needs "
                     "up to %lld bytes of shared memory; %s has %lld", c->block_m, c->block_n,
@@ -173,6 +194,14 @@ kn_attn_config kn_attn_bwd_default_config(const kn_arch *arch, const kn_attn_des
         if (kn_attn_bwd_check_on(arch, d, &t, &diag) == 0) return t;
       }
   return (kn_attn_config){.block_m = bm0, .block_n = bn0, .warps = w0, .stages = 1};
+}
+
+kn_attn_config kn_attn_bwd_wgmma_config(const kn_arch *arch, const kn_attn_desc *d) {
+  (void)arch;
+  /* ptxas, sm_90a (docs/backward.md): 64x64 spills nothing at D 64 (48-60 bytes with dropout),
+   * 110-390 bytes at D 128; 32x64 spills nothing at either without dropout */
+  int bm = kn_attn_head_pad(d->head_dim) <= 64 && d->dropout == 0 ? 64 : 32;
+  return (kn_attn_config){.block_m = bm, .block_n = 64, .warps = 4, .stages = 1, .wgmma = true};
 }
 
 /* ---- the kernels ---------------------------------------------------------------------------------- */
@@ -202,6 +231,7 @@ static kn_func *new_kernel(kn_module *m, bctx *x, const kn_attn_sig *sig, int wh
   kn_func_set_meta(f, "WARPS", x->c->warps);
   kn_func_set_meta(f, "STAGES", x->c->stages);
   if (x->c->mfma) kn_func_set_meta(f, "MFMA", x->c->mfma);
+  if (x->c->wgmma && which != KN_BWD_PRE) kn_func_set_meta(f, "WGMMA", 1);
   x->G = (gen){.b = kn_builder_at_end(m, f->body)};
   gen *g = &x->G;
   for (int i = 0; i < sig->n; i++) x->P[i] = kn_func_param(f, i);
@@ -410,12 +440,14 @@ static void build_pre(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   kn_b_return(&g->b, 0, NULL);
 }
 
-/* dQ: one program per BLOCK_M query rows of one (batch, head) */
+/* dQ: one program per BLOCK_N query rows of one (batch, head), the keys in steps of BLOCK_M:
+ * as the dK/dV program owns BLOCK_N keys and steps BLOCK_M query rows, so the two kernels'
+ * dots have the same shapes (kn_attn_bwd_check_on) */
 static void build_dq(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   new_kernel(m, x, sig, KN_BWD_DQ);
   gen *g = &x->G;
   kn_value **P = x->P;
-  const int BM = x->BM, BN = x->BN, DP = x->DP;
+  const int BM = x->BN /* the rows owned */, BN = x->BM /* the key step */, DP = x->DP;
   const kn_type i32 = kn_ty_scalar(KN_I32);
   const kn_type acc_t = kn_ty_tile2(KN_F32, BM, DP), s_t = kn_ty_tile2(KN_F32, BM, BN);
   kn_value *pid_m = named(g, kn_b_program_id(&g->b, 0), "pid_m");
@@ -690,8 +722,9 @@ int kn_attn_bwd_fill_args(const kn_attn_desc *d, const kn_attn_sig *sig, const k
     out[B_DELTA_SB].i = 1, out[B_DELTA_SH].i = p->total_q;
   }
   const int gq = (int)((Nq + c->block_m - 1) / c->block_m), gk = (int)((Nk + c->block_n - 1) / c->block_n);
+  const int gqn = (int)((Nq + c->block_n - 1) / c->block_n);  /* dQ: block_n rows a program */
   const int g[KN_BWD_NKERNELS][3] = {{gq, p->batch * p->heads, 1}, {gk, p->batch * p->kv_heads, 1},
-                                     {gq, p->batch * p->heads, 1}};
+                                     {gqn, p->batch * p->heads, 1}};
   memcpy(grid, g, sizeof g);
   rc = 0;
 out:

@@ -7,8 +7,10 @@
  *                   heads of its group and their query blocks of BLOCK_M rows, recomputing P from
  *                   the forward's lse, and writes dK and dV (summed over the group: GQA/MQA);
  *                   grid (cdiv(Nk, BLOCK_N), B * HK)
- *   attn_bwd_dq     one program per BLOCK_M query rows of one (batch, head): loops over the key
- *                   blocks again and writes dQ; grid (cdiv(Nq, BLOCK_M), B * H)
+ *   attn_bwd_dq     one program per BLOCK_N query rows of one (batch, head): loops over the key
+ *                   blocks of BLOCK_M keys again and writes dQ; grid (cdiv(Nq, BLOCK_N), B * H)
+ *                   (both kernels own BLOCK_N rows and step BLOCK_M: their dots have one pair
+ *                   of shapes, BLOCK_N x BLOCK_M x D and BLOCK_N x D x BLOCK_M)
  * Every output element is written by exactly one program with a fixed order of sums: no atomics,
  * and results are bit-identical run to run.  Launched in that order (pre, then the other two,
  * which only read delta).
@@ -51,6 +53,10 @@ int kn_attn_bwd_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_at
                          kn_diag *diag);
 /* the default backward tiling for d on arch (NULL: the host) */
 kn_attn_config kn_attn_bwd_default_config(const kn_arch *arch, const kn_attn_desc *d);
+/* the backward's wgmma tiling for d (sm_90a; kn_attn_bwd_check_on says where it does not
+ * apply): block_n 64 with one warpgroup, block_m 64 at head dims up to 64 without dropout,
+ * else 32 (the smallest S^T and dP^T tiles beside the two f32 accumulators: no spills) */
+kn_attn_config kn_attn_bwd_wgmma_config(const kn_arch *arch, const kn_attn_desc *d);
 /* builds the three kernels into m (which may already hold d's modifier functions); -1 with *diag */
 int kn_attn_bwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
                       kn_diag *diag);

@@ -1438,11 +1438,11 @@ static int run_backward(cli_options *o) {
   const char *tg = o->target;
   const kn_target *named = kn_target_get(tg);
   bool api = !strcmp(tg, "host") || !strcmp(tg, "auto") || (named && named->arch->isa == KN_ISA_NVPTX);
-  if (o->ir_file || o->check_bounds || o->stages || o->wgmma ||
+  if (o->ir_file || o->check_bounds || o->stages ||
       o->attn.layout == KN_ATTN_PAGED || o->desc.layout == KILN_LAYOUT_PAGED || o->desc.q_dtype ||
       o->desc.kv_dtype) {
     fprintf(stderr, "kiln: error: --backward runs the backward template: not with --ir, "
-            "--check-bounds, --stages, --mma wgmma, --paged, --q-dtype or --kv-dtype\n");
+            "--check-bounds, --stages, --paged, --q-dtype or --kv-dtype\n");
     return EXIT_USAGE;
   }
   if (!api && (o->cache_dir || o->no_cache || o->tune)) {
@@ -1460,7 +1460,12 @@ static int run_backward(cli_options *o) {
     }
   }
   if (resolve_attn(o)) return EXIT_USAGE;
-  given_tiling(o, kn_attn_bwd_default_config(named ? named->arch : NULL, &o->attn));
+  /* --mma wgmma: the backward's wgmma tiling, or the blocks given with block_n / 16 warps (as
+   * kiln_prepare_backward does) */
+  const kn_arch *barch = named ? named->arch : NULL;
+  given_tiling(o, o->wgmma ? kn_attn_bwd_wgmma_config(barch, &o->attn)
+                           : kn_attn_bwd_default_config(barch, &o->attn));
+  if (o->wgmma && o->block_n && !o->warps) o->cfg.warps = o->cfg.block_n / 16;
   kn_diag d;
   if (kn_attn_bwd_check_on(named ? named->arch : NULL, &o->attn, &o->cfg, &d)) {
     fprintf(stderr, "kiln: error: %s\n", d.message);
@@ -1478,7 +1483,8 @@ static int run_backward(cli_options *o) {
     kiln_status s;
     bool blocks = o->block_m || o->block_n;
     kiln_prepare_options po = {.block_m = blocks ? o->cfg.block_m : 0,
-                               .block_n = blocks ? o->cfg.block_n : 0, .warps = o->warps};
+                               .block_n = blocks ? o->cfg.block_n : 0, .warps = o->warps,
+                               .wgmma = o->wgmma};
     if ((s = kiln_prepare_backward(ctx, &o->desc, &po, &k)) || (s = kiln_kernel_get_info(k, &info))) {
       int rc = fail_api(s);
       kiln_context_destroy(ctx);

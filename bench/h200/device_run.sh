@@ -17,7 +17,8 @@
 #                       the generated launcher, and aot_example, against float64 — docs/aot.md)
 #   KILN_SDPA_ARGS      extra arguments for sdpa_anchor.py (e.g. "--quick")
 #   steps "backward" and "sdpa_bwd" (issue 14): `kiln run --backward --target sm_90a` checks
-#                       and kiln_bwd_bench (KILN_BWD_ARGS, e.g. "--quick" or "--tilings"; pack
+#                       (mma.sync, and the wgmma kernels with --mma wgmma) and kiln_bwd_bench
+#                       (KILN_BWD_ARGS, e.g. "--quick", "--tilings" or "--wgmma"; pack
 #                       it: KILN_STATIC_TARGETS), and sdpa_bwd_anchor.py (KILN_SDPA_BWD_ARGS)
 #   step "dropout"      (issue 14 item 2) `kiln run --target sm_90a --dropout 0.17` forward and
 #                       --backward checks, then kiln_bwd_bench --dropout 0.17 (KILN_DROPOUT_ARGS,
@@ -255,7 +256,10 @@ if want backward; then
              "--head-dim 128 --dtype bf16 --seqlen-q 301 --seqlen-k 517 --heads 4 --kv-heads 2" \
              "--head-dim 59 --causal --seqlen-q 517 --seqlen-k 301 --softcap 20" \
              "--head-dim 64 --causal --varlen 1,1000,0,377,64/1,900,5,377,200 --heads 4 --kv-heads 2" \
-             "--head-dim 128 --varlen 517,1,301/301,40,600 --dropout 0.17"; do
+             "--head-dim 128 --varlen 517,1,301/301,40,600 --dropout 0.17" \
+             "--head-dim 128 --causal --seqlen-q 517 --seqlen-k 301 --heads 4 --kv-heads 2 --mma wgmma" \
+             "--head-dim 64 --dtype bf16 --seqlen-q 301 --seqlen-k 517 --mma wgmma" \
+             "--head-dim 59 --causal --varlen 1,1000,0,377,64/1,900,5,377,200 --heads 4 --kv-heads 2 --mma wgmma"; do
       # shellcheck disable=SC2086
       step "kiln run --backward $a" "$out/backward.log" 240 "$bin/kiln" run --backward \
         --target sm_90a --no-cache $a

@@ -578,27 +578,78 @@ static int user_pos(const kn_layout_plan *p, const kn_conversion *c) {
   return p->pos[c->user->res[0]->id];
 }
 
+/* the registers per thread of c's operand in its dot layout, when c is a loop-invariant dot
+ * operand (eager, defined outside the loop of its dot), else 0 */
+static int invariant_regs(pass *s, const kn_conversion *c) {
+  kn_op *loop = loop_of(c->user);
+  if (c->kind != KN_CONV_EAGER || c->user->opc != KN_OP_DOT || c->opnd > 1 || !loop ||
+      !c->value->def || defined_in(c->value, loop->region[0]) ||
+      kn_scalar_size(c->value->type.elem) != 2)
+    return 0;
+  int shape[2] = {c->value->type.shape[0], c->value->type.shape[1]};
+  kn_lmap m;
+  kn_diag d;
+  if (kn_layout_eval(c->dst, 2, shape, &m, &d)) return 0;
+  int r = m.nregs / 2;
+  kn_lmap_free(&m);
+  (void)s;
+  return r;
+}
+
+/* the registers per thread that the loop-invariant dot operands of c's loop take together
+ * (Q in the forward; K and V in the backward's dK/dV loop, Q and dO in its dQ loop) */
+static int invariant_regs_of_loop(pass *s, const kn_conversion *c) {
+  int n = 0;
+  for (int i = 0; i < s->p->nconv; i++)
+    if (loop_of(s->p->conv[i].user) == loop_of(c->user)) n += invariant_regs(s, &s->p->conv[i]);
+  return n;
+}
+
 /* NVPTX: with wgmma (KN_MMA_NV_WG64) every B operand goes to shared memory in wgmma's canonical
  * swizzled layout and is read through a descriptor (c->desc; streamed by cp.async like the
- * ldmatrix operands below); otherwise decides which dot operands are read with ldmatrix from an
- * XOR-swizzled layout (16-byte
+ * ldmatrix operands below), and so does a staged-once A operand that is K-major (its load's
+ * contiguous dim is k: K and V of the dK/dV kernel, Q and dO of the dQ kernel), so that A
+ * takes no registers either; otherwise decides which dot operands are read with ldmatrix from
+ * an XOR-swizzled layout (16-byte
  * chunks, chunk ^ row phase: the 8 rows of one 8x8 matrix hit 8 distinct 16-byte bank groups),
  * which loop-invariant operands are staged once and read from shared memory in the loop instead
- * of held in registers (when they would take more than 32 registers per thread: D 128 with 4
- * warps, where Q in registers, the accumulator and S together exceed 255), and which operands
- * are filled by cp.async and how they are scheduled (gpu.h, kn_stage_kind). */
+ * of held in registers (when the loop's invariant operands together would take more than 32
+ * registers per thread: Q at D 128 with 4 warps in the forward, where Q in registers, the
+ * accumulator and S together exceed 255; K and V at D 128 in the backward's dK/dV loop, 32
+ * each beside the two f32 accumulators), and which operands are filled by cp.async and how
+ * they are scheduled (gpu.h, kn_stage_kind). */
 static void nv_plan_staging(pass *s) {
   kn_layout_plan *p = s->p;
   if (p->arch->isa != KN_ISA_NVPTX || !s->shape ||
       (s->shape->id != KN_MMA_NV_16X8X16 && s->shape->id != KN_MMA_NV_WG64))
     return;
   bool wgmma = s->shape->id == KN_MMA_NV_WG64;
+  /* first which invariant operands are staged once, before any conversion changes kind */
+  bool *once_of = calloc((size_t)p->nconv + 1, sizeof *once_of);
+  KN_ASSERT(once_of);
+  for (int i = 0; i < p->nconv; i++)
+    once_of[i] = invariant_regs(s, &p->conv[i]) && invariant_regs_of_loop(s, &p->conv[i]) > 32;
   for (int i = 0; i < p->nconv; i++) {
     kn_conversion *c = &p->conv[i];
     if (c->kind == KN_CONV_FREE || c->user->opc != KN_OP_DOT || c->opnd > 1) continue;
     if (kn_scalar_size(c->value->type.elem) != 2) continue;
     kn_op *loop = loop_of(c->user);
     int shape[2] = {c->value->type.shape[0], c->value->type.shape[1]};
+    if (wgmma && c->opnd == 0 && once_of[i]) {
+      /* wgmma's A staged once: K-major (k contiguous in the load) through a descriptor,
+       * otherwise read with ldmatrix below */
+      const kn_layout *have = get(s, c->value);
+      if (have && have->kind == KN_LAYOUT_BLOCKED && have->rank == 2 && have->order[0] == 1) {
+        kn_layout sh = kn_layout_shared_wgmma(1, shape, 2);
+        sh.warps = (uint8_t)p->warps;
+        c->shared = sh;
+        c->desc = true;
+        c->kind = KN_CONV_LAZY;
+        c->stage = KN_STAGE_ONCE;
+        c->loop = loop;
+        continue;
+      }
+    }
     if (wgmma && c->opnd == 1) {
       /* wgmma's B: always from shared memory, in the canonical layout whose rows run along the
        * load's contiguous dim (K^T: K-major; V: N-major, read with the transpose flag), staged
@@ -617,8 +668,7 @@ static void nv_plan_staging(pass *s) {
     if (kn_layout_eval(c->dst, 2, shape, &m, &d)) continue;
     bool once = false;
     if (c->kind == KN_CONV_EAGER) {
-      /* a loop-invariant operand: registers per thread = m.nregs / 2 */
-      if (!loop || m.nregs / 2 <= 32 || !c->value->def || defined_in(c->value, loop->region[0])) {
+      if (!once_of[i]) {  /* a loop-invariant operand kept in registers */
         kn_lmap_free(&m);
         continue;
       }
@@ -678,6 +728,7 @@ static void nv_plan_staging(pass *s) {
       c->issue_head = pipelined && j == n - 1;
     }
   }
+  free(once_of);
 }
 
 /* ---- driver ---- */

@@ -254,6 +254,14 @@ kn_wgmma_desc kn_wgmma_desc_for(const kn_layout *s, const int *shape, int elem_b
   return d;
 }
 
+kn_wgmma_desc kn_wgmma_desc_for_a(const kn_layout *s, const int *shape, int elem_bytes, int m0,
+                                   int k0) {
+  /* K-major A (rows m, elements k) is K-major B with n read as m: SBO 1024, LBO unused */
+  kn_wgmma_desc d = {.sbo = 1024, .lbo = 16, .trans = s->order[0] != 1};
+  d.start = kn_shared_offset(s, shape, m0, k0) * elem_bytes;  /* m0 % 8 == 0: chunk phase 0 */
+  return d;
+}
+
 kn_layout kn_layout_shared_for(const kn_layout *reader, const int *shape, int elem_bytes) {
   int inner, vec;
   if (reader->kind == KN_LAYOUT_DOT_A) inner = 1, vec = reader->kwidth;

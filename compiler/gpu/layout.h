@@ -140,6 +140,11 @@ typedef struct kn_wgmma_desc {
   bool trans;
 } kn_wgmma_desc;
 kn_wgmma_desc kn_wgmma_desc_for(const kn_layout *s, const int *shape, int elem_bytes, int k0);
+/* the same for A (M x K, k along dim 1) stored K-major in s = kn_layout_shared_wgmma(1, ...):
+ * the byte offset of element (m0, k0) (m0 a multiple of 8: a warpgroup's first row), SBO 1024,
+ * LBO unused; trans (M-major A, imm-trans-a = 1) is not produced by the layout pass */
+kn_wgmma_desc kn_wgmma_desc_for_a(const kn_layout *s, const int *shape, int elem_bytes, int m0,
+                                  int k0);
 bool kn_layout_eq(const kn_layout *a, const kn_layout *b);
 /* "#mma<mfma_32x32x8, warps=[4,1], transposed>"; snprintf-like */
 int kn_layout_format(const kn_layout *l, char *buf, size_t n);

@@ -1684,9 +1684,7 @@ static void nv_asm_tied(G *g, const char *text, LLVMValueRef *v, int n, LLVMValu
 
 /* the descriptor of conversion c's buffer at its start (entry block): address, LBO, SBO and the
  * 128-byte swizzle; a k step adds its byte offset >> 4 */
-static LLVMValueRef wgmma_desc_base(G *g, const kn_conversion *c) {
-  int shape[2] = {c->value->type.shape[0], c->value->type.shape[1]};
-  kn_wgmma_desc wd = kn_wgmma_desc_for(&c->shared, shape, (int)kn_scalar_size(c->value->type.elem), 0);
+static LLVMValueRef wgmma_desc_base(G *g, const kn_conversion *c, kn_wgmma_desc wd) {
   long long lbo = wd.lbo, sbo = wd.sbo;
   LLVMBuilderRef E = g->E;
   LLVMValueRef off = ci64(g, (long long)g->p->buf[c->buffer].offset);
@@ -1720,14 +1718,34 @@ static int lower_dot_wgmma(G *g, kn_op *op, kn_scalar t, LLVMValueRef *ra, const
       cb->shared.cblock == 0)
     return -1;
   int nacc = N / 2, ksteps = K / 16;
-  int bshape[2] = {Bv->type.shape[0], Bv->type.shape[1]};
+  int bshape[2] = {Bv->type.shape[0], Bv->type.shape[1]}, ashape[2] = {M, K};
   int esz = (int)kn_scalar_size(t);
-  bool trans = kn_wgmma_desc_for(&cb->shared, bshape, esz, 0).trans;  /* N-major B */
-  LLVMValueRef desc = wgmma_desc_base(g, cb);
+  kn_wgmma_desc bd = kn_wgmma_desc_for(&cb->shared, bshape, esz, 0);
+  bool trans = bd.trans;  /* N-major B */
+  LLVMValueRef desc = wgmma_desc_base(g, cb, bd);
+  /* A through a descriptor (a K-major operand staged once): no A registers; warpgroup wg reads
+   * rows 64 wg.. (a fixed byte step for every k step) */
+  bool adesc = ca && ca->desc;
+  LLVMValueRef a_desc = NULL;
+  if (adesc) {
+    kn_wgmma_desc ad = kn_wgmma_desc_for_a(&ca->shared, ashape, esz, 0, 0);
+    if (ad.trans || ca->shared.cblock == 0) return -1;
+    a_desc = wgmma_desc_base(g, ca, ad);
+    if (g->p->warps > 4) {
+      int64_t step = kn_wgmma_desc_for_a(&ca->shared, ashape, esz, 64, 0).start - ad.start;
+      for (int kr = 0; kr < ksteps; kr++)
+        if (kn_wgmma_desc_for_a(&ca->shared, ashape, esz, 64, 16 * kr).start -
+                kn_wgmma_desc_for_a(&ca->shared, ashape, esz, 0, 16 * kr).start != step)
+          return -1;
+      LLVMValueRef wg = LLVMBuildZExt(g->B, LLVMBuildLShr(g->B, g->warp, ci32(g, 2), ""), g->i64, "");
+      a_desc = LLVMBuildAdd(g->B, a_desc, LLVMBuildMul(g->B, wg, ci64(g, step >> 4), ""), "wgmma.adesc");
+    }
+  }
   /* A: four 32-bit pairs per k step, in the fragment's order (a0a1, a2a3, a4a5, a6a7) */
-  LLVMValueRef *w = malloc(sizeof(LLVMValueRef) * (size_t)(4 * ksteps + nacc));
+  int nw = adesc ? 0 : 4 * ksteps;
+  LLVMValueRef *w = malloc(sizeof(LLVMValueRef) * (size_t)(nw + nacc));
   KN_ASSERT(w);
-  for (int kr = 0; kr < ksteps; kr++) {
+  for (int kr = 0; kr < ksteps && !adesc; kr++) {
     LLVMValueRef af[8];
     int r0 = kr * 8;
     if (!ra && ca && ca->ldsm) {
@@ -1739,7 +1757,7 @@ static int lower_dot_wgmma(G *g, kn_op *op, kn_scalar t, LLVMValueRef *ra, const
     for (int q = 0; q < 4; q++)
       w[4 * kr + q] = LLVMBuildBitCast(g->B, pack_vec(g, af + 2 * q, 2, t), g->i32, "");
   }
-  LLVMValueRef *d = w + 4 * ksteps;
+  LLVMValueRef *d = w + nw;
   /* an accumulator that is the constant 0 (S = QK^T starts from nothing) is not materialised:
    * the first k step runs with scale-d = 0 (D = A B, the input accumulator ignored), so no
    * registers are zeroed per iteration and the fence orders only A */
@@ -1747,25 +1765,37 @@ static int lower_dot_wgmma(G *g, kn_op *op, kn_scalar t, LLVMValueRef *ra, const
   memcpy(d, acc, sizeof(LLVMValueRef) * (size_t)nacc);
   if (zacc)
     for (int i = 0; i < nacc; i++) d[i] = LLVMGetUndef(LLVMTypeOf(acc[i]));
-  nv_asm_tied(g, "wgmma.fence.sync.aligned;", w, 4 * ksteps + (zacc ? 0 : nacc), NULL, NULL, 0);
-  /* "{ .reg .pred p; setp.ne.b32 p, $S, 0; wgmma... {$0, ..}, {$A..}, $D, p, 1, 1, trans; }" */
+  nv_asm_tied(g, "wgmma.fence.sync.aligned;", w, nw + (zacc ? 0 : nacc), NULL, NULL, 0);
+  /* "{ .reg .pred p; setp.ne.b32 p, $S, 0; wgmma... {$0, ..}, {$A..}, $D, p, 1, 1, trans; }",
+   * with A through a descriptor "..., $Adesc, $D, p, 1, 1, 0, trans;" */
   size_t cap = (size_t)nacc * 6 + 400, len = 0;
   char *text = malloc(cap);
   KN_ASSERT(text);
   const char *ty = t == KN_BF16 ? "bf16" : "f16";
+  int nx = adesc ? 3 : 6;  /* the inputs after the accumulator */
   len += (size_t)snprintf(text + len, cap - len, "{\n.reg .pred p;\nsetp.ne.b32 p, $%d, 0;\n"
-                          "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {", 2 * nacc + 5, N,
-                          ty, ty);
+                          "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {",
+                          2 * nacc + nx - 1, N, ty, ty);
   for (int i = 0; i < nacc; i++) len += (size_t)snprintf(text + len, cap - len, "%s$%d", i ? ", " : "", i);
-  snprintf(text + len, cap - len, "}, {$%d, $%d, $%d, $%d}, $%d, p, 1, 1, %d;\n}", 2 * nacc,
-           2 * nacc + 1, 2 * nacc + 2, 2 * nacc + 3, 2 * nacc + 4, trans ? 1 : 0);
+  if (adesc)
+    snprintf(text + len, cap - len, "}, $%d, $%d, p, 1, 1, 0, %d;\n}", 2 * nacc, 2 * nacc + 1,
+             trans ? 1 : 0);
+  else
+    snprintf(text + len, cap - len, "}, {$%d, $%d, $%d, $%d}, $%d, p, 1, 1, %d;\n}", 2 * nacc,
+             2 * nacc + 1, 2 * nacc + 2, 2 * nacc + 3, 2 * nacc + 4, trans ? 1 : 0);
   for (int kr = 0; kr < ksteps; kr++) {
     /* the k step's first element, (16 kr, 0) of B; its byte offset >> 4 goes into the address */
     int64_t start = kn_wgmma_desc_for(&cb->shared, bshape, esz, 16 * kr).start;
-    LLVMValueRef x[6] = {w[4 * kr], w[4 * kr + 1], w[4 * kr + 2], w[4 * kr + 3],
-                         LLVMBuildAdd(g->B, desc, ci64(g, start >> 4), ""),
-                         ci32(g, zacc && kr == 0 ? 0 : 1)};
-    nv_asm_tied(g, text, d, nacc, x, "r,r,r,r,l,r", 6);
+    LLVMValueRef bk = LLVMBuildAdd(g->B, desc, ci64(g, start >> 4), "");
+    LLVMValueRef scale = ci32(g, zacc && kr == 0 ? 0 : 1);
+    if (adesc) {  /* A's k step: element (0, 16 kr) */
+      int64_t as = kn_wgmma_desc_for_a(&ca->shared, ashape, esz, 0, 16 * kr).start;
+      LLVMValueRef x[3] = {LLVMBuildAdd(g->B, a_desc, ci64(g, as >> 4), ""), bk, scale};
+      nv_asm_tied(g, text, d, nacc, x, "l,l,r", 3);
+    } else {
+      LLVMValueRef x[6] = {w[4 * kr], w[4 * kr + 1], w[4 * kr + 2], w[4 * kr + 3], bk, scale};
+      nv_asm_tied(g, text, d, nacc, x, "r,r,r,r,l,r", 6);
+    }
   }
   free(text);
   nv_asm(g, g->vd, "wgmma.commit_group.sync.aligned;", "", NULL, 0);

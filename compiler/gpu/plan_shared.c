@@ -40,8 +40,23 @@ static int block_end(const kn_layout_plan *p, const kn_block *b, int end) {
   return end;
 }
 
+/* the outermost `for` around loop that does not hold the definition of v: a loop-invariant
+ * operand staged once before nested loops (K and V of the backward's dK/dV kernel, defined
+ * before the loop over the group's heads and read in its loop over query blocks) is read again
+ * in every iteration of the outer loops, so its buffer lives until the outermost one ends */
+static const kn_op *outer_loop(const kn_layout_plan *p, const kn_op *loop, const kn_value *v) {
+  for (;;) {
+    const kn_op *po = loop->parent ? loop->parent->parent_op : NULL;
+    if (!po || po->opc != KN_OP_FOR || !po->region[0]->nargs ||
+        p->pos[v->id] >= p->pos[po->region[0]->args[0]->id])
+      return loop;
+    loop = po;
+  }
+}
+
 /* the live range of c's buffer.  Staged at the dot: that one position.  Staged once before a
- * loop: from the definition to the loop's end.  cp.async streams: the whole loop, from the
+ * loop: from the definition to the end of the outermost loop around the dot that does not
+ * hold the definition.  cp.async streams: the whole loop, from the
  * prologue before it (their copies for the next use are in flight while other buffers of the
  * loop are read, so nothing in the loop may share their bytes). */
 static void conv_range(const kn_layout_plan *p, const kn_conversion *c, int *first, int *last) {
@@ -51,7 +66,7 @@ static void conv_range(const kn_layout_plan *p, const kn_conversion *c, int *fir
   switch (c->stage) {
   case KN_STAGE_ONCE:
     *first = p->pos[c->value->id];
-    *last = lend;
+    *last = block_end(p, outer_loop(p, c->loop, c->value)->region[0], lend);
     break;
   case KN_STAGE_ASYNC_HEAD:
   case KN_STAGE_ASYNC_EARLY:

@@ -726,7 +726,8 @@ static void test_varlen_cuda(void **state) {
  * device buffers, dq / dk / dv against kn_attn_bwd_reference.  The fake driver computes the
  * three kernels from their arguments (plain or causal, f32 at D 64 there, varlen's prefix sums:
  * kn_fake_cuda_attn_varlen), so a wrong stride, base or grid fails there too; on a real GPU
- * the cases with dropout run as well.  Varlen gradients start as NaN bytes: the tokens past the
+ * the cases with dropout run as well, and on an sm_90a GPU every case again with the wgmma
+ * kernels (kiln_prepare_options.wgmma).  Varlen gradients start as NaN bytes: the tokens past the
  * last sequence must stay so (nothing writes them), the others must be written. */
 static void test_backward_cuda(void **state) {
   (void)state;
@@ -746,7 +747,12 @@ static void test_backward_cuda(void **state) {
         .dropout_p = 0.17f}, 3, {97, 1, 64}, {130, 1, 64}},
   };
   int failures = 0;
-  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+  const size_t ncases = sizeof cases / sizeof cases[0];
+  /* on an sm_90a GPU every case once more with the backward's wgmma kernels */
+  const bool wg = !fake_attn && !strcmp(kiln_context_target(ctx), "sm_90a");
+  for (size_t cj = 0; cj < (wg ? 2 : 1) * ncases; cj++) {
+    const size_t ci = cj % ncases;
+    const kiln_prepare_options wgo = {.wgmma = 1}, *bo = cj >= ncases ? &wgo : NULL;
     /* the fake accumulates dK and dV in the buffers' dtype, one rounding per update: f32
      * there keeps its own error far below the tolerance */
     kiln_attn_desc dd = cases[ci].d;
@@ -757,7 +763,7 @@ static void test_backward_cuda(void **state) {
     kiln_kernel *fk, *bk;
     kiln_attn_desc fd = *d;
     fd.has_lse = 1;
-    if (kiln_prepare(ctx, &fd, NULL, &fk) || kiln_prepare_backward(ctx, d, NULL, &bk))
+    if (kiln_prepare(ctx, &fd, NULL, &fk) || kiln_prepare_backward(ctx, d, bo, &bk))
       fail_msg("prepare: %s", kiln_last_error());
     const kn_attn_desc id = internal_desc(d);
     const int B = cases[ci].n, H = 4, HK = 2, D = d->head_dim;
@@ -856,9 +862,9 @@ static void test_backward_cuda(void **state) {
       size_t l = strlen(why);
       snprintf(why + l, sizeof why - l, " %s %.2e (tol %.1e)", nm[i], err, tol);
     }
-    printf("  %s backward case %zu (%s, %d sequences, causal %d, dropout %g):%s\n",
+    printf("  %s backward case %zu (%s, %d sequences, causal %d, dropout %g%s):%s\n",
            bad ? "FAIL" : "PASS", ci, varlen ? "varlen" : "dense", B, d->causal,
-           (double)d->dropout_p, why);
+           (double)d->dropout_p, bo ? ", wgmma" : "", why);
     failures += bad != 0;
     for (int i = 0; i < bufs.n; i++) kn_cuda_free(dev, bufs.p[i], NULL);
     for (int i = 0; i < outs.n; i++) kn_cuda_free(dev, outs.p[i], NULL);

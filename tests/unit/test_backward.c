@@ -26,7 +26,8 @@
  * kernel may write.
  *
  * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_VERBOSE=1 prints each case;
- * KILN_TEST_BWD_TILING=BM,BN,W compiles (4.) that tiling instead of the defaults;
+ * KILN_TEST_BWD_TILING=BM,BN,W[,WGMMA] compiles (4.) that tiling instead of the defaults;
+ * KILN_TEST_BWD_DUMP=DIR writes the code (4.) compiled, one file per kernel;
  * KILN_TEST_BWD_ARCH=sm_90a compiles (4.) for that target only (with KILN_TEST_VERBOSE=1:
  * ptxas's registers and spills of each kernel);
  * KILN_TEST_FILTER=test_codegen runs the tests whose names match.
@@ -559,11 +560,32 @@ static void test_host(void **state) {
         .head_dim = 59, .dropout = 0.6f),
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) kernel_case("host", &cases[i], NULL);
-  /* other tilings */
+  /* other tilings: both kernels own block_n rows and step block_m (the dQ kernel's rows are
+   * block_n), so non-square tilings check both; and the wgmma tilings of sm_90a as the host
+   * runs their IR (the same IR: only the meta key WGMMA differs, which the host ignores) */
   kn_attn_config cfgs[] = {{.block_m = 32, .block_n = 16, .warps = 1, .stages = 1},
-                           {.block_m = 16, .block_n = 64, .warps = 1, .stages = 1}};
+                           {.block_m = 16, .block_n = 64, .warps = 1, .stages = 1},
+                           {.block_m = 64, .block_n = 32, .warps = 1, .stages = 1},
+                           {.block_m = 32, .block_n = 64, .warps = 4, .stages = 1, .wgmma = true},
+                           {.block_m = 64, .block_n = 64, .warps = 4, .stages = 1, .wgmma = true},
+                           {.block_m = 32, .block_n = 128, .warps = 8, .stages = 1, .wgmma = true}};
   bcase c = C("causal gqa f16 d48", 1, 4, 1, 83, 71, .dtype = KN_F16, .head_dim = 48, .causal = 1);
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) kernel_case("host", &c, &cfgs[i]);
+  const kn_arch *h100 = kn_arch_get("sm_90a");
+  bcase wcases[] = {
+      C("wgmma plain f16 d128", 1, 2, 1, 150, 133, .dtype = KN_F16, .head_dim = 128),
+      C("wgmma causal gqa bf16 d64", 1, 4, 2, 133, 150, .dtype = KN_BF16, .head_dim = 64, .causal = 1),
+      C("wgmma causal top-left f16 d128", 1, 2, 2, 97, 65, .dtype = KN_F16, .head_dim = 128, .causal = 2),
+      V("wgmma varlen dropout causal f16 d59", 3, 2, 1, L(97, 1, 64), L(70, 0, 65),
+        .dtype = KN_F16, .head_dim = 59, .causal = 1, .dropout = 0.17f),
+  };
+  for (size_t i = 0; i < sizeof wcases / sizeof wcases[0]; i++) {
+    kn_attn_config wc = kn_attn_bwd_wgmma_config(h100, &wcases[i].desc);
+    kn_diag diag;
+    if (kn_attn_bwd_check_on(h100, &wcases[i].desc, &wc, &diag))
+      fail_msg("%s: %s", wcases[i].name, diag.message);
+    kernel_case("host", &wcases[i], &wc);
+  }
 }
 
 static void test_emu(void **state) {
@@ -583,7 +605,15 @@ static void test_emu(void **state) {
           .head_dim = 20, .dropout = 0.17f),
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      /* square, and on the first case a block_m below block_n: the dQ kernel owns block_n rows */
       kn_attn_config cfg = {.block_m = 32, .block_n = 32, .warps = 2, .stages = 1};
+      if (i == 0) {
+        kn_attn_config nsq = {.block_m = 16, .block_n = 32, .warps = 2, .stages = 1};
+        kn_diag nd;
+        if (kn_attn_bwd_check_on(arch, &cases[i].desc, &nsq, &nd))
+          fail_msg("%s: %s", cases[i].name, nd.message);
+        kernel_case(targets[t], &cases[i], &nsq);
+      }
       kn_diag diag;
       if (kn_attn_bwd_check_on(arch, &cases[i].desc, &cfg, &diag))
         fail_msg("%s: %s", cases[i].name, diag.message);
@@ -612,7 +642,9 @@ static void test_codegen(void **state) {
                           .layout = vi >= 3 ? KN_ATTN_VARLEN : KN_ATTN_DENSE};
         kn_attn_config cfg = kn_attn_bwd_default_config(arch, &d);
         const char *tl = getenv("KILN_TEST_BWD_TILING");  /* "BM,BN,W": measure another tiling */
-        if (tl) sscanf(tl, "%d,%d,%d", &cfg.block_m, &cfg.block_n, &cfg.warps);
+        int wg = cfg.wgmma;
+        if (tl && sscanf(tl, "%d,%d,%d,%d", &cfg.block_m, &cfg.block_n, &cfg.warps, &wg) >= 3)
+          cfg.wgmma = wg != 0;
         kn_diag diag;
         if (kn_attn_bwd_check_on(arch, &d, &cfg, &diag)) {
           if (!tl) fail_msg("%s: %s", archs[a], diag.message);
@@ -625,6 +657,17 @@ static void test_codegen(void **state) {
           kn_artifact art;
           if (kn_compile_artifact(m, kn_attn_bwd_kernels[w], t, NULL, &art, &diag))
             fail_msg("%s D%d %s: %s", archs[a], dims[di], kn_attn_bwd_kernels[w], diag.rendered);
+          const char *dump = getenv("KILN_TEST_BWD_DUMP");  /* a folder: the code, per kernel */
+          if (dump) {
+            char path[512];
+            snprintf(path, sizeof path, "%s/%s_d%d_v%d_%s.%s", dump, archs[a], dims[di], vi,
+                     kn_attn_bwd_kernels[w], art.kind == KN_ARTIFACT_CODE_OBJECT ? "co" : "ptx");
+            FILE *f = fopen(path, "wb");
+            if (f) {
+              fwrite(art.data, 1, art.size, f);
+              fclose(f);
+            }
+          }
           int spills = artifact_spills(&art, arch, kn_attn_bwd_kernels[w]);
           printf("  %-6s D%-3d causal=%d%s%s %dx%d w%d %-14s spills %d\n", archs[a], dims[di],
                  causal, vi >= 3 ? " varlen" : "", d.dropout != 0 ? " dropout" : "", cfg.block_m,
@@ -635,6 +678,62 @@ static void test_codegen(void **state) {
         kn_module_free(m);
       }
   }
+}
+
+/* sm_90a's wgmma kernels (kn_attn_bwd_wgmma_config): ptxas accepts them; at head dims 64 and
+ * 128 without dropout none spills; every dot is a wgmma, and above head dim 64 the S^T / dP^T
+ * (dK/dV) and S / dP (dQ) dots read A (K, V; Q, dO: staged once) through a matrix descriptor.  Odd and middle head
+ * dims (59, 96: K and V not cp.async-able at 59) compile too. */
+static void test_codegen_wgmma(void **state) {
+  (void)state;
+  const kn_arch *arch;
+  const kn_target *t;
+  if (!code_target("sm_90a", &arch, &t)) return;
+  const int dims[] = {64, 128, 59, 96};
+  for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+    for (int vi = 0; vi < 5; vi++) {  /* plain, causal, causal with dropout; the last two varlen */
+      if (dims[di] != 64 && dims[di] != 128 && vi > 1) continue;
+      kn_attn_desc d = {.dtype = vi == 1 ? KN_BF16 : KN_F16, .head_dim = dims[di],
+                        .causal = vi > 0, .dropout = vi == 2 || vi == 4 ? 0.17f : 0,
+                        .layout = vi >= 3 ? KN_ATTN_VARLEN : KN_ATTN_DENSE};
+      kn_attn_config cfg = kn_attn_bwd_wgmma_config(arch, &d);
+      kn_diag diag;
+      if (kn_attn_bwd_check_on(arch, &d, &cfg, &diag)) fail_msg("sm_90a: %s", diag.message);
+      kn_module *m = kn_module_new("<bwd>");
+      if (kn_attn_bwd_build(m, &d, &cfg, &diag)) fail_msg("build: %s", diag.rendered);
+      for (int w = 0; w < KN_BWD_NKERNELS; w++) {
+        kn_artifact art;
+        if (kn_compile_artifact(m, kn_attn_bwd_kernels[w], t, NULL, &art, &diag))
+          fail_msg("sm_90a wgmma D%d %s: %s", dims[di], kn_attn_bwd_kernels[w], diag.rendered);
+        int spills = artifact_spills(&art, arch, kn_attn_bwd_kernels[w]);
+        printf("  sm_90a D%-3d causal=%d%s%s %dx%d w%d wgmma %-14s spills %d\n", dims[di],
+               d.causal, vi >= 3 ? " varlen" : "", d.dropout != 0 ? " dropout" : "",
+               cfg.block_m, cfg.block_n, cfg.warps, kn_attn_bwd_kernels[w], spills);
+        if (d.dropout == 0 && (dims[di] == 64 || dims[di] == 128) && spills)
+          fail_msg("sm_90a wgmma D%d %s spills %d bytes", dims[di], kn_attn_bwd_kernels[w], spills);
+        if (w != KN_BWD_PRE) {
+          /* the four (dK/dV: S^T, dV, dP^T, dK) or three (dQ) dots, each one wgmma per k
+           * step; two of them with A from a descriptor: "}, %rd" after the accumulator */
+          char *text = malloc(art.size + 1);
+          memcpy(text, art.data, art.size);
+          text[art.size] = 0;
+          int n = 0, adesc = 0;
+          for (char *q = strstr(text, "wgmma.mma_async"); q; q = strstr(q + 1, "wgmma.mma_async")) {
+            n++;
+            char *close = strchr(q, '}');
+            adesc += close && !strncmp(close, "}, %rd", 6);
+          }
+          free(text);
+          /* (at D 64 K and V, 16 registers each, stay in registers: A from them) */
+          if (strstr((const char *)art.data, "mma.sync.aligned") || n == 0 ||
+              (adesc == 0) != (kn_attn_head_pad(dims[di]) <= 64))
+            fail_msg("sm_90a wgmma D%d %s: %d wgmma, %d with A through a descriptor", dims[di],
+                     kn_attn_bwd_kernels[w], n, adesc);
+        }
+        kn_artifact_free(&art);
+      }
+      kn_module_free(m);
+    }
 }
 
 /* ---- 5. bad input ------------------------------------------------------------------------------- */
@@ -653,9 +752,26 @@ static void test_errors(void **state) {
   expect_error(&(kn_attn_desc){.dtype = KN_F16, .head_dim = 64, .layout = KN_ATTN_PAGED}, &c,
                "paged is not supported yet");
   expect_error(&(kn_attn_desc){.dtype = KN_F16, .head_dim = 300}, &c, "head dim 300 is not supported");
-  expect_error(&(kn_attn_desc){.dtype = KN_F16, .head_dim = 64},
-               &(kn_attn_config){.block_m = 64, .block_n = 64, .warps = 4, .stages = 1, .wgmma = true},
-               "wgmma is not supported");
+  /* wgmma: sm_90a's, f16 / bf16, one warpgroup per 64 rows owned, head dims up to 128 */
+  const struct { const char *arch; kn_scalar dt; int d, bm, bn, w; const char *want; } wg[] = {
+      {"sm_80", KN_F16, 64, 64, 64, 4, "wgmma is not available on sm_80"},
+      {"host", KN_F16, 64, 64, 64, 4, "wgmma is not available on host"},
+      {"gfx942", KN_F16, 64, 64, 64, 4, "wgmma is not available on gfx942"},
+      {"sm_90a", KN_F32, 64, 64, 64, 4, "wgmma is not available on sm_90a for f32"},
+      {"sm_90a", KN_F16, 64, 64, 32, 4, "does not fit wgmma"},
+      {"sm_90a", KN_F16, 64, 64, 64, 2, "does not fit wgmma"},
+      {"sm_90a", KN_F16, 64, 64, 128, 4, "does not fit wgmma"},
+      {"sm_90a", KN_F16, 192, 32, 64, 4, "wgmma at head dim 192 is not supported"},
+  };
+  for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++) {
+    kn_attn_desc d = {.dtype = wg[i].dt, .head_dim = wg[i].d};
+    kn_attn_config c = {.block_m = wg[i].bm, .block_n = wg[i].bn, .warps = wg[i].w, .stages = 1,
+                        .wgmma = true};
+    kn_diag diag;
+    assert_int_equal(kn_attn_bwd_check_on(kn_arch_get(wg[i].arch), &d, &c, &diag), -1);
+    if (!strstr(diag.message, wg[i].want))
+      fail_msg("error '%s' does not say '%s'", diag.message, wg[i].want);
+  }
   expect_error(&(kn_attn_desc){.dtype = KN_F16, .head_dim = 64,
                                .mods = "func @score_mod(%score: f32, %b: i32, %h: i32, %q_idx: i32, "
                                        "%kv_idx: i32) -> (f32) {\n  %i = cast %score : i32\n"
@@ -813,7 +929,8 @@ int main(void) {
       cmocka_unit_test(test_reference_fd), cmocka_unit_test(test_mod_grad),
       cmocka_unit_test(test_errors),       cmocka_unit_test(test_interp),
       cmocka_unit_test(test_host),         cmocka_unit_test(test_emu),
-      cmocka_unit_test(test_codegen),      cmocka_unit_test(test_api),
+      cmocka_unit_test(test_codegen),      cmocka_unit_test(test_codegen_wgmma),
+      cmocka_unit_test(test_api),
   };
   if (getenv("KILN_TEST_FILTER")) cmocka_set_test_filter(getenv("KILN_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);
