@@ -163,12 +163,13 @@ static uint64_t key_hash(const char *k) { /* FNV-1a */
   return h;
 }
 
-/* the slot of key k in a table of KEYS keys (each KEY_TEXT bytes, "" when empty): its own, or
- * the empty one where it goes; -1 when the table is full */
+/* the slot of key k in a table of KEYS keys (each KEY_TEXT bytes, "" when empty, `used` of them
+ * taken): its own, or the empty one where it goes; -1 when k is not there and the table is full
+ * (three quarters taken) */
 static int key_slot(char (*keys)[KEY_TEXT], int used, const char *k) {
-  if (used >= KEYS * 3 / 4) return -1;
-  for (unsigned i = (unsigned)key_hash(k) % KEYS;; i = (i + 1) % KEYS)
-    if (!keys[i][0] || !strcmp(keys[i], k)) return (int)i;
+  unsigned i = (unsigned)key_hash(k) % KEYS;
+  while (keys[i][0] && strcmp(keys[i], k)) i = (i + 1) % KEYS;
+  return !keys[i][0] && used >= KEYS * 3 / 4 ? -1 : (int)i;
 }
 
 static void refused(kiln_status s) {
