@@ -23,7 +23,10 @@
 # rate falls as the corpus grows (fuzz_ir's mutator makes texts of up to 256 KiB).
 # KILN_FUZZ_LONG_SECONDS=S stops each job after S seconds as well (-max_total_time: a device
 # command has 10 minutes); the corpora stay in DIR, so a later run of the same target goes on
-# from them and the executions of the runs add up.
+# from them and the executions of the runs add up.  KILN_FUZZ_LONG_TOTAL=S instead gives the
+# whole run S seconds: each target in turn gets the time left divided by the targets left, so a
+# target that reaches RUNS early leaves its time to the next ones (one 10-minute device command:
+# KILN_FUZZ_LONG_TOTAL=540 ... 16 10000000 fuzz_cli fuzz_ir fuzz_api).
 # A crash ends its job only: the others go on, so the total can fall short of RUNS — the line
 # says so.  Exit 1 when any target crashed.
 set -euo pipefail
@@ -55,9 +58,17 @@ build() {
 run() {
   local dir=$1 n=${2:-$(nproc)} runs=${3:-10000000}
   shift $(( $# < 3 ? $# : 3 ))
-  local targets=${*:-$all} fails=0
+  local targets=${*:-$all} fails=0 start left
   dir=$(cd "$dir" && pwd)
+  start=$(date +%s)
+  left=$(echo $targets | wc -w)
   for t in $targets; do
+    local secs_max=${KILN_FUZZ_LONG_SECONDS:-0}
+    if [ -n "${KILN_FUZZ_LONG_TOTAL:-}" ]; then  # the time left, shared by the targets left
+      secs_max=$(( (KILN_FUZZ_LONG_TOTAL - ($(date +%s) - start)) / left ))
+      [ "$secs_max" -ge 10 ] || secs_max=10
+    fi
+    left=$((left - 1))
     local work=$dir/work-$t art=$dir/artifacts-$t
     rm -rf "$work"
     mkdir -p "$work" "$dir/corpus-$t" "$art"
@@ -68,7 +79,7 @@ run() {
     t0=$(date +%s)
     # (the jobs' logs: work/fuzz-<i>.log; TMPDIR for fuzz_cache's private cache directory)
     (cd "$work" && TMPDIR=$work "$dir/$t" -jobs="$n" -workers="$n" -runs=$(( (runs + n - 1) / n )) \
-       -max_total_time="${KILN_FUZZ_LONG_SECONDS:-0}" -max_len=$max_len -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+       -max_total_time="$secs_max" -max_len=$max_len -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
        -artifact_prefix="$art/" "$dir/corpus-$t" >"$work/main.log" 2>&1) && rc=0 || rc=$?
     local secs=$(( $(date +%s) - t0 ))
     local execs crashes
@@ -87,5 +98,5 @@ run() {
 case "${1:-}" in
   build) shift; build "$@" ;;
   run) shift; [ $# -ge 1 ] || { echo "usage: $0 run DIR [N [RUNS [TARGET...]]]"; exit 2; }; run "$@" ;;
-  *) sed -n '2,28p' "$0"; exit 2 ;;
+  *) sed -n '2,31p' "$0"; exit 2 ;;
 esac

@@ -9,7 +9,8 @@
  * malformed one, and dropout: none, 0.17 or any float's bits), then a kiln_attn_args for it: small sizes or raw 32-bit ones, strides zero
  * (contiguous) or small or raw 64-bit, variant values, dropout's seed and offset, modifier values by name and kind, varlen
  * prefix sums, a paged call's pool, block table (mostly pages of the pool), cache lengths and
- * new rows, and a described capacity (q_numel ...) for every buffer.  Each buffer is
+ * new rows, and a described capacity (q_numel ...) for every buffer (among the small sizes,
+ * batch x heads at most MAX_ROWS: the interpreter's work, below).  Each buffer is
  * allocated with exactly its described capacity (at most 2^16 elements), so ASan sees any read
  * of kiln's C code past it.
  *
@@ -28,7 +29,8 @@
  * every device runs, so this also holds the GPU kinds to kiln.h's promise that bad varlen
  * prefix sums give wrong rows, never accesses outside the buffers.  A step budget bounds each
  * run.  No context, no compile, no LLVM: the host's compiled code is the interpreter's twin
- * (test_host holds it so, bit for bit).
+ * (test_host holds it so, bit for bit).  A descriptor's signature and template modules are
+ * computed once per process ("once per process", below).
  */
 #include <math.h>
 #include <stdint.h>
@@ -75,7 +77,7 @@ static int64_t stride_of(reader *r) {
 
 /* ---- buffers: exactly the described capacity ---- */
 
-enum { MAX_ELEMS = 1 << 16, MAX_BUFS = 32 };
+enum { MAX_ELEMS = 1 << 16, MAX_BUFS = 32, MAX_ROWS = 6 };
 
 typedef struct buffers {
   void *p[MAX_BUFS];
@@ -138,31 +140,94 @@ static const char *const mods[] = {
 };
 static const char *const mod_names[] = {"chunk", "temp", "bogus", NULL};
 
+/* ---- what depends on the descriptor alone: once per process ----
+ *
+ * A descriptor's signature (api_signature; kn_attn_bwd_signature for a backward) parses and
+ * verifies the modifier library's texts and the user's: a fifth of the target's time when each
+ * execution did it (perf, bench/RESULTS.md 2026-12-02), yet its answer is a function of the
+ * descriptor's key (kn_attn_desc_key names every field it reads; the texts by their hash).  So
+ * each key's answer is computed, and checked, the first time it comes and kept, as the
+ * template modules built for the launches are (by descriptor and tiling).  Both are
+ * open-addressed tables of KEYS slots, so that a module is built once per process, not again
+ * each time it has left a table of 64 (a module built during an execution leaves it with more
+ * mallocs than frees, which makes libFuzzer run the input again to look for a leak: a fifth of
+ * the time with the 64 of before, a tenth still from the keys that keep coming: raw head dims
+ * and dropout probabilities).  The signatures live in static storage (no malloc); a full table
+ * is emptied and refilled. */
+enum { KEYS = 2048, KEY_TEXT = 2 * KN_ATTN_KEY_MAX + 8 };
+static long nsigned, nbuilds; /* signatures computed, modules built (KILN_FUZZ_API_STATS) */
+
+static uint64_t key_hash(const char *k) { /* FNV-1a */
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *k; k++) h = (h ^ (uint8_t)*k) * 0x100000001b3ull;
+  return h;
+}
+
+/* the slot of key k in a table of KEYS keys (each KEY_TEXT bytes, "" when empty, `used` of them
+ * taken): its own, or the empty one where it goes; -1 when k is not there and the table is full
+ * (three quarters taken) */
+static int key_slot(char (*keys)[KEY_TEXT], int used, const char *k) {
+  unsigned i = (unsigned)key_hash(k) % KEYS;
+  while (keys[i][0] && strcmp(keys[i], k)) i = (i + 1) % KEYS;
+  return !keys[i][0] && used >= KEYS * 3 / 4 ? -1 : (int)i;
+}
+
+static void refused(kiln_status s) {
+  check(s != KILN_OK, "refused with KILN_OK", NULL);
+  check(kiln_last_error()[0] != 0, "refused without a message", NULL);
+}
+
+/* api_signature's answer for d (status, signature), computed and checked once per key; its
+ * kn_attn_bwd_signature too, when a backward first asks */
+static char sig_keys[KEYS][KEY_TEXT];
+static struct sig_memo {
+  kiln_status s;
+  int bwd;  /* kn_attn_bwd_signature: 0 not yet asked, 1 accepted, -1 refused */
+  kn_attn_sig sig, bsig;
+} sig_memo[KEYS];
+static int nsigs;
+
+static struct sig_memo *signature(const kn_attn_desc *d) {
+  char k[KEY_TEXT];
+  kn_attn_desc_key(d, k, sizeof k);
+  int i = key_slot(sig_keys, nsigs, k);
+  if (i < 0) { /* full: start again */
+    memset(sig_keys, 0, sizeof sig_keys);
+    nsigs = 0;
+    i = key_slot(sig_keys, nsigs, k);
+  }
+  struct sig_memo *e = &sig_memo[i];
+  if (!sig_keys[i][0]) {
+    snprintf(sig_keys[i], KEY_TEXT, "%s", k);
+    nsigs++;
+    e->bwd = 0, nsigned++;
+    if ((e->s = api_signature(d, &e->sig))) refused(e->s);
+  }
+  return e;
+}
+
 /* the template modules built so far, by kind (0 the forward, 1 decode's split kernel, 2 its
  * combine kernel, 3 the backward's three kernels) and their descriptor's and tiling's keys */
-enum { MAX_KERNELS = 64 };
-static struct {
-  char key[2 * KN_ATTN_KEY_MAX + 8];
-  kn_module *m;
-} built[MAX_KERNELS];
+static char built_keys[KEYS][KEY_TEXT];
+static kn_module *built[KEYS];
 static int nbuilt;
 
 static kn_func *kernel_for(int kind, const char *name, const kn_attn_desc *d,
                            const kn_attn_config *c) {
-  char key[2 * KN_ATTN_KEY_MAX + 8], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
+  char key[KEY_TEXT], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(d, dk, sizeof dk);
   kn_attn_config_key(c, ck, sizeof ck);
   snprintf(key, sizeof key, "%d|%s|%s", kind, dk, ck);
-  kn_module *m = NULL;
-  for (int i = 0; i < nbuilt && !m; i++)
-    if (!strcmp(built[i].key, key)) m = built[i].m;
-  if (!m) {
-    if (nbuilt == MAX_KERNELS) { /* forget them all: inputs seldom need more than a few */
-      for (int i = 0; i < nbuilt; i++) kn_module_free(built[i].m);
-      nbuilt = 0;
-    }
+  int i = key_slot(built_keys, nbuilt, key);
+  if (i < 0) { /* full: forget them all */
+    for (int j = 0; j < KEYS; j++) kn_module_free(built[j]), built[j] = NULL;
+    memset(built_keys, 0, sizeof built_keys);
+    nbuilt = 0;
+    i = key_slot(built_keys, nbuilt, key);
+  }
+  if (!built[i]) {
     kn_diag diag;
-    m = kn_module_new("<fuzz_api>");
+    kn_module *m = kn_module_new("<fuzz_api>");
     check(m != NULL, "out of memory", NULL);
     bool ok = kind == 0   ? kn_attn_fwd_build(m, d, c, &diag) != NULL
               : kind == 1 ? kn_attn_decode_build(m, d, c, KN_DECODE_READ_ANY, &diag) != NULL
@@ -170,10 +235,11 @@ static kn_func *kernel_for(int kind, const char *name, const kn_attn_desc *d,
                           : kn_attn_bwd_build(m, d, c, &diag) == 0;
     check(ok, "the template refused an accepted descriptor", diag.message);
     check(kn_verify(m, &diag) == 0, "the template kernel does not verify", diag.message);
-    snprintf(built[nbuilt].key, sizeof built[nbuilt].key, "%s", key);
-    built[nbuilt++].m = m;
+    snprintf(built_keys[i], KEY_TEXT, "%s", key);
+    built[i] = m;
+    nbuilt++, nbuilds++;
   }
-  kn_func *f = kn_module_find(m, name);
+  kn_func *f = kn_module_find(built[i], name);
   check(f != NULL, "the template module lacks its kernel", name);
   return f;
 }
@@ -183,8 +249,9 @@ static kn_func *kernel_for(int kind, const char *name, const kn_attn_desc *d,
 static long launches[4];
 
 static void print_stats(void) {
-  fprintf(stderr, "fuzz_api: launches: forward %ld, decode %ld + combine %ld, backward %ld\n",
-          launches[0], launches[1], launches[2], launches[3]);
+  fprintf(stderr, "fuzz_api: launches: forward %ld, decode %ld + combine %ld, backward %ld; "
+          "%ld signatures, %ld modules built\n", launches[0], launches[1], launches[2],
+          launches[3], nsigned, nbuilds);
 }
 
 /* one launch on the interpreter: every buffer is a region, nothing else is memory; an access
@@ -205,11 +272,6 @@ static void launch(int kind, kn_func *k, const kn_argval *args, const int grid[3
 }
 
 /* ---- one input ---- */
-
-static void refused(kiln_status s) {
-  check(s != KILN_OK, "refused with KILN_OK", NULL);
-  check(kiln_last_error()[0] != 0, "refused without a message", NULL);
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   reader r = {data, size};
@@ -238,10 +300,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   kn_attn_desc d;
   kiln_status s = api_desc_from_public(&pub, &d);
   if (s) return refused(s), 0;
-  kn_attn_sig sig;
-  if ((s = api_signature(&d, &sig))) return refused(s), 0;
+  struct sig_memo *memo = signature(&d);
+  if (memo->s) return 0;
+  const kn_attn_sig *sig = &memo->sig;
   bool user[KN_ATTN_MAX_PARAMS];
-  api_user_params(&d, &sig, user);
+  api_user_params(&d, sig, user);
   /* the tiling: small blocks keep the interpreter fast */
   kn_attn_config c = kn_attn_default_config(NULL, &d);
   c.block_m = c.block_n = 16;
@@ -249,17 +312,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (kn_attn_check_on(NULL, &d, &c, &diag)) c = kn_attn_default_config(NULL, &d);
   /* a backward (kiln_prepare_backward: its own tiling, dense or varlen) */
   const bool bwd = (flags >> 24) & 1;
-  kn_attn_sig bsig;
   if (bwd) {
     if (d.layout == KN_ATTN_PAGED) return 0;  /* (prepare refuses it) */
     c = kn_attn_bwd_default_config(NULL, &d);
     c.block_m = c.block_n = 16;
     if (kn_attn_bwd_check_on(NULL, &d, &c, &diag)) c = kn_attn_bwd_default_config(NULL, &d);
-    if (kn_attn_bwd_check_on(NULL, &d, &c, &diag) || kn_attn_bwd_signature(&d, &bsig, &diag))
-      return 0;
+    if (kn_attn_bwd_check_on(NULL, &d, &c, &diag)) return 0;
+    if (!memo->bwd) memo->bwd = kn_attn_bwd_signature(&d, &memo->bsig, &diag) ? -1 : 1;
+    if (memo->bwd < 0) return 0;
   }
   static const kn_device_kind kinds[] = {KN_DEVICE_HOST, KN_DEVICE_CUDA, KN_DEVICE_HIP};
-  api_launch_view view = {&d, &sig, &c, user, kinds[((flags >> 16) & 3) % 3], NULL, bwd};
+  api_launch_view view = {&d, sig, &c, user, kinds[((flags >> 16) & 3) % 3], NULL, bwd};
 
   /* the arguments */
   kiln_attn_args a = {0};
@@ -268,6 +331,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int64_t group = (int64_t)a.kv_heads * size_of(&r, 1, 3);
   a.heads = group > INT32_MAX || group < INT32_MIN ? a.kv_heads : (int)group;
   if ((flags >> 18) & 1) a.heads = size_of(&r, 0, 8);  /* not a multiple, 0, ... */
+  /* the interpreter's work grows with batch x heads (each (batch, head) is programs of its
+   * own) and no check needs both large: among the small values, batch is cut to keep the
+   * product at most MAX_ROWS (every batch and every head count stays reachable, a batch of 2
+   * or more with up to 3 heads); raw values are left alone */
+  if (a.batch > 1 && a.heads > 0 && a.batch < 4 && a.heads <= 9 && a.batch * a.heads > MAX_ROWS)
+    a.batch = MAX_ROWS / a.heads > 1 ? MAX_ROWS / a.heads : 1;
   a.seqlen_q = size_of(&r, 0, 24);
   a.seqlen_k = size_of(&r, 0, 24);
   a.sm_scale = (flags >> 19) & 1 ? (float)(int32_t)u32(&r) / 1024.0f : 0.0f;
@@ -411,7 +480,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (bwd) {
     kn_argval args[KN_ATTN_MAX_PARAMS];
     int grid[KN_BWD_NKERNELS][3];
-    s = api_backward_args(&view, &bsig, &ba, &call, args, grid);
+    s = api_backward_args(&view, &memo->bsig, &ba, &call, args, grid);
     if (s) {
       refused(s);
     } else {

@@ -6,8 +6,9 @@
  * with a message, never a crash); a module that verifies prints to text that parses and verifies
  * again and prints the same; each kernel runs on the interpreter over one program with every
  * pointer NULL (no memory: every access is an error, not a crash), integers of 0..3, floats of
- * 0.5, within a step budget of 10^5 (a loop that does not end is an error, not a hang).
- * At most 8 kernels of a module run.  Seeds: tests/golden and tests/malformed (fuzz/run.sh).
+ * 0.5, within a step budget of 2 x 10^4 (a loop that does not end is an error, not a hang).
+ * At most 8 kernels of a module run, within 6 x 10^4 steps together.  Seeds: tests/golden and
+ * tests/malformed (fuzz/run.sh).
  *
  * The mutator (LLVMFuzzerCustomMutator) knows the text's shape: half the time it makes
  * three times in four libFuzzer's byte mutations, else one that keeps the text well-formed and makes it larger the
@@ -196,6 +197,13 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsi
 
 /* ---- the target ---- */
 
+/* The interpreter's step budgets: each kernel's, and all of a module's together.  The largest
+ * golden kernel takes about 1.1 x 10^4 steps before its first access (a NULL pointer) ends it;
+ * what runs longer is nearly always a loop nest of the mutator's, which repeats the same ops
+ * until the budget ends (a per-kernel budget of 10^5 before: nine tenths of the target's time,
+ * in copies of one nest under new names; perf, bench/RESULTS.md 2026-12-02). */
+enum { KERNEL_STEPS = 20000, MODULE_STEPS = 60000 };
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   kn_diag d;
   kn_module *m = kn_parse("fuzz.tile", (const char *)data, size, &d);
@@ -214,7 +222,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   free(b);
   kn_module_free(m2);
   free(a);
-  for (int i = 0, ran = 0; i < m->nfuncs && ran < 8; i++) {
+  uint64_t left = MODULE_STEPS;
+  for (int i = 0, ran = 0; i < m->nfuncs && ran < 8 && left; i++) {
     kn_func *k = m->funcs[i];
     if (!k->is_kernel) continue;
     ran++;
@@ -227,7 +236,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       else if (kn_scalar_is_float((kn_scalar)t.elem)) args[p].f = 0.5;
       else args[p].i = p % 4;
     }
-    kn_interp_run_budget(k, 0, 100000, args, (int[]){1, 1, 1}, NULL, 0, NULL, &d);
+    kn_interp_stats st;
+    kn_interp_run_budget(k, 0, left < KERNEL_STEPS ? left : KERNEL_STEPS, args, (int[]){1, 1, 1},
+                         NULL, 0, &st, &d);
+    left -= st.steps < left ? st.steps : left;
     free(args);
   }
   kn_module_free(m);

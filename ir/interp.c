@@ -1171,6 +1171,7 @@ int kn_interp_run_budget(kn_func *k, int flags, uint64_t max_steps, const kn_arg
   int rc = frames_new(&in, k->loc);
   if (rc == 0) rc = run_all(&in, k, args);
   frames_free(&in);
+  in.st.steps = in.steps;
   if (stats) *stats = in.st;
   return rc;
 }

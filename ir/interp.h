@@ -51,6 +51,8 @@ typedef struct kn_interp_stats {
                                   return count too */
   uint64_t loop_iterations;    /* bodies of `for` executed */
   uint64_t programs;           /* program instances run */
+  uint64_t steps;              /* the step budget's count (kn_interp_run_budget): up to the
+                                  failing op's when the budget ends; 0 when the run has none */
 } kn_interp_stats;
 
 /* Runs kernel `k` (a kernel of a verified module) over grid[0] x grid[1] x grid[2] program

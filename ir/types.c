@@ -25,8 +25,9 @@ static bool name_is(const char *want, const char *s, size_t n) {
 }
 
 int kn_opcode_from_name(const char *s, size_t n) {
-  for (int i = 0; i < KN_OP_COUNT; i++)
-    if (name_is(kn_opinfo_table[i].name, s, n)) return i;
+  /* (the first character before the length: the parser asks this for every op it reads) */
+  for (int i = 0; i < KN_OP_COUNT && n; i++)
+    if (kn_opinfo_table[i].name[0] == s[0] && name_is(kn_opinfo_table[i].name, s, n)) return i;
   return -1;
 }
 

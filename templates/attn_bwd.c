@@ -105,6 +105,26 @@ static int bwd_sig_of(const kn_attn_sig *fs, kn_attn_sig *sig, const kn_attn_des
   return 0;
 }
 
+/* the forward signature that bwd_sig_of turned into sig: the template's own parameters, then the
+ * variant's (sig's after the backward's own, in the same order); what kn_attn_signature gives
+ * for sig's descriptor, without parsing its modifier texts again */
+static int fwd_sig_of(const kn_attn_sig *sig, kn_attn_sig *fs, const kn_attn_desc *d,
+                      kn_diag *diag) {
+  if (sig->n < B_COUNT || sig->n - B_COUNT + KN_ATTN_NPARAMS > KN_ATTN_MAX_PARAMS)
+    return kn_error(diag, NULL, (kn_loc){0}, "attention backward: a signature of %d parameters "
+                    "is not a backward one (kn_attn_bwd_signature)", sig->n);
+  for (int i = 0; i < KN_ATTN_NPARAMS; i++) {
+    fs->type[i] = kn_attn_param_type(d, i);
+    snprintf(fs->name[i], sizeof fs->name[i], "%s", kn_attn_param_names[i]);
+  }
+  fs->n = KN_ATTN_NPARAMS;
+  for (int i = B_COUNT; i < sig->n; i++, fs->n++) {
+    fs->type[fs->n] = sig->type[i];
+    memcpy(fs->name[fs->n], sig->name[i], sizeof fs->name[0]);
+  }
+  return 0;
+}
+
 static int bwd_check(const kn_attn_desc *d, kn_diag *diag) {
   if (d->layout == KN_ATTN_PAGED)
     return kn_error(diag, NULL, (kn_loc){0}, "attention backward: paged is not supported yet "
@@ -694,12 +714,13 @@ int kn_attn_bwd_fill_args(const kn_attn_desc *d, const kn_attn_sig *sig, const k
                           const kn_attn_vargs *va, kn_argval *out, int grid[KN_BWD_NKERNELS][3],
                           kn_diag *diag) {
   if (bwd_check(d, diag)) return -1;
-  /* the forward's arguments give the shared ones and the variant's */
+  /* the forward's arguments give the shared ones and the variant's (the forward signature from
+   * sig: kiln_backward called kn_attn_signature here, a parse of the modifier texts per call) */
   kn_attn_sig *fs = malloc(sizeof *fs);
   kn_argval *fa = calloc(KN_ATTN_MAX_PARAMS, sizeof *fa);
   KN_ASSERT(fs && fa);
   int fgrid[3], rc = -1;
-  if (kn_attn_signature(d, fs, diag) ||
+  if (fwd_sig_of(sig, fs, d, diag) ||
       kn_attn_fill_args(d, fs, c, p, bf->q, bf->k, bf->v, bf->o, bf->lse, va, fa, fgrid, diag))
     goto out;
   memset(out, 0, sizeof *out * (size_t)sig->n);

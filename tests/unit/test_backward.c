@@ -778,6 +778,18 @@ static void test_errors(void **state) {
                                        "  %f = cast %i : f32\n  return %f\n}\n"},
                &c, "the score reaches 'cast' in @score_mod");
   expect_error(&(kn_attn_desc){.dtype = KN_I32, .head_dim = 64}, &c, "dtype i32 is not supported");
+  /* the arguments take the forward's signature from the backward one (no parse per call): a
+   * forward signature in its place is refused, not read past its end */
+  kn_attn_desc d = {.dtype = KN_F16, .head_dim = 64, .softcap = true};
+  kn_attn_sig fs;
+  kn_diag diag;
+  if (kn_attn_signature(&d, &fs, &diag)) fail_msg("sig: %s", diag.message);
+  kn_attn_problem p = {.batch = 1, .heads = 1, .kv_heads = 1, .seqlen_q = 4, .seqlen_k = 4};
+  kn_attn_bwd_bufs bb = {0};
+  kn_argval args[KN_ATTN_MAX_PARAMS];
+  int grid[KN_BWD_NKERNELS][3];
+  assert_int_equal(kn_attn_bwd_fill_args(&d, &fs, &c, &p, &bb, NULL, args, grid, &diag), -1);
+  if (!strstr(diag.message, "is not a backward one")) fail_msg("error '%s'", diag.message);
 }
 
 /* ---- 6. the API on the host ---------------------------------------------------------------------- */

@@ -1004,7 +1004,8 @@ static void test_interp_fn_speed(void **st) {
 
 /* the step budget (kn_interp_run_budget): a loop of 2^63 - 1 iterations stops with the error
  * once the budget is spent (it ran for ever before); a loop of random length with a budget that
- * covers it computes the sum of its tiles, and one step less is the error */
+ * covers it computes the sum of its tiles, and one step less is the error; stats.steps is the
+ * budget's count */
 static void test_step_budget(void **st) {
   (void)st;
   fresh_seed();
@@ -1048,11 +1049,15 @@ static void test_step_budget(void **st) {
   uint64_t ops = 0;
   for (int i = 0; i < KN_OP_COUNT; i++) ops += stats.ops[i];
   uint64_t steps = ops + 16 + 16 * (uint64_t)n;
+  assert_int_equal(stats.steps, 0); /* (no budget: not counted) */
   out = -1;
-  if (kn_interp_run_budget(k, 0, steps, finite, (int[]){1, 1, 1}, reg, 2, NULL, &d)) fail_msg("%s", d.rendered);
+  if (kn_interp_run_budget(k, 0, steps, finite, (int[]){1, 1, 1}, reg, 2, &stats, &d)) fail_msg("%s", d.rendered);
   assert_true(out == want);
-  assert_int_equal(kn_interp_run_budget(k, 0, steps - 1, finite, (int[]){1, 1, 1}, reg, 2, NULL, &d), -1);
+  assert_int_equal(stats.steps, steps); /* the count the budget kept: what it took */
+  assert_int_equal(kn_interp_run_budget(k, 0, steps - 1, finite, (int[]){1, 1, 1}, reg, 2, &stats, &d), -1);
   assert_non_null(strstr(d.message, "step budget"));
+  /* exhausted: the count includes the op that went past (the last store, one step) */
+  assert_int_equal(stats.steps, steps);
   free(p);
   kn_module_free(m);
 }
