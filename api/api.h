@@ -145,6 +145,13 @@ struct kiln_kernel {
   /* kiln_tune_decode's pieces for the problem it tuned (batch x kv heads, seqlen_k, seqlen_q):
    * forwards of that problem use them (KILN_DECODE_SPLITS still overrides) */
   int tuned_splits, tuned_bk, tuned_nk, tuned_nq;
+  /* an off32 forward (cfg.off32, templates/attention.h): the same kernel without it, which
+   * serves the calls whose K/V slabs span 2^31 bytes or more, built at the first such call
+   * (under decode_mu; wide_status says how that went) */
+  bool wide_tried;
+  kiln_status wide_status;
+  char wide_why[256];
+  kiln_kernel *wide;
 };
 
 /* the combine kernel's fixed tiling (it has no dot: one warp over 16 rows) */
@@ -164,6 +171,10 @@ kiln_status api_decode_forward(kiln_kernel *k, const api_call *c, void *stream);
 /* one launch of kernel k (a forward, a decode part or a backward part) on its device */
 kiln_status api_launch_kernel(kiln_kernel *k, const kn_argval *args, const int grid[3],
                               void *stream);
+/* the kernel that runs forward call c (api_forward_args accepted it) of kernel k: k itself, or
+ * for an off32 kernel whose call does not fit (c->off32 false) its kernel without off32 (built
+ * once, memoised and cached as any other: its config key lacks "off32=1") */
+kiln_status api_forward_kernel(kiln_kernel *k, const api_call *c, kiln_kernel **run);
 kiln_status api_get_kernel(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig *sig,
                            const kn_attn_config *c, bool tuned, api_kind kind, kiln_kernel **out);
 
@@ -221,6 +232,8 @@ struct api_call {
   kiln_attn_args a;            /* the caller's arguments, a paged kernel's seqlen_k its table's
                                   capacity (what the append takes) */
   bool empty;                  /* no batch or no query row: nothing to launch for a forward */
+  bool off32;                  /* every (batch, kv head) slab of k and of v spans < 2^31 bytes
+                                  (kn_attn_off32_fits): an off32 kernel may serve the call */
   bool append;                 /* a paged call's k_new/v_new: append them before the launch */
 };
 /* The checks and arguments every launch of a forward signature shares (kiln.h: sizes, the

@@ -716,6 +716,9 @@ kiln_status api_forward_args(const api_launch_view *k, const kiln_attn_args *a, 
   if ((s = check_capacities(d, a, args, &c->va, who, k->backward))) return s;
   if (k->kind != KN_DEVICE_HOST && (s = check_alignment(d, a, args))) return s;
   c->append = paged && a->k_new;
+  /* the rows of a slab: seqlen_k (varlen: the longest sequence's; the kernel clamps each
+   * sequence's length into it), at the resolved row strides */
+  c->off32 = kn_attn_off32_fits(d, p->seqlen_k, args[ARG_K_SB + 2].i, args[ARG_V_SB + 2].i);
   return KILN_OK;
 }
 

@@ -998,6 +998,9 @@ kiln_status kiln_prepare(kiln_context *ctx, const kiln_attn_desc *desc,
                  ctx->bundle.path[0] ? ctx->bundle.path : "(none)", dk,
                  is_forced ? " with the forced tiling" : "", ctx->target_name);
   if (!s && !be) s = resolve_config(ctx, &d, &sig, o, policy, seqlen, &c, &tuned);
+  /* off32 (templates/attention.h): the kernel prepared is the one for K/V slabs below 2^31
+   * bytes; a launch past that takes its twin without off32 (api_forward_kernel) */
+  if (!s && !be && kn_attn_off32_applies(ctx->target_arch, &d)) c.off32 = true;
   if (!s) s = get_kernel(ctx, "attn_fwd", &d, &sig, &c, tuned, API_FWD, be, &k);
   memo_finish(ctx, key, s ? NULL : k, false);
   if (s) {
@@ -1216,6 +1219,30 @@ static kiln_status decode_launch(kiln_kernel *k, kiln_kernel *ks, const api_call
   return s ? s : api_launch_kernel(k->decode[API_SPLIT_COMBINE], ca, cg, stream);
 }
 
+kiln_status api_forward_kernel(kiln_kernel *k, const api_call *c, kiln_kernel **run) {
+  *run = k;
+  if (!k->cfg.off32 || c->off32) return KILN_OK;
+  pthread_mutex_lock(&k->decode_mu);
+  if (!k->wide_tried) {
+    kn_attn_config wc = k->cfg;
+    wc.off32 = false;
+    k->wide_status = api_get_kernel(k->ctx, &k->desc, &k->sig, &wc, k->info.tuned, API_FWD,
+                                    &k->wide);
+    if (k->wide_status)
+      snprintf(k->wide_why, sizeof k->wide_why, "%s", kiln_last_error());
+    k->wide_tried = true;
+  }
+  kiln_status s = k->wide_status;
+  char why[256];
+  if (s) snprintf(why, sizeof why, "%s", k->wide_why);
+  else *run = k->wide;
+  pthread_mutex_unlock(&k->decode_mu);
+  if (s)
+    return api_fail(s, "kiln_forward: the kernel for K/V slabs of 2^31 bytes or more (global "
+                    "loads) could not be built: %s", why);
+  return KILN_OK;
+}
+
 /* The checks and arguments of a launch of forward signature (api_forward_args), and a paged
  * kernel's append of k_new/v_new (on `stream`) */
 static kiln_status call_args(kiln_kernel *k, const kiln_attn_args *a, const char *who,
@@ -1248,8 +1275,10 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
       (api_the_compiler.present ||
        api_decode_kernels(k, api_decode_slot(k, a->page_size)) == KILN_OK)) {
     if ((s = api_decode_forward(k, &c, stream))) return s;
-  } else if ((s = api_launch_kernel(k, c.args, c.grid, stream))) {
-    return s;
+  } else {
+    kiln_kernel *run;
+    if ((s = api_forward_kernel(k, &c, &run)) || (s = api_launch_kernel(run, c.args, c.grid, stream)))
+      return s;
   }
   atomic_fetch_add(&k->ctx->stats.launches, 1);
   return KILN_OK;

@@ -257,6 +257,14 @@ static void time_candidate(run *r, const kn_attn_config *c, kiln_tune_candidate 
 
 /* compiles, prunes, checks and times one candidate (a point kn_attn_check_on accepted: the
  * space offers no other); on TIMED, *obj keeps its object */
+/* off32 (templates/attention.h) on the candidates as kiln_prepare sets it on the kernel it
+ * serves (an AMD device), where the tuning problem's contiguous K/V slabs fit it: the kernel
+ * timed and cached is the one the prepare after the tuning loads */
+static bool run_off32(const run *r) {
+  return kn_attn_off32_applies(r->ctx->target_arch, r->d) &&
+         kn_attn_off32_fits(r->d, r->p.seqlen_k, r->d->head_dim, r->d->head_dim);
+}
+
 static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate *out,
                           kn_artifact *obj) {
   memset(out, 0, sizeof *out);
@@ -267,6 +275,7 @@ static void try_candidate(run *r, const kn_tune_config *tc, kiln_tune_candidate 
   out->waves_per_eu = tc->waves_per_eu;
   snprintf(out->matrix_instr, sizeof out->matrix_instr, "%s", tc->matrix_instr);
   kn_attn_config c = api_config_of(tc);
+  c.off32 = run_off32(r);
   kn_diag diag;
   memset(obj, 0, sizeof *obj);
   kn_module *m = api_build_module("attn_fwd", r->d, &c, &diag);
@@ -700,10 +709,12 @@ kiln_status api_tune(kiln_context *ctx, const kn_attn_desc *d, const kn_attn_sig
       }
     }
     /* the winner's code goes to the cache: the prepare that follows is a cache hit */
-    kn_module *m = api_build_module("attn_fwd", d, best, &(kn_diag){0});
+    kn_attn_config sc = *best;
+    sc.off32 = run_off32(&r);
+    kn_module *m = api_build_module("attn_fwd", d, &sc, &(kn_diag){0});
     if (m && best->block_m == b->block_m && best->block_n == b->block_n &&
         best->wgmma == api_config_of(&best_tc).wgmma) {
-      kn_cache_key ck = api_cache_key(ctx, "attn_fwd", d, best, m);
+      kn_cache_key ck = api_cache_key(ctx, "attn_fwd", d, &sc, m);
       api_dev_store(ctx, &ck, &best_obj);
     }
     kn_module_free(m);

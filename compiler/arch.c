@@ -113,15 +113,18 @@ static const kn_mma_instr sm90_mma[] = {
 static const kn_amd_facts gfx90a_facts = {
     .elf_mach = 0x3f, .simds_per_cu = 4, .max_waves_per_simd = 8, .vgprs_per_lane = 512,
     .max_arch_vgprs = 256, .max_agprs = 256, .vgpr_granule = 8, .agpr_offset_align = 4,
-    .max_sgprs = 102, .lds_granule = 512, .max_barriers_per_cu = 16};
+    .max_sgprs = 102, .lds_granule = 512, .max_barriers_per_cu = 16,
+    .buffer_word3 = 0x00020000};
 static const kn_amd_facts gfx942_facts = {
     .elf_mach = 0x4c, .simds_per_cu = 4, .max_waves_per_simd = 8, .vgprs_per_lane = 512,
     .max_arch_vgprs = 256, .max_agprs = 256, .vgpr_granule = 8, .agpr_offset_align = 4,
-    .max_sgprs = 102, .lds_granule = 512, .max_barriers_per_cu = 16};
+    .max_sgprs = 102, .lds_granule = 512, .max_barriers_per_cu = 16,
+    .buffer_word3 = 0x00020000};
 static const kn_amd_facts gfx950_facts = {
     .elf_mach = 0x4f, .simds_per_cu = 4, .max_waves_per_simd = 8, .vgprs_per_lane = 512,
     .max_arch_vgprs = 256, .max_agprs = 256, .vgpr_granule = 8, .agpr_offset_align = 4,
-    .max_sgprs = 102, .lds_granule = 1280, .max_barriers_per_cu = 16};
+    .max_sgprs = 102, .lds_granule = 1280, .max_barriers_per_cu = 16,
+    .buffer_word3 = 0x00020000};
 
 /* ---- default tilings ------------------------------------------------------------------------
  * Every row up to D 256 must compile for every dtype (tests/unit/test_defaults.c compiles each;

@@ -93,6 +93,10 @@ typedef struct kn_amd_facts {
   int max_sgprs;           /* addressable SGPRs per wave (VCC etc. come on top) */
   int lds_granule;         /* LDS allocation unit in bytes */
   int max_barriers_per_cu; /* multi-wave workgroups resident on one CU */
+  /* the fourth dword of a raw buffer resource (V#) for dword loads: DATA_FORMAT 32 (bits
+   * 15-18 = 4) on GFX9-family chips, without which the hardware reads nothing; the off32
+   * loads' llvm.amdgcn.make.buffer.rsrc flags (compiler/gpu/lower_amdgpu.c) */
+  unsigned buffer_word3;
 } kn_amd_facts;
 
 /* The default tiling for head dims up to max_head_dim (the first row that covers the head dim

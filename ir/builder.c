@@ -329,6 +329,11 @@ kn_value *kn_b_load(kn_builder *b, kn_type result, kn_value *base, kn_value *con
   return op->res[0];
 }
 
+void kn_load_set_off32(kn_value *load) {
+  KN_ASSERT(load->def && load->def->opc == KN_OP_LOAD);
+  load->def->iattr[1] |= KN_MEM_OFF32;
+}
+
 kn_op *kn_b_store(kn_builder *b, kn_value *value, kn_value *base, kn_value *const *off,
                   kn_value *const *stride, kn_value *const *bound, kn_value *mask) {
   int rank = value->type.kind == KN_TY_TILE ? value->type.rank : 1;

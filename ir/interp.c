@@ -665,6 +665,13 @@ static int exec_mem(interp *in, frame *fr, kn_op *op) {
       }
       int64_t boff;
       ovf |= __builtin_mul_overflow(eoff, (int64_t)esz, &boff);
+      /* off32: the builder promised every live element within [0, 2^31) bytes of the base */
+      if ((cl & KN_MEM_OFF32) && !ovf && (boff < 0 || boff > (INT64_C(1) << 31) - (int64_t)esz)) {
+        char el[64];
+        elem_text(tt, e, el, sizeof el);
+        return rt_error(in, op, "load off32: element %s lies at byte offset %lld from the "
+                        "base, outside [0, 2^31)", el, (long long)boff);
+      }
       uint64_t addr = base + (uint64_t)boff;
       if (ovf || find_region(in, addr, esz) < 0) {
         char el[64];

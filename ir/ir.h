@@ -205,6 +205,10 @@ enum {
   KN_MEM_BOUNDS = 1 << 0,  /* bounds [b0, b1]: element (i,j) is live iff off0+i < b0 && off1+j < b1 (and >= 0) */
   KN_MEM_MASK = 1 << 1,    /* mask %m: an i1 tile of the result shape, ANDed with the bounds */
   KN_MEM_OTHER = 1 << 2,   /* other %x: scalar of the element type, the value of dead elements (load) */
+  /* off32 (load only, the last clause): every live element lies at a byte offset in [0, 2^31)
+   * from the base, a promise of whoever builds the load (the interpreter checks it); AMDGPU
+   * then reads it through a buffer resource with 32-bit offsets (docs/ir.md) */
+  KN_MEM_OFF32 = 1 << 3,
 };
 
 /* ---- source locations and diagnostics: kn_loc and kn_diag (base/status.h) ------------------------ */
@@ -381,6 +385,8 @@ kn_value *kn_b_hint(kn_builder *b, kn_opcode opc, kn_value *x, int64_t v);
 /* bound, mask, other may be NULL (bound: an array of rank values, or NULL for no bounds) */
 kn_value *kn_b_load(kn_builder *b, kn_type result, kn_value *base, kn_value *const *off,
                     kn_value *const *stride, kn_value *const *bound, kn_value *mask, kn_value *other);
+/* marks load result `load` (a kn_b_load's) with the off32 clause (KN_MEM_OFF32) */
+void kn_load_set_off32(kn_value *load);
 kn_op *kn_b_store(kn_builder *b, kn_value *value, kn_value *base, kn_value *const *off,
                   kn_value *const *stride, kn_value *const *bound, kn_value *mask);
 /* result: a tile of the offsets' shape; mask, other may be NULL */

@@ -657,7 +657,7 @@ static void parse_gather(kn_parser *P, kn_builder *b, kn_loc oploc, const kn_res
   bind_results(P, r, op);
 }
 
-/* load %p[offs] strides [s] (bounds [b])? (mask %m)? (other %x)? ; store %v, %p[...] ... */
+/* load %p[offs] strides [s] (bounds [b])? (mask %m)? (other %x)? (off32)? ; store %v, %p[...] ... */
 static void parse_mem(kn_parser *P, kn_builder *b, kn_opcode opc, kn_loc oploc,
                       const kn_results *r) {
   bool is_store = opc == KN_OP_STORE;
@@ -690,6 +690,15 @@ static void parse_mem(kn_parser *P, kn_builder *b, kn_opcode opc, kn_loc oploc,
     cl |= KN_MEM_BOUNDS;
   }
   cl |= parse_mask_other(P, !is_store, true, &mask, &other);
+  if (is_word(P, "off32")) {
+    if (is_store) fail(P, P->tok.loc, "store has no 'off32' clause (a load's)");
+    next(P);
+    cl |= KN_MEM_OFF32;
+    if (is_word(P, "bounds") || is_word(P, "mask") || is_word(P, "other") ||
+        is_word(P, "off32"))
+      fail(P, P->tok.loc, "clause '%.*s' out of order or repeated (the order is bounds, mask, "
+           "other, off32)", (int)P->tok.n, P->tok.s);
+  }
   kn_type rt = {0};
   if (!is_store) rt = result_type(P);
   kn_opnds o = {0};

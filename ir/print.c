@@ -324,6 +324,7 @@ static bool put_mem(kn_printer *P, const kn_op *op) {
     sb_str(&P->out, "]");
   }
   put_mask_other(P, mo.mask, mo.other);
+  if (!store && (cl & KN_MEM_OFF32)) sb_str(&P->out, " off32");
   return true;
 }
 

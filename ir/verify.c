@@ -405,7 +405,8 @@ static int check_mem(vctx *c, const kn_op *op) {
   unsigned cl = (unsigned)op->iattr[1];
   if (rank < 1 || rank > KN_MAX_RANK)
     return fail(c, op->loc, "rank of '%s' must be 1 or 2, found %lld", nm, (long long)rank);
-  unsigned allowed = KN_MEM_BOUNDS | KN_MEM_MASK | (st ? 0u : (unsigned)KN_MEM_OTHER);
+  unsigned allowed =
+      KN_MEM_BOUNDS | KN_MEM_MASK | (st ? 0u : (unsigned)(KN_MEM_OTHER | KN_MEM_OFF32));
   if (op->iattr[1] < 0 || (cl & ~allowed))
     return fail(c, op->loc, "invalid clauses 0x%llx of '%s'", (unsigned long long)op->iattr[1], nm);
   int r = (int)rank;

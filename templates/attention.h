@@ -105,8 +105,9 @@
  * keys of every descriptor that leaves it unset are what they were before the field existed) */
 /* FLOAT_OPT: a float that 0 leaves unset, named in the key only when set, in the fewest digits
  * that read back as the same float ("dropout=0.17") */
+/* BOOL_OPT: a bool named in the key only when set ("off32=1") */
 enum { KN_ATTN_FIELD_SCALAR, KN_ATTN_FIELD_BOOL, KN_ATTN_FIELD_INT, KN_ATTN_FIELD_TEXT,
-       KN_ATTN_FIELD_SCALAR_OPT, KN_ATTN_FIELD_FLOAT_OPT };
+       KN_ATTN_FIELD_SCALAR_OPT, KN_ATTN_FIELD_FLOAT_OPT, KN_ATTN_FIELD_BOOL_OPT };
 
 /* f16, bf16, f32; head_dim 1..512 (kn_attn_check; above 256 not on every target:
  * kn_attn_check_on); has_lse: store the log-sum-exp.  The variant (docs/variants.md): causal 0
@@ -153,14 +154,22 @@ enum { KN_ATTN_MAX_PAGE = 256 };
  * existed; NVPTX ignores it.  wgmma: sm_90a, the dots as wgmma.mma_async m64nNk16 (B from
  * shared memory) instead of mma.sync; needs block_m = 16 x warps with warps a multiple of 4
  * (one 64-row slab per warpgroup); recorded as meta WGMMA = 1 only when set (the IR of the
- * default config is unchanged). */
+ * default config is unchanged).  off32: the K and V block loads of the KV loop carry the IR's
+ * off32 clause (docs/ir.md: every live element within 2^31 bytes of its base), which AMDGPU
+ * lowers to buffer loads on a resource with 32-bit offsets, out-of-range lanes reading 0 with no
+ * branch; a launch-derived property, not a tiling: it holds only when each (batch, kv head)
+ * slab of k and of v spans less than 2^31 bytes (kn_attn_off32_fits), so the API sets it on the
+ * AMDGPU kernels it prepares (kn_attn_off32_applies) and launches a problem that does not fit
+ * on the kernel without it (docs/amdgpu.md); keyed only when set ("...;wgmma=0;off32=1"); a
+ * paged kernel gathers its K and V and has no such loads (the API leaves it unset). */
 #define KN_ATTN_CONFIG_FIELDS(X)                           \
   X(KN_ATTN_FIELD_INT, int, block_m, "block_m")            \
   X(KN_ATTN_FIELD_INT, int, block_n, "block_n")            \
   X(KN_ATTN_FIELD_INT, int, warps, "warps")                \
   X(KN_ATTN_FIELD_INT, int, stages, "stages")              \
   X(KN_ATTN_FIELD_INT, int, mfma, "mfma")                  \
-  X(KN_ATTN_FIELD_BOOL, bool, wgmma, "wgmma")
+  X(KN_ATTN_FIELD_BOOL, bool, wgmma, "wgmma")                \
+  X(KN_ATTN_FIELD_BOOL_OPT, bool, off32, "off32")
 
 #define KN_ATTN_DECLARE_FIELD(kind, type, field, name) type field;
 typedef struct kn_attn_desc {
@@ -215,6 +224,14 @@ static inline int kn_attn_head_pad(int head_dim) {
  * kn_attn_check_on accepts; one it accepts whenever there is one (not above head dim 256 on
  * NVIDIA or for f32 on a GPU: the check says why) */
 kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d);
+/* off32 (the config's, above): is it a property the kernels of d on arch take (AMDGPU, a dense
+ * or varlen layout: their K and V are block loads), and does a launch fit it: every live K and
+ * V element of a (batch, kv head) slab, seqlen_k rows (varlen: the longest sequence's) of
+ * head_dim elements at row strides k_sn / v_sn (elements), lies below 2^31 bytes from the
+ * slab's base, ((seqlen_k - 1) * stride + head_dim) * element size < 2^31, with non-negative
+ * strides (a negative one reads below the base) */
+bool kn_attn_off32_applies(const kn_arch *arch, const kn_attn_desc *d);
+bool kn_attn_off32_fits(const kn_attn_desc *d, int64_t seqlen_k, int64_t k_sn, int64_t v_sn);
 /* does d apply modifiers beyond the causal masks (which every default tiling was measured with)? */
 bool kn_attn_has_modifiers(const kn_attn_desc *d);
 /* 0 when the descriptor and config are supported, else -1 with the reason in *diag */

@@ -97,6 +97,10 @@ static void key_num(keytext *k, int kind, const char *name, long v) {
     if (v) key_put(k, name, "%s", kn_scalar_name((kn_scalar)v));
     return;
   }
+  if (kind == KN_ATTN_FIELD_BOOL_OPT) {  /* false: not in the key */
+    if (v) key_put(k, name, "1");
+    return;
+  }
   if (kind == KN_ATTN_FIELD_SCALAR) key_put(k, name, "%s", kn_scalar_name((kn_scalar)v));
   else key_put(k, name, "%ld", v);
 }
@@ -138,6 +142,25 @@ int kn_attn_config_key(const kn_attn_config *x, char *buf, size_t n) {
   return k.len;
 }
 #undef KEY_FIELD
+
+bool kn_attn_off32_applies(const kn_arch *arch, const kn_attn_desc *d) {
+  return arch && arch->isa == KN_ISA_AMDGPU && d->layout != KN_ATTN_PAGED;
+}
+
+/* one slab's span in bytes below 2^31 (computed without overflow) */
+static bool slab_fits(int64_t rows, int64_t stride, int64_t cols, int64_t esz) {
+  if (rows <= 0) return true;
+  int64_t span;
+  if (stride < 0 || __builtin_mul_overflow(rows - 1, stride, &span) ||
+      __builtin_add_overflow(span, cols, &span) || __builtin_mul_overflow(span, esz, &span))
+    return false;
+  return span < (INT64_C(1) << 31);
+}
+
+bool kn_attn_off32_fits(const kn_attn_desc *d, int64_t seqlen_k, int64_t k_sn, int64_t v_sn) {
+  const int64_t esz = (int64_t)kn_scalar_size(kn_attn_kv_type(d));
+  return slab_fits(seqlen_k, k_sn, d->head_dim, esz) && slab_fits(seqlen_k, v_sn, d->head_dim, esz);
+}
 
 static bool is_pow2_in(int x, int lo, int hi) { return x >= lo && x <= hi && (x & (x - 1)) == 0; }
 
@@ -507,6 +530,7 @@ typedef struct kv_loop {
       *zero_s, *neg_inf_r, *zero_r, *col_range, *q_tile, *k_base, *v_base, *q_idx, *bidx, *hidx,
       *row0, *row_end;
   const kn_paged_kv *paged;  /* a paged kernel's block table and lengths, else NULL */
+  bool off32;  /* the config's off32: the K and V block loads carry the off32 clause */
   /* dropout: the (BM, BN) query rows, the program's b * heads + h, Philox's seed and offset */
   kn_value *drop_rows, *drop_bh, *drop_seed, *drop_offset;
 } kv_loop;
@@ -614,6 +638,7 @@ static void kv_blocks(gen *g, const kv_loop *L, kn_value *lo, kn_value *hi, kn_v
                            (kn_value *[]){L->c0, n0}, (kn_value *[]){L->one64, P[P_K_SN]},
                            (kn_value *[]){L->c_d, L->seqlen_k}, NULL, NULL),
               "k_tile");
+  if (L->off32 && !L->paged) kn_load_set_off32(kt);
   /* a paged kernel gathers V here too: its addresses are known before the first dot, so
    * NVIDIA GPUs copy both blocks together (cp.async, compiler/gpu/assign_layouts.c), V in
    * flight during QK^T and the softmax.  Not fp8 pages: their V is converted before the dot,
@@ -717,6 +742,7 @@ static void kv_blocks(gen *g, const kv_loop *L, kn_value *lo, kn_value *hi, kn_v
                            (kn_value *[]){n0, L->c0}, (kn_value *[]){P[P_V_SN], L->one64},
                            (kn_value *[]){L->seqlen_k, L->c_d}, NULL, NULL),
               "v_tile");
+  if (L->off32 && !L->paged) kn_load_set_off32(vt);
   vt = to_compute(g, vt, dt, "v_conv");
   kn_value *acc_new = named(g, kn_b_dot(&g->b, p_in, vt, acc_scaled), "acc_new");
   kn_b_yield(&g->b, 3, (kn_value *[]){m_new, l_new, acc_new});
@@ -1004,7 +1030,7 @@ kn_func *kn_attn_fwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_co
                .zero_s = zero_s, .neg_inf_r = neg_inf_r, .zero_r = zero_r, .col_range = col_range,
                .q_tile = q_tile, .k_base = k_base, .v_base = v_base, .q_idx = q_idx,
                .bidx = bidx, .hidx = hidx, .row0 = row0, .row_end = row_end,
-               .paged = paged};
+               .paged = paged, .off32 = c->off32 && !paged};
   if (d->dropout != 0) {
     L.drop_rows = cols_of(g, rows, BN, "drop_rows");
     L.drop_bh = bin(g, KN_OP_ADD, bin(g, KN_OP_MUL, bidx, P[P_HEADS], "drop_b_h"), hidx, "drop_bh");

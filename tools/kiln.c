@@ -110,6 +110,11 @@ static int resolve_attn(cli_options *o) {
   const kn_target *dt = kn_target_get(o->target);
   given_tiling(o, kn_attn_default_config(dt ? dt->arch : NULL, &o->attn));
   if (o->stages) o->cfg.stages = o->stages;
+  /* off32 as the API sets it (kiln_prepare, kiln_forward): AMDGPU dense and varlen kernels whose
+   * K/V slabs (contiguous rows of the problem's seqlen_k) span less than 2^31 bytes */
+  o->cfg.off32 = !o->global_kv && kn_attn_off32_applies(dt ? dt->arch : NULL, &o->attn) &&
+                 kn_attn_off32_fits(&o->attn, o->prob.seqlen_k, o->attn.head_dim,
+                                    o->attn.head_dim);
   if (o->wgmma) {  /* as kiln_prepare_options.wgmma: block_m = 16 x warps */
     o->cfg.wgmma = true;
     if (o->block_m && !o->warps) o->cfg.warps = o->cfg.block_m / 16;

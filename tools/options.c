@@ -45,6 +45,8 @@ void cli_usage(FILE *f) {
         "  --seqlen-q N  --seqlen-k M  --causal  --block-m BM  --block-n BN\n"
         "  --warps W  --stages S (not on the API path)  --seed S  --repeats R  --ir FILE.tile\n"
         "  --mma sync|wgmma (sm_90a: the dots as wgmma.mma_async; block_m = 16 x warps)\n"
+        "  --kv-loads buffer|global (AMDGPU: the KV loop's K/V loads as buffer loads, the\n"
+        "                   default where the slabs span < 2^31 bytes, or masked global loads)\n"
         "  (with --ir, the file's kernel attrs decide; an option that contradicts them is an error)\n"
         "  --backward (run: the backward pass, dQ/dK/dV for a random dO, checked against\n"
         "  float64; interp, host, the -emu targets, sm_80, sm_90a, auto; docs/backward.md)\n"
@@ -308,6 +310,13 @@ int cli_parse_options(int argc, char **argv, int first, cli_options *o, FILE *er
         return -1;
       }
       o->wgmma = !strcmp(v, "wgmma");
+      i++;
+    } else if (!strcmp(a, "--kv-loads") && v) {
+      if (strcmp(v, "buffer") && strcmp(v, "global")) {
+        fprintf(err, "kiln: error: --kv-loads expects buffer or global, got '%s'\n", v);
+        return -1;
+      }
+      o->global_kv = !strcmp(v, "global");
       i++;
     } else if (!strcmp(a, "--causal")) {
       o->desc.causal = 1;

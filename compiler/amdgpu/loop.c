@@ -90,6 +90,102 @@ static int put(int fd, const void *p, size_t n) {
   return 0;
 }
 
+/* The control-flow graph of the decoded kernel: basic blocks (a leader at the first
+ * instruction, at every branch target, after every branch and after s_endpgm), block x holding
+ * instructions [first[x], first[x + 1]); succ[2x], succ[2x + 1] its successors (-1: none): the
+ * next block unless it ends in s_branch or s_endpgm, and a branch's target block. */
+typedef struct {
+  int nb;
+  size_t *first;
+  int *succ;
+} cfg;
+
+/* the block starting exactly at pc, or -1 */
+static int block_at(const cfg *g, const insn *in, uint64_t pc) {
+  int lo = 0, hi = g->nb - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    uint64_t p = in[g->first[mid]].pc;
+    if (p == pc) return mid;
+    if (p < pc) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return -1;
+}
+
+static bool is_text(const char *texts, const insn *x, const char *m) {
+  return starts(texts + x->text, m);
+}
+
+static int cfg_build(cfg *g, const insn *in, size_t ni, const char *texts) {
+  bool *lead = calloc(ni + 1, sizeof *lead);
+  if (!lead) return -1;
+  lead[0] = true;
+  for (size_t i = 0; i < ni; i++) {
+    bool ends = in[i].cls == KN_ICLS_BRANCH || is_text(texts, &in[i], "s_endpgm");
+    if (ends) lead[i + 1] = true;
+    if (in[i].target < 0) continue;
+    size_t lo = 0, hi = ni;  /* the target's instruction: pcs ascend */
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      if (in[mid].pc < (uint64_t)in[i].target) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo < ni && in[lo].pc == (uint64_t)in[i].target) lead[lo] = true;
+  }
+  g->nb = 0;
+  for (size_t i = 0; i < ni; i++) g->nb += lead[i];
+  g->first = malloc(((size_t)g->nb + 1) * sizeof *g->first);
+  g->succ = malloc(2 * (size_t)g->nb * sizeof *g->succ);
+  if (!g->first || !g->succ) {
+    free(lead);
+    return -1;
+  }
+  int x = 0;
+  for (size_t i = 0; i < ni; i++)
+    if (lead[i]) g->first[x++] = i;
+  g->first[g->nb] = ni;
+  free(lead);
+  for (x = 0; x < g->nb; x++) {
+    const insn *last = &in[g->first[x + 1] - 1];
+    bool uncond = is_text(texts, last, "s_branch") || is_text(texts, last, "s_endpgm");
+    g->succ[2 * x] = !uncond && x + 1 < g->nb ? x + 1 : -1;
+    g->succ[2 * x + 1] = last->target >= 0 ? block_at(g, in, (uint64_t)last->target) : -1;
+  }
+  return 0;
+}
+
+/* The loop of header hb into set[]: the blocks reachable from hb that reach one of its back
+ * edges (a block at or after hb branching to it) without passing through hb again; every path
+ * of one iteration.  So a loop whose blocks LLVM laid out after its first backward branch (an
+ * edge path placed past the latch, with a back edge of its own) is whole, while the code before
+ * it (which may enter it past hb) and after it (the exit) is not in it.  fwd: room for g->nb. */
+static void loop_blocks(const cfg *g, const insn *in, int hb, bool *set, bool *fwd) {
+  memset(set, 0, (size_t)g->nb * sizeof *set);
+  memset(fwd, 0, (size_t)g->nb * sizeof *fwd);
+  fwd[hb] = true;
+  for (bool grew = true; grew;) {  /* successors from hb, to a fixed point (few blocks) */
+    grew = false;
+    for (int y = 0; y < g->nb; y++)
+      for (int e = 0; fwd[y] && e < 2; e++) {
+        int s = g->succ[2 * y + e];
+        if (s >= 0 && !fwd[s]) fwd[s] = grew = true;
+      }
+  }
+  set[hb] = true;
+  for (int x = hb; x < g->nb; x++)
+    if (fwd[x] && g->succ[2 * x + 1] == hb && in[g->first[x + 1] - 1].pc >= in[g->first[hb]].pc)
+      set[x] = true;
+  for (bool grew = true; grew;) {  /* predecessors of the set, from hb's reach, not through hb */
+    grew = false;
+    for (int y = 0; y < g->nb; y++)
+      for (int e = 0; fwd[y] && !set[y] && e < 2; e++) {
+        int s = g->succ[2 * y + e];
+        if (s >= 0 && s != hb && set[s]) set[y] = grew = true;
+      }
+  }
+}
+
 /* in the child: decode everything, find the loops, send the chosen one */
 static int loop_child(void *ctx, int fd) {
   const loop_job *j = ctx;
@@ -127,31 +223,52 @@ static int loop_child(void *ctx, int fd) {
     pc += len;
   }
   LLVMDisasmDispose(dc);
-  /* the loops: [target, branch] for every backward branch; the one with the most MFMAs */
-  size_t best_lo = 0, best_hi = 0;
-  int best_mfma = -1;
+  cfg g = {0};
+  if (ni && cfg_build(&g, in, ni, texts)) return 1;
+  /* the loops: one per header (the target of a backward branch), its blocks the natural
+   * loop's; the one with the most MFMAs */
+  int best = -1, best_mfma = -1, best_n = 0;
+  bool *in_loop = calloc(g.nb ? g.nb : 1, sizeof *in_loop);
+  bool *best_set = calloc(g.nb ? g.nb : 1, sizeof *best_set);
+  bool *fwd = calloc(g.nb ? g.nb : 1, sizeof *fwd);
+  if (!in_loop || !best_set || !fwd) return 1;
   for (size_t b = 0; b < ni; b++) {
     if (in[b].target < 0 || (uint64_t)in[b].target > in[b].pc) continue;
     h.nloops++;
-    size_t lo = b;
-    while (lo > 0 && in[lo - 1].pc >= (uint64_t)in[b].target) lo--;
-    int mfma = 0;
-    for (size_t i = lo; i <= b; i++) mfma += in[i].cls == KN_ICLS_MFMA;
-    if (mfma > best_mfma || (mfma == best_mfma && b - lo < best_hi - best_lo)) {
-      best_mfma = mfma, best_lo = lo, best_hi = b;
+    int hb = block_at(&g, in, (uint64_t)in[b].target);
+    if (hb < 0 || (hb == best && best >= 0)) continue;
+    int mfma = 0, n = 0;
+    loop_blocks(&g, in, hb, in_loop, fwd);
+    for (int x = 0; x < g.nb; x++)
+      for (size_t i = g.first[x]; in_loop[x] && i < g.first[x + 1]; i++)
+        mfma += in[i].cls == KN_ICLS_MFMA, n++;
+    if (mfma > best_mfma || (mfma == best_mfma && n < best_n)) {
+      best_mfma = mfma, best_n = n, best = hb;
+      memcpy(best_set, in_loop, (size_t)g.nb * sizeof *best_set);
     }
   }
   h.ok = 1;
-  size_t t0 = 0, t1 = 0;
-  if (h.nloops) {
-    h.begin = in[best_lo].pc, h.end = in[best_hi].pc;
-    h.ninstr = (int)(best_hi - best_lo + 1);
-    for (size_t i = best_lo; i <= best_hi; i++) h.count[in[i].cls]++;
-    t0 = in[best_lo].text;
-    t1 = best_hi + 1 < ni ? in[best_hi + 1].text : tlen;
-    h.text_len = t1 - t0;
+  char *out = malloc(tlen + 1);
+  if (!out) return 1;
+  size_t olen = 0;
+  if (best >= 0) {  /* the loop's blocks in address order, as one straight block */
+    h.begin = in[g.first[best]].pc;
+    for (int x = 0; x < g.nb; x++)
+      for (size_t i = g.first[x]; best_set[x] && i < g.first[x + 1]; i++) {
+        h.count[in[i].cls]++, h.ninstr++, h.end = in[i].pc;
+        size_t t1 = i + 1 < ni ? in[i + 1].text : tlen;
+        memcpy(out + olen, texts + in[i].text, t1 - in[i].text);
+        olen += t1 - in[i].text;
+      }
+    h.text_len = olen;
   }
-  int rc = put(fd, &h, sizeof h) || put(fd, texts + t0, t1 - t0);
+  int rc = put(fd, &h, sizeof h) || put(fd, out, olen);
+  free(out);
+  free(in_loop);
+  free(best_set);
+  free(fwd);
+  free(g.first);
+  free(g.succ);
   free(in);
   free(texts);
   return rc;

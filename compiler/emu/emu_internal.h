@@ -102,6 +102,11 @@ void kn_emu_rt_load(int32_t as, uint64_t addr, void *dst, int32_t bytes, int32_t
 void kn_emu_rt_store(int32_t as, uint64_t addr, const void *src, int32_t bytes, int32_t align,
                      int32_t site);
 
+/* llvm.amdgcn.raw.ptr.buffer.load of `bytes` at voff (+ soff, which the range check leaves
+ * out) through resource rsrc (the address of the lane's {base, stride, num_records, flags}) */
+void kn_emu_rt_buffer_load(uint64_t rsrc, uint32_t voff, uint32_t soff, void *dst, int32_t bytes,
+                           int32_t site);
+
 /* kn_emu_run for the JIT'ed entry point kiln_<name> itself */
 int kn_emu_run_entry(void *entry, const kn_argval *args, const int grid[3],
                      const kn_region *regions, int nregions, const kn_emu_options *opt, kn_diag *d);

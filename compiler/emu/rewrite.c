@@ -11,7 +11,9 @@
  *  - each leaf intrinsic becomes a call of its runtime function (emu_internal.h): ids, the
  *    hidden kernel arguments (implicitarg.ptr: the grid size, read by num_programs), s_barrier,
  *    MFMA (operands through stack slots, so the runtime sees each lane's registers in hardware
- *    order), readfirstlane / readlane, ds_bpermute / ds_permute / ds_swizzle, DPP, ballot, mbcnt.
+ *    order), readfirstlane / readlane, ds_bpermute / ds_permute / ds_swizzle, DPP, ballot, mbcnt,
+ *    and raw buffer loads (make.buffer.rsrc: the resource as a slot the loads read;
+ *    raw.ptr.buffer.load: range-checked, 0 out of range, runtime.c).
  *    Scheduling hints (s_waitcnt, sched_barrier, s_setprio, ...) and fences are dropped: lanes of
  *    a workgroup run on one thread and meet only at the runtime's rendezvous.  Any other
  *    llvm.amdgcn.* call is an error, so nothing the emulator does not understand runs silently.
@@ -276,6 +278,28 @@ static int rewrite_amdgcn(R *r, LLVMValueRef inst, const char *name) {
     rt_call(r, RT(kn_emu_rt_barrier), r->vd, args, 1, true);
   } else if (starts(n, "mfma.")) {
     return rewrite_mfma(r, inst, name);
+  } else if (starts(n, "make.buffer.rsrc.p8.")) {
+    /* the resource (V#) is a slot of the lane's {base, stride, num_records, flags}, and the
+     * ptr addrspace(8) value its address: only the buffer intrinsics below read it */
+    LLVMValueRef slot = entry_alloca(r, LLVMArrayType2(r->i64, 4));
+    LLVMValueRef parts[4] = {LLVMBuildPtrToInt(r->B, LLVMGetOperand(inst, 0), r->i64, ""),
+                             LLVMBuildZExt(r->B, LLVMGetOperand(inst, 1), r->i64, ""),
+                             LLVMGetOperand(inst, 2),
+                             LLVMBuildZExt(r->B, LLVMGetOperand(inst, 3), r->i64, "")};
+    for (int i = 0; i < 4; i++) {
+      LLVMValueRef at = ci64(r, i);
+      LLVMBuildStore(r->B, parts[i], LLVMBuildGEP2(r->B, r->i64, slot, &at, 1, ""));
+    }
+    v = LLVMBuildIntToPtr(r->B, LLVMBuildPtrToInt(r->B, slot, r->i64, ""), rt, "");
+  } else if (starts(n, "raw.ptr.buffer.load.")) {
+    /* buffer_load_* (raw: stride 0): the runtime range-checks the offset, 0 out of range */
+    LLVMValueRef slot = entry_alloca(r, rt);
+    LLVMValueRef a[6] = {LLVMBuildPtrToInt(r->B, LLVMGetOperand(inst, 0), r->i64, ""),
+                         LLVMGetOperand(inst, 1), LLVMGetOperand(inst, 2), slot,
+                         ci32(r, (long long)LLVMStoreSizeOfType(r->td, rt)),
+                         ci32(r, add_site(r, 13, "buffer load", rt))};
+    rt_call(r, RT(kn_emu_rt_buffer_load), r->vd, a, 6, false);
+    v = LLVMBuildLoad2(r->B, rt, slot, "");
   } else if (starts(n, "readfirstlane")) {
     if (!(args[0] = as_i32(r, LLVMGetOperand(inst, 0), "readfirstlane"))) return -1;
     args[1] = ci32(r, add_site(r, 7, "readfirstlane", NULL));

@@ -516,6 +516,34 @@ void kn_emu_rt_store(int32_t as, uint64_t addr, const void *src, int32_t bytes, 
   }
 }
 
+/* A raw buffer load (stride 0, as kiln's resources are): the access is in range when
+ * voff + bytes <= num_records, and then a global load of base + soff + voff (checked against
+ * the launch's buffers and the alignment like any other); an access that is not is range-checked
+ * per dword, as the hardware does (the LLVM AMDGPU backend's "buffer OOB" rules: the offset
+ * unsigned, each 32-bit word on its own, soffset not in the check): a word past the end reads 0
+ * and touches no memory. */
+void kn_emu_rt_buffer_load(uint64_t rsrc, uint32_t voff, uint32_t soff, void *dst, int32_t bytes,
+                           int32_t site) {
+  lane *l = cur_lane();
+  const uint64_t *v = (const uint64_t *)(uintptr_t)rsrc;
+  uint64_t base = v[0], num = v[2];
+  if (v[1] != 0)
+    fail(l->w, l, "%s: a buffer resource with stride %llu is not emulated (raw buffers only)",
+         site_name(l->w, site), (unsigned long long)v[1]);
+  uint64_t off = voff;
+  if (off + (uint64_t)bytes <= num) {
+    kn_emu_rt_load(KN_EMU_AS_GLOBAL, base + soff + off, dst, bytes, bytes, site);
+    return;
+  }
+  memset(dst, 0, (size_t)bytes);
+  for (int32_t at = 0; at < bytes; at += 4) {
+    int32_t n = bytes - at < 4 ? bytes - at : 4;
+    if (off + (uint64_t)at + (uint64_t)n <= num)
+      kn_emu_rt_load(KN_EMU_AS_GLOBAL, base + soff + off + (uint64_t)at, (char *)dst + at, n, n,
+                     site);
+  }
+}
+
 /* ---- one workgroup ---- */
 
 static void wg_free(wg *w) {

@@ -1,7 +1,8 @@
 /* lower_amdgpu.c — the AMDGPU leaf operations of the GPU lowering (lower_gpu.c calls them
  * through kn_leaf_amdgpu): wave64 ids, s_barrier, ds_bpermute butterflies, one MFMA of the
  * kernel's instruction (the registry's entry: intrinsic and operand packing), the kernel's
- * calling convention and attributes, the LDS global, and exp2 as the bare v_exp_f32.  LLVM intrinsics only (no inline asm),
+ * calling convention and attributes, the LDS global, exp2 as the bare v_exp_f32, and the
+ * buffer resource and raw buffer loads of off32 loads.  LLVM intrinsics only (no inline asm),
  * so the emulated targets can replace each leaf by a call into their runtime.
  */
 #include <string.h>
@@ -114,10 +115,33 @@ static LLVMValueRef amd_f32_math(G *g, const char *fname, LLVMValueRef x) {
   return NULL;
 }
 
+/* a raw buffer resource (V#) over base: stride 0, KN_GPU_OFF32_END bytes of records, the
+ * chip's fourth dword (the registry's buffer_word3).  base is uniform (a kernel argument plus
+ * uniform offsets), so the resource is in SGPRs; the loop's copy is hoisted by LICM */
+static LLVMValueRef amd_buffer_rsrc(G *g, LLVMValueRef base) {
+  LLVMValueRef args[4] = {base, LLVMConstInt(g->i16, 0, 0), ci64(g, (long long)KN_GPU_OFF32_END),
+                          ci32(g, (long long)g->p->arch->amd->buffer_word3)};
+  return call(g, "llvm.amdgcn.make.buffer.rsrc.p8.p1", LLVMPointerTypeInContext(g->C, 8), args, 4);
+}
+
+/* buffer_load_{ubyte,ushort,dword,dwordx2,dwordx4} at voff (offen; LLVM folds a constant part
+ * into the instruction's offset), soffset 0, no cache policy bits */
+static LLVMValueRef amd_buffer_load(G *g, LLVMValueRef rsrc, LLVMValueRef voff, int bytes) {
+  LLVMTypeRef t = bytes == 1 ? g->i8 : bytes == 2 ? g->i16 : bytes == 4 ? g->i32
+                  : LLVMVectorType(g->i32, (unsigned)bytes / 4);
+  const char *name = bytes == 1 ? "llvm.amdgcn.raw.ptr.buffer.load.i8"
+                     : bytes == 2 ? "llvm.amdgcn.raw.ptr.buffer.load.i16"
+                     : bytes == 4 ? "llvm.amdgcn.raw.ptr.buffer.load.i32"
+                     : bytes == 8 ? "llvm.amdgcn.raw.ptr.buffer.load.v2i32"
+                                  : "llvm.amdgcn.raw.ptr.buffer.load.v4i32";
+  LLVMValueRef args[4] = {rsrc, voff, ci32(g, 0), ci32(g, 0)};
+  return call(g, name, t, args, 4);
+}
+
 const leaf_ops kn_leaf_amdgpu = {
     .name = "AMDGPU", .ids = amd_ids,
     .program_id = amd_program_id, .num_programs = amd_num_programs, .barrier = amd_barrier,
     .xor_lanes = amd_xor_lanes,
     .mma = amd_mma, .kernel = amd_kernel, .shared = amd_shared, .f32_math = amd_f32_math,
-    .maxnum_cheaper = true,
+    .buffer_rsrc = amd_buffer_rsrc, .buffer_load = amd_buffer_load, .maxnum_cheaper = true,
 };

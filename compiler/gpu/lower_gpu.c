@@ -38,7 +38,10 @@
  *    when the offset and the bound along that dim are known multiples of the vector: constants or
  *    multiple_of hints, and no other dim has a constant stride that is not); otherwise scalar
  *    accesses.  Dead elements (bounds, mask) are not touched: each access is under a branch,
- *    which the backend turns into exec masking.  A scalar load or store is one access by every
+ *    which the backend turns into exec masking.  A load with the off32 clause, on a target
+ *    whose leaves have buffer loads (AMDGPU), is instead one buffer resource over its base and
+ *    per register group an i32 byte offset, moved past the resource's end when the group is
+ *    dead (the hardware reads 0 there): no branch.  A scalar load or store is one access by every
  *    thread, at the same address.
  *  - gather: per register of the offsets' layout, one scalar load at base + offset, under the
  *    register's mask (a lane's own address: no vectors).
@@ -1043,37 +1046,97 @@ static LLVMValueRef thread_ptr(G *g, const access *a) {
   return LLVMBuildGEP2(g->B, a->et, p, &thr, 1, "");
 }
 
+/* liveness of register group r: its bounds and mask (NULL: always live) */
+static LLVMValueRef liveness(G *g, const access *a, LLVMValueRef *mask_regs, int r) {
+  LLVMValueRef live = NULL;
+  for (int d = 0; d < a->mo.rank; d++) {
+    if (!a->mo.bound[d]) continue;
+    LLVMValueRef c = coord(g, a->m, r, d);
+    /* in the offset's own width when offset and bound are both i32 */
+    bool narrow = a->mo.off[d]->type.elem == KN_I32 && a->mo.bound[d]->type.elem == KN_I32;
+    LLVMValueRef pos = narrow ? LLVMBuildAdd(g->B, g->sv[a->mo.off[d]->id], c, "")
+                              : LLVMBuildAdd(g->B, to_i64(g, a->mo.off[d]), LLVMBuildZExt(g->B, c, g->i64, ""), "");
+    LLVMValueRef b = narrow ? g->sv[a->mo.bound[d]->id] : to_i64(g, a->mo.bound[d]);
+    LLVMValueRef zero = narrow ? ci32(g, 0) : ci64(g, 0);
+    LLVMValueRef in = LLVMBuildAnd(g->B, LLVMBuildICmp(g->B, LLVMIntSLT, pos, b, ""),
+                                   LLVMBuildICmp(g->B, LLVMIntSGE, pos, zero, ""), "");
+    live = live ? LLVMBuildAnd(g->B, live, in, "") : in;
+  }
+  if (mask_regs) live = live ? LLVMBuildAnd(g->B, live, mask_regs[r], "") : mask_regs[r];
+  return live;
+}
+
 /* address and liveness of register group r */
 static void address(G *g, const access *a, LLVMValueRef tptr, LLVMValueRef *mask_regs, int r,
                     LLVMValueRef *ptr, LLVMValueRef *live) {
   LLVMValueRef idx = ci64(g, 0);
   bool exact = tptr != NULL;
-  *live = NULL;
   for (int d = 0; d < a->mo.rank; d++) {
-    LLVMValueRef c = coord(g, a->m, r, d);
     bool one = is_const_one(a->mo.stride[d]);
     LLVMValueRef st = to_i64(g, a->mo.stride[d]);
     if (exact) {
       LLVMValueRef k = ci64(g, a->m->reg[r][d]);
       idx = LLVMBuildAdd(g->B, idx, one ? k : LLVMBuildMul(g->B, k, st, ""), "");
     } else {
+      LLVMValueRef c = coord(g, a->m, r, d);
       LLVMValueRef pos = LLVMBuildAdd(g->B, to_i64(g, a->mo.off[d]), LLVMBuildZExt(g->B, c, g->i64, ""), "");
       idx = LLVMBuildAdd(g->B, idx, one ? pos : LLVMBuildMul(g->B, pos, st, ""), "");
     }
-    if (a->mo.bound[d]) {
-      /* in the offset's own width when offset and bound are both i32 */
-      bool narrow = a->mo.off[d]->type.elem == KN_I32 && a->mo.bound[d]->type.elem == KN_I32;
-      LLVMValueRef pos = narrow ? LLVMBuildAdd(g->B, g->sv[a->mo.off[d]->id], c, "")
-                                : LLVMBuildAdd(g->B, to_i64(g, a->mo.off[d]), LLVMBuildZExt(g->B, c, g->i64, ""), "");
-      LLVMValueRef b = narrow ? g->sv[a->mo.bound[d]->id] : to_i64(g, a->mo.bound[d]);
-      LLVMValueRef zero = narrow ? ci32(g, 0) : ci64(g, 0);
-      LLVMValueRef in = LLVMBuildAnd(g->B, LLVMBuildICmp(g->B, LLVMIntSLT, pos, b, ""),
-                                     LLVMBuildICmp(g->B, LLVMIntSGE, pos, zero, ""), "");
-      *live = *live ? LLVMBuildAnd(g->B, *live, in, "") : in;
+  }
+  *live = liveness(g, a, mask_regs, r);
+  *ptr = LLVMBuildGEP2(g->B, a->et, exact ? tptr : g->sv[a->mo.base->id], &idx, 1, "");
+}
+
+/* ---- off32 loads: a buffer resource, 32-bit offsets, dead elements past its end ---- */
+
+static LLVMValueRef to_i32(G *g, const kn_value *v) {
+  LLVMValueRef x = g->sv[v->id];
+  return v->type.elem == KN_I32 ? x : LLVMBuildTrunc(g->B, x, g->i32, "");
+}
+
+/* a constant stride's value (false: known at run time only) */
+static bool const_stride(const kn_value *s, long long *c) {
+  if (!s->def || s->def->opc != KN_OP_CONST) return false;
+  *c = s->def->iattr[0];
+  return true;
+}
+
+/* The element offset from the base of an exact map's register 0 (the thread's base coordinate
+ * plus the offsets, times the strides), in wrapping i32 arithmetic: the clause puts every live
+ * element's byte offset below 2^31, so it is exact wherever it is used; a dead element's is
+ * replaced (buffer_offset). */
+static LLVMValueRef thread_off32(G *g, const access *a) {
+  LLVMValueRef sum = ci32(g, 0), base[2];
+  base_of(g, a->m, base);
+  for (int d = 0; d < a->mo.rank; d++) {
+    LLVMValueRef pos = LLVMBuildAdd(g->B, to_i32(g, a->mo.off[d]), base[d], "");
+    sum = LLVMBuildAdd(g->B, sum, is_const_one(a->mo.stride[d]) ? pos
+                                  : LLVMBuildMul(g->B, pos, to_i32(g, a->mo.stride[d]), ""), "");
+  }
+  return sum;
+}
+
+/* the byte offset of register group r (toff: thread_off32 of an exact map, else NULL), or
+ * KN_GPU_OFF32_END and on when it is dead.  What constant strides add is kept out of the select
+ * (end + a small constant is still past the end), so LLVM folds it into the instruction */
+static LLVMValueRef buffer_offset(G *g, const access *a, LLVMValueRef toff, LLVMValueRef live,
+                                  int r) {
+  LLVMValueRef var = toff ? toff : ci32(g, 0);
+  long long k = 0, c;
+  for (int d = 0; d < a->mo.rank; d++) {
+    bool known = const_stride(a->mo.stride[d], &c);
+    if (toff && known) {
+      k += a->m->reg[r][d] * c;
+    } else {
+      LLVMValueRef pos = toff ? ci32(g, a->m->reg[r][d])
+                              : LLVMBuildAdd(g->B, to_i32(g, a->mo.off[d]), coord(g, a->m, r, d), "");
+      var = LLVMBuildAdd(g->B, var, known && c == 1 ? pos
+                                    : LLVMBuildMul(g->B, pos, to_i32(g, a->mo.stride[d]), ""), "");
     }
   }
-  if (mask_regs) *live = *live ? LLVMBuildAnd(g->B, *live, mask_regs[r], "") : mask_regs[r];
-  *ptr = LLVMBuildGEP2(g->B, a->et, exact ? tptr : g->sv[a->mo.base->id], &idx, 1, "");
+  LLVMValueRef bytes = LLVMBuildMul(g->B, var, ci32(g, a->esz), "");
+  if (live) bytes = LLVMBuildSelect(g->B, live, bytes, ci32(g, (long long)KN_GPU_OFF32_END), "");
+  return k ? LLVMBuildAdd(g->B, bytes, ci32(g, k * a->esz), "") : bytes;
 }
 
 static bool async_staged(G *g, const kn_value *v) {
@@ -1129,15 +1192,27 @@ static int lower_load(G *g, kn_op *op) {
     otherv = LLVMGetUndef(vt);
     for (int e = 0; e < a.vec; e++) otherv = LLVMBuildInsertElement(g->B, otherv, other, ci32(g, e), "");
   }
-  LLVMValueRef tptr = exact_map(m) ? thread_ptr(g, &a) : NULL;
+  /* off32 (AMDGPU): one buffer resource, per group an i32 offset and no branch */
+  bool buf = (op->iattr[1] & KN_MEM_OFF32) && g->ops->buffer_load && res->type.elem != KN_I1;
+  LLVMValueRef rsrc = buf ? g->ops->buffer_rsrc(g, g->sv[a.mo.base->id]) : NULL;
+  LLVMValueRef toff = buf && exact_map(m) ? thread_off32(g, &a) : NULL;
+  LLVMValueRef tptr = !buf && exact_map(m) ? thread_ptr(g, &a) : NULL;
   for (int r = 0; r < m->nregs; r += a.vec) {
     LLVMValueRef ptr, live, x;
-    address(g, &a, tptr, mask, r, &ptr, &live);
-    guard gd = guard_open(g, live, "ld");
-    x = LLVMBuildLoad2(g->B, vt, ptr, "");
-    LLVMSetAlignment(x, (unsigned)(a.esz * a.vec));
-    guard_close(g, &gd);
-    x = guard_value(g, &gd, x, otherv);
+    if (buf) {
+      live = liveness(g, &a, mask, r);
+      x = g->ops->buffer_load(g, rsrc, buffer_offset(g, &a, toff, live, r), a.esz * a.vec);
+      x = LLVMBuildBitCast(g->B, x, vt, "");
+      /* a dead element reads 0: `other` where it is given */
+      if (live && a.mo.other) x = LLVMBuildSelect(g->B, live, x, otherv, "");
+    } else {
+      address(g, &a, tptr, mask, r, &ptr, &live);
+      guard gd = guard_open(g, live, "ld");
+      x = LLVMBuildLoad2(g->B, vt, ptr, "");
+      LLVMSetAlignment(x, (unsigned)(a.esz * a.vec));
+      guard_close(g, &gd);
+      x = guard_value(g, &gd, x, otherv);
+    }
     if (a.vec == 1) out[r] = x;
     else
       for (int e = 0; e < a.vec; e++) out[r + e] = LLVMBuildExtractElement(g->B, x, ci32(g, e), "");

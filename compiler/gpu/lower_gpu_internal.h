@@ -79,12 +79,23 @@ struct leaf_ops {
   /* fp8 byte x (i8) of format s -> its exact f16 by a conversion instruction, or NULL (then
    * lower_gpu.c's integer decode, fp8_to_f32); the entry may be NULL */
   LLVMValueRef (*fp8_to_f16)(G *g, kn_scalar s, LLVMValueRef x);
+  /* loads with the off32 clause (KN_MEM_OFF32) through a buffer resource: the resource of a
+   * uniform base pointer (its records end at KN_GPU_OFF32_END bytes), and a load of `bytes` (1,
+   * 2, 4, 8 or 16) at byte offset voff (i32) of it, an integer (<N x i32> for 8 and 16 bytes);
+   * an offset at or past the end reads 0, with no branch.  NULL where the target has none
+   * (then the load is an ordinary one, as without the clause). */
+  LLVMValueRef (*buffer_rsrc)(G *g, LLVMValueRef base);
+  LLVMValueRef (*buffer_load)(G *g, LLVMValueRef rsrc, LLVMValueRef voff, int bytes);
   bool nowrap_offsets;     /* mark coordinate and shared-offset arithmetic nuw nsw */
   /* llvm.maximum/minimum (NaN-propagating) cost more than maxnum/minnum (AMDGPU: v_max_f32 +
    * v_cmp_o + v_cndmask, and an s_nop, per element; one v_max_f32): kernels with MAXNUM = 1
    * get maxnum/minnum (docs/ir.md) */
   bool maxnum_cheaper;
 };
+
+/* the end of an off32 load's buffer resource in bytes: the clause puts every live element
+ * below it, and a dead element's offset is moved to it, where the range check reads 0 */
+#define KN_GPU_OFF32_END 0x80000000u
 
 /* ---- types and intrinsics ---- */
 

@@ -60,6 +60,8 @@ static void compile_one(const char *arch, kn_scalar dt, int hd, bool causal, int
   kn_attn_config cfg = {.block_m = bm, .block_n = bn, .warps = warps, .stages = 2,
                         .mfma = mfma_shape};
   if (bm == 0) cfg = kn_attn_default_config(kn_arch_get(arch), &desc);
+  /* K/V by buffer loads, as the API prepares an AMD kernel (off32) */
+  cfg.off32 = kn_attn_off32_applies(kn_arch_get(arch), &desc);
   kn_diag d;
   kn_module *m = kn_module_new("<attn>");
   assert_non_null(kn_attn_fwd_build(m, &desc, &cfg, &d));

@@ -133,7 +133,8 @@ static void twin_note(const kiln_kernel *k) {
     twin_add_of(API_COMBINE, &k->desc, &cc, &sig);
 }
 
-/* every tiling the tuner may try for d under the space spec (its candidates) */
+/* every tiling the tuner may try for d under the space spec (its candidates: with off32, as the
+ * tuner compiles them for the kernel prepare will load) */
 static void twin_note_space(const kiln_attn_desc *pd, const char *spec) {
   kn_attn_desc d;
   kn_attn_sig sig;
@@ -146,7 +147,7 @@ static void twin_note_space(const kiln_attn_desc *pd, const char *spec) {
     kn_tune_config tc;
     kn_space_point(&sp, i, &tc);
     kn_attn_config c = {.block_m = tc.block_m, .block_n = tc.block_n, .warps = tc.warps,
-                        .stages = tc.stages};
+                        .stages = tc.stages, .off32 = kn_attn_off32_applies(kn_arch_get(chip), &d)};
     if (kn_attn_check_on(kn_arch_get(chip), &d, &c, &e) == 0) twin_add(&d, &c, &sig);
   }
 }
@@ -741,6 +742,67 @@ static void test_forward(void **state) {
   assert_int_equal(failures, 0);
 }
 
+/* off32 (templates/attention.h, docs/amdgpu.md): the kernel kiln_prepare gives an AMD GPU reads
+ * its K and V blocks with buffer loads (its config key names off32=1; test_forward ran such
+ * kernels against float64); a launch whose (batch, kv head) slab of k or v spans 2^31 bytes or
+ * more must take the kernel without it (32-bit offsets would wrap).  Checked on the launch's
+ * arguments and the kernel it picks, not run: nothing here has buffers of 2^31 bytes. */
+static void test_off32(void **state) {
+  (void)state;
+  if (!have_gpu()) {
+    skip();
+    return;
+  }
+  kiln_context *ctx = hip_ctx(NULL, "hip");
+  kiln_attn_desc pd = DESC(KILN_F16, 128, 1, 1);
+  kiln_kernel *k = prepare(ctx, &pd);
+  assert_true(k->cfg.off32);
+  char what[2 * KN_ATTN_KEY_MAX + 32];
+  api_describe(k->kname, &k->desc, &k->cfg, what, sizeof what);
+  assert_non_null(strstr(what, ";off32=1]"));
+  const api_launch_view v = {&k->desc, &k->sig, &k->cfg, k->user_param, KN_DEVICE_HIP, chip, false};
+  char *p = (char *)(uintptr_t)4096;  /* aligned; never read */
+  /* f16, D 128: a contiguous row is 256 bytes, so 2^23 rows are exactly 2^31 bytes */
+  const struct { int seqlen_k; int64_t k_row, v_row; bool fits; } cases[] = {
+      {(1 << 23) - 1, 0, 0, true},          /* 2^31 - 256 bytes: the last slab that fits */
+      {1 << 23, 0, 0, false},               /* 2^31 bytes */
+      {129, INT64_C(1) << 23, 0, false},    /* k's rows 2^24 bytes apart: 2^31 + 256 */
+      {129, 0, (INT64_C(1) << 23) - 128, true},   /* v's: 128 rows of 2^24 - 256, plus one row */
+      {129, 0, INT64_C(1) << 23, false},    /* v's alone past */
+      {1, INT64_C(1) << 40, INT64_C(1) << 40, true},  /* one row: the stride never multiplies */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    kiln_attn_args a = {.q = p, .k = p, .v = p, .o = p, .lse = (float *)p, .batch = 2,
+                        .heads = 2, .kv_heads = 2, .seqlen_q = 64, .seqlen_k = cases[i].seqlen_k};
+    if (cases[i].k_row) {
+      a.k_stride[2] = cases[i].k_row;
+      a.k_stride[1] = a.k_stride[2] * cases[i].seqlen_k;
+      a.k_stride[0] = a.k_stride[1] * 2;
+    }
+    if (cases[i].v_row) {
+      a.v_stride[2] = cases[i].v_row;
+      a.v_stride[1] = a.v_stride[2] * cases[i].seqlen_k;
+      a.v_stride[0] = a.v_stride[1] * 2;
+    }
+    api_call c;
+    if (api_forward_args(&v, &a, "test", &c)) fail_msg("case %zu: %s", i, kiln_last_error());
+    kiln_kernel *run = NULL;
+    if (api_forward_kernel(k, &c, &run)) fail_msg("case %zu: %s", i, kiln_last_error());
+    api_describe(run->kname, &run->desc, &run->cfg, what, sizeof what);
+    printf("  seqlen_k %d, row strides %lld / %lld: %s\n", cases[i].seqlen_k,
+           (long long)cases[i].k_row, (long long)cases[i].v_row, what);
+    assert_int_equal(c.off32, cases[i].fits);
+    assert_int_equal(run->cfg.off32, cases[i].fits);
+    assert_true((run == k) == cases[i].fits);
+    assert_int_equal(strstr(what, "off32") != NULL, cases[i].fits);
+  }
+  /* the kernel without off32 is built once and shared: one compile for the prepare, one for it */
+  kiln_stats st;
+  kiln_context_stats(ctx, &st);
+  assert_int_equal(st.compiles, 2);
+  kiln_context_destroy(ctx);
+}
+
 /* the packing broken on purpose (kn_hip_test_swap: two explicit arguments exchanged, as a wrong
  * offset would) must give a failed check: an out-of-bounds access the emulator reports, or wrong
  * numbers */
@@ -1107,7 +1169,8 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_no_device), cmocka_unit_test(test_hidden_args),
       cmocka_unit_test(test_runtime),
-      cmocka_unit_test(test_forward),   cmocka_unit_test(test_broken_packing),
+      cmocka_unit_test(test_forward),   cmocka_unit_test(test_off32),
+      cmocka_unit_test(test_broken_packing),
       cmocka_unit_test(test_variants),  cmocka_unit_test(test_decode_hip),
       cmocka_unit_test(test_paged_hip),  cmocka_unit_test(test_fp8_hip),
       cmocka_unit_test(test_tune),

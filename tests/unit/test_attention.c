@@ -313,6 +313,34 @@ static void expect_reject(kn_attn_desc desc, kn_attn_config cfg, const char *nee
   kn_module_free(m);
 }
 
+/* off32's rule (kn_attn_off32_fits): ((seqlen_k - 1) * row stride + head_dim) * element size
+ * below 2^31 for k and for v, non-negative strides, no overflow; which kernels take it */
+static void test_off32_fits(void **state) {
+  (void)state;
+  kn_attn_desc d = {.dtype = KN_F16, .head_dim = 128};
+  assert_true(kn_attn_off32_fits(&d, (1 << 23) - 1, 128, 128));
+  assert_false(kn_attn_off32_fits(&d, 1 << 23, 128, 128));
+  assert_false(kn_attn_off32_fits(&d, 1 << 23, 128, 0) && kn_attn_off32_fits(&d, 2, 128, 1 << 30));
+  assert_true(kn_attn_off32_fits(&d, 0, -1, -1));   /* no rows: nothing is read */
+  assert_true(kn_attn_off32_fits(&d, 1, INT64_MAX, INT64_MAX));
+  assert_false(kn_attn_off32_fits(&d, 2, -128, 128)); /* below the base */
+  assert_false(kn_attn_off32_fits(&d, 3, INT64_MAX / 2, 128)); /* overflow */
+  assert_true(kn_attn_off32_fits(&d, 1 << 10, 0, 0)); /* broadcast rows */
+  kn_attn_desc f8 = {.dtype = KN_F16, .head_dim = 128, .kv_dtype = KN_F8E4M3};
+  assert_true(kn_attn_off32_fits(&f8, 1 << 23, 128, 128)); /* one byte an element */
+  assert_false(kn_attn_off32_fits(&f8, 1 << 24, 128, 128));
+  assert_true(kn_attn_off32_applies(kn_arch_get("gfx942"), &d));
+  assert_false(kn_attn_off32_applies(kn_arch_get("sm_90a"), &d));
+  assert_false(kn_attn_off32_applies(NULL, &d));
+  kn_attn_desc pg = {.dtype = KN_F16, .head_dim = 128, .layout = KN_ATTN_PAGED};
+  assert_false(kn_attn_off32_applies(kn_arch_get("gfx90a"), &pg));
+  /* keyed only when set: every key without it is what it was */
+  kn_attn_config c = {.block_m = 64, .block_n = 32, .warps = 4, .stages = 2, .off32 = true};
+  char key[KN_ATTN_KEY_MAX];
+  kn_attn_config_key(&c, key, sizeof key);
+  assert_string_equal(key, "block_m=64;block_n=32;warps=4;stages=2;mfma=0;wgmma=0;off32=1");
+}
+
 static void test_check_rejects(void **state) {
   (void)state;
   kn_attn_desc ok = {.dtype = KN_F16, .head_dim = 64};
@@ -538,7 +566,8 @@ static long other_value(int kind, long v) {
   switch (kind) {
   case KN_ATTN_FIELD_SCALAR: return v == KN_F16 ? KN_BF16 : KN_F16;
   case KN_ATTN_FIELD_SCALAR_OPT: return v == KN_F8E4M3 ? KN_F8E5M2 : KN_F8E4M3;  /* fp8 inputs */
-  case KN_ATTN_FIELD_BOOL: return !v;
+  case KN_ATTN_FIELD_BOOL:
+  case KN_ATTN_FIELD_BOOL_OPT: return !v;
   case KN_ATTN_FIELD_TEXT: return (long)(intptr_t)text;
   default: return v + 16;
   }
@@ -593,6 +622,7 @@ int main(void) {
          (unsigned long long)seed_base, (unsigned long long)seed_base);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_keys_cover_every_field),
+      cmocka_unit_test(test_off32_fits),
       cmocka_unit_test(test_check_rejects),
       cmocka_unit_test(test_golden_default),
       cmocka_unit_test(test_golden_causal_lse),

@@ -4,7 +4,8 @@
  * The matrix of the emulator issue: gfx90a-emu and gfx942-emu x head dim 64 and 128 x f16 and
  * bf16 x causal off and on x lengths (1,1), (17,17), (1000,1000), (64,1000) x four configs
  * (the template's default, 64x32 with 4 waves, 64x64 with 2 waves, and 128x64 with 4 waves on
- * MFMA 16x16x16 by request, without (1000,1000)), one compile per kernel and
+ * MFMA 16x16x16 by request, without (1000,1000); the first two with K and V by buffer loads as
+ * the API prepares them, off32, the others by masked global loads), one compile per kernel and
  * config, fresh random inputs per problem, every global access checked against the caller's
  * buffers, outputs pre-filled with NaN (an element never written fails).  f32 (no MFMA: FMA
  * dots) on a smaller matrix of its own (test_f32); head dims that are not multiples of 16, and
@@ -176,9 +177,12 @@ static void matrix(const char *arch) {
         /* the last asks for MFMA 16x16x16 where 32x32x8 would fit (32 rows per wave): the
          * 16x16 lane tables and their two-butterfly row reductions on the transposed
          * accumulator (64x32 with 4 waves gets 16x16x16 too, as the only shape that fits) */
+        /* the default and 64x32 read K/V by buffer loads, as the API prepares them (off32);
+         * 64x64 and the 16x16x16 one by masked global loads */
         kn_attn_config cfgs[4] = {kn_attn_default_config(kn_arch_get("gfx942"), &desc),
-                                  {64, 32, 4, 2, 0, false}, {64, 64, 2, 2, 0, false},
-                                  {128, 64, 4, 2, 16, false}};
+                                  {64, 32, 4, 2, 0, false, true}, {64, 64, 2, 2, 0, false, false},
+                                  {128, 64, 4, 2, 16, false, false}};
+        cfgs[0].off32 = true;
         for (int g = 0; g < 4; g++) {
           if (verbose())
             printf("  %s D%d %s causal=%d %dx%d w%d mfma=%d\n", arch, hds[h], kn_scalar_name(dts[a]),
@@ -231,6 +235,7 @@ static void test_nan_key(void **st) {
         kn_attn_desc desc = {.dtype = dt ? KN_BF16 : KN_F16, .head_dim = 64, .causal = causal,
                              .has_lse = true};
         kn_attn_config cfg = kn_attn_default_config(t->arch, &desc);
+        cfg.off32 = causal;  /* both kinds of K/V loads */
         kn_kernel *kern = compile(t, arch[a], &desc, &cfg);
         outcome r;
         nan_key = 37;
@@ -258,7 +263,7 @@ static void test_gfx950_emu(void **st) {
     for (int a = 0; a < 2; a++) {
       kn_attn_desc desc = {.dtype = dts[a], .head_dim = h, .causal = a == 1, .has_lse = true};
       kn_attn_config cfgs[3] = {kn_attn_default_config(kn_arch_get("gfx950"), &desc),
-                                {128, 64, 8, 2, 0, false}, {128, 64, 4, 2, 16, false}};
+                                {128, 64, 8, 2, 0, false, false}, {128, 64, 4, 2, 16, false, false}};
       for (int g = 0; g < 3; g++) {
         kn_kernel *k = compile(t, "gfx950-emu", &desc, &cfgs[g]);
         for (int s = 0; s < 4; s++) {
@@ -277,7 +282,7 @@ static void test_gfx950_emu(void **st) {
   const char *want[] = {"v_mfma_f32_32x32x16_f16", "v_mfma_f32_16x16x32_bf16"};
   for (int i = 0; i < 2; i++) {
     kn_attn_desc desc = {.dtype = i ? KN_BF16 : KN_F16, .head_dim = 64};
-    kn_attn_config cfg = {128, 64, i ? 8 : 4, 2, 0, false};
+    kn_attn_config cfg = {128, 64, i ? 8 : 4, 2, 0, false, false};
     kn_diag d;
     kn_module *m = kn_module_new("<attn>");
     assert_non_null(kn_attn_fwd_build(m, &desc, &cfg, &d));
@@ -316,7 +321,7 @@ static void test_f32(void **st) {
     for (int hd = 64; hd <= 128; hd += 64)
       for (int c = 0; c < 2; c++) {
         kn_attn_desc desc = {.dtype = KN_F32, .head_dim = hd, .causal = c, .has_lse = true};
-        kn_attn_config cfgs[2] = {{64, 32, 4, 2, 0, false}, {64, 64, 2, 2, 0, false}};
+        kn_attn_config cfgs[2] = {{64, 32, 4, 2, 0, false, false}, {64, 64, 2, 2, 0, false, false}};
         if (hd == 128 && c != t) continue;   /* D 128: one causal setting per chip (compile time) */
         /* one config per case, alternating, so each chip, head dim and causal setting meets
          * both somewhere */
@@ -347,7 +352,8 @@ static void test_f32(void **st) {
  * 80, 8, 24; scalar at D 59, 111, 1), the store too.  Both chips, f16 / bf16 / f32 (f32 at D 40
  * and 80: the fma_16x16_w64 dots), causal off and on, the default tiling of the chip (and for
  * two of them 64x32 with 4 waves), ragged lengths, GQA, rows with NaN gaps between them on one
- * problem each; and D 512 (f16 and bf16, the default 32x16 with 2 waves). */
+ * problem each; and D 512 (f16 and bf16, the default 32x16 with 2 waves).  The default reads
+ * K/V by buffer loads (off32), the API's. */
 static void test_head_dims(void **st) {
   (void)st;
   static const struct { const char *arch; kn_scalar dt; int hd; bool causal, small; } cases[] = {
@@ -366,6 +372,8 @@ static void test_head_dims(void **st) {
                          .has_lse = true};
     kn_attn_config cfgs[2] = {kn_attn_default_config(t->arch, &desc),
                               {.block_m = 64, .block_n = 32, .warps = 4, .stages = 2}};
+    cfgs[0].off32 = true;  /* the default by buffer loads (scalar ones at D 59, 111, 1), as the
+                            * API prepares it; 64x32 by masked global loads */
     for (int g = 0; g < (cases[i].small ? 2 : 1); g++) {
       kn_diag d;
       if (kn_attn_check_on(t->arch, &desc, &cfgs[g], &d))

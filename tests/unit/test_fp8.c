@@ -290,6 +290,8 @@ static void run_case(const char *target, f8_case *c, bool dflt) {
   const kn_target *t = target_named(target);
   kn_attn_config cfg = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 2};
   if (dflt) cfg = kn_attn_default_config(t ? t->arch : NULL, d);
+  /* the emulated AMD targets: K/V by buffer loads, as the API prepares them (off32) */
+  if (dflt) cfg.off32 = kn_attn_off32_applies(t ? t->arch : NULL, d);
   kn_diag diag;
   kn_module *m = kn_module_new("<fp8>");
   kn_func *f = kn_attn_fwd_build(m, d, &cfg, &diag);

@@ -312,6 +312,10 @@ static const err_case k_errors[] = {
     {"kernel @k(%c: i1) {\n  %r = if %c : f32 {\n    yield\n  }\n}\n", 4, 4,
      "expected 'else' after the then-region of 'if', found end of line"},
     {"kernel @k() {\n  %x = call @f() : f32, f32\n}\n", 2, 18, "1 result name but 2 result types"},
+    {"kernel @k(%p: ptr<f32>, %a: i32) {\n  %x = load %p[%a] strides [%a] off32 mask %a : f32\n}\n",
+     2, 39, "clause 'mask' out of order or repeated (the order is bounds, mask, other, off32)"},
+    {"kernel @k(%p: ptr<f32>, %a: f32, %i: i32) {\n  store %a, %p[%i] strides [%i] off32\n}\n", 2,
+     33, "store has no 'off32' clause (a load's)"},
     {"\x01", 1, 1, "unexpected byte 0x01"},
     {"{", 1, 1, "expected 'kernel' or 'func', found '{'"},
 };
@@ -329,6 +333,23 @@ static void test_errors(void **state) {
                e->line, e->col, e->msg);
     assert_string_equal(d.loc.file, "e.tile");
   }
+}
+
+/* a load's off32 clause (docs/ir.md) reads and prints back, last of the clauses */
+static void test_off32_clause(void **state) {
+  (void)state;
+  const char *src = "kernel @k(%p: ptr<f32>, %i: i32, %z: f32) {\n"
+                    "  %x = load %p[%i] strides [%i] bounds [%i] other %z off32 : f32\n"
+                    "  return\n"
+                    "}\n";
+  kn_diag d;
+  kn_module *m = kn_parse("o.tile", src, strlen(src), &d);
+  if (!m) fail_msg("%s", d.message);
+  assert_int_equal(kn_verify(m, &d), 0);
+  char *text = roundtrip(m);
+  assert_non_null(strstr(text, "bounds [%i] other %z off32 : f32"));
+  free(text);
+  kn_module_free(m);
 }
 
 static void test_nesting_limit(void **state) {
@@ -602,7 +623,7 @@ int main(void) {
       cmocka_unit_test(test_names),
       cmocka_unit_test(test_canonical_and_locations),
       cmocka_unit_test(test_parse_forms),
-      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_off32_clause), cmocka_unit_test(test_errors),
       cmocka_unit_test(test_nesting_limit),
       cmocka_unit_test(test_rendered_caret),
       cmocka_unit_test(test_truncation),

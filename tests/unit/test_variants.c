@@ -332,6 +332,7 @@ static void sweep(const char *target, kn_scalar dt, int D, int nshapes) {
       if (s % 2) {
         const kn_target *t = target_named(target);
         cfg = kn_attn_default_config(t ? t->arch : NULL, &c.desc);
+        cfg.off32 = kn_attn_off32_applies(t ? t->arch : NULL, &c.desc);  /* as the API's */
       }
       check_on(target, &c, &cfg);
     }
