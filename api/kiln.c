@@ -1313,6 +1313,13 @@ kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
   kn_diag diag;
   if (kn_attn_bwd_check_on(ctx->target_arch, &d, &c, &diag))
     return api_fail(KILN_ERR_UNSUPPORTED, "%s: %s", who, diag.message);
+  /* the wgmma kernels at padded head dims up to 64 gave wrong gradients on an H200 (relative
+   * errors 0.3-1.2, bench/RESULTS.md 2026-12-02; their IR passes on the host, their PTX passes
+   * ptxas): refused on a GPU until that is found; head dims 65..128 passed there */
+  if (c.wgmma && ctx->kind != KN_DEVICE_HOST && kn_attn_head_pad(d.head_dim) <= 64)
+    return api_fail(KILN_ERR_UNSUPPORTED, "%s: wgmma at head dim %d is refused: its kernels "
+                    "gave wrong gradients on an H200 (head dims 65..128 passed); use the "
+                    "default kernels", who, d.head_dim);
   char key[2 * KN_ATTN_KEY_MAX + 64], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(&d, dk, sizeof dk);
   kn_attn_config_key(&c, ck, sizeof ck);
