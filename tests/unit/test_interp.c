@@ -1009,9 +1009,9 @@ static void test_interp_fn_f64(void **st) {
   kn_module_free(m);
 }
 
-/* kn_interp_fn_call's cost on a 7-op function (what a float64 reference pays per element for a
- * score function): printed, and it must stay above a million calls a second of this process's
- * CPU time (CPU time, so that other work on the machine does not count) */
+/* kn_interp_fn_call on a 7-op function (what a float64 reference pays per element for a score
+ * function), a million calls: the sum must be exact; the rate is printed for the reader, never
+ * asserted (a sanitizer build runs it several times slower; speed is the benchmarks' business) */
 static void test_interp_fn_speed(void **st) {
   (void)st;
   kn_module *m = parse_ok(
@@ -1047,7 +1047,6 @@ static void test_interp_fn_speed(void **st) {
     want += dd >= 0 ? 0.5 + -0.25 * dd : 0.5;
   }
   assert_true(sum == want);
-  assert_true(CALLS / s > 1e6);
   kn_interp_fn_free(fn);
   kn_module_free(m);
 }
