@@ -590,6 +590,7 @@ kn_cache_key api_cache_key(const kiln_context *ctx, const char *kname, const kn_
   /* the compile options: kn_compile_object with NULL (O3, unchecked); an option that changes the
    * code, such as kn_compile_options.check_bounds, must be named here when it is used */
   static const char opts[] = "O3";
+  const char *rev = kn_codegen_revision();
   kn_cache_part parts[] = {
       {abi, strlen(abi)},
       {kname, strlen(kname)},
@@ -599,6 +600,7 @@ kn_cache_key api_cache_key(const kiln_context *ctx, const char *kname, const kn_
       {ctx->target_id, strlen(ctx->target_id)},
       {opts, sizeof opts - 1},
       {KILN_VERSION_STRING, sizeof KILN_VERSION_STRING - 1},
+      {rev, strlen(rev)},
   };
   kn_cache_key key = kn_cache_key_of(parts, (int)(sizeof parts / sizeof parts[0]));
   free(ir);
@@ -864,10 +866,6 @@ static bool forced_config(const kiln_context *ctx, const kn_attn_desc *d,
     if (o->block_m && !o->warps) c->warps = c->block_m / 16;
     else if (!o->block_m && o->warps) c->block_m = 16 * c->warps;
     else if (!o->block_m) c->warps = c->block_m / 16;
-    /* block_n equal to the padded head dim is refused with wgmma (kn_attn_check_on): the
-     * default's other side of it, when the caller left block_n to kiln */
-    int dp = kn_attn_head_pad(d->head_dim);
-    if (!o->block_m && c->block_n == dp) c->block_n = dp * 2 <= 128 ? dp * 2 : dp / 2;
   }
   return true;
 }
@@ -1313,13 +1311,6 @@ kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
   kn_diag diag;
   if (kn_attn_bwd_check_on(ctx->target_arch, &d, &c, &diag))
     return api_fail(KILN_ERR_UNSUPPORTED, "%s: %s", who, diag.message);
-  /* the wgmma kernels at padded head dims up to 64 gave wrong gradients on an H200 (relative
-   * errors 0.3-1.2, bench/RESULTS.md 2026-12-02; their IR passes on the host, their PTX passes
-   * ptxas): refused on a GPU until that is found; head dims 65..128 passed there */
-  if (c.wgmma && ctx->kind != KN_DEVICE_HOST && kn_attn_head_pad(d.head_dim) <= 64)
-    return api_fail(KILN_ERR_UNSUPPORTED, "%s: wgmma at head dim %d is refused: its kernels "
-                    "gave wrong gradients on an H200 (head dims 65..128 passed); use the "
-                    "default kernels", who, d.head_dim);
   char key[2 * KN_ATTN_KEY_MAX + 64], dk[KN_ATTN_KEY_MAX], ck[KN_ATTN_KEY_MAX];
   kn_attn_desc_key(&d, dk, sizeof dk);
   kn_attn_config_key(&c, ck, sizeof ck);

@@ -20,6 +20,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "interp.h"
 #include "ir.h"
@@ -145,6 +146,26 @@ int kn_object_target_id(const kn_target *t, char *out, size_t size);
 int kn_host_cpu_name(char *out, size_t size);
 /* the version of the LLVM kiln runs ("22.1.8"), as target identities name it */
 const char *kn_llvm_version(void);
+
+/* The code generators' revision: part of every cache key (api_cache_key, the AOT bundle's
+ * entries), raised whenever kiln emits different code for the same IR, target and options, so
+ * a binary cached by an earlier kiln is never loaded.  "codegen-2": sm_90a's wgmma reads every
+ * loop-invariant A operand from shared memory (gpu/assign_layouts.c). */
+#define KN_CODEGEN_REVISION "codegen-2"
+
+/* KILN_WGMMA_A_REGS=1 in the environment: sm_90a's wgmma keeps loop-invariant A operands in
+ * registers again (the lowering before codegen-2, which computed wrong results on an H200 when
+ * the forward's block_n equals the padded head dim), to compare the two.  The cache key names
+ * it (kn_codegen_revision). */
+static inline bool kn_wgmma_a_regs(void) {
+  const char *e = getenv("KILN_WGMMA_A_REGS");
+  return e && e[0] == '1' && !e[1];
+}
+/* KN_CODEGEN_REVISION, with "+wgmma-a-regs" when kn_wgmma_a_regs() (inline: the runtime-only
+ * library keys its cache entries without the compiler) */
+static inline const char *kn_codegen_revision(void) {
+  return kn_wgmma_a_regs() ? KN_CODEGEN_REVISION "+wgmma-a-regs" : KN_CODEGEN_REVISION;
+}
 
 #ifdef __cplusplus
 }

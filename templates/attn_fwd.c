@@ -210,16 +210,6 @@ int kn_attn_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_c
                       "wgmma at head dim %s (block_m must be 16 x warps, warps a multiple of 4: "
                       "one 64-row slab per warpgroup)", c->block_m, c->block_n, c->warps,
                       head_text(d, hd, sizeof hd));
-    /* Measured on the H200 (bench/RESULTS.md, 2026-12-01): with block_n equal to the padded
-     * head dim -- the two dots then have the same wgmma shape, m64n{block_n}k16 with as many k
-     * steps -- every KV block after the first gives wrong scores (D64 at 64x64 w4 and 128x64
-     * w8, D128 at 128x128 w8), while D64 at 128x128 w8 and D128 at 64x64 w4 are right on every
-     * ragged shape.  The cause is not found yet: refused, never a wrong answer. */
-    if (c->block_n == dp)
-      return kn_error(diag, NULL, nowhere, "attention: wgmma with block_n %d equal to the head "
-                      "dim %s is not supported (it computed wrong results past the first KV "
-                      "block on an H200; the cause is not found yet): choose another block_n",
-                      c->block_n, head_text(d, hd, sizeof hd));
     want = 64;
   }
   if (!kn_arch_pick_mma(arch, d->dtype, want, fits_both_dots, &f))

@@ -20,6 +20,10 @@
 #                       (mma.sync, and the wgmma kernels with --mma wgmma) and kiln_bwd_bench
 #                       (KILN_BWD_ARGS, e.g. "--quick", "--tilings" or "--wgmma"; pack
 #                       it: KILN_STATIC_TARGETS), and sdpa_bwd_anchor.py (KILN_SDPA_BWD_ARGS)
+#   step "wgmma"        kiln_attn_bench --no-perf --mma wgmma, then `kiln run` forward checks at
+#                       the wgmma tilings whose two dots share a shape (block_n = padded head
+#                       dim), with KILN_WGMMA_A_REGS=1 once (the old lowering, expected FAIL),
+#                       and `kiln run --backward --mma wgmma` at head dims 32..128
 #   step "dropout"      (issue 14 item 2) `kiln run --target sm_90a --dropout 0.17` forward and
 #                       --backward checks, then kiln_bwd_bench --dropout 0.17 (KILN_DROPOUT_ARGS,
 #                       e.g. "--quick") and sdpa_bwd_anchor.py --dropout 0.17 (same args as sdpa_bwd)
@@ -250,6 +254,46 @@ if want dropout; then
 fi
 
 # ---- the backward (issue 14): kiln checked against float64 first, then SDPA flash / cuDNN ----
+# ---- wgmma with both dots of one shape (block_n = padded head dim), forward and backward ----
+if want wgmma; then
+  if [ -x "$bin/kiln_attn_bench" ]; then
+    step "kiln_attn_bench --no-perf --mma wgmma" "$out/wgmma.log" 300 "$bin/kiln_attn_bench" \
+      --no-perf --mma wgmma
+    grep -cE "FAIL" "$out/wgmma.log" | sed 's/^/      FAIL lines in wgmma.log: /' >>"$summary"
+  fi
+  if [ -x "$bin/kiln" ]; then
+    r="--target sm_90a --mma wgmma --no-cache"
+    # the register lowering (before codegen-2) must still fail here: it is what was wrong
+    if KILN_WGMMA_A_REGS=1 timeout 120 "$bin/kiln" run $r --head-dim 64 --block-m 64 \
+      --block-n 64 --warps 4 --seqlen-q 129 --seqlen-k 77 --heads 4 --kv-heads 2 --causal \
+      >>"$out/wgmma.log" 2>&1; then
+      note "NOTE  KILN_WGMMA_A_REGS=1 D64 64x64 w4 passed (expected FAIL)"
+    else
+      note "PASS  KILN_WGMMA_A_REGS=1 D64 64x64 w4 fails as expected (the old lowering)"
+    fi
+    for t in "64 64 64 4" "64 128 64 8" "128 128 128 8" "128 64 128 4" "59 64 64 4" \
+             "128 64 64 4" "64 64 128 4"; do
+      set -- $t
+      for a in "--seqlen-q 129 --seqlen-k 77 --heads 4 --kv-heads 2 --causal" \
+               "--dtype bf16 --seqlen-q 300 --seqlen-k 511 --heads 4 --kv-heads 1"; do
+        # shellcheck disable=SC2086
+        step "kiln run D$1 $2x$3 w$4 $a" "$out/wgmma.log" 120 "$bin/kiln" run $r \
+          --head-dim $1 --block-m $2 --block-n $3 --warps $4 $a
+      done
+    done
+    for a in "--head-dim 64 --seqlen-q 300 --seqlen-k 257 --heads 4 --kv-heads 2 --causal" \
+             "--head-dim 64 --block-m 32 --block-n 64" \
+             "--head-dim 59 --seqlen-q 300 --seqlen-k 257 --heads 4 --kv-heads 2 --causal" \
+             "--head-dim 32 --block-m 32 --block-n 64 --seqlen-q 300 --seqlen-k 257 --causal" \
+             "--head-dim 128 --seqlen-q 300 --seqlen-k 257 --heads 4 --kv-heads 2 --causal" \
+             "--head-dim 64 --dtype bf16 --seqlen-q 130 --seqlen-k 77" \
+             "--head-dim 64 --varlen 1,130,0,77/150,5,60,40 --dropout 0.17"; do
+      # shellcheck disable=SC2086
+      step "kiln run --backward $a" "$out/wgmma.log" 120 "$bin/kiln" run --backward $r $a
+    done
+  fi
+fi
+
 if want backward; then
   if [ -x "$bin/kiln" ]; then
     for a in "--head-dim 64 --causal --seqlen-q 1000 --seqlen-k 1000" \

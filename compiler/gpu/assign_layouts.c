@@ -28,6 +28,7 @@
 
 #include "gpu.h"
 #include "op_cases.h"
+#include "pipeline.h"
 
 typedef struct pass {
   kn_layout_plan *p;
@@ -627,8 +628,16 @@ static void nv_plan_staging(pass *s) {
   /* first which invariant operands are staged once, before any conversion changes kind */
   bool *once_of = calloc((size_t)p->nconv + 1, sizeof *once_of);
   KN_ASSERT(once_of);
+  /* with wgmma every loop-invariant A operand is staged once and read from shared memory: held
+   * in registers (Q in the forward; K, V, Q, dO in the backward), ptxas 13.0 gave it the
+   * physical registers of the loop's other wgmma A operand (P, dS) whenever the two wgmmas have
+   * the same shape (block_n equal to the padded head dim), and every KV block after the first
+   * computed with a clobbered Q (H200, bench/RESULTS.md; tools/hgmma_regs.py shows it in the
+   * SASS).  KILN_WGMMA_A_REGS=1 restores the register lowering to compare (kn_wgmma_a_regs) */
+  bool a_smem = wgmma && !kn_wgmma_a_regs();
   for (int i = 0; i < p->nconv; i++)
-    once_of[i] = invariant_regs(s, &p->conv[i]) && invariant_regs_of_loop(s, &p->conv[i]) > 32;
+    once_of[i] = invariant_regs(s, &p->conv[i]) &&
+                 ((a_smem && p->conv[i].opnd == 0) || invariant_regs_of_loop(s, &p->conv[i]) > 32);
   for (int i = 0; i < p->nconv; i++) {
     kn_conversion *c = &p->conv[i];
     if (c->kind == KN_CONV_FREE || c->user->opc != KN_OP_DOT || c->opnd > 1) continue;
