@@ -271,6 +271,15 @@ if want wgmma; then
     else
       note "PASS  KILN_WGMMA_A_REGS=1 D64 64x64 w4 fails as expected (the old lowering)"
     fi
+    # the SASS of both lowerings (HGMMA operands), where the device has cuobjdump
+    if command -v cuobjdump >/dev/null 2>&1; then
+      for e in 0 1; do
+        KILN_WGMMA_A_REGS=$e "$bin/kiln" compile $r --head-dim 64 --block-m 64 --block-n 64 \
+          --warps 4 --causal --emit cubin -o "$work/wg$e.cubin" >>"$out/wgmma.log" 2>&1 &&
+          { echo "== SASS HGMMA, KILN_WGMMA_A_REGS=$e"; cuobjdump -sass "$work/wg$e.cubin" |
+            grep -E "HGMMA|WARPGROUP"; } >>"$out/wgmma.log" 2>&1
+      done
+    fi
     for t in "64 64 64 4" "64 128 64 8" "128 128 128 8" "128 64 128 4" "59 64 64 4" \
              "128 64 64 4" "64 64 128 4"; do
       set -- $t

@@ -681,7 +681,7 @@ static void test_codegen(void **state) {
 }
 
 /* sm_90a's wgmma kernels (kn_attn_bwd_wgmma_config): ptxas accepts them; at head dims 64 and
- * 128 without dropout none spills; every dot is a wgmma, and above head dim 64 the S^T / dP^T
+ * 128 without dropout none spills; every dot is a wgmma, and at every head dim the S^T / dP^T
  * (dK/dV) and S / dP (dQ) dots read A (K, V; Q, dO: staged once) through a matrix descriptor.  Odd and middle head
  * dims (59, 96: K and V not cp.async-able at 59) compile too. */
 static void test_codegen_wgmma(void **state) {
@@ -724,9 +724,11 @@ static void test_codegen_wgmma(void **state) {
             adesc += close && !strncmp(close, "}, %rd", 6);
           }
           free(text);
-          /* (at D 64 K and V, 16 registers each, stay in registers: A from them) */
-          if (strstr((const char *)art.data, "mma.sync.aligned") || n == 0 ||
-              (adesc == 0) != (kn_attn_head_pad(dims[di]) <= 64))
+          /* every head dim: the loop-invariant A (K, V; Q, dO) from shared memory, the
+           * loop's own (P^T, dS^T; dS) from registers (KILN_WGMMA_A_REGS=1, the old
+           * lowering, kept K and V in registers at D 64 and gave wrong gradients) */
+          if (strstr((const char *)art.data, "mma.sync.aligned") || n == 0 || adesc == 0 ||
+              adesc == n)
             fail_msg("sm_90a wgmma D%d %s: %d wgmma, %d with A through a descriptor", dims[di],
                      kn_attn_bwd_kernels[w], n, adesc);
         }
