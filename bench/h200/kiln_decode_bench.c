@@ -829,6 +829,20 @@ int main(int argc, char **argv) {
       for (int n = 0; n < nN; n++)
         row_ok[b][n] = row_ok[b][n] && check_paged(kp, 1, H, HK, 1, &Ns[n], page, 0,
                                     plan_splits_of(ctx, Bs[b], Ns[n], 0, page), 2000 + 10 * b + n);
+    {  /* the paged split kernel this page size runs (kn_attn_decode_read_for), its tiling */
+      kn_attn_desc pdd;
+      api_desc_from_public(&p0, &pdd);
+      const kn_attn_config ic = kn_attn_decode_read_config(ctx->target_arch, &pdd,
+                                                           KN_DECODE_READ_IN_PAGE),
+                           pc = kn_attn_decode_read_config(ctx->target_arch, &pdd,
+                                                           KN_DECODE_READ_PAGES);
+      const kn_decode_read r = kn_attn_decode_read_for(page, ic.block_n, pc.block_n);
+      const kn_attn_config c = kn_attn_decode_read_config(ctx->target_arch, &pdd, r);
+      const char *pt = getenv("KILN_DECODE_PAGED_TILING");
+      printf("# paged kernel for pages of %d: %s at %dx%d, %d warps%s%s\n", page,
+             kn_attn_decode_symbol(r), c.block_m, c.block_n, c.warps,
+             pt && *pt ? ", overridden by KILN_DECODE_PAGED_TILING=" : "", pt && *pt ? pt : "");
+    }
     printf("\n| B | Nk | page | dense pieces | dense ms | dense TB/s | paged pieces | paged ms | "
            "paged TB/s | paged / dense | dense host µs | paged host µs |\n"
            "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
