@@ -422,14 +422,6 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
       cpage[c] = nm(g, loop->region[0]->args[6 + c], "chunk_page");
       chunk_page(g, L, idx, s0, c, recip, NULL, &cslot[c]);
     }
-    /* the next block's first key: BLOCK_N on, its entry and slot, then its chunks' pages */
-    kn_value *t = op2(g, KN_OP_ADD, s0, L->c_bn, "slot_step");
-    kn_value *q = kn_paged_entries(&g->b, t, recip);
-    next[0] = op2(g, KN_OP_ADD, idx, q, "next_index");
-    next[1] = op2(g, KN_OP_SUB, t, op2(g, KN_OP_MUL, q, L->kv->paged->page_size, "next_first"),
-                  "next_slot");
-    for (int c = 0; c < C; c++)
-      next[2 + c] = chunk_page(g, L, next[0], next[1], c, recip, last_idx, NULL);
   }
   kn_value *kt[MAXC], *vt[MAXC], *n0c[MAXC];
   for (int c = 0; c < C; c++) {
@@ -473,6 +465,19 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
       live = op2(g, KN_OP_AND, live, vis, "live");
     }
     sc_all[c] = nm(g, kn_b_select(&g->b, live, s, L->neg_inf_s), "s_masked");
+  }
+  if (chunks) {
+    /* the next block's first key: BLOCK_N on, its entry and slot, then its chunks' pages (read
+     * here, after the QK dots: the V copies, issued at the first, wait for no table read; the
+     * next block's K copies, issued at the last PV dot, read what these yield) */
+    kn_value *idx = loop->region[0]->args[4], *s0 = loop->region[0]->args[5];
+    kn_value *t = op2(g, KN_OP_ADD, s0, L->c_bn, "slot_step");
+    kn_value *q = kn_paged_entries(&g->b, t, recip);
+    next[0] = op2(g, KN_OP_ADD, idx, q, "next_index");
+    next[1] = op2(g, KN_OP_SUB, t, op2(g, KN_OP_MUL, q, L->kv->paged->page_size, "next_first"),
+                  "next_slot");
+    for (int c = 0; c < C; c++)
+      next[2 + c] = chunk_page(g, L, next[0], next[1], c, recip, last_idx, NULL);
   }
   kn_value *smax = sc_all[0];  /* the chunks' scores merged: one row max for the block */
   for (int c = 1; c < C; c++) smax = op2(g, KN_OP_MAX, smax, sc_all[c], "s_chunks_max");
