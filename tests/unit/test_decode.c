@@ -18,8 +18,9 @@
  *    serving it with the prefill kernel, seqlen_q 17 the prefill kernel; kiln_tune_decode over
  *    block_n and pieces, its winner then checked against the reference, its refusals; four
  *    threads decoding through one kernel (one workspace) at once.
- * 5. Code: the default decode kernels compile for gfx90a / gfx942 without VGPR spills and for
- *    sm_80 / sm_90a (ptxas, when installed) without spills, at head dims 64 and 128.
+ * 5. Code: the default decode kernels (the paged ones of every read mode too) compile for
+ *    gfx90a / gfx942 without VGPR spills and for sm_80 / sm_90a (ptxas, when installed) without
+ *    spills, at head dims 64 and 128.
  *
  * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_VERBOSE=1 prints each case;
  * KILN_TEST_FILTER=test_api* runs the tests whose names match.
@@ -757,16 +758,18 @@ static void test_code(void **state) {
     }
     for (size_t i = 0; i < 2; i++)
       for (int causal = 0; causal < 3; causal++) {
-        /* causal 2: the paged split kernels the runtime launches, in-page and gather, each at
-         * its own tiling (not causal; their combine kernel is dense's) */
+        /* causal 2: the paged split kernels the runtime launches, in-page, gather and pages,
+         * each at its own tiling (not causal; their combine kernel is dense's) */
         const bool paged = causal == 2;
         kn_attn_desc d = {.dtype = KN_F16, .head_dim = dims[i], .has_lse = true,
                           .causal = causal == 1, .layout = paged ? KN_ATTN_PAGED : 0};
         kn_diag diag;
-        for (int which = 0; which < 2; which++) {
+        for (int which = 0; which < (paged ? 3 : 2); which++) {
           const bool comb = which && !paged;
-          const kn_decode_read read = !paged ? KN_DECODE_READ_ANY
-                                      : which ? KN_DECODE_READ_GATHER : KN_DECODE_READ_IN_PAGE;
+          const kn_decode_read read = !paged       ? KN_DECODE_READ_ANY
+                                      : which == 2 ? KN_DECODE_READ_PAGES
+                                      : which      ? KN_DECODE_READ_GATHER
+                                                   : KN_DECODE_READ_IN_PAGE;
           kn_attn_config c = comb ? (kn_attn_config){.block_m = 16, .block_n = 16, .warps = 1}
                                   : kn_attn_decode_read_config(tg->arch, &d, read);
           kn_module *m = kn_module_new("<code>");
