@@ -36,7 +36,7 @@ typedef struct cli_options {
   bool backward;                        /* run: --backward (dQ, dK, dV; docs/backward.md) */
   bool decode;                          /* dump, compile: --decode (the split-KV decode kernel;
                                            run and the API choose it themselves) */
-  kn_decode_read decode_read;           /* --decode-read any|in_page|gather (--paged): which
+  kn_decode_read decode_read;           /* --decode-read any|in_page|gather|pages (--paged): which
                                            split kernel; KN_DECODE_READ_ANY, the versioned one */
   bool decode_read_given;
   struct {

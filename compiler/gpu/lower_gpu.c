@@ -360,7 +360,7 @@ static void materialize(G *g, const kn_value *v) {
       stage_store(g, c);  /* the loop's dots read their fragments from it */
       continue;
     }
-    if (c->value != v || c->kind != KN_CONV_EAGER) continue;
+    if (c->value != v || c->kind != KN_CONV_EAGER || c->same) continue;
     kn_lmap dm;
     if (eval_dst(g, c, &dm)) {
       g->failed = 1;
@@ -379,7 +379,7 @@ static LLVMValueRef *opnd_regs(G *g, const kn_op *op, int i) {
   const kn_value *v = op->opnd[i];
   const kn_conversion *c = kn_plan_conversion(g->p, op, i);
   if (!c) return g->tv[v->id];
-  int ci = (int)(c - g->p->conv);
+  int ci = c->same ? c->same - 1 : (int)(c - g->p->conv);
   if (g->conv_regs[ci]) return g->conv_regs[ci];
   if (c->kind == KN_CONV_LAZY) return NULL;
   if (v->def && (v->def->opc == KN_OP_CONST || v->def->opc == KN_OP_SPLAT)) {
@@ -1594,11 +1594,15 @@ static void issue_early(G *g, const kn_op *loop) {
   cp_commit(g);
 }
 
-static const kn_conversion *loop_head(G *g, const kn_op *loop) {
+/* issues the copies of loop's heads for induction value iv (not committed); false: it has none */
+static bool issue_heads(G *g, const kn_op *loop, LLVMValueRef iv) {
+  bool any = false;
   for (int i = 0; i < g->p->nconv; i++)
-    if (g->p->conv[i].stage == KN_STAGE_ASYNC_HEAD && g->p->conv[i].loop == loop)
-      return &g->p->conv[i];
-  return NULL;
+    if (g->p->conv[i].stage == KN_STAGE_ASYNC_HEAD && g->p->conv[i].loop == loop) {
+      if (iv) issue_copies(g, &g->p->conv[i], iv);
+      any = true;
+    }
+  return any;
 }
 
 /* what a dot does before reading operand c from shared memory (gpu.h, kn_stage_kind) */
@@ -1615,6 +1619,7 @@ static void stage_for_dot(G *g, const kn_conversion *c) {
     barrier(g);                 /* every thread's copies have landed */
     break;
   case KN_STAGE_ASYNC_HEAD:
+    if (c->follow) break;  /* landed with the first head's */
     /* this iteration's copy (issued one iteration ahead) has landed for every thread, and
      * every thread is past the last streamed dot of the previous iteration: the other
      * streamed buffers may be refilled now, overlapping this dot */
@@ -1635,18 +1640,19 @@ static void stage_for_dot(G *g, const kn_conversion *c) {
     barrier(g);
     break;
   case KN_STAGE_ASYNC_EARLY:
-    cp_wait_all(g);
-    proxy_fence(g, c);
-    barrier(g);                 /* its copies landed; the head's buffer is read by no one */
+    if (!c->follow) {           /* else landed with the first early one's, past its barrier */
+      cp_wait_all(g);
+      proxy_fence(g, c);
+      barrier(g);               /* its copies landed; the heads' buffers are read by no one */
+    }
     if (c->issue_head) {
-      const kn_conversion *h = loop_head(g, c->loop);
-      KN_ASSERT(h && g->loop_iv);
+      KN_ASSERT(issue_heads(g, c->loop, NULL) && g->loop_iv);
       LLVMValueRef next = LLVMBuildAdd(g->B, g->loop_iv, g->loop_step, "");
       LLVMBasicBlockRef yes = LLVMAppendBasicBlockInContext(g->C, g->fn, "prefetch");
       LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(g->C, g->fn, "prefetch.join");
       LLVMBuildCondBr(g->B, LLVMBuildICmp(g->B, LLVMIntSLT, next, g->loop_hi, ""), yes, join);
       LLVMPositionBuilderAtEnd(g->B, yes);
-      issue_copies(g, h, next);
+      issue_heads(g, c->loop, next);
       LLVMBuildBr(g->B, join);
       LLVMPositionBuilderAtEnd(g->B, join);
       cp_commit(g);
@@ -2051,8 +2057,7 @@ static int lower_for(G *g, kn_op *op) {
   LLVMValueRef o_iv = g->loop_iv, o_step = g->loop_step, o_hi = g->loop_hi;
   g->loop_body = body;
   LLVMBasicBlockRef into = pre;  /* the loop's predecessor on entry */
-  const kn_conversion *head = loop_head(g, op);
-  if (head) {
+  if (issue_heads(g, op, NULL)) {
     /* prologue: the first iteration's copy of the head stream.  The barrier first: buffers
      * staged before the loop (Q) may share its bytes, and other threads may still read them. */
     into = LLVMAppendBasicBlockInContext(g->C, g->fn, "for.prologue");
@@ -2060,7 +2065,7 @@ static int lower_for(G *g, kn_op *op) {
     LLVMPositionBuilderAtEnd(g->B, into);
     barrier(g);
     g->remat_init = true;
-    issue_copies(g, head, lo);
+    issue_heads(g, op, lo);
     g->remat_init = false;
     cp_commit(g);
     into = LLVMGetInsertBlock(g->B);
