@@ -306,27 +306,61 @@ static void proxy_fence(G *g, const kn_conversion *c) {
   if (c->desc) nv_asm(g, g->vd, "fence.proxy.async.shared::cta;", "", NULL, 0);
 }
 
+/* the widest v <= maxvec for which map m's registers form groups of v elements consecutive
+ * along dim at the same other coordinate, group starts a multiple of v along dim and lane and
+ * warp steps multiples of v, wherever the registers lie (grp[k * v + i]: element i of group k);
+ * 1 when none (grp: the registers in order) */
+static int strided_vec(const kn_lmap *m, int dim, int maxvec, int *grp) {
+  for (int v = maxvec; v > 1; v /= 2) {
+    bool ok = m->nregs % v == 0;
+    for (int b = 0; b < m->lane_bits && ok; b++) ok = m->lane[b][dim] % v == 0;
+    for (int b = 0; b < m->warp_bits && ok; b++) ok = m->warp[b][dim] % v == 0;
+    int n = 0;
+    for (int r = 0; r < m->nregs && ok; r++) {
+      if (m->reg[r][dim] % v) continue;
+      for (int i = 0; i < v && ok; i++) {
+        int h = -1;
+        for (int q = 0; q < m->nregs && h < 0; q++)
+          if (m->reg[q][dim] == m->reg[r][dim] + i && m->reg[q][1 - dim] == m->reg[r][1 - dim]) h = q;
+        ok = h >= 0;
+        grp[n++] = h;
+      }
+    }
+    if (ok && n == m->nregs) return v;
+  }
+  for (int r = 0; r < m->nregs; r++) grp[r] = r;
+  return 1;
+}
+
 /* barrier; store every register of the value at its swizzled offset (from the threads holding
- * the first copy of each element); barrier */
+ * the first copy of each element); barrier.  Groups of registers consecutive along the layout's
+ * inner dim are one vector store; on AMDGPU (64 lanes) also when they are not consecutive
+ * registers (a lane holding several rows of a k-contiguous dot operand, rows_for_b) */
 static void stage_store(G *g, const kn_conversion *c) {
   const kn_lmap *m = vmap(g, c->value);
   LLVMValueRef *src = g->tv[c->value->id];
   int shape[2] = {m->shape[0], m->shape[1]};
   LLVMTypeRef et = sty(g, c->value->type.elem);
+  int *grp = malloc(sizeof(int) * (size_t)(m->nregs ? m->nregs : 1));
+  KN_ASSERT(grp);
   int v = kn_lmap_vec(m, c->shared.order[0], c->shared.vec);
+  for (int r = 0; r < m->nregs; r++) grp[r] = r;
+  if (m->lanes == 64 && v < c->shared.vec) v = strided_vec(m, c->shared.order[0], c->shared.vec, grp);
   barrier(g);
   guard own = guard_open(g, first_copy(g, m), "stage.own");
-  for (int r = 0; r < m->nregs; r += v) {
+  for (int k = 0; k < m->nregs; k += v) {
+    int r = grp[k];
     LLVMValueRef x;
     if (v == 1) {
       x = src[r];
     } else {
       x = LLVMGetUndef(vec_ty(et, v));
-      for (int e = 0; e < v; e++) x = LLVMBuildInsertElement(g->B, x, src[r + e], ci32(g, e), "");
+      for (int e = 0; e < v; e++) x = LLVMBuildInsertElement(g->B, x, src[grp[k + e]], ci32(g, e), "");
     }
     LLVMValueRef st = LLVMBuildStore(g->B, x, shared_reg_ptr(g, c, m, r, shape));
     LLVMSetAlignment(st, (unsigned)(v * (int)kn_scalar_size(c->value->type.elem)));
   }
+  free(grp);
   guard_close(g, &own);
   proxy_fence(g, c);
   if (!(kn_gpu_test_breaks & KN_GPU_BREAK_STAGING_BARRIER)) barrier(g);
