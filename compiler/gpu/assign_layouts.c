@@ -521,6 +521,30 @@ static int uses_of(pass *s, const kn_value *v) {
   return n;
 }
 
+/* AMDGPU: the layout of off32 load ld whose only reader is a dot's B operand, B's rows (k) not
+ * its contiguous dim (the forward's V block).  The dot reads B from LDS k-contiguous, kwidth
+ * elements per lane; the plain blocked layout gives each lane one row of each group of 8 columns,
+ * so staging wrote every element alone (ds_write_b16).  Each lane holding kwidth consecutive
+ * rows of its columns instead (spt[0] = kwidth, where the rows hold that many), stage_store
+ * writes kwidth rows of one column at once (gfx942 D128: 8 ds_write_b64 per lane for 32
+ * ds_write_b16).  NULL: the plain layout. */
+static const kn_layout *rows_for_b(pass *s, const kn_op *ld, const kn_layout *bl) {
+  const kn_value *v = ld->res[0];
+  if (s->p->arch->isa != KN_ISA_AMDGPU || !(ld->iattr[1] & KN_MEM_OFF32) || v->type.rank != 2 ||
+      bl->kind != KN_LAYOUT_BLOCKED || bl->order[0] != 1 || !s->shape || uses_of(s, v) != 1)
+    return NULL;
+  bool b_only = false;
+  for (int i = 0; i < s->nops; i++)
+    b_only |= s->ops[i]->opc == KN_OP_DOT && s->ops[i]->opnd[1] == v;
+  kn_layout l = *bl;
+  /* whole kwidth runs only: at D 64 the rows allow 2 (8 ds_write_b32 for 16 ds_write_b16),
+   * 587.1 llvm-mca cycles for 583.1 */
+  int sp = kn_layout_dot(s->shape, s->p->warps, 1).kwidth;
+  if (!b_only || sp < 2 || v->type.shape[0] % (sp * l.tpw[0] * l.wpp[0])) return NULL;
+  l.spt[0] = (uint8_t)sp;
+  return intern(s, l);
+}
+
 /* can conversion c (a lazy ldmatrix operand) be filled by cp.async straight from a row gather
  * (gather.c): one address per 16-byte vector along the shared layout's contiguous dim, a mask
  * that is the same across each vector (a dead vector is zero-filled), no `other` but 0? */
@@ -796,8 +820,10 @@ int kn_assign_layouts(kn_func *k, const kn_arch *arch, kn_layout_plan *p, kn_dia
   for (int i = 0; i < s.nops; i++) {
     kn_op *op = s.ops[i];
     if (op->opc == KN_OP_DOT) p->lay[op->res[0]->id] = s.mma;
-    if (op->opc == KN_OP_LOAD && is_tile(op->res[0]))
-      p->lay[op->res[0]->id] = blocked_for(&s, op->res[0], contiguous_dim(op));
+    if (op->opc == KN_OP_LOAD && is_tile(op->res[0])) {
+      const kn_layout *bl = blocked_for(&s, op->res[0], contiguous_dim(op)), *rb = rows_for_b(&s, op, bl);
+      p->lay[op->res[0]->id] = rb ? rb : bl;
+    }
     int gax = kn_gpu_gather_axis(op);  /* a row gather is laid out as a load (gather.c) */
     if (gax >= 0) p->lay[op->res[0]->id] = blocked_for(&s, op->res[0], gax);
   }
