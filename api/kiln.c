@@ -1318,7 +1318,8 @@ kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
   /* the tiling: the caller's, else the backward's default (no tuning yet); wgmma: its own
    * default, and a forced block_n without warps takes one warpgroup per 64 rows */
   kn_attn_config c = o && o->wgmma ? kn_attn_bwd_wgmma_config(ctx->target_arch, &d)
-                                   : kn_attn_bwd_default_config(ctx->target_arch, &d);
+                     : o && (o->block_m || o->warps) ? kn_attn_bwd_sync_config(ctx->target_arch, &d)
+                                                     : kn_attn_bwd_default_config(ctx->target_arch, &d);
   if (o && o->block_m) c.block_m = o->block_m, c.block_n = o->block_n;
   if (o && o->warps) c.warps = o->warps;
   else if (o && o->wgmma && o->block_m) c.warps = c.block_n / 16;

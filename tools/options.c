@@ -310,6 +310,7 @@ int cli_parse_options(int argc, char **argv, int first, cli_options *o, FILE *er
         return -1;
       }
       o->wgmma = !strcmp(v, "wgmma");
+      o->mma_sync = !o->wgmma;
       i++;
     } else if (!strcmp(a, "--kv-loads") && v) {
       if (strcmp(v, "buffer") && strcmp(v, "global")) {

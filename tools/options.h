@@ -32,6 +32,7 @@ typedef struct cli_options {
   kiln_attn_desc desc; /* what the options ask for, as the public API takes it */
   int block_m, block_n, warps, stages; /* the tiling asked for (0: not given) */
   bool wgmma;                           /* --mma wgmma */
+  bool mma_sync;                        /* --mma sync (the backward's default is wgmma on sm_90a) */
   bool global_kv;                       /* --kv-loads global: no off32 (AMDGPU) */
   bool backward;                        /* run: --backward (dQ, dK, dV; docs/backward.md) */
   bool decode;                          /* dump, compile: --decode (the split-KV decode kernel;
