@@ -32,16 +32,16 @@
 #define API_MEMO_BUCKETS 256
 #define API_MAX_WS 8
 /* kiln_kernel.decode's slots: the split kernel (dense, or paged gather), the combine kernel, a
- * paged descriptor's in-page split kernel */
-enum { API_SPLIT, API_SPLIT_COMBINE, API_SPLIT_IN_PAGE, API_DECODE_SLOTS };
+ * paged descriptor's in-page and pages split kernels */
+enum { API_SPLIT, API_SPLIT_COMBINE, API_SPLIT_IN_PAGE, API_SPLIT_PAGES, API_DECODE_SLOTS };
 
 /* the kernels a descriptor compiles to: the forward (prefill) kernel and decode's two
  * (templates/attn_decode.h); the symbol of each is api_kind_symbol's */
 /* API_DECODE: the split kernel of a dense descriptor (or a paged one with both loops);
- * API_DECODE_IN_PAGE / API_DECODE_GATHER: a paged descriptor's per-read-mode split kernels
- * (attn_decode.h, kn_decode_read), one of which a launch picks by its page size */
+ * API_DECODE_IN_PAGE / API_DECODE_GATHER / API_DECODE_PAGES: a paged descriptor's per-read-mode
+ * split kernels (attn_decode.h, kn_decode_read), one of which a launch picks by its page size */
 typedef enum api_kind { API_FWD, API_DECODE, API_COMBINE, API_DECODE_IN_PAGE,
-                        API_DECODE_GATHER } api_kind;
+                        API_DECODE_GATHER, API_DECODE_PAGES } api_kind;
 const char *api_kind_symbol(api_kind kind);
 
 /* a decode workspace (f32 partial outputs and log-sum-exps), one per stream it was used on:
@@ -132,7 +132,8 @@ struct kiln_kernel {
    * each built at the first forward that needs it (decode_status[i] says how that went), and
    * the workspaces, one per stream.  decode[API_SPLIT] is the split kernel of a dense
    * descriptor or a paged one's gather kernel (any page size), decode[API_SPLIT_IN_PAGE] a paged
-   * one's in-page kernel (pages that are multiples of its block_n: api_decode_slot) */
+   * one's in-page kernel (pages that are multiples of its block_n: api_decode_slot),
+   * decode[API_SPLIT_PAGES] its pages kernel (other pages that are multiples of 16) */
   pthread_mutex_t decode_mu;
   pthread_mutex_t decode_launch_mu; /* held from taking a workspace to the combine's launch (or
                                        enqueue), so no two calls interleave on one workspace */

@@ -324,6 +324,37 @@ static kiln_status check_span(const char *who, const char *name, int64_t numel,
   return KILN_OK;
 }
 
+/* A buffer kiln writes (o, lse; the backward's dq, dk, dv): no two of its elements may share an
+ * address, or programs race on them and the result depends on which wrote last (a zero head
+ * stride over many heads once made a 2^28-head decode call fit a 64-element o, and its
+ * workspace 18 GB: fuzz_api).  The dims of size > 1, innermost stride first, each step at
+ * least the span of those inside it (`inner` contiguous elements innermost): the sufficient
+ * rule that every strided layout of a real tensor meets ((B, H, N, D), (B, N, H, D), padded
+ * rows or heads). */
+static kiln_status check_apart(const char *who, const char *name, const int64_t *size,
+                               const int64_t *stride, int n, int64_t inner) {
+  int idx[4], m = 0;
+  for (int i = 0; i < n && m < 4; i++)
+    if (size[i] > 1) idx[m++] = i;
+  for (int i = 1; i < m; i++)  /* by stride, ascending (at most four dims) */
+    for (int j = i; j > 0 && stride[idx[j]] < stride[idx[j - 1]]; j--) {
+      int t = idx[j];
+      idx[j] = idx[j - 1], idx[j - 1] = t;
+    }
+  int64_t span = inner;
+  for (int i = 0; i < m; i++) {
+    const int64_t st = stride[idx[i]], sz = size[idx[i]];
+    int64_t step;
+    if (st < span)
+      return api_fail(KILN_ERR_INVALID, "%s: %s is written, and its stride %lld over a dim of "
+                      "%lld is less than the %lld elements inside it: rows would overlap", who,
+                      name, (long long)st, (long long)sz, (long long)span);
+    if (__builtin_mul_overflow(sz - 1, st, &step) || __builtin_add_overflow(span, step, &span))
+      return KILN_OK;  /* past 2^63: check_span's to refuse where a size is described */
+  }
+  return KILN_OK;
+}
+
 /* Every described buffer holds what its layout reaches, and zero strides are not read over a
  * dense q/k/v/o larger than its contiguous shape (the zero-stride trap).  args: the kernel's
  * arguments with the effective strides; va: the variant's; lse_read: a backward, which reads lse
@@ -344,6 +375,7 @@ static kiln_status check_capacities(const kn_attn_desc *d, const kiln_attn_args 
     if (varlen) {  /* (total, heads, D) with {token, head} */
       int64_t size[2] = {qo ? a->total_q : a->total_k, heads}, stride[2] = {st[2].i, st[1].i};
       if ((s = check_span(who, names[i], numel[i], size, stride, 2, D))) return s;
+      if (i == 3 && (s = check_apart(who, "o", size, stride, 2, D))) return s;
       continue;
     }
     if (d->layout == KN_ATTN_PAGED && !qo) {  /* a pool: {page, head, row}, no trap to fall in */
@@ -353,6 +385,7 @@ static kiln_status check_capacities(const kn_attn_desc *d, const kiln_attn_args 
     }
     int64_t size[3] = {B, heads, rows}, stride[3] = {st[0].i, st[1].i, st[2].i};
     if ((s = check_span(who, names[i], numel[i], size, stride, 3, D))) return s;
+    if (i == 3 && (s = check_apart(who, "o", size, stride, 3, D))) return s;
     int64_t dense = B * heads * rows * D;
     if (numel[i] > dense && all_zero(given[i], 3) && B * heads > 1)
       return api_fail(KILN_ERR_INVALID, "%s: %s holds %lld elements (%s_numel), more "
@@ -366,6 +399,9 @@ static kiln_status check_capacities(const kn_attn_desc *d, const kiln_attn_args 
   if (d->has_lse || lse_read) {
     int64_t size[2] = {varlen ? 1 : B, H}, stride[2] = {args[ARG_LSE_SB].i, args[ARG_LSE_SB + 1].i};
     if ((s = check_span(who, "lse", a->lse_numel, size, stride, 2, varlen ? a->total_q : a->seqlen_q)))
+      return s;
+    if (d->has_lse &&
+        (s = check_apart(who, "lse", size, stride, 2, varlen ? a->total_q : a->seqlen_q)))
       return s;
   }
   if (d->alibi) {
@@ -770,6 +806,7 @@ kiln_status api_backward_args(const api_launch_view *k, const kn_attn_sig *bsig,
                        varlen ? tokens : g[i].qo ? f->seqlen_q : f->seqlen_k};
     int64_t st[3] = {args[g[i].at].i, args[g[i].at + 1].i, args[g[i].at + 2].i};
     if ((s = check_span(who, g[i].name, g[i].numel, size, st, 3, D))) return s;
+    if (i > 0 && (s = check_apart(who, g[i].name, size, st, 3, D))) return s;
     /* the vector accesses of a GPU kernel (check_alignment's rule) */
     if (k->kind != KN_DEVICE_HOST) {
       int64_t es = (int64_t)kn_scalar_size(k->desc->dtype), v = 16 / es;

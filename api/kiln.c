@@ -545,6 +545,7 @@ const char *api_kind_symbol(api_kind kind) {
   return kind == API_DECODE           ? kn_attn_decode_symbol(KN_DECODE_READ_ANY)
          : kind == API_DECODE_IN_PAGE ? kn_attn_decode_symbol(KN_DECODE_READ_IN_PAGE)
          : kind == API_DECODE_GATHER  ? kn_attn_decode_symbol(KN_DECODE_READ_GATHER)
+         : kind == API_DECODE_PAGES   ? kn_attn_decode_symbol(KN_DECODE_READ_PAGES)
          : kind == API_COMBINE        ? "attn_decode_combine"
                                       : "attn_fwd";
 }
@@ -1053,6 +1054,7 @@ static kiln_status decode_config(const kiln_kernel *k, int slot, kn_attn_config 
   const bool paged = k->desc.layout == KN_ATTN_PAGED;
   *c = kn_attn_decode_read_config(arch, &k->desc,
                                   slot == API_SPLIT_IN_PAGE ? KN_DECODE_READ_IN_PAGE
+                                  : slot == API_SPLIT_PAGES ? KN_DECODE_READ_PAGES
                                   : paged                   ? KN_DECODE_READ_GATHER
                                                             : KN_DECODE_READ_ANY);
   const char *bn = getenv("KILN_DECODE_BLOCK_N");
@@ -1071,23 +1073,35 @@ static kiln_status decode_config(const kiln_kernel *k, int slot, kn_attn_config 
 api_kind api_decode_kind(const kiln_kernel *k, int slot) {
   if (slot == API_SPLIT_COMBINE) return API_COMBINE;
   if (k->desc.layout != KN_ATTN_PAGED) return API_DECODE;
-  return slot == API_SPLIT_IN_PAGE ? API_DECODE_IN_PAGE : API_DECODE_GATHER;
+  return slot == API_SPLIT_IN_PAGE ? API_DECODE_IN_PAGE
+         : slot == API_SPLIT_PAGES ? API_DECODE_PAGES : API_DECODE_GATHER;
 }
 
-int api_decode_slot(kiln_kernel *k, int page_size) {
-  if (k->desc.layout != KN_ATTN_PAGED || page_size <= 0) return API_SPLIT;
-  /* the in-page kernel's keys per block: the built (or tuned) kernel's, else its tiling's */
+/* the keys per block of paged slot `slot`'s split kernel: the built (or tuned) kernel's, else its
+ * tiling's; 0 when neither is known */
+static int decode_block_n(kiln_kernel *k, int slot) {
   pthread_mutex_lock(&k->decode_mu);
-  const kiln_kernel *in = k->decode[API_SPLIT_IN_PAGE];
+  const kiln_kernel *in = k->decode[slot];
   int bn = in ? in->cfg.block_n : 0;
   pthread_mutex_unlock(&k->decode_mu);
   if (!bn) {
     kn_attn_config c;
     bool forced;
-    if (decode_config(k, API_SPLIT_IN_PAGE, &c, &forced)) return API_SPLIT;
+    if (decode_config(k, slot, &c, &forced)) return 0;
     bn = c.block_n;
   }
-  return bn > 0 && page_size % bn == 0 ? API_SPLIT_IN_PAGE : API_SPLIT;
+  return bn;
+}
+
+int api_decode_slot(kiln_kernel *k, int page_size) {
+  if (k->desc.layout != KN_ATTN_PAGED || page_size <= 0) return API_SPLIT;
+  /* in-page where its kernel's block divides the page, pages where 16 does (the pages kernel's
+   * block a multiple of 16), else gather (kn_attn_decode_read_for) */
+  const int in_bn = decode_block_n(k, API_SPLIT_IN_PAGE);
+  const int pg_bn = page_size % KN_DECODE_CHUNK ? 0 : decode_block_n(k, API_SPLIT_PAGES);
+  const kn_decode_read r = kn_attn_decode_read_for(page_size, in_bn, pg_bn);
+  return r == KN_DECODE_READ_IN_PAGE ? API_SPLIT_IN_PAGE
+         : r == KN_DECODE_READ_PAGES ? API_SPLIT_PAGES : API_SPLIT;
 }
 
 /* decode slot `slot`'s split kernel and the combine kernel of k's descriptor, each built once
@@ -1304,7 +1318,8 @@ kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
   /* the tiling: the caller's, else the backward's default (no tuning yet); wgmma: its own
    * default, and a forced block_n without warps takes one warpgroup per 64 rows */
   kn_attn_config c = o && o->wgmma ? kn_attn_bwd_wgmma_config(ctx->target_arch, &d)
-                                   : kn_attn_bwd_default_config(ctx->target_arch, &d);
+                     : o && (o->block_m || o->warps) ? kn_attn_bwd_sync_config(ctx->target_arch, &d)
+                                                     : kn_attn_bwd_default_config(ctx->target_arch, &d);
   if (o && o->block_m) c.block_m = o->block_m, c.block_n = o->block_n;
   if (o && o->warps) c.warps = o->warps;
   else if (o && o->wgmma && o->block_m) c.warps = c.block_n / 16;

@@ -131,7 +131,8 @@ kiln_status kiln_tune_decode(kiln_kernel *k, const kiln_attn_args *a, void *stre
     return api_fail(KILN_ERR_NOMEM, "out of memory");
   }
   if ((s = fetch_o(ctx, a, stream, ref, n))) goto done;
-  /* the split kernel this call launches (a paged call's page size picks in-page or gather) */
+  /* the split kernel this call launches (a paged call's page size picks in-page, pages or
+   * gather) */
   const int slot = api_decode_slot(k, a->page_size);
   const api_kind kind = api_decode_kind(k, slot);
   if ((s = api_decode_kernels(k, slot))) goto done;
@@ -157,6 +158,8 @@ kiln_status kiln_tune_decode(kiln_kernel *k, const kiln_attn_args *a, void *stre
     if (kn_attn_decode_check(ctx->target_arch, d, &c, &diag)) continue;
     /* an in-page kernel reads whole blocks from one page: its block_n divides the page size */
     if (slot == API_SPLIT_IN_PAGE && a->page_size % c.block_n) continue;
+    /* a pages kernel reads chunks of 16 keys: its block_n a multiple of 16 */
+    if (slot == API_SPLIT_PAGES && c.block_n % KN_DECODE_CHUNK) continue;
     kiln_kernel *ks = NULL;
     double t0 = wall_us();
     kiln_status bs = api_get_kernel(ctx, d, &sig, &c, false, kind, &ks);

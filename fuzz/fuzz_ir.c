@@ -107,8 +107,11 @@ static int grow(const char *d, size_t size, uint64_t *rng, text *t) {
     if (e == n) return 0;
     put(t, d, size);
     if (size && d[size - 1] != '\n') puts_(t, "\n");
-    const char *at = memchr(d + ls[h], '@', le[h] - ls[h]), *paren = memchr(at, '(', le[h] - ls[h]);
-    if (!at || !paren) return 0;
+    /* the name's '@' and the '(' after it, both within the head line (a head without a '('
+     * before a short last line once read past the input: the 2026-12-03 long run's crash) */
+    const char *at = memchr(d + ls[h], '@', le[h] - ls[h]);
+    const char *paren = at ? memchr(at, '(', (size_t)(d + le[h] - at)) : NULL;
+    if (!paren) return 0;
     for (int c = 0, copies = count(rng, 4, 64); c < copies; c++) {
       put(t, d + ls[h], (size_t)(paren - (d + ls[h])));
       snprintf(buf, sizeof buf, "_d%u_%d", r, c);

@@ -490,6 +490,8 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *args, void *strea
  * the keys in steps of block_m); wgmma (sm_90a, f16 / bf16, head dims up to 128) runs the dots
  * as wgmma.mma_async with the backward's wgmma tiling (kn_attn_bwd_wgmma_config: block_n 64
  * with 4 warps, block_m 64 or 32), or block_m / block_n with block_n / 16 warps when given;
+ * without options that tiling is the default on sm_90a for dense plain and causal kernels at
+ * padded head dims 64 and 128 (measured faster), and a forced tiling without wgmma is mma.sync;
  * tuning is not offered yet.  Dense and varlen layouts (varlen:
  * the forward's packed call, docs/serving.md); paged and head dims above 256 are
  * KILN_ERR_UNSUPPORTED, and so is a score modifier (the caller's @score_mod) whose

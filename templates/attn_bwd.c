@@ -203,6 +203,21 @@ int kn_attn_bwd_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_at
 }
 
 kn_attn_config kn_attn_bwd_default_config(const kn_arch *arch, const kn_attn_desc *d) {
+  /* wgmma where it was measured (the H200, 2026-12-03, B 4 x H 32 f16, N 1k / 4k, each kernel
+   * checked against float64 first): D 64 at 64x64 w4 1.20-1.29x the mma.sync kernels, D 128 at
+   * 32x64 w4 1.07-1.25x, plain and causal.  Dropout (D 128 spills 196-200 bytes there),
+   * varlen and the other variants keep mma.sync until measured. */
+  const int dp = kn_attn_head_pad(d->head_dim);
+  if (arch && arch->isa == KN_ISA_NVPTX && d->layout == KN_ATTN_DENSE && d->dropout == 0 &&
+      !kn_attn_has_modifiers(d) && (dp == 64 || dp == 128)) {
+    kn_attn_config w = kn_attn_bwd_wgmma_config(arch, d);
+    kn_diag diag;
+    if (kn_attn_bwd_check_on(arch, d, &w, &diag) == 0) return w;
+  }
+  return kn_attn_bwd_sync_config(arch, d);
+}
+
+kn_attn_config kn_attn_bwd_sync_config(const kn_arch *arch, const kn_attn_desc *d) {
   /* 64 x 64 with 4 warps; smaller where shared memory or the instructions refuse it */
   kn_diag diag;
   int bm0 = 64, bn0 = 64, w0 = 4;

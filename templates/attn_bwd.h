@@ -51,8 +51,14 @@ extern const char *const kn_attn_bwd_kernels[KN_BWD_NKERNELS];
 /* 0 when d and c are supported by the backward on arch (NULL: the host), else -1 with *diag */
 int kn_attn_bwd_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_config *c,
                          kn_diag *diag);
-/* the default backward tiling for d on arch (NULL: the host) */
+/* the default backward tiling for d on arch (NULL: the host): on sm_90a the wgmma tiling where
+ * it was measured faster (dense, plain or causal, no dropout or other variant, f16 / bf16 at
+ * padded head dims 64 and 128: 1.07-1.29x the mma.sync kernels on the H200, bench/RESULTS.md
+ * 2026-12-03), else kn_attn_bwd_sync_config's */
 kn_attn_config kn_attn_bwd_default_config(const kn_arch *arch, const kn_attn_desc *d);
+/* the default tiling without wgmma: mma.sync (NVIDIA), MFMA (AMDGPU), the host's; what a forced
+ * block_m / block_n or warps without wgmma starts from */
+kn_attn_config kn_attn_bwd_sync_config(const kn_arch *arch, const kn_attn_desc *d);
 /* the backward's wgmma tiling for d (sm_90a; kn_attn_bwd_check_on says where it does not
  * apply): block_n 64 with one warpgroup, block_m 64 at head dims up to 64 without dropout,
  * else 32 (the smallest S^T and dP^T tiles beside the two f32 accumulators: no spills) */

@@ -165,10 +165,12 @@ kn_attn_config kn_attn_decode_default_config(const kn_arch *arch, const kn_attn_
 
 kn_attn_config kn_attn_decode_read_config(const kn_arch *arch, const kn_attn_desc *d,
                                           kn_decode_read read) {
-  if (read != KN_DECODE_READ_IN_PAGE || d->layout != KN_ATTN_PAGED)
+  if ((read != KN_DECODE_READ_IN_PAGE && read != KN_DECODE_READ_PAGES) ||
+      d->layout != KN_ATTN_PAGED)
     return kn_attn_decode_default_config(arch, d);
-  /* block loads from one page: the dense loop's code, so the dense kernel's tiling (checked
-   * against the paged descriptor, whose signature has the table's parameters) */
+  /* block loads from one page (pages: from one page per chunk of 16 keys): the dense loop's
+   * code, so the dense kernel's tiling (checked against the paged descriptor, whose signature
+   * has the table's parameters) */
   kn_attn_desc dense = *d;
   dense.layout = KN_ATTN_DENSE;
   kn_attn_config c = kn_attn_decode_default_config(arch, &dense);
@@ -177,14 +179,23 @@ kn_attn_config kn_attn_decode_read_config(const kn_arch *arch, const kn_attn_des
 }
 
 static const char *const read_symbols[] = {"attn_decode", "attn_decode_in_page",
-                                           "attn_decode_gather"};
+                                           "attn_decode_gather", "attn_decode_pages"};
+enum { NREADS = sizeof read_symbols / sizeof read_symbols[0] };
 
 const char *kn_attn_decode_symbol(kn_decode_read read) {
-  return (unsigned)read < 3 ? read_symbols[read] : read_symbols[0];
+  return (unsigned)read < NREADS ? read_symbols[read] : read_symbols[0];
+}
+
+kn_decode_read kn_attn_decode_read_for(int page_size, int in_page_block_n, int pages_block_n) {
+  if (in_page_block_n > 0 && page_size % in_page_block_n == 0) return KN_DECODE_READ_IN_PAGE;
+  if (pages_block_n > 0 && pages_block_n % KN_DECODE_CHUNK == 0 &&
+      page_size % KN_DECODE_CHUNK == 0)
+    return KN_DECODE_READ_PAGES;
+  return KN_DECODE_READ_GATHER;
 }
 
 int kn_attn_decode_read_of(const char *symbol) {
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < NREADS; i++)
     if (symbol && !strcmp(symbol, read_symbols[i])) return i;
   return -1;
 }
@@ -271,7 +282,7 @@ static void kv_block_loads(dgen *g, const kv_view *kv, kn_scalar dt, int BN, int
 }
 
 /* how kv_rows reads a paged block (kn_decode_build versions the KV loop on it) */
-typedef enum kv_read { KV_DENSE, KV_IN_PAGE, KV_GATHER } kv_read;
+typedef enum kv_read { KV_DENSE, KV_IN_PAGE, KV_GATHER, KV_PAGES } kv_read;
 
 static void kv_rows(dgen *g, const kv_view *kv, kv_read how, kn_scalar dt, int BN, int D, int DP,
                     kn_value *n0, kn_value *page, kn_value *slot, kn_value *c0, kn_value *c_d,
@@ -279,14 +290,16 @@ static void kv_rows(dgen *g, const kv_view *kv, kv_read how, kn_scalar dt, int B
   if (how == KV_DENSE) {  /* rows n0.. of the (batch, kv head) base */
     kv_block_loads(g, kv, dt, BN, DP, kv->k_base, kv->v_base, n0, kv->seqlen_k, c0, c_d, one64,
                    kt, vt);
-  } else if (how == KV_IN_PAGE) {
-    /* the block lies in one page (`page`, read from the table a block early by kv_loop, and
-     * the block's `slot` in it, stepped by kv_loop): block loads from its rows, bounded by
+  } else if (how == KV_IN_PAGE || how == KV_PAGES) {
+    /* the block (KV_PAGES: the chunk of 16 keys) lies in one page (`page`, read from the table
+     * a block early by kv_loop, and its `slot` in it): block loads from its rows, bounded by
      * the keys left */
     slot = to64(g, slot, "blk_slot64");
     kn_value *kb = at(g, kv->k_base, page, kv->k_ps, slot, kv->k_sn, "k_page_blk");
     kn_value *vb = at(g, kv->v_base, page, kv->v_ps, slot, kv->v_sn, "v_page_blk");
     kn_value *left = op2(g, KN_OP_SUB, kv->seqlen_k, n0, "k_left");  /* > 0: n0 is live */
+    if (how == KV_PAGES)  /* a chunk past the sequence's end reads nothing */
+      left = op2(g, KN_OP_MAX, left, c0, "k_left_pos");
     kv_block_loads(g, kv, dt, BN, DP, kb, vb, c0, left, c0, c_d, one64, kt, vt);
   } else {  /* each key's page and slot, gathered */
     kn_paged_rows pr;
@@ -315,17 +328,37 @@ typedef struct loop_in {
   const kv_view *kv;
   kn_scalar dt, kvt;  /* the compute type; K and V's in memory (fp8: converted to dt) */
   int BM, BN, D, DP, nscore;
+  int W;        /* the score tiles' keys: BLOCK_N, or a chunk's 16 (KV_PAGES) */
   kn_type s_f32;
   kn_value *sm_scale;  /* the softmax scale, fp8's q and k descales folded in */
   kn_value *lo, *hi, *c_bn, *c0, *c_d, *one64, *q_tile, *kcols, *bidx, *h_s, *q_s, *k_last,
       *k_last_s, *qk_scale_s, *hi_s, *neg_inf_s, *neg_inf_r, *zero_r, *zero_acc;
 } loop_in;
 
+/* the page of chunk c (keys n0 + 16c.. of the block whose first key is slot s0 of table entry
+ * i0): entry i0 + (s0 + 16c) / page_size by the reciprocal (s0 + 16c < page_size + BLOCK_N, far
+ * below its 2^12), clamped to the sequence's last entry; *slot (if asked) its slot */
+static kn_value *chunk_page(dgen *g, const loop_in *L, kn_value *i0, kn_value *s0, int c,
+                            kn_value *recip, kn_value *last_idx, kn_value **slot) {
+  const kn_paged_kv *pg = L->kv->paged;
+  kn_value *t = c ? op2(g, KN_OP_ADD, s0, i32c(g, KN_DECODE_CHUNK * c, "c_chunk"), "chunk_t") : s0;
+  kn_value *q = kn_paged_entries(&g->b, t, recip);
+  if (slot)
+    *slot = op2(g, KN_OP_SUB, t, op2(g, KN_OP_MUL, q, pg->page_size, "chunk_first"), "chunk_slot");
+  return last_idx ? kn_paged_page(&g->b, pg, op2(g, KN_OP_MIN, op2(g, KN_OP_ADD, i0, q,
+                                                                     "chunk_index0"),
+                                                 last_idx, "chunk_index"))
+                  : NULL;
+}
+
 /* the online-softmax loop over the piece's KV blocks [lo, hi), reading each block as `how`
- * says: res = its final (m, l, acc) */
+ * says: res = its final (m, l, acc).  KV_PAGES reads each block as BLOCK_N / 16 chunks of 16
+ * keys, one block load of K and V and one dot against Q each (L->W = 16: the score tiles are a
+ * chunk's), and merges the chunks' scores elementwise before the block's one max and sum */
 static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
   const kn_scalar dt = L->dt;
-  const int BM = L->BM, BN = L->BN, DP = L->DP;
+  const int BM = L->BM, BN = L->BN, DP = L->DP, W = L->W;
+  const int C = how == KV_PAGES ? BN / KN_DECODE_CHUNK : 1;
   const kn_type s_f32 = L->s_f32;
   kn_builder body;
   /* in-page: the block's page is carried, read from the table one block early (the entry of
@@ -335,24 +368,39 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
    * compiler/gpu/assign_layouts.c remat_ok); and so are the block's table index and slot,
    * stepped by BLOCK_N (a page holds whole blocks: page_size % BLOCK_N == 0, and lo is a
    * multiple of BLOCK_N), so the loop divides by the page size nowhere: the one division of
-   * key lo and of the last key are the program's */
-  const bool carry = how == KV_IN_PAGE;
-  kn_value *init[6] = {L->neg_inf_r, L->zero_r, L->zero_acc, NULL, NULL, NULL};
-  kn_value *last_idx = NULL;
+   * key lo and of the last key are the program's.  Pages (page_size % 16 == 0): the block's
+   * first key's entry and slot are carried and so are its chunks' pages, read a block early;
+   * a chunk's entry and slot are its first key's by the page size's reciprocal */
+  const bool carry = how == KV_IN_PAGE, chunks = how == KV_PAGES;
+  enum { MAXC = 256 / KN_DECODE_CHUNK };
+  kn_value *init[3 + 2 + MAXC] = {L->neg_inf_r, L->zero_r, L->zero_acc, NULL, NULL, NULL};
+  kn_value *last_idx = NULL, *recip = NULL;
+  int ncar = 3;
   if (carry) {
     const kn_paged_kv *pg = L->kv->paged;
     kn_paged_key(&g->b, pg, L->k_last, &last_idx, NULL);
     kn_paged_key(&g->b, pg, L->lo, &init[5], &init[4]);
     init[3] = kn_paged_page(&g->b, pg, op2(g, KN_OP_MIN, init[5], last_idx, "kv_lo_index"));
+    ncar = 6;
+  } else if (chunks) {
+    const kn_paged_kv *pg = L->kv->paged;
+    KN_ASSERT(C >= 1 && C <= MAXC);
+    kn_paged_key(&g->b, pg, L->k_last, &last_idx, NULL);
+    kn_paged_key(&g->b, pg, L->lo, &init[3], &init[4]);  /* index, slot of key lo */
+    recip = kn_paged_recip(&g->b, pg);
+    for (int c = 0; c < C; c++)
+      init[5 + c] = chunk_page(g, L, init[3], init[4], c, recip, last_idx, NULL);
+    ncar = 5 + C;
   }
-  kn_op *loop = kn_b_for(&g->b, L->lo, L->hi, L->c_bn, carry ? 6 : 3, init, &body);
+  kn_op *loop = kn_b_for(&g->b, L->lo, L->hi, L->c_bn, ncar, init, &body);
   kn_builder outer = g->b;
   g->b = body;
   kn_value *n0 = nm(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF, loop->region[0]->args[0], BN), "n0");
   kn_value *m_i = nm(g, loop->region[0]->args[1], "m_i");  /* (BM) running max, exp2 units */
   kn_value *l_i = nm(g, loop->region[0]->args[2], "l_i");  /* (BM) running sum of p */
   kn_value *acc = nm(g, loop->region[0]->args[3], "acc");  /* (BM, DP) unnormalised O */
-  kn_value *page = NULL, *slot = NULL, *next[3] = {NULL, NULL, NULL};
+  kn_value *page = NULL, *slot = NULL, *next[3 + 2 + MAXC] = {NULL};
+  kn_value *cpage[MAXC] = {NULL}, *cslot[MAXC] = {NULL};
   if (carry) {
     page = nm(g, loop->region[0]->args[4], "blk_page");
     slot = nm(g, loop->region[0]->args[5], "blk_slot");
@@ -367,58 +415,95 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
     next[1] = nm(g, kn_b_select(&g->b, wrap, L->c0, step), "next_slot");
     next[0] = kn_paged_page(&g->b, L->kv->paged,
                             op2(g, KN_OP_MIN, next[2], last_idx, "next_entry"));
-  }
-  kn_value *kt, *vt;
-  kv_rows(g, L->kv, how, L->kvt, BN, L->D, DP, n0, page, slot, L->c0, L->c_d, L->one64, &kt,
-          &vt);
-  if (L->kvt != dt) {  /* fp8 K and V: converted exactly (every fp8 value is an f16 and a bf16) */
-    kt = nm(g, kn_b_cast(&g->b, kt, dt), "k_conv");
-    vt = nm(g, kn_b_cast(&g->b, vt, dt), "v_conv");
-  }
-  kn_value *qk = nm(g, kn_b_dot(&g->b, L->q_tile, kt, f32c(g, s_f32, 0.0, "zero_s")), "qk");
-  kn_value *cols = spread(g, op2(g, KN_OP_ADD, L->kcols, fill(g, n0, BN, 0, "n0_v"), "cols"), 0, BM,
-                          BN, "cols_s");
-  /* in range for memory-reading modifiers; the key bound masks what is past it */
-  kn_value *kv_idx = op2(g, KN_OP_MIN, cols, L->k_last_s, "kv_idx");
-  kn_value *s = NULL;
-  if (L->nscore) {
-    /* the score modifiers see the scaled score in natural units */
-    kn_value *sc = op2(g, KN_OP_MUL, qk, fill(g, L->sm_scale, BM, BN, "sm_scale_s"), "score");
-    for (int i = 0; i < L->plan->nmods; i++) {
-      if (L->plan->mod[i].kind != KN_MOD_SCORE) continue;
-      kn_value *fixed[KN_MOD_FIXED_SCORE] = {sc, L->bidx, L->h_s, L->q_s, kv_idx};
-      sc = mod_call(g, &L->plan->mod[i], fixed, KN_MOD_FIXED_SCORE, L->P, s_f32, "score_mod");
+  } else if (chunks) {
+    kn_value *idx = nm(g, loop->region[0]->args[4], "blk_index");
+    kn_value *s0 = nm(g, loop->region[0]->args[5], "blk_slot");
+    for (int c = 0; c < C; c++) {
+      cpage[c] = nm(g, loop->region[0]->args[6 + c], "chunk_page");
+      chunk_page(g, L, idx, s0, c, recip, NULL, &cslot[c]);
     }
-    kn_value *log2e = f32c(g, kn_ty_scalar(KN_F32), M_LOG2E, "c_log2e_s");
-    s = op2(g, KN_OP_MUL, sc, fill(g, log2e, BM, BN, "log2e_s"), "s");
-  } else {
-    s = op2(g, KN_OP_MUL, qk, L->qk_scale_s, "s");
   }
-  kn_value *live = nm(g, kn_b_cmp(&g->b, KN_PRED_LT, cols, L->hi_s), "in_piece");
-  for (int i = 0; i < L->plan->nmods; i++) {
-    if (L->plan->mod[i].kind != KN_MOD_MASK) continue;
-    kn_value *fixed[KN_MOD_FIXED_MASK] = {L->bidx, L->h_s, L->q_s, kv_idx};
-    kn_value *vis = mod_call(g, &L->plan->mod[i], fixed, KN_MOD_FIXED_MASK, L->P,
-                             kn_ty_tile2(KN_I1, BM, BN), "visible");
-    live = op2(g, KN_OP_AND, live, vis, "live");
+  kn_value *kt[MAXC], *vt[MAXC], *n0c[MAXC];
+  for (int c = 0; c < C; c++) {
+    n0c[c] = c ? op2(g, KN_OP_ADD, n0, i32c(g, KN_DECODE_CHUNK * c, "c_chunk_n"), "chunk_n0")
+               : n0;
+    kv_rows(g, L->kv, how, L->kvt, W, L->D, DP, n0c[c], chunks ? cpage[c] : page,
+            chunks ? cslot[c] : slot, L->c0, L->c_d, L->one64, &kt[c], &vt[c]);
   }
-  s = nm(g, kn_b_select(&g->b, live, s, L->neg_inf_s), "s_masked");
-  kn_value *m_new = op2(g, KN_OP_MAX, m_i, nm(g, kn_b_reduce(&g->b, KN_OP_REDUCE_MAX, s, 1),
+  if (L->kvt != dt)  /* fp8 K and V: converted exactly (every fp8 value is an f16 and a bf16) */
+    for (int c = 0; c < C; c++) {
+      kt[c] = nm(g, kn_b_cast(&g->b, kt[c], dt), "k_conv");
+      vt[c] = nm(g, kn_b_cast(&g->b, vt[c], dt), "v_conv");
+    }
+  kn_value *sc_all[MAXC];
+  for (int c = 0; c < C; c++) {
+    kn_value *qk = nm(g, kn_b_dot(&g->b, L->q_tile, kt[c], f32c(g, s_f32, 0.0, "zero_s")), "qk");
+    kn_value *cols = spread(g, op2(g, KN_OP_ADD, L->kcols, fill(g, n0c[c], W, 0, "n0_v"), "cols"),
+                            0, BM, W, "cols_s");
+    /* in range for memory-reading modifiers; the key bound masks what is past it */
+    kn_value *kv_idx = op2(g, KN_OP_MIN, cols, L->k_last_s, "kv_idx");
+    kn_value *s = NULL;
+    if (L->nscore) {
+      /* the score modifiers see the scaled score in natural units */
+      kn_value *sc = op2(g, KN_OP_MUL, qk, fill(g, L->sm_scale, BM, W, "sm_scale_s"), "score");
+      for (int i = 0; i < L->plan->nmods; i++) {
+        if (L->plan->mod[i].kind != KN_MOD_SCORE) continue;
+        kn_value *fixed[KN_MOD_FIXED_SCORE] = {sc, L->bidx, L->h_s, L->q_s, kv_idx};
+        sc = mod_call(g, &L->plan->mod[i], fixed, KN_MOD_FIXED_SCORE, L->P, s_f32, "score_mod");
+      }
+      kn_value *log2e = f32c(g, kn_ty_scalar(KN_F32), M_LOG2E, "c_log2e_s");
+      s = op2(g, KN_OP_MUL, sc, fill(g, log2e, BM, W, "log2e_s"), "s");
+    } else {
+      s = op2(g, KN_OP_MUL, qk, L->qk_scale_s, "s");
+    }
+    kn_value *live = nm(g, kn_b_cmp(&g->b, KN_PRED_LT, cols, L->hi_s), "in_piece");
+    for (int i = 0; i < L->plan->nmods; i++) {
+      if (L->plan->mod[i].kind != KN_MOD_MASK) continue;
+      kn_value *fixed[KN_MOD_FIXED_MASK] = {L->bidx, L->h_s, L->q_s, kv_idx};
+      kn_value *vis = mod_call(g, &L->plan->mod[i], fixed, KN_MOD_FIXED_MASK, L->P,
+                               kn_ty_tile2(KN_I1, BM, W), "visible");
+      live = op2(g, KN_OP_AND, live, vis, "live");
+    }
+    sc_all[c] = nm(g, kn_b_select(&g->b, live, s, L->neg_inf_s), "s_masked");
+  }
+  if (chunks) {
+    /* the next block's first key: BLOCK_N on, its entry and slot, then its chunks' pages (read
+     * here, after the QK dots: the V copies, issued at the first, wait for no table read; the
+     * next block's K copies, issued at the last PV dot, read what these yield) */
+    kn_value *idx = loop->region[0]->args[4], *s0 = loop->region[0]->args[5];
+    kn_value *t = op2(g, KN_OP_ADD, s0, L->c_bn, "slot_step");
+    kn_value *q = kn_paged_entries(&g->b, t, recip);
+    next[0] = op2(g, KN_OP_ADD, idx, q, "next_index");
+    next[1] = op2(g, KN_OP_SUB, t, op2(g, KN_OP_MUL, q, L->kv->paged->page_size, "next_first"),
+                  "next_slot");
+    for (int c = 0; c < C; c++)
+      next[2 + c] = chunk_page(g, L, next[0], next[1], c, recip, last_idx, NULL);
+  }
+  kn_value *smax = sc_all[0];  /* the chunks' scores merged: one row max for the block */
+  for (int c = 1; c < C; c++) smax = op2(g, KN_OP_MAX, smax, sc_all[c], "s_chunks_max");
+  kn_value *m_new = op2(g, KN_OP_MAX, m_i, nm(g, kn_b_reduce(&g->b, KN_OP_REDUCE_MAX, smax, 1),
                                               "m_blk"), "m_new");
   kn_value *dead = nm(g, kn_b_cmp(&g->b, KN_PRED_EQ, m_new, L->neg_inf_r), "no_key");
   kn_value *m_sub = nm(g, kn_b_select(&g->b, dead, L->zero_r, m_new), "m_sub");
-  kn_value *p = nm(g, kn_b_unary(&g->b, KN_OP_EXP2,
-                                 op2(g, KN_OP_SUB, s, spread(g, m_sub, 1, BM, BN, "m_sub_s"),
-                                     "s_shift")), "p");
+  kn_value *m_sub_s = spread(g, m_sub, 1, BM, W, "m_sub_s");
+  kn_value *p[MAXC], *psum = NULL;
+  for (int c = 0; c < C; c++) {
+    p[c] = nm(g, kn_b_unary(&g->b, KN_OP_EXP2, op2(g, KN_OP_SUB, sc_all[c], m_sub_s, "s_shift")),
+              "p");
+    psum = c ? op2(g, KN_OP_ADD, psum, p[c], "p_chunks_sum") : p[c];
+  }
   kn_value *alpha = nm(g, kn_b_unary(&g->b, KN_OP_EXP2, op2(g, KN_OP_SUB, m_i, m_sub, "m_diff")),
                        "alpha");
   kn_value *l_new = op2(g, KN_OP_ADD, op2(g, KN_OP_MUL, l_i, alpha, "l_scaled"),
-                        nm(g, kn_b_reduce(&g->b, KN_OP_REDUCE_SUM, p, 1), "l_blk"), "l_new");
-  kn_value *acc_s = op2(g, KN_OP_MUL, acc, spread(g, alpha, 1, BM, DP, "alpha_s"), "acc_scaled");
-  kn_value *p_in = dt == KN_F32 ? p : nm(g, kn_b_cast(&g->b, p, dt), "p_cast");
-  kn_value *acc_new = nm(g, kn_b_dot(&g->b, p_in, vt, acc_s), "acc_new");
-  kn_b_yield(&g->b, carry ? 6 : 3,
-             (kn_value *[]){m_new, l_new, acc_new, next[0], next[1], next[2]});
+                        nm(g, kn_b_reduce(&g->b, KN_OP_REDUCE_SUM, psum, 1), "l_blk"), "l_new");
+  kn_value *acc_new = op2(g, KN_OP_MUL, acc, spread(g, alpha, 1, BM, DP, "alpha_s"), "acc_scaled");
+  for (int c = 0; c < C; c++) {
+    kn_value *p_in = dt == KN_F32 ? p[c] : nm(g, kn_b_cast(&g->b, p[c], dt), "p_cast");
+    acc_new = nm(g, kn_b_dot(&g->b, p_in, vt[c], acc_new), "acc_new");
+  }
+  kn_value *yield[3 + 2 + MAXC] = {m_new, l_new, acc_new};
+  for (int i = 3; i < ncar; i++) yield[i] = next[i - 3];
+  kn_b_yield(&g->b, ncar, yield);
   g->b = outer;
   for (int i = 0; i < 3; i++) res[i] = loop->res[i];
 }
@@ -426,14 +511,24 @@ static void kv_loop(dgen *g, const loop_in *L, kv_read how, kn_value **res) {
 kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
                               kn_decode_read read, kn_diag *diag) {
   if (kn_attn_check(d, c, diag) || kn_attn_decode_check(NULL, d, c, diag)) return NULL;
-  if ((unsigned)read > KN_DECODE_READ_GATHER || (read && d->layout != KN_ATTN_PAGED)) {
+  if ((unsigned)read > KN_DECODE_READ_PAGES || (read && d->layout != KN_ATTN_PAGED)) {
     kn_error(diag, NULL, (kn_loc){0}, "decode: read mode %d is for paged kernels only", read);
+    return NULL;
+  }
+  if (read == KN_DECODE_READ_PAGES && (c->block_n % KN_DECODE_CHUNK ||
+                                       c->block_n > KN_ATTN_MAX_PAGE)) {
+    kn_error(diag, NULL, (kn_loc){0}, "decode: the pages kernel reads chunks of %d keys: "
+             "block_n %d is not a multiple of %d (at most %d)", KN_DECODE_CHUNK, c->block_n,
+             KN_DECODE_CHUNK, KN_ATTN_MAX_PAGE);
     return NULL;
   }
   const kn_scalar dt = d->dtype, qt = kn_attn_q_type(d), kvt = kn_attn_kv_type(d);
   const int BM = c->block_m, BN = c->block_n, D = d->head_dim, DP = kn_attn_head_pad(D);
   const kn_type f32 = kn_ty_scalar(KN_F32), row_f32 = kn_ty_tile1(KN_F32, BM),
-                s_f32 = kn_ty_tile2(KN_F32, BM, BN), acc_f32 = kn_ty_tile2(KN_F32, BM, DP);
+                acc_f32 = kn_ty_tile2(KN_F32, BM, DP);
+  /* the score tiles: a block's, or (pages) one chunk's of 16 keys */
+  const int W = read == KN_DECODE_READ_PAGES ? KN_DECODE_CHUNK : BN;
+  const kn_type s_f32 = kn_ty_tile2(KN_F32, BM, W);
   if (!m->source && kn_attn_mods_parse(m, d, diag)) return NULL;
   if (m->nfuncs && kn_verify(m, diag)) return NULL;
   kn_attn_plan *plan = kn_arena_alloc(m->arena, sizeof *plan);
@@ -571,22 +666,22 @@ kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn
   }
   kn_value *h_s = NULL, *q_s = NULL;
   if (nscore + nmask) {
-    h_s = spread(g, hrow, 1, BM, BN, "h_idx");
-    q_s = spread(g, qpos, 1, BM, BN, "q_idx");
+    h_s = spread(g, hrow, 1, BM, W, "h_idx");
+    q_s = spread(g, qpos, 1, BM, W, "q_idx");
   }
-  kn_value *kcols = nm(g, kn_b_arange(&g->b, 0, BN), "n_range");
-  kn_value *hi_s = fill(g, hi, BM, BN, "kv_hi_v");
+  kn_value *kcols = nm(g, kn_b_arange(&g->b, 0, W), "n_range");
+  kn_value *hi_s = fill(g, hi, BM, W, "kv_hi_v");
   kn_value *k_last = op2(g, KN_OP_MAX, op2(g, KN_OP_SUB, seqlen_k, c1, "k_last0"), c0, "k_last");
-  kn_value *k_last_s = fill(g, k_last, BM, BN, "k_last_v");
+  kn_value *k_last_s = fill(g, k_last, BM, W, "k_last_v");
   kn_value *qk_scale = op2(g, KN_OP_MUL, sm_scale, f32c(g, f32, M_LOG2E, "c_log2e"),
                            "qk_scale");
-  kn_value *qk_scale_s = fill(g, qk_scale, BM, BN, "qk_scale_s");
+  kn_value *qk_scale_s = fill(g, qk_scale, BM, W, "qk_scale_s");
   kn_value *neg_inf_s = f32c(g, s_f32, -INFINITY, "neg_inf_s");
   kn_value *neg_inf_r = f32c(g, row_f32, -INFINITY, "neg_inf_r");
   kn_value *zero_r = f32c(g, row_f32, 0.0, "zero_r"), *one_r = f32c(g, row_f32, 1.0, "one_r");
 
   loop_in L = {.plan = plan, .P = P, .kv = &kv, .dt = dt, .kvt = kvt, .BM = BM, .BN = BN,
-               .D = D, .DP = DP, .nscore = nscore, .s_f32 = s_f32, .sm_scale = sm_scale,
+               .D = D, .DP = DP, .W = W, .nscore = nscore, .s_f32 = s_f32, .sm_scale = sm_scale,
                .lo = lo, .hi = hi, .c_bn = c_bn, .c0 = c0, .c_d = c_d, .one64 = one64,
                .q_tile = q_tile, .kcols = kcols, .bidx = bidx, .h_s = h_s, .q_s = q_s,
                .k_last = k_last, .k_last_s = k_last_s, .qk_scale_s = qk_scale_s, .hi_s = hi_s,
@@ -597,7 +692,8 @@ kn_func *kn_attn_decode_build(kn_module *m, const kn_attn_desc *d, const kn_attn
     kv_loop(g, &L, KV_DENSE, fin);
   } else if (read != KN_DECODE_READ_ANY) {
     /* one read mode: the launch chose this kernel by the page size (attn_decode.h) */
-    kv_loop(g, &L, read == KN_DECODE_READ_IN_PAGE ? KV_IN_PAGE : KV_GATHER, fin);
+    kv_loop(g, &L, read == KN_DECODE_READ_IN_PAGE ? KV_IN_PAGE
+                   : read == KN_DECODE_READ_PAGES ? KV_PAGES : KV_GATHER, fin);
   } else {
     /* versioned on the page size: where every block lies in one page (page_size a multiple of
      * BLOCK_N: pages of 64..256 at the NVIDIA default's 32 keys), a loop of block loads, which

@@ -50,7 +50,8 @@
 
 /* the most query rows per sequence the decode kernels take (speculative decoding's drafts) */
 enum { KN_DECODE_MAX_Q = 16, KN_DECODE_NPARAMS = 4, KN_DECODE_COMBINE_NPARAMS = 14,
-       KN_DECODE_MAX_SPLITS = 256, KN_DECODE_MIN_BLOCKS = 2 };
+       KN_DECODE_MAX_SPLITS = 256, KN_DECODE_MIN_BLOCKS = 2,
+       KN_DECODE_CHUNK = 16 /* the pages kernel's keys per table entry read */ };
 
 /* 0 when decode serves descriptor d with config c on arch (NULL: the host), else -1 with the
  * reason: the forward template's check (kn_attn_check_on: the two dots have its shapes), a
@@ -71,20 +72,30 @@ kn_attn_config kn_attn_decode_default_config(const kn_arch *arch, const kn_attn_
  * runtime therefore builds one kernel per read mode, each at its own tiling
  * (kn_attn_decode_read_config), and picks one at launch by the page size: "attn_decode_in_page"
  * takes only pages that are multiples of its BLOCK_N (every block in one page: block loads, the
- * dense loop's speed), "attn_decode_gather" any page size (row gathers). */
+ * dense loop's speed), "attn_decode_pages" pages that are multiples of 16 (each block read as
+ * BLOCK_N / 16 chunks of 16 keys, one table entry and one block load of K and V per chunk, the
+ * chunks' pages read a block early; the dense kernel's tiling), "attn_decode_gather" any page
+ * size (row gathers). */
 typedef enum kn_decode_read {
   KN_DECODE_READ_ANY,      /* dense, or paged with both loops (the versioned kernel) */
   KN_DECODE_READ_IN_PAGE,  /* paged, page_size % BLOCK_N == 0 only (the launch's duty) */
   KN_DECODE_READ_GATHER,   /* paged, any page size */
+  KN_DECODE_READ_PAGES,    /* paged, page_size % 16 == 0 only (the launch's duty) */
 } kn_decode_read;
 /* the split kernel's function name for a read mode ("attn_decode", "attn_decode_in_page",
- * "attn_decode_gather"); kn_attn_decode_read_of is the inverse (-1: not a split kernel name) */
+ * "attn_decode_gather", "attn_decode_pages"); kn_attn_decode_read_of is the inverse (-1: not a
+ * split kernel name) */
 const char *kn_attn_decode_symbol(kn_decode_read read);
 int kn_attn_decode_read_of(const char *symbol);
-/* the tiling of read mode `read` of paged descriptor d on arch: in-page the dense kernel's
- * (kn_attn_decode_default_config of d as a dense layout), gather and any the paged default */
+/* the tiling of read mode `read` of paged descriptor d on arch: in-page and pages the dense
+ * kernel's (kn_attn_decode_default_config of d as a dense layout), gather and any the paged
+ * default */
 kn_attn_config kn_attn_decode_read_config(const kn_arch *arch, const kn_attn_desc *d,
                                           kn_decode_read read);
+/* the read mode a launch of page size page_size takes, given the BLOCK_N of the in-page and
+ * pages kernels: in-page where the page is a multiple of its BLOCK_N, pages where it is a
+ * multiple of 16 (and the pages kernel's BLOCK_N one of 16), else gather */
+kn_decode_read kn_attn_decode_read_for(int page_size, int in_page_block_n, int pages_block_n);
 
 /* the split kernel of read mode `read` (kn_attn_decode_symbol names it) into m (the modifier
  * functions parsed unless m has a source); NULL with *diag when unsupported (a read mode other

@@ -330,7 +330,7 @@ kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d
    * the H200 (bench/RESULTS.md, 2026-12-01, N 4096, each checked against float64 first): window
    * 0.761 ms against 0.984 at 64x32 mma.sync, softcap 2.324 against 2.823, ALiBi 1.699 against
    * 2.275 -- as fast as FlexAttention (0.76 / 2.96 / 1.65).  Other head dims keep mma.sync
-   * until measured (64x64 is refused with wgmma at D 64: docs/gpu.md). */
+   * until measured. */
   /* Dropout on GPUs: the Philox rounds hold four i32 words per element of the (BM, BN) scores
    * through ten rounds, and at 128x64 with 4 warps (64 elements per thread) that spilled
    * 164-280 bytes (sm_80, sm_90a) and 219-269 VGPRs (gfx90a, gfx942) at D 64 and 128; with 8
@@ -357,7 +357,7 @@ kn_attn_config kn_attn_default_config(const kn_arch *arch, const kn_attn_desc *d
    * choice on the H200 (bench/RESULTS.md, session 25: B 4 x H 32 x N 4096 f16, 39 candidates
    * checked against float64; 397 against 290 TFLOP/s without a mask, 288 against 257 causal;
    * `kiln run` at that tiling PASS on ragged D 64 / 59 shapes).  The variants keep their
-   * tilings until measured (64x64 is refused with wgmma at D 64: docs/gpu.md). */
+   * tilings until measured. */
   if (plain && d->dropout == 0 && !kn_attn_has_modifiers(d) && arch &&
       arch->isa == KN_ISA_NVPTX && kn_attn_head_pad(d->head_dim) == 64) {
     kn_attn_config w = {.block_m = 64, .block_n = 128, .warps = 4, .stages = 2, .wgmma = true};

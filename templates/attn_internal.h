@@ -181,6 +181,11 @@ void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value *
 /* the page (an i64 scalar) of table entry `index` (i32, one of the sequence's entries): one
  * scalar load of the table, the page clamped into [0, num_pages) */
 kn_value *kn_paged_page(kn_builder *b, const kn_paged_kv *pg, kn_value *index);
+/* the page size's reciprocal m = 2^20 / page_size + 1 (an i32 scalar): t / page_size =
+ * kn_paged_entries(t, m) = (t * m) >> 20 exactly for 0 <= t < 2^12 and pages of
+ * 1..KN_ATTN_MAX_PAGE (kn_paged_block says why), with no division */
+kn_value *kn_paged_recip(kn_builder *b, const kn_paged_kv *pg);
+kn_value *kn_paged_entries(kn_builder *b, kn_value *t, kn_value *recip);
 
 /* the block's tile of a pool at base (the kv head's start): (n, dp) rows, or (dp, n) when
  * transposed (K^T), element (j, c) at page[j] * page_stride + slot[j] * row_stride + c (i64

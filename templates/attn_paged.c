@@ -118,10 +118,7 @@ void kn_paged_block(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, int n, b
     _Static_assert(KN_ATTN_MAX_PAGE <= 256, "kn_paged_block's reciprocal needs pages of <= 2^8");
     kn_value *i0, *s0;
     kn_paged_key(b, pg, n0, &i0, &s0);
-    kn_value *mag = bin(b, KN_OP_ADD,
-                        bin(b, KN_OP_DIV, nm(b, kn_b_const_i(b, i32, 1 << 20), "c_2p20"),
-                            pg->page_size, "pg_recip0"),
-                        nm(b, kn_b_const_i(b, i32, 1), "c1_pgm"), "pg_recip");
+    kn_value *mag = kn_paged_recip(b, pg);
     kn_value *t = bin(b, KN_OP_ADD, range, splat1(b, s0, n, "pg_s0"), "pg_from_entry");
     kn_value *q = bin(b, KN_OP_SHR,
                       bin(b, KN_OP_MUL, t, splat1(b, mag, n, "pg_recip_v"), "pg_tm"),
@@ -153,6 +150,19 @@ void kn_paged_key(kn_builder *b, const kn_paged_kv *pg, kn_value *n0, kn_value *
   if (slot)
     *slot = bin(b, KN_OP_SUB, n0, bin(b, KN_OP_MUL, idx, pg->page_size, "pk_first"), "pk_slot");
   if (index) *index = idx;
+}
+
+kn_value *kn_paged_recip(kn_builder *b, const kn_paged_kv *pg) {
+  kn_type i32 = kn_ty_scalar(KN_I32);
+  return bin(b, KN_OP_ADD,
+             bin(b, KN_OP_DIV, nm(b, kn_b_const_i(b, i32, 1 << 20), "c_2p20"), pg->page_size,
+                 "pg_recip0"),
+             nm(b, kn_b_const_i(b, i32, 1), "c1_pgm"), "pg_recip");
+}
+
+kn_value *kn_paged_entries(kn_builder *b, kn_value *t, kn_value *recip) {
+  kn_value *c20 = nm(b, kn_b_const_i(b, kn_ty_scalar(KN_I32), 20), "c20_pk");
+  return bin(b, KN_OP_SHR, bin(b, KN_OP_MUL, t, recip, "pk_tm"), c20, "pk_entries");
 }
 
 kn_value *kn_paged_page(kn_builder *b, const kn_paged_kv *pg, kn_value *index) {

@@ -231,9 +231,11 @@ expect dump-decode-in-page 0 'kernel @attn_decode_in_page\(.*BLOCK_M = 16, BLOCK
   "$kiln" dump --stage ir --decode --paged 64 --decode-read in_page --head-dim 128 --target sm_90a
 expect dump-decode-gather 0 'kernel @attn_decode_gather\(.*BLOCK_M = 16, BLOCK_N = 32,.* WARPS = 1' -- \
   "$kiln" dump --stage ir --decode --paged 16 --decode-read gather --head-dim 128 --target sm_90a
+expect dump-decode-pages 0 'kernel @attn_decode_pages\(.*BLOCK_M = 16, BLOCK_N = 64,.* WARPS = 1' -- \
+  "$kiln" dump --stage ir --decode --paged 16 --decode-read pages --head-dim 128 --target sm_90a
 expect dump-decode-any 0 'kernel @attn_decode\(' -- \
   "$kiln" dump --stage ir --decode --paged 16 --decode-read any --head-dim 128 --target sm_90a
-expect bad-decode-read 2 "--decode-read expects any, in_page or gather, got 'both'" -- \
+expect bad-decode-read 2 "--decode-read expects any, in_page, gather or pages, got 'both'" -- \
   "$kiln" compile --target sm_90a --decode --paged 16 --decode-read both
 expect decode-read-dense 2 '--decode-read picks a paged split kernel: it needs --decode and --paged' -- \
   "$kiln" compile --target sm_90a --decode --decode-read gather
@@ -243,6 +245,8 @@ if command -v ptxas >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/ptxas ]; then
     "$kiln" compile --target sm_80 --head-dim 64 --causal -o "$tmp/a.ptx" --stats
   expect compile-sm90a-decode-in-page-stats 0 '^attn_decode_in_page sm_90a: [0-9]+ registers, spill stores 0 B' -- \
     "$kiln" compile --target sm_90a --decode --paged 256 --decode-read in_page --head-dim 128 -o "$tmp/dip.ptx" --stats
+  expect compile-sm90a-decode-pages-stats 0 '^attn_decode_pages sm_90a: [0-9]+ registers, spill stores 0 B' -- \
+    "$kiln" compile --target sm_90a --decode --paged 16 --decode-read pages --head-dim 128 -o "$tmp/dpg.ptx" --stats
 else
   echo "SKIP compile-sm80-stats (no ptxas)"
 fi

@@ -1469,7 +1469,9 @@ static int run_backward(cli_options *o) {
    * kiln_prepare_backward does) */
   const kn_arch *barch = named ? named->arch : NULL;
   given_tiling(o, o->wgmma ? kn_attn_bwd_wgmma_config(barch, &o->attn)
-                           : kn_attn_bwd_default_config(barch, &o->attn));
+                  : o->mma_sync || o->block_m || o->block_n || o->warps
+                      ? kn_attn_bwd_sync_config(barch, &o->attn)
+                      : kn_attn_bwd_default_config(barch, &o->attn));
   if (o->wgmma && o->block_n && !o->warps) o->cfg.warps = o->cfg.block_n / 16;
   kn_diag d;
   if (kn_attn_bwd_check_on(named ? named->arch : NULL, &o->attn, &o->cfg, &d)) {
@@ -1486,7 +1488,7 @@ static int run_backward(cli_options *o) {
     int crc = api_context(o, tg, "run", &ctx);
     if (crc) return crc;
     kiln_status s;
-    bool blocks = o->block_m || o->block_n;
+    bool blocks = o->block_m || o->block_n || o->mma_sync;  /* --mma sync: its tiling, forced */
     kiln_prepare_options po = {.block_m = blocks ? o->cfg.block_m : 0,
                                .block_n = blocks ? o->cfg.block_n : 0, .warps = o->warps,
                                .wgmma = o->wgmma};

@@ -52,9 +52,9 @@ void cli_usage(FILE *f) {
         "  float64; interp, host, the -emu targets, sm_80, sm_90a, auto; docs/backward.md)\n"
         "  --decode (dump, compile: the split-KV decode kernel, attn_decode, at its decode\n"
         "  tiling; run and the API send calls of 1..16 query rows to it; docs/serving.md)\n"
-        "  --decode-read any|in_page|gather (--decode --paged: the split kernel of one read mode,\n"
-        "  attn_decode_in_page or attn_decode_gather at its own tiling, as the API builds them;\n"
-        "  default any: attn_decode, both loops)\n"
+        "  --decode-read any|in_page|gather|pages (--decode --paged: the split kernel of one\n"
+        "  read mode, attn_decode_in_page, attn_decode_gather or attn_decode_pages at its own\n"
+        "  tiling, as the API builds them; default any: attn_decode, both loops)\n"
         "  --dropout P (attention dropout, 0 <= P < 1: Philox 4x32-10 keyed by --seed)\n"
         "  --dropout-offset N (the generator's counter offset, default 0)\n"
         "  --check-bounds (run, host: check every load and store against the buffers;\n"
@@ -310,6 +310,7 @@ int cli_parse_options(int argc, char **argv, int first, cli_options *o, FILE *er
         return -1;
       }
       o->wgmma = !strcmp(v, "wgmma");
+      o->mma_sync = !o->wgmma;
       i++;
     } else if (!strcmp(a, "--kv-loads") && v) {
       if (strcmp(v, "buffer") && strcmp(v, "global")) {
@@ -346,11 +347,13 @@ int cli_parse_options(int argc, char **argv, int first, cli_options *o, FILE *er
     } else if (!strcmp(a, "--decode")) {
       o->decode = true;
     } else if (!strcmp(a, "--decode-read") && v) {
-      static const char *const reads[] = {"any", "in_page", "gather"};
+      /* kn_decode_read's order */
+      static const char *const reads[] = {"any", "in_page", "gather", "pages"};
       int r = 0;
-      while (r < 3 && strcmp(v, reads[r])) r++;
-      if (r == 3) {
-        fprintf(err, "kiln: error: --decode-read expects any, in_page or gather, got '%s'\n", v);
+      while (r < 4 && strcmp(v, reads[r])) r++;
+      if (r == 4) {
+        fprintf(err, "kiln: error: --decode-read expects any, in_page, gather or pages, got "
+                "'%s'\n", v);
         return -1;
       }
       o->decode_read = (kn_decode_read)r, o->decode_read_given = true;

@@ -32,11 +32,12 @@ typedef struct cli_options {
   kiln_attn_desc desc; /* what the options ask for, as the public API takes it */
   int block_m, block_n, warps, stages; /* the tiling asked for (0: not given) */
   bool wgmma;                           /* --mma wgmma */
+  bool mma_sync;                        /* --mma sync (the backward's default is wgmma on sm_90a) */
   bool global_kv;                       /* --kv-loads global: no off32 (AMDGPU) */
   bool backward;                        /* run: --backward (dQ, dK, dV; docs/backward.md) */
   bool decode;                          /* dump, compile: --decode (the split-KV decode kernel;
                                            run and the API choose it themselves) */
-  kn_decode_read decode_read;           /* --decode-read any|in_page|gather (--paged): which
+  kn_decode_read decode_read;           /* --decode-read any|in_page|gather|pages (--paged): which
                                            split kernel; KN_DECODE_READ_ANY, the versioned one */
   bool decode_read_given;
   struct {

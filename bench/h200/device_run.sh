@@ -43,7 +43,13 @@
 #                       step decode also runs `sdpa_anchor.py --decode` (FA2, cuDNN)
 #   step "pdecode"      kiln_decode_bench --paged --quick for each page size of
 #                       KILN_PDECODE_PAGES (default "16 256") and paged tiling of
-#                       KILN_PDECODE_TILINGS ("default 64x16:4 ...": KILN_DECODE_PAGED_TILING)
+#                       KILN_PDECODE_TILINGS ("default 64x16:4 ...": KILN_DECODE_PAGED_TILING),
+#                       the rows of KILN_BENCH_ROWS (e.g. "16x32768 1x4096"; unset: B 1 / 16 x
+#                       Nk 4k / 32k), each step at most KILN_PDECODE_TIMEOUT s (default 240); the
+#                       log names the split kernel each page size runs (in_page / pages / gather).
+#                       Pages of 16 against dense at B 16 x 32k and B 1 x 4k in ~2 minutes:
+#                       KILN_DEVICE_STEPS=pdecode KILN_PDECODE_PAGES=16 KILN_PDECODE_TILINGS=default
+#                       KILN_BENCH_ROWS="16x32768 1x4096"
 #   step "splits"       kiln_decode_bench --paged --quick per piece count of KILN_SPLITS_LIST
 #                       (KILN_BENCH_SPLITS; rows KILN_BENCH_ROWS) and page size of KILN_PDECODE_PAGES
 #   step "ncu"          Nsight Compute counters of the decode kernels (dense and paged, rows
@@ -271,6 +277,15 @@ if want wgmma; then
     else
       note "PASS  KILN_WGMMA_A_REGS=1 D64 64x64 w4 fails as expected (the old lowering)"
     fi
+    # the SASS of both lowerings (HGMMA operands), where the device has cuobjdump
+    if command -v cuobjdump >/dev/null 2>&1; then
+      for e in 0 1; do
+        KILN_WGMMA_A_REGS=$e "$bin/kiln" compile $r --head-dim 64 --block-m 64 --block-n 64 \
+          --warps 4 --causal --emit cubin -o "$work/wg$e.cubin" >>"$out/wgmma.log" 2>&1 &&
+          { echo "== SASS HGMMA, KILN_WGMMA_A_REGS=$e"; cuobjdump -sass "$work/wg$e.cubin" |
+            grep -E "HGMMA|WARPGROUP"; } >>"$out/wgmma.log" 2>&1
+      done
+    fi
     for t in "64 64 64 4" "64 128 64 8" "128 128 128 8" "128 64 128 4" "59 64 64 4" \
              "128 64 64 4" "64 64 128 4"; do
       set -- $t
@@ -366,10 +381,11 @@ if want pdecode; then
       for t in ${KILN_PDECODE_TILINGS:-default 64x16:4 16x16:1 32x16:2 16x32:1 32x32:2 16x64:1}; do
         tv=$t
         [ "$t" = default ] && tv=
-        step "kiln paged decode page $ps tiling $t" "$out/pdecode.log" 240 \
+        step "kiln paged decode page $ps tiling $t" "$out/pdecode.log" "${KILN_PDECODE_TIMEOUT:-240}" \
           env KILN_DECODE_PAGED_TILING="$tv" "$bin/kiln_decode_bench" --paged --quick \
           --page-size "$ps"
         echo "# page $ps tiling $t" >>"$summary"
+        grep -E "^# paged kernel" "$out/pdecode.log" | tail -n 1 >>"$summary"
         grep -E "^\| (1|16) \|" "$out/pdecode.log" | tail -n 4 >>"$summary"
       done
     done

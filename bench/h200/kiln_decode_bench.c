@@ -93,6 +93,32 @@ static kn_cuda_ptr dalloc(size_t n) {
   return p;
 }
 
+/* (b, e) the timed calls' device buffers, kept across the table's rows and calls: slot i is
+ * allocated again (the old one freed first) and filled with byte `fill` only when a call needs
+ * more than it holds, so a table allocates and fills each cache once per size it grows to
+ * instead of once per row and call (at B 16 x 32k a K / V cache is 1 GiB); kept_free at exit */
+enum { BUF_Q, BUF_O, BUF_L, BUF_T, BUF_S, BUF_K, BUF_V = BUF_K + 4, NBUFS = BUF_V + 4 };
+static struct { kn_cuda_ptr p; size_t n; } kept_bufs[NBUFS];
+static kn_cuda_ptr kept(int slot, size_t n, int fill) {
+  if (kept_bufs[slot].p && kept_bufs[slot].n >= n) return kept_bufs[slot].p;
+  if (kept_bufs[slot].p) kn_cuda_free(dev, kept_bufs[slot].p, NULL);
+  kept_bufs[slot].p = dalloc(n);
+  kept_bufs[slot].n = kept_bufs[slot].p ? n : 0;
+  kn_diag e;
+  if (kept_bufs[slot].p && fill >= 0 &&
+      kn_cuda_memset8(dev, kept_bufs[slot].p, (unsigned char)fill, n, &e)) {
+    fprintf(stderr, "cuda: %s\n", e.message);
+    kn_cuda_free(dev, kept_bufs[slot].p, NULL);
+    kept_bufs[slot].p = 0, kept_bufs[slot].n = 0;
+  }
+  return kept_bufs[slot].p;
+}
+static void kept_free(void) {
+  for (int i = 0; i < NBUFS; i++)
+    if (kept_bufs[i].p) kn_cuda_free(dev, kept_bufs[i].p, NULL);
+  memset(kept_bufs, 0, sizeof kept_bufs);
+}
+
 /* the test suite's fake libcuda (KILN_CUDA_LIBRARY, tests/unit/test_cuda.c) computes kiln's
  * kernels by their contracts but must be told the dtype, head dim and causal flag: a smoke run
  * of this bench without a GPU.  NULL on a real driver. */
@@ -237,13 +263,12 @@ static double timed(kiln_kernel *kern, int B, int nk, int splits, int repeats, b
   size_t kv = (size_t)B * HK * nk * D * 2, qo = (size_t)B * H * D * 2;
   int sets = 1;
   while (sets < 4 && kv * 2 * sets < ((size_t)256 << 20)) sets++;
-  kn_cuda_ptr k[4] = {0}, v[4] = {0}, q = dalloc(qo), o = dalloc(qo), l = dalloc((size_t)B * H * 4);
-  kn_diag e;
+  kn_cuda_ptr k[4] = {0}, v[4] = {0}, q = kept(BUF_Q, qo, 0x3c), o = kept(BUF_O, qo, -1),
+              l = kept(BUF_L, (size_t)B * H * 4, -1);
   double med = NAN;
-  bool ok = q && o && l && !kn_cuda_memset8(dev, q, 0x3c, qo, &e);
+  bool ok = q && o && l;
   for (int i = 0; i < sets && ok; i++)
-    ok = (k[i] = dalloc(kv)) && (v[i] = dalloc(kv)) && !kn_cuda_memset8(dev, k[i], 0x3b, kv, &e) &&
-         !kn_cuda_memset8(dev, v[i], 0x3a, kv, &e);
+    ok = (k[i] = kept(BUF_K + i, kv, 0x3b)) && (v[i] = kept(BUF_V + i, kv, 0x3a));
   if (!ok) {
     failures++;
     goto out;
@@ -261,13 +286,6 @@ static double timed(kiln_kernel *kern, int B, int nk, int splits, int repeats, b
 out:
   set_splits(0);
   unsetenv("KILN_DECODE");
-  for (int i = 0; i < 4; i++) {
-    if (k[i]) kn_cuda_free(dev, k[i], NULL);
-    if (v[i]) kn_cuda_free(dev, v[i], NULL);
-  }
-  kn_cuda_ptr bufs[] = {q, o, l};
-  for (int i = 0; i < 3; i++)
-    if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
   return med;
 }
 
@@ -400,16 +418,16 @@ static double timed_paged(kiln_kernel *kern, int B, int nk, int ps, int repeats)
   size_t kv = (size_t)np * ps * HK * D * 2, qo = (size_t)B * H * D * 2;
   int sets = 1;
   while (sets < 4 && kv * 2 * sets < ((size_t)256 << 20)) sets++;
-  kn_cuda_ptr k[4] = {0}, v[4] = {0}, q = dalloc(qo), o = dalloc(qo), l = dalloc((size_t)B * H * 4);
-  kn_cuda_ptr dt = dalloc((size_t)B * mp * 4), ds = dalloc((size_t)B * 4);
+  kn_cuda_ptr k[4] = {0}, v[4] = {0}, q = kept(BUF_Q, qo, 0x3c), o = kept(BUF_O, qo, -1),
+              l = kept(BUF_L, (size_t)B * H * 4, -1);
+  kn_cuda_ptr dt = kept(BUF_T, (size_t)B * mp * 4, -1), ds = kept(BUF_S, (size_t)B * 4, -1);
   kn_diag e;
   double med = NAN;
-  bool ok = q && o && l && dt && ds && !kn_cuda_memset8(dev, q, 0x3c, qo, &e) &&
+  bool ok = q && o && l && dt && ds &&
             !kn_cuda_copy_htod(dev, dt, table, (size_t)B * mp * 4, &e) &&
             !kn_cuda_copy_htod(dev, ds, lens, (size_t)B * 4, &e);
   for (int i = 0; i < sets && ok; i++)
-    ok = (k[i] = dalloc(kv)) && (v[i] = dalloc(kv)) && !kn_cuda_memset8(dev, k[i], 0x3b, kv, &e) &&
-         !kn_cuda_memset8(dev, v[i], 0x3a, kv, &e);
+    ok = (k[i] = kept(BUF_K + i, kv, 0x3b)) && (v[i] = kept(BUF_V + i, kv, 0x3a));
   if (!ok) {
     failures++;
     goto out;
@@ -437,13 +455,6 @@ static double timed_paged(kiln_kernel *kern, int B, int nk, int ps, int repeats)
 out:
   set_splits(0);
   fake_layout(false);
-  for (int i = 0; i < 4; i++) {
-    if (k[i]) kn_cuda_free(dev, k[i], NULL);
-    if (v[i]) kn_cuda_free(dev, v[i], NULL);
-  }
-  kn_cuda_ptr bufs[] = {q, o, l, dt, ds};
-  for (int i = 0; i < 5; i++)
-    if (bufs[i]) kn_cuda_free(dev, bufs[i], NULL);
   free(table);
   return med;
 }
@@ -453,9 +464,9 @@ static double tbs(int B, int nk, double ms) {
 }
 
 /* the number of pieces the API picks for (B, Nk) with the decode tiling of the dense kernel
- * (page 0) or of the paged split kernel that pages of `page` rows run (the in-page kernel where
- * page is a multiple of its BLOCK_N, else the gather kernel: each has its own tiling,
- * kn_attn_decode_read_config); block_n: KILN_DECODE_BLOCK_N's, 0 for the default;
+ * (page 0) or of the paged split kernel that pages of `page` rows run (kn_attn_decode_read_for:
+ * the in-page kernel where page is a multiple of its BLOCK_N, the pages kernel where it is one
+ * of 16, else the gather kernel: each has its own tiling, kn_attn_decode_read_config); block_n: KILN_DECODE_BLOCK_N's, 0 for the default;
  * KILN_BENCH_SPLITS's count where it is set */
 static int plan_splits_of(kiln_context *ctx, int B, int nk, int block_n, int page) {
   if (bench_splits()) return bench_splits();
@@ -463,8 +474,10 @@ static int plan_splits_of(kiln_context *ctx, int B, int nk, int block_n, int pag
   kiln_attn_desc pd = page ? paged_desc(0) : desc_of(0);
   api_desc_from_public(&pd, &d);
   kn_attn_config c = kn_attn_decode_read_config(ctx->target_arch, &d, KN_DECODE_READ_IN_PAGE);
-  if (page && page % c.block_n)
-    c = kn_attn_decode_read_config(ctx->target_arch, &d, KN_DECODE_READ_GATHER);
+  const kn_attn_config pc = kn_attn_decode_read_config(ctx->target_arch, &d, KN_DECODE_READ_PAGES);
+  const kn_decode_read r = page ? kn_attn_decode_read_for(page, c.block_n, pc.block_n)
+                                : KN_DECODE_READ_IN_PAGE;
+  if (r != KN_DECODE_READ_IN_PAGE) c = kn_attn_decode_read_config(ctx->target_arch, &d, r);
   if (block_n) c.block_n = block_n;
   kn_attn_problem p = {.batch = B, .heads = H, .kv_heads = HK, .seqlen_q = 1, .seqlen_k = nk};
   return kn_attn_decode_plan(&d, &c, &p, ctx->compute_units, 0).splits;
@@ -595,7 +608,9 @@ static bool fp8_check(kiln_context *ctx, kn_scalar fmt, kiln_dtype pfmt, bool pa
     kiln_status st = kiln_forward(kern, &a, NULL);
     if (st) fprintf(stderr, "kiln: %s\n", kiln_last_error());
     /* the route kiln_forward took: the split-KV decode kernels for 1..16 query rows */
-    route = api_decode_wanted(kern, &a) && (kern->decode[API_SPLIT] || kern->decode[API_SPLIT_IN_PAGE])
+    route = api_decode_wanted(kern, &a) && (kern->decode[API_SPLIT] ||
+                                            kern->decode[API_SPLIT_IN_PAGE] ||
+                                            kern->decode[API_SPLIT_PAGES])
                 ? "split-KV decode" : "prefill";
     if (!st && !kn_cuda_device_sync(dev, &e) && !kn_cuda_copy_dtoh(dev, o, dout, n_q * 2, &e) &&
         !kn_cuda_copy_dtoh(dev, lse, dl, n_l * 4, &e)) {
@@ -814,6 +829,20 @@ int main(int argc, char **argv) {
       for (int n = 0; n < nN; n++)
         row_ok[b][n] = row_ok[b][n] && check_paged(kp, 1, H, HK, 1, &Ns[n], page, 0,
                                     plan_splits_of(ctx, Bs[b], Ns[n], 0, page), 2000 + 10 * b + n);
+    {  /* the paged split kernel this page size runs (kn_attn_decode_read_for), its tiling */
+      kn_attn_desc pdd;
+      api_desc_from_public(&p0, &pdd);
+      const kn_attn_config ic = kn_attn_decode_read_config(ctx->target_arch, &pdd,
+                                                           KN_DECODE_READ_IN_PAGE),
+                           pc = kn_attn_decode_read_config(ctx->target_arch, &pdd,
+                                                           KN_DECODE_READ_PAGES);
+      const kn_decode_read r = kn_attn_decode_read_for(page, ic.block_n, pc.block_n);
+      const kn_attn_config c = kn_attn_decode_read_config(ctx->target_arch, &pdd, r);
+      const char *pt = getenv("KILN_DECODE_PAGED_TILING");
+      printf("# paged kernel for pages of %d: %s at %dx%d, %d warps%s%s\n", page,
+             kn_attn_decode_symbol(r), c.block_m, c.block_n, c.warps,
+             pt && *pt ? ", overridden by KILN_DECODE_PAGED_TILING=" : "", pt && *pt ? pt : "");
+    }
     printf("\n| B | Nk | page | dense pieces | dense ms | dense TB/s | paged pieces | paged ms | "
            "paged TB/s | paged / dense | dense host µs | paged host µs |\n"
            "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -888,6 +917,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
       }
   }
+  kept_free();
   kiln_context_destroy(ctx);
   if (sweep) {
     printf("\n| B | Nk | block_n | pieces | ms | TB/s |\n|---|---|---|---|---|---|\n");
@@ -916,6 +946,7 @@ int main(int argc, char **argv) {
     }
     unsetenv("KILN_DECODE_BLOCK_N");
   }
+  kept_free();
   kn_cuda_device_close(dev);
   printf("# failures: %d\n", failures);
   return failures ? 1 : 0;

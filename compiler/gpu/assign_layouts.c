@@ -404,6 +404,15 @@ static int add_conversion(pass *s, kn_op *op, int i, const kn_layout *want) {
     return 0;
   }
   c->kind = op->opc == KN_OP_DOT && i < 2 && !loop_invariant(v, op) ? KN_CONV_LAZY : KN_CONV_EAGER;
+  /* an eager conversion is made once, where its value is defined: another for the same
+   * operand of a dot of the same block reads its registers (Q against each K chunk of the
+   * decode pages loop; no other kernel has two such dots) */
+  for (int j = 0; j < p->nconv - 1 && c->kind == KN_CONV_EAGER && op->opc == KN_OP_DOT; j++) {
+    const kn_conversion *o = &p->conv[j];
+    if (o->value == v && o->kind == KN_CONV_EAGER && !o->same && o->user->opc == KN_OP_DOT &&
+        o->opnd == i && o->user->parent == op->parent && kn_layout_eq(o->dst, want))
+      c->same = j + 1;
+  }
   c->shared = kn_layout_shared_for(want, shape, elem_bytes(v));
   if (c->kind == KN_CONV_EAGER && c->shared.pad) {
     /* read once, all at once: no hoisted addresses to fear, so the XOR swizzle (no padding:
@@ -512,6 +521,30 @@ static int uses_of(pass *s, const kn_value *v) {
   return n;
 }
 
+/* AMDGPU: the layout of off32 load ld whose only reader is a dot's B operand, B's rows (k) not
+ * its contiguous dim (the forward's V block).  The dot reads B from LDS k-contiguous, kwidth
+ * elements per lane; the plain blocked layout gives each lane one row of each group of 8 columns,
+ * so staging wrote every element alone (ds_write_b16).  Each lane holding kwidth consecutive
+ * rows of its columns instead (spt[0] = kwidth, where the rows hold that many), stage_store
+ * writes kwidth rows of one column at once (gfx942 D128: 8 ds_write_b64 per lane for 32
+ * ds_write_b16).  NULL: the plain layout. */
+static const kn_layout *rows_for_b(pass *s, const kn_op *ld, const kn_layout *bl) {
+  const kn_value *v = ld->res[0];
+  if (s->p->arch->isa != KN_ISA_AMDGPU || !(ld->iattr[1] & KN_MEM_OFF32) || v->type.rank != 2 ||
+      bl->kind != KN_LAYOUT_BLOCKED || bl->order[0] != 1 || !s->shape || uses_of(s, v) != 1)
+    return NULL;
+  bool b_only = false;
+  for (int i = 0; i < s->nops; i++)
+    b_only |= s->ops[i]->opc == KN_OP_DOT && s->ops[i]->opnd[1] == v;
+  kn_layout l = *bl;
+  /* whole kwidth runs only: at D 64 the rows allow 2 (8 ds_write_b32 for 16 ds_write_b16),
+   * 587.1 llvm-mca cycles for 583.1 */
+  int sp = kn_layout_dot(s->shape, s->p->warps, 1).kwidth;
+  if (!b_only || sp < 2 || v->type.shape[0] % (sp * l.tpw[0] * l.wpp[0])) return NULL;
+  l.spt[0] = (uint8_t)sp;
+  return intern(s, l);
+}
+
 /* can conversion c (a lazy ldmatrix operand) be filled by cp.async straight from a row gather
  * (gather.c): one address per 16-byte vector along the shared layout's contiguous dim, a mask
  * that is the same across each vector (a dead vector is zero-filled), no `other` but 0? */
@@ -602,7 +635,8 @@ static int invariant_regs(pass *s, const kn_conversion *c) {
 static int invariant_regs_of_loop(pass *s, const kn_conversion *c) {
   int n = 0;
   for (int i = 0; i < s->p->nconv; i++)
-    if (loop_of(s->p->conv[i].user) == loop_of(c->user)) n += invariant_regs(s, &s->p->conv[i]);
+    if (loop_of(s->p->conv[i].user) == loop_of(c->user) && !s->p->conv[i].same)
+      n += invariant_regs(s, &s->p->conv[i]);
   return n;
 }
 
@@ -642,6 +676,11 @@ static void nv_plan_staging(pass *s) {
     kn_conversion *c = &p->conv[i];
     if (c->kind == KN_CONV_FREE || c->user->opc != KN_OP_DOT || c->opnd > 1) continue;
     if (kn_scalar_size(c->value->type.elem) != 2) continue;
+    if (c->same) {
+      /* registers shared while the first stays in registers; staged once, each its own */
+      if (p->conv[c->same - 1].kind == KN_CONV_EAGER) continue;
+      c->same = 0;
+    }
     kn_op *loop = loop_of(c->user);
     int shape[2] = {c->value->type.shape[0], c->value->type.shape[1]};
     if (wgmma && c->opnd == 0 && once_of[i]) {
@@ -721,20 +760,36 @@ static void nv_plan_staging(pass *s) {
         idx[j] = idx[j - 1];
         idx[j - 1] = t;
       }
-    /* the others issued at the first dot: their addresses known by then; the first one
-     * iteration ahead where its addresses can be recomputed for the next (head_ok), else at
-     * its own dot (LEAD) */
-    bool early = n >= 2;
-    for (int j = 1; j < n && early; j++)
-      early = operands_before(s, &p->conv[idx[j]], body, user_pos(p, &p->conv[idx[0]]));
-    bool pipelined = early && head_ok(p, &p->conv[idx[0]], body, user_pos(p, &p->conv[idx[n - 1]]));
+    /* the heads: the first dot's operand, and those of the dots after it that read the same
+     * other operand (the K chunks of a block against Q), while one operand is left to be
+     * early.  The others issued at the first dot: their addresses known by then; the heads one
+     * iteration ahead where their addresses can be recomputed for the next (head_ok), else one
+     * head at its own dot (LEAD) */
+    if (n == 0) continue;
+    int nh = 1;
+    while (nh < n - 1 && p->conv[idx[nh]].opnd == p->conv[idx[0]].opnd &&
+           p->conv[idx[nh]].user->opnd[1 - p->conv[idx[0]].opnd] ==
+               p->conv[idx[0]].user->opnd[1 - p->conv[idx[0]].opnd])
+      nh++;
+    bool early, pipelined;
+    for (;;) {
+      early = n > nh;
+      for (int j = nh; j < n && early; j++)
+        early = operands_before(s, &p->conv[idx[j]], body, user_pos(p, &p->conv[idx[0]]));
+      pipelined = early;
+      for (int j = 0; j < nh && pipelined; j++)
+        pipelined = head_ok(p, &p->conv[idx[j]], body, user_pos(p, &p->conv[idx[n - 1]]));
+      if (pipelined || nh == 1) break;
+      nh = 1;
+    }
     for (int j = 0; j < n; j++) {
       kn_conversion *c = &p->conv[idx[j]];
       c->loop = loop;
       c->stage = !early ? KN_STAGE_ASYNC_AT_DOT
-                 : j ? KN_STAGE_ASYNC_EARLY
+                 : j >= nh ? KN_STAGE_ASYNC_EARLY
                  : pipelined ? KN_STAGE_ASYNC_HEAD : KN_STAGE_ASYNC_LEAD;
       c->issue_head = pipelined && j == n - 1;
+      c->follow = nh > 1 && j != 0 && j != nh;
     }
   }
   free(once_of);
@@ -765,8 +820,10 @@ int kn_assign_layouts(kn_func *k, const kn_arch *arch, kn_layout_plan *p, kn_dia
   for (int i = 0; i < s.nops; i++) {
     kn_op *op = s.ops[i];
     if (op->opc == KN_OP_DOT) p->lay[op->res[0]->id] = s.mma;
-    if (op->opc == KN_OP_LOAD && is_tile(op->res[0]))
-      p->lay[op->res[0]->id] = blocked_for(&s, op->res[0], contiguous_dim(op));
+    if (op->opc == KN_OP_LOAD && is_tile(op->res[0])) {
+      const kn_layout *bl = blocked_for(&s, op->res[0], contiguous_dim(op)), *rb = rows_for_b(&s, op, bl);
+      p->lay[op->res[0]->id] = rb ? rb : bl;
+    }
     int gax = kn_gpu_gather_axis(op);  /* a row gather is laid out as a load (gather.c) */
     if (gax >= 0) p->lay[op->res[0]->id] = blocked_for(&s, op->res[0], gax);
   }

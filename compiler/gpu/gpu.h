@@ -50,7 +50,9 @@ typedef enum kn_conv_kind {
  * the first streamed dot, overlapping it (FlashAttention 2's schedule).  Where the head's
  * addresses cannot be recomputed for the next iteration (ASYNC_LEAD), all are issued at the
  * first streamed dot, which waits for its own copies only.  Each streamed buffer lives across
- * the whole loop. */
+ * the whole loop.  Where the first streamed dots all read one other operand (a KV block read as
+ * chunks, each chunk's K^T against Q: templates/attn_decode.c's pages loop) they are all heads,
+ * issued together one iteration ahead. */
 typedef enum kn_stage_kind {
   KN_STAGE_AT_DOT = 0,    /* registers -> shared at the dot (barrier, stores, barrier) */
   KN_STAGE_ONCE,          /* loop-invariant operand: registers -> shared once, right after
@@ -81,7 +83,14 @@ typedef struct kn_conversion {
   kn_stage_kind stage;
   kn_op *loop;            /* ONCE / ASYNC_*: the `for` whose iterations read the buffer */
   bool issue_head;        /* ASYNC_EARLY: this dot is the loop's last streamed one, where the
-                           * head's copy for the next iteration is issued */
+                           * heads' copies for the next iteration are issued */
+  bool follow;            /* ASYNC_HEAD / ASYNC_EARLY of a loop with several heads: not the
+                           * first of its kind, its copy landed with the first's (that dot
+                           * waited for its group), so its dot waits for nothing */
+  int same;               /* eager: 1 + the index of an earlier eager conversion of the same
+                           * value to the same layout, whose registers this one reads (one
+                           * conversion per value and layout: Q against several K chunks);
+                           * 0: its own */
 } kn_conversion;
 
 typedef struct kn_lds_buffer {

@@ -69,6 +69,7 @@
 
 #include "lower_gpu_internal.h"
 #include "op_cases.h"
+#include "op_cases.h"
 
 static int fail(G *g, const kn_op *op, const char *fmt, const char *what) {
   if (!g->failed) {
@@ -305,27 +306,61 @@ static void proxy_fence(G *g, const kn_conversion *c) {
   if (c->desc) nv_asm(g, g->vd, "fence.proxy.async.shared::cta;", "", NULL, 0);
 }
 
+/* the widest v <= maxvec for which map m's registers form groups of v elements consecutive
+ * along dim at the same other coordinate, group starts a multiple of v along dim and lane and
+ * warp steps multiples of v, wherever the registers lie (grp[k * v + i]: element i of group k);
+ * 1 when none (grp: the registers in order) */
+static int strided_vec(const kn_lmap *m, int dim, int maxvec, int *grp) {
+  for (int v = maxvec; v > 1; v /= 2) {
+    bool ok = m->nregs % v == 0;
+    for (int b = 0; b < m->lane_bits && ok; b++) ok = m->lane[b][dim] % v == 0;
+    for (int b = 0; b < m->warp_bits && ok; b++) ok = m->warp[b][dim] % v == 0;
+    int n = 0;
+    for (int r = 0; r < m->nregs && ok; r++) {
+      if (m->reg[r][dim] % v) continue;
+      for (int i = 0; i < v && ok; i++) {
+        int h = -1;
+        for (int q = 0; q < m->nregs && h < 0; q++)
+          if (m->reg[q][dim] == m->reg[r][dim] + i && m->reg[q][1 - dim] == m->reg[r][1 - dim]) h = q;
+        ok = h >= 0;
+        grp[n++] = h;
+      }
+    }
+    if (ok && n == m->nregs) return v;
+  }
+  for (int r = 0; r < m->nregs; r++) grp[r] = r;
+  return 1;
+}
+
 /* barrier; store every register of the value at its swizzled offset (from the threads holding
- * the first copy of each element); barrier */
+ * the first copy of each element); barrier.  Groups of registers consecutive along the layout's
+ * inner dim are one vector store; on AMDGPU (64 lanes) also when they are not consecutive
+ * registers (a lane holding several rows of a k-contiguous dot operand, rows_for_b) */
 static void stage_store(G *g, const kn_conversion *c) {
   const kn_lmap *m = vmap(g, c->value);
   LLVMValueRef *src = g->tv[c->value->id];
   int shape[2] = {m->shape[0], m->shape[1]};
   LLVMTypeRef et = sty(g, c->value->type.elem);
+  int *grp = malloc(sizeof(int) * (size_t)(m->nregs ? m->nregs : 1));
+  KN_ASSERT(grp);
   int v = kn_lmap_vec(m, c->shared.order[0], c->shared.vec);
+  for (int r = 0; r < m->nregs; r++) grp[r] = r;
+  if (m->lanes == 64 && v < c->shared.vec) v = strided_vec(m, c->shared.order[0], c->shared.vec, grp);
   barrier(g);
   guard own = guard_open(g, first_copy(g, m), "stage.own");
-  for (int r = 0; r < m->nregs; r += v) {
+  for (int k = 0; k < m->nregs; k += v) {
+    int r = grp[k];
     LLVMValueRef x;
     if (v == 1) {
       x = src[r];
     } else {
       x = LLVMGetUndef(vec_ty(et, v));
-      for (int e = 0; e < v; e++) x = LLVMBuildInsertElement(g->B, x, src[r + e], ci32(g, e), "");
+      for (int e = 0; e < v; e++) x = LLVMBuildInsertElement(g->B, x, src[grp[k + e]], ci32(g, e), "");
     }
     LLVMValueRef st = LLVMBuildStore(g->B, x, shared_reg_ptr(g, c, m, r, shape));
     LLVMSetAlignment(st, (unsigned)(v * (int)kn_scalar_size(c->value->type.elem)));
   }
+  free(grp);
   guard_close(g, &own);
   proxy_fence(g, c);
   if (!(kn_gpu_test_breaks & KN_GPU_BREAK_STAGING_BARRIER)) barrier(g);
@@ -360,7 +395,7 @@ static void materialize(G *g, const kn_value *v) {
       stage_store(g, c);  /* the loop's dots read their fragments from it */
       continue;
     }
-    if (c->value != v || c->kind != KN_CONV_EAGER) continue;
+    if (c->value != v || c->kind != KN_CONV_EAGER || c->same) continue;
     kn_lmap dm;
     if (eval_dst(g, c, &dm)) {
       g->failed = 1;
@@ -379,7 +414,7 @@ static LLVMValueRef *opnd_regs(G *g, const kn_op *op, int i) {
   const kn_value *v = op->opnd[i];
   const kn_conversion *c = kn_plan_conversion(g->p, op, i);
   if (!c) return g->tv[v->id];
-  int ci = (int)(c - g->p->conv);
+  int ci = c->same ? c->same - 1 : (int)(c - g->p->conv);
   if (g->conv_regs[ci]) return g->conv_regs[ci];
   if (c->kind == KN_CONV_LAZY) return NULL;
   if (v->def && (v->def->opc == KN_OP_CONST || v->def->opc == KN_OP_SPLAT)) {
@@ -1482,6 +1517,73 @@ static void remat(G *g, kn_value *v, LLVMValueRef iv, sv_saved *saved, int *ns) 
   }
 }
 
+/* ---- reading a block one iteration ahead (AMDGPU, off32) ----
+ *
+ * A loop's first off32 tile load at the top level of its body (the forward's K block) is read
+ * one iteration ahead into registers: the prologue loads the first iteration's, the body's load
+ * stands for phis of them, and after the dot that reads them (lower_dot; else at the end of the
+ * body) the next iteration's are loaded at iv + step, in flight while the rest of this iteration
+ * computes.  A buffer load never faults (a dead element reads 0 at the resource's end, a live
+ * one lies in its slab by the clause), so the read past the last iteration needs no guard. */
+
+/* can scalar v be recomputed at another induction value: defined outside the body, the
+ * induction variable, or scalar arithmetic of the body's top level on such values */
+static bool ahead_ok(const kn_value *v, const kn_block *body, int depth) {
+  if (v == body->args[0] || !in_block(v, body)) return true;
+  const kn_op *d = v->def;
+  if (depth > 24 || !d || d->parent != body || d->nres != 1 || v->type.kind == KN_TY_TILE)
+    return false;
+  switch (d->opc) {
+  KN_CASES_BINARY
+  KN_CASES_UNARY
+  case KN_OP_CAST: case KN_OP_MULTIPLE_OF: case KN_OP_MAX_CONTIGUOUS: case KN_OP_CMP:
+  case KN_OP_SELECT: case KN_OP_PTRADD: case KN_OP_CONST:
+    break;
+  default: return false;
+  }
+  for (int i = 0; i < d->nopnd; i++)
+    if (!ahead_ok(d->opnd[i], body, depth + 1)) return false;
+  return true;
+}
+
+/* the load of body read one iteration ahead, or NULL */
+static kn_op *ahead_load(G *g, const kn_block *body) {
+  if (!g->ops->buffer_load) return NULL;
+  for (kn_op *op = body->first; op; op = op->next) {
+    if (op->opc != KN_OP_LOAD || op->res[0]->type.kind != KN_TY_TILE ||
+        !(op->iattr[1] & KN_MEM_OFF32) || op->res[0]->type.elem == KN_I1 ||
+        async_staged(g, op->res[0]))
+      continue;
+    for (int i = 0; i < op->nopnd; i++)
+      if (!ahead_ok(op->opnd[i], body, 0)) return NULL;
+    return op;
+  }
+  return NULL;
+}
+
+/* the registers of load ld at induction value iv (its scalar operands recomputed there) */
+static LLVMValueRef *load_at(G *g, kn_op *ld, LLVMValueRef iv) {
+  sv_saved saved[REMAT_MAX];
+  int ns = 0;
+  for (int i = 0; i < ld->nopnd; i++) remat(g, ld->opnd[i], iv, saved, &ns);
+  kn_value *res = ld->res[0];
+  LLVMValueRef *keep = g->tv[res->id];
+  lower_load(g, ld);
+  LLVMValueRef *r = g->tv[res->id];
+  g->tv[res->id] = keep;
+  while (ns > 0) {
+    ns--;
+    g->sv[saved[ns].id] = saved[ns].old;
+  }
+  return r;
+}
+
+/* the next iteration's registers of the loop's read-ahead load, once */
+static void load_ahead(G *g) {
+  if (g->pf_load && !g->pf_next)
+    g->pf_next = load_at(g, g->pf_load, LLVMBuildAdd(g->B, g->loop_iv, g->loop_step, ""));
+}
+
 /* cp.async.cg 16-byte copies of conversion c's load straight into its shared layout, at
  * induction value iv (NULL: the current iteration's values).  Each thread copies the 16-byte
  * chunks its blocked layout would have loaded; a chunk past the load's bounds is zero-filled
@@ -1594,11 +1696,15 @@ static void issue_early(G *g, const kn_op *loop) {
   cp_commit(g);
 }
 
-static const kn_conversion *loop_head(G *g, const kn_op *loop) {
+/* issues the copies of loop's heads for induction value iv (not committed); false: it has none */
+static bool issue_heads(G *g, const kn_op *loop, LLVMValueRef iv) {
+  bool any = false;
   for (int i = 0; i < g->p->nconv; i++)
-    if (g->p->conv[i].stage == KN_STAGE_ASYNC_HEAD && g->p->conv[i].loop == loop)
-      return &g->p->conv[i];
-  return NULL;
+    if (g->p->conv[i].stage == KN_STAGE_ASYNC_HEAD && g->p->conv[i].loop == loop) {
+      if (iv) issue_copies(g, &g->p->conv[i], iv);
+      any = true;
+    }
+  return any;
 }
 
 /* what a dot does before reading operand c from shared memory (gpu.h, kn_stage_kind) */
@@ -1615,6 +1721,7 @@ static void stage_for_dot(G *g, const kn_conversion *c) {
     barrier(g);                 /* every thread's copies have landed */
     break;
   case KN_STAGE_ASYNC_HEAD:
+    if (c->follow) break;  /* landed with the first head's */
     /* this iteration's copy (issued one iteration ahead) has landed for every thread, and
      * every thread is past the last streamed dot of the previous iteration: the other
      * streamed buffers may be refilled now, overlapping this dot */
@@ -1635,18 +1742,19 @@ static void stage_for_dot(G *g, const kn_conversion *c) {
     barrier(g);
     break;
   case KN_STAGE_ASYNC_EARLY:
-    cp_wait_all(g);
-    proxy_fence(g, c);
-    barrier(g);                 /* its copies landed; the head's buffer is read by no one */
+    if (!c->follow) {           /* else landed with the first early one's, past its barrier */
+      cp_wait_all(g);
+      proxy_fence(g, c);
+      barrier(g);               /* its copies landed; the heads' buffers are read by no one */
+    }
     if (c->issue_head) {
-      const kn_conversion *h = loop_head(g, c->loop);
-      KN_ASSERT(h && g->loop_iv);
+      KN_ASSERT(issue_heads(g, c->loop, NULL) && g->loop_iv);
       LLVMValueRef next = LLVMBuildAdd(g->B, g->loop_iv, g->loop_step, "");
       LLVMBasicBlockRef yes = LLVMAppendBasicBlockInContext(g->C, g->fn, "prefetch");
       LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(g->C, g->fn, "prefetch.join");
       LLVMBuildCondBr(g->B, LLVMBuildICmp(g->B, LLVMIntSLT, next, g->loop_hi, ""), yes, join);
       LLVMPositionBuilderAtEnd(g->B, yes);
-      issue_copies(g, h, next);
+      issue_heads(g, c->loop, next);
       LLVMBuildBr(g->B, join);
       LLVMPositionBuilderAtEnd(g->B, join);
       cp_commit(g);
@@ -1964,6 +2072,14 @@ static int lower_dot(G *g, kn_op *op) {
     }
   kn_lmap_free(&ma);
   kn_lmap_free(&mb);
+  /* the read-ahead load's next registers after the dot that reads this iteration's (issued
+   * after its matrix instructions: 867.9 llvm-mca cycles at gfx942 D128, 904.6 when issued
+   * between the staging and the dot, 873.9 at the end of the body) */
+  if (g->pf_load)
+    for (int i = 0; i < 2; i++) {
+      const kn_conversion *c = kn_plan_conversion(g->p, op, i);
+      if (c && c->value == g->pf_load->res[0]) load_ahead(g);
+    }
   if (rc) return unsupported(g, op, "this dot (no matrix instruction for it)");
   return 0;
 }
@@ -2050,9 +2166,13 @@ static int lower_for(G *g, kn_op *op) {
   kn_block *o_body = g->loop_body;
   LLVMValueRef o_iv = g->loop_iv, o_step = g->loop_step, o_hi = g->loop_hi;
   g->loop_body = body;
+  kn_op *o_pf = g->pf_load;
+  LLVMValueRef *o_pf_phi = g->pf_phi, *o_pf_next = g->pf_next, *pf_init = NULL;
+  g->pf_load = ahead_load(g, body);
+  g->pf_phi = g->pf_next = NULL;
+  if (g->pf_load) pf_init = load_at(g, g->pf_load, lo);  /* the first iteration's, ahead */
   LLVMBasicBlockRef into = pre;  /* the loop's predecessor on entry */
-  const kn_conversion *head = loop_head(g, op);
-  if (head) {
+  if (issue_heads(g, op, NULL)) {
     /* prologue: the first iteration's copy of the head stream.  The barrier first: buffers
      * staged before the loop (Q) may share its bytes, and other threads may still read them. */
     into = LLVMAppendBasicBlockInContext(g->C, g->fn, "for.prologue");
@@ -2060,7 +2180,7 @@ static int lower_for(G *g, kn_op *op) {
     LLVMPositionBuilderAtEnd(g->B, into);
     barrier(g);
     g->remat_init = true;
-    issue_copies(g, head, lo);
+    issue_heads(g, op, lo);
     g->remat_init = false;
     cp_commit(g);
     into = LLVMGetInsertBlock(g->B);
@@ -2072,6 +2192,12 @@ static int lower_for(G *g, kn_op *op) {
   LLVMValueRef iv = LLVMBuildPhi(g->B, it, "iv");
   g->sv[body->args[0]->id] = iv;
   g->loop_iv = iv, g->loop_step = step, g->loop_hi = hi;
+  int npf = g->pf_load ? nregs_of(g, g->pf_load->res[0]) : 0;
+  if (npf) {
+    g->pf_phi = calloc((size_t)npf, sizeof(LLVMValueRef));
+    KN_ASSERT(g->pf_phi);
+    for (int r = 0; r < npf; r++) g->pf_phi[r] = LLVMBuildPhi(g->B, LLVMTypeOf(pf_init[r]), "ahead");
+  }
   LLVMValueRef **phi = calloc((size_t)(n ? n : 1), sizeof *phi);
   KN_ASSERT(phi);
   for (int i = 0; i < n; i++) {
@@ -2088,8 +2214,14 @@ static int lower_for(G *g, kn_op *op) {
   kn_op *y = body->last;
   if (!rc && (!y || y->opc != KN_OP_YIELD)) rc = fail(g, op, "internal: %s", "for body without yield");
   if (!rc) {
+    load_ahead(g);  /* not issued at its dot */
     LLVMValueRef next = LLVMBuildAdd(g->B, iv, step, "");
     LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->B);
+    for (int r = 0; r < npf; r++) {
+      LLVMValueRef v2[2] = {pf_init[r], g->pf_next[r]};
+      LLVMBasicBlockRef b2[2] = {into, latch};
+      LLVMAddIncoming(g->pf_phi[r], v2, b2, 2);
+    }
     LLVMBuildCondBr(g->B, LLVMBuildICmp(g->B, LLVMIntSLT, next, hi, ""), loop, exit);
     LLVMValueRef vals[2] = {lo, next};
     LLVMBasicBlockRef bbs[2] = {into, latch}, xbbs[2] = {pre, latch};
@@ -2117,6 +2249,10 @@ static int lower_for(G *g, kn_op *op) {
   }
   g->loop_body = o_body;
   g->loop_iv = o_iv, g->loop_step = o_step, g->loop_hi = o_hi;
+  if (g->pf_load && g->tv[g->pf_load->res[0]->id] != g->pf_phi) free(g->pf_phi);
+  free(pf_init);
+  free(g->pf_next);
+  g->pf_load = o_pf, g->pf_phi = o_pf_phi, g->pf_next = o_pf_next;
   for (int i = 0; i < n; i++)
     if (body->args[i + 1]->type.kind != KN_TY_TILE) free(phi[i]);
   free(phi);
@@ -2265,7 +2401,12 @@ static int lower_op(G *g, kn_op *op) {
     g->sv[res->id] = LLVMBuildGEP2(g->B, sty(g, res->type.elem), g->sv[op->opnd[0]->id], &off, 1, "");
     return 0;
   }
-  case KN_OP_LOAD: return lower_load(g, op);
+  case KN_OP_LOAD:
+    if (op == g->pf_load) {  /* read one iteration ahead: this iteration's phis */
+      g->tv[res->id] = g->pf_phi;
+      return 0;
+    }
+    return lower_load(g, op);
   case KN_OP_STORE: return lower_store(g, op);
   case KN_OP_GATHER: return lower_gather(g, op);
   case KN_OP_DOT: return lower_dot(g, op);

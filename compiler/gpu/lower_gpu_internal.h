@@ -55,6 +55,11 @@ typedef struct G {
   bool remat_init;  /* remat for the loop's prologue: carried values are their inits */
   bool maxnum;      /* float max/min (and their reductions) as maxnum/minnum: MAXNUM = 1 */
   LLVMValueRef loop_iv, loop_step, loop_hi;
+  /* the innermost loop's K prefetch (lower_gpu.c, prefetch_load): the body's load read one
+   * iteration ahead, the phis standing for this iteration's registers, the next iteration's
+   * registers once issued (NULL before) */
+  kn_op *pf_load;
+  LLVMValueRef *pf_phi, *pf_next;
   LLVMTypeRef i1, i8, i16, i32, i64, f16, bf16, f32, vd, p1, p3;
 } G;
 

@@ -80,13 +80,13 @@ static void conv_range(const kn_layout_plan *p, const kn_conversion *c, int *fir
 
 int kn_plan_shared(kn_layout_plan *p, kn_diag *d) {
   int n = 0;
-  for (int i = 0; i < p->nconv; i++) n += p->conv[i].kind != KN_CONV_FREE;
+  for (int i = 0; i < p->nconv; i++) n += p->conv[i].kind != KN_CONV_FREE && !p->conv[i].same;
   p->buf = calloc((size_t)(n ? n : 1), sizeof *p->buf);
   KN_ASSERT(p->buf);
   p->nbuf = 0;
   for (int i = 0; i < p->nconv; i++) {
     kn_conversion *c = &p->conv[i];
-    if (c->kind == KN_CONV_FREE) continue;
+    if (c->kind == KN_CONV_FREE || c->same) continue;  /* same: the first's registers */
     kn_lds_buffer *b = &p->buf[p->nbuf];
     b->conv = i;
     int shape[2] = {c->value->type.shape[0], c->value->type.rank == 2 ? c->value->type.shape[1] : 1};
@@ -204,14 +204,17 @@ char *kn_layout_plan_format(const kn_layout_plan *p) {
     kn_layout_format(c->dst, lay, sizeof lay);
     put(&b, "convert %s -> %s (operand %d of %s at %d): %s", vname(c->value, name, sizeof name),
         lay, c->opnd, kn_opinfo_table[c->user->opc].name, p->pos[c->value->id], kinds[c->kind]);
-    if (c->kind != KN_CONV_FREE) {
+    if (c->same) {
+      put(&b, " as conversion %d (its registers)", c->same - 1);
+    } else if (c->kind != KN_CONV_FREE) {
       kn_layout_format(&c->shared, lay, sizeof lay);
       put(&b, " via lds[%d] %s", c->buffer, lay);
       static const char *stages[] = {"", ", staged once", ", cp.async at the dot",
                                      ", cp.async one iteration ahead", ", cp.async early",
                                      ", cp.async at the dot, with the loop's early ones"};
       if (c->ldsm || c->desc)
-        put(&b, ", %s%s", c->desc ? "wgmma descriptor" : "ldmatrix", stages[c->stage]);
+        put(&b, ", %s%s%s", c->desc ? "wgmma descriptor" : "ldmatrix", stages[c->stage],
+            c->follow ? " (with the first)" : "");
     }
     put(&b, "\n");
   }

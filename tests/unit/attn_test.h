@@ -161,6 +161,11 @@ static inline bool code_target(const char *name, const kn_arch **arch, const kn_
  * shows in o).  io[0..4] are q, k, v, o and lse as the caller allocated them (every access is
  * checked against them on the interpreter and the emulators).  Failures are cmocka failures
  * naming `what`; returns the plan's piece count. */
+/* the read mode of the split kernel run_decode_on_target built last, and whether its paged
+ * calls alternate the runtime's pick with the versioned kernel (1) or always take the pick (0) */
+static kn_decode_read test_decode_read_last = KN_DECODE_READ_ANY;
+static int test_decode_alternate = 1;
+
 static inline int run_decode_on_target(const char *target, const kn_attn_desc *d,
                                        const kn_attn_config *cfg, const kn_attn_problem *p,
                                        const kn_attn_vargs *va, int splits, const kn_region io[5],
@@ -172,13 +177,15 @@ static inline int run_decode_on_target(const char *target, const kn_attn_desc *d
   for (size_t i = 0; i < plan.ws_lse_bytes / 4; i++) ws_lse[i] = NAN;
   kn_diag diag;
   kn_module *ms = kn_module_new("<decode>"), *mc = kn_module_new("<combine>");
-  /* paged: every other call the kernel of the read mode the runtime picks for this page size
-   * (in-page where BLOCK_N divides it, else gather), the others the versioned kernel with both
-   * loops (the CLI's): both kinds run on every target's cases */
+  /* paged: every other call (every call without test_decode_alternate) the kernel of the read
+   * mode the runtime picks for this page size (kn_attn_decode_read_for: in-page where BLOCK_N
+   * divides it, pages where 16 does, else gather; here at one tiling), the others the
+   * versioned kernel with both loops (the CLI's): both kinds run on every target's cases */
   static int calls;
   kn_decode_read read = KN_DECODE_READ_ANY;
-  if (d->layout == KN_ATTN_PAGED && calls++ % 2)
-    read = p->page_size % cfg->block_n == 0 ? KN_DECODE_READ_IN_PAGE : KN_DECODE_READ_GATHER;
+  if (d->layout == KN_ATTN_PAGED && (!test_decode_alternate || calls++ % 2))
+    read = kn_attn_decode_read_for(p->page_size, cfg->block_n, cfg->block_n);
+  test_decode_read_last = read;
   kn_func *fs = kn_attn_decode_build(ms, d, cfg, read, &diag);
   if (!fs) fail_msg("%s: build: %s", what, diag.rendered);
   kn_func *fc = kn_attn_decode_combine_build(mc, d, &diag);

@@ -282,6 +282,14 @@ static void test_prepare_forward(void **state) {
   rm_dir(dir);
 }
 
+#define EXPECT(call, status, needle)                                                              \
+  do {                                                                                            \
+    kiln_status st_ = (call);                                                                     \
+    if (st_ != (status) || !strstr(kiln_last_error(), needle))                                    \
+      fail_msg("%s: status %d, message '%s' (expected %d and '%s')", #call, st_,                  \
+               kiln_last_error(), status, needle);                                                \
+  } while (0)
+
 static void test_errors(void **state) {
   (void)state;
   char *dir = fresh_dir();
@@ -305,6 +313,18 @@ static void test_errors(void **state) {
   a.kv_heads = 3;
   assert_int_equal(kiln_forward(k, &a, NULL), KILN_ERR_INVALID); /* has_lse, lse NULL */
   assert_non_null(strstr(kiln_last_error(), "lse"));
+  /* written buffers whose strides make elements share an address (fuzz_api: a zero head stride
+   * over 2^28 heads): refused before anything runs, naming the buffer */
+  float lse_buf[16];
+  a.lse = lse_buf;
+  a.o_stride[0] = 0, a.o_stride[1] = 0, a.o_stride[2] = 64; /* heads 0 apart */
+  EXPECT(kiln_forward(k, &a, NULL), KILN_ERR_INVALID, "o is written");
+  a.seqlen_q = 2, a.o_stride[1] = 64, a.o_stride[2] = 32;  /* rows half a row apart */
+  EXPECT(kiln_forward(k, &a, NULL), KILN_ERR_INVALID, "rows would overlap");
+  a.seqlen_q = 1, a.o_stride[1] = 0, a.o_stride[2] = 0;
+  a.lse_stride[0] = 3, a.lse_stride[1] = 0;                 /* every head's lse one address */
+  EXPECT(kiln_forward(k, &a, NULL), KILN_ERR_INVALID, "lse is written");
+  a.lse_stride[0] = 0;
   kiln_context_destroy(ctx);
   kiln_context_options o = {.device = "gfx1100", .no_cache = 1}; /* a chip kiln has no target for */
   assert_int_equal(kiln_context_create(&o, &ctx), KILN_ERR_UNSUPPORTED);
@@ -1012,13 +1032,6 @@ static void test_variant_errors(void **state) {
   char *dir = fresh_dir();
   kiln_context *ctx = make_ctx(dir, NULL, KILN_TUNE_NONE);
   kiln_kernel *k = NULL;
-#define EXPECT(call, status, needle)                                                              \
-  do {                                                                                            \
-    kiln_status st_ = (call);                                                                     \
-    if (st_ != (status) || !strstr(kiln_last_error(), needle))                                    \
-      fail_msg("%s: status %d, message '%s' (expected %d and '%s')", #call, st_,                  \
-               kiln_last_error(), status, needle);                                                \
-  } while (0)
   /* descriptors */
   kiln_attn_desc d = {.dtype = KILN_F16, .head_dim = 32, .causal = 3};
   EXPECT(kiln_prepare(ctx, &d, NULL, &k), KILN_ERR_INVALID, "causal 3");

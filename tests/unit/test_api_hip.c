@@ -119,14 +119,16 @@ static void twin_note(const kiln_kernel *k) {
   const kn_attn_config cc = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 1};
   kn_attn_sig sig;
   kn_diag e;
-  /* a dense descriptor's split kernel, or a paged one's two (in-page and gather) */
+  /* a dense descriptor's split kernel, or a paged one's three (in-page, gather, pages) */
   const bool paged = k->desc.layout == KN_ATTN_PAGED;
-  for (int read = paged; read <= (paged ? KN_DECODE_READ_GATHER : 0); read++) {
+  for (int read = paged; read <= (paged ? KN_DECODE_READ_PAGES : 0); read++) {
     kn_attn_config c = kn_attn_decode_read_config(arch, &k->desc, (kn_decode_read)read);
     if (kn_attn_decode_check(arch, &k->desc, &c, &e)) return;
     if (kn_attn_decode_signature(&k->desc, 0, &sig, &e) == 0)
-      twin_add_of(!paged ? API_DECODE : read == KN_DECODE_READ_IN_PAGE ? API_DECODE_IN_PAGE
-                                                                       : API_DECODE_GATHER,
+      twin_add_of(!paged                          ? API_DECODE
+                  : read == KN_DECODE_READ_IN_PAGE ? API_DECODE_IN_PAGE
+                  : read == KN_DECODE_READ_PAGES   ? API_DECODE_PAGES
+                                                   : API_DECODE_GATHER,
                   &k->desc, &c, &sig);
   }
   if (kn_attn_decode_signature(&k->desc, 1, &sig, &e) == 0)

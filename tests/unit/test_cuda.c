@@ -619,7 +619,8 @@ int cuModuleGetFunction(void **f, void *m, const char *name) {
   else if (strcmp(name, "attn_bwd_dkdv") == 0) *f = &fake_fns[5];
   else if (strcmp(name, "attn_bwd_dq") == 0) *f = &fake_fns[6];
   else if (strcmp(name, "attn_decode") == 0 || strcmp(name, "attn_decode_in_page") == 0 ||
-           strcmp(name, "attn_decode_gather") == 0)  /* the split kernel of any read mode */
+           strcmp(name, "attn_decode_gather") == 0 ||
+           strcmp(name, "attn_decode_pages") == 0)  /* the split kernel of any read mode */
     *f = &fake_fns[7];
   else if (strcmp(name, "attn_decode_combine") == 0) *f = &fake_fns[8];
   else if (strncmp(name, "attn_fwd", 8) == 0) *f = fake_described(name); /* AOT: attn_fwd_<name> */

@@ -18,8 +18,9 @@
  *    serving it with the prefill kernel, seqlen_q 17 the prefill kernel; kiln_tune_decode over
  *    block_n and pieces, its winner then checked against the reference, its refusals; four
  *    threads decoding through one kernel (one workspace) at once.
- * 5. Code: the default decode kernels compile for gfx90a / gfx942 without VGPR spills and for
- *    sm_80 / sm_90a (ptxas, when installed) without spills, at head dims 64 and 128.
+ * 5. Code: the default decode kernels (the paged ones of every read mode too) compile for
+ *    gfx90a / gfx942 without VGPR spills and for sm_80 / sm_90a (ptxas, when installed) without
+ *    spills, at head dims 64 and 128.
  *
  * KILN_TEST_SEED=<n> replays the random inputs; KILN_TEST_VERBOSE=1 prints each case;
  * KILN_TEST_FILTER=test_api* runs the tests whose names match.
@@ -337,6 +338,56 @@ static void test_paged_page_sizes(void **state) {
     }
   }
   printf("[ decode ] host paged page sizes: %d sizes, %.1f s\n", (int)(sizeof pss / sizeof pss[0]),
+         (double)(clock() - t0) / CLOCKS_PER_SEC);
+}
+
+/* the pages kernel (page sizes that are multiples of 16 but not of BLOCK_N: each block read as
+ * chunks of 16 keys, one table entry each) beside in-page and gather at one tiling, 16x64:
+ * page sizes 1 / 8 (gather), 16 / 32 / 48 (pages), 64 / 256 (in-page), GQA 8/2 and MQA 4/1,
+ * Nq 1 / 4 / 16, ragged lengths (empty, one key, next to page and block boundaries), shuffled
+ * pages and garbage tail entries, against float64; each call asserts the mode the runtime's
+ * pick gave.  On the host (f16 D 64), the interpreter (f32 D 24, shorter sequences: it checks
+ * every access) and gfx942-emu (bf16 D 64 at gfx942's pages tiling) */
+static void test_paged_chunks(void **state) {
+  (void)state;
+  static const int pss[] = {1, 8, 16, 32, 48, 64, 256};
+  static const int nqs[] = {1, 4, 16};
+  clock_t t0 = clock();
+  test_decode_alternate = 0;
+  int pages_runs = 0;
+  for (int tgt = 0; tgt < 3; tgt++) {
+    const char *target = tgt == 0 ? "host" : tgt == 1 ? NULL : "gfx942-emu";
+    for (int i = 0; i < (int)(sizeof pss / sizeof pss[0]); i++) {
+      if (tgt == 2 && i % 2 == 0 && pss[i] != 16) continue;  /* the emulator: fewer sizes */
+      const int ps = pss[i];
+      const bool mqa = (i + tgt) % 2;
+      dc_case c = {.name = "paged-chunks",
+                   .desc = {.dtype = tgt == 1 ? KN_F32 : tgt == 2 ? KN_BF16 : KN_F16,
+                            .head_dim = tgt == 1 ? 24 : 64, .has_lse = true, .causal = i % 3 == 1,
+                            .layout = KN_ATTN_PAGED}};
+      c.batch = 3, c.heads = mqa ? 4 : 8, c.kv_heads = mqa ? 1 : 2;
+      c.nq = nqs[(i + tgt) % 3], c.page_size = ps;
+      const int most = tgt == 0 ? 900 : 200;
+      c.len[0] = i % 2 ? 0 : 1, c.len[1] = 64 * (1 + i % 3) + (i % 2 ? -1 : 17);
+      c.len[2] = irand(1, most);
+      c.tail = 2, c.spare = 3, c.splits = i % 3 == 2 ? 3 : 0;
+      kn_attn_config cfg = {.block_m = 16, .block_n = 64, .warps = 1, .stages = 2};
+      if (tgt == 2)
+        cfg = kn_attn_decode_read_config(kn_emu_target("gfx942-emu")->arch, &c.desc,
+                                         KN_DECODE_READ_PAGES);
+      run_case(target, &c, &cfg);
+      const kn_decode_read want = ps % cfg.block_n == 0 ? KN_DECODE_READ_IN_PAGE
+                                  : ps % 16 == 0        ? KN_DECODE_READ_PAGES
+                                                        : KN_DECODE_READ_GATHER;
+      if (test_decode_read_last != want)
+        fail_msg("page size %d, block_n %d: read mode %d, not %d", ps, cfg.block_n,
+                 test_decode_read_last, want);
+      pages_runs += want == KN_DECODE_READ_PAGES;
+    }
+  }
+  test_decode_alternate = 1;
+  assert_true(pages_runs >= 7);
+  printf("[ decode ] paged chunks: %d pages-kernel runs, %.1f s\n", pages_runs,
          (double)(clock() - t0) / CLOCKS_PER_SEC);
 }
 
@@ -709,18 +760,20 @@ static void test_code(void **state) {
     }
     for (size_t i = 0; i < 2; i++)
       for (int causal = 0; causal < 3; causal++) {
-        /* causal 2: the paged split kernels the runtime launches, in-page and gather, each at
-         * its own tiling (not causal; their combine kernel is dense's) */
+        /* causal 2: the paged split kernels the runtime launches, in-page, gather and pages,
+         * each at its own tiling (not causal; their combine kernel is dense's) */
         const bool paged = causal == 2;
         kn_attn_desc d = {.dtype = KN_F16, .head_dim = dims[i], .has_lse = true,
                           .causal = causal == 1, .layout = paged ? KN_ATTN_PAGED : 0};
         kn_diag diag;
         /* reduced (KILN_TEST_REDUCED): 2 of the 6 (dim, layout) pairs of each target */
         if (!test_keep((int)(i * 3 + (size_t)causal + t), 3)) continue;
-        for (int which = 0; which < 2; which++) {
+        for (int which = 0; which < (paged ? 3 : 2); which++) {
           const bool comb = which && !paged;
-          const kn_decode_read read = !paged ? KN_DECODE_READ_ANY
-                                      : which ? KN_DECODE_READ_GATHER : KN_DECODE_READ_IN_PAGE;
+          const kn_decode_read read = !paged       ? KN_DECODE_READ_ANY
+                                      : which == 2 ? KN_DECODE_READ_PAGES
+                                      : which      ? KN_DECODE_READ_GATHER
+                                                   : KN_DECODE_READ_IN_PAGE;
           kn_attn_config c = comb ? (kn_attn_config){.block_m = 16, .block_n = 16, .warps = 1}
                                   : kn_attn_decode_read_config(tg->arch, &d, read);
           kn_module *m = kn_module_new("<code>");
@@ -754,7 +807,7 @@ int main(void) {
       cmocka_unit_test(test_host_gqa_32_8), cmocka_unit_test(test_emu),
       cmocka_unit_test(test_paged_interp), cmocka_unit_test(test_paged_host),
       cmocka_unit_test(test_paged_gqa_32_8), cmocka_unit_test(test_paged_emu),
-      cmocka_unit_test(test_paged_page_sizes),
+      cmocka_unit_test(test_paged_page_sizes), cmocka_unit_test(test_paged_chunks),
       cmocka_unit_test(test_api_host), cmocka_unit_test(test_api_threads),
       cmocka_unit_test(test_api_tune), cmocka_unit_test(test_api_tune_paged),
       cmocka_unit_test(test_code),
