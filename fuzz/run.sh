@@ -111,10 +111,13 @@ i=0
 for hex in 00 0100000010011111111111111111 ffffffff3f1f1f1f1f1f1f1f0101010101 \
            00400000012222222222010101010101 03c00000304444444444000000000000000000 \
            0000000110011111111111111111111111111111 0000000210011010111111111111111111 \
+           01000000021001ff10102311111111110000000041000010010711110011 \
            411501008a203840e68b1400000000101111c241 7a1111ffffffffff7fffff1170 \
            41150122222200162200005f00007f0000fd548a16150122222222005f4e160000007f41 \
            7a11110400e8b5080111000000000000ffffffffffffffffff7f7a0000000011617965ffffff11; do
-  # (the last two: a varlen kernel with a document tensor on CUDA and a sequence longer than
+  # (01000000021001ff...: a decode call of 2^28 heads with a zero head stride on o, which
+  # kiln_forward accepted and whose split workspace came to 18 GB (the 2026-12-03 long run's
+  # out-of-memory; written buffers must not overlap now); the last two: a varlen kernel with a document tensor on CUDA and a sequence longer than
   # max_seqlen_k, which read outside the segment ids before the kernel clamped each length into
   # max_seqlen (kiln_forward refused the call in between); a head dim
   # of INT_MAX, whose padding overflowed; then two of the first long campaign's finds: strides
@@ -131,6 +134,15 @@ for spec in 'block_m=16,32;block_n=16' 'max_tile_bytes=100000;block_m=64' 'warps
 done
 
 fails=0
+# fuzz_ir's mutator alone on edge-case texts (mutator_check.c: a crash there ends a campaign)
+if [[ " $targets " == *" fuzz_ir "* ]]; then
+  mflags=("${flags[@]/-fsanitize=fuzzer,address,undefined/-fsanitize=address,undefined}")
+  # shellcheck disable=SC2086
+  if ! "$cc" "${mflags[@]}" "$src/fuzz/mutator_check.c" "$src/fuzz/fuzz_ir.c" ${sources[fuzz_ir]} \
+       -lm -o "$out/mutator_check" || ! "$out/mutator_check"; then
+    echo "FAIL fuzz_ir: its mutator (mutator_check)"; fails=$((fails + 1))
+  fi
+fi
 for t in $targets; do
   # shellcheck disable=SC2086
   if ! "$cc" "${flags[@]}" ${extra[$t]:-} "$src/fuzz/$t.c" ${sources[$t]} ${libs[$t]} -o "$out/$t"; then
