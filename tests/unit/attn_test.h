@@ -24,6 +24,7 @@
 #include "interp.h"
 #include "pipeline.h"
 #include "ptxas.h"
+#include "reduced.h"
 #include "target.h"
 #include "test_mods.h"
 

@@ -26,6 +26,7 @@
 
 #include <cmocka.h>
 
+#include "reduced.h"
 #include "amdgpu.h"
 #include "attention.h"
 #include "gpu.h"
@@ -174,6 +175,8 @@ static void test_matrix(void **state) {
         for (int c = 0; c < 2; c++)
           for (int i = 0; i < 2; i++)
             for (int j = 0; j < 3; j++) {
+              /* reduced (KILN_TEST_REDUCED): every fifth of the 96, rotating through all */
+              if (!test_take(5)) continue;
               result r;
               void *co = NULL;
               size_t n = 0;
@@ -192,6 +195,7 @@ static void test_default_configs(void **state) {
     for (int t = 0; t < 2; t++)
       for (int hd = 64; hd <= 128; hd += 64)
         for (int c = 0; c < 2; c++) {
+          if (!test_take(3)) continue;   /* reduced: 6 of the 16, both chips and dtypes */
           result r;
           compile_one(archs[a], dts[t], hd, c, 0, 0, 0, &r, NULL, NULL);
           no_spills_at_all(&r);
@@ -259,6 +263,7 @@ static void test_mfma16(void **state) {
     for (int a = 0; a < 2; a++)
       for (int hd = 64; hd <= 128; hd += 64)
         for (int c = 0; c < 2; c++) {
+          if (!test_take(3)) continue;   /* reduced: 6 of the 16, both chips and dtypes */
           result r;
           void *co = NULL;
           size_t n = 0;

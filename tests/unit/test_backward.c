@@ -559,7 +559,9 @@ static void test_host(void **state) {
       V("varlen dropout 0.6 bf16 d59", 2, 2, 1, L(64, 31), L(77, 50), .dtype = KN_BF16,
         .head_dim = 59, .dropout = 0.6f),
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) kernel_case("host", &cases[i], NULL);
+  /* reduced (KILN_TEST_REDUCED): every second case, the tilings and the wgmma cases whole */
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    if (test_keep((int)i, 2)) kernel_case("host", &cases[i], NULL);
   /* other tilings: both kernels own block_n rows and step block_m (the dQ kernel's rows are
    * block_n), so non-square tilings check both; and the wgmma tilings of sm_90a as the host
    * runs their IR (the same IR: only the meta key WGMMA differs, which the host ignores) */
@@ -636,6 +638,8 @@ static void test_codegen(void **state) {
     if (!code_target(archs[a], &arch, &t)) continue;
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
       for (int vi = 0; vi < 5; vi++) {  /* plain, causal, causal with dropout; the last two varlen */
+        /* reduced (KILN_TEST_REDUCED): every third (arch, dim, variant), rotating through all */
+        if (!test_take(3)) continue;
         const int causal = vi > 0;
         kn_attn_desc d = {.dtype = KN_F16, .head_dim = dims[di], .causal = causal,
                           .dropout = vi == 2 || vi == 4 ? 0.17f : 0,

@@ -203,6 +203,8 @@ static void sweep_layout(const char *target, kn_scalar dt, int D, int nshapes, b
   const kn_target *t = target_named(target);
   for (int i = 0; i < n; i++)
     for (int s = 0; s < nshapes; s++) {
+      /* reduced (KILN_TEST_REDUCED): every third (variant, shape), rotating over the sweeps */
+      if (!test_take(3)) continue;
       dc_case c = cs[i];
       if (paged) {
         int w = (s + 2 * i) % NPSHAPES;
@@ -764,6 +766,8 @@ static void test_code(void **state) {
         kn_attn_desc d = {.dtype = KN_F16, .head_dim = dims[i], .has_lse = true,
                           .causal = causal == 1, .layout = paged ? KN_ATTN_PAGED : 0};
         kn_diag diag;
+        /* reduced (KILN_TEST_REDUCED): 2 of the 6 (dim, layout) pairs of each target */
+        if (!test_keep((int)(i * 3 + (size_t)causal + t), 3)) continue;
         for (int which = 0; which < (paged ? 3 : 2); which++) {
           const bool comb = which && !paged;
           const kn_decode_read read = !paged       ? KN_DECODE_READ_ANY

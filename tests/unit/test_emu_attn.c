@@ -36,6 +36,7 @@
 #include "layout.h"
 #include "numeric.h"
 #include "pipeline.h"
+#include "reduced.h"
 
 static bool verbose(void) {
   const char *e = getenv("KILN_TEST_VERBOSE");
@@ -184,6 +185,8 @@ static void matrix(const char *arch) {
                                   {128, 64, 4, 2, 16, false, false}};
         cfgs[0].off32 = true;
         for (int g = 0; g < 4; g++) {
+          /* reduced (KILN_TEST_REDUCED): every third kernel of the matrix, every shape of it */
+          if (!test_take(3)) continue;
           if (verbose())
             printf("  %s D%d %s causal=%d %dx%d w%d mfma=%d\n", arch, hds[h], kn_scalar_name(dts[a]),
                    c, cfgs[g].block_m, cfgs[g].block_n, cfgs[g].warps, cfgs[g].mfma);
@@ -192,6 +195,9 @@ static void matrix(const char *arch) {
             /* the 16x16x16 config skips (1000,1000): the ragged shapes are what can go wrong,
              * and the long one would add ~10 s */
             if (cfgs[g].mfma && lengths[s][0] == 1000) continue;
+            /* reduced: (1000,1000) neither, the costliest under ASan's emulator; (64,1000)
+             * keeps the long KV loop */
+            if (test_reduced() && lengths[s][0] == 1000) continue;
             /* GQA (2 query heads per kv head) on the short problems */
             bool small = lengths[s][0] * lengths[s][1] < 100000;
             outcome r;
@@ -230,6 +236,7 @@ static void test_nan_key(void **st) {
   for (int a = 0; a < 2; a++)
     for (int dt = 0; dt < 2; dt++)
       for (int causal = 0; causal < 2; causal++) {
+        if (!test_take(3)) continue;   /* reduced: 3 of the 8, both chips, dtypes and causal */
         const kn_target *t = kn_emu_target(arch[a]);
         assert_non_null(t);
         kn_attn_desc desc = {.dtype = dt ? KN_BF16 : KN_F16, .head_dim = 64, .causal = causal,
@@ -265,6 +272,7 @@ static void test_gfx950_emu(void **st) {
       kn_attn_config cfgs[3] = {kn_attn_default_config(kn_arch_get("gfx950"), &desc),
                                 {128, 64, 8, 2, 0, false, false}, {128, 64, 4, 2, 16, false, false}};
       for (int g = 0; g < 3; g++) {
+        if (!test_take(2)) continue;   /* reduced: every second kernel, each config once */
         kn_kernel *k = compile(t, "gfx950-emu", &desc, &cfgs[g]);
         for (int s = 0; s < 4; s++) {
           outcome r;
@@ -326,6 +334,7 @@ static void test_f32(void **st) {
         /* one config per case, alternating, so each chip, head dim and causal setting meets
          * both somewhere */
         int g = hd == 128 ? t : (t + c) % 2;
+        if (!test_take(2)) continue;   /* reduced: both chips, D 64 and 128, both configs */
         {
           const kn_target *tg = kn_emu_target(archs[t]);
           assert_non_null(tg);
@@ -366,6 +375,8 @@ static void test_head_dims(void **st) {
   };
   const int shapes[][2] = {{77, 130}, {130, 77}, {1, 1}, {17, 33}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    /* reduced: the odd cases (D 59, 40 f32, 512, 80 with 64x32 too, 80 f32, 512 bf16) */
+    if (!test_keep((int)i + 1, 2)) continue;
     const kn_target *t = kn_emu_target(cases[i].arch);
     assert_non_null(t);
     kn_attn_desc desc = {.dtype = cases[i].dt, .head_dim = cases[i].hd, .causal = cases[i].causal,
@@ -410,6 +421,7 @@ static void test_breaks_are_caught(void **st) {
   for (int b = 0; b < 3; b++)
     for (int a = 0; a < 2; a++)
       for (int c = 0; c < 2; c++) {
+        if (!test_keep(a + c, 2)) continue;   /* reduced: each break on both chips and dtypes */
         kn_attn_desc desc = {.dtype = dts[a], .head_dim = 64, .causal = c, .has_lse = true};
         kn_attn_config cfg = kn_attn_default_config(kn_arch_get("gfx942"), &desc);
         const char *arch = c ? "gfx90a-emu" : "gfx942-emu";
@@ -442,6 +454,7 @@ static void test_kiln_breaks_are_caught(void **st) {
   for (int b = 0; b < 2; b++)
     for (int c = 0; c < 2; c++)
       for (int s = 0; s < 2; s++) {
+        if (!test_keep(c + s, 2)) continue;   /* reduced: causal off and on, both shapes */
         kn_attn_desc desc = {.dtype = KN_F16, .head_dim = 64, .causal = c, .has_lse = true};
         kn_attn_config cfg = kn_attn_default_config(kn_arch_get("gfx942"), &desc);
         int nq = shapes[s][0], nk = shapes[s][1];

@@ -40,6 +40,7 @@
 #include "emu.h"
 #include "interp.h"
 #include "kiln.h"
+#include "reduced.h"
 #include "numeric.h"
 #include "pipeline.h"
 #include "ptxas.h"
@@ -371,6 +372,8 @@ static int decode_sweep(const char *target, kn_scalar dt, const kn_scalar *fmts,
   for (int fi = 0; fi < nf; fi++)
     for (int layout = 0; layout < 3; layout += 2)
       for (int si = 0; si < nshapes; si++) {
+        /* reduced (KILN_TEST_REDUCED): every second case of the nest, rotating */
+        if (!test_take(2)) continue;
         const bool pg = layout == KN_ATTN_PAGED;
         const int w = (si + fi) % 5, vi = (si + fi + layout) % nv;
         f8_case c = {.name = vs[vi].name, .no_q_descale = vs[vi].noqd, .tiny = vs[vi].tiny};
@@ -410,6 +413,8 @@ static int sweep(const char *target, kn_scalar dt, const kn_scalar *fmts, int nf
   for (int fi = 0; fi < nf; fi++)
     for (int layout = 0; layout < 3; layout++)
       for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; vi++) {
+        /* reduced (KILN_TEST_REDUCED): every second case of the nest, rotating */
+        if (!test_take(2)) continue;
         int s = (int)(fi + layout + vi) % 3;
         f8_case c = {.name = vs[vi].name, .batch = shapes[s].B, .heads = shapes[s].H,
                      .kv_heads = shapes[s].HK, .page_size = shapes[s].ps,

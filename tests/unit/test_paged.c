@@ -296,6 +296,8 @@ static void sweep(const char *target, kn_scalar dt, int D, int nshapes) {
   const kn_target *t = target_named(target);
   for (int i = 0; i < n; i++)
     for (int s = 0; s < nshapes; s++) {
+      /* reduced (KILN_TEST_REDUCED): every third (variant, shape), rotating over the sweeps */
+      if (!test_take(3)) continue;
       pg_case c = cs[i];
       shape_of(&c, s + i);
       kn_attn_config cfg = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 2};
@@ -588,6 +590,7 @@ static void test_code(void **state) {
       assert_non_null(t);
       if (t->arch->isa == KN_ISA_NVPTX && (!have_ptxas || dims[di] > 128)) continue;
       for (int i = 0; i < n; i++) {
+        if (!test_take(3)) continue;   /* reduced: every third, rotating over targets, dims */
         kn_attn_desc desc = cs[i].desc;
         desc.head_dim = dims[di];
         kn_attn_config cfg = kn_attn_default_config(t->arch, &desc);

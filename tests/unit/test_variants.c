@@ -325,6 +325,8 @@ static void sweep(const char *target, kn_scalar dt, int D, int nshapes) {
   clock_t t0 = clock();
   for (int i = 0; i < n; i++)
     for (int s = 0; s < nshapes; s++) {
+      /* reduced (KILN_TEST_REDUCED): every third (variant, shape), rotating over the sweeps */
+      if (!test_take(3)) continue;
       vcase c = cs[i];
       shape_of(&c, s + i);
       /* small blocks (ragged against every shape) and the default of the target */
@@ -522,6 +524,7 @@ static void test_defaults_no_spills(void **state) {
          * of D256 variants there is the speed issue's); not checked here */
         if (t->arch->isa == KN_ISA_NVPTX && dims[di] > 128) continue;
         if (!kn_attn_has_modifiers(&desc)) continue;
+        if (!test_take(3)) continue;   /* reduced: every third, rotating over targets, dims */
         kn_attn_config cfg = kn_attn_default_config(t->arch, &desc);
         kn_module *m = kn_module_new("<variant>");
         if (!kn_attn_fwd_build(m, &desc, &cfg, &d)) fail_msg("%s: %s", cs[i].name, d.message);

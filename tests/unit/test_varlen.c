@@ -282,6 +282,8 @@ static void sweep(const char *target, kn_scalar dt, int D, int nshapes, bool big
   const kn_target *t = target_named(target);
   for (int i = 0; i < n; i++)
     for (int s = 0; s < nshapes; s++) {
+      /* reduced (KILN_TEST_REDUCED): every third (variant, shape), rotating over the sweeps */
+      if (!test_take(3)) continue;
       vl_case c = cs[i];
       shape_of(&c, s + i, big);
       kn_attn_config cfg = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 2};
@@ -529,6 +531,7 @@ static void test_code(void **state) {
       /* NVIDIA at head dim 256 spills 0.5-10 KB at every tiling tried, dense variants too
        * (docs/variants.md): not checked here */
       if (t->arch->isa == KN_ISA_NVPTX && dims[di] > 128) continue;
+      if (!test_take(3)) continue;   /* reduced: every third, rotating over targets and dims */
       kn_attn_desc desc = cs[i].desc;
       desc.head_dim = dims[di];
       kn_attn_config cfg = kn_attn_default_config(t->arch, &desc);
