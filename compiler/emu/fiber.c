@@ -19,7 +19,10 @@
  * when a fiber is laid on it: ASan otherwise takes a lane's stack for a wild region of the
  * thread's, and a lane ended inside a call (an emulated fault: fail() in runtime.c never
  * returns to it) leaves its frames' poison behind for the next workgroup's lane on that stack,
- * reported as a stack-use-after-scope that never happened.
+ * reported as a stack-use-after-scope that never happened.  A stack is unpoisoned again before
+ * it is unmapped, for the same reason: its last lanes' frames stay poisoned in ASan's shadow,
+ * which outlives the mapping, and whatever is mapped there next (a dlopen'ed library's
+ * read-only data) reads as a stack-buffer-underflow — test_aot's AOT launcher did, one run in two.
  */
 #include <stdint.h>
 #include <string.h>
@@ -59,10 +62,13 @@ static void fiber_laid(kn_emu_fiber *f, void *stack, size_t size) {
   ASAN_UNPOISON_MEMORY_REGION(stack, size);
   f->stack = stack, f->stack_size = size, f->fake_stack = NULL;
 }
+
+static void stack_unmapped(void *stack, size_t size) { ASAN_UNPOISON_MEMORY_REGION(stack, size); }
 #else
 void kn_emu_fiber_switch(kn_emu_fiber *from, kn_emu_fiber *to) { fiber_switch(from, to); }
 void kn_emu_fiber_begin(void) {}
 static void fiber_laid(kn_emu_fiber *f, void *stack, size_t size) { (void)f, (void)stack, (void)size; }
+static void stack_unmapped(void *stack, size_t size) { (void)stack, (void)size; }
 #endif
 
 #if defined(__x86_64__) && !defined(KN_EMU_UCONTEXT)
@@ -165,5 +171,6 @@ void *kn_emu_stack_new(size_t size) {
 void kn_emu_stack_free(void *stack, size_t size) {
   if (!stack) return;
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  stack_unmapped(stack, size);
   munmap((char *)stack - page, size + page);
 }
