@@ -1315,14 +1315,11 @@ kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
   if (ctx->bundle_only)
     return api_fail(KILN_ERR_UNSUPPORTED, "%s: AOT bundles hold forward kernels only, and this "
                     "context may not compile (bundle_only)", who);
-  /* the tiling: the caller's, else the backward's default (no tuning yet); wgmma: its own
-   * default, and a forced block_n without warps takes one warpgroup per 64 rows */
-  kn_attn_config c = o && o->wgmma ? kn_attn_bwd_wgmma_config(ctx->target_arch, &d)
-                     : o && (o->block_m || o->warps) ? kn_attn_bwd_sync_config(ctx->target_arch, &d)
-                                                     : kn_attn_bwd_default_config(ctx->target_arch, &d);
-  if (o && o->block_m) c.block_m = o->block_m, c.block_n = o->block_n;
-  if (o && o->warps) c.warps = o->warps;
-  else if (o && o->wgmma && o->block_m) c.warps = c.block_n / 16;
+  /* the tiling: the caller's (block_m and block_n together, checked above), else the
+   * backward's default (no tuning yet) */
+  kn_attn_config c = o ? kn_attn_bwd_config_for(ctx->target_arch, &d, o->wgmma, false, o->block_m,
+                                                o->block_n, o->warps)
+                       : kn_attn_bwd_default_config(ctx->target_arch, &d);
   kn_diag diag;
   if (kn_attn_bwd_check_on(ctx->target_arch, &d, &c, &diag))
     return api_fail(KILN_ERR_UNSUPPORTED, "%s: %s", who, diag.message);

@@ -217,6 +217,18 @@ kn_attn_config kn_attn_bwd_default_config(const kn_arch *arch, const kn_attn_des
   return kn_attn_bwd_sync_config(arch, d);
 }
 
+kn_attn_config kn_attn_bwd_config_for(const kn_arch *arch, const kn_attn_desc *d, bool wgmma,
+                                      bool sync, int block_m, int block_n, int warps) {
+  kn_attn_config c = wgmma ? kn_attn_bwd_wgmma_config(arch, d)
+                     : sync || block_m || block_n || warps ? kn_attn_bwd_sync_config(arch, d)
+                                                           : kn_attn_bwd_default_config(arch, d);
+  if (block_m) c.block_m = block_m;
+  if (block_n) c.block_n = block_n;
+  if (warps) c.warps = warps;
+  else if (wgmma && block_n) c.warps = c.block_n / 16;
+  return c;
+}
+
 kn_attn_config kn_attn_bwd_sync_config(const kn_arch *arch, const kn_attn_desc *d) {
   /* 64 x 64 with 4 warps; smaller where shared memory or the instructions refuse it */
   kn_diag diag;

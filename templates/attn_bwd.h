@@ -63,6 +63,12 @@ kn_attn_config kn_attn_bwd_sync_config(const kn_arch *arch, const kn_attn_desc *
  * apply): block_n 64 with one warpgroup, block_m 64 at head dims up to 64 without dropout,
  * else 32 (the smallest S^T and dP^T tiles beside the two f32 accumulators: no spills) */
 kn_attn_config kn_attn_bwd_wgmma_config(const kn_arch *arch, const kn_attn_desc *d);
+/* the backward tiling a caller asks for, the one rule of kiln_prepare_backward and `kiln run
+ * --backward`: wgmma's tiling when wgmma, else mma.sync's when sync or anything is forced, else
+ * the default; then the forced block_m / block_n / warps (0: not forced), and with wgmma a forced
+ * block_n without warps takes one warpgroup per 64 rows (warps = block_n / 16) */
+kn_attn_config kn_attn_bwd_config_for(const kn_arch *arch, const kn_attn_desc *d, bool wgmma,
+                                      bool sync, int block_m, int block_n, int warps);
 /* builds the three kernels into m (which may already hold d's modifier functions); -1 with *diag */
 int kn_attn_bwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
                       kn_diag *diag);

@@ -1465,14 +1465,11 @@ static int run_backward(cli_options *o) {
     }
   }
   if (resolve_attn(o)) return EXIT_USAGE;
-  /* --mma wgmma: the backward's wgmma tiling, or the blocks given with block_n / 16 warps (as
-   * kiln_prepare_backward does) */
+  /* the tiling asked for, by kiln_prepare_backward's rule (--mma wgmma: the backward's wgmma
+   * tiling, or the blocks given with block_n / 16 warps) */
   const kn_arch *barch = named ? named->arch : NULL;
-  given_tiling(o, o->wgmma ? kn_attn_bwd_wgmma_config(barch, &o->attn)
-                  : o->mma_sync || o->block_m || o->block_n || o->warps
-                      ? kn_attn_bwd_sync_config(barch, &o->attn)
-                      : kn_attn_bwd_default_config(barch, &o->attn));
-  if (o->wgmma && o->block_n && !o->warps) o->cfg.warps = o->cfg.block_n / 16;
+  o->cfg = kn_attn_bwd_config_for(barch, &o->attn, o->wgmma, o->mma_sync, o->block_m, o->block_n,
+                                  o->warps);
   kn_diag d;
   if (kn_attn_bwd_check_on(named ? named->arch : NULL, &o->attn, &o->cfg, &d)) {
     fprintf(stderr, "kiln: error: %s\n", d.message);

@@ -925,6 +925,14 @@ static void test_api(void **state) {
                                                                  .layout = KILN_LAYOUT_PAGED}, NULL, &k),
                    KILN_ERR_UNSUPPORTED);
   if (!strstr(kiln_last_error(), "paged is not supported yet")) fail_msg("%s", kiln_last_error());
+  /* a tiling half forced: block_m and block_n go together */
+  for (int half = 0; half < 2; half++) {
+    kiln_prepare_options po = {.block_m = half ? 0 : 32, .block_n = half ? 32 : 0};
+    assert_int_equal(kiln_prepare_backward(ctx, &(kiln_attn_desc){.dtype = KILN_F16,
+                                                                   .head_dim = 64}, &po, &k),
+                     KILN_ERR_INVALID);
+    if (!strstr(kiln_last_error(), "must be given together")) fail_msg("%s", kiln_last_error());
+  }
   /* dropout: p outside [0, 1), with a paged cache, a seed for a kernel without dropout */
   assert_int_equal(kiln_prepare(ctx, &(kiln_attn_desc){.dtype = KILN_F16, .head_dim = 64,
                                                         .dropout_p = 1}, NULL, &k),
