@@ -150,21 +150,29 @@ const char *kn_llvm_version(void);
 /* The code generators' revision: part of every cache key (api_cache_key, the AOT bundle's
  * entries), raised whenever kiln emits different code for the same IR, target and options, so
  * a binary cached by an earlier kiln is never loaded.  "codegen-2": sm_90a's wgmma reads every
- * loop-invariant A operand from shared memory (gpu/assign_layouts.c). */
-#define KN_CODEGEN_REVISION "codegen-2"
+ * loop-invariant A operand from shared memory (gpu/assign_layouts.c).  "codegen-3": a wgmma
+ * dot's wait is deferred to the first use of its result (gpu/lower_gpu.c, "wgmma groups in
+ * flight"), so independent dots and the elementwise work between them overlap. */
+#define KN_CODEGEN_REVISION "codegen-3"
 
 /* KILN_WGMMA_A_REGS=1 in the environment: sm_90a's wgmma keeps loop-invariant A operands in
  * registers again (the lowering before codegen-2, which computed wrong results on an H200 when
- * the forward's block_n equals the padded head dim), to compare the two.  The cache key names
- * it (kn_codegen_revision). */
-static inline bool kn_wgmma_a_regs(void) {
-  const char *e = getenv("KILN_WGMMA_A_REGS");
+ * the forward's block_n equals the padded head dim), to compare the two.  KILN_WGMMA_SERIAL=1:
+ * every wgmma dot waits for itself right after it is issued (the lowering before codegen-3), to
+ * compare.  The cache key names both (kn_codegen_revision). */
+static inline bool kn_env_is_1(const char *name) {
+  const char *e = getenv(name);
   return e && e[0] == '1' && !e[1];
 }
-/* KN_CODEGEN_REVISION, with "+wgmma-a-regs" when kn_wgmma_a_regs() (inline: the runtime-only
- * library keys its cache entries without the compiler) */
+static inline bool kn_wgmma_a_regs(void) { return kn_env_is_1("KILN_WGMMA_A_REGS"); }
+static inline bool kn_wgmma_serial(void) { return kn_env_is_1("KILN_WGMMA_SERIAL"); }
+/* KN_CODEGEN_REVISION, with "+wgmma-a-regs" / "+wgmma-serial" for those switches (inline: the
+ * runtime-only library keys its cache entries without the compiler) */
 static inline const char *kn_codegen_revision(void) {
-  return kn_wgmma_a_regs() ? KN_CODEGEN_REVISION "+wgmma-a-regs" : KN_CODEGEN_REVISION;
+  static const char *const rev[4] = {KN_CODEGEN_REVISION, KN_CODEGEN_REVISION "+wgmma-a-regs",
+                                     KN_CODEGEN_REVISION "+wgmma-serial",
+                                     KN_CODEGEN_REVISION "+wgmma-a-regs+wgmma-serial"};
+  return rev[(kn_wgmma_a_regs() ? 1 : 0) + (kn_wgmma_serial() ? 2 : 0)];
 }
 
 #ifdef __cplusplus

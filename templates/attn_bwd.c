@@ -560,16 +560,17 @@ static void build_dq(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   g->b = body;
   kn_value *n0 = named(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF, named(g, loop->region[0]->args[0], "start_n"), BN), "n0");
   kn_value *dq_acc = named(g, loop->region[0]->args[1], "dq_acc");
+  /* both score-sized dots first (see the dK/dV kernel) */
   kn_value *kt = load_rows(x, k_base, n0, P[B_K_SN], x->seqlen_k, BN, true, "kt_tile");
+  kn_value *vt = load_rows(x, v_base, n0, P[B_V_SN], x->seqlen_k, BN, true, "vt_tile");
   kn_value *qk = named(g, kn_b_dot(&g->b, q_tile, kt, cf(g, s_t, 0, "zero_s")), "qk");
+  kn_value *dp = named(g, kn_b_dot(&g->b, do_tile, vt, cf(g, s_t, 0, "zero_dp")), "dp");
   kn_value *cols = rows_of(g, bin(g, KN_OP_ADD, col_range, splat1(g, n0, BN, "n0_v"), "cols"), BM,
                            "kv_idx");
   kn_value *in_k = named(g, kn_b_cmp(&g->b, KN_PRED_LT, cols, splat2(g, x->seqlen_k, BM, BN, "seqlen_k_s")), "in_k");
   kn_value *fprime;
   kn_value *s = scores(x, qk, hidx, q_idx, cols, in_k, &fprime);
   kn_value *p = named(g, kn_b_unary(&g->b, KN_OP_EXP2, bin(g, KN_OP_SUB, s, lse2, "s_shift")), "p");
-  kn_value *vt = load_rows(x, v_base, n0, P[B_V_SN], x->seqlen_k, BN, true, "vt_tile");
-  kn_value *dp = named(g, kn_b_dot(&g->b, do_tile, vt, cf(g, s_t, 0, "zero_dp")), "dp");
   dp = drop_dp(x, drop_keep(x, hidx, q_idx, cols), dp);
   kn_value *ds = dscore(x, p, dp, delta, fprime);
   kn_value *k_tile = load_rows(x, k_base, n0, P[B_K_SN], x->seqlen_k, BN, false, "k_tile");
@@ -666,14 +667,20 @@ static void build_dkdv(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   kn_value *m0 = named(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF, named(g, qloop->region[0]->args[0], "start_m"), BM), "m0");
   kn_value *dk_acc = named(g, qloop->region[0]->args[1], "dk_acc");
   kn_value *dv_acc = named(g, qloop->region[0]->args[2], "dv_acc");
+  /* both score-sized dots first, then the softmax's work: on sm_90a the second wgmma runs while
+   * P^T is computed, and dV += P^T dO while dS^T is (lower_gpu.c, "wgmma groups in flight");
+   * the rows' lse and delta before them, as their conversions store to shared memory */
   kn_value *qt = load_rows(x, q_base, m0, P[B_Q_SM], x->seqlen_q, BM, true, "qt_tile");
+  kn_value *dot_tile = load_rows(x, do_base, m0, P[B_DO_SM], x->seqlen_q, BM, true, "dot_tile");
+  kn_value *lse2 = rows_of(g, lse2_rows(x, lse_base, m0, BM), BN, "lse2_s");
+  kn_value *delta = rows_of(g, load_row_f32(x, dl_base, m0, BM, 0, "delta_rows"), BN, "delta_s");
   kn_value *st = named(g, kn_b_dot(&g->b, k_tile, qt, cf(g, s_t, 0, "zero_s")), "st");
+  kn_value *dpt = named(g, kn_b_dot(&g->b, v_tile, dot_tile, cf(g, s_t, 0, "zero_dp")), "dpt");
   kn_value *qrows = bin(g, KN_OP_ADD, m_range, splat1(g, m0, BM, "m0_v"), "qrows");
   kn_value *q_idx = rows_of(g, qrows, BN, "q_idx");   /* (BN, BM) */
   kn_value *in_q = named(g, kn_b_cmp(&g->b, KN_PRED_LT, q_idx, splat2(g, x->seqlen_q, BN, BM, "seqlen_q_s")), "in_q");
   kn_value *fprime;
   kn_value *s = scores(x, st, hidx, q_idx, kv_idx, in_q, &fprime);
-  kn_value *lse2 = rows_of(g, lse2_rows(x, lse_base, m0, BM), BN, "lse2_s");
   kn_value *pt = named(g, kn_b_unary(&g->b, KN_OP_EXP2, bin(g, KN_OP_SUB, s, lse2, "s_shift")), "pt");
   /* dropout: dV sums the kept weights (1 / (1 - p) applied to dV at the end), dS sees dP of
    * the dropped ones */
@@ -682,9 +689,6 @@ static void build_dkdv(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   kn_value *pt_in = x->dt == KN_F32 ? pt_pv : named(g, kn_b_cast(&g->b, pt_pv, x->dt), "pt_cast");
   kn_value *do_tile = load_rows(x, do_base, m0, P[B_DO_SM], x->seqlen_q, BM, false, "do_tile");
   kn_value *dv_new = named(g, kn_b_dot(&g->b, pt_in, do_tile, dv_acc), "dv_new");
-  kn_value *dot_tile = load_rows(x, do_base, m0, P[B_DO_SM], x->seqlen_q, BM, true, "dot_tile");
-  kn_value *dpt = named(g, kn_b_dot(&g->b, v_tile, dot_tile, cf(g, s_t, 0, "zero_dp")), "dpt");
-  kn_value *delta = rows_of(g, load_row_f32(x, dl_base, m0, BM, 0, "delta_rows"), BN, "delta_s");
   kn_value *dst = dscore(x, pt, drop_dp(x, keep, dpt), delta, fprime);
   kn_value *q_tile = load_rows(x, q_base, m0, P[B_Q_SM], x->seqlen_q, BM, false, "q_tile");
   kn_value *dk_new = named(g, kn_b_dot(&g->b, dst, q_tile, dk_acc), "dk_new");

@@ -19,7 +19,9 @@
 #   steps "backward" and "sdpa_bwd" (issue 14): `kiln run --backward --target sm_90a` checks
 #                       (mma.sync, and the wgmma kernels with --mma wgmma) and kiln_bwd_bench
 #                       (KILN_BWD_ARGS, e.g. "--quick", "--tilings" or "--wgmma"; pack
-#                       it: KILN_STATIC_TARGETS), and sdpa_bwd_anchor.py (KILN_SDPA_BWD_ARGS)
+#                       it: KILN_STATIC_TARGETS), and sdpa_bwd_anchor.py (KILN_SDPA_BWD_ARGS);
+#                       step "bwd_serial": kiln_bwd_bench again with KILN_WGMMA_SERIAL=1 (each
+#                       wgmma dot waits for itself: the lowering before codegen-3)
 #   step "wgmma"        kiln_attn_bench --no-perf --mma wgmma, then `kiln run` forward checks at
 #                       the wgmma tilings whose two dots share a shape (block_n = padded head
 #                       dim), with KILN_WGMMA_A_REGS=1 once (the old lowering, expected FAIL),
@@ -332,6 +334,13 @@ if want backward; then
     note "FAIL  kiln_bwd_bench: not in the pack"
     failed=$((failed + 1))
   fi
+fi
+# the same bench on the lowering before codegen-3 (every wgmma dot waits for itself), to compare
+if want bwd_serial; then
+  # shellcheck disable=SC2086
+  step "kiln_bwd_bench KILN_WGMMA_SERIAL=1" "$out/backward_serial.log" 560 env KILN_WGMMA_SERIAL=1 \
+    "$bin/kiln_bwd_bench" ${KILN_BWD_ARGS:-}
+  grep -E "^(\||# |FAIL)" "$out/backward_serial.log" | sed 's/^/serial /' >>"$summary"
 fi
 if want sdpa_bwd; then
   # shellcheck disable=SC2086

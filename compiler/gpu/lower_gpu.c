@@ -68,6 +68,7 @@
 #include <llvm-c/Core.h>
 
 #include "lower_gpu_internal.h"
+#include "pipeline.h"
 #include "op_cases.h"
 #include "op_cases.h"
 
@@ -336,7 +337,10 @@ static int strided_vec(const kn_lmap *m, int dim, int maxvec, int *grp) {
  * the first copy of each element); barrier.  Groups of registers consecutive along the layout's
  * inner dim are one vector store; on AMDGPU (64 lanes) also when they are not consecutive
  * registers (a lane holding several rows of a k-contiguous dot operand, rows_for_b) */
+static void wg_wait_bytes(G *g, const kn_conversion *c);
+
 static void stage_store(G *g, const kn_conversion *c) {
+  wg_wait_bytes(g, c);  /* a wgmma in flight may still read the bytes stored here */
   const kn_lmap *m = vmap(g, c->value);
   LLVMValueRef *src = g->tv[c->value->id];
   int shape[2] = {m->shape[0], m->shape[1]};
@@ -1589,6 +1593,7 @@ static void load_ahead(G *g) {
  * chunks its blocked layout would have loaded; a chunk past the load's bounds is zero-filled
  * (src-size 0: nothing is read) from the tile's first element's address. */
 static void issue_copies(G *g, const kn_conversion *c, LLVMValueRef iv) {
+  wg_wait_bytes(g, c);  /* a wgmma in flight may still read the bytes copied here */
   kn_op *ld = c->value->def;
   sv_saved saved[REMAT_MAX];
   int ns = 0;
@@ -1865,6 +1870,85 @@ static void nv_asm_tied(G *g, const char *text, LLVMValueRef *v, int n, LLVMValu
   free(cons);
 }
 
+/* ---- wgmma groups in flight ----
+ * A wgmma dot is issued and committed as one group, and its wait is deferred: g->wg lists the
+ * groups not yet waited for, oldest first.  Before an op reads a dot's result, wg_wait_for
+ * waits with "wgmma.wait_group N", N the groups issued after it (groups complete in order), so
+ * the dots after it and the elementwise work between stay in flight.  Every register an
+ * awaited group owns, its accumulator and the A registers it reads, passes through the wait as
+ * a tied operand: LLVM reads none of the results before the wait and ptxas keeps the A
+ * registers until it.  Everything else waits for all groups first (wg_wait_all): an op other
+ * than elementwise ops, loads, renamings and dots (control flow, reductions, permutes,
+ * stores).  A write to shared memory (stage_store, issue_copies) first waits for the groups
+ * that read bytes it overwrites (wg_wait_bytes: buffers whose live ranges do not overlap share
+ * bytes, and a buffer is refilled for the next iteration).  KILN_WGMMA_SERIAL=1 waits at each
+ * dot instead. */
+static void wg_wait_upto(G *g, int last) {
+  if (last < 0) return;
+  int n = 0;
+  for (int i = 0; i <= last; i++) n += vmap(g, g->wg[i].v)->nregs + g->wg[i].na;
+  LLVMValueRef *r = malloc(sizeof(LLVMValueRef) * (size_t)(n ? n : 1));
+  KN_ASSERT(r);
+  int k = 0;
+  for (int i = 0; i <= last; i++) {
+    int nv = vmap(g, g->wg[i].v)->nregs;
+    memcpy(r + k, g->tv[g->wg[i].v->id], sizeof(LLVMValueRef) * (size_t)nv);
+    memcpy(r + k + nv, g->wg[i].a, sizeof(LLVMValueRef) * (size_t)g->wg[i].na);
+    k += nv + g->wg[i].na;
+  }
+  char text[64];
+  snprintf(text, sizeof text, "wgmma.wait_group.sync.aligned %d;", g->nwg - 1 - last);
+  nv_asm_tied(g, text, r, n, NULL, NULL, 0);
+  k = 0;
+  for (int i = 0; i <= last; i++) {
+    int nv = vmap(g, g->wg[i].v)->nregs;
+    memcpy(g->tv[g->wg[i].v->id], r + k, sizeof(LLVMValueRef) * (size_t)nv);
+    k += nv + g->wg[i].na;
+    free(g->wg[i].a);
+  }
+  free(r);
+  memmove(g->wg, g->wg + last + 1, sizeof g->wg[0] * (size_t)(g->nwg - last - 1));
+  g->nwg -= last + 1;
+}
+
+static void wg_wait_all(G *g) { wg_wait_upto(g, g->nwg - 1); }
+
+/* waits for v when it is the result of a group in flight (and for the groups before it) */
+static void wg_wait_for(G *g, const kn_value *v) {
+  for (int i = g->nwg - 1; i >= 0; i--)
+    if (g->wg[i].v == v) {
+      wg_wait_upto(g, i);
+      return;
+    }
+}
+
+/* waits for the newest group in flight that reads any byte of conversion c's buffer (and so
+ * for every older one) */
+static void wg_wait_bytes(G *g, const kn_conversion *c) {
+  int64_t lo = g->p->buf[c->buffer].offset, hi = lo + g->p->buf[c->buffer].bytes;
+  for (int i = g->nwg - 1; i >= 0; i--)
+    for (int k = 0; k < 2; k++)
+      if (g->wg[i].lo[k] < hi && lo < g->wg[i].hi[k]) {
+        wg_wait_upto(g, i);
+        return;
+      }
+}
+
+/* may op run while wgmma groups are in flight (waiting only for its own operands)? */
+static bool wg_may_overlap(const kn_op *op) {
+  switch (op->opc) {
+  case KN_OP_PROGRAM_ID: case KN_OP_NUM_PROGRAMS: case KN_OP_CONST: case KN_OP_SPLAT:
+  case KN_OP_ARANGE: case KN_OP_BROADCAST: case KN_OP_EXPAND_DIMS: case KN_OP_PTRADD:
+  case KN_OP_LOAD: case KN_OP_DOT: case KN_OP_CMP: case KN_OP_SELECT: case KN_OP_CAST:
+  case KN_OP_MULTIPLE_OF: case KN_OP_MAX_CONTIGUOUS:
+  KN_CASES_BINARY
+  KN_CASES_UNARY
+    return true;
+  default:
+    return false;
+  }
+}
+
 /* the descriptor of conversion c's buffer at its start (entry block): address, LBO, SBO and the
  * 128-byte swizzle; a k step adds its byte offset >> 4 */
 static LLVMValueRef wgmma_desc_base(G *g, const kn_conversion *c, kn_wgmma_desc wd) {
@@ -1982,8 +2066,21 @@ static int lower_dot_wgmma(G *g, kn_op *op, kn_scalar t, LLVMValueRef *ra, const
   }
   free(text);
   nv_asm(g, g->vd, "wgmma.commit_group.sync.aligned;", "", NULL, 0);
-  nv_asm_tied(g, "wgmma.wait_group.sync.aligned 0;", d, nacc, NULL, NULL, 0);
   memcpy(out, d, sizeof(LLVMValueRef) * (size_t)nacc);
+  if (g->nwg == (int)(sizeof g->wg / sizeof g->wg[0])) wg_wait_upto(g, 0);
+  LLVMValueRef *a = malloc(sizeof(LLVMValueRef) * (size_t)(nw ? nw : 1));
+  KN_ASSERT(a);
+  memcpy(a, w, sizeof(LLVMValueRef) * (size_t)nw);
+  struct wg_group *gr = &g->wg[g->nwg++];
+  *gr = (struct wg_group){.v = res, .a = a, .na = nw};
+  for (int k = 0; k < 2; k++) {
+    const kn_conversion *c = k ? cb : ca;
+    if (c && c->kind == KN_CONV_LAZY) {  /* read from shared memory */
+      gr->lo[k] = g->p->buf[c->buffer].offset;
+      gr->hi[k] = gr->lo[k] + g->p->buf[c->buffer].bytes;
+    }
+  }
+  if (kn_wgmma_serial()) wg_wait_all(g);
   free(w);
   return 0;
 }
@@ -2437,6 +2534,9 @@ static int lower_op(G *g, kn_op *op) {
 static int lower_block(G *g, kn_block *b) {
   for (kn_op *op = b->first; op; op = op->next) {
     if (op->opc == KN_OP_RETURN && op->next) continue;
+    if (!wg_may_overlap(op)) wg_wait_all(g);
+    else
+      for (int i = 0; i < op->nopnd && g->nwg; i++) wg_wait_for(g, op->opnd[i]);
     if (lower_op(g, op) || g->failed) return -1;
     for (int i = 0; i < op->nres; i++) materialize(g, op->res[i]);
     if (g->failed) return -1;

@@ -60,6 +60,15 @@ typedef struct G {
    * registers once issued (NULL before) */
   kn_op *pf_load;
   LLVMValueRef *pf_phi, *pf_next;
+  /* sm_90a: the wgmma dots issued and not yet waited for, oldest first, each with the A
+   * registers it reads (lower_gpu.c, "wgmma groups in flight") */
+  struct wg_group {
+    kn_value *v;
+    LLVMValueRef *a;
+    int na;
+    int64_t lo[2], hi[2];  /* the shared-memory bytes its operands are read from */
+  } wg[8];
+  int nwg;
   LLVMTypeRef i1, i8, i16, i32, i64, f16, bf16, f32, vd, p1, p3;
 } G;
 

@@ -743,7 +743,16 @@ static void test_codegen_wgmma(void **state) {
             char *close = strchr(q, '}');
             adesc += close && !strncmp(close, "}, %rd", 6);
           }
+          /* codegen-3: both score-sized dots in flight together, and one of them (dP^T or
+           * dP) while P is computed: a wait that leaves one group running (D 64, 96, 128,
+           * where cp.async fills separate buffers; at D 59, rows of 118 bytes, the second
+           * dot's operand is stored from registers into bytes the first one's buffer shares,
+           * so that dot waits) */
+          bool overlap = strstr(text, "wgmma.wait_group.sync.aligned 1;") != NULL;
           free(text);
+          if (!overlap && dims[di] != 59)
+            fail_msg("sm_90a wgmma D%d %s: no dot stays in flight (wait_group 1)", dims[di],
+                     kn_attn_bwd_kernels[w]);
           /* every head dim: the loop-invariant A (K, V; Q, dO) from shared memory, the
            * loop's own (P^T, dS^T; dS) from registers (KILN_WGMMA_A_REGS=1, the old
            * lowering, kept K and V in registers at D 64 and gave wrong gradients) */
@@ -756,6 +765,31 @@ static void test_codegen_wgmma(void **state) {
       }
       kn_module_free(m);
     }
+  /* KILN_WGMMA_SERIAL=1: every dot waits for itself (the lowering before codegen-3) */
+  kn_attn_desc sd = {.dtype = KN_F16, .head_dim = 64};
+  kn_attn_config sc = kn_attn_bwd_wgmma_config(arch, &sd);
+  kn_module *m = kn_module_new("<bwd>");
+  kn_diag diag;
+  if (kn_attn_bwd_build(m, &sd, &sc, &diag)) fail_msg("build: %s", diag.rendered);
+  setenv("KILN_WGMMA_SERIAL", "1", 1);
+  assert_string_equal(kn_codegen_revision(), KN_CODEGEN_REVISION "+wgmma-serial");
+  kn_artifact art;
+  int rc = kn_compile_artifact(m, kn_attn_bwd_kernels[KN_BWD_DKDV], t, NULL, &art, &diag);
+  unsetenv("KILN_WGMMA_SERIAL");
+  assert_string_equal(kn_codegen_revision(), KN_CODEGEN_REVISION);
+  if (rc) fail_msg("sm_90a serial: %s", diag.rendered);
+  char *text = malloc(art.size + 1);
+  memcpy(text, art.data, art.size);
+  text[art.size] = 0;
+  int waits = 0;
+  for (char *q = strstr(text, "wgmma.wait_group.sync.aligned 0;"); q;
+       q = strstr(q + 1, "wgmma.wait_group.sync.aligned 0;"))
+    waits++;
+  assert_null(strstr(text, "wgmma.wait_group.sync.aligned 1;"));
+  assert_true(waits >= 4);  /* the loop's four dots each wait for themselves */
+  free(text);
+  kn_artifact_free(&art);
+  kn_module_free(m);
 }
 
 /* ---- 5. bad input ------------------------------------------------------------------------------- */
