@@ -355,6 +355,14 @@ static kiln_status check_apart(const char *who, const char *name, const int64_t 
   return KILN_OK;
 }
 
+/* A buffer kiln writes: it holds what its layout reaches, and no two of its elements share an
+ * address (one call, so the two rules cannot drift apart at the sites of o, lse, dq, dk, dv) */
+static kiln_status check_written(const char *who, const char *name, int64_t numel,
+                                 const int64_t *size, const int64_t *stride, int n, int64_t inner) {
+  kiln_status s = check_span(who, name, numel, size, stride, n, inner);
+  return s ? s : check_apart(who, name, size, stride, n, inner);
+}
+
 /* Every described buffer holds what its layout reaches, and zero strides are not read over a
  * dense q/k/v/o larger than its contiguous shape (the zero-stride trap).  args: the kernel's
  * arguments with the effective strides; va: the variant's; lse_read: a backward, which reads lse
@@ -374,8 +382,8 @@ static kiln_status check_capacities(const kn_attn_desc *d, const kiln_attn_args 
     const kn_argval *st = args + ARG_Q_SB + 3 * i;  /* {batch, head, row} */
     if (varlen) {  /* (total, heads, D) with {token, head} */
       int64_t size[2] = {qo ? a->total_q : a->total_k, heads}, stride[2] = {st[2].i, st[1].i};
-      if ((s = check_span(who, names[i], numel[i], size, stride, 2, D))) return s;
-      if (i == 3 && (s = check_apart(who, "o", size, stride, 2, D))) return s;
+      if ((s = (i == 3 ? check_written : check_span)(who, names[i], numel[i], size, stride, 2, D)))
+        return s;
       continue;
     }
     if (d->layout == KN_ATTN_PAGED && !qo) {  /* a pool: {page, head, row}, no trap to fall in */
@@ -384,8 +392,8 @@ static kiln_status check_capacities(const kn_attn_desc *d, const kiln_attn_args 
       continue;
     }
     int64_t size[3] = {B, heads, rows}, stride[3] = {st[0].i, st[1].i, st[2].i};
-    if ((s = check_span(who, names[i], numel[i], size, stride, 3, D))) return s;
-    if (i == 3 && (s = check_apart(who, "o", size, stride, 3, D))) return s;
+    if ((s = (i == 3 ? check_written : check_span)(who, names[i], numel[i], size, stride, 3, D)))
+      return s;
     int64_t dense = B * heads * rows * D;
     if (numel[i] > dense && all_zero(given[i], 3) && B * heads > 1)
       return api_fail(KILN_ERR_INVALID, "%s: %s holds %lld elements (%s_numel), more "
@@ -398,10 +406,8 @@ static kiln_status check_capacities(const kn_attn_desc *d, const kiln_attn_args 
   }
   if (d->has_lse || lse_read) {
     int64_t size[2] = {varlen ? 1 : B, H}, stride[2] = {args[ARG_LSE_SB].i, args[ARG_LSE_SB + 1].i};
-    if ((s = check_span(who, "lse", a->lse_numel, size, stride, 2, varlen ? a->total_q : a->seqlen_q)))
-      return s;
-    if (d->has_lse &&
-        (s = check_apart(who, "lse", size, stride, 2, varlen ? a->total_q : a->seqlen_q)))
+    if ((s = (d->has_lse ? check_written : check_span)(who, "lse", a->lse_numel, size, stride, 2,
+                                                       varlen ? a->total_q : a->seqlen_q)))
       return s;
   }
   if (d->alibi) {
@@ -805,8 +811,8 @@ kiln_status api_backward_args(const api_launch_view *k, const kn_attn_sig *bsig,
     int64_t size[3] = {varlen ? 1 : f->batch, g[i].qo ? f->heads : f->kv_heads,
                        varlen ? tokens : g[i].qo ? f->seqlen_q : f->seqlen_k};
     int64_t st[3] = {args[g[i].at].i, args[g[i].at + 1].i, args[g[i].at + 2].i};
-    if ((s = check_span(who, g[i].name, g[i].numel, size, st, 3, D))) return s;
-    if (i > 0 && (s = check_apart(who, g[i].name, size, st, 3, D))) return s;
+    if ((s = (i > 0 ? check_written : check_span)(who, g[i].name, g[i].numel, size, st, 3, D)))
+      return s;
     /* the vector accesses of a GPU kernel (check_alignment's rule) */
     if (k->kind != KN_DEVICE_HOST) {
       int64_t es = (int64_t)kn_scalar_size(k->desc->dtype), v = 16 / es;
