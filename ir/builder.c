@@ -334,6 +334,11 @@ void kn_load_set_off32(kn_value *load) {
   load->def->iattr[1] |= KN_MEM_OFF32;
 }
 
+void kn_store_set_atomic_add(kn_op *store) {
+  KN_ASSERT(store->opc == KN_OP_STORE);
+  store->iattr[1] |= KN_MEM_ATOMIC_ADD;
+}
+
 kn_op *kn_b_store(kn_builder *b, kn_value *value, kn_value *base, kn_value *const *off,
                   kn_value *const *stride, kn_value *const *bound, kn_value *mask) {
   int rank = value->type.kind == KN_TY_TILE ? value->type.rank : 1;

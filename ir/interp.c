@@ -607,6 +607,8 @@ static int exec_mem(interp *in, frame *fr, kn_op *op) {
   kn_scalar et = (kn_scalar)mo.base->type.elem;
   bool fl = kn_scalar_is_float(et);
   if (fl != ty_float(tt)) return rt_error(in, op, "internal: element type differs from the pointer's");
+  if ((cl & KN_MEM_ATOMIC_ADD) && (load || et != KN_F32))
+    return rt_error(in, op, "internal: atomic_add on a load or on %s", kn_scalar_name(et));
   size_t esz = kn_scalar_size(et);
   int64_t dim[2] = {1, 1}, off[2] = {0, 0}, str[2] = {0, 0}, bnd[2] = {0, 0};
   if (tt.kind == KN_TY_TILE) {
@@ -683,7 +685,10 @@ static int exec_mem(interp *in, frame *fr, kn_op *op) {
         if (fl) F(r)[e] = kn_load_elem(et, p);
         else I(r)[e] = kn_load_elem_i(et, p);
       } else {
-        if (fl) kn_store_elem(et, p, F(vs)[e * sval]);
+        /* atomic_add: programs run one after another here; the f32 sum taken in double and
+         * rounded once is the f32 add's */
+        if (cl & KN_MEM_ATOMIC_ADD) kn_store_elem(et, p, kn_load_elem(et, p) + F(vs)[e * sval]);
+        else if (fl) kn_store_elem(et, p, F(vs)[e * sval]);
         else kn_store_elem_i(et, p, I(vs)[e * sval]);
       }
     }

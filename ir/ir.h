@@ -209,6 +209,11 @@ enum {
    * from the base, a promise of whoever builds the load (the interpreter checks it); AMDGPU
    * then reads it through a buffer resource with 32-bit offsets (docs/ir.md) */
   KN_MEM_OFF32 = 1 << 3,
+  /* atomic_add (store only, the last clause): each live element does *addr += value as one
+   * relaxed atomic read-modify-write instead of a write; f32 only (the verifier's rule).  The
+   * order of the adds is unspecified, so sums may differ in their last bits run to run; a dead
+   * element adds nothing (docs/ir.md) */
+  KN_MEM_ATOMIC_ADD = 1 << 4,
 };
 
 /* ---- source locations and diagnostics: kn_loc and kn_diag (base/status.h) ------------------------ */
@@ -389,6 +394,8 @@ kn_value *kn_b_load(kn_builder *b, kn_type result, kn_value *base, kn_value *con
 void kn_load_set_off32(kn_value *load);
 kn_op *kn_b_store(kn_builder *b, kn_value *value, kn_value *base, kn_value *const *off,
                   kn_value *const *stride, kn_value *const *bound, kn_value *mask);
+/* marks store `store` (a kn_b_store's) with the atomic_add clause (KN_MEM_ATOMIC_ADD) */
+void kn_store_set_atomic_add(kn_op *store);
 /* result: a tile of the offsets' shape; mask, other may be NULL */
 kn_value *kn_b_gather(kn_builder *b, kn_type result, kn_value *base, kn_value *offsets,
                       kn_value *mask, kn_value *other);

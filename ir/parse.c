@@ -657,7 +657,8 @@ static void parse_gather(kn_parser *P, kn_builder *b, kn_loc oploc, const kn_res
   bind_results(P, r, op);
 }
 
-/* load %p[offs] strides [s] (bounds [b])? (mask %m)? (other %x)? (off32)? ; store %v, %p[...] ... */
+/* load %p[offs] strides [s] (bounds [b])? (mask %m)? (other %x)? (off32)? ;
+ * store %v, %p[offs] strides [s] (bounds [b])? (mask %m)? (atomic_add)? */
 static void parse_mem(kn_parser *P, kn_builder *b, kn_opcode opc, kn_loc oploc,
                       const kn_results *r) {
   bool is_store = opc == KN_OP_STORE;
@@ -690,14 +691,17 @@ static void parse_mem(kn_parser *P, kn_builder *b, kn_opcode opc, kn_loc oploc,
     cl |= KN_MEM_BOUNDS;
   }
   cl |= parse_mask_other(P, !is_store, true, &mask, &other);
-  if (is_word(P, "off32")) {
-    if (is_store) fail(P, P->tok.loc, "store has no 'off32' clause (a load's)");
+  /* the last clause: a load's off32, a store's atomic_add */
+  const char *last = is_store ? "atomic_add" : "off32", *other_last = is_store ? "off32" : "atomic_add";
+  if (is_word(P, other_last))
+    fail(P, P->tok.loc, "%s has no '%s' clause (a %s's)", is_store ? "store" : "load", other_last,
+         is_store ? "load" : "store");
+  if (is_word(P, last)) {
     next(P);
-    cl |= KN_MEM_OFF32;
-    if (is_word(P, "bounds") || is_word(P, "mask") || is_word(P, "other") ||
-        is_word(P, "off32"))
+    cl |= is_store ? KN_MEM_ATOMIC_ADD : KN_MEM_OFF32;
+    if (is_word(P, "bounds") || is_word(P, "mask") || is_word(P, "other") || is_word(P, last))
       fail(P, P->tok.loc, "clause '%.*s' out of order or repeated (the order is bounds, mask, "
-           "other, off32)", (int)P->tok.n, P->tok.s);
+           "%s%s)", (int)P->tok.n, P->tok.s, is_store ? "" : "other, ", last);
   }
   kn_type rt = {0};
   if (!is_store) rt = result_type(P);

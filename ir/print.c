@@ -325,6 +325,7 @@ static bool put_mem(kn_printer *P, const kn_op *op) {
   }
   put_mask_other(P, mo.mask, mo.other);
   if (!store && (cl & KN_MEM_OFF32)) sb_str(&P->out, " off32");
+  if (store && (cl & KN_MEM_ATOMIC_ADD)) sb_str(&P->out, " atomic_add");
   return true;
 }
 

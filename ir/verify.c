@@ -406,7 +406,8 @@ static int check_mem(vctx *c, const kn_op *op) {
   if (rank < 1 || rank > KN_MAX_RANK)
     return fail(c, op->loc, "rank of '%s' must be 1 or 2, found %lld", nm, (long long)rank);
   unsigned allowed =
-      KN_MEM_BOUNDS | KN_MEM_MASK | (st ? 0u : (unsigned)(KN_MEM_OTHER | KN_MEM_OFF32));
+      KN_MEM_BOUNDS | KN_MEM_MASK |
+      (st ? (unsigned)KN_MEM_ATOMIC_ADD : (unsigned)(KN_MEM_OTHER | KN_MEM_OFF32));
   if (op->iattr[1] < 0 || (cl & ~allowed))
     return fail(c, op->loc, "invalid clauses 0x%llx of '%s'", (unsigned long long)op->iattr[1], nm);
   int r = (int)rank;
@@ -440,6 +441,9 @@ static int check_mem(vctx *c, const kn_op *op) {
   if (!kn_ty_eq(base, want_base))
     return fail(c, at_opnd(op, 0), "base of '%s' must be %s to %s %s, found %s", nm,
                 ts(want_base).s, st ? "store" : "load", ts(t).s, ts(base).s);
+  if ((cl & KN_MEM_ATOMIC_ADD) && t.elem != KN_F32)
+    return fail(c, tloc, "'store' with atomic_add adds f32 elements only, found %s through %s",
+                ts(t).s, ts(base).s);
   for (int i = 0; i < r; i++) {
     if (!is_index(mo.off[i]->type))
       return fail(c, at_opnd(op, 1 + i), "offset %d of '%s' must be an i32 or i64 scalar, found %s",

@@ -316,6 +316,11 @@ static const err_case k_errors[] = {
      2, 39, "clause 'mask' out of order or repeated (the order is bounds, mask, other, off32)"},
     {"kernel @k(%p: ptr<f32>, %a: f32, %i: i32) {\n  store %a, %p[%i] strides [%i] off32\n}\n", 2,
      33, "store has no 'off32' clause (a load's)"},
+    {"kernel @k(%p: ptr<f32>, %i: i32) {\n  %x = load %p[%i] strides [%i] atomic_add : f32\n}\n", 2,
+     33, "load has no 'atomic_add' clause (a store's)"},
+    {"kernel @k(%p: ptr<f32>, %a: f32, %i: i32, %m: i1) {\n"
+     "  store %a, %p[%i] strides [%i] atomic_add mask %m\n}\n",
+     2, 44, "clause 'mask' out of order or repeated (the order is bounds, mask, atomic_add)"},
     {"\x01", 1, 1, "unexpected byte 0x01"},
     {"{", 1, 1, "expected 'kernel' or 'func', found '{'"},
 };
