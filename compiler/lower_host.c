@@ -30,7 +30,8 @@
  *    Reductions run in index order (first element, then op with each next one).
  *  - Loads, stores and gathers branch around dead elements (bounds, mask) so no dead address is
  *    touched; the vectoriser turns that into masked loads/stores where the CPU has them.  A
- *    gather's element i is base + offsets[i] (sign-extended to i64).
+ *    gather's element i is base + offsets[i] (sign-extended to i64).  A store with atomic_add
+ *    is an `atomicrmw fadd` (monotonic) per live element: programs run on several threads.
  *  - Checked mode (kn_lower_host_checked, see host_run.h): behind that branch, every live access
  *    first calls kn_rt_check_access with the launch's checker (one more kernel argument), a
  *    constant site naming the op and its location, the element and the program; an access it
@@ -768,13 +769,17 @@ static void gather_body(lower *L, const kn_op *op, const kn_mem_operands *mo, LL
 
 static void store_body(lower *L, const kn_op *op, const kn_mem_operands *mo, LLVMValueRef *coord,
                        LLVMValueRef lin, void *ctx) {
-  (void)op, (void)ctx;
+  (void)ctx;
   kn_scalar s = elem(mo->value);
   LLVMValueRef live, p = mem_addr(L, mo, s, coord, lin, &live);
   LLVMValueRef v = get(L, mo->value, lin);
   guard g;
   bool guarded = guard_open(L, &g, mo->rank, s, p, live, coord);
-  store_mem(L, s, p, v, 1);
+  /* atomic_add (f32, the verifier's rule): programs run on the host pool's threads at once */
+  if (op->iattr[1] & KN_MEM_ATOMIC_ADD)
+    LLVMBuildAtomicRMW(L->B, LLVMAtomicRMWBinOpFAdd, p, v, LLVMAtomicOrderingMonotonic, 0);
+  else
+    store_mem(L, s, p, v, 1);
   if (guarded) guard_close(L, &g);
 }
 
