@@ -101,6 +101,9 @@ void kn_emu_rt_load(int32_t as, uint64_t addr, void *dst, int32_t bytes, int32_t
                     int32_t site);
 void kn_emu_rt_store(int32_t as, uint64_t addr, const void *src, int32_t bytes, int32_t align,
                      int32_t site);
+/* global_atomic_add_f32: *addr += v atomically (checked as a global store of 4 bytes); ftz:
+ * flush f32 denormal inputs and result to signed zero (gfx90a); returns the old value */
+float kn_emu_rt_atomic_fadd(uint64_t addr, float v, int32_t align, int32_t ftz, int32_t site);
 
 /* llvm.amdgcn.raw.ptr.buffer.load of `bytes` at voff (+ soff, which the range check leaves
  * out) through resource rsrc (the address of the lane's {base, stride, num_records, flags}) */

@@ -20,7 +20,9 @@
  *  - every load and store through an addrspace(1) or addrspace(3) pointer becomes a runtime call
  *    with the address, the size, the alignment the IR claims and a site id; LDS globals are
  *    replaced by constant addresses 0, 16, ... of one per-workgroup LDS, so an LDS pointer is its
- *    offset.  Atomics, address-space casts and other calls on those pointers are errors.
+ *    offset.  An f32 atomic fadd through a global pointer becomes a runtime call (an atomic add,
+ *    checked as a store); other atomics, address-space casts and other calls on those pointers
+ *    are errors.
  *  - bfloat arithmetic is done in f32 and rounded to bf16 with integer operations (round to
  *    nearest even, NaN kept quiet): the host libgcc here has no __truncsfbf2, and that is also
  *    what the AMDGPU backend does on chips without bf16 ALUs.
@@ -216,6 +218,26 @@ static int rewrite_memory(R *r, LLVMValueRef inst, bool store) {
   LLVMValueRef args[6] = {ci32(r, as), addr, slot, ci32(r, (long long)bytes), ci32(r, align), ci32(r, site)};
   rt_call(r, store ? RT(kn_emu_rt_store) : RT(kn_emu_rt_load), r->vd, args, 6, false);
   replace(inst, store ? NULL : LLVMBuildLoad2(r->B, ty, slot, ""));
+  return 0;
+}
+
+/* global_atomic_add_f32 (compiler/gpu/lower_amdgpu.c: an f32 atomicrmw fadd through a global
+ * pointer, kiln's one atomic) becomes a runtime call that checks the address as a store and
+ * adds atomically (workgroups run on several threads); gfx90a's instruction flushes f32
+ * denormals, which the runtime does on that chip.  Any other atomic is an error. */
+static int rewrite_atomic(R *r, LLVMValueRef inst) {
+  LLVMValueRef p = LLVMGetOperand(inst, 0), v = LLVMGetOperand(inst, 1);
+  unsigned as = addr_space(p);
+  if (!routed(as)) return 0;
+  if (LLVMGetInstructionOpcode(inst) != LLVMAtomicRMW || as != KN_EMU_AS_GLOBAL ||
+      LLVMGetAtomicRMWBinOp(inst) != LLVMAtomicRMWBinOpFAdd || LLVMTypeOf(v) != r->f32)
+    return rfail(r, "emulator: atomics other than a global f32 fadd are not emulated%s%s", "", "");
+  LLVMPositionBuilderBefore(r->B, inst);
+  LLVMValueRef args[5] = {LLVMBuildPtrToInt(r->B, p, r->i64, ""), v,
+                          ci32(r, (long long)LLVMGetAlignment(inst)),
+                          ci32(r, !strcmp(r->arch, "gfx90a")),
+                          ci32(r, add_site(r, 14, "global_atomic_add_f32", NULL))};
+  replace(inst, rt_call(r, RT(kn_emu_rt_atomic_fadd), r->f32, args, 5, false));
   return 0;
 }
 
@@ -418,7 +440,7 @@ static int rewrite_inst(R *r, LLVMValueRef inst) {
   case LLVMStore: return rewrite_memory(r, inst, true);
   case LLVMFence: replace(inst, NULL); return 0;
   case LLVMAtomicRMW:
-  case LLVMAtomicCmpXchg: return rfail(r, "emulator: atomic read-modify-write is not emulated%s%s", "", "");
+  case LLVMAtomicCmpXchg: return rewrite_atomic(r, inst);
   case LLVMAddrSpaceCast:
     if (routed(addr_space(LLVMGetOperand(inst, 0))) || routed(addr_space(inst)))
       return rfail(r, "emulator: address-space casts of global or LDS pointers are not emulated%s%s", "", "");

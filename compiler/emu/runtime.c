@@ -31,6 +31,8 @@
  * Errors end the workgroup at once: the failing fiber switches to the scheduler and no fiber is
  * resumed again; fibers hold no resources, so their stacks are simply reused.
  */
+#include <float.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -514,6 +516,24 @@ void kn_emu_rt_store(int32_t as, uint64_t addr, const void *src, int32_t bytes, 
     memcpy((void *)(uintptr_t)addr, src, (size_t)bytes);
     l->w->st.global_bytes += (uint64_t)bytes;
   }
+}
+
+static float flush_denormal(float x) {
+  return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x;
+}
+
+float kn_emu_rt_atomic_fadd(uint64_t addr, float v, int32_t align, int32_t ftz, int32_t site) {
+  lane *l = cur_lane();
+  global_check(l, addr, 4, align, site, true);
+  l->w->st.global_bytes += 4;
+  uint32_t *p = (uint32_t *)(uintptr_t)addr, old = __atomic_load_n(p, __ATOMIC_RELAXED), nw;
+  float o, sum;
+  do {
+    memcpy(&o, &old, 4);
+    sum = ftz ? flush_denormal(flush_denormal(o) + flush_denormal(v)) : o + v;
+    memcpy(&nw, &sum, 4);
+  } while (!__atomic_compare_exchange_n(p, &old, nw, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  return o;
 }
 
 /* A raw buffer load (stride 0, as kiln's resources are): the access is in range when

@@ -630,6 +630,50 @@ void kn_reduce_plan_free(kn_reduce_plan *p) {
   p->group = NULL;
 }
 
+static bool lands_on_itself(const kn_lmap *m, const int32_t *delta) {
+  return mod(delta[0], m->shape[0]) == 0 && mod(delta[1], m->shape[1]) == 0;
+}
+
+int kn_lmap_owners(const kn_lmap *m, int warps, bool *keep, unsigned *lmask, unsigned *wmask,
+                   int bad[2], int *nown) {
+  *lmask = *wmask = 0;
+  for (int r = 0; r < m->nregs; r++) {
+    keep[r] = true;
+    for (int q = 0; q < r && keep[r]; q++) {
+      int32_t delta[2] = {m->reg[r][0] - m->reg[q][0], m->reg[r][1] - m->reg[q][1]};
+      if (lands_on_itself(m, delta)) keep[r] = false;
+    }
+  }
+  for (int b = 0; b < m->lane_bits; b++)
+    if (lands_on_itself(m, m->lane[b])) *lmask |= 1u << b;
+  for (int b = 0; b < m->warp_bits; b++)
+    if (lands_on_itself(m, m->warp[b])) *wmask |= 1u << b;
+  for (int w = m->warps; w < warps; w <<= 1) *wmask |= (unsigned)w;
+  size_t n = (size_t)m->shape[0] * (size_t)m->shape[1];
+  int *count = calloc(n, sizeof *count);
+  KN_ASSERT(count);
+  for (int w = 0; w < m->warps; w++)
+    for (int l = 0; l < m->lanes; l++) {
+      if (((unsigned)w & *wmask) || ((unsigned)l & *lmask)) continue;
+      for (int r = 0; r < m->nregs; r++) {
+        int c[2];
+        if (!keep[r]) continue;
+        kn_lmap_coord(m, w, l, r, c);
+        count[(size_t)c[0] * (size_t)m->shape[1] + (size_t)c[1]]++;
+      }
+    }
+  int rc = 0;
+  for (size_t e = 0; e < n && !rc; e++)
+    if (count[e] != 1) {
+      bad[0] = (int)(e / (size_t)m->shape[1]);
+      bad[1] = (int)(e % (size_t)m->shape[1]);
+      *nown = count[e];
+      rc = -1;
+    }
+  free(count);
+  return rc;
+}
+
 int kn_lmap_vec(const kn_lmap *m, int dim, int maxvec) {
   for (int v = maxvec; v > 1; v /= 2) {
     bool ok = m->nregs % v == 0;

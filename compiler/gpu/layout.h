@@ -193,6 +193,17 @@ void kn_reduce_plan_free(kn_reduce_plan *p);
  * dim) memory, at a v-aligned coordinate. */
 int kn_lmap_vec(const kn_lmap *m, int dim, int maxvec);
 
+/* One owner for each element of m, for a store that must touch an element once (atomic_add,
+ * which would add a copy twice): keep[r] (nregs entries) is false where an earlier register of
+ * the thread has r's coordinate (equal modulo the shape: so in every thread), and a thread owns
+ * its kept registers when lane & *lmask and warp & *wmask are 0 (the lane and warp bits whose
+ * delta lands on the same element, and the bits of a program of `warps` warps, a power of two,
+ * past the map's).  Checked by enumerating kn_lmap_coord over every (warp, lane, register):
+ * 0, or -1 with bad[] an element that does not get exactly one owner and *nown its owners
+ * (copies made by a combination of bits, say two lane steps adding up to the shape). */
+int kn_lmap_owners(const kn_lmap *m, int warps, bool *keep, unsigned *lmask, unsigned *wmask,
+                   int bad[2], int *nown);
+
 /* Element offset of (i, j) in a shared layout over shape (XOR-swizzled or padded); rank 1: i. */
 int64_t kn_shared_offset(const kn_layout *s, const int *shape, int i, int j);
 /* elements a shared layout over shape occupies (numel plus padding) */

@@ -138,10 +138,28 @@ static LLVMValueRef amd_buffer_load(G *g, LLVMValueRef rsrc, LLVMValueRef voff, 
   return call(g, name, t, args, 4);
 }
 
+/* global_atomic_add_f32 (gfx90a, gfx942), not a compare-and-swap loop: LLVM keeps the
+ * instruction only for an atomicrmw fadd that is at most agent scope and promises, by metadata
+ * (docs/AMDGPUUsage, "Memory Model"), that the address is not fine-grained host memory
+ * (amdgpu.no.fine.grained.memory: kiln's buffers are device allocations) and that the
+ * instruction may ignore the denormal mode (amdgpu.ignore.denormal.mode: gfx90a's flushes f32
+ * denormals, which kiln's f32 gradient sums do not need; gfx942's keeps them).  Relaxed. */
+static void amd_atomic_fadd(G *g, LLVMValueRef ptr, LLVMValueRef v) {
+  unsigned agent = LLVMGetSyncScopeID(g->C, "agent", 5);
+  LLVMValueRef a = LLVMBuildAtomicRMWSyncScope(g->B, LLVMAtomicRMWBinOpFAdd, ptr, v,
+                                               LLVMAtomicOrderingMonotonic, agent);
+  LLVMSetAlignment(a, 4);
+  const char *md[2] = {"amdgpu.no.fine.grained.memory", "amdgpu.ignore.denormal.mode"};
+  for (int i = 0; i < 2; i++)
+    LLVMSetMetadata(a, LLVMGetMDKindIDInContext(g->C, md[i], (unsigned)strlen(md[i])),
+                    LLVMMetadataAsValue(g->C, LLVMMDNodeInContext2(g->C, NULL, 0)));
+}
+
 const leaf_ops kn_leaf_amdgpu = {
     .name = "AMDGPU", .ids = amd_ids,
     .program_id = amd_program_id, .num_programs = amd_num_programs, .barrier = amd_barrier,
     .xor_lanes = amd_xor_lanes,
     .mma = amd_mma, .kernel = amd_kernel, .shared = amd_shared, .f32_math = amd_f32_math,
-    .buffer_rsrc = amd_buffer_rsrc, .buffer_load = amd_buffer_load, .maxnum_cheaper = true,
+    .buffer_rsrc = amd_buffer_rsrc, .buffer_load = amd_buffer_load, .atomic_fadd = amd_atomic_fadd,
+    .maxnum_cheaper = true,
 };

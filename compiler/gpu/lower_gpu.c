@@ -42,7 +42,9 @@
  *    whose leaves have buffer loads (AMDGPU), is instead one buffer resource over its base and
  *    per register group an i32 byte offset, moved past the resource's end when the group is
  *    dead (the hardware reads 0 there): no branch.  A scalar load or store is one access by every
- *    thread, at the same address.
+ *    thread, at the same address.  A store with atomic_add is one f32 atomic per element (the
+ *    leaf's atomic_fadd), from the one owner of each element ("atomic_add stores" below); a
+ *    scalar one is thread 0's.
  *  - gather: per register of the offsets' layout, one scalar load at base + offset, under the
  *    register's mask (a lane's own address: no vectors).
  *  - dot: the accumulator is the transposed mma layout; for each (m, n) instruction tile of the
@@ -1178,6 +1180,10 @@ static LLVMValueRef buffer_offset(G *g, const access *a, LLVMValueRef toff, LLVM
   return k ? LLVMBuildAdd(g->B, bytes, ci32(g, k * a->esz), "") : bytes;
 }
 
+static LLVMValueRef and_opt(G *g, LLVMValueRef a, LLVMValueRef b) {
+  return !a ? b : !b ? a : LLVMBuildAnd(g->B, a, b, "");
+}
+
 static bool async_staged(G *g, const kn_value *v) {
   for (int i = 0; i < g->p->nconv; i++)
     if (g->p->conv[i].value == v && g->p->conv[i].stage >= KN_STAGE_ASYNC_AT_DOT) return true;
@@ -1186,7 +1192,7 @@ static bool async_staged(G *g, const kn_value *v) {
 
 /* A load or store of one element (a scalar value, rank 1): every thread computes the same
  * address and liveness; every thread loads the element, and every thread stores the same value
- * to the same address (so it is written once, whoever wins). */
+ * to the same address (so it is written once, whoever wins).  An atomic_add is thread 0's. */
 static int lower_scalar_mem(G *g, kn_op *op, bool load) {
   kn_mem_operands mo;
   kn_mem_operands_get(op, &mo);
@@ -1201,11 +1207,19 @@ static int lower_scalar_mem(G *g, kn_op *op, bool load) {
                                    LLVMBuildICmp(g->B, LLVMIntSLT, o, to_i64(g, mo.bound[0]), ""), "");
     live = live ? LLVMBuildAnd(g->B, live, in, "") : in;
   }
-  guard gd = guard_open(g, live, load ? "ld" : "st");
+  bool atomic = !load && (op->iattr[1] & KN_MEM_ATOMIC_ADD);
+  if (atomic && (s != KN_F32 || !g->ops->atomic_fadd))
+    return unsupported(g, op, "a store with atomic_add of anything but f32");
+  /* atomic_add: thread 0 of the program adds, once */
+  if (atomic)
+    live = and_opt(g, live, LLVMBuildICmp(g->B, LLVMIntEQ, LLVMBuildOr(g->B, g->lane, g->warp, ""),
+                                          ci32(g, 0), ""));
+  guard gd = guard_open(g, live, load ? "ld" : atomic ? "red" : "st");
   LLVMValueRef x = NULL;
-  if (load) x = LLVMBuildLoad2(g->B, et, ptr, "");
+  if (atomic) g->ops->atomic_fadd(g, ptr, g->sv[mo.value->id]);
+  else if (load) x = LLVMBuildLoad2(g->B, et, ptr, "");
   else x = LLVMBuildStore(g->B, g->sv[mo.value->id], ptr);
-  LLVMSetAlignment(x, (unsigned)kn_scalar_size(s));
+  if (x) LLVMSetAlignment(x, (unsigned)kn_scalar_size(s));
   guard_close(g, &gd);
   if (load)
     g->sv[op->res[0]->id] = guard_value(g, &gd, x, mo.other ? g->sv[mo.other->id] : LLVMConstNull(et));
@@ -1259,6 +1273,49 @@ static int lower_load(G *g, kn_op *op) {
   return 0;
 }
 
+/* ---- atomic_add stores: each element added by one owner ----
+ *
+ * A plain store may write an element from every (warp, lane, register) that holds a copy of it
+ * (the same value, whoever wins); an atomic add must add it once.  kn_lmap_owners (layout.h)
+ * picks at compile time one owner per element from the value's map (registers that repeat an
+ * earlier one are skipped, and the lane and warp bits that only make copies must be 0) and
+ * checks by enumeration that it is exactly one; where it is not, the compile fails naming the
+ * op and the layout: nothing is emitted that would add an element twice or never. */
+typedef struct owners {
+  bool *keep;             /* per register */
+  unsigned lmask, wmask;  /* lane and warp bits that must be 0 */
+} owners;
+
+static int atomic_owners(G *g, const kn_op *op, const kn_value *v, const kn_lmap *m, owners *o) {
+  o->keep = kn_arena_alloc(g->p->arena, sizeof *o->keep * (size_t)(m->nregs ? m->nregs : 1));
+  int bad[2], nown;
+  if (!kn_lmap_owners(m, g->p->warps, o->keep, &o->lmask, &o->wmask, bad, &nown)) return 0;
+  char lay[160], ty[64];
+  kn_layout_format(g->p->lay[v->id], lay, sizeof lay);
+  kn_ty_format(v->type, ty, sizeof ty);
+  if (!g->failed)
+    kn_error(g->d, g->p->k->module, op->loc, "'store' with atomic_add of %s in layout %s: "
+             "element [%d, %d] would be added by %d threads or registers (not 1), and no owner "
+             "of its copies can be chosen from lane and warp bits", ty, lay, bad[0], bad[1],
+             nown);
+  g->failed = 1;
+  return -1;
+}
+
+/* i1: this thread owns its kept registers (NULL: every thread does) */
+static LLVMValueRef owner_pred(G *g, const owners *o) {
+  LLVMValueRef own = NULL;
+  for (int k = 0; k < 2; k++) {
+    unsigned mk = k ? o->wmask : o->lmask;
+    if (!mk) continue;
+    LLVMValueRef bits = LLVMBuildAnd(g->B, k ? g->warp : g->lane, ci32(g, mk), "");
+    LLVMValueRef zero = LLVMBuildICmp(g->B, LLVMIntEQ, bits, ci32(g, 0), "");
+    own = own ? LLVMBuildAnd(g->B, own, zero, "") : zero;
+  }
+  return own;
+}
+
+
 static int lower_store(G *g, kn_op *op) {
   kn_mem_operands mo;
   kn_mem_operands_get(op, &mo);
@@ -1266,6 +1323,16 @@ static int lower_store(G *g, kn_op *op) {
   const kn_lmap *m = vmap(g, mo.value);
   access a;
   plan_access(g, op, m, mo.value->type.elem, &a);
+  bool atomic = op->iattr[1] & KN_MEM_ATOMIC_ADD;
+  owners own = {0};
+  LLVMValueRef own_pred = NULL;
+  if (atomic) {
+    if (mo.value->type.elem != KN_F32 || !g->ops->atomic_fadd)
+      return unsupported(g, op, "a store with atomic_add of anything but f32");
+    if (atomic_owners(g, op, mo.value, m, &own)) return -1;
+    own_pred = owner_pred(g, &own);
+    a.vec = 1;  /* one atomic per element */
+  }
   LLVMValueRef *mask = NULL;
   for (int i = 0; i < op->nopnd; i++)
     if (op->opnd[i] == mo.mask) mask = opnd_regs(g, op, i);
@@ -1273,7 +1340,14 @@ static int lower_store(G *g, kn_op *op) {
   LLVMValueRef tptr = exact_map(m) ? thread_ptr(g, &a) : NULL;
   for (int r = 0; r < m->nregs; r += a.vec) {
     LLVMValueRef ptr, live, x;
+    if (atomic && !own.keep[r]) continue;
     address(g, &a, tptr, mask, r, &ptr, &live);
+    if (atomic) {
+      guard gd = guard_open(g, and_opt(g, live, own_pred), "red");
+      g->ops->atomic_fadd(g, ptr, val[r]);
+      guard_close(g, &gd);
+      continue;
+    }
     if (a.vec == 1) x = val[r];
     else {
       x = LLVMGetUndef(vec_ty(a.et, a.vec));

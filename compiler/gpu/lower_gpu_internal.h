@@ -100,6 +100,9 @@ struct leaf_ops {
    * (then the load is an ordinary one, as without the clause). */
   LLVMValueRef (*buffer_rsrc)(G *g, LLVMValueRef base);
   LLVMValueRef (*buffer_load)(G *g, LLVMValueRef rsrc, LLVMValueRef voff, int bytes);
+  /* a store's atomic_add (KN_MEM_ATOMIC_ADD): *ptr += v (f32, global), one relaxed atomic
+   * read-modify-write whose result is unused */
+  void (*atomic_fadd)(G *g, LLVMValueRef ptr, LLVMValueRef v);
   bool nowrap_offsets;     /* mark coordinate and shared-offset arithmetic nuw nsw */
   /* llvm.maximum/minimum (NaN-propagating) cost more than maxnum/minnum (AMDGPU: v_max_f32 +
    * v_cmp_o + v_cndmask, and an s_nop, per element; one v_max_f32): kernels with MAXNUM = 1

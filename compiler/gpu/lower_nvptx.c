@@ -124,10 +124,19 @@ static LLVMValueRef nv_fp8_to_f16(G *g, kn_scalar s, LLVMValueRef x) {
   return LLVMBuildExtractElement(g->B, h2, ci32(g, 0), "");
 }
 
+/* atom.global.add.f32, relaxed (LLVM 22 gives the atom form even with the result unused, not
+ * red).  sm_90's vector red.global.add.v2/v4.f32 is not what LLVM 22 selects for an atomicrmw
+ * of <2 x float> (it expands a cmpxchg loop), so kiln issues one per element. */
+static void nv_atomic_fadd(G *g, LLVMValueRef ptr, LLVMValueRef v) {
+  LLVMValueRef a = LLVMBuildAtomicRMW(g->B, LLVMAtomicRMWBinOpFAdd, ptr, v,
+                                      LLVMAtomicOrderingMonotonic, 0);
+  LLVMSetAlignment(a, 4);
+}
+
 const leaf_ops kn_leaf_nvptx = {
     .name = "NVPTX", .ids = nv_ids,
     .program_id = nv_program_id, .num_programs = nv_num_programs, .barrier = nv_barrier,
     .xor_lanes = nv_xor_lanes,
     .mma = nv_mma, .kernel = nv_kernel, .shared = nv_shared, .f32_math = nv_f32_math,
-    .fp8_to_f16 = nv_fp8_to_f16, .nowrap_offsets = true,
+    .fp8_to_f16 = nv_fp8_to_f16, .atomic_fadd = nv_atomic_fadd, .nowrap_offsets = true,
 };

@@ -125,6 +125,77 @@ static void test_coverage(void **state) {
   kn_lmap_free(&m);
 }
 
+/* kn_lmap_owners (atomic_add stores): the owners it picks hold every element exactly once,
+ * by a count of its own here, on layouts with and without copies; a map whose copies come from
+ * two lane steps adding up to the shape has no owner of that form, and says which element */
+static int owners_count(const kn_lmap *m, int warps, int *bad, int *nown) {
+  bool keep[1024];
+  unsigned lm, wm;
+  assert_true(m->nregs <= 1024);
+  int rc = kn_lmap_owners(m, warps, keep, &lm, &wm, bad, nown);
+  if (rc) return rc;
+  int n = m->shape[0] * m->shape[1];
+  int *cnt = calloc((size_t)n, sizeof(int));
+  for (int w = 0; w < warps; w++)
+    for (int l = 0; l < m->lanes; l++)
+      for (int r = 0; r < m->nregs; r++) {
+        if ((w & (int)wm) || (l & (int)lm) || !keep[r]) continue;
+        int c[2];
+        kn_lmap_coord(m, w % m->warps, l, r, c);
+        cnt[c[0] * m->shape[1] + c[1]]++;
+      }
+  for (int i = 0; i < n; i++) assert_int_equal(cnt[i], 1);
+  free(cnt);
+  return 0;
+}
+
+static void test_owners(void **state) {
+  (void)state;
+  int bad[2], nown;
+  const kn_mma_shape *s32 = kn_mma_shape_get(KN_MMA_MFMA_32X32X8);
+  const kn_mma_shape *nv = kn_mma_shape_get(KN_MMA_NV_16X8X16);
+  struct { kn_layout l; int r, c; } cases[] = {
+      {kn_layout_mma(s32, 4, true), 128, 64},
+      {kn_layout_mma(s32, 4, true), 128, 1},   /* copies across lanes */
+      {kn_layout_dot(s32, 4, 1), 128, 64},     /* every warp holds all of B */
+      {kn_layout_mma(nv, 4, false), 64, 64},
+      {kn_layout_dot(nv, 4, 1), 32, 64},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    kn_lmap m = eval(&cases[i].l, 2, cases[i].r, cases[i].c);
+    assert_int_equal(owners_count(&m, 4, bad, &nown), 0);
+    kn_lmap_free(&m);
+  }
+  /* blocked layouts, f32, 4 warps of 64 and of 32 lanes, shapes down to 1 */
+  int shapes[][2] = {{8, 8}, {2, 2}, {1, 64}, {64, 1}, {1, 1}, {16, 32}, {128, 64}, {4, 256}};
+  for (int lanes = 32; lanes <= 64; lanes *= 2)
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+      for (int contig = 0; contig < 2; contig++) {
+        kn_layout b = kn_layout_blocked(2, shapes[i], contig, 4, 4, lanes);
+        kn_lmap m = eval(&b, 2, shapes[i][0], shapes[i][1]);
+        assert_int_equal(owners_count(&m, 4, bad, &nown), 0);
+        kn_lmap_free(&m);
+      }
+  /* a map of one warp in a program of four: the other warps' bits must be 0 */
+  int one[2] = {8, 8};
+  kn_layout b1 = kn_layout_blocked(2, one, 1, 4, 1, 64);
+  kn_lmap m1 = eval(&b1, 2, 8, 8);
+  bool keep[64];
+  unsigned lm, wm;
+  assert_int_equal(kn_lmap_owners(&m1, 4, keep, &lm, &wm, bad, &nown), 0);
+  assert_int_equal(wm, 3);
+  kn_lmap_free(&m1);
+  /* 80 elements, lane steps 1, 2, 4, 8, 16 and 64: lanes 0 and 48 both hold element 0 */
+  int32_t reg[1][2] = {{0, 0}};
+  kn_lmap h = {.rank = 1, .shape = {80, 1}, .lanes = 64, .warps = 1, .lane_bits = 6,
+               .nregs = 1, .reg = reg,
+               .lane = {{1, 0}, {2, 0}, {4, 0}, {8, 0}, {16, 0}, {64, 0}}};
+  assert_int_equal(kn_lmap_owners(&h, 1, keep, &lm, &wm, bad, &nown), -1);
+  assert_int_equal(bad[0], 0);
+  assert_int_equal(bad[1], 0);
+  assert_int_equal(nown, 2);
+}
+
 /* ---- the matrix instructions, as the ISA defines them (not through layout.c) ---- */
 
 /* hardware A element (i, k) of an MxK instruction tile: which lane, which element */
@@ -615,6 +686,7 @@ int main(void) {
       cmocka_unit_test(test_wgmma_shared),
       cmocka_unit_test(test_reduce),
       cmocka_unit_test(test_free_conversions),
+      cmocka_unit_test(test_owners),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
