@@ -30,6 +30,7 @@
 #include "amdgpu.h"
 #include "attention.h"
 #include "gpu.h"
+#include "objdump.h"
 #include "target.h"
 
 static bool verbose(void) {
@@ -132,29 +133,13 @@ static void no_spills_at_all(const result *r) {
   assert_int_equal(r->k.sgpr_spill_count, 0);
 }
 
-static const char objdump_tool[] = "/usr/lib/llvm-22/bin/llvm-objdump";
-
 /* how many disassembled lines of the code object co contain pattern (llvm-objdump must exit
  * with status 0); frees co */
 static int objdump_count(const char *arch, void *co, size_t n, const char *pattern) {
-  char path[] = "/tmp/kiln_attn_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  assert_int_equal(write(fd, co, n), (ssize_t)n);
-  close(fd);
+  int count = test_objdump_count(arch, co, n, pattern);
   free(co);
-  char cmd[256];
-  snprintf(cmd, sizeof cmd, "%s -d --mcpu=%s %s 2>&1", objdump_tool, arch, path);
-  FILE *p = popen(cmd, "r");
-  assert_non_null(p);
-  char line[512];
-  int mfma = 0;
-  while (fgets(line, sizeof line, p))
-    if (strstr(line, pattern)) mfma++;
-  int st = pclose(p);
-  unlink(path);
-  assert_int_equal(st, 0);
-  return mfma;
+  assert_true(count >= 0);
+  return count;
 }
 
 /* LLVM 22's llvm-objdump disassembles the code object and shows as many MFMA instructions as
@@ -168,7 +153,7 @@ static void test_matrix(void **state) {
   const char *archs[] = {"gfx942", "gfx90a"};
   const kn_scalar dts[] = {KN_F16, KN_BF16};
   const int hds[] = {64, 128}, bms[] = {64, 128}, bns[] = {32, 64, 128};
-  bool objdump = access(objdump_tool, X_OK) == 0;
+  bool objdump = access(TEST_OBJDUMP, X_OK) == 0;
   for (int t = 0; t < 2; t++)
     for (int a = 0; a < 2; a++)
       for (int b = 0; b < 2; b++)
@@ -208,7 +193,7 @@ static void test_default_configs(void **state) {
 
 static void test_objdump(void **state) {
   (void)state;
-  const char *tool = objdump_tool;
+  const char *tool = TEST_OBJDUMP;
   if (access(tool, X_OK) != 0) {
     skip();
     return;
@@ -257,7 +242,7 @@ static void test_mfma16(void **state) {
   (void)state;
   const char *archs[] = {"gfx942", "gfx90a"};
   const kn_scalar dts[] = {KN_F16, KN_BF16};
-  bool objdump = access(objdump_tool, X_OK) == 0;
+  bool objdump = access(TEST_OBJDUMP, X_OK) == 0;
   mfma_shape = 16;
   for (int t = 0; t < 2; t++)
     for (int a = 0; a < 2; a++)

@@ -33,7 +33,7 @@
 #include "layout.h"
 #include "msgpack.h"
 
-#define OBJDUMP "/usr/lib/llvm-22/bin/llvm-objdump"
+#include "objdump.h"
 #define NHOG 40  /* accumulators of reg_hog: 40 x 16 f32 per lane > 512 registers */
 
 /* ---- test kernels ---- */
@@ -350,31 +350,6 @@ static int count_mnemonic_lines(const char *text, const char *prefix) {
   return n;
 }
 
-/* v_mfma instructions in `llvm-objdump -d` of the bytes, or -1 without llvm-objdump */
-static int objdump_mfma(const void *data, size_t n, const char *cpu) {
-  if (access(OBJDUMP, X_OK) != 0) return -1;
-  char path[] = "/tmp/kiln-test-hsaco-XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  assert_int_equal(write(fd, data, n), (ssize_t)n);
-  close(fd);
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, OBJDUMP " -d --mcpu=%s %s", cpu, path);
-  FILE *p = popen(cmd, "r");
-  assert_non_null(p);
-  int count = 0;
-  char line[1024];
-  while (fgets(line, sizeof line, p)) {
-    /* an instruction line: leading blanks, the mnemonic, operands, "// address: bytes" */
-    const char *s = line;
-    while (*s == ' ' || *s == '\t') s++;
-    if (!strncmp(s, "v_mfma", 6)) count++;
-  }
-  assert_int_equal(pclose(p), 0);
-  unlink(path);
-  return count;
-}
-
 static void check_built(const built *b, bool linked) {
   const void *bytes = linked ? b->out.code_object : b->out.obj;
   size_t n = linked ? b->out.code_object_size : b->out.obj_size;
@@ -454,7 +429,7 @@ static void check_built(const built *b, bool linked) {
 
   /* the same count three ways: the inspector, the assembly text, llvm-objdump */
   assert_int_equal(total_mfma, count_mnemonic_lines(b->out.asm_text, "v_mfma"));
-  int od = objdump_mfma(bytes, n, b->t->name);
+  int od = test_objdump_count(b->t->name, bytes, n, "v_mfma");
   printf("%s %s: v_mfma inspector %d, assembly %d, llvm-objdump %d%s\n", b->t->name,
          linked ? "ET_DYN" : "ET_REL", total_mfma, count_mnemonic_lines(b->out.asm_text, "v_mfma"),
          od, od < 0 ? " (not installed)" : "");
