@@ -684,11 +684,12 @@ static void nv_plan_staging(pass *s) {
     kn_op *loop = loop_of(c->user);
     int shape[2] = {c->value->type.shape[0], c->value->type.shape[1]};
     if (wgmma && c->opnd == 0 && once_of[i]) {
-      /* wgmma's A staged once: K-major (k contiguous in the load) through a descriptor,
-       * otherwise read with ldmatrix below */
+      /* wgmma's A staged once through a descriptor: K-major (k contiguous in the load: K, V,
+       * Q, dO) or M-major (m contiguous, read with imm-trans-a: K^T of the backward's atomic
+       * dQ^T = K^T dS^T), in the canonical layout whose rows run along the load's contiguous dim */
       const kn_layout *have = get(s, c->value);
-      if (have && have->kind == KN_LAYOUT_BLOCKED && have->rank == 2 && have->order[0] == 1) {
-        kn_layout sh = kn_layout_shared_wgmma(1, shape, 2);
+      if (have && have->kind == KN_LAYOUT_BLOCKED && have->rank == 2) {
+        kn_layout sh = kn_layout_shared_wgmma(have->order[0], shape, 2);
         sh.warps = (uint8_t)p->warps;
         c->shared = sh;
         c->desc = true;

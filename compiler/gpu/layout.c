@@ -256,8 +256,11 @@ kn_wgmma_desc kn_wgmma_desc_for(const kn_layout *s, const int *shape, int elem_b
 
 kn_wgmma_desc kn_wgmma_desc_for_a(const kn_layout *s, const int *shape, int elem_bytes, int m0,
                                    int k0) {
-  /* K-major A (rows m, elements k) is K-major B with n read as m: SBO 1024, LBO unused */
+  /* K-major A (rows m, elements k) is K-major B with n read as m: SBO 1024, LBO unused; M-major
+   * A (rows k, elements m; imm-trans-a = 1) is N-major B with n read as m: LBO one column block
+   * (64 m of every k row) */
   kn_wgmma_desc d = {.sbo = 1024, .lbo = 16, .trans = s->order[0] != 1};
+  if (d.trans) d.lbo = (int64_t)s->cblock * shape[1] * elem_bytes;
   d.start = kn_shared_offset(s, shape, m0, k0) * elem_bytes;  /* m0 % 8 == 0: chunk phase 0 */
   return d;
 }

@@ -2066,11 +2066,12 @@ static int lower_dot_wgmma(G *g, kn_op *op, kn_scalar t, LLVMValueRef *ra, const
   LLVMValueRef desc = wgmma_desc_base(g, cb, bd);
   /* A through a descriptor (a K-major operand staged once): no A registers; warpgroup wg reads
    * rows 64 wg.. (a fixed byte step for every k step) */
-  bool adesc = ca && ca->desc;
+  bool adesc = ca && ca->desc, atrans = false;
   LLVMValueRef a_desc = NULL;
   if (adesc) {
     kn_wgmma_desc ad = kn_wgmma_desc_for_a(&ca->shared, ashape, esz, 0, 0);
-    if (ad.trans || ca->shared.cblock == 0) return -1;
+    if (ca->shared.cblock == 0) return -1;
+    atrans = ad.trans;  /* M-major A (K^T of dQ^T = K^T dS^T) */
     a_desc = wgmma_desc_base(g, ca, ad);
     if (g->p->warps > 4) {
       int64_t step = kn_wgmma_desc_for_a(&ca->shared, ashape, esz, 64, 0).start - ad.start;
@@ -2119,8 +2120,8 @@ static int lower_dot_wgmma(G *g, kn_op *op, kn_scalar t, LLVMValueRef *ra, const
                           2 * nacc + nx - 1, N, ty, ty);
   for (int i = 0; i < nacc; i++) len += (size_t)snprintf(text + len, cap - len, "%s$%d", i ? ", " : "", i);
   if (adesc)
-    snprintf(text + len, cap - len, "}, $%d, $%d, p, 1, 1, 0, %d;\n}", 2 * nacc, 2 * nacc + 1,
-             trans ? 1 : 0);
+    snprintf(text + len, cap - len, "}, $%d, $%d, p, 1, 1, %d, %d;\n}", 2 * nacc, 2 * nacc + 1,
+             atrans ? 1 : 0, trans ? 1 : 0);
   else
     snprintf(text + len, cap - len, "}, {$%d, $%d, $%d, $%d}, $%d, p, 1, 1, %d;\n}", 2 * nacc,
              2 * nacc + 1, 2 * nacc + 2, 2 * nacc + 3, 2 * nacc + 4, trans ? 1 : 0);

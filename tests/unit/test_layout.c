@@ -590,27 +590,30 @@ static void wgmma_reads(int K, int N, int inner) {
   }
 }
 
-/* wgmma's A operand through a descriptor (the backward's K and V, Q and dO, staged once):
- * K-major A(m, k) of M x K (k contiguous) is read as K-major B with n read as m, from the
- * start of each warpgroup's 64 rows (m0) and k step (k0): kn_wgmma_desc_for_a */
-static void wgmma_reads_a(int M, int K) {
+/* wgmma's A operand through a descriptor (the backward's K and V, Q and dO, staged once; K^T
+ * of the atomic dQ's dQ^T = K^T dS^T): K-major A(m, k) of M x K (k contiguous) is read as
+ * K-major B with n read as m, M-major A (m contiguous, imm-trans-a 1) as N-major B with n read
+ * as m, from the start of each warpgroup's 64 rows (m0) and k step (k0): kn_wgmma_desc_for_a */
+static void wgmma_reads_a(int M, int K, int inner) {
   int shape[2] = {M, K};
-  kn_layout s = kn_layout_shared_wgmma(1, shape, 2);
+  kn_layout s = kn_layout_shared_wgmma(inner, shape, 2);
   for (int m0 = 0; m0 < M; m0 += 64)
     for (int k0 = 0; k0 < K; k0 += 16) {
       kn_wgmma_desc d = kn_wgmma_desc_for_a(&s, shape, 2, m0, k0);
-      assert_false(d.trans);
+      assert_int_equal(d.trans, inner == 0);
       assert_int_equal(d.start % 16, 0);
       assert_int_equal(d.sbo, 1024);
       for (int m = 0; m < 64 && m0 + m < M; m++)
         for (int k = 0; k < 16; k++) {
-          int64_t e = (m % 8) * 64 + (m / 8) * (d.sbo / 2) + (k % 8) + (k / 8) * 8;
+          int64_t e;
+          if (!d.trans) e = (m % 8) * 64 + (m / 8) * (d.sbo / 2) + (k % 8) + (k / 8) * 8;
+          else e = (m % 8) + (m / 8 % 8) * 8 + (m / 64) * (d.lbo / 2) + (k % 8) * 64 + (k / 8) * (d.sbo / 2);
           int64_t hw = hw_swizzle(d.start + 2 * e);
           int64_t ours = 2 * kn_shared_offset(&s, shape, m0 + m, k0 + k);
           if (hw != ours)
-            fail_msg("wgmma K-major A %dx%d: rows %d.. k step %d read A(%d,%d) at byte %lld, "
-                     "stored at %lld", M, K, m0, k0, m0 + m, k0 + k, (long long)hw,
-                     (long long)ours);
+            fail_msg("wgmma %s A %dx%d: rows %d.. k step %d read A(%d,%d) at byte %lld, "
+                     "stored at %lld", d.trans ? "M-major" : "K-major", M, K, m0, k0, m0 + m,
+                     k0 + k, (long long)hw, (long long)ours);
         }
     }
 }
@@ -623,8 +626,10 @@ static void test_wgmma_shared(void **state) {
       wgmma_reads(heads[i], bn, 0);   /* K^T: (d, n), d contiguous: K-major */
       wgmma_reads(bn, heads[i], 1);   /* V: (n, d), d contiguous: N-major */
     }
-    wgmma_reads_a(64, heads[i]);      /* K of S^T = K Q^T, one warpgroup */
-    wgmma_reads_a(128, heads[i]);     /* two warpgroups */
+    wgmma_reads_a(64, heads[i], 1);   /* K of S^T = K Q^T, one warpgroup */
+    wgmma_reads_a(128, heads[i], 1);  /* two warpgroups */
+    if (heads[i] % 64 == 0)           /* K^T of dQ^T = K^T dS^T: M = D, k = BLOCK_N keys */
+      for (int bn = 16; bn <= 128; bn *= 2) wgmma_reads_a(heads[i], bn, 0);
   }
 }
 
