@@ -161,7 +161,10 @@ enum { KN_ATTN_MAX_PAGE = 256 };
  * slab of k and of v spans less than 2^31 bytes (kn_attn_off32_fits), so the API sets it on the
  * AMDGPU kernels it prepares (kn_attn_off32_applies) and launches a problem that does not fit
  * on the kernel without it (docs/amdgpu.md); keyed only when set ("...;wgmma=0;off32=1"); a
- * paged kernel gathers its K and V and has no such loads (the API leaves it unset). */
+ * paged kernel gathers its K and V and has no such loads (the API leaves it unset).  atomic_dq:
+ * the backward only (attn_bwd.h): the dK/dV kernel also adds dQ's partial sums into an f32
+ * workspace with atomic adds, and the dQ kernel only scales and rounds it (5 dots per block
+ * pair instead of 7; not bit-identical run to run); keyed only when set ("...;adq=1"). */
 #define KN_ATTN_CONFIG_FIELDS(X)                           \
   X(KN_ATTN_FIELD_INT, int, block_m, "block_m")            \
   X(KN_ATTN_FIELD_INT, int, block_n, "block_n")            \
@@ -169,7 +172,8 @@ enum { KN_ATTN_MAX_PAGE = 256 };
   X(KN_ATTN_FIELD_INT, int, stages, "stages")              \
   X(KN_ATTN_FIELD_INT, int, mfma, "mfma")                  \
   X(KN_ATTN_FIELD_BOOL, bool, wgmma, "wgmma")                \
-  X(KN_ATTN_FIELD_BOOL_OPT, bool, off32, "off32")
+  X(KN_ATTN_FIELD_BOOL_OPT, bool, off32, "off32")          \
+  X(KN_ATTN_FIELD_BOOL_OPT, bool, atomic_dq, "adq")
 
 #define KN_ATTN_DECLARE_FIELD(kind, type, field, name) type field;
 typedef struct kn_attn_desc {

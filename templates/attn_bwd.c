@@ -57,7 +57,7 @@ enum {
   B_Q_SB, B_Q_SH, B_Q_SM, B_K_SB, B_K_SH, B_K_SN, B_V_SB, B_V_SH, B_V_SN,
   B_O_SB, B_O_SH, B_O_SM, B_DO_SB, B_DO_SH, B_DO_SM, B_DQ_SB, B_DQ_SH, B_DQ_SM,
   B_DK_SB, B_DK_SH, B_DK_SN, B_DV_SB, B_DV_SH, B_DV_SN, B_LSE_SB, B_LSE_SH,
-  B_DELTA_SB, B_DELTA_SH, B_COUNT
+  B_DELTA_SB, B_DELTA_SH, B_DQA, B_COUNT
 };
 _Static_assert((int)B_COUNT == (int)KN_ATTN_BWD_NPARAMS, "parameter list and KN_ATTN_BWD_NPARAMS");
 
@@ -67,9 +67,10 @@ const char *const kn_attn_bwd_param_names[KN_ATTN_BWD_NPARAMS] = {
     "q_sb", "q_sh", "q_sm", "k_sb", "k_sh", "k_sn", "v_sb", "v_sh", "v_sn",
     "o_sb", "o_sh", "o_sm", "do_sb", "do_sh", "do_sm", "dq_sb", "dq_sh", "dq_sm",
     "dk_sb", "dk_sh", "dk_sn", "dv_sb", "dv_sh", "dv_sn", "lse_sb", "lse_sh",
-    "delta_sb", "delta_sh"};
+    "delta_sb", "delta_sh", "dq_acc"};
 
 kn_type kn_attn_bwd_param_type(const kn_attn_desc *d, int i) {
+  if (i == B_DQA) return kn_ty_ptr(KN_F32);
   if (i <= B_DV) return kn_ty_ptr(d->dtype);
   if (i <= B_DELTA) return kn_ty_ptr(KN_F32);
   if (i == B_SM_SCALE) return kn_ty_scalar(KN_F32);
@@ -142,14 +143,17 @@ int kn_attn_bwd_signature(const kn_attn_desc *d, kn_attn_sig *sig, kn_diag *diag
 
 typedef struct fit4 {
   int bm, bn, dp, w;
+  bool adq;
 } fit4;
 
 /* the dots' two shapes: S^T = K Q^T and dP^T = V dO^T (BN x BM x DP), dV += P^T dO and
  * dK += dS^T Q (BN x DP x BM) in the dK/dV kernel, and the same in the dQ kernel, whose
- * program owns BN query rows and steps BM keys: S = Q K^T, dP = dO V^T, dQ += dS K */
+ * program owns BN query rows and steps BM keys: S = Q K^T, dP = dO V^T, dQ += dS K.  With
+ * atomic_dq the dK/dV kernel has a third, dQ^T = K^T dS^T (DP x BM x BN), and the dQ kernel none */
 static bool fits_all_dots(void *p, const kn_mma_instr *in) {
   const fit4 *f = p;
-  return kn_mma_fits(in, f->bn, f->bm, f->dp, f->w) && kn_mma_fits(in, f->bn, f->dp, f->bm, f->w);
+  return kn_mma_fits(in, f->bn, f->bm, f->dp, f->w) && kn_mma_fits(in, f->bn, f->dp, f->bm, f->w) &&
+         (!f->adq || kn_mma_fits(in, f->dp, f->bm, f->bn, f->w));
 }
 
 int kn_attn_bwd_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_attn_config *c,
@@ -160,7 +164,7 @@ int kn_attn_bwd_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_at
   if (dp > 256)
     return kn_error(diag, NULL, nowhere, "attention backward: head dim %d is not supported "
                     "(1..256)", d->head_dim);
-  fit4 f = {c->block_m, c->block_n, dp, c->warps};
+  fit4 f = {c->block_m, c->block_n, dp, c->warps, c->atomic_dq};
   if (c->wgmma && arch) {  /* sm_90a's wgmma: one 64-row slab (block_n) per warpgroup */
     const kn_mma_instr *wg = kn_arch_pick_mma(arch, d->dtype, 64, NULL, NULL);
     if (!wg || wg->operands != KN_MMA_WGMMA)
@@ -170,8 +174,9 @@ int kn_attn_bwd_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_at
       return kn_error(diag, NULL, nowhere, "attention backward: block %dx%d with %d warps does "
                       "not fit wgmma at head dim %d (block_n, the rows a program owns, must be "
                       "16 x warps with warps a multiple of 4: one 64-row slab per warpgroup; "
-                      "block_m a multiple of 16)", c->block_m, c->block_n, c->warps,
-                      d->head_dim);
+                      "block_m a multiple of 16%s)", c->block_m, c->block_n, c->warps,
+                      d->head_dim, c->atomic_dq ? "; with atomic dQ the padded head dim, the "
+                      "rows of dQ^T = K^T dS^T, must equal block_n too" : "");
     /* a warpgroup holds 64 rows of two f32 accumulators (dK and dV, or dQ beside Q and dO):
      * DP registers a thread, more than a thread has beside S and dP above 128 */
     if (dp > 128)
@@ -187,14 +192,18 @@ int kn_attn_bwd_check_on(const kn_arch *arch, const kn_attn_desc *d, const kn_at
     return kn_error(diag, NULL, nowhere, "attention backward: block %dx%d with %d warps does "
                     "not fit a matrix instruction of %s for %s at head dim %d (block_n / warps "
                     "must be a multiple of the instruction's m, block_m and the head dim of "
-                    "its n and k)", c->block_m, c->block_n, c->warps,
-                    arch->name, kn_scalar_name(d->dtype), d->head_dim);
-  /* dK/dV kernel: K, V, and per query block Q, Q^T, dO, dO^T through shared memory */
-  int64_t need = (2 * (int64_t)c->block_n + 4 * (int64_t)c->block_m) * dp *
-                 (int64_t)kn_scalar_size(d->dtype);
-  if (c->wgmma)  /* column blocks of 64, each of the six buffers 1024-byte aligned */
-    need = (2 * (int64_t)c->block_n + 4 * (int64_t)c->block_m) * ((dp + 63) / 64 * 64) *
-               (int64_t)kn_scalar_size(d->dtype) + 6 * 1024;
+                    "its n and k%s)", c->block_m, c->block_n, c->warps,
+                    arch->name, kn_scalar_name(d->dtype), d->head_dim,
+                    c->atomic_dq ? "; with atomic dQ the padded head dim / warps too" : "");
+  /* dK/dV kernel: K, V, and per query block Q, Q^T, dO, dO^T through shared memory; with
+   * atomic dQ also K^T and dS^T (block_n x block_m) */
+  const int64_t es = (int64_t)kn_scalar_size(d->dtype);
+  const int64_t rows = 2 * (int64_t)c->block_n + 4 * (int64_t)c->block_m + (c->atomic_dq ? c->block_n : 0);
+  int64_t need = rows * dp * es + (c->atomic_dq ? (int64_t)c->block_n * c->block_m * es : 0);
+  if (c->wgmma)  /* column blocks of 64, each of the six (eight) buffers 1024-byte aligned */
+    need = rows * ((dp + 63) / 64 * 64) * es +
+           (c->atomic_dq ? (int64_t)c->block_n * ((c->block_m + 63) / 64 * 64) * es + 2048 : 0) +
+           6 * 1024;
   if (need > arch->shared_bytes)
     return kn_error(diag, NULL, nowhere, "attention backward: block %dx%d at head dim %d needs "
                     "up to %lld bytes of shared memory; %s has %lld", c->block_m, c->block_n,
@@ -217,30 +226,40 @@ kn_attn_config kn_attn_bwd_default_config(const kn_arch *arch, const kn_attn_des
   return kn_attn_bwd_sync_config(arch, d);
 }
 
+static kn_attn_config sync_search(const kn_arch *arch, const kn_attn_desc *d, bool adq);
+
 kn_attn_config kn_attn_bwd_config_for(const kn_arch *arch, const kn_attn_desc *d, bool wgmma,
-                                      bool sync, int block_m, int block_n, int warps) {
+                                      bool sync, int dq, int block_m, int block_n, int warps) {
+  const bool forced = sync || block_m || block_n || warps;
   kn_attn_config c = wgmma ? kn_attn_bwd_wgmma_config(arch, d)
-                     : sync || block_m || block_n || warps ? kn_attn_bwd_sync_config(arch, d)
-                                                           : kn_attn_bwd_default_config(arch, d);
+                     : forced ? kn_attn_bwd_sync_config(arch, d)
+                              : kn_attn_bwd_default_config(arch, d);
+  if (dq == KN_BWD_DQ_SEPARATE && c.atomic_dq) c = kn_attn_bwd_wgmma_config(arch, d);
+  if (dq == KN_BWD_DQ_ATOMIC && !c.atomic_dq)
+    c = c.wgmma ? kn_attn_bwd_atomic_wgmma_config(arch, d) : sync_search(arch, d, true);
   if (block_m) c.block_m = block_m;
   if (block_n) c.block_n = block_n;
   if (warps) c.warps = warps;
-  else if (wgmma && block_n) c.warps = c.block_n / 16;
+  else if (c.wgmma && block_n) c.warps = c.block_n / 16;
   return c;
 }
 
-kn_attn_config kn_attn_bwd_sync_config(const kn_arch *arch, const kn_attn_desc *d) {
-  /* 64 x 64 with 4 warps; smaller where shared memory or the instructions refuse it */
+/* 64 x 64 with 4 warps; smaller where shared memory or the instructions refuse it */
+static kn_attn_config sync_search(const kn_arch *arch, const kn_attn_desc *d, bool adq) {
   kn_diag diag;
   int bm0 = 64, bn0 = 64, w0 = 4;
   if (!arch || arch->isa == KN_ISA_HOST) w0 = 1;
   for (int bm = bm0; bm >= 16; bm /= 2)
     for (int bn = bn0; bn >= 16; bn /= 2)
       for (int w = w0; w >= 1; w /= 2) {
-        kn_attn_config t = {.block_m = bm, .block_n = bn, .warps = w, .stages = 1};
+        kn_attn_config t = {.block_m = bm, .block_n = bn, .warps = w, .stages = 1, .atomic_dq = adq};
         if (kn_attn_bwd_check_on(arch, d, &t, &diag) == 0) return t;
       }
-  return (kn_attn_config){.block_m = bm0, .block_n = bn0, .warps = w0, .stages = 1};
+  return (kn_attn_config){.block_m = bm0, .block_n = bn0, .warps = w0, .stages = 1, .atomic_dq = adq};
+}
+
+kn_attn_config kn_attn_bwd_sync_config(const kn_arch *arch, const kn_attn_desc *d) {
+  return sync_search(arch, d, false);
 }
 
 kn_attn_config kn_attn_bwd_wgmma_config(const kn_arch *arch, const kn_attn_desc *d) {
@@ -249,6 +268,16 @@ kn_attn_config kn_attn_bwd_wgmma_config(const kn_arch *arch, const kn_attn_desc 
    * 110-390 bytes at D 128; 32x64 spills nothing at either without dropout */
   int bm = kn_attn_head_pad(d->head_dim) <= 64 && d->dropout == 0 ? 64 : 32;
   return (kn_attn_config){.block_m = bm, .block_n = 64, .warps = 4, .stages = 1, .wgmma = true};
+}
+
+kn_attn_config kn_attn_bwd_atomic_wgmma_config(const kn_arch *arch, const kn_attn_desc *d) {
+  /* dQ^T = K^T dS^T has the padded head dim as its rows, which wgmma takes as one 64-row slab
+   * per warpgroup: block_n = DP (a multiple of 64 up to 128; others fail the check) */
+  kn_attn_config c = kn_attn_bwd_wgmma_config(arch, d);
+  const int dp = kn_attn_head_pad(d->head_dim);
+  c.atomic_dq = true;
+  if (dp % 64 == 0) c.block_n = dp, c.warps = dp / 16;
+  return c;
 }
 
 /* ---- the kernels ---------------------------------------------------------------------------------- */
@@ -459,17 +488,36 @@ static void open_seq(bctx *x, kn_value *b64, kn_value *first, bool no_keys, kn_v
   x->seqlen_k = x->P[B_SEQLEN_K] = x->F[KN_ATTN_P_SEQLEN_K] = len_k;
 }
 
+/* atomic dQ (kn_attn_config.atomic_dq): the f32 workspace dq_acc holds head_dim values per
+ * element of delta, in delta's layout (dense (B, H, Nq, D), varlen (H, total_q, D)): the base
+ * of (batch or first token qb64, head h64); its rows are D apart */
+static kn_value *dqa_base(bctx *x, kn_value *qb64, kn_value *h64) {
+  gen *g = &x->G;
+  kn_value *D64 = ci(g, kn_ty_scalar(KN_I64), x->D, "c_d_i64");
+  return head_base(g, x->P[B_DQA], qb64, bin(g, KN_OP_MUL, x->P[B_DELTA_SB], D64, "dqa_sb"), h64,
+                   bin(g, KN_OP_MUL, x->P[B_DELTA_SH], D64, "dqa_sh"), "dqa");
+}
+
+/* the grid of the row-wise kernels (pre, dQ's rounding): x = blocks of `rows` query rows, y =
+ * (batch, head); the block's first row, batch and head */
+static kn_value *row_program(bctx *x, int rows, kn_value **b64, kn_value **h64) {
+  gen *g = &x->G;
+  kn_value **P = x->P;
+  kn_value *pid_m = named(g, kn_b_program_id(&g->b, 0), "pid_m");
+  kn_value *pid_bh = named(g, kn_b_program_id(&g->b, 1), "pid_bh");
+  *b64 = named(g, kn_b_cast(&g->b, bin(g, KN_OP_DIV, pid_bh, P[B_HEADS], "b"), KN_I64), "b64");
+  *h64 = named(g, kn_b_cast(&g->b, bin(g, KN_OP_REM, pid_bh, P[B_HEADS], "h"), KN_I64), "h64");
+  return named(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF,
+                            bin(g, KN_OP_MUL, pid_m, ci(g, kn_ty_scalar(KN_I32), rows, "c_bm"),
+                                "row0_raw"), rows), "row0");
+}
+
 static void build_pre(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   new_kernel(m, x, sig, KN_BWD_PRE);
   gen *g = &x->G;
   kn_value **P = x->P;
   const int BM = x->BM;
-  kn_value *pid_m = named(g, kn_b_program_id(&g->b, 0), "pid_m");
-  kn_value *pid_bh = named(g, kn_b_program_id(&g->b, 1), "pid_bh");
-  kn_value *b64 = named(g, kn_b_cast(&g->b, bin(g, KN_OP_DIV, pid_bh, P[B_HEADS], "b"), KN_I64), "b64");
-  kn_value *h64 = named(g, kn_b_cast(&g->b, bin(g, KN_OP_REM, pid_bh, P[B_HEADS], "h"), KN_I64), "h64");
-  kn_value *row0 = named(g, kn_b_hint(&g->b, KN_OP_MULTIPLE_OF,
-                                      bin(g, KN_OP_MUL, pid_m, ci(g, kn_ty_scalar(KN_I32), BM, "c_bm"), "row0_raw"), BM), "row0");
+  kn_value *b64, *h64, *row0 = row_program(x, BM, &b64, &h64);
   kn_value *qb64, *kb64;
   open_seq(x, b64, NULL, false, &qb64, &kb64);
   kn_value *o_base = head_base(g, P[B_O], qb64, P[B_O_SB], h64, P[B_O_SH], "o");
@@ -484,6 +532,33 @@ static void build_pre(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   kn_value *delta = named(g, kn_b_reduce(&g->b, KN_OP_REDUCE_SUM,
                                          bin(g, KN_OP_MUL, o, dout, "o_do"), 1), "delta_rows");
   kn_b_store(&g->b, delta, dl_base, &row0, &x->one64, &x->seqlen_q, NULL);
+  if (x->c->atomic_dq)  /* the rows' dQ sums start at 0 (the dK/dV kernel adds into them) */
+    kn_b_store(&g->b, cf(g, kn_ty_tile2(KN_F32, BM, x->DP), 0, "zero_dqa"), dqa_base(x, qb64, h64),
+               (kn_value *[]){row0, x->c0},
+               (kn_value *[]){ci(g, kn_ty_scalar(KN_I64), x->D, "dqa_sm"), x->one64},
+               (kn_value *[]){x->seqlen_q, x->c_d}, NULL);
+  kn_b_return(&g->b, 0, NULL);
+}
+
+/* dQ with atomic_dq: one program per BLOCK_N query rows scales the f32 sums the dK/dV kernel
+ * added and rounds them into dq */
+static void build_dq_round(bctx *x, kn_module *m, const kn_attn_sig *sig) {
+  new_kernel(m, x, sig, KN_BWD_DQ);
+  gen *g = &x->G;
+  kn_value **P = x->P;
+  const int BM = x->BN, DP = x->DP;
+  kn_value *b64, *h64, *row0 = row_program(x, BM, &b64, &h64);
+  kn_value *qb64, *kb64;
+  open_seq(x, b64, row0, true, &qb64, &kb64);
+  kn_value *dq_base = head_base(g, P[B_DQ], qb64, P[B_DQ_SB], h64, P[B_DQ_SH], "dq");
+  kn_value *acc = named(g, kn_b_load(&g->b, kn_ty_tile2(KN_F32, BM, DP), dqa_base(x, qb64, h64),
+                                     (kn_value *[]){row0, x->c0},
+                                     (kn_value *[]){ci(g, kn_ty_scalar(KN_I64), x->D, "dqa_sm"), x->one64},
+                                     (kn_value *[]){x->seqlen_q, x->c_d}, NULL, NULL), "dqa_tile");
+  kn_value *dq = bin(g, KN_OP_MUL, acc, splat2(g, P[B_SM_SCALE], BM, DP, "sm_scale_acc"), "dq");
+  if (x->dt != KN_F32) dq = named(g, kn_b_cast(&g->b, dq, x->dt), "dq_cast");
+  kn_b_store(&g->b, dq, dq_base, (kn_value *[]){row0, x->c0}, (kn_value *[]){P[B_DQ_SM], x->one64},
+             (kn_value *[]){x->seqlen_q, x->c_d}, NULL);
   kn_b_return(&g->b, 0, NULL);
 }
 
@@ -611,6 +686,9 @@ static void build_dkdv(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   kn_value *dv_base = head_base(g, P[B_DV], kb64, P[B_DV_SB], hk64, P[B_DV_SH], "dv");
   kn_value *k_tile = load_rows(x, k_base, n0, P[B_K_SN], x->seqlen_k, BN, false, "k_tile");
   kn_value *v_tile = load_rows(x, v_base, n0, P[B_V_SN], x->seqlen_k, BN, false, "v_tile");
+  kn_value *kt_tile = x->c->atomic_dq
+                          ? load_rows(x, k_base, n0, P[B_K_SN], x->seqlen_k, BN, true, "kt_tile")
+                          : NULL;
   kn_value *keys = bin(g, KN_OP_ADD, named(g, kn_b_arange(&g->b, 0, BN), "n_range"),
                        splat1(g, n0, BN, "n0_v"), "keys");
   kn_value *kv_idx = cols_of(g, keys, BM, "kv_idx");   /* (BN, BM) */
@@ -690,8 +768,21 @@ static void build_dkdv(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   kn_value *do_tile = load_rows(x, do_base, m0, P[B_DO_SM], x->seqlen_q, BM, false, "do_tile");
   kn_value *dv_new = named(g, kn_b_dot(&g->b, pt_in, do_tile, dv_acc), "dv_new");
   kn_value *dst = dscore(x, pt, drop_dp(x, keep, dpt), delta, fprime);
+  kn_value *dqt = NULL;
+  if (x->c->atomic_dq)  /* dQ's partial sums of this key block, dQ^T = K^T dS^T (DP x BM), issued
+                           before dK's dot so that its adds run while that dot does */
+    dqt = named(g, kn_b_dot(&g->b, kt_tile, dst, cf(g, kn_ty_tile2(KN_F32, DP, BM), 0, "zero_dqt")),
+                "dqt");
   kn_value *q_tile = load_rows(x, q_base, m0, P[B_Q_SM], x->seqlen_q, BM, false, "q_tile");
   kn_value *dk_new = named(g, kn_b_dot(&g->b, dst, q_tile, dk_acc), "dk_new");
+  if (dqt) {
+    /* added to the rows' f32 sums: every element by one atomic add (sm_scale applied by the dQ
+     * kernel) */
+    kn_op *add = kn_b_store(&g->b, dqt, dqa_base(x, qb64, h64), (kn_value *[]){x->c0, m0},
+                            (kn_value *[]){x->one64, ci(g, kn_ty_scalar(KN_I64), x->D, "dqa_sm")},
+                            (kn_value *[]){x->c_d, x->seqlen_q}, NULL);
+    kn_store_set_atomic_add(add);
+  }
   kn_b_yield(&g->b, 2, (kn_value *[]){dk_new, dv_new});
   g->b = gb;
   kn_b_yield(&g->b, 2, (kn_value *[]){qloop->res[0], qloop->res[1]});
@@ -731,7 +822,8 @@ int kn_attn_bwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config 
       goto out;
   build_pre(x, m, sig);
   build_dkdv(x, m, sig);
-  build_dq(x, m, sig);
+  if (c->atomic_dq) build_dq_round(x, m, sig);
+  else build_dq(x, m, sig);
   rc = 0;
 out:
   free(x);
@@ -759,6 +851,7 @@ int kn_attn_bwd_fill_args(const kn_attn_desc *d, const kn_attn_sig *sig, const k
   const int64_t D = d->head_dim, H = p->heads, HK = p->kv_heads, Nq = p->seqlen_q, Nk = p->seqlen_k;
   out[B_DO].p = bf->dout, out[B_DQ].p = bf->dq, out[B_DK].p = bf->dk, out[B_DV].p = bf->dv;
   out[B_DELTA].p = bf->delta;
+  out[B_DQA].p = bf->dq_acc;
   out[B_DO_SB].i = out[B_DQ_SB].i = H * Nq * D;
   out[B_DO_SH].i = out[B_DQ_SH].i = Nq * D;
   out[B_DO_SM].i = out[B_DQ_SM].i = D;

@@ -14,6 +14,11 @@
  * Every output element is written by exactly one program with a fixed order of sums: no atomics,
  * and results are bit-identical run to run.  Launched in that order (pre, then the other two,
  * which only read delta).
+ * With the config's atomic_dq the dK/dV kernel also computes dQ^T = K^T dS^T per block pair and
+ * adds it into the f32 workspace dq_acc with atomic adds (which attn_bwd_pre zeroes), and
+ * attn_bwd_dq only scales and rounds those sums into dq: 5 dots per block pair instead of 7, the
+ * order of dQ's sums (and so its last bits) left to the hardware; dK and dV stay deterministic.
+ * Launched in the same order (pre, dK/dV, then dQ, which reads what dK/dV added).
  *
  * Kernel parameters (all three kernels take the same list; strides in elements, the head
  * dimension contiguous):
@@ -22,7 +27,9 @@
  *                                            a workspace the preprocess writes
  *   sm_scale f32; seqlen_q, seqlen_k, heads, kv_group i32
  *   the (batch, head, row) strides of q, k, v, o, do, dq, dk, dv and the (batch, head) strides
- *   of lse and delta, i64 (KN_ATTN_BWD_NPARAMS in all)
+ *   of lse and delta, i64
+ *   dq_acc                       ptr<f32>    atomic_dq's workspace: head_dim values per element of
+ *                                            delta, in delta's layout (KN_ATTN_BWD_NPARAMS in all)
  * then the variant's parameters, as the forward's signature has them (kn_attn_signature).
  *
  * Variants: every mask (causal both ways, window, document, prefix, the user's @mask_mod) is
@@ -42,7 +49,7 @@
 
 #include "attention.h"
 
-enum { KN_ATTN_BWD_NPARAMS = 43 };
+enum { KN_ATTN_BWD_NPARAMS = 44 };
 
 /* the three kernels' names, in launch order */
 enum { KN_BWD_PRE, KN_BWD_DKDV, KN_BWD_DQ, KN_BWD_NKERNELS };
@@ -63,12 +70,20 @@ kn_attn_config kn_attn_bwd_sync_config(const kn_arch *arch, const kn_attn_desc *
  * apply): block_n 64 with one warpgroup, block_m 64 at head dims up to 64 without dropout,
  * else 32 (the smallest S^T and dP^T tiles beside the two f32 accumulators: no spills) */
 kn_attn_config kn_attn_bwd_wgmma_config(const kn_arch *arch, const kn_attn_desc *d);
+/* sm_90a's wgmma tiling with atomic dQ (kn_attn_config.atomic_dq): block_n = warps x 16 = the
+ * padded head dim (64 or 128: the rows of the dQ^T dot), block_m as kn_attn_bwd_wgmma_config */
+kn_attn_config kn_attn_bwd_atomic_wgmma_config(const kn_arch *arch, const kn_attn_desc *d);
+/* how dQ is summed: the default's choice, the separate deterministic pass, atomic adds */
+enum { KN_BWD_DQ_DEFAULT = 0, KN_BWD_DQ_SEPARATE = 1, KN_BWD_DQ_ATOMIC = 2 };
 /* the backward tiling a caller asks for, the one rule of kiln_prepare_backward and `kiln run
  * --backward`: wgmma's tiling when wgmma, else mma.sync's when sync or anything is forced, else
- * the default; then the forced block_m / block_n / warps (0: not forced), and with wgmma a forced
- * block_n without warps takes one warpgroup per 64 rows (warps = block_n / 16) */
+ * the default; dq (KN_BWD_DQ_*) SEPARATE turns an atomic default into wgmma's two-pass tiling,
+ * ATOMIC turns a two-pass tiling into its atomic one (kn_attn_bwd_atomic_wgmma_config with
+ * wgmma, else the first mma.sync / MFMA / host tiling that fits the third dot); then the forced
+ * block_m / block_n / warps (0: not forced), and with wgmma a forced block_n without warps takes
+ * one warpgroup per 64 rows (warps = block_n / 16) */
 kn_attn_config kn_attn_bwd_config_for(const kn_arch *arch, const kn_attn_desc *d, bool wgmma,
-                                      bool sync, int block_m, int block_n, int warps);
+                                      bool sync, int dq, int block_m, int block_n, int warps);
 /* builds the three kernels into m (which may already hold d's modifier functions); -1 with *diag */
 int kn_attn_bwd_build(kn_module *m, const kn_attn_desc *d, const kn_attn_config *c,
                       kn_diag *diag);
@@ -79,6 +94,8 @@ typedef struct kn_attn_bwd_bufs {
   float *lse;                   /* (B, H, Nq), the forward's */
   float *delta;                 /* (B, H, Nq) workspace */
   void *dq, *dk, *dv;           /* outputs */
+  float *dq_acc;                /* atomic_dq: (B, H, Nq, D) f32 workspace (varlen (H, total_q,
+                                   D)); else unused */
 } kn_attn_bwd_bufs;
 
 /* the backward signature of d: KN_ATTN_BWD_NPARAMS, then the variant's parameters */

@@ -48,6 +48,7 @@
 #include "attn_internal.h"
 #include "numeric.h"
 #include "attn_test.h"
+#include "objdump.h"
 #include "kiln.h"
 
 /* ---- one problem --------------------------------------------------------------------------- */
@@ -348,18 +349,22 @@ static int run_backward(const char *target, bcase *c, const kn_attn_config *cfg,
   kn_attn_sig sig;
   if (kn_attn_bwd_signature(&c->desc, &sig, diag)) fail_msg("%s: sig: %s", c->name, diag->rendered);
   kn_attn_problem p = problem_of(c);
-  kn_attn_bwd_bufs bb = {rb->q, rb->k, rb->v, rb->o, rb->dout, rb->lse, rb->delta, rb->dq, rb->dk, rb->dv};
+  const size_t es = kn_scalar_size(c->desc.dtype), D = (size_t)c->desc.head_dim;
+  const size_t nq = rows_q(c) * c->heads, nk = rows_k(c) * c->kv_heads;
+  /* atomic dQ's workspace, NaN: a sum the preprocess did not zero shows */
+  float *dq_acc = malloc(4 * (nq * D > 0 ? nq * D : 1));
+  memset(dq_acc, 0xff, 4 * nq * D);
+  kn_attn_bwd_bufs bb = {rb->q,     rb->k,  rb->v,  rb->o,  rb->dout, rb->lse,
+                         rb->delta, rb->dq, rb->dk, rb->dv, dq_acc};
   kn_argval args[KN_ATTN_MAX_PARAMS];
   int grid[KN_BWD_NKERNELS][3];
   if (kn_attn_bwd_fill_args(&c->desc, &sig, cfg, &p, &bb, &c->va, args, grid, diag))
     fail_msg("%s: args: %s", c->name, diag->rendered);
-  const size_t es = kn_scalar_size(c->desc.dtype), D = (size_t)c->desc.head_dim;
-  const size_t nq = rows_q(c) * c->heads, nk = rows_k(c) * c->kv_heads;
   kn_region regions[KN_ATTN_MAX_PARAMS] = {
       {rb->q, nq * D * es}, {rb->k, nk * D * es}, {rb->v, nk * D * es}, {rb->o, nq * D * es},
       {rb->dout, nq * D * es}, {rb->dq, nq * D * es}, {rb->dk, nk * D * es}, {rb->dv, nk * D * es},
-      {rb->lse, nq * 4}, {rb->delta, nq * 4}};
-  int nreg = 10;
+      {rb->lse, nq * 4}, {rb->delta, nq * 4}, {dq_acc, nq * D * 4}};
+  int nreg = 11;
   /* the variant's tensors: every pointer argument after the backward's own */
   for (int i = KN_ATTN_BWD_NPARAMS; i < sig.n; i++)
     if (sig.type[i].kind == KN_TY_PTR) {
@@ -380,6 +385,7 @@ static int run_backward(const char *target, bcase *c, const kn_attn_config *cfg,
                              NULL, c->name, diag);
   }
   kn_module_free(m);
+  free(dq_acc);
   return rc;
 }
 
@@ -469,7 +475,8 @@ static void kernel_case(const char *target, bcase *c, const kn_attn_config *cfg_
       fail_msg("%s on %s: %s error %g is more than 2x the low-precision error %g (+%g)", c->name,
                target ? target : "interp", nm[t], e, lowp, floor_);
   }
-  /* deterministic: a second run gives the same bits */
+  /* deterministic: a second run gives the same bits (with atomic dQ, dK and dV do; dQ's sums
+   * may come in another order) */
   if (target && !strcmp(target, "host")) {
     run_bufs r2 = rb;
     r2.dq = dt_buf(dt, NULL, nq), r2.dk = dt_buf(dt, NULL, nk), r2.dv = dt_buf(dt, NULL, nk);
@@ -478,7 +485,7 @@ static void kernel_case(const char *target, bcase *c, const kn_attn_config *cfg_
     check_padding(c, r2.dk, c->kv_heads, false);
     check_padding(c, r2.dv, c->kv_heads, false);
     size_t es = kn_scalar_size(dt);
-    assert_memory_equal(r2.dq, rb.dq, nq * es);
+    if (!cfg.atomic_dq) assert_memory_equal(r2.dq, rb.dq, nq * es);
     assert_memory_equal(r2.dk, rb.dk, nk * es);
     assert_memory_equal(r2.dv, rb.dv, nk * es);
     free(r2.dq), free(r2.dk), free(r2.dv);
@@ -624,6 +631,82 @@ static void test_emu(void **state) {
   }
 }
 
+/* atomic dQ (kn_attn_config.atomic_dq): the dK/dV kernel adds dQ^T = K^T dS^T into an f32
+ * workspace with atomic adds, the dQ kernel rounds it; the same checks as every kernel (float64,
+ * 2x the low-precision error, varlen padding untouched) on the interpreter, the host (many
+ * threads adding into the same rows), both emulators and sm_90a's atomic wgmma tilings as the
+ * host runs their IR */
+static void test_atomic_dq(void **state) {
+  (void)state;
+  bcase cases[] = {
+      C("plain f16 d64", 2, 2, 2, 150, 133, .dtype = KN_F16, .head_dim = 64),
+      C("causal gqa f16 d59", 1, 4, 2, 97, 130, .dtype = KN_F16, .head_dim = 59, .causal = 1),
+      C("causal top-left mqa bf16", 1, 3, 1, 120, 77, .dtype = KN_BF16, .head_dim = 32, .causal = 2),
+      C("plain f32 d5", 1, 2, 1, 70, 91, .dtype = KN_F32, .head_dim = 5),
+      C("window softcap f16", 1, 2, 1, 80, 96, .dtype = KN_F16, .head_dim = 32, .window = true,
+        .softcap = true),
+      C("dropout causal gqa bf16", 1, 4, 2, 97, 130, .dtype = KN_BF16, .head_dim = 48, .causal = 1,
+        .dropout = 0.17f),
+      C("empty keys", 1, 1, 1, 20, 0, .dtype = KN_F16, .head_dim = 16),
+      V("varlen causal gqa f16", 3, 4, 2, L(97, 0, 1), L(130, 30, 1), .dtype = KN_F16,
+        .head_dim = 40, .causal = 1),
+      V("varlen dropout bf16", 3, 2, 2, L(1, 40, 29), L(33, 0, 45), .dtype = KN_BF16,
+        .head_dim = 20, .dropout = 0.17f),
+  };
+  const kn_attn_config host_cfgs[] = {
+      {.block_m = 64, .block_n = 64, .warps = 1, .stages = 1, .atomic_dq = true},
+      {.block_m = 16, .block_n = 32, .warps = 1, .stages = 1, .atomic_dq = true}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (int h = 0; h < 2; h++)
+      if (test_keep((int)(2 * i + (size_t)h), 2)) kernel_case("host", &cases[i], &host_cfgs[h]);
+  bcase small = C("causal gqa f16", 1, 4, 2, 37, 45, .dtype = KN_F16, .head_dim = 16, .causal = 1);
+  const kn_attn_config sc = {.block_m = 16, .block_n = 16, .warps = 1, .stages = 1, .atomic_dq = true};
+  kernel_case(NULL, &small, &sc);
+  bcase vsmall = V("varlen f32 d7", 3, 2, 1, L(21, 1, 30), L(35, 1, 18), .dtype = KN_F32,
+                   .head_dim = 7, .window = true);
+  kernel_case(NULL, &vsmall, &sc);
+  /* sm_90a's atomic wgmma tilings (block_n = the padded head dim) as the host runs their IR */
+  const kn_arch *h100 = kn_arch_get("sm_90a");
+  for (int dp = 64; dp <= 128; dp += 64) {
+    bcase w = C("causal gqa f16 wgmma", 1, 4, 2, 150, 133, .dtype = KN_F16, .head_dim = dp - 3,
+                .causal = 1);
+    kn_attn_config wc = kn_attn_bwd_atomic_wgmma_config(h100, &w.desc);
+    kn_diag diag;
+    if (kn_attn_bwd_check_on(h100, &w.desc, &wc, &diag)) fail_msg("sm_90a: %s", diag.message);
+    assert_true(wc.atomic_dq && wc.wgmma && wc.block_n == dp && wc.warps == dp / 16);
+    kernel_case("host", &w, &wc);
+  }
+  const char *targets[] = {"gfx90a-emu", "gfx942-emu"};
+  for (int t = 0; t < 2; t++) {
+    const kn_arch *arch = kn_arch_get(targets[t][5] == '4' ? "gfx942" : "gfx90a");
+    bcase ecases[] = {
+        C("causal gqa f16", 1, 2, 1, 45, 37, .dtype = KN_F16, .head_dim = 32, .causal = 1),
+        V("varlen dropout bf16 d20", 3, 2, 2, L(1, 40, 29), L(33, 0, 45), .dtype = KN_BF16,
+          .head_dim = 20, .dropout = 0.17f)};
+    for (size_t i = 0; i < sizeof ecases / sizeof ecases[0]; i++) {
+      kn_attn_config cfg = {.block_m = 32, .block_n = 32, .warps = 2, .stages = 1, .atomic_dq = true};
+      kn_diag diag;
+      if (kn_attn_bwd_check_on(arch, &ecases[i].desc, &cfg, &diag))
+        fail_msg("%s: %s", ecases[i].name, diag.message);
+      kernel_case(targets[t], &ecases[i], &cfg);
+    }
+  }
+  /* the rule's choices: ATOMIC on sm_90a is the atomic wgmma tiling; SEPARATE never atomic */
+  kn_attn_desc d128 = {.dtype = KN_F16, .head_dim = 128};
+  kn_attn_config a = kn_attn_bwd_config_for(h100, &d128, true, false, KN_BWD_DQ_ATOMIC, 0, 0, 0);
+  assert_true(a.atomic_dq && a.wgmma && a.block_n == 128 && a.warps == 8);
+  kn_attn_config sep = kn_attn_bwd_config_for(h100, &d128, false, false, KN_BWD_DQ_SEPARATE, 0, 0, 0);
+  assert_false(sep.atomic_dq);
+  kn_attn_config ha = kn_attn_bwd_config_for(NULL, &d128, false, false, KN_BWD_DQ_ATOMIC, 0, 0, 0);
+  assert_true(ha.atomic_dq);
+  /* a tiling whose dQ^T dot does not fit: wgmma needs block_n = the padded head dim */
+  kn_attn_config bad = kn_attn_bwd_wgmma_config(h100, &d128);
+  bad.atomic_dq = true;
+  kn_diag diag;
+  assert_int_equal(kn_attn_bwd_check_on(h100, &d128, &bad, &diag), -1);
+  assert_non_null(strstr(diag.message, "atomic dQ"));
+}
+
 /* ---- 4. code for the GPU targets ---------------------------------------------------------------- */
 
 static void test_codegen(void **state) {
@@ -681,6 +764,59 @@ static void test_codegen(void **state) {
         }
         kn_module_free(m);
       }
+  }
+}
+
+/* atomic dQ's code on gfx90a / gfx942 (code objects) and sm_80 (ptxas) at the rule's atomic
+ * tiling (kn_attn_bwd_config_for with KN_BWD_DQ_ATOMIC): the dK/dV kernel adds with the f32
+ * atomic instruction (global_atomic_add_f32, no compare-and-swap loop; atom/red.global.add.f32),
+ * the dQ kernel only rounds (no atomic); spills printed */
+static void test_codegen_atomic(void **state) {
+  (void)state;
+  const char *archs[] = {"gfx90a", "gfx942", "sm_80"};
+  for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+    const kn_arch *arch;
+    const kn_target *t;
+    if (!code_target(archs[a], &arch, &t)) continue;
+    for (int di = 0; di < 2; di++) {
+      if (!test_take(2)) continue;
+      kn_attn_desc d = {.dtype = di ? KN_BF16 : KN_F16, .head_dim = di ? 128 : 64, .causal = true};
+      kn_attn_config cfg = kn_attn_bwd_config_for(arch, &d, false, false, KN_BWD_DQ_ATOMIC, 0, 0, 0);
+      assert_true(cfg.atomic_dq && !cfg.wgmma);
+      kn_diag diag;
+      if (kn_attn_bwd_check_on(arch, &d, &cfg, &diag)) fail_msg("%s: %s", archs[a], diag.message);
+      kn_module *m = kn_module_new("<bwd>");
+      if (kn_attn_bwd_build(m, &d, &cfg, &diag)) fail_msg("build: %s", diag.rendered);
+      for (int w = KN_BWD_DKDV; w <= KN_BWD_DQ; w++) {
+        kn_artifact art;
+        if (kn_compile_artifact(m, kn_attn_bwd_kernels[w], t, NULL, &art, &diag))
+          fail_msg("%s atomic D%d %s: %s", archs[a], d.head_dim, kn_attn_bwd_kernels[w],
+                   diag.rendered);
+        int adds, cas = 0;
+        if (art.kind == KN_ARTIFACT_CODE_OBJECT) {
+          adds = test_objdump_count(archs[a], art.data, art.size, "global_atomic_add_f32");
+          cas = test_objdump_count(archs[a], art.data, art.size, "cmpswap");
+        } else {
+          char *text = malloc(art.size + 1);
+          memcpy(text, art.data, art.size);
+          text[art.size] = 0;
+          adds = strstr(text, "atom.global.add.f32") || strstr(text, "red.global.add.f32");
+          free(text);
+        }
+        int spills = artifact_spills(&art, arch, kn_attn_bwd_kernels[w]);
+        printf("  %-6s D%-3d causal %dx%d w%d atomic-dq %-14s atomic adds %d, cas %d, spills %d\n",
+               archs[a], d.head_dim, cfg.block_m, cfg.block_n, cfg.warps, kn_attn_bwd_kernels[w],
+               adds, cas, spills);
+        if (adds >= 0) {  /* -1: llvm-objdump not installed */
+          if (w == KN_BWD_DKDV && (adds == 0 || cas > 0))
+            fail_msg("%s atomic D%d dK/dV: %d atomic adds, %d cmpswap", archs[a], d.head_dim, adds, cas);
+          if (w == KN_BWD_DQ && adds > 0)
+            fail_msg("%s atomic D%d dQ: the rounding pass adds atomically", archs[a], d.head_dim);
+        }
+        kn_artifact_free(&art);
+      }
+      kn_module_free(m);
+    }
   }
 }
 
@@ -761,6 +897,46 @@ static void test_codegen_wgmma(void **state) {
             fail_msg("sm_90a wgmma D%d %s: %d wgmma, %d with A through a descriptor", dims[di],
                      kn_attn_bwd_kernels[w], n, adesc);
         }
+        kn_artifact_free(&art);
+      }
+      kn_module_free(m);
+    }
+  /* atomic dQ (kn_attn_bwd_atomic_wgmma_config): the dK/dV kernel's five dots are wgmma, dQ^T
+   * added by one f32 atomic per element; the dQ kernel only rounds (no dot) */
+  for (int di = 0; di < 2; di++)
+    for (int causal = 0; causal < 2; causal++) {
+      kn_attn_desc d = {.dtype = causal ? KN_BF16 : KN_F16, .head_dim = di ? 128 : 64,
+                        .causal = causal};
+      kn_attn_config cfg = kn_attn_bwd_atomic_wgmma_config(arch, &d);
+      kn_diag diag;
+      if (kn_attn_bwd_check_on(arch, &d, &cfg, &diag)) fail_msg("sm_90a atomic: %s", diag.message);
+      kn_module *m = kn_module_new("<bwd>");
+      if (kn_attn_bwd_build(m, &d, &cfg, &diag)) fail_msg("build: %s", diag.rendered);
+      for (int w = 0; w < KN_BWD_NKERNELS; w++) {
+        kn_artifact art;
+        if (kn_compile_artifact(m, kn_attn_bwd_kernels[w], t, NULL, &art, &diag))
+          fail_msg("sm_90a atomic D%d %s: %s", d.head_dim, kn_attn_bwd_kernels[w], diag.rendered);
+        const char *dump = getenv("KILN_TEST_BWD_DUMP");  /* a folder: the code, per kernel */
+        if (dump) {
+          char path[512];
+          snprintf(path, sizeof path, "%s/sm_90a_atomic_d%d_c%d_%s.ptx", dump, d.head_dim, causal,
+                   kn_attn_bwd_kernels[w]);
+          FILE *f = fopen(path, "wb");
+          if (f) fwrite(art.data, 1, art.size, f), fclose(f);
+        }
+        int spills = artifact_spills(&art, arch, kn_attn_bwd_kernels[w]);
+        printf("  sm_90a D%-3d causal=%d %dx%d w%d wgmma atomic-dq %-14s spills %d\n", d.head_dim,
+               causal, cfg.block_m, cfg.block_n, cfg.warps, kn_attn_bwd_kernels[w], spills);
+        char *text = malloc(art.size + 1);
+        memcpy(text, art.data, art.size);
+        text[art.size] = 0;
+        bool atom = strstr(text, "atom.global.add.f32") || strstr(text, "red.global.add.f32");
+        bool wg = strstr(text, "wgmma.mma_async") != NULL;
+        if (w == KN_BWD_DKDV && (!atom || !wg || strstr(text, "mma.sync.aligned")))
+          fail_msg("sm_90a atomic D%d dK/dV: atomic add %d, wgmma %d", d.head_dim, atom, wg);
+        if (w == KN_BWD_DQ && (atom || wg))
+          fail_msg("sm_90a atomic D%d dQ: the rounding pass has an atomic or a dot", d.head_dim);
+        free(text);
         kn_artifact_free(&art);
       }
       kn_module_free(m);
@@ -1005,7 +1181,9 @@ int main(void) {
       cmocka_unit_test(test_reference_fd), cmocka_unit_test(test_mod_grad),
       cmocka_unit_test(test_errors),       cmocka_unit_test(test_interp),
       cmocka_unit_test(test_host),         cmocka_unit_test(test_emu),
+      cmocka_unit_test(test_atomic_dq),
       cmocka_unit_test(test_codegen),      cmocka_unit_test(test_codegen_wgmma),
+      cmocka_unit_test(test_codegen_atomic),
       cmocka_unit_test(test_api),
   };
   if (getenv("KILN_TEST_FILTER")) cmocka_set_test_filter(getenv("KILN_TEST_FILTER"));

@@ -22,7 +22,7 @@
  *     and to a paged KV cache read through its block table, kn_fake_cuda_attn_bias_doc() a
  *     varlen launch's bias tensor and document mask on.  The paged append (`kv_append`)
  *     and the AOT bundles' `attn_fwd_<name>` kernels run too, and the backward's three kernels
- *     (`attn_bwd_pre`, `attn_bwd_dkdv`, `attn_bwd_dq`: 43 parameters, templates/attn_bwd.h)
+ *     (`attn_bwd_pre`, `attn_bwd_dkdv`, `attn_bwd_dq`: 44 parameters, templates/attn_bwd.h)
  *     are computed the same way as the forward, plain or causal.
  *     Decode's two kernels (attn_decode, attn_decode_combine: templates/attn_decode.h) are
  *     computed by their contracts too, the pieces' partial outputs through the workspace, so
@@ -265,9 +265,10 @@ static int fake_attention(unsigned gx, unsigned gy, void **params) {
   attn_launches++;
   return 0;
 }
-/* The backward's three kernels (templates/attn_bwd.h: 43 parameters, plain or causal as
+/* The backward's three kernels (templates/attn_bwd.h: 44 parameters, the last the atomic dQ's
+ * workspace, unused here (the fake sums dQ in its own pass); plain or causal as
  * kn_fake_cuda_attn said; no variant parameters but varlen's, as kn_fake_cuda_attn_varlen said:
- * the prefix sums and max lengths after the 43, seqlen_q / seqlen_k the totals, the batch
+ * the prefix sums and max lengths after the 44, seqlen_q / seqlen_k the totals, the batch
  * strides multiplying each sequence's first token): 4 attn_bwd_pre writes delta, 5
  * attn_bwd_dkdv dK and dV (grid y = B * HK), 6 attn_bwd_dq dQ (grid y = B * H), each in float64
  * from the launch's q, k, v, o, dO, lse and delta and its strides, whatever the grid's x. */
@@ -286,9 +287,9 @@ static int fake_attention_bwd(int which, unsigned gy, void **params) {
   const int32_t *cuq = NULL, *cuk = NULL, tq = nq, tk = nk;
   int32_t mq = nq, mk = nk;
   if (attn_varlen) {
-    cuq = (const int32_t *)(uintptr_t)*(dptr *)params[43];
-    cuk = (const int32_t *)(uintptr_t)*(dptr *)params[44];
-    mq = *(int32_t *)params[45], mk = *(int32_t *)params[46];
+    cuq = (const int32_t *)(uintptr_t)*(dptr *)params[44];
+    cuk = (const int32_t *)(uintptr_t)*(dptr *)params[45];
+    mq = *(int32_t *)params[46], mk = *(int32_t *)params[47];
     if (!cuq || !cuk) return 1;
     for (int b = 0; b < B; b++)
       if (cuq[b + 1] < cuq[b] || cuk[b + 1] < cuk[b] || cuq[b + 1] > tq || cuk[b + 1] > tk)

@@ -362,7 +362,7 @@ static void bwd_run_host(const fcase *c, fbufs *b, float *dof, float *dq, float 
   if (kn_attn_bwd_build(m, d, &bc, &diag)) fail_msg("bwd build: %s", diag.rendered);
   kn_attn_sig sig;
   if (kn_attn_bwd_signature(d, &sig, &diag)) fail_msg("bwd sig: %s", diag.message);
-  kn_attn_bwd_bufs bb = {b->q, b->k, b->v, b->o, dof, b->lse, delta, dq, dk, dv};
+  kn_attn_bwd_bufs bb = {b->q, b->k, b->v, b->o, dof, b->lse, delta, dq, dk, dv, NULL};
   kn_argval args[KN_ATTN_MAX_PARAMS];
   int grid[KN_BWD_NKERNELS][3];
   if (kn_attn_bwd_fill_args(d, &sig, &bc, &b->p, &bb, NULL, args, grid, &diag))

@@ -181,8 +181,8 @@ static void matrix(const char *arch) {
         /* the default and 64x32 read K/V by buffer loads, as the API prepares them (off32);
          * 64x64 and the 16x16x16 one by masked global loads */
         kn_attn_config cfgs[4] = {kn_attn_default_config(kn_arch_get("gfx942"), &desc),
-                                  {64, 32, 4, 2, 0, false, true}, {64, 64, 2, 2, 0, false, false},
-                                  {128, 64, 4, 2, 16, false, false}};
+                                  {64, 32, 4, 2, 0, false, true, false}, {64, 64, 2, 2, 0, false, false, false},
+                                  {128, 64, 4, 2, 16, false, false, false}};
         cfgs[0].off32 = true;
         for (int g = 0; g < 4; g++) {
           /* reduced (KILN_TEST_REDUCED): every third kernel of the matrix, every shape of it */
@@ -270,7 +270,7 @@ static void test_gfx950_emu(void **st) {
     for (int a = 0; a < 2; a++) {
       kn_attn_desc desc = {.dtype = dts[a], .head_dim = h, .causal = a == 1, .has_lse = true};
       kn_attn_config cfgs[3] = {kn_attn_default_config(kn_arch_get("gfx950"), &desc),
-                                {128, 64, 8, 2, 0, false, false}, {128, 64, 4, 2, 16, false, false}};
+                                {128, 64, 8, 2, 0, false, false, false}, {128, 64, 4, 2, 16, false, false, false}};
       for (int g = 0; g < 3; g++) {
         if (!test_take(2)) continue;   /* reduced: every second kernel, each config once */
         kn_kernel *k = compile(t, "gfx950-emu", &desc, &cfgs[g]);
@@ -290,7 +290,7 @@ static void test_gfx950_emu(void **st) {
   const char *want[] = {"v_mfma_f32_32x32x16_f16", "v_mfma_f32_16x16x32_bf16"};
   for (int i = 0; i < 2; i++) {
     kn_attn_desc desc = {.dtype = i ? KN_BF16 : KN_F16, .head_dim = 64};
-    kn_attn_config cfg = {128, 64, i ? 8 : 4, 2, 0, false, false};
+    kn_attn_config cfg = {128, 64, i ? 8 : 4, 2, 0, false, false, false};
     kn_diag d;
     kn_module *m = kn_module_new("<attn>");
     assert_non_null(kn_attn_fwd_build(m, &desc, &cfg, &d));
@@ -329,7 +329,7 @@ static void test_f32(void **st) {
     for (int hd = 64; hd <= 128; hd += 64)
       for (int c = 0; c < 2; c++) {
         kn_attn_desc desc = {.dtype = KN_F32, .head_dim = hd, .causal = c, .has_lse = true};
-        kn_attn_config cfgs[2] = {{64, 32, 4, 2, 0, false, false}, {64, 64, 2, 2, 0, false, false}};
+        kn_attn_config cfgs[2] = {{64, 32, 4, 2, 0, false, false, false}, {64, 64, 2, 2, 0, false, false, false}};
         if (hd == 128 && c != t) continue;   /* D 128: one causal setting per chip (compile time) */
         /* one config per case, alternating, so each chip, head dim and causal setting meets
          * both somewhere */
