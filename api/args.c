@@ -783,8 +783,13 @@ kiln_status api_backward_args(const api_launch_view *k, const kn_attn_sig *bsig,
   kiln_status s = api_forward_args(k, f, who, c);
   if (s) return s;
   kn_diag diag;
+  if (k->cfg->atomic_dq && !a->dq_accum)
+    return api_fail(KILN_ERR_INVALID, "%s: null dq_accum: this kernel adds dQ with atomics "
+                    "(kiln_kernel_info.atomic_dq) into a workspace of batch * heads * seqlen_q * "
+                    "head_dim f32 (varlen: heads * total_q * head_dim); prepare it with "
+                    "backward_dq = KILN_BWD_DQ_DETERMINISTIC to do without", who);
   kn_attn_bwd_bufs bufs = {(void *)f->q, (void *)f->k, (void *)f->v, f->o, (void *)a->dout,
-                           f->lse, a->delta, a->dq, a->dk, a->dv};
+                           f->lse, a->delta, a->dq, a->dk, a->dv, a->dq_accum};
   if (kn_attn_bwd_fill_args(k->desc, bsig, k->cfg, &c->p, &bufs, &c->va, args, grid, &diag))
     return api_fail(KILN_ERR_INVALID, "%s: %s", who, diag.message);
   /* the forward's arguments (with the caller's strides) by name, then the gradients' strides */
@@ -829,7 +834,11 @@ kiln_status api_backward_args(const api_launch_view *k, const kn_attn_sig *bsig,
   /* delta: (batch, heads, seqlen_q) contiguous, varlen (heads, total_q) as lse */
   const int64_t rows = varlen ? f->total_q : f->seqlen_q;
   int64_t size[2] = {varlen ? 1 : f->batch, f->heads}, st[2] = {(int64_t)f->heads * rows, rows};
-  return check_span(who, "delta", a->delta_numel, size, st, 2, rows);
+  if ((s = check_span(who, "delta", a->delta_numel, size, st, 2, rows)) || !k->cfg->atomic_dq)
+    return s;
+  /* dq_accum: head_dim values per element of delta, in delta's layout */
+  int64_t asize[3] = {size[0], size[1], rows}, ast[3] = {st[0] * D, st[1] * D, D};
+  return check_span(who, "dq_accum", a->dq_accum_numel, asize, ast, 3, D);
 }
 
 /* ---- decode ---- */

@@ -1298,6 +1298,11 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *a, void *stream) 
 
 /* ---- backward (docs/backward.md) ---- */
 
+_Static_assert((int)KILN_BWD_DQ_DEFAULT == (int)KN_BWD_DQ_DEFAULT &&
+               (int)KILN_BWD_DQ_DETERMINISTIC == (int)KN_BWD_DQ_SEPARATE &&
+               (int)KILN_BWD_DQ_ATOMIC == (int)KN_BWD_DQ_ATOMIC,
+               "kiln_backward_dq and the template's KN_BWD_DQ_*");
+
 kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
                                   const kiln_prepare_options *o, kiln_kernel **out) {
   const char *who = "kiln_prepare_backward";
@@ -1309,6 +1314,9 @@ kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
   if (o && (!o->block_m != !o->block_n))
     return api_fail(KILN_ERR_INVALID, "block_m and block_n must be given together");
   if (o && o->warps < 0) return api_fail(KILN_ERR_INVALID, "warps %d is negative", o->warps);
+  if (o && (o->backward_dq < KILN_BWD_DQ_DEFAULT || o->backward_dq > KILN_BWD_DQ_ATOMIC))
+    return api_fail(KILN_ERR_INVALID, "%s: backward_dq %d is not KILN_BWD_DQ_DEFAULT (0), "
+                    "KILN_BWD_DQ_DETERMINISTIC (1) or KILN_BWD_DQ_ATOMIC (2)", who, o->backward_dq);
   if (kn_attn_is_fp8(&d))
     return api_fail(KILN_ERR_UNSUPPORTED, "%s: fp8 inputs (q_dtype / kv_dtype) have no backward "
                     "(training reads f16 / bf16 q, k, v)", who);
@@ -1317,8 +1325,8 @@ kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
                     "context may not compile (bundle_only)", who);
   /* the tiling: the caller's (block_m and block_n together, checked above), else the
    * backward's default (no tuning yet) */
-  kn_attn_config c = o ? kn_attn_bwd_config_for(ctx->target_arch, &d, o->wgmma, false, o->block_m,
-                                                o->block_n, o->warps)
+  kn_attn_config c = o ? kn_attn_bwd_config_for(ctx->target_arch, &d, o->wgmma, false,
+                                                o->backward_dq, o->block_m, o->block_n, o->warps)
                        : kn_attn_bwd_default_config(ctx->target_arch, &d);
   kn_diag diag;
   if (kn_attn_bwd_check_on(ctx->target_arch, &d, &c, &diag))
@@ -1358,6 +1366,7 @@ kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
     k->n_user_params = api_user_params(&d, &fsig, k->user_param);
     pthread_mutex_init(&k->launch_mu, NULL);
     k->info = k->part[KN_BWD_DKDV]->info;
+    k->info.atomic_dq = c.atomic_dq;
     k->info.prepare_ms = now_ms() - t0;
     k->info.desc = api_desc_to_public(&k->desc);
     for (int w = 0; w < KN_BWD_NKERNELS; w++)

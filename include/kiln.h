@@ -334,7 +334,20 @@ typedef struct kiln_prepare_options {
                           a forced tiling, no tuning: block_m/block_n/warps if given, else the
                           default's block_n and block_m with block_m / 16 warps (wgmma takes one
                           64-row slab per warpgroup of 4 warps: block_m = 16 x warps) */
+  int backward_dq;     /* kiln_prepare_backward: how dQ is summed (kiln_backward_dq) */
 } kiln_prepare_options;
+
+/* kiln_prepare_options.backward_dq.  DEFAULT: kiln's choice for the target and descriptor (see
+ * kiln_prepare_backward).  DETERMINISTIC: a separate dQ pass, every element summed by one
+ * program in one order, so the same inputs give the same bits on every run.  ATOMIC: the dK/dV
+ * kernel also adds dQ's partial sums into an f32 workspace (kiln_backward_args.dq_accum) with
+ * atomic adds, which spares the second pass's recomputation (5 matrix products per block pair
+ * instead of 7); dK and dV stay deterministic, dQ's last bits may differ run to run. */
+typedef enum kiln_backward_dq {
+  KILN_BWD_DQ_DEFAULT = 0,
+  KILN_BWD_DQ_DETERMINISTIC = 1,
+  KILN_BWD_DQ_ATOMIC = 2,
+} kiln_backward_dq;
 
 /* Compile-or-load.  options NULL: defaults.  On success *out is the context's kernel for this
  * descriptor and tiling (the same pointer on every later call).  KILN_ERR_UNSUPPORTED for a
@@ -358,6 +371,8 @@ typedef struct kiln_kernel_info {
   char cache_key[33];        /* hex key of its cache entry */
   char target[16];
   int wgmma;                 /* the dots are wgmma (kiln_prepare_options.wgmma) */
+  int atomic_dq;             /* a backward that adds dQ with atomics: kiln_backward needs
+                                kiln_backward_args.dq_accum (KILN_BWD_DQ_ATOMIC) */
 } kiln_kernel_info;
 kiln_status kiln_kernel_get_info(const kiln_kernel *k, kiln_kernel_info *out);
 
@@ -484,7 +499,9 @@ kiln_status kiln_forward(kiln_kernel *k, const kiln_attn_args *args, void *strea
  * kiln_prepare_backward prepares the backward of the forward that desc describes (the same
  * descriptor: variant, dtype, head dim; has_lse is not needed, the backward always reads lse):
  * three kernels (delta = rowsum(dO * O); dK and dV per key block, summed over the query heads of
- * a group; dQ per query block), deterministic (no atomics: the same inputs give the same bits).
+ * a group; dQ per query block), deterministic (no atomics: the same inputs give the same bits),
+ * or with options.backward_dq = KILN_BWD_DQ_ATOMIC dQ added by the dK/dV kernel with atomics
+ * into kiln_backward_args.dq_accum and rounded by the third (kiln_backward_dq).
  * Options: block_m / block_n / warps force the tiling (each dK/dV program owns block_n keys and
  * walks the query rows in steps of block_m; each dQ program owns block_n query rows and walks
  * the keys in steps of block_m); wgmma (sm_90a, f16 / bf16, head dims up to 128) runs the dots
@@ -510,7 +527,9 @@ kiln_status kiln_prepare_backward(kiln_context *ctx, const kiln_attn_desc *desc,
  * (cu_seqlens_q/k, total_q/k, packed q, k, v, o, lse (heads, total_q)); dout and dq are
  * (total_q, heads, head_dim), dk and dv (total_k, kv_heads, head_dim), their strides {0, head,
  * token} (zeros: packed); delta holds heads * total_q f32 (lse's layout).  Tokens that no
- * sequence owns are not written. */
+ * sequence owns are not written.  dq_accum: a workspace of batch * heads * seqlen_q * head_dim
+ * f32 (varlen: heads * total_q * head_dim), contiguous, that the launch overwrites; required by
+ * a kernel that adds dQ with atomics (kiln_kernel_info.atomic_dq), ignored by the others. */
 typedef struct kiln_backward_args {
   kiln_attn_args fwd;
   const void *dout;
@@ -518,6 +537,8 @@ typedef struct kiln_backward_args {
   float *delta;
   int64_t dout_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
   int64_t dout_numel, dq_numel, dk_numel, dv_numel, delta_numel;
+  float *dq_accum;
+  int64_t dq_accum_numel;
 } kiln_backward_args;
 
 /* Launches the backward on `stream` (its three kernels in order); errors as kiln_forward's. */

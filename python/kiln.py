@@ -136,7 +136,8 @@ class _PrepareOptions(ctypes.Structure):
                 ("tune_heads", ctypes.c_int), ("tune_warmup", ctypes.c_int),
                 ("tune_repeats", ctypes.c_int), ("tune_window_left", ctypes.c_int),
                 ("tune_window_right", ctypes.c_int), ("tune_mod_args", ctypes.POINTER(_ModArg)),
-                ("tune_n_mod_args", ctypes.c_int), ("wgmma", ctypes.c_int)]
+                ("tune_n_mod_args", ctypes.c_int), ("wgmma", ctypes.c_int),
+                ("backward_dq", ctypes.c_int)]
 
 
 class _KernelInfo(ctypes.Structure):
@@ -144,7 +145,7 @@ class _KernelInfo(ctypes.Structure):
                 ("warps", ctypes.c_int), ("stages", ctypes.c_int), ("tuned", ctypes.c_int),
                 ("source", ctypes.c_int), ("prepare_ms", ctypes.c_double),
                 ("cache_key", ctypes.c_char * 33), ("target", ctypes.c_char * 16),
-                ("wgmma", ctypes.c_int)]
+                ("wgmma", ctypes.c_int), ("atomic_dq", ctypes.c_int)]
 
 
 _I64x3 = ctypes.c_int64 * 3
@@ -188,7 +189,11 @@ class _BwdArgs(ctypes.Structure):
                 ("dk", ctypes.c_void_p), ("dv", ctypes.c_void_p), ("delta", ctypes.c_void_p),
                 ("dout_stride", _I64x3), ("dq_stride", _I64x3), ("dk_stride", _I64x3),
                 ("dv_stride", _I64x3)] + \
-        [(n + "_numel", ctypes.c_int64) for n in ("dout", "dq", "dk", "dv", "delta")]
+        [(n + "_numel", ctypes.c_int64) for n in ("dout", "dq", "dk", "dv", "delta")] + \
+        [("dq_accum", ctypes.c_void_p), ("dq_accum_numel", ctypes.c_int64)]
+
+# kiln_backward_dq: prepare_backward(dq=...)
+_BWD_DQ = {"default": 0, "deterministic": 1, "atomic": 2}
 
 
 _STATS = ["prepares", "memo_hits", "cache_hits", "compiles", "corrupt_entries", "not_stored",
@@ -424,15 +429,18 @@ class Context:
     def prepare_backward(self, dtype, head_dim, causal=False, block_m=0, block_n=0, warps=0,
                          window=False, softcap=False, alibi=False, bias=False, document=False,
                          prefix=False, mods=None, mods_name=None, dropout_p=0.0,
-                         layout=LAYOUT_DENSE, wgmma=False):
+                         layout=LAYOUT_DENSE, wgmma=False, dq="default"):
         """kiln_prepare_backward: the backward of the forward these arguments describe (as
         prepare's, dropout_p and layout (LAYOUT_DENSE or LAYOUT_VARLEN) included);
         block_m/block_n (together) and warps force its tiling; wgmma (sm_90a) runs its dots
-        as wgmma.mma_async (kiln_prepare_options.wgmma)."""
+        as wgmma.mma_async (kiln_prepare_options.wgmma); dq "deterministic" or "atomic"
+        (kiln_prepare_options.backward_dq: an atomic kernel's backward() needs dq_accum)."""
+        if dq not in _BWD_DQ:
+            raise KilnError(ERR_INVALID, "dq %r is not 'default', 'deterministic' or 'atomic'" % (dq,))
         desc = _desc(dtype, head_dim, causal, True, window, softcap, alibi, bias, document,
                      prefix, mods, mods_name, layout, dropout_p)
         po = _PrepareOptions(block_m=block_m, block_n=block_n, warps=warps,
-                             wgmma=1 if wgmma else 0)
+                             wgmma=1 if wgmma else 0, backward_dq=_BWD_DQ[dq])
         k = ctypes.c_void_p()
         _check(library().kiln_prepare_backward(self._handle(), ctypes.byref(desc),
                                                ctypes.byref(po), ctypes.byref(k)))
@@ -473,6 +481,7 @@ class Kernel:
                 "source": {1: "compiled", 2: "cache"}.get(i.source, "?"),
                 "prepare_ms": i.prepare_ms, "cache_key": i.cache_key.decode(),
                 "target": i.target.decode(), "wgmma": bool(i.wgmma),
+                "atomic_dq": bool(i.atomic_dq),
                 "q_dtype": i.desc.q_dtype, "kv_dtype": i.desc.kv_dtype,
                 "dropout_p": i.desc.dropout_p}
 
@@ -530,6 +539,8 @@ class BackwardKernel:
         self.context = ctx
         self._h = handle
 
+    info = Kernel.info  # kiln_kernel_get_info: the same fields, atomic_dq among them
+
     def backward(self, q, k, v, o, lse, dout, dq, dk, dv, delta, batch, heads, kv_heads,
                  seqlen_q, seqlen_k, sm_scale=0.0, q_stride=(0, 0, 0), k_stride=(0, 0, 0),
                  v_stride=(0, 0, 0), o_stride=(0, 0, 0), lse_stride=(0, 0),
@@ -538,21 +549,22 @@ class BackwardKernel:
                  alibi_slopes=None, alibi_stride=0, bias=None, bias_stride=(0, 0, 0),
                  q_seg=None, k_seg=None, q_seg_stride=0, k_seg_stride=0, prefix_len=0,
                  mod_args=None, numel=None, dropout_seed=0, dropout_offset=0,
-                 cu_seqlens_q=None, cu_seqlens_k=None, total_q=0, total_k=0):
+                 cu_seqlens_q=None, cu_seqlens_k=None, total_q=0, total_k=0, dq_accum=None):
         """kiln_backward on raw addresses: the forward's arguments (q, k, v, its output o and lse;
         a dropout kernel's dropout_seed and dropout_offset, a varlen kernel's cu_seqlens_q/k and
         total_q/k: the forward's) and dout, the gradients dq, dk, dv it writes, and delta, a
-        workspace of batch * heads * seqlen_q float32 (varlen: heads * total_q).  numel: as
-        Kernel.forward's, plus dout, dq, dk, dv, delta."""
+        workspace of batch * heads * seqlen_q float32 (varlen: heads * total_q); dq_accum, for a
+        kernel with info()["atomic_dq"], a workspace of head_dim times delta's float32.  numel:
+        as Kernel.forward's, plus dout, dq, dk, dv, delta, dq_accum."""
         numel = dict(numel or {})
-        extra = {n: numel.pop(n, 0) for n in ("dout", "dq", "dk", "dv", "delta")}
+        extra = {n: numel.pop(n, 0) for n in ("dout", "dq", "dk", "dv", "delta", "dq_accum")}
         f = _attn_args(q, k, v, o, batch, heads, kv_heads, seqlen_q, seqlen_k, lse, sm_scale,
                        q_stride, k_stride, v_stride, o_stride, lse_stride, window, softcap,
                        alibi_slopes, alibi_stride, bias, bias_stride, q_seg, k_seg, q_seg_stride,
                        k_seg_stride, prefix_len, mod_args, cu_seqlens_q, cu_seqlens_k, total_q,
                        total_k, numel)
         f.dropout_seed, f.dropout_offset = _u64(dropout_seed), _u64(dropout_offset)
-        a = _BwdArgs(fwd=f, dout=dout, dq=dq, dk=dk, dv=dv, delta=delta,
+        a = _BwdArgs(fwd=f, dout=dout, dq=dq, dk=dk, dv=dv, delta=delta, dq_accum=dq_accum,
                      dout_stride=_I64x3(*dout_stride), dq_stride=_I64x3(*dq_stride),
                      dk_stride=_I64x3(*dk_stride), dv_stride=_I64x3(*dv_stride))
         for n, x in extra.items():
@@ -659,6 +671,23 @@ def _strides(t, name, rank):
         raise KilnError(ERR_INVALID, "%s: the last dimension must be contiguous (strides %s)"
                         % (name, s))
     return s
+
+
+def _dq_accum_for(kern, q, n):
+    """atomic dQ's float32 workspace of n elements on q's device (torch), for a backward kernel
+    whose info() says atomic_dq; None for the others"""
+    if not kern.info()["atomic_dq"]:
+        return None
+    try:
+        import torch
+    except ImportError:
+        raise KilnError(ERR_INVALID, "this backward adds dQ with atomics and needs a float32 "
+                        "workspace (dq_accum), which attention_backward allocates with torch")
+    return torch.empty(int(n), dtype=torch.float32, device=q.device)
+
+
+def _addr(t):
+    return None if t is None else t.data_ptr()
 
 
 def _numel(t, size=None):
@@ -1365,6 +1394,7 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None, dq=
     st = {n: x[:3] for n, x in st.items()}
     ctx = _context_for(dev)
     kern = ctx.prepare_backward(_DTYPES[name], D, causal=causal, mods=pl["mods"], **pl["var"])
+    acc = _dq_accum_for(kern, q, B * H * Nq * D)
     stream = None
     if dev != "host":
         import torch
@@ -1380,7 +1410,8 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None, dq=
                   numel={"q": _numel(q), "k": _numel(k), "v": _numel(v), "o": _numel(out),
                          "lse": _numel(lse), "dout": _numel(dout), "dq": _numel(given["dq"]),
                          "dk": _numel(given["dk"]), "dv": _numel(given["dv"]),
-                         "delta": _numel(delta)}, **pl["val"])
+                         "delta": _numel(delta), "dq_accum": _numel(acc)}, dq_accum=_addr(acc),
+                  **pl["val"])
     return given["dq"], given["dk"], given["dv"]
 
 
@@ -1453,6 +1484,7 @@ def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_
     ctx = _context_for(dev)
     kern = ctx.prepare_backward(_DTYPES[name], D, causal=causal, layout=LAYOUT_VARLEN,
                                 **pl["var"])
+    acc = _dq_accum_for(kern, q, H * Tq * D)
     stream = None
     if dev != "host":
         import torch
@@ -1471,7 +1503,8 @@ def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_
                   numel={"q": _numel(q), "k": _numel(k), "v": _numel(v), "o": _numel(out),
                          "lse": _numel(lse), "dout": _numel(dout), "dq": _numel(given["dq"]),
                          "dk": _numel(given["dk"]), "dv": _numel(given["dv"]),
-                         "delta": _numel(delta)}, **pl["val"])
+                         "delta": _numel(delta), "dq_accum": _numel(acc)}, dq_accum=_addr(acc),
+                  **pl["val"])
     return given["dq"], given["dk"], given["dv"]
 
 

@@ -307,6 +307,15 @@ expect run-backward-varlen-host 0 '^max_abs_err=[^ ]+ rel_err=[^ ]+ tol=[^ ]+ PA
   "$kiln" run --backward --target host --no-cache --head-dim 59 --varlen 1,17,0,90/40,3,9,70 --heads 4 --kv-heads 2 --causal --dropout 0.17
 expect run-backward-varlen-interp 0 'varlen total_q=21 total_k=17 .* PASS' -- \
   sh -c "\"$kiln\" run --backward --target interp --head-dim 16 --varlen 5,0,16/9,7,1 --heads 2 --kv-heads 1 --window 4,2 | tr '\n' ' '"
+# --dq atomic: dQ added with atomics by the dK/dV kernel (its key says adq=1), then rounded
+expect run-backward-atomic-host 0 'adq=1.* PASS' -- \
+  sh -c "\"$kiln\" run --backward --dq atomic --target host --no-cache --head-dim 59 --seqlen-q 90 --seqlen-k 70 --causal --heads 4 --kv-heads 2 | tr '\n' ' '"
+expect run-backward-atomic-varlen 0 'adq=1.* PASS' -- \
+  sh -c "\"$kiln\" run --backward --dq atomic --target host --no-cache --head-dim 32 --varlen 1,17,0,40/20,3,9,33 --dropout 0.17 | tr '\n' ' '"
+expect run-dq-needs-backward 2 '--dq picks how the backward sums dQ: it needs --backward' -- \
+  "$kiln" run --target host --dq atomic
+expect run-dq-bad 2 "--dq expects atomic or deterministic, got 'fast'" -- \
+  "$kiln" run --backward --dq fast
 expect run-backward-paged 2 '--backward runs the backward template: not with' -- \
   "$kiln" run --backward --target host --paged 4
 echo "cli: $fails failed"

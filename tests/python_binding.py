@@ -534,6 +534,19 @@ def backward(rng):
     expect_error("backward lse dtype", kiln.ERR_INVALID,
                  lambda: kiln.attention_backward(q, q, q, good, good, good, dq=good, dk=good,
                                                  dv=good, delta=lse), "lse must be float32")
+    # atomic dQ (prepare_backward(dq="atomic")): the kernel says so in info(), and its backward
+    # without the dq_accum workspace is refused (the ctypes mirrors of kiln.h's structs agree)
+    ctx = kiln._contexts["host"]
+    ka = ctx.prepare_backward("float16", 16, dq="atomic")
+    kd = ctx.prepare_backward("float16", 16, dq="deterministic")
+    check("backward atomic_dq info", ka.info()["atomic_dq"] and not kd.info()["atomic_dq"])
+    expect_error("backward atomic without dq_accum", kiln.ERR_INVALID,
+                 lambda: ka.backward(q.data_ptr(), q.data_ptr(), q.data_ptr(), good.data_ptr(),
+                                     lse.data_ptr(), good.data_ptr(), good.data_ptr(),
+                                     good.data_ptr(), good.data_ptr(), lse.data_ptr(), 1, 1, 1,
+                                     4, 4), "null dq_accum")
+    expect_error("backward dq mode", kiln.ERR_INVALID,
+                 lambda: ctx.prepare_backward("float16", 16, dq="sometimes"), "not 'default'")
 
 
 class SeqView:

@@ -1211,11 +1211,13 @@ done:
 typedef struct bwd_bufs {
   void *dout, *o, *dq, *dk, *dv;
   float *delta;
+  float *dq_acc;  /* atomic dQ's workspace: head_dim floats per element of delta */
   double *doutd;
 } bwd_bufs;
 
 static void bwd_bufs_free(bwd_bufs *b) {
-  free(b->dout), free(b->o), free(b->dq), free(b->dk), free(b->dv), free(b->delta), free(b->doutd);
+  free(b->dout), free(b->o), free(b->dq), free(b->dk), free(b->dv), free(b->delta), free(b->dq_acc),
+      free(b->doutd);
   memset(b, 0, sizeof *b);
 }
 
@@ -1228,7 +1230,9 @@ static int bwd_bufs_make(const cli_options *o, const variant_values *vv, run_inp
   b->dout = malloc(in->nq * es + 1), b->o = malloc(in->nq * es + 1);
   b->dq = malloc(in->nq * es + 1), b->dk = malloc(in->nk * es + 1), b->dv = malloc(in->nk * es + 1);
   b->delta = malloc(in->nl * 4 + 4), b->doutd = malloc(in->nq * 8 + 8);
-  if (!od || !lsed || !b->dout || !b->o || !b->dq || !b->dk || !b->dv || !b->delta || !b->doutd) {
+  b->dq_acc = malloc(in->nq * 4 + 4);
+  if (!od || !lsed || !b->dout || !b->o || !b->dq || !b->dk || !b->dv || !b->delta || !b->doutd ||
+      !b->dq_acc) {
     free(od), free(lsed), bwd_bufs_free(b);
     fprintf(stderr, "kiln: error: out of host memory for this problem size\n");
     return -1;
@@ -1245,6 +1249,7 @@ static int bwd_bufs_make(const cli_options *o, const variant_values *vv, run_inp
   for (size_t i = 0; i < in->nl; i++) in->lse[i] = (float)lsed[i];
   memset(b->dq, 0xff, in->nq * es), memset(b->dk, 0xff, in->nk * es);
   memset(b->dv, 0xff, in->nk * es);  /* NaN bytes: an unwritten element fails */
+  memset(b->dq_acc, 0xff, in->nq * 4);  /* and so does a sum the preprocess did not zero */
   free(od), free(lsed);
   return 0;
 }
@@ -1310,18 +1315,19 @@ static int bwd_direct(const cli_options *o, const kn_target *t, const variant_va
       goto out;
     }
   size_t es = kn_scalar_size(o->attn.dtype);
-  kn_attn_bwd_bufs bb = {in->q, in->k, in->v, b->o, b->dout, in->lse, b->delta, b->dq, b->dk, b->dv};
+  kn_attn_bwd_bufs bb = {in->q,  in->k,     in->v, b->o,  b->dout, in->lse,
+                         b->delta, b->dq, b->dk, b->dv, b->dq_acc};
   kn_argval args[KN_ATTN_MAX_PARAMS];
   int grid[KN_BWD_NKERNELS][3];
   if (kn_attn_bwd_fill_args(&o->attn, &sig, &o->cfg, &o->prob, &bb, &vv->va, args, grid, &d)) {
     fprintf(stderr, "kiln: error: %s\n", d.message);
     goto out;
   }
-  kn_region regions[10 + 24] = {
+  kn_region regions[11 + 24] = {
       {in->q, in->nq * es}, {in->k, in->nk * es}, {in->v, in->nk * es}, {b->o, in->nq * es},
       {b->dout, in->nq * es}, {b->dq, in->nq * es}, {b->dk, in->nk * es}, {b->dv, in->nk * es},
-      {in->lse, in->nl * 4}, {b->delta, in->nl * 4}};
-  int nreg = 10;
+      {in->lse, in->nl * 4}, {b->delta, in->nl * 4}, {b->dq_acc, in->nq * 4}};
+  int nreg = 11;
   for (int i = 0; i < vv->nbuf; i++) regions[nreg++] = (kn_region){vv->buf[i], vv->bytes[i]};
   for (int w = 0; o->attn.layout == KN_ATTN_VARLEN && w < 2; w++)
     regions[nreg++] = (kn_region){(void *)o->cu[w], sizeof(int32_t) * (size_t)(o->prob.batch + 1)};
@@ -1350,9 +1356,10 @@ out:
 
 /* kiln_backward's arguments over the buffers (host or device pointers) */
 static kiln_backward_args bwd_args(const cli_options *o, const variant_values *vv, const ptr_map *pm,
-                                   kiln_mod_arg *margs, void *const p[10], const run_inputs *in) {
+                                   kiln_mod_arg *margs, void *const p[11], const run_inputs *in) {
   kiln_backward_args a = {.fwd = attn_args(o, vv, pm, margs, p[0], p[1], p[2], p[3], p[8]),
-                          .dout = p[4], .dq = p[5], .dk = p[6], .dv = p[7], .delta = p[9]};
+                          .dout = p[4], .dq = p[5], .dk = p[6], .dv = p[7], .delta = p[9],
+                          .dq_accum = p[10], .dq_accum_numel = (int64_t)in->nq};
   a.fwd.lse = p[8];
   a.fwd.q_numel = a.fwd.o_numel = (int64_t)in->nq, a.fwd.k_numel = a.fwd.v_numel = (int64_t)in->nk;
   a.fwd.lse_numel = (int64_t)in->nl;
@@ -1369,7 +1376,8 @@ static int bwd_api(const cli_options *o, const variant_values *vv, kiln_kernel *
   kiln_mod_arg margs[16];
   *best_ms = INFINITY;
   if (ordinal < 0) {
-    void *p[10] = {in->q, in->k, in->v, b->o, b->dout, b->dq, b->dk, b->dv, in->lse, b->delta};
+    void *p[11] = {in->q,  in->k,  in->v,  b->o,    b->dout,  b->dq,
+                   b->dk, b->dv, in->lse, b->delta, b->dq_acc};
     kiln_backward_args a = bwd_args(o, vv, NULL, margs, p, in);
     for (int r = 0; r < o->repeats; r++) {
       double t1 = now_s();
@@ -1380,13 +1388,15 @@ static int bwd_api(const cli_options *o, const variant_values *vv, kiln_kernel *
     }
     return EXIT_PASS;
   }
-  const size_t bytes[10] = {in->nq * es, in->nk * es, in->nk * es, in->nq * es, in->nq * es,
-                            in->nq * es, in->nk * es, in->nk * es, in->nl * 4, in->nl * 4};
-  void *host[10] = {in->q, in->k, in->v, b->o, b->dout, b->dq, b->dk, b->dv, in->lse, b->delta};
+  const size_t bytes[11] = {in->nq * es, in->nk * es, in->nk * es, in->nq * es,
+                            in->nq * es, in->nq * es, in->nk * es, in->nk * es,
+                            in->nl * 4,  in->nl * 4,  in->nq * 4};
+  void *host[11] = {in->q,  in->k,  in->v,  b->o,    b->dout,  b->dq,
+                    b->dk, b->dv, in->lse, b->delta, b->dq_acc};
   kn_cuda_device *dev = NULL;
   kn_cuda_event ev[2] = {NULL, NULL};
-  kn_cuda_ptr dp[10] = {0}, dvar[26] = {0};
-  void *p[10];
+  kn_cuda_ptr dp[11] = {0}, dvar[26] = {0};
+  void *p[11];
   ptr_map pm = {.n = 0};
   kn_diag e = {0};
   kiln_status s = KILN_OK;
@@ -1394,9 +1404,9 @@ static int bwd_api(const cli_options *o, const variant_values *vv, kiln_kernel *
   if (kn_cuda_device_open(ordinal, &dev, &e) || kn_cuda_event_create(dev, &ev[0], &e) ||
       kn_cuda_event_create(dev, &ev[1], &e))
     goto driver_error;
-  for (int i = 0; i < 10; i++) {
+  for (int i = 0; i < 11; i++) {
     if (kn_cuda_alloc(dev, bytes[i] ? bytes[i] : 1, &dp[i], &e)) goto driver_error;
-    if (i >= 5 && i <= 7 ? kn_cuda_memset8(dev, dp[i], 0xff, bytes[i], &e)
+    if ((i >= 5 && i <= 7) || i == 10 ? kn_cuda_memset8(dev, dp[i], 0xff, bytes[i], &e)
                          : kn_cuda_copy_htod(dev, dp[i], host[i], bytes[i], &e))
       goto driver_error;
     p[i] = (void *)(uintptr_t)dp[i];
@@ -1426,7 +1436,7 @@ driver_error:
   fprintf(stderr, "kiln: %s", e.rendered);
 done:
   if (dev) {
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 11; i++)
       if (dp[i]) kn_cuda_free(dev, dp[i], NULL);
     for (int i = 0; i < 26; i++)
       if (dvar[i]) kn_cuda_free(dev, dvar[i], NULL);
@@ -1468,8 +1478,8 @@ static int run_backward(cli_options *o) {
   /* the tiling asked for, by kiln_prepare_backward's rule (--mma wgmma: the backward's wgmma
    * tiling, or the blocks given with block_n / 16 warps) */
   const kn_arch *barch = named ? named->arch : NULL;
-  o->cfg = kn_attn_bwd_config_for(barch, &o->attn, o->wgmma, o->mma_sync, o->block_m, o->block_n,
-                                  o->warps);
+  o->cfg = kn_attn_bwd_config_for(barch, &o->attn, o->wgmma, o->mma_sync, o->backward_dq,
+                                  o->block_m, o->block_n, o->warps);
   kn_diag d;
   if (kn_attn_bwd_check_on(named ? named->arch : NULL, &o->attn, &o->cfg, &d)) {
     fprintf(stderr, "kiln: error: %s\n", d.message);
@@ -1488,7 +1498,7 @@ static int run_backward(cli_options *o) {
     bool blocks = o->block_m || o->block_n || o->mma_sync;  /* --mma sync: its tiling, forced */
     kiln_prepare_options po = {.block_m = blocks ? o->cfg.block_m : 0,
                                .block_n = blocks ? o->cfg.block_n : 0, .warps = o->warps,
-                               .wgmma = o->wgmma};
+                               .wgmma = o->wgmma, .backward_dq = o->backward_dq};
     if ((s = kiln_prepare_backward(ctx, &o->desc, &po, &k)) || (s = kiln_kernel_get_info(k, &info))) {
       int rc = fail_api(s);
       kiln_context_destroy(ctx);

@@ -45,6 +45,8 @@ void cli_usage(FILE *f) {
         "  --seqlen-q N  --seqlen-k M  --causal  --block-m BM  --block-n BN\n"
         "  --warps W  --stages S (not on the API path)  --seed S  --repeats R  --ir FILE.tile\n"
         "  --mma sync|wgmma (sm_90a: the dots as wgmma.mma_async; block_m = 16 x warps)\n"
+        "  --dq atomic|deterministic (--backward: dQ added with atomics by the dK/dV kernel, or\n"
+        "                  its own deterministic pass; default: kiln's choice)\n"
         "  --kv-loads buffer|global (AMDGPU: the KV loop's K/V loads as buffer loads, the\n"
         "                   default where the slabs span < 2^31 bytes, or masked global loads)\n"
         "  (with --ir, the file's kernel attrs decide; an option that contradicts them is an error)\n"
@@ -312,6 +314,13 @@ int cli_parse_options(int argc, char **argv, int first, cli_options *o, FILE *er
       o->wgmma = !strcmp(v, "wgmma");
       o->mma_sync = !o->wgmma;
       i++;
+    } else if (!strcmp(a, "--dq") && v) {
+      if (strcmp(v, "atomic") && strcmp(v, "deterministic")) {
+        fprintf(err, "kiln: error: --dq expects atomic or deterministic, got '%s'\n", v);
+        return -1;
+      }
+      o->backward_dq = !strcmp(v, "atomic") ? KILN_BWD_DQ_ATOMIC : KILN_BWD_DQ_DETERMINISTIC;
+      i++;
     } else if (!strcmp(a, "--kv-loads") && v) {
       if (strcmp(v, "buffer") && strcmp(v, "global")) {
         fprintf(err, "kiln: error: --kv-loads expects buffer or global, got '%s'\n", v);
@@ -439,6 +448,10 @@ int cli_parse_options(int argc, char **argv, int first, cli_options *o, FILE *er
   }
   if (varlen && parse_varlen(err, varlen, o)) return -1;
   if (paged && parse_paged(err, paged, o)) return -1;
+  if (o->backward_dq && !o->backward) {
+    fprintf(err, "kiln: error: --dq picks how the backward sums dQ: it needs --backward\n");
+    return -1;
+  }
   if (o->decode_read_given && (!o->decode || !paged)) {
     fprintf(err, "kiln: error: --decode-read picks a paged split kernel: it needs --decode and "
             "--paged\n");

@@ -33,6 +33,7 @@ typedef struct cli_options {
   int block_m, block_n, warps, stages; /* the tiling asked for (0: not given) */
   bool wgmma;                           /* --mma wgmma */
   bool mma_sync;                        /* --mma sync (the backward's default is wgmma on sm_90a) */
+  int backward_dq;                      /* --dq atomic|deterministic: KILN_BWD_DQ_* (0: default) */
   bool global_kv;                       /* --kv-loads global: no off32 (AMDGPU) */
   bool backward;                        /* run: --backward (dQ, dK, dV; docs/backward.md) */
   bool decode;                          /* dump, compile: --decode (the split-KV decode kernel;
