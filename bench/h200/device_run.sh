@@ -320,7 +320,12 @@ if want backward; then
              "--head-dim 128 --varlen 517,1,301/301,40,600 --dropout 0.17" \
              "--head-dim 128 --causal --seqlen-q 517 --seqlen-k 301 --heads 4 --kv-heads 2 --mma wgmma" \
              "--head-dim 128 --dtype bf16 --seqlen-q 301 --seqlen-k 517 --mma wgmma" \
-             "--head-dim 96 --causal --varlen 1,1000,0,377,64/1,900,5,377,200 --heads 4 --kv-heads 2 --mma wgmma"; do
+             "--head-dim 96 --causal --varlen 1,1000,0,377,64/1,900,5,377,200 --heads 4 --kv-heads 2 --mma wgmma" \
+             "--head-dim 64 --causal --seqlen-q 300 --seqlen-k 257 --heads 4 --kv-heads 2 --dq atomic" \
+             "--head-dim 128 --seqlen-q 517 --seqlen-k 301 --heads 4 --kv-heads 2 --dq atomic" \
+             "--head-dim 128 --dtype bf16 --causal --seqlen-q 301 --seqlen-k 517 --dq atomic" \
+             "--head-dim 59 --seqlen-q 301 --seqlen-k 517 --dq atomic --mma wgmma" \
+             "--head-dim 128 --causal --varlen 517,1,301/301,40,600 --dropout 0.17 --dq atomic"; do
       # shellcheck disable=SC2086
       step "kiln run --backward $a" "$out/backward.log" 240 "$bin/kiln" run --backward \
         --target sm_90a --no-cache $a

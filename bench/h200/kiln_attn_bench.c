@@ -243,12 +243,12 @@ static void check_case(const kn_attn_desc *desc, const kernel *kk, int HK, int N
  * correctness table checks every one of them, so whichever wins the throughput table was
  * checked too.  --mma picks the set: mma.sync (the default), wgmma (kn_attn_config.wgmma:
  * block_m = 16 x warps, one 64-row slab per warpgroup) or both. */
-static const kn_attn_config sync_cands[] = {{128, 64, 4, 2, 0, false, false}, {128, 64, 8, 2, 0, false, false},
-                                            {128, 128, 8, 2, 0, false, false}, {64, 64, 4, 2, 0, false, false},
-                                            {128, 32, 8, 2, 0, false, false}, {64, 32, 4, 2, 0, false, false}};
-static const kn_attn_config wgmma_cands[] = {{128, 64, 8, 2, 0, true, false}, {128, 128, 8, 2, 0, true, false},
-                                             {64, 64, 4, 2, 0, true, false}, {64, 128, 4, 2, 0, true, false},
-                                             {128, 32, 8, 2, 0, true, false}};
+static const kn_attn_config sync_cands[] = {{128, 64, 4, 2, 0, false, false, false}, {128, 64, 8, 2, 0, false, false, false},
+                                            {128, 128, 8, 2, 0, false, false, false}, {64, 64, 4, 2, 0, false, false, false},
+                                            {128, 32, 8, 2, 0, false, false, false}, {64, 32, 4, 2, 0, false, false, false}};
+static const kn_attn_config wgmma_cands[] = {{128, 64, 8, 2, 0, true, false, false}, {128, 128, 8, 2, 0, true, false, false},
+                                             {64, 64, 4, 2, 0, true, false, false}, {64, 128, 4, 2, 0, true, false, false},
+                                             {128, 32, 8, 2, 0, true, false, false}};
 enum { MAX_CANDS = 16 };
 static kn_attn_config cands[MAX_CANDS];
 static int ncands;
@@ -405,9 +405,9 @@ static void defaults_table(uint64_t seed) {
   const int B = 4, H = 32, N = 4096;
   static const int dims[] = {64, 96, 128, 192, 256};
   static const kn_attn_config dc[] = {
-      {128, 64, 4, 2, 0, false, false}, {128, 64, 8, 2, 0, false, false}, {128, 128, 8, 2, 0, false, false},
-      {128, 32, 4, 2, 0, false, false}, {64, 64, 4, 2, 0, false, false},  {64, 32, 4, 2, 0, false, false},
-      {64, 64, 2, 2, 0, false, false},  {64, 32, 2, 2, 0, false, false}};
+      {128, 64, 4, 2, 0, false, false, false}, {128, 64, 8, 2, 0, false, false, false}, {128, 128, 8, 2, 0, false, false, false},
+      {128, 32, 4, 2, 0, false, false, false}, {64, 64, 4, 2, 0, false, false, false},  {64, 32, 4, 2, 0, false, false, false},
+      {64, 64, 2, 2, 0, false, false, false},  {64, 32, 2, 2, 0, false, false, false}};
   enum { NC = sizeof dc / sizeof dc[0] };
   const kn_arch *arch = kn_arch_get("sm_90a");
   size_t maxn = (size_t)B * H * N * 256;

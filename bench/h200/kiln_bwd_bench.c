@@ -15,12 +15,14 @@
  *     of the repeats.  TFLOP/s counts 2.5x the forward's 4*B*H*N*N*D (halved for causal), the
  *     convention of FlashAttention's benchmarks and of sdpa_bwd_anchor.py.  A markdown table.
  *
- *   kiln_bwd_bench [--quick] [--repeats R] [--tilings] [--wgmma] [--dropout P]
+ *   kiln_bwd_bench [--quick] [--repeats R] [--tilings] [--wgmma] [--atomic] [--dropout P]
  * --tilings also times forced tilings (64x64 w4, 32x64 w4, 16x64 w4, 32x32 w2; block_m is the
  * step of each program's loop, block_n the rows it owns), each checked first.  --wgmma also
  * times sm_90a's wgmma kernels (kiln_prepare_options.wgmma: the backward's wgmma tiling, and
  * with --tilings 64x64 w4, 32x64 w4, 32x128 w8, 64x128 w8 as well), each checked first; their
- * lines say "wgmma".  --dropout P runs every case with attention dropout P (docs/backward.md:
+ * lines say "wgmma".  --atomic also times the backward with atomic dQ (KILN_BWD_DQ_ATOMIC: the
+ * dK/dV kernel adds dQ into an f32 workspace; its default tiling and others of block_n = the
+ * head dim), each checked first; their lines say "atomic-dq".  --dropout P runs every case with attention dropout P (docs/backward.md:
  * the forward and the backward regenerate one Philox mask; the reference applies the same
  * one).  Exit status: 0 when every correctness case passed and every run launched, 1
  * otherwise.
@@ -76,19 +78,20 @@ typedef struct shape {
   int B, H, HK, Nq, Nk;
 } shape;
 
-/* device buffers of one problem: q k v o dout dq dk dv lse delta */
+/* device buffers of one problem: q k v o dout dq dk dv lse delta dq_accum */
+enum { NBUF = 11 };
 typedef struct dbufs {
-  kn_cuda_ptr p[10];
-  size_t bytes[10];
+  kn_cuda_ptr p[NBUF];
+  size_t bytes[NBUF];
 } dbufs;
 
 static int dbufs_make(dbufs *d, kn_scalar dt, const shape *s, int D, void *const host[5]) {
   size_t es = kn_scalar_size(dt), nq = (size_t)s->B * s->H * s->Nq * D,
          nk = (size_t)s->B * s->HK * s->Nk * D, nl = (size_t)s->B * s->H * s->Nq;
-  const size_t bytes[10] = {nq * es, nk * es, nk * es, nq * es, nq * es, nq * es, nk * es, nk * es,
-                            nl * 4, nl * 4};
+  const size_t bytes[NBUF] = {nq * es, nk * es, nk * es, nq * es, nq * es, nq * es,
+                              nk * es, nk * es, nl * 4,  nl * 4,  nq * 4};
   memset(d, 0, sizeof *d);
-  for (int i = 0; i < 10; i++) {
+  for (int i = 0; i < NBUF; i++) {
     d->bytes[i] = bytes[i];
     if (!(d->p[i] = upload(i < 5 && i != 3 && host ? host[i] : NULL, bytes[i]))) return -1;
   }
@@ -96,7 +99,7 @@ static int dbufs_make(dbufs *d, kn_scalar dt, const shape *s, int D, void *const
 }
 
 static void dbufs_free(dbufs *d) {
-  for (int i = 0; i < 10; i++)
+  for (int i = 0; i < NBUF; i++)
     if (d->p[i]) kn_cuda_free(dev, d->p[i], NULL);
 }
 
@@ -105,7 +108,8 @@ static kiln_backward_args args_of(const dbufs *b, const shape *s) {
   kiln_backward_args a = {.fwd = {.q = DP(0), .k = DP(1), .v = DP(2), .o = DP(3), .lse = DP(8),
                                   .batch = s->B, .heads = s->H, .kv_heads = s->HK,
                                   .seqlen_q = s->Nq, .seqlen_k = s->Nk},
-                          .dout = DP(4), .dq = DP(5), .dk = DP(6), .dv = DP(7), .delta = DP(9)};
+                          .dout = DP(4), .dq = DP(5), .dk = DP(6), .dv = DP(7), .delta = DP(9),
+                          .dq_accum = DP(10), .dq_accum_numel = (int64_t)(b->bytes[10] / 4)};
   if (drop_p != 0) a.fwd.dropout_seed = drop_seed, a.fwd.dropout_offset = drop_offset;
   return a;
 }
@@ -130,11 +134,12 @@ static bool check(kiln_context *ctx, kiln_dtype pdt, int D, int causal, const sh
   kn_diag e;
   bool ok = false;
   char what[128], tiling[32] = "default tiling";
+  const char *adq = po && po->backward_dq == KILN_BWD_DQ_ATOMIC ? " atomic-dq" : "";
   if (po && po->block_m)
-    snprintf(tiling, sizeof tiling, "%dx%d w%d%s", po->block_m, po->block_n, po->warps,
-             po->wgmma ? " wgmma" : "");
-  else if (po && po->wgmma)
-    snprintf(tiling, sizeof tiling, "wgmma tiling");
+    snprintf(tiling, sizeof tiling, "%dx%d w%d%s%s", po->block_m, po->block_n, po->warps,
+             po->wgmma ? " wgmma" : "", adq);
+  else if (po && (po->wgmma || adq[0]))
+    snprintf(tiling, sizeof tiling, "%s%s", po->wgmma ? "wgmma tiling" : "default", adq);
   snprintf(what, sizeof what, "%s D%d causal=%d B%d H%d HK%d N(%d,%d) %s%s", dt_name(pdt), D,
            causal, s->B, s->H, s->HK, s->Nq, s->Nk, tiling, drop_p != 0 ? " dropout" : "");
   if (kiln_prepare(ctx, &d, NULL, &fwd) || kiln_prepare_backward(ctx, &d, po, &bwd)) {
@@ -143,7 +148,8 @@ static bool check(kiln_context *ctx, kiln_dtype pdt, int D, int causal, const sh
   }
   if (dbufs_make(&b, dt, s, D, host)) goto out;
   kiln_backward_args a = args_of(&b, s);
-  for (int i = 5; i <= 7; i++) kn_cuda_memset8(dev, b.p[i], 0xff, b.bytes[i], &e);
+  for (int i = 5; i <= 10; i++)  /* the outputs, and the workspaces, NaN */
+    if (i != 8) kn_cuda_memset8(dev, b.p[i], 0xff, b.bytes[i], &e);
   if (kiln_forward(fwd, &a.fwd, NULL) || kiln_backward(bwd, &a, NULL)) {
     printf("FAIL %s: %s\n", what, kiln_last_error());
     dbufs_free(&b);
@@ -228,15 +234,17 @@ out:
 
 int main(int argc, char **argv) {
   int repeats = 10;
-  bool quick = false, tilings = false, wgmma = false;
+  bool quick = false, tilings = false, wgmma = false, atomic = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = true, repeats = 3;
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--tilings")) tilings = true;
     else if (!strcmp(argv[i], "--wgmma")) wgmma = true;
+    else if (!strcmp(argv[i], "--atomic")) atomic = true;
     else if (!strcmp(argv[i], "--dropout") && i + 1 < argc) drop_p = (float)atof(argv[++i]);
     else {
-      fprintf(stderr, "usage: %s [--quick] [--repeats R] [--tilings] [--wgmma] [--dropout P]\n",
+      fprintf(stderr, "usage: %s [--quick] [--repeats R] [--tilings] [--wgmma] [--atomic] "
+              "[--dropout P]\n",
               argv[0]);
       return 2;
     }
@@ -254,11 +262,23 @@ int main(int argc, char **argv) {
                                               {.block_m = 32, .block_n = 64, .warps = 4, .wgmma = 1},
                                               {.block_m = 32, .block_n = 128, .warps = 8, .wgmma = 1},
                                               {.block_m = 64, .block_n = 128, .warps = 8, .wgmma = 1}};
-  const kiln_prepare_options *opt[16] = {NULL};
-  int nopt = 1;
-  for (int i = 0; tilings && i < (int)(sizeof sync_t / sizeof sync_t[0]); i++) opt[nopt++] = &sync_t[i];
-  for (int i = 0; wgmma && i < (tilings ? (int)(sizeof wg_t / sizeof wg_t[0]) : 1); i++)
-    opt[nopt++] = &wg_t[i];
+  /* atomic dQ (KILN_BWD_DQ_ATOMIC): its default tiling and others of block_n = the head dim
+   * (D 64: 64x64 w4, 32x64 w4; D 128: 32x128 w8, 16x128 w8, 64x128 w8) */
+  static const kiln_prepare_options at_t[2][4] = {
+      {{.backward_dq = KILN_BWD_DQ_ATOMIC},
+       {.block_m = 32, .block_n = 64, .warps = 4, .wgmma = 1, .backward_dq = KILN_BWD_DQ_ATOMIC}},
+      {{.backward_dq = KILN_BWD_DQ_ATOMIC},
+       {.block_m = 16, .block_n = 128, .warps = 8, .wgmma = 1, .backward_dq = KILN_BWD_DQ_ATOMIC},
+       {.block_m = 64, .block_n = 128, .warps = 8, .wgmma = 1, .backward_dq = KILN_BWD_DQ_ATOMIC}}};
+  const kiln_prepare_options *opt[2][16] = {{NULL}};
+  int nopt[2] = {1, 1};
+  for (int hd = 0; hd < 2; hd++) {
+    for (int i = 0; tilings && i < (int)(sizeof sync_t / sizeof sync_t[0]); i++)
+      opt[hd][nopt[hd]++] = &sync_t[i];
+    for (int i = 0; wgmma && i < (tilings ? (int)(sizeof wg_t / sizeof wg_t[0]) : 1); i++)
+      opt[hd][nopt[hd]++] = &wg_t[i];
+    for (int i = 0; atomic && i < 2 + hd; i++) opt[hd][nopt[hd]++] = &at_t[hd][i];
+  }
   const kiln_dtype dts[] = {KILN_F16, KILN_BF16};
   const int Ds[] = {64, 128};
   const shape ragged[] = {{1, 4, 2, 301, 517}, {1, 4, 2, 517, 301}};
@@ -266,10 +286,10 @@ int main(int argc, char **argv) {
   for (int di = 0; di < (quick ? 1 : 2); di++)
     for (int hd = 0; hd < 2; hd++)
       for (int causal = 0; causal <= 1; causal++)
-        for (int f = 0; f < nopt; f++) {
+        for (int f = 0; f < nopt[hd]; f++) {
           passed[di][hd][causal][f] = true;
           for (int r = 0; r < 2; r++)
-            passed[di][hd][causal][f] &= check(ctx, dts[di], Ds[hd], causal, &ragged[r], opt[f]);
+            passed[di][hd][causal][f] &= check(ctx, dts[di], Ds[hd], causal, &ragged[r], opt[hd][f]);
         }
   if (failures) printf("# %d correctness failures: those tilings are not timed\n", failures);
   printf("\n| dtype | D | causal | N | tiling | ms | TFLOP/s (2.5x fwd) |\n"
@@ -279,15 +299,16 @@ int main(int argc, char **argv) {
     for (int hd = 0; hd < 2; hd++)
       for (int causal = 0; causal <= 1; causal++)
         for (int ni = 0; ni < (quick ? 2 : 3); ni++)
-          for (int f = 0; f < nopt; f++) {
+          for (int f = 0; f < nopt[hd]; f++) {
             if (!passed[di][hd][causal][f]) continue;
             shape s = {4, 32, 32, Ns[ni], Ns[ni]};
             kiln_kernel_info info = {0};
-            double ms = timed(ctx, dts[di], Ds[hd], causal, &s, repeats, opt[f], &info);
+            double ms = timed(ctx, dts[di], Ds[hd], causal, &s, repeats, opt[hd][f], &info);
             double flops = 2.5 * 4.0 * 4 * 32 * (double)Ns[ni] * Ns[ni] * Ds[hd] * (causal ? 0.5 : 1);
-            printf("| %s | %d | %d | %d | %dx%d w%d%s%s | %.3f | %.1f |\n", dt_name(dts[di]),
+            printf("| %s | %d | %d | %d | %dx%d w%d%s%s%s | %.3f | %.1f |\n", dt_name(dts[di]),
                    Ds[hd], causal, Ns[ni], info.block_m, info.block_n, info.warps,
-                   info.wgmma ? " wgmma" : "", f == 0 ? " (default)" : "", ms,
+                   info.wgmma ? " wgmma" : "", info.atomic_dq ? " atomic-dq" : "",
+                   f == 0 ? " (default)" : "", ms,
                    flops / (ms * 1e-3) / 1e12);
             fflush(stdout);
           }
