@@ -5,7 +5,8 @@
  *   copy the module, verify the input, fold, inline calls, fold, scale fold (kiln passes, tile IR)
  *   GPU ISAs: assign layouts, plan shared memory                       (compiler/gpu)
  *   lower to LLVM IR for the target, verify the LLVM module
- *   LLVM's default<O3> with the target machine attached
+ *   LLVM's optimisation pipeline of the target, with its machine attached (target.h's
+ *   `passes`: default<O3>, AMDGPU its own O3 pipeline, compiler/amdgpu/amdgpu_target.c)
  *   (assembly, when dumped)
  *   codegen to the artefact: host object, AMDGPU object, PTX
  *   link (AMDGPU: lld, in process) -> code object
@@ -235,7 +236,7 @@ static int compile_run(compile *c, const kn_module *src, const char *name) {
   kk->times.lower = lap(c);
   if (c->stop_after == KN_STAGE_LOWERED) return 0;
 
-  if (kn_llvm_run_passes(c->mod, c->tm, "default<O3>", d)) return -1;
+  if (kn_llvm_run_passes(c->mod, c->tm, t->passes ? t->passes : "default<O3>", d)) return -1;
   dump_llvm(c, KN_STAGE_LLVM, "LLVM IR after optimisation");
   kk->times.optimize = lap(c);
   if (c->stop_after == KN_STAGE_LLVM) return 0;

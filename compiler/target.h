@@ -4,8 +4,9 @@
  * chip) plus a small table of function pointers that compiler/pipeline.c calls in order:
  * lower (tile IR, laid out on GPUs -> LLVM module), machine (LLVM target machine), codegen
  * (optimised module -> artefact bytes), link (AMDGPU only), load (host and emulated targets
- * only).  LLVM's optimisation and the assembly dumps are the same for every target and live in
- * the pipeline.  One table serves each ISA (target_host.c, gpu/target_amdgpu.c,
+ * only); and the text of its LLVM optimisation pipeline (default<O3> unless the table names
+ * another).  Running that pipeline and the assembly dumps are the same for every target and
+ * live in the pipeline.  One table serves each ISA (target_host.c, gpu/target_amdgpu.c,
  * gpu/target_nvptx.c, emu/target_emu.c); targets.c pairs them with the registry's entries.
  *
  * Host kernel ABI.  A kernel @name lowers to
@@ -63,6 +64,9 @@ struct kn_target {
   kn_artifact_kind artifact; /* what codegen (+ link) produces */
   bool emulated;             /* the AMDGPU lowering run by the emulator on the host */
   unsigned breaks;           /* emulated, test-only: KN_EMU_BREAK_* perturbations */
+  /* LLVM's optimisation pipeline for this target, as LLVMRunPasses text (run with the target
+   * machine attached); NULL: "default<O3>".  AMDGPU: kn_amdgpu_passes (compiler/amdgpu). */
+  const char *passes;
 
   /* kernel k (verified, inlined, and laid out when plan is not NULL: GPU ISAs) -> a new LLVM
    * module in ctx with the target's triple and data layout set */

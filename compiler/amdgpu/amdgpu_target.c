@@ -93,11 +93,104 @@ LLVMTargetMachineRef kn_amdgpu_machine(const kn_arch *t, const char *features,
   /* Code object v5 code must be position independent (it is linked -shared). */
   LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, t->triple, t->name,
                                                     features ? features : "",
-                                                    LLVMCodeGenLevelAggressive, LLVMRelocPIC,
+                                                    LLVMCodeGenLevelDefault, LLVMRelocPIC,
                                                     LLVMCodeModelDefault);
   if (!tm) kn_error(d, NULL, amd_loc, "cannot create an LLVM target machine for %s", t->name);
   return tm;
 }
+
+/* ---- the optimisation pipeline --------------------------------------------------------------------- */
+
+/* The LLVM optimisation pipeline of the AMDGPU targets (target.h's `passes`; kn_amdgpu_compile's
+ * default).  It is LLVM 22's default<O3> for these chips, as printed by
+ *   opt-22 -mtriple=amdgcn-amd-amdhsa -mcpu=gfx942 -passes='default<O3>' -print-pipeline-passes
+ *          -disable-output K.ll     (K.ll: `KILN_DUMP=lowered kiln compile --target gfx942 ...`)
+ * less opt's trailing `verify` (as printed, it compiled all 24 of gfx90a / gfx942 / gfx950 x
+ * D 64, 128 x plain, causal x buffer, global K/V loads to the bytes default<O3> gives), with
+ * the edits marked in the text:
+ *  - gvn<> replaced by early-cse<memssa>                                (-3.7% of the compile)
+ *  - jump-threading and correlated-propagation (both places), constraint-elimination  (-0.7%)
+ *  - aggressive-instcombine                                                            (-0.05%)
+ * and kn_amdgpu_machine's codegen level Default instead of Aggressive                  (-2.8%).
+ * Measured 2026-12-05 (bench/RESULTS.md): instructions (callgrind) of one cold gfx942 compile,
+ * D 128, 128x64, 4 waves: 1264 M -> 1171 M (LLVM's passes 465 -> 409 M, codegen 764 -> 727 M);
+ * the KV loops of those 24 kernels (and decode, D 32 / 256, bf16, fp8 on gfx942) are the same
+ * instructions in the same order, SGPR numbers aside: the same llvm-mca cycles, registers,
+ * spills (none) and waves.  Measured and not taken: reassociate dropped too (-0.65%, but
+ * gfx950's loops changed, D 64 +0.9% cycles); SLP off or default<O1> (the loop 10% slower); a
+ * short hand-written pipeline (it spilled).  LLVMPassBuilderOptionsSetSLPVectorization(0) has
+ * no effect on "default<O3>", hence the text.  Pass names and options are LLVM 22's (CMake
+ * requires LLVM 22): LLVMRunPasses rejects a text it cannot parse, failing every AMDGPU compile
+ * with LLVM's message, so another LLVM needs the pipeline printed and measured again. */
+const char kn_amdgpu_passes[] =
+    "memprof-remove-attributes,annotation2metadata,forceattrs,inferattrs,coro-early,"
+    "function<eager-inv>(ee-instrument<>,lower-expect,simplifycfg<bonus-inst-threshold=1;"
+    "no-forward-switch-cond;no-switch-range-to-icmp;no-switch-to-arithmetic;no-switch-to-lookup;"
+    "keep-loops;no-hoist-common-insts;no-hoist-loads-stores-with-cond-faulting;"
+    "no-sink-common-insts;speculate-blocks;simplify-cond-branch;no-speculate-unpredictables>,"
+    "sroa<modify-cfg>,early-cse<>,callsite-splitting),openmp-opt,amdgpu-printf-runtime-binding,"
+    "ipsccp,called-value-propagation,globalopt,function<eager-inv>(mem2reg,"
+    "instcombine<max-iterations=1;no-verify-fixpoint>,amdgpu-usenative,amdgpu-simplifylib,"
+    "amdgpu-uniform-intrinsic-combine,simplifycfg<bonus-inst-threshold=1;no-forward-switch-cond;"
+    "switch-range-to-icmp;no-switch-to-arithmetic;no-switch-to-lookup;keep-loops;"
+    "no-hoist-common-insts;no-hoist-loads-stores-with-cond-faulting;no-sink-common-insts;"
+    "speculate-blocks;simplify-cond-branch;no-speculate-unpredictables>),always-inline,"
+    "require<globals-aa>,function(invalidate<aa>),require<profile-summary>,cgscc(devirt<4>(inline,"
+    "function-attrs<skip-non-recursive-function-attrs>,argpromotion,openmp-opt-cgscc,function("
+    "amdgpu-promote-kernel-arguments,infer-address-spaces,amdgpu-lower-kernel-attributes,"
+    "amdgpu-promote-alloca-to-vector),function<eager-inv;no-rerun>(sroa<modify-cfg>,"
+    "early-cse<memssa>,speculative-execution<only-if-divergent-target>,"
+    /* O3: jump-threading, correlated-propagation (dropped) */
+    "simplifycfg<bonus-inst-threshold=1;no-forward-switch-cond;switch-range-to-icmp;"
+    "no-switch-to-arithmetic;no-switch-to-lookup;keep-loops;no-hoist-common-insts;"
+    "no-hoist-loads-stores-with-cond-faulting;no-sink-common-insts;speculate-blocks;"
+    "simplify-cond-branch;no-speculate-unpredictables>,instcombine<max-iterations=1;"
+    "no-verify-fixpoint>,"
+    /* O3: aggressive-instcombine (dropped) */
+    "libcalls-shrinkwrap,amdgpu-usenative,amdgpu-simplifylib,amdgpu-uniform-intrinsic-combine,"
+    "tailcallelim,simplifycfg<bonus-inst-threshold=1;no-forward-switch-cond;switch-range-to-icmp;"
+    "no-switch-to-arithmetic;no-switch-to-lookup;keep-loops;no-hoist-common-insts;"
+    "no-hoist-loads-stores-with-cond-faulting;no-sink-common-insts;speculate-blocks;"
+    "simplify-cond-branch;no-speculate-unpredictables>,reassociate,"
+    /* O3: constraint-elimination (dropped) */
+    "loop-mssa(loop-instsimplify,loop-simplifycfg,licm<no-allowspeculation>,"
+    "loop-rotate<header-duplication;no-prepare-for-lto>,licm<allowspeculation>,"
+    "simple-loop-unswitch<nontrivial;trivial>),simplifycfg<bonus-inst-threshold=1;"
+    "no-forward-switch-cond;switch-range-to-icmp;no-switch-to-arithmetic;no-switch-to-lookup;"
+    "keep-loops;no-hoist-common-insts;no-hoist-loads-stores-with-cond-faulting;"
+    "no-sink-common-insts;speculate-blocks;simplify-cond-branch;no-speculate-unpredictables>,"
+    "instcombine<max-iterations=1;no-verify-fixpoint>,loop(loop-idiom,indvars,"
+    "extra-simple-loop-unswitch-passes,loop-deletion,loop-unroll-full),sroa<modify-cfg>,"
+    "vector-combine,mldst-motion<no-split-footer-bb>,"
+    /* O3: gvn<>; here: */
+    "early-cse<memssa>,sccp,bdce,instcombine<max-iterations=1;no-verify-fixpoint>,amdgpu-usenative,"
+    "amdgpu-simplifylib,amdgpu-uniform-intrinsic-combine,"
+    /* O3: jump-threading, correlated-propagation (dropped) */
+    "adce,memcpyopt,dse,move-auto-init,loop-mssa(licm<allowspeculation>),coro-elide,"
+    "infer-address-spaces,simplifycfg<bonus-inst-threshold=1;no-forward-switch-cond;"
+    "switch-range-to-icmp;switch-to-arithmetic;no-switch-to-lookup;keep-loops;hoist-common-insts;"
+    "no-hoist-loads-stores-with-cond-faulting;sink-common-insts;speculate-blocks;"
+    "simplify-cond-branch;no-speculate-unpredictables>,instcombine<max-iterations=1;"
+    "no-verify-fixpoint>,amdgpu-usenative,amdgpu-simplifylib,amdgpu-uniform-intrinsic-combine),"
+    "function-attrs,function(require<should-not-run-function-passes>),coro-split,"
+    "coro-annotation-elide)),deadargelim,coro-cleanup,globalopt,globaldce,elim-avail-extern,"
+    "rpo-function-attrs,recompute-globalsaa,function<eager-inv>(drop-unnecessary-assumes,float2int,"
+    "lower-constant-intrinsics,chr,loop(loop-rotate<header-duplication;no-prepare-for-lto>,"
+    "loop-deletion),loop-distribute,inject-tli-mappings,loop-vectorize<no-interleave-forced-only;"
+    "no-vectorize-forced-only;>,drop-unnecessary-assumes,infer-alignment,loop-load-elim,"
+    "instcombine<max-iterations=1;no-verify-fixpoint>,simplifycfg<bonus-inst-threshold=1;"
+    "forward-switch-cond;switch-range-to-icmp;switch-to-arithmetic;switch-to-lookup;no-keep-loops;"
+    "hoist-common-insts;no-hoist-loads-stores-with-cond-faulting;sink-common-insts;"
+    "speculate-blocks;simplify-cond-branch;no-speculate-unpredictables>,slp-vectorizer,"
+    "vector-combine,instcombine<max-iterations=1;no-verify-fixpoint>,loop-unroll<O3>,"
+    "transform-warning,sroa<preserve-cfg>,infer-alignment,instcombine<max-iterations=1;"
+    "no-verify-fixpoint>,loop-mssa(licm<allowspeculation>),alignment-from-assumptions,"
+    "infer-address-spaces,loop-sink,instsimplify,div-rem-pairs,tailcallelim,"
+    "simplifycfg<bonus-inst-threshold=1;no-forward-switch-cond;switch-range-to-icmp;"
+    "switch-to-arithmetic;no-switch-to-lookup;keep-loops;no-hoist-common-insts;"
+    "hoist-loads-stores-with-cond-faulting;no-sink-common-insts;speculate-blocks;"
+    "simplify-cond-branch;speculate-unpredictables>),alloc-token,amdgpu-attributor,globaldce,"
+    "constmerge,cg-profile,rel-lookup-table-converter,function(annotation-remarks)";
 
 /* ---- diagnostics ------------------------------------------------------------------------------------ */
 
@@ -309,7 +402,7 @@ int kn_amdgpu_compile(const kn_arch *t, LLVMModuleRef mod, const kn_amdgpu_optio
   diag_capture cap;
   capture_begin(&cap, LLVMGetModuleContext(mod));
   LLVMPassBuilderOptionsRef pbo = LLVMCreatePassBuilderOptions();
-  LLVMErrorRef perr = LLVMRunPasses(mod, opt->passes ? opt->passes : "default<O3>", tm, pbo);
+  LLVMErrorRef perr = LLVMRunPasses(mod, opt->passes ? opt->passes : kn_amdgpu_passes, tm, pbo);
   LLVMDisposePassBuilderOptions(pbo);
   capture_end(&cap);
   if (perr) {

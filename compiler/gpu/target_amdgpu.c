@@ -53,6 +53,7 @@ static int amd_link(const kn_target *t, kn_artifact *a, kn_diag *d) {
 
 const kn_target kn_target_amdgpu_steps = {
     .artifact = KN_ARTIFACT_CODE_OBJECT,
+    .passes = kn_amdgpu_passes,
     .lower = amd_lower,
     .machine = amd_machine,
     .codegen = amd_codegen,
