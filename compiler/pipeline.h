@@ -152,8 +152,10 @@ const char *kn_llvm_version(void);
  * a binary cached by an earlier kiln is never loaded.  "codegen-2": sm_90a's wgmma reads every
  * loop-invariant A operand from shared memory (gpu/assign_layouts.c).  "codegen-3": a wgmma
  * dot's wait is deferred to the first use of its result (gpu/lower_gpu.c, "wgmma groups in
- * flight"), so independent dots and the elementwise work between them overlap. */
-#define KN_CODEGEN_REVISION "codegen-3"
+ * flight"), so independent dots and the elementwise work between them overlap.  "codegen-4":
+ * AMDGPU's own optimisation pipeline (kn_amdgpu_passes) and codegen level Default, whose code
+ * objects differ outside the KV loop; wgmma's M-major A through a descriptor. */
+#define KN_CODEGEN_REVISION "codegen-4"
 
 /* KILN_WGMMA_A_REGS=1 in the environment: sm_90a's wgmma keeps loop-invariant A operands in
  * registers again (the lowering before codegen-2, which computed wrong results on an H200 when
