@@ -54,6 +54,8 @@
 #                       KILN_BENCH_ROWS="16x32768 1x4096"
 #   step "splits"       kiln_decode_bench --paged --quick per piece count of KILN_SPLITS_LIST
 #                       (KILN_BENCH_SPLITS; rows KILN_BENCH_ROWS) and page size of KILN_PDECODE_PAGES
+#   step "bwd_ncu"      Nsight Compute: each backward kernel's time and counters, one row of
+#                       kiln_bwd_bench at a time (KILN_BWD_NCU_ROWS "D,CAUSAL,N ...")
 #   step "ncu"          Nsight Compute counters of the decode kernels (dense and paged, rows
 #                       KILN_BENCH_ROWS, default 16x32768) through kiln_decode_bench
 #   step "fp8"          kiln_decode_bench --fp8 $KILN_FP8_FORMAT (default f8e4m3) $KILN_FP8_ARGS
@@ -442,6 +444,30 @@ if want ncu; then
       --csv --print-units base "$bin/kiln_decode_bench" --paged --quick --repeats 2 --page-size "$ps"
   else
     note "FAIL  ncu: ${ncu_bin:-no ncu} / kiln_decode_bench not in the pack"
+    failed=$((failed + 1))
+  fi
+fi
+# ---- Nsight Compute on the backward's kernels (issue 14): the time and a few counters of each
+# of attn_bwd_pre / attn_bwd_dkdv / attn_bwd_dq, one row at a time (`kiln_bwd_bench --only
+# D,CAUSAL,N --quick --repeats 1`, the API's default tiling; KILN_BWD_NCU_ROWS, default D 128
+# N 4k / 16k, causal 16k, D 64 16k), clocks left alone ----
+if want bwd_ncu; then
+  ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
+  metrics=$metrics,launch__grid_size,launch__registers_per_thread,launch__occupancy_limit_registers
+  metrics=$metrics,sm__warps_active.avg.per_cycle_active,sm__cycles_elapsed.avg
+  metrics=$metrics,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio
+  metrics=$metrics,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio
+  metrics=$metrics,smsp__inst_executed.sum,lts__t_sector_hit_rate.pct,lts__t_bytes.sum
+  if [ -n "$ncu_bin" ] && [ -x "$bin/kiln_bwd_bench" ]; then
+    for row in ${KILN_BWD_NCU_ROWS:-128,0,4096 128,0,16384 128,1,16384 64,0,16384}; do
+      # shellcheck disable=SC2086
+      step "ncu backward $row" "$out/bwd_ncu.log" 300 "$ncu_bin" --clock-control none \
+        --kernel-name regex:attn_bwd --metrics "$metrics" --csv --print-units base \
+        "$bin/kiln_bwd_bench" --quick --repeats 1 --only "$row" ${KILN_BWD_ARGS:-}
+    done
+  else
+    note "FAIL  bwd_ncu: ${ncu_bin:-no ncu} / kiln_bwd_bench not in the pack"
     failed=$((failed + 1))
   fi
 fi

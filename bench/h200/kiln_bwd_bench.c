@@ -16,6 +16,9 @@
  *     convention of FlashAttention's benchmarks and of sdpa_bwd_anchor.py.  A markdown table.
  *
  *   kiln_bwd_bench [--quick] [--repeats R] [--tilings] [--wgmma] [--atomic] [--dropout P]
+ *                  [--only D,CAUSAL,N]
+ * --only times one row (head dim, causal 0/1, N) and checks only its (D, causal) kernels: for a
+ * profiler (ncu) that should see few launches.
  * --tilings also times forced tilings (64x64 w4, 32x64 w4, 16x64 w4, 32x32 w2; block_m is the
  * step of each program's loop, block_n the rows it owns), each checked first.  --wgmma also
  * times sm_90a's wgmma kernels (kiln_prepare_options.wgmma: the backward's wgmma tiling, and
@@ -235,6 +238,7 @@ out:
 int main(int argc, char **argv) {
   int repeats = 10;
   bool quick = false, tilings = false, wgmma = false, atomic = false;
+  int only_d = 0, only_causal = -1, only_n = 0;  /* --only D,CAUSAL,N: one row (profiling) */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = true, repeats = 3;
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
@@ -242,9 +246,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--wgmma")) wgmma = true;
     else if (!strcmp(argv[i], "--atomic")) atomic = true;
     else if (!strcmp(argv[i], "--dropout") && i + 1 < argc) drop_p = (float)atof(argv[++i]);
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc &&
+             sscanf(argv[i + 1], "%d,%d,%d", &only_d, &only_causal, &only_n) == 3)
+      i++;
     else {
       fprintf(stderr, "usage: %s [--quick] [--repeats R] [--tilings] [--wgmma] [--atomic] "
-              "[--dropout P]\n",
+              "[--dropout P] [--only D,CAUSAL,N]\n",
               argv[0]);
       return 2;
     }
@@ -288,6 +295,7 @@ int main(int argc, char **argv) {
       for (int causal = 0; causal <= 1; causal++)
         for (int f = 0; f < nopt[hd]; f++) {
           passed[di][hd][causal][f] = true;
+          if ((only_d && only_d != Ds[hd]) || (only_causal >= 0 && only_causal != causal)) continue;
           for (int r = 0; r < 2; r++)
             passed[di][hd][causal][f] &= check(ctx, dts[di], Ds[hd], causal, &ragged[r], opt[hd][f]);
         }
@@ -298,9 +306,12 @@ int main(int argc, char **argv) {
   for (int di = 0; di < (quick ? 1 : 2); di++)
     for (int hd = 0; hd < 2; hd++)
       for (int causal = 0; causal <= 1; causal++)
-        for (int ni = 0; ni < (quick ? 2 : 3); ni++)
+        for (int ni = 0; ni < (quick && !only_n ? 2 : 3); ni++)
           for (int f = 0; f < nopt[hd]; f++) {
             if (!passed[di][hd][causal][f]) continue;
+            if ((only_d && only_d != Ds[hd]) || (only_causal >= 0 && only_causal != causal) ||
+                (only_n && only_n != Ns[ni]))
+              continue;
             shape s = {4, 32, 32, Ns[ni], Ns[ni]};
             kiln_kernel_info info = {0};
             double ms = timed(ctx, dts[di], Ds[hd], causal, &s, repeats, opt[hd][f], &info);
