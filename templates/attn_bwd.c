@@ -498,6 +498,19 @@ static kn_value *dqa_base(bctx *x, kn_value *qb64, kn_value *h64) {
                    bin(g, KN_OP_MUL, x->P[B_DELTA_SH], D64, "dqa_sh"), "dqa");
 }
 
+/* the (rows, DP) tile of dq_acc at query row row0, as the row-wise kernels (pre's zeroing,
+ * the dQ kernel's rounding) address it: rows past seqlen_q and columns past D are outside */
+typedef struct dqa_tile {
+  kn_value *base, *idx[2], *stride[2], *bound[2];
+} dqa_tile;
+static dqa_tile dqa_rows(bctx *x, kn_value *qb64, kn_value *h64, kn_value *row0) {
+  gen *g = &x->G;
+  return (dqa_tile){dqa_base(x, qb64, h64),
+                    {row0, x->c0},
+                    {ci(g, kn_ty_scalar(KN_I64), x->D, "dqa_sm"), x->one64},
+                    {x->seqlen_q, x->c_d}};
+}
+
 /* the grid of the row-wise kernels (pre, dQ's rounding): x = blocks of `rows` query rows, y =
  * (batch, head); the block's first row, batch and head */
 static kn_value *row_program(bctx *x, int rows, kn_value **b64, kn_value **h64) {
@@ -532,11 +545,11 @@ static void build_pre(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   kn_value *delta = named(g, kn_b_reduce(&g->b, KN_OP_REDUCE_SUM,
                                          bin(g, KN_OP_MUL, o, dout, "o_do"), 1), "delta_rows");
   kn_b_store(&g->b, delta, dl_base, &row0, &x->one64, &x->seqlen_q, NULL);
-  if (x->c->atomic_dq)  /* the rows' dQ sums start at 0 (the dK/dV kernel adds into them) */
-    kn_b_store(&g->b, cf(g, kn_ty_tile2(KN_F32, BM, x->DP), 0, "zero_dqa"), dqa_base(x, qb64, h64),
-               (kn_value *[]){row0, x->c0},
-               (kn_value *[]){ci(g, kn_ty_scalar(KN_I64), x->D, "dqa_sm"), x->one64},
-               (kn_value *[]){x->seqlen_q, x->c_d}, NULL);
+  if (x->c->atomic_dq) {  /* the rows' dQ sums start at 0 (the dK/dV kernel adds into them) */
+    dqa_tile t = dqa_rows(x, qb64, h64, row0);
+    kn_b_store(&g->b, cf(g, kn_ty_tile2(KN_F32, BM, x->DP), 0, "zero_dqa"), t.base, t.idx,
+               t.stride, t.bound, NULL);
+  }
   kn_b_return(&g->b, 0, NULL);
 }
 
@@ -551,10 +564,9 @@ static void build_dq_round(bctx *x, kn_module *m, const kn_attn_sig *sig) {
   kn_value *qb64, *kb64;
   open_seq(x, b64, row0, true, &qb64, &kb64);
   kn_value *dq_base = head_base(g, P[B_DQ], qb64, P[B_DQ_SB], h64, P[B_DQ_SH], "dq");
-  kn_value *acc = named(g, kn_b_load(&g->b, kn_ty_tile2(KN_F32, BM, DP), dqa_base(x, qb64, h64),
-                                     (kn_value *[]){row0, x->c0},
-                                     (kn_value *[]){ci(g, kn_ty_scalar(KN_I64), x->D, "dqa_sm"), x->one64},
-                                     (kn_value *[]){x->seqlen_q, x->c_d}, NULL, NULL), "dqa_tile");
+  dqa_tile t = dqa_rows(x, qb64, h64, row0);
+  kn_value *acc = named(g, kn_b_load(&g->b, kn_ty_tile2(KN_F32, BM, DP), t.base, t.idx, t.stride,
+                                     t.bound, NULL, NULL), "dqa_tile");
   kn_value *dq = bin(g, KN_OP_MUL, acc, splat2(g, P[B_SM_SCALE], BM, DP, "sm_scale_acc"), "dq");
   if (x->dt != KN_F32) dq = named(g, kn_b_cast(&g->b, dq, x->dt), "dq_cast");
   kn_b_store(&g->b, dq, dq_base, (kn_value *[]){row0, x->c0}, (kn_value *[]){P[B_DQ_SM], x->one64},

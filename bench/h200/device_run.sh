@@ -424,20 +424,22 @@ if want splits; then
     done
   done
 fi
+# Nsight Compute for the ncu steps below: where it is, and the counters every ncu step reads
+# (time, DRAM and L2 traffic, registers and occupancy, the two main stall reasons)
+ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+ncu_metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
+ncu_metrics=$ncu_metrics,launch__grid_size,launch__registers_per_thread,launch__occupancy_limit_registers
+ncu_metrics=$ncu_metrics,sm__warps_active.avg.per_cycle_active,sm__cycles_elapsed.avg
+ncu_metrics=$ncu_metrics,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio
+ncu_metrics=$ncu_metrics,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio
+ncu_metrics=$ncu_metrics,smsp__inst_executed.sum,lts__t_sector_hit_rate.pct,lts__t_bytes.sum
 # ---- Nsight Compute on the decode kernels (issue 12): a few counters of every split-KV decode
 # launch of `kiln_decode_bench --paged --quick --repeats 2` on the rows of KILN_BENCH_ROWS
 # (default 16x32768), dense and paged side by side (pages of KILN_PDECODE_PAGES' first size);
 # clocks left alone (--clock-control none), as the device's METHOD.md asks ----
 if want ncu; then
-  ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   ps=$(echo "${KILN_PDECODE_PAGES:-256}" | awk '{print $1}')
-  metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
-  metrics=$metrics,launch__grid_size,launch__registers_per_thread,launch__occupancy_limit_registers
-  metrics=$metrics,sm__warps_active.avg.per_cycle_active,sm__cycles_elapsed.avg
-  metrics=$metrics,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio
-  metrics=$metrics,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio
-  metrics=$metrics,smsp__inst_executed.sum,lts__t_sector_hit_rate.pct,l1tex__t_bytes.sum
-  metrics=$metrics,lts__t_bytes.sum,smsp__average_warp_latency_per_inst_issued.ratio
+  metrics=$ncu_metrics,l1tex__t_bytes.sum,smsp__average_warp_latency_per_inst_issued.ratio
   if [ -n "$ncu_bin" ] && [ -x "$bin/kiln_decode_bench" ]; then
     step "ncu decode page $ps" "$out/ncu.log" 420 env KILN_BENCH_ROWS="${KILN_BENCH_ROWS:-16x32768}" \
       "$ncu_bin" --clock-control none --kernel-name regex:attn_decode --metrics "$metrics" \
@@ -452,18 +454,11 @@ fi
 # D,CAUSAL,N --quick --repeats 1`, the API's default tiling; KILN_BWD_NCU_ROWS, default D 128
 # N 4k / 16k, causal 16k, D 64 16k), clocks left alone ----
 if want bwd_ncu; then
-  ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-  metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
-  metrics=$metrics,launch__grid_size,launch__registers_per_thread,launch__occupancy_limit_registers
-  metrics=$metrics,sm__warps_active.avg.per_cycle_active,sm__cycles_elapsed.avg
-  metrics=$metrics,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio
-  metrics=$metrics,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio
-  metrics=$metrics,smsp__inst_executed.sum,lts__t_sector_hit_rate.pct,lts__t_bytes.sum
   if [ -n "$ncu_bin" ] && [ -x "$bin/kiln_bwd_bench" ]; then
     for row in ${KILN_BWD_NCU_ROWS:-128,0,4096 128,0,16384 128,1,16384 64,0,16384}; do
       # shellcheck disable=SC2086
       step "ncu backward $row" "$out/bwd_ncu.log" 300 "$ncu_bin" --clock-control none \
-        --kernel-name regex:attn_bwd --metrics "$metrics" --csv --print-units base \
+        --kernel-name regex:attn_bwd --metrics "$ncu_metrics" --csv --print-units base \
         "$bin/kiln_bwd_bench" --quick --repeats 1 --only "$row" ${KILN_BWD_ARGS:-}
     done
   else

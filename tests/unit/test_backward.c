@@ -709,6 +709,37 @@ static void test_atomic_dq(void **state) {
 
 /* ---- 4. code for the GPU targets ---------------------------------------------------------------- */
 
+/* the code of an artefact as a NUL-terminated string (PTX is text); the caller frees it */
+static char *artifact_text(const kn_artifact *a) {
+  char *text = malloc(a->size + 1);
+  assert_non_null(text);
+  memcpy(text, a->data, a->size);
+  text[a->size] = 0;
+  return text;
+}
+
+/* PTX's f32 atomic add (atom, or red where the old value is unused) */
+static bool ptx_atomic_add(const char *text) {
+  return strstr(text, "atom.global.add.f32") || strstr(text, "red.global.add.f32");
+}
+
+/* KILN_TEST_BWD_DUMP=DIR: the artefact's code into DIR/<name>.co or .ptx */
+static void dump_code(const kn_artifact *a, const char *fmt, ...) {
+  const char *dir = getenv("KILN_TEST_BWD_DUMP");
+  if (!dir) return;
+  char name[256], path[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  snprintf(path, sizeof path, "%s/%s.%s", dir, name, a->kind == KN_ARTIFACT_CODE_OBJECT ? "co" : "ptx");
+  FILE *f = fopen(path, "wb");
+  if (f) {
+    fwrite(a->data, 1, a->size, f);
+    fclose(f);
+  }
+}
+
 static void test_codegen(void **state) {
   (void)state;
   const char *archs[] = {"gfx90a", "gfx942", "sm_80", "sm_90a"};
@@ -744,17 +775,7 @@ static void test_codegen(void **state) {
           kn_artifact art;
           if (kn_compile_artifact(m, kn_attn_bwd_kernels[w], t, NULL, &art, &diag))
             fail_msg("%s D%d %s: %s", archs[a], dims[di], kn_attn_bwd_kernels[w], diag.rendered);
-          const char *dump = getenv("KILN_TEST_BWD_DUMP");  /* a folder: the code, per kernel */
-          if (dump) {
-            char path[512];
-            snprintf(path, sizeof path, "%s/%s_d%d_v%d_%s.%s", dump, archs[a], dims[di], vi,
-                     kn_attn_bwd_kernels[w], art.kind == KN_ARTIFACT_CODE_OBJECT ? "co" : "ptx");
-            FILE *f = fopen(path, "wb");
-            if (f) {
-              fwrite(art.data, 1, art.size, f);
-              fclose(f);
-            }
-          }
+          dump_code(&art, "%s_d%d_v%d_%s", archs[a], dims[di], vi, kn_attn_bwd_kernels[w]);
           int spills = artifact_spills(&art, arch, kn_attn_bwd_kernels[w]);
           printf("  %-6s D%-3d causal=%d%s%s %dx%d w%d %-14s spills %d\n", archs[a], dims[di],
                  causal, vi >= 3 ? " varlen" : "", d.dropout != 0 ? " dropout" : "", cfg.block_m,
@@ -797,10 +818,8 @@ static void test_codegen_atomic(void **state) {
           adds = test_objdump_count(archs[a], art.data, art.size, "global_atomic_add_f32");
           cas = test_objdump_count(archs[a], art.data, art.size, "cmpswap");
         } else {
-          char *text = malloc(art.size + 1);
-          memcpy(text, art.data, art.size);
-          text[art.size] = 0;
-          adds = strstr(text, "atom.global.add.f32") || strstr(text, "red.global.add.f32");
+          char *text = artifact_text(&art);
+          adds = ptx_atomic_add(text);
           free(text);
         }
         int spills = artifact_spills(&art, arch, kn_attn_bwd_kernels[w]);
@@ -870,9 +889,7 @@ static void test_codegen_wgmma(void **state) {
         if (w != KN_BWD_PRE) {
           /* the four (dK/dV: S^T, dV, dP^T, dK) or three (dQ) dots, each one wgmma per k
            * step; two of them with A from a descriptor: "}, %rd" after the accumulator */
-          char *text = malloc(art.size + 1);
-          memcpy(text, art.data, art.size);
-          text[art.size] = 0;
+          char *text = artifact_text(&art);
           int n = 0, adesc = 0;
           for (char *q = strstr(text, "wgmma.mma_async"); q; q = strstr(q + 1, "wgmma.mma_async")) {
             n++;
@@ -916,21 +933,12 @@ static void test_codegen_wgmma(void **state) {
         kn_artifact art;
         if (kn_compile_artifact(m, kn_attn_bwd_kernels[w], t, NULL, &art, &diag))
           fail_msg("sm_90a atomic D%d %s: %s", d.head_dim, kn_attn_bwd_kernels[w], diag.rendered);
-        const char *dump = getenv("KILN_TEST_BWD_DUMP");  /* a folder: the code, per kernel */
-        if (dump) {
-          char path[512];
-          snprintf(path, sizeof path, "%s/sm_90a_atomic_d%d_c%d_%s.ptx", dump, d.head_dim, causal,
-                   kn_attn_bwd_kernels[w]);
-          FILE *f = fopen(path, "wb");
-          if (f) fwrite(art.data, 1, art.size, f), fclose(f);
-        }
+        dump_code(&art, "sm_90a_atomic_d%d_c%d_%s", d.head_dim, causal, kn_attn_bwd_kernels[w]);
         int spills = artifact_spills(&art, arch, kn_attn_bwd_kernels[w]);
         printf("  sm_90a D%-3d causal=%d %dx%d w%d wgmma atomic-dq %-14s spills %d\n", d.head_dim,
                causal, cfg.block_m, cfg.block_n, cfg.warps, kn_attn_bwd_kernels[w], spills);
-        char *text = malloc(art.size + 1);
-        memcpy(text, art.data, art.size);
-        text[art.size] = 0;
-        bool atom = strstr(text, "atom.global.add.f32") || strstr(text, "red.global.add.f32");
+        char *text = artifact_text(&art);
+        bool atom = ptx_atomic_add(text);
         bool wg = strstr(text, "wgmma.mma_async") != NULL;
         if (w == KN_BWD_DKDV && (!atom || !wg || strstr(text, "mma.sync.aligned")))
           fail_msg("sm_90a atomic D%d dK/dV: atomic add %d, wgmma %d", d.head_dim, atom, wg);
@@ -954,9 +962,7 @@ static void test_codegen_wgmma(void **state) {
   unsetenv("KILN_WGMMA_SERIAL");
   assert_string_equal(kn_codegen_revision(), KN_CODEGEN_REVISION);
   if (rc) fail_msg("sm_90a serial: %s", diag.rendered);
-  char *text = malloc(art.size + 1);
-  memcpy(text, art.data, art.size);
-  text[art.size] = 0;
+  char *text = artifact_text(&art);
   int waits = 0;
   for (char *q = strstr(text, "wgmma.wait_group.sync.aligned 0;"); q;
        q = strstr(q + 1, "wgmma.wait_group.sync.aligned 0;"))
