@@ -1354,9 +1354,11 @@ out:
   return rc;
 }
 
-/* kiln_backward's arguments over the buffers (host or device pointers) */
+/* kiln_backward's arguments over the buffers (host or device pointers), in the order
+ * q, k, v, o, dout, dq, dk, dv, lse, delta, dq_acc */
+enum { BWD_NBUF = 11 };
 static kiln_backward_args bwd_args(const cli_options *o, const variant_values *vv, const ptr_map *pm,
-                                   kiln_mod_arg *margs, void *const p[11], const run_inputs *in) {
+                                   kiln_mod_arg *margs, void *const p[BWD_NBUF], const run_inputs *in) {
   kiln_backward_args a = {.fwd = attn_args(o, vv, pm, margs, p[0], p[1], p[2], p[3], p[8]),
                           .dout = p[4], .dq = p[5], .dk = p[6], .dv = p[7], .delta = p[9],
                           .dq_accum = p[10], .dq_accum_numel = (int64_t)in->nq};
@@ -1375,10 +1377,10 @@ static int bwd_api(const cli_options *o, const variant_values *vv, kiln_kernel *
   size_t es = kn_scalar_size(o->attn.dtype);
   kiln_mod_arg margs[16];
   *best_ms = INFINITY;
+  void *host[BWD_NBUF] = {in->q,  in->k,  in->v,  b->o,    b->dout,  b->dq,
+                          b->dk, b->dv, in->lse, b->delta, b->dq_acc};
   if (ordinal < 0) {
-    void *p[11] = {in->q,  in->k,  in->v,  b->o,    b->dout,  b->dq,
-                   b->dk, b->dv, in->lse, b->delta, b->dq_acc};
-    kiln_backward_args a = bwd_args(o, vv, NULL, margs, p, in);
+    kiln_backward_args a = bwd_args(o, vv, NULL, margs, host, in);
     for (int r = 0; r < o->repeats; r++) {
       double t1 = now_s();
       kiln_status s = kiln_backward(k, &a, NULL);
@@ -1388,15 +1390,13 @@ static int bwd_api(const cli_options *o, const variant_values *vv, kiln_kernel *
     }
     return EXIT_PASS;
   }
-  const size_t bytes[11] = {in->nq * es, in->nk * es, in->nk * es, in->nq * es,
-                            in->nq * es, in->nq * es, in->nk * es, in->nk * es,
-                            in->nl * 4,  in->nl * 4,  in->nq * 4};
-  void *host[11] = {in->q,  in->k,  in->v,  b->o,    b->dout,  b->dq,
-                    b->dk, b->dv, in->lse, b->delta, b->dq_acc};
+  const size_t bytes[BWD_NBUF] = {in->nq * es, in->nk * es, in->nk * es, in->nq * es,
+                                  in->nq * es, in->nq * es, in->nk * es, in->nk * es,
+                                  in->nl * 4,  in->nl * 4,  in->nq * 4};
   kn_cuda_device *dev = NULL;
   kn_cuda_event ev[2] = {NULL, NULL};
-  kn_cuda_ptr dp[11] = {0}, dvar[26] = {0};
-  void *p[11];
+  kn_cuda_ptr dp[BWD_NBUF] = {0}, dvar[26] = {0};
+  void *p[BWD_NBUF];
   ptr_map pm = {.n = 0};
   kn_diag e = {0};
   kiln_status s = KILN_OK;
@@ -1404,7 +1404,7 @@ static int bwd_api(const cli_options *o, const variant_values *vv, kiln_kernel *
   if (kn_cuda_device_open(ordinal, &dev, &e) || kn_cuda_event_create(dev, &ev[0], &e) ||
       kn_cuda_event_create(dev, &ev[1], &e))
     goto driver_error;
-  for (int i = 0; i < 11; i++) {
+  for (int i = 0; i < BWD_NBUF; i++) {
     if (kn_cuda_alloc(dev, bytes[i] ? bytes[i] : 1, &dp[i], &e)) goto driver_error;
     if ((i >= 5 && i <= 7) || i == 10 ? kn_cuda_memset8(dev, dp[i], 0xff, bytes[i], &e)
                          : kn_cuda_copy_htod(dev, dp[i], host[i], bytes[i], &e))
@@ -1436,7 +1436,7 @@ driver_error:
   fprintf(stderr, "kiln: %s", e.rendered);
 done:
   if (dev) {
-    for (int i = 0; i < 11; i++)
+    for (int i = 0; i < BWD_NBUF; i++)
       if (dp[i]) kn_cuda_free(dev, dp[i], NULL);
     for (int i = 0; i < 26; i++)
       if (dvar[i]) kn_cuda_free(dev, dvar[i], NULL);
