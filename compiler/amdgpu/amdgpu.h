@@ -153,6 +153,15 @@ typedef struct kn_amdgpu_loop {
   char *text;                 /* those instructions, one a line (llvm-mca's input); malloc'd */
   double mca_cycles;          /* llvm-mca's cycles per iteration; < 0 when it did not run */
   char mca[640];              /* the llvm-mca that ran, or why none did */
+  /* an interior iteration: the one path through the loop's blocks, header to back edge, that
+   * holds every MFMA of the loop with the fewest instructions, an exec-mask skip
+   * (s_cbranch_execz) not taken and s_cbranch_execnz taken (every lane is live inside a block).
+   * Blocks only an edge iteration runs (the causal mask, the last block's key bound) are off
+   * it.  hot_ninstr == ninstr when every block is on it */
+  int hot_ninstr;
+  int hot_count[KN_ICLS_COUNT];
+  char *hot_text;             /* its instructions in path order; malloc'd */
+  double hot_mca_cycles;      /* llvm-mca on hot_text; < 0 when it did not run */
 } kn_amdgpu_loop;
 
 /* The KV loop of the kernel code[0..n) for cpu (gfx90a, gfx942, gfx950): every backward branch

@@ -75,8 +75,8 @@ typedef struct {
 
 /* what the child sends: this header, then the loop's text */
 typedef struct {
-  int ok, nloops, ninstr, count[KN_ICLS_COUNT];
-  uint64_t begin, end, text_len;
+  int ok, nloops, ninstr, count[KN_ICLS_COUNT], hot_ninstr, hot_count[KN_ICLS_COUNT];
+  uint64_t begin, end, text_len, hot_text_len;
 } loop_head;
 
 static int put(int fd, const void *p, size_t n) {
@@ -186,6 +186,46 @@ static void loop_blocks(const cfg *g, const insn *in, int hb, bool *set, bool *f
   }
 }
 
+/* The interior path of the loop (set[], header hb): a depth-first walk over the loop's blocks
+ * from hb to a back edge, each path scored by its MFMAs (most first) and then its instructions
+ * (fewest); an s_cbranch_execz is followed only to its next block, an s_cbranch_execnz only to
+ * its target.  A block appears once per path; the walk is bounded (KN_HOT_PATHS paths).  The
+ * best path's blocks go to best[] in order, their count to *nbest. */
+enum { KN_HOT_PATHS = 1 << 16 };
+typedef struct {
+  const cfg *g;
+  const insn *in;
+  const char *texts;
+  const bool *set;
+  int hb, *path, *best, nbest, best_mfma, best_n, walked;
+  bool *on;
+} hot_walk;
+
+static void hot_dfs(hot_walk *w, int x, int depth, int mfma, int n) {
+  if (w->walked >= KN_HOT_PATHS) return;
+  w->path[depth++] = x;
+  w->on[x] = true;
+  for (size_t i = w->g->first[x]; i < w->g->first[x + 1]; i++)
+    mfma += w->in[i].cls == KN_ICLS_MFMA, n++;
+  const insn *last = &w->in[w->g->first[x + 1] - 1];
+  bool execz = is_text(w->texts, last, "s_cbranch_execz"),
+       execnz = is_text(w->texts, last, "s_cbranch_execnz");
+  for (int e = 0; e < 2; e++) {
+    int s = w->g->succ[2 * x + e];
+    if (s < 0 || (execz && e == 1) || (execnz && e == 0 && w->g->succ[2 * x + 1] >= 0)) continue;
+    if (s == w->hb) {  /* a back edge: one iteration */
+      w->walked++;
+      if (mfma > w->best_mfma || (mfma == w->best_mfma && n < w->best_n)) {
+        w->best_mfma = mfma, w->best_n = n, w->nbest = depth;
+        memcpy(w->best, w->path, (size_t)depth * sizeof *w->best);
+      }
+    } else if (w->set[s] && !w->on[s]) {
+      hot_dfs(w, s, depth, mfma, n);
+    }
+  }
+  w->on[x] = false;
+}
+
 /* in the child: decode everything, find the loops, send the chosen one */
 static int loop_child(void *ctx, int fd) {
   const loop_job *j = ctx;
@@ -248,7 +288,7 @@ static int loop_child(void *ctx, int fd) {
     }
   }
   h.ok = 1;
-  char *out = malloc(tlen + 1);
+  char *out = malloc(2 * tlen + 1);
   if (!out) return 1;
   size_t olen = 0;
   if (best >= 0) {  /* the loop's blocks in address order, as one straight block */
@@ -261,6 +301,22 @@ static int loop_child(void *ctx, int fd) {
         olen += t1 - in[i].text;
       }
     h.text_len = olen;
+    /* the interior path, its text after the loop's */
+    int *path = malloc(2 * (size_t)g.nb * sizeof *path);
+    bool *on = calloc((size_t)g.nb, sizeof *on);
+    if (!path || !on) return 1;
+    hot_walk w = {&g, in, texts, best_set, best, path, path + g.nb, 0, -1, 0, 0, on};
+    hot_dfs(&w, best, 0, 0, 0);
+    for (int k = 0; k < w.nbest; k++)
+      for (size_t i = g.first[w.best[k]]; i < g.first[w.best[k] + 1]; i++) {
+        h.hot_count[in[i].cls]++, h.hot_ninstr++;
+        size_t t1 = i + 1 < ni ? in[i + 1].text : tlen;
+        memcpy(out + olen, texts + in[i].text, t1 - in[i].text);
+        olen += t1 - in[i].text;
+      }
+    h.hot_text_len = olen - h.text_len;
+    free(path);
+    free(on);
   }
   int rc = put(fd, &h, sizeof h) || put(fd, out, olen);
   free(out);
@@ -297,28 +353,35 @@ int kn_amdgpu_find_loop(const char *cpu, const uint8_t *code, size_t n, kn_amdgp
     return -1;
   }
   memcpy(&h, buf, sizeof h);
-  if (!h.ok || h.text_len != len - sizeof h) {
+  if (!h.ok || h.text_len + h.hot_text_len != len - sizeof h) {
     free(buf);
     kn_error(d, NULL, loop_loc, "LLVM has no %s disassembler", cpu);
     return -1;
   }
   out->nloops = h.nloops, out->ninstr = h.ninstr, out->begin = h.begin, out->end = h.end;
+  out->hot_ninstr = h.hot_ninstr;
   memcpy(out->count, h.count, sizeof out->count);
+  memcpy(out->hot_count, h.hot_count, sizeof out->hot_count);
   out->text = malloc(h.text_len + 1);
-  if (!out->text) {
+  out->hot_text = malloc(h.hot_text_len + 1);
+  if (!out->text || !out->hot_text) {
     free(buf);
+    kn_amdgpu_loop_free(out);
     kn_error(d, NULL, loop_loc, "out of memory");
     return -1;
   }
   memcpy(out->text, buf + sizeof h, h.text_len);
   out->text[h.text_len] = 0;
+  memcpy(out->hot_text, buf + sizeof h + h.text_len, h.hot_text_len);
+  out->hot_text[h.hot_text_len] = 0;
   free(buf);
   return 0;
 }
 
 void kn_amdgpu_loop_free(kn_amdgpu_loop *loop) {
   free(loop->text);
-  loop->text = NULL;
+  free(loop->hot_text);
+  loop->text = loop->hot_text = NULL;
 }
 
 /* ---- llvm-mca --------------------------------------------------------------------------------- */
@@ -357,29 +420,23 @@ static bool find_mca(char *path, size_t cap, char *why, size_t whycap) {
   return false;
 }
 
-void kn_amdgpu_loop_mca(const char *cpu, kn_amdgpu_loop *loop) {
-  loop->mca_cycles = -1;
-  char prog[320];
-  if (!loop->text || !loop->ninstr) {
-    snprintf(loop->mca, sizeof loop->mca, "not run: no loop");
-    return;
-  }
-  if (!find_mca(prog, sizeof prog, loop->mca, sizeof loop->mca)) return;
+/* llvm-mca program prog on text: its cycles per iteration, or < 0 with why[] */
+static double run_mca(char *prog, const char *cpu, const char *text, char *why, size_t whycap) {
   const char *tmp = getenv("TMPDIR");
   char file[600];
   snprintf(file, sizeof file, "%s/kiln-loop-XXXXXX", tmp && *tmp ? tmp : "/tmp");
   int tfd = mkstemp(file);
   if (tfd < 0) {
-    snprintf(loop->mca, sizeof loop->mca, "not run: no temporary file (%s)", strerror(errno));
-    return;
+    snprintf(why, whycap, "not run: no temporary file (%s)", strerror(errno));
+    return -1;
   }
-  bool wrote = !put(tfd, loop->text, strlen(loop->text));
+  bool wrote = !put(tfd, text, strlen(text));
   close(tfd);
   int fds[2];
   if (!wrote || pipe(fds)) {
     unlink(file);
-    snprintf(loop->mca, sizeof loop->mca, "not run: cannot write its input");
-    return;
+    snprintf(why, whycap, "not run: cannot write its input");
+    return -1;
   }
   char mcpu[64], iters[32];
   snprintf(mcpu, sizeof mcpu, "-mcpu=%s", cpu);
@@ -424,15 +481,30 @@ void kn_amdgpu_loop_mca(const char *cpu, kn_amdgpu_loop *loop) {
   if (pid > 0 && WIFEXITED(status) && !WEXITSTATUS(status) && tc && it &&
       sscanf(tc, "Total Cycles: %ld", &cycles) == 1 && sscanf(it, "Iterations: %ld", &n) == 1 &&
       n > 0) {
-    loop->mca_cycles = (double)cycles / (double)n;
-    snprintf(loop->mca, sizeof loop->mca, "%.300s", prog);
-    return;
+    snprintf(why, whycap, "%.300s", prog);
+    return (double)cycles / (double)n;
   }
   /* the first line of what it said */
   char *nl = strchr(out, '\n');
   if (nl) *nl = 0;
-  snprintf(loop->mca, sizeof loop->mca, "%.300s failed (%s): %.200s", prog,
+  snprintf(why, whycap, "%.300s failed (%s): %.200s", prog,
            pid < 0 ? "no process" : WIFSIGNALED(status) ? "killed" : "exit status", out);
+  return -1;
+}
+
+void kn_amdgpu_loop_mca(const char *cpu, kn_amdgpu_loop *loop) {
+  loop->mca_cycles = loop->hot_mca_cycles = -1;
+  char prog[320], why[sizeof loop->mca];
+  if (!loop->text || !loop->ninstr) {
+    snprintf(loop->mca, sizeof loop->mca, "not run: no loop");
+    return;
+  }
+  if (!find_mca(prog, sizeof prog, loop->mca, sizeof loop->mca)) return;
+  loop->mca_cycles = run_mca(prog, cpu, loop->text, loop->mca, sizeof loop->mca);
+  if (loop->mca_cycles >= 0 && loop->hot_text && loop->hot_ninstr)
+    loop->hot_mca_cycles = loop->hot_ninstr == loop->ninstr
+                               ? loop->mca_cycles
+                               : run_mca(prog, cpu, loop->hot_text, why, sizeof why);
 }
 
 void kn_amdgpu_loop_format(const char *kernel, const char *cpu, const kn_amdgpu_loop *loop,
@@ -454,6 +526,14 @@ void kn_amdgpu_loop_format(const char *kernel, const char *cpu, const kn_amdgpu_
         loop->mca_cycles, loop->mca, MCA_ITERATIONS);
   else
     OUT("  llvm-mca -mcpu=%s: %s\n", cpu, loop->mca);
+  if (loop->hot_ninstr && loop->hot_ninstr != loop->ninstr) {
+    OUT("  interior iteration (the path with every MFMA, edge-only blocks skipped): %d "
+        "instructions", loop->hot_ninstr);
+    if (loop->hot_mca_cycles >= 0) OUT(", llvm-mca %.1f cycles", loop->hot_mca_cycles);
+    OUT("\n ");
+    for (int c = 0; c < KN_ICLS_COUNT; c++) OUT(" %s %d", icls_name[c], loop->hot_count[c]);
+    OUT("\n");
+  }
 #undef OUT
   if (o >= cap && cap) buf[cap - 1] = 0;
 }
